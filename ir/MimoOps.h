@@ -1,0 +1,24 @@
+//===- MimoOps.h - The model-graph ops of the mimo dialect -----*- C++ -*-===//
+
+#ifndef MIMO_IR_MIMOOPS_H
+#define MIMO_IR_MIMOOPS_H
+
+#include "ir/MimoDialect.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mimo::ir {
+class EncoderOp;
+class LanguageOp;
+class MicrobatchOp;
+} // namespace mimo::ir
+
+#define GET_OP_CLASSES
+#include "ir/MimoOps.h.inc"
+
+#endif // MIMO_IR_MIMOOPS_H

@@ -1,0 +1,811 @@
+//===- ModelConfig.cpp - model.json version 1 -----------------------------===//
+
+#include "runtime/core/ModelConfig.h"
+
+#include "runtime/core/JsonLocator.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace mimo {
+
+using json = nlohmann::json;
+
+size_t ModelConfig::languageIndex() const {
+  for (size_t i = 0; i < modules.size(); ++i)
+    if (modules[i].kind == ModuleKind::Language)
+      return i;
+  return 0;
+}
+
+namespace {
+
+std::string joinNames(const std::vector<std::string> &names) {
+  std::string text;
+  for (const std::string &name : names)
+    text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+/// "the string \"x\"", "the number 2.5", "an object", ...
+std::string describe(const json &value) {
+  switch (value.type()) {
+  case json::value_t::null:
+    return "null";
+  case json::value_t::boolean:
+    return value.get<bool>() ? "true" : "false";
+  case json::value_t::string:
+    return "the string " + value.dump();
+  case json::value_t::number_integer:
+  case json::value_t::number_unsigned:
+  case json::value_t::number_float:
+    return "the number " + value.dump();
+  case json::value_t::array:
+    return "an array";
+  case json::value_t::object:
+    return "an object";
+  default:
+    return "an unsupported value";
+  }
+}
+
+/// Collects every problem of one document; each getter reports at the
+/// value's JSON pointer and returns std::nullopt when the value is unusable.
+class Validator {
+public:
+  std::vector<Diagnostic> diagnostics;
+
+  void error(std::string pointer, std::string message) {
+    diagnostics.push_back(Diagnostic::error(std::move(pointer), std::move(message)));
+  }
+
+  /// Checks that `value` is an object and that every key is known.
+  bool object(const json &value, const std::string &pointer,
+              const std::vector<std::string> &known, const std::string &what) {
+    if (!value.is_object()) {
+      error(pointer, "expected " + what + " (a JSON object), found " +
+                         describe(value) + "; write it as { ... }");
+      return false;
+    }
+    for (const auto &item : value.items()) {
+      if (std::find(known.begin(), known.end(), item.key()) != known.end())
+        continue;
+      std::string suggestion = closestMatch(item.key(), known);
+      std::string message = "unknown key '" + item.key() + "' in " + what;
+      if (!suggestion.empty())
+        message += "; did you mean '" + suggestion + "'?";
+      else
+        message += "; remove it";
+      message += " (keys allowed here: " + joinNames(known) + ")";
+      error(pointer + "/" + escapePointerToken(item.key()), message);
+    }
+    return true;
+  }
+
+  /// The member `key` of `object`, or nullptr (reporting it when required).
+  const json *member(const json &object, const std::string &pointer,
+                     const std::string &key, bool required,
+                     const std::string &meaning) {
+    auto it = object.find(key);
+    if (it != object.end())
+      return &*it;
+    if (required)
+      error(pointer + "/" + key, "missing required key '" + key + "' (" +
+                                     meaning + "); add \"" + key +
+                                     "\": <value> to " +
+                                     (pointer.empty() ? "/" : pointer));
+    return nullptr;
+  }
+
+  std::optional<int64_t> integer(const json &object, const std::string &pointer,
+                                 const std::string &key, bool required,
+                                 int64_t minimum, const std::string &meaning) {
+    const json *value = member(object, pointer, key, required, meaning);
+    if (!value)
+      return std::nullopt;
+    return integerValue(*value, pointer + "/" + key, minimum, meaning);
+  }
+
+  std::optional<int64_t> integerValue(const json &value,
+                                      const std::string &pointer,
+                                      int64_t minimum,
+                                      const std::string &meaning) {
+    std::string expected = minimum == 1   ? "a positive integer"
+                           : minimum == 0 ? "a non-negative integer"
+                                          : "an integer >= " +
+                                                std::to_string(minimum);
+    if (!value.is_number_integer()) {
+      error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                         describe(value) + "; write a whole number such as " +
+                         std::to_string(std::max<int64_t>(minimum, 1)));
+      return std::nullopt;
+    }
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      error(pointer, "expected " + expected + " (" + meaning +
+                         "), found " + value.dump() + ", which is too large");
+      return std::nullopt;
+    }
+    int64_t number = value.get<int64_t>();
+    if (number < minimum) {
+      error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                         std::to_string(number) + "; use " +
+                         std::to_string(minimum) + " or more");
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<double> number(const json &object, const std::string &pointer,
+                               const std::string &key, double minimum,
+                               bool minimumExcluded, double maximum,
+                               bool maximumExcluded,
+                               const std::string &meaning) {
+    const json *value = member(object, pointer, key, false, meaning);
+    if (!value)
+      return std::nullopt;
+    return numberValue(*value, pointer + "/" + key, minimum, minimumExcluded,
+                       maximum, maximumExcluded, meaning);
+  }
+
+  std::optional<double> numberValue(const json &value,
+                                    const std::string &pointer, double minimum,
+                                    bool minimumExcluded, double maximum,
+                                    bool maximumExcluded,
+                                    const std::string &meaning) {
+    std::ostringstream range;
+    range << (minimumExcluded ? "(" : "[") << minimum << ", ";
+    if (std::isinf(maximum))
+      range << "inf)";
+    else
+      range << maximum << (maximumExcluded ? ")" : "]");
+    if (!value.is_number()) {
+      error(pointer, "expected a number in " + range.str() + " (" + meaning +
+                         "), found " + describe(value) +
+                         "; write it as a plain number");
+      return std::nullopt;
+    }
+    double number = value.get<double>();
+    bool low = minimumExcluded ? number <= minimum : number < minimum;
+    bool high = maximumExcluded ? number >= maximum : number > maximum;
+    if (low || high || std::isnan(number)) {
+      error(pointer, "expected a number in " + range.str() + " (" + meaning +
+                         "), found " + value.dump() +
+                         "; choose a value in that range");
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<bool> boolean(const json &object, const std::string &pointer,
+                              const std::string &key,
+                              const std::string &meaning) {
+    const json *value = member(object, pointer, key, false, meaning);
+    if (!value)
+      return std::nullopt;
+    if (!value->is_boolean()) {
+      error(pointer + "/" + key, "expected true or false (" + meaning +
+                                     "), found " + describe(*value) +
+                                     "; write true or false without quotes");
+      return std::nullopt;
+    }
+    return value->get<bool>();
+  }
+
+  std::optional<std::string> string(const json &object,
+                                    const std::string &pointer,
+                                    const std::string &key, bool required,
+                                    const std::string &meaning) {
+    const json *value = member(object, pointer, key, required, meaning);
+    if (!value)
+      return std::nullopt;
+    if (!value->is_string() || value->get<std::string>().empty()) {
+      error(pointer + "/" + key, "expected a non-empty string (" + meaning +
+                                     "), found " + describe(*value) +
+                                     "; write it in double quotes");
+      return std::nullopt;
+    }
+    return value->get<std::string>();
+  }
+
+  std::optional<std::string> choice(const json &object,
+                                    const std::string &pointer,
+                                    const std::string &key, bool required,
+                                    const std::vector<std::string> &allowed,
+                                    const std::string &meaning) {
+    const json *value = member(object, pointer, key, required,
+                               meaning + ": one of " + quoted(allowed));
+    if (!value)
+      return std::nullopt;
+    if (value->is_string()) {
+      std::string text = value->get<std::string>();
+      if (std::find(allowed.begin(), allowed.end(), text) != allowed.end())
+        return text;
+      std::string suggestion = closestMatch(text, allowed);
+      error(pointer + "/" + key,
+            "expected one of " + quoted(allowed) + " (" + meaning +
+                "), found " + describe(*value) +
+                (suggestion.empty() ? "" : "; did you mean \"" + suggestion + "\"?"));
+      return std::nullopt;
+    }
+    error(pointer + "/" + key, "expected one of " + quoted(allowed) + " (" +
+                                   meaning + "), found " + describe(*value));
+    return std::nullopt;
+  }
+
+  static std::string quoted(const std::vector<std::string> &names) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i)
+        text += i + 1 == names.size() ? " or " : ", ";
+      text += "\"" + names[i] + "\"";
+    }
+    return text;
+  }
+};
+
+bool isIdentifier(const std::string &name) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) ||
+                        name[0] == '_'))
+    return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+std::string fileStem(std::string_view fileName) {
+  std::string name(fileName);
+  size_t slash = name.find_last_of('/');
+  if (slash != std::string::npos)
+    name = name.substr(slash + 1);
+  size_t dot = name.find_last_of('.');
+  if (dot != std::string::npos && dot > 0)
+    name = name.substr(0, dot);
+  return name.empty() ? "model" : name;
+}
+
+void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
+  std::string pointer = module.pointer + "/parallel";
+  auto it = moduleJson.find("parallel");
+  if (it == moduleJson.end())
+    return;
+  const json &parallel = *it;
+  if (!v.object(parallel, pointer,
+                {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel",
+                 "order"},
+                "the parallel grid of module '" + module.name + "'"))
+    return;
+  ParallelConfig &config = module.parallel;
+  if (auto value = v.integer(parallel, pointer, "tp", false, 1,
+                             "tensor-parallel size"))
+    config.tp = *value;
+  if (auto value = v.integer(parallel, pointer, "cp", false, 1,
+                             "context-parallel size"))
+    config.cp = *value;
+  if (auto value = v.integer(parallel, pointer, "pp", false, 1,
+                             "pipeline-parallel size"))
+    config.pp = *value;
+  if (auto value = v.integer(parallel, pointer, "dp", false, 1,
+                             "data-parallel size"))
+    config.dp = *value;
+  if (auto value = v.integer(parallel, pointer, "rank_offset", false, 0,
+                             "first global rank of the module"))
+    config.rankOffset = *value;
+  if (auto value = v.boolean(parallel, pointer, "sequence_parallel",
+                             "sequence parallelism over the TP group")) {
+    if (*value && module.kind == ModuleKind::Encoder)
+      v.error(pointer + "/sequence_parallel",
+              "sequence_parallel applies to the language module only, found "
+              "true on encoder '" +
+                  module.name + "'; remove it");
+    else
+      config.sequenceParallel = *value;
+  }
+  auto order = parallel.find("order");
+  if (order != parallel.end()) {
+    std::vector<std::string> names;
+    bool allStrings = order->is_array();
+    if (allStrings)
+      for (const json &name : *order) {
+        allStrings = allStrings && name.is_string();
+        if (name.is_string())
+          names.push_back(name.get<std::string>());
+      }
+    std::string why;
+    std::optional<DimOrder> parsed;
+    if (allStrings)
+      parsed = parseOrder(names, &why);
+    else
+      why = "found " + describe(*order);
+    if (parsed)
+      config.order = *parsed;
+    else
+      v.error(pointer + "/order",
+              "expected a permutation of [\"tp\", \"cp\", \"dp\", \"pp\"] "
+              "(dimensions from fastest- to slowest-varying rank), " +
+                  why + "; list each of the four names exactly once");
+  }
+}
+
+void parseModule(Validator &v, const json &moduleJson, size_t index,
+                 ModelConfig &config, bool &ok) {
+  ModuleConfig module;
+  module.pointer = "/modules/" + std::to_string(index);
+  const std::string &pointer = module.pointer;
+  // Validate kind first: the allowed keys depend on it.
+  if (!moduleJson.is_object()) {
+    v.error(pointer, "expected a module (a JSON object with name, kind, arch "
+                     "and parallel), found " +
+                         describe(moduleJson) + "; write it as { ... }");
+    ok = false;
+    return;
+  }
+  std::optional<std::string> kind =
+      v.choice(moduleJson, pointer, "kind", true, {"encoder", "language"},
+               "what the module is");
+  module.kind = kind && *kind == "language" ? ModuleKind::Language
+                                            : ModuleKind::Encoder;
+  std::vector<std::string> keys = {"name", "kind", "arch", "parallel"};
+  if (module.kind == ModuleKind::Encoder)
+    keys.push_back("special_token_id");
+  v.object(moduleJson, pointer, keys,
+           kind ? "a module of kind \"" + *kind + "\"" : "a module");
+  if (module.kind == ModuleKind::Language &&
+      moduleJson.contains("special_token_id"))
+    v.diagnostics.back().message +=
+        "; only encoders have a special_token_id (the language module "
+        "embeds text tokens)";
+
+  if (auto name = v.string(moduleJson, pointer, "name", true,
+                           "the module's name; encoder names are modality "
+                           "names")) {
+    if (!isIdentifier(*name))
+      v.error(pointer + "/name",
+              "expected a name of letters, digits, '_' or '-' starting with a "
+              "letter or '_', found \"" +
+                  *name + "\"; rename the module");
+    module.name = *name;
+  }
+  if (module.kind == ModuleKind::Encoder)
+    if (auto id = v.integer(moduleJson, pointer, "special_token_id", true, 0,
+                            "the token id that marks this modality's "
+                            "positions in input_ids"))
+      module.specialTokenId = *id;
+
+  std::string archPointer = pointer + "/arch";
+  if (const json *arch = v.member(moduleJson, pointer, "arch", true,
+                                  "the module's architecture")) {
+    std::vector<std::string> archKeys = {"hidden_size", "num_layers",
+                                         "num_heads", "ffn_hidden_size"};
+    archKeys.insert(archKeys.begin(), module.kind == ModuleKind::Encoder
+                                          ? "feature_dim"
+                                          : "vocab_size");
+    if (v.object(*arch, archPointer, archKeys,
+                 "the architecture of module '" + module.name + "'")) {
+      auto field = [&](const char *key, const char *meaning) {
+        return v.integer(*arch, archPointer, key, true, 1, meaning)
+            .value_or(0);
+      };
+      if (module.kind == ModuleKind::Encoder)
+        module.featureDim =
+            field("feature_dim", "size of each input feature row");
+      else
+        module.vocabSize = field("vocab_size", "number of text token ids");
+      module.hiddenSize = field("hidden_size", "width of the hidden states");
+      module.numLayers = field("num_layers", "number of transformer layers");
+      module.numHeads = field("num_heads", "number of attention heads");
+      module.ffnHiddenSize =
+          field("ffn_hidden_size", "width of the feed-forward layer");
+      if (module.hiddenSize > 0 && module.numHeads > 0) {
+        if (module.hiddenSize % module.numHeads != 0)
+          v.error(archPointer + "/num_heads",
+                  "expected num_heads to divide hidden_size " +
+                      std::to_string(module.hiddenSize) + ", found " +
+                      std::to_string(module.numHeads) +
+                      "; use a head count that divides the hidden size");
+        else if (module.kind == ModuleKind::Language &&
+                 (module.hiddenSize / module.numHeads) % 2 != 0)
+          v.error(archPointer + "/num_heads",
+                  "expected an even head size for rotary embeddings, found "
+                  "hidden_size " +
+                      std::to_string(module.hiddenSize) + " / num_heads " +
+                      std::to_string(module.numHeads) + " = " +
+                      std::to_string(module.hiddenSize / module.numHeads) +
+                      "; choose num_heads so that the head size is even");
+      }
+    }
+  }
+  parseParallel(v, moduleJson, module);
+  config.modules.push_back(std::move(module));
+}
+
+void parseModules(Validator &v, const json &root, ModelConfig &config) {
+  const json *modules =
+      v.member(root, "", "modules", true,
+               "the encoders and the language model, an array");
+  if (!modules)
+    return;
+  if (!modules->is_array() || modules->empty()) {
+    v.error("/modules", "expected a non-empty array of modules, found " +
+                            (modules->is_array() ? std::string("an empty array")
+                                                 : describe(*modules)) +
+                            "; list the encoders and one language module");
+    return;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < modules->size(); ++i)
+    parseModule(v, (*modules)[i], i, config, ok);
+  if (!ok)
+    return;
+
+  std::map<std::string, size_t> names;
+  std::map<int64_t, size_t> tokenIds;
+  std::optional<size_t> language;
+  for (size_t i = 0; i < config.modules.size(); ++i) {
+    const ModuleConfig &module = config.modules[i];
+    if (!module.name.empty()) {
+      auto [it, inserted] = names.emplace(module.name, i);
+      if (!inserted)
+        v.error(module.pointer + "/name",
+                "expected unique module names, found '" + module.name +
+                    "' again (first at /modules/" + std::to_string(it->second) +
+                    "); rename one of them");
+    }
+    if (module.kind == ModuleKind::Language) {
+      if (language)
+        v.error(module.pointer + "/kind",
+                "expected exactly one module of kind \"language\", found a "
+                "second one ('" +
+                    module.name + "'; the first is '" +
+                    config.modules[*language].name + "' at /modules/" +
+                    std::to_string(*language) +
+                    "); make one of them an encoder or remove it");
+      else
+        language = i;
+    } else if (module.specialTokenId >= 0) {
+      auto [it, inserted] = tokenIds.emplace(module.specialTokenId, i);
+      if (!inserted)
+        v.error(module.pointer + "/special_token_id",
+                "expected a special_token_id unique to encoder '" +
+                    module.name + "', found " +
+                    std::to_string(module.specialTokenId) +
+                    ", which encoder '" + config.modules[it->second].name +
+                    "' also uses; give each modality its own token id");
+    }
+  }
+  if (!language) {
+    v.error("/modules", "expected exactly one module of kind \"language\", "
+                        "found none; add a language module");
+    return;
+  }
+  const ModuleConfig &lm = config.modules[*language];
+  for (const ModuleConfig &module : config.modules)
+    if (module.kind == ModuleKind::Encoder && lm.vocabSize > 0 &&
+        module.specialTokenId >= lm.vocabSize)
+      v.error(module.pointer + "/special_token_id",
+              "expected a token id below the language vocab_size " +
+                  std::to_string(lm.vocabSize) + ", found " +
+                  std::to_string(module.specialTokenId) +
+                  "; pick an id in [0, " + std::to_string(lm.vocabSize) +
+                  ") (it is reserved from synthetic text)");
+}
+
+void parseBatch(Validator &v, const json &root, ModelConfig &config) {
+  const json *batch = v.member(root, "", "batch", true,
+                               "micro-batch size, microbatch count and "
+                               "sequence length");
+  if (!batch || !v.object(*batch, "/batch",
+                          {"micro_batch_size", "num_microbatches",
+                           "seq_length", "packing", "attention_mask"},
+                          "the batch settings"))
+    return;
+  BatchConfig &b = config.batch;
+  b.microBatchSize =
+      v.integer(*batch, "/batch", "micro_batch_size", true, 1,
+                "samples per global microbatch across all data-parallel lanes")
+          .value_or(0);
+  b.numMicrobatches = v.integer(*batch, "/batch", "num_microbatches", true, 1,
+                                "microbatches per optimizer step")
+                          .value_or(0);
+  b.seqLength = v.integer(*batch, "/batch", "seq_length", true, 2,
+                          "language sequence length including modality tokens")
+                    .value_or(0);
+  b.packing = v.boolean(*batch, "/batch", "packing",
+                        "pack each microbatch into one THD row")
+                  .value_or(false);
+  if (auto mask = v.choice(*batch, "/batch", "attention_mask", false,
+                           {"causal", "dense"}, "the attention mask"))
+    b.attentionMask = *mask;
+  if (b.packing && b.attentionMask == "dense")
+    v.error("/batch/attention_mask",
+            "expected \"causal\" with packing (packed rows restrict attention "
+            "to each sample), found \"dense\"; remove attention_mask or set "
+            "packing to false");
+}
+
+void parseData(Validator &v, const json &root, ModelConfig &config) {
+  DataConfig &data = config.data;
+  auto it = root.find("data");
+  std::vector<std::string> encoders;
+  for (const ModuleConfig &module : config.modules)
+    if (module.kind == ModuleKind::Encoder && !module.name.empty())
+      encoders.push_back(module.name);
+  std::map<std::string, TokenRange> ranges;
+  if (it != root.end() &&
+      v.object(*it, "/data",
+               {"source", "path", "tokens_per_sample", "text_only_fraction"},
+               "the data settings")) {
+    const json &dataJson = *it;
+    if (auto source = v.choice(dataJson, "/data", "source", false,
+                               {"synthetic", "jsonl"}, "where samples come from"))
+      data.source = *source;
+    bool jsonl = data.source == "jsonl";
+    if (jsonl) {
+      data.path = v.string(dataJson, "/data", "path", true,
+                           "the jsonl file, relative to model.json")
+                      .value_or("");
+    } else if (dataJson.contains("path")) {
+      v.error("/data/path", "expected no path for the synthetic source, found "
+                            "one; set \"source\": \"jsonl\" or remove path");
+    }
+    for (const char *key : {"tokens_per_sample", "text_only_fraction"})
+      if (jsonl && dataJson.contains(key))
+        v.error(std::string("/data/") + key,
+                std::string("expected ") + key +
+                    " only with the synthetic source, found it with "
+                    "\"jsonl\"; remove it (jsonl samples carry their own "
+                    "tokens)");
+    if (auto fraction = v.number(dataJson, "/data", "text_only_fraction", 0.0,
+                                 false, 1.0, false,
+                                 "share of samples with no modality tokens"))
+      data.textOnlyFraction = *fraction;
+    auto tokens = dataJson.find("tokens_per_sample");
+    if (tokens != dataJson.end() && !jsonl &&
+        v.object(*tokens, "/data/tokens_per_sample", encoders,
+                 "tokens_per_sample (one [min, max] per encoder)")) {
+      for (const auto &item : tokens->items()) {
+        if (std::find(encoders.begin(), encoders.end(), item.key()) ==
+            encoders.end())
+          continue;
+        std::string pointer = "/data/tokens_per_sample/" + item.key();
+        const json &range = item.value();
+        if (!range.is_array() || range.size() != 2) {
+          v.error(pointer, "expected [min, max] modality tokens per sample, "
+                           "found " +
+                               describe(range) + "; write e.g. [0, 16]");
+          continue;
+        }
+        auto low = v.integerValue(range[0], pointer + "/0", 0,
+                                  "fewest tokens per sample");
+        auto high = v.integerValue(range[1], pointer + "/1", 0,
+                                   "most tokens per sample");
+        if (low && high && *low > *high)
+          v.error(pointer, "expected min <= max, found [" +
+                               std::to_string(*low) + ", " +
+                               std::to_string(*high) + "]; swap them");
+        else if (low && high)
+          ranges[item.key()] = TokenRange{*low, *high};
+      }
+    }
+  }
+  if (data.source != "synthetic")
+    return;
+  // Defaults: up to a quarter of the text budget per modality, some samples
+  // without the modality.
+  int64_t shortest = config.batch.packing ? config.batch.seqLength / 4
+                                          : config.batch.seqLength;
+  int64_t budget = 0;
+  for (const std::string &name : encoders) {
+    auto found = ranges.find(name);
+    TokenRange range = found != ranges.end()
+                           ? found->second
+                           : TokenRange{0, std::max<int64_t>(
+                                               1, shortest / (4 * static_cast<int64_t>(
+                                                                      encoders.size())))};
+    budget += range.max;
+    data.tokensPerSample.emplace_back(name, range);
+  }
+  if (shortest > 0 && budget >= shortest && !encoders.empty())
+    v.error("/data/tokens_per_sample",
+            "expected at most " + std::to_string(shortest - 1) +
+                " modality tokens per sample in all (the shortest sample has " +
+                std::to_string(shortest) +
+                " positions and needs one text token), found up to " +
+                std::to_string(budget) +
+                "; lower the max counts or raise /batch/seq_length");
+}
+
+void parseTrain(Validator &v, const json &root, ModelConfig &config) {
+  auto it = root.find("train");
+  if (it == root.end() ||
+      !v.object(*it, "/train",
+                {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
+                 "clip_grad"},
+                "the training settings"))
+    return;
+  const json &train = *it;
+  TrainConfig &t = config.train;
+  const double inf = INFINITY;
+  if (auto steps =
+          v.integer(train, "/train", "steps", false, 1, "optimizer steps"))
+    t.steps = *steps;
+  if (auto optimizer = v.choice(train, "/train", "optimizer", false, {"adamw"},
+                                "the optimizer"))
+    t.optimizer = *optimizer;
+  if (auto lr = v.number(train, "/train", "lr", 0, true, inf, false,
+                         "learning rate"))
+    t.lr = *lr;
+  if (auto eps = v.number(train, "/train", "eps", 0, true, inf, false,
+                          "AdamW epsilon"))
+    t.eps = *eps;
+  if (auto decay = v.number(train, "/train", "weight_decay", 0, false, inf,
+                            false, "AdamW decoupled weight decay"))
+    t.weightDecay = *decay;
+  if (auto clip = v.number(train, "/train", "clip_grad", 0, false, inf, false,
+                           "global gradient-norm clip, 0 disables"))
+    t.clipGrad = *clip;
+  auto betas = train.find("betas");
+  if (betas != train.end()) {
+    if (!betas->is_array() || betas->size() != 2) {
+      v.error("/train/betas", "expected [beta1, beta2], found " +
+                                  describe(*betas) + "; write e.g. [0.9, 0.999]");
+    } else {
+      auto b1 = v.numberValue((*betas)[0], "/train/betas/0", 0, false, 1, true,
+                              "AdamW beta1");
+      auto b2 = v.numberValue((*betas)[1], "/train/betas/1", 0, false, 1, true,
+                              "AdamW beta2");
+      if (b1 && b2) {
+        t.beta1 = *b1;
+        t.beta2 = *b2;
+      }
+    }
+  }
+}
+
+} // namespace
+
+ParseResult parseModelConfig(const json &root, std::string_view fileName) {
+  Validator v;
+  ModelConfig config;
+  if (!v.object(root, "",
+                {"version", "name", "seed", "precision", "world_size", "batch",
+                 "modules", "data", "train"},
+                "a model description")) {
+    return ParseResult{std::nullopt, std::move(v.diagnostics)};
+  }
+  if (auto version = v.integer(root, "", "version", true, 1,
+                               "the model.json format version")) {
+    if (*version != kModelVersion)
+      v.error("/version", "expected version " + std::to_string(kModelVersion) +
+                              ", found " + std::to_string(*version) +
+                              "; this mimoc reads model.json version " +
+                              std::to_string(kModelVersion));
+    config.version = *version;
+  }
+  if (auto name = v.string(root, "", "name", false, "the model's name")) {
+    if (!isIdentifier(*name))
+      v.error("/name", "expected a name of letters, digits, '_' or '-' "
+                       "starting with a letter or '_', found \"" +
+                           *name + "\"; rename the model");
+    config.name = *name;
+  } else {
+    config.name = fileStem(fileName);
+  }
+  if (auto seed = v.integer(root, "", "seed", false, 0,
+                            "seed of parameters and synthetic data"))
+    config.seed = *seed;
+  if (auto precision = v.choice(root, "", "precision", false,
+                                {"fp32", "bf16"}, "compute precision"))
+    config.precision = *precision;
+  if (auto world = v.integer(root, "", "world_size", false, 1,
+                             "the number of ranks, if given"))
+    config.worldSize = *world;
+  parseBatch(v, root, config);
+  parseModules(v, root, config);
+  parseData(v, root, config);
+  parseTrain(v, root, config);
+  if (!v.diagnostics.empty())
+    return ParseResult{std::nullopt, std::move(v.diagnostics)};
+  return ParseResult{std::move(config), {}};
+}
+
+ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
+  json root = json::parse(text.begin(), text.end(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    // Re-run with exceptions to learn where the syntax error is.
+    Diagnostic diag;
+    diag.syntax = true;
+    try {
+      json strict = json::parse(text.begin(), text.end());
+      (void)strict;
+      diag.message = "invalid JSON";
+    } catch (const json::parse_error &error) {
+      size_t offset = error.byte > 0 ? error.byte - 1 : 0;
+      diag.position = JsonLocator::positionOfOffset(text, offset);
+      std::string what = error.what();
+      // nlohmann's text: "[json.exception.parse_error.101] parse error at
+      // line 3, column 5: syntax error while parsing object key - ...".
+      size_t detail = what.find("syntax error");
+      diag.message = "invalid JSON: " +
+                     (detail != std::string::npos ? what.substr(detail) : what) +
+                     "; fix the JSON syntax at this position";
+    }
+    return ParseResult{std::nullopt, {diag}};
+  }
+  return parseModelConfig(root, fileName);
+}
+
+json toJson(const ModelConfig &config) {
+  json modules = json::array();
+  for (const ModuleConfig &module : config.modules) {
+    json entry;
+    entry["name"] = module.name;
+    bool encoder = module.kind == ModuleKind::Encoder;
+    entry["kind"] = encoder ? "encoder" : "language";
+    if (encoder)
+      entry["special_token_id"] = module.specialTokenId;
+    json arch;
+    if (encoder)
+      arch["feature_dim"] = module.featureDim;
+    else
+      arch["vocab_size"] = module.vocabSize;
+    arch["hidden_size"] = module.hiddenSize;
+    arch["num_layers"] = module.numLayers;
+    arch["num_heads"] = module.numHeads;
+    arch["ffn_hidden_size"] = module.ffnHiddenSize;
+    entry["arch"] = arch;
+    const ParallelConfig &p = module.parallel;
+    json parallel = {{"tp", p.tp},         {"cp", p.cp},
+                     {"pp", p.pp},         {"dp", p.dp},
+                     {"rank_offset", p.rankOffset}};
+    if (!encoder)
+      parallel["sequence_parallel"] = p.sequenceParallel;
+    json order = json::array();
+    for (Dim dim : p.order)
+      order.push_back(dimName(dim));
+    parallel["order"] = order;
+    entry["parallel"] = parallel;
+    modules.push_back(entry);
+  }
+  json data = {{"source", config.data.source}};
+  if (config.data.source == "jsonl") {
+    data["path"] = config.data.path;
+  } else {
+    json tokens = json::object();
+    for (const auto &[name, range] : config.data.tokensPerSample)
+      tokens[name] = {range.min, range.max};
+    data["tokens_per_sample"] = tokens;
+    data["text_only_fraction"] = config.data.textOnlyFraction;
+  }
+  json root = {
+      {"version", config.version},
+      {"name", config.name},
+      {"seed", config.seed},
+      {"precision", config.precision},
+      {"batch",
+       {{"micro_batch_size", config.batch.microBatchSize},
+        {"num_microbatches", config.batch.numMicrobatches},
+        {"seq_length", config.batch.seqLength},
+        {"packing", config.batch.packing},
+        {"attention_mask", config.batch.attentionMask}}},
+      {"modules", modules},
+      {"data", data},
+      {"train",
+       {{"steps", config.train.steps},
+        {"optimizer", config.train.optimizer},
+        {"lr", config.train.lr},
+        {"betas", {config.train.beta1, config.train.beta2}},
+        {"eps", config.train.eps},
+        {"weight_decay", config.train.weightDecay},
+        {"clip_grad", config.train.clipGrad}}}};
+  if (config.worldSize)
+    root["world_size"] = *config.worldSize;
+  return root;
+}
+
+} // namespace mimo

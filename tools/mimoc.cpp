@@ -1,0 +1,172 @@
+//===- mimoc.cpp - The mimo compiler driver -------------------------------===//
+//
+//   mimoc compile MODEL.json [-o FILE] [--emit=mlir] [--mlir-print-ir-after-all]
+//                 [--mlir-print-ir-after=PASS] [--dump-ir-dir=DIR]
+//   mimoc explain MODEL.json [--json] [--rank R]
+//
+// Exit codes: 0 success, 1 invalid input (diagnostics on stderr, nothing
+// written).
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Explain.h"
+#include "tools/driver/Driver.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace llvm;
+
+namespace {
+
+cl::SubCommand compileCommand(
+    "compile", "Validate model.json, lower it to the mimo dialect, run every "
+               "pass and write the result");
+cl::SubCommand explainCommand(
+    "explain", "Show the rank layout, the modules and every rank's role");
+
+cl::OptionCategory compileCategory("compile options");
+cl::opt<std::string> compileInput(cl::Positional, cl::Required,
+                                  cl::desc("<MODEL.json>"),
+                                  cl::sub(compileCommand));
+cl::opt<std::string> outputFile("o", cl::desc("Write the result to FILE "
+                                              "(default: standard output)"),
+                                cl::value_desc("FILE"), cl::init("-"),
+                                cl::sub(compileCommand),
+                                cl::cat(compileCategory));
+enum class EmitKind { MLIR };
+cl::opt<EmitKind> emitKind(
+    "emit", cl::desc("What to write"), cl::init(EmitKind::MLIR),
+    cl::values(clEnumValN(EmitKind::MLIR, "mlir",
+                          "the IR after the pipeline, with locations")),
+    cl::sub(compileCommand), cl::cat(compileCategory));
+cl::opt<bool> printIrAfterAll("mlir-print-ir-after-all",
+                              cl::desc("Print the IR to stderr after every "
+                                       "pass"),
+                              cl::sub(compileCommand),
+                              cl::cat(compileCategory));
+cl::list<std::string>
+    printIrAfter("mlir-print-ir-after",
+                 cl::desc("Print the IR to stderr after the named pass "
+                          "(repeatable, or comma-separated)"),
+                 cl::value_desc("PASS"), cl::CommaSeparated,
+                 cl::sub(compileCommand), cl::cat(compileCategory));
+cl::opt<std::string> dumpIrDir("dump-ir-dir",
+                               cl::desc("Write the IR after import and after "
+                                        "each pass into DIR/NN-<pass>.mlir"),
+                               cl::value_desc("DIR"), cl::sub(compileCommand),
+                               cl::cat(compileCategory));
+
+cl::OptionCategory explainCategory("explain options");
+cl::opt<std::string> explainInput(cl::Positional, cl::Required,
+                                  cl::desc("<MODEL.json>"),
+                                  cl::sub(explainCommand));
+cl::opt<bool> explainJson("json", cl::desc("Print one JSON object"),
+                          cl::sub(explainCommand), cl::cat(explainCategory));
+cl::opt<int64_t> explainRank("rank", cl::desc("Show only rank R"),
+                             cl::value_desc("R"), cl::init(-1),
+                             cl::sub(explainCommand),
+                             cl::cat(explainCategory));
+
+/// Compiles `path`, printing diagnostics; null on failure.
+mlir::OwningOpRef<mlir::ModuleOp> compile(mlir::MLIRContext &context,
+                                          StringRef path,
+                                          const mimo::CompileOptions &options) {
+  mimo::CompileResult result = mimo::compileModelFile(context, path, options);
+  if (!result.succeeded()) {
+    mimo::printDiagnostics(errs(), path, result.diagnostics);
+    return nullptr;
+  }
+  return std::move(result.module);
+}
+
+int runCompile() {
+  mimo::CompileOptions options;
+  options.printIrAfterAll = printIrAfterAll;
+  options.dumpIrDir = dumpIrDir;
+  std::vector<std::string> known = mimo::pipelinePassNames();
+  for (const std::string &pass : printIrAfter) {
+    if (std::find(known.begin(), known.end(), pass) == known.end()) {
+      std::string list;
+      for (const std::string &name : known)
+        list += (list.empty() ? "" : ", ") + name;
+      errs() << "mimoc: error: --mlir-print-ir-after: unknown pass '" << pass
+             << "'; the passes are: " << list << "\n";
+      return 1;
+    }
+    options.printIrAfter.push_back(pass);
+  }
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      compile(context, compileInput, options);
+  if (!module)
+    return 1;
+  std::string text;
+  raw_string_ostream os(text);
+  module->print(os, mlir::OpPrintingFlags().enableDebugInfo());
+  if (outputFile == "-") {
+    outs() << text;
+    return 0;
+  }
+  // Written to a temporary file and renamed, so a failure leaves no
+  // half-written output.
+  if (Error error = writeToOutput(outputFile, [&](raw_ostream &out) {
+        out << text;
+        return Error::success();
+      })) {
+    errs() << outputFile << ": error: cannot write the output: "
+           << toString(std::move(error)) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int runExplain() {
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module = compile(context, explainInput, {});
+  if (!module)
+    return 1;
+  auto models = llvm::to_vector(module->getOps<mimo::ir::ModelOp>());
+  mimo::ir::ModelOp model = models.front();
+  int64_t worldSize = static_cast<int64_t>(model.getWorldSize().value_or(0));
+  std::optional<int64_t> rank;
+  if (explainRank.getNumOccurrences()) {
+    if (explainRank < 0 || explainRank >= worldSize) {
+      errs() << "mimoc: error: --rank " << explainRank
+             << " is outside the model's ranks [0, " << worldSize
+             << "); pick a rank below " << worldSize << "\n";
+      return 1;
+    }
+    rank = explainRank;
+  }
+  nlohmann::ordered_json explanation = mimo::explainModel(model, rank);
+  if (explainJson)
+    outs() << explanation.dump(2) << "\n";
+  else
+    outs() << mimo::renderExplainText(explanation, model.getSymName());
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions({&compileCategory, &explainCategory});
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "mimoc: compile multimodal models with per-module parallel grids\n\n"
+      "  mimoc compile MODEL.json -o OUT.mlir\n"
+      "  mimoc explain MODEL.json [--json] [--rank R]\n");
+  if (compileCommand)
+    return runCompile();
+  if (explainCommand)
+    return runExplain();
+  errs() << "mimoc: error: expected a command, 'compile' or 'explain'; see "
+            "mimoc --help\n";
+  return 1;
+}
