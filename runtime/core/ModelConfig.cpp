@@ -668,7 +668,7 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
 
 } // namespace
 
-ParseResult parseModelConfig(const json &root, std::string_view fileName) {
+ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   Validator v;
   ModelConfig config;
   if (!v.object(root, "",
@@ -737,7 +737,7 @@ ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
     }
     return ParseResult{std::nullopt, {diag}};
   }
-  return parseModelConfig(root, fileName);
+  return validateModelConfig(root, fileName);
 }
 
 json toJson(const ModelConfig &config) {

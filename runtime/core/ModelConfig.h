@@ -109,8 +109,8 @@ struct ParseResult {
 ParseResult parseModelConfig(std::string_view text, std::string_view fileName);
 
 /// Validates an already parsed document (as embedded in a plan file).
-ParseResult parseModelConfig(const nlohmann::json &document,
-                             std::string_view fileName);
+ParseResult validateModelConfig(const nlohmann::json &document,
+                                std::string_view fileName);
 
 /// The canonical model.json of `config`, every default written out; parsing
 /// it gives `config` back.

@@ -1,0 +1,197 @@
+//===- ModelConfigTest.cpp - The model.json front end ---------------------===//
+
+#include "TestModels.h"
+
+#include "runtime/core/ModelConfig.h"
+
+#include <gtest/gtest.h>
+
+using namespace mimo;
+using json = nlohmann::json;
+
+namespace {
+
+ParseResult parse(const json &document) {
+  return parseModelConfig(document.dump(2), "model.json");
+}
+
+TEST(ModelConfigTest, ParsesExampleWithDefaults) {
+  ParseResult result = parseModelConfig(test::readExample("vlm-fan-out.json"),
+                                        "examples/vlm-fan-out.json");
+  ASSERT_TRUE(result.config) << result.diagnostics.front().message;
+  const ModelConfig &config = *result.config;
+  EXPECT_EQ(config.name, "vlm-fan-out");
+  EXPECT_EQ(config.precision, "fp32");
+  EXPECT_EQ(config.batch.attentionMask, "causal");
+  EXPECT_FALSE(config.batch.packing);
+  ASSERT_EQ(config.modules.size(), 2u);
+  EXPECT_EQ(config.languageIndex(), 1u);
+  const ModuleConfig &images = config.modules[0];
+  EXPECT_EQ(images.kind, ModuleKind::Encoder);
+  EXPECT_EQ(images.specialTokenId, 1000);
+  EXPECT_EQ(images.parallel.tp, 2);
+  EXPECT_EQ(images.parallel.cp, 1); // default
+  EXPECT_EQ(images.parallel.order, kDefaultOrder);
+  EXPECT_EQ(config.language().parallel.dp, 4);
+  EXPECT_EQ(config.train.optimizer, "adamw");
+  EXPECT_DOUBLE_EQ(config.train.beta2, 0.999);
+  ASSERT_EQ(config.data.tokensPerSample.size(), 1u);
+  EXPECT_EQ(config.data.tokensPerSample[0].second.max, 32);
+}
+
+TEST(ModelConfigTest, NameDefaultsToFileStem) {
+  json document = test::baseModel();
+  document.erase("name");
+  ParseResult result = parseModelConfig(document.dump(), "dir/my-model.json");
+  ASSERT_TRUE(result.config);
+  EXPECT_EQ(result.config->name, "my-model");
+}
+
+TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
+  ParseResult first = parse(test::baseModel());
+  ASSERT_TRUE(first.config);
+  json canonical = toJson(*first.config);
+  ParseResult second = parse(canonical);
+  ASSERT_TRUE(second.config);
+  EXPECT_EQ(toJson(*second.config), canonical);
+  EXPECT_EQ(canonical["modules"][1]["parallel"]["order"],
+            json({"tp", "cp", "dp", "pp"}));
+}
+
+TEST(ModelConfigTest, OrderIsParsed) {
+  json document = test::baseModel();
+  document["modules"][1]["parallel"]["order"] = {"pp", "tp", "dp", "cp"};
+  ParseResult result = parse(document);
+  ASSERT_TRUE(result.config);
+  EXPECT_EQ(formatOrder(result.config->language().parallel.order),
+            "pp-tp-dp-cp");
+}
+
+TEST(ModelConfigTest, SyntaxErrorHasLineAndColumn) {
+  ParseResult result =
+      parseModelConfig("{\n  \"version\": 1,\n  \"batch\": {,}\n}", "m.json");
+  ASSERT_EQ(result.diagnostics.size(), 1u);
+  const Diagnostic &diag = result.diagnostics[0];
+  EXPECT_TRUE(diag.syntax);
+  EXPECT_EQ(diag.position.line, 3);
+  EXPECT_EQ(diag.position.column, 13);
+  EXPECT_NE(diag.message.find("invalid JSON"), std::string::npos);
+  EXPECT_EQ(formatDiagnostic("m.json", diag).rfind("m.json:3:13: error:", 0),
+            0u);
+}
+
+TEST(ModelConfigTest, ReportsEveryErrorAtOnce) {
+  json document = test::baseModel();
+  document["modules"][0]["parallel"]["tp"] = 0;
+  document["train"]["lr"] = -1;
+  document["batch"]["seq_lenght"] = 128;
+  ParseResult result = parse(document);
+  ASSERT_FALSE(result.config);
+  std::vector<std::string> pointers;
+  for (const Diagnostic &diag : result.diagnostics)
+    pointers.push_back(diag.pointer);
+  EXPECT_EQ(pointers, (std::vector<std::string>{"/batch/seq_lenght",
+                                                "/modules/0/parallel/tp",
+                                                "/train/lr"}));
+  EXPECT_NE(result.diagnostics[0].message.find("did you mean 'seq_length'?"),
+            std::string::npos);
+}
+
+struct FieldCase {
+  const char *name;
+  const char *pointer;
+  json value; // null: erase the key
+  const char *expectedPointer;
+  const char *expectedMessage;
+};
+
+class FieldErrorTest : public testing::TestWithParam<FieldCase> {};
+
+TEST_P(FieldErrorTest, ReportsPointerAndFix) {
+  const FieldCase &c = GetParam();
+  json document = test::baseModel();
+  json::json_pointer pointer(c.pointer);
+  if (c.value.is_null())
+    document[pointer.parent_pointer()].erase(pointer.back());
+  else
+    document[pointer] = c.value;
+  ParseResult result = parse(document);
+  ASSERT_FALSE(result.config);
+  ASSERT_EQ(result.diagnostics.size(), 1u)
+      << result.diagnostics[0].pointer << ": "
+      << result.diagnostics[0].message;
+  EXPECT_EQ(result.diagnostics[0].pointer, c.expectedPointer);
+  EXPECT_NE(result.diagnostics[0].message.find(c.expectedMessage),
+            std::string::npos)
+      << result.diagnostics[0].message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, FieldErrorTest,
+    testing::Values(
+        FieldCase{"version", "/version", 2, "/version",
+                  "expected version 1, found 2"},
+        FieldCase{"precision", "/precision", "fp16", "/precision",
+                  "expected one of \"fp32\" or \"bf16\""},
+        FieldCase{"order_duplicate", "/modules/1/parallel/order",
+                  json{"tp", "tp", "dp", "pp"}, "/modules/1/parallel/order",
+                  "dimension 'tp' appears twice"},
+        FieldCase{"order_type", "/modules/1/parallel/order", "tp-cp-dp-pp",
+                  "/modules/1/parallel/order", "expected a permutation"},
+        FieldCase{"encoder_sp", "/modules/0/parallel/sequence_parallel", true,
+                  "/modules/0/parallel/sequence_parallel",
+                  "applies to the language module only"},
+        FieldCase{"language_token_id", "/modules/1/special_token_id", 5,
+                  "/modules/1/special_token_id",
+                  "only encoders have a special_token_id"},
+        FieldCase{"token_id_range", "/modules/0/special_token_id", 1024,
+                  "/modules/0/special_token_id",
+                  "below the language vocab_size 1024"},
+        FieldCase{"heads_divide_hidden", "/modules/0/arch/num_heads", 5,
+                  "/modules/0/arch/num_heads",
+                  "expected num_heads to divide hidden_size 64, found 5"},
+        FieldCase{"odd_head_size", "/modules/1/arch/hidden_size", 132,
+                  "/modules/1/arch/num_heads", "expected an even head size"},
+        FieldCase{"module_name", "/modules/1/name", "my language",
+                  "/modules/1/name", "expected a name of letters"},
+        FieldCase{"jsonl_needs_path", "/data",
+                  json{{"source", "jsonl"}}, "/data/path",
+                  "missing required key 'path'"},
+        FieldCase{"jsonl_no_tokens", "/data",
+                  json{{"source", "jsonl"},
+                       {"path", "d.jsonl"},
+                       {"tokens_per_sample", {{"images", {1, 2}}}}},
+                  "/data/tokens_per_sample", "only with the synthetic source"},
+        FieldCase{"tokens_unknown_modality", "/data/tokens_per_sample",
+                  json{{"imagse", {1, 2}}},
+                  "/data/tokens_per_sample/imagse", "did you mean 'images'?"},
+        FieldCase{"tokens_range_order", "/data/tokens_per_sample/images",
+                  json{5, 2}, "/data/tokens_per_sample/images",
+                  "expected min <= max, found [5, 2]"},
+        FieldCase{"tokens_budget", "/data/tokens_per_sample/images",
+                  json{0, 128}, "/data/tokens_per_sample",
+                  "expected at most 127 modality tokens"},
+        FieldCase{"text_only_fraction", "/data/text_only_fraction", 1.5,
+                  "/data/text_only_fraction", "expected a number in [0, 1]"},
+        FieldCase{"optimizer", "/train/optimizer", "sgd", "/train/optimizer",
+                  "expected one of \"adamw\""},
+        FieldCase{"betas", "/train/betas", json{0.9, 1.0}, "/train/betas/1",
+                  "expected a number in [0, 1)"},
+        FieldCase{"packing_dense", "/batch",
+                  json{{"micro_batch_size", 8},
+                       {"num_microbatches", 4},
+                       {"seq_length", 128},
+                       {"packing", true},
+                       {"attention_mask", "dense"}},
+                  "/batch/attention_mask", "expected \"causal\" with packing"},
+        FieldCase{"attention_mask", "/batch/attention_mask", "casual",
+                  "/batch/attention_mask", "did you mean \"causal\"?"},
+        FieldCase{"float_for_int", "/batch/num_microbatches", 2.5,
+                  "/batch/num_microbatches",
+                  "expected a positive integer (microbatches per optimizer "
+                  "step), found the number 2.5"}),
+    [](const testing::TestParamInfo<FieldCase> &info) {
+      return std::string(info.param.name);
+    });
+
+} // namespace
