@@ -124,6 +124,8 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
   if (options.printIrAfterAll || !options.printIrAfter.empty()) {
     std::vector<std::string> selected = options.printIrAfter;
     bool all = options.printIrAfterAll;
+    // Module-scope printing needs the passes to run one at a time.
+    context.disableMultithreading();
     pm.enableIRPrinting(
         /*shouldPrintBeforePass=*/[](mlir::Pass *, mlir::Operation *) {
           return false;

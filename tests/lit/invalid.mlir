@@ -1,0 +1,496 @@
+// Every verifier message of the mimo dialect, one case per split.
+// RUN: mimo-opt %s -split-input-file -verify-diagnostics --allow-unregistered-dialect
+
+// ParallelAttr: sizes
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+// expected-error @+1 {{tp must be at least 1, found 0}}
+  %g = mimo.grid #mimo.parallel<tp = 0, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ParallelAttr: rank_offset
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+// expected-error @+1 {{rank_offset must be non-negative, found -1}}
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = -1, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ParallelAttr: order
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+// expected-error @+1 {{order must name tp, cp, dp and pp once each, joined by '-', found "tp-tp-dp-pp": dimension 'tp' appears twice}}
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-tp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// EncoderArchAttr: feature_dim
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{feature_dim must be at least 1, found 0}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 0, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// EncoderArchAttr: heads
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{hidden_size 8 is not divisible by num_heads 3}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 3, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageArchAttr: vocab
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{vocab_size must be at least 1, found 0}}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 0, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageArchAttr: odd head size
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{head size 1 must be even for rotary embeddings}}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 8, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TokensType
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{token hidden size must be at least 1, found 0}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<0>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: version
+// expected-error @+1 {{'mimo.model' op version must be 1, found 2}}
+mimo.model @m attributes {version = 2 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: seed
+// expected-error @+1 {{'mimo.model' op seed must be non-negative, found -3}}
+mimo.model @m attributes {version = 1 : i64, seed = -3 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: precision
+// expected-error @+1 {{'mimo.model' op precision must be "fp32" or "bf16", found "fp16"}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp16"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: world_size
+// expected-error @+1 {{'mimo.model' op world_size must be at least 1, found 0}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, world_size = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: layout
+// expected-error @+1 {{'mimo.model' op layout must be "colocated" or "non_colocated", found "mixed"}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, layout = "mixed", precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: no language (the loss comes from elsewhere)
+// expected-error @+1 {{'mimo.model' op must hold exactly one mimo.language, found 0}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = "test.loss"() : () -> !mimo.loss
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: two languages
+// expected-error @+1 {{'mimo.model' op must hold exactly one mimo.language, found 2}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %other = mimo.language @lm2(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: two microbatches
+// expected-error @+1 {{'mimo.model' op must hold exactly one mimo.microbatch, found 2}}
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %mb2 = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: duplicate special token id
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-note @+1 {{first used here}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+// expected-error @+1 {{special_token_id 9 of encoder 'img2' is already used by encoder 'img'; give each modality its own token id}}
+  %img2 = mimo.encoder @img2(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: token id out of vocabulary
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{special_token_id 16 of encoder 'img' must be below the language vocab_size 16}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 16 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: modality is not an encoder
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+// expected-error @+1 {{'mimo.language' op modality 'video' is not an encoder of the model}}
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["video"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ModelOp: tokens_per_sample names a non-encoder
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op tokens_per_sample names 'video', which is not an encoder of the model}}
+  %src = mimo.data_source "synthetic" {tokens_per_sample = {video = array<i64: 0, 4>}}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// GridOp: span
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+// expected-error @+1 {{'mimo.grid' op span must be [rank_offset, rank_offset + tp*cp*pp*dp) = [0, 1)}}
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 2>}
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// DataSourceOp: source
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op source must be "synthetic" or "jsonl", found "parquet"}}
+  %src = mimo.data_source "parquet"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// DataSourceOp: jsonl path
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op a jsonl source needs a path}}
+  %src = mimo.data_source "jsonl"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// DataSourceOp: synthetic path
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op a synthetic source takes no path}}
+  %src = mimo.data_source "synthetic" {path = "x.jsonl"}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// DataSourceOp: range
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op tokens_per_sample 'img' must be array<i64: min, max> with 0 <= min <= max}}
+  %src = mimo.data_source "synthetic" {tokens_per_sample = {img = array<i64: 4, 2>}}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// DataSourceOp: fraction
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+// expected-error @+1 {{'mimo.data_source' op text_only_fraction must be in [0, 1]}}
+  %src = mimo.data_source "synthetic" {text_only_fraction = 2.0 : f64}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// MicrobatchOp: sizes
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+// expected-error @+1 {{'mimo.microbatch' op micro_batch_size and num_microbatches must be at least 1}}
+  %mb = mimo.microbatch %src {micro_batch_size = 0 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// MicrobatchOp: seq_length
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+// expected-error @+1 {{'mimo.microbatch' op seq_length must be at least 2, found 1}}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 1 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// MicrobatchOp: mask
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+// expected-error @+1 {{'mimo.microbatch' op attention_mask must be "causal" or "dense", found "sliding"}}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "sliding"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// MicrobatchOp: packing with dense
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+// expected-error @+1 {{'mimo.microbatch' op packing restricts attention to each sample and cannot take a dense attention_mask}}
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = true, attention_mask = "dense"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// EncoderOp: token id
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{'mimo.encoder' op special_token_id must be non-negative, found -1}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = -1 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// EncoderOp: sequence parallel
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = true>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{'mimo.encoder' op sequence_parallel applies to the language module only}}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageOp: modality count
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+// expected-error @+1 {{'mimo.language' op names 2 modalities for 1 modality inputs}}
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["img", "audio"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageOp: modality twice
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+// expected-error @+1 {{'mimo.language' op modality 'img' appears twice}}
+  %loss = mimo.language @lm(%mb, %img, %img : !mimo.tokens<8>, !mimo.tokens<8>) on %g {modalities = ["img", "img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageOp: hidden size
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<4>
+// expected-error @+1 {{'mimo.language' op modality 'img' has hidden size 4 but the language hidden_size is 8}}
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<4>) on %g {modalities = ["img"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TrainOp: steps
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+// expected-error @+1 {{'mimo.train' op steps must be at least 1, found 0}}
+  mimo.train %loss {steps = 0 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TrainOp: optimizer
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+// expected-error @+1 {{'mimo.train' op optimizer must be "adamw", found "sgd"}}
+  mimo.train %loss {steps = 1 : i64, optimizer = "sgd", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TrainOp: lr
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+// expected-error @+1 {{'mimo.train' op lr and eps must be positive}}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 0.0 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TrainOp: betas
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+// expected-error @+1 {{'mimo.train' op betas must be two numbers in [0, 1)}}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 1.5>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// TrainOp: weight decay
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+// expected-error @+1 {{'mimo.train' op weight_decay and clip_grad must be non-negative}}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = -1.0 : f64, clip_grad = 1.0 : f64}
+}
