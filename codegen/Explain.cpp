@@ -45,14 +45,15 @@ nlohmann::ordered_json explainModel(ir::ModelOp model,
     json order = json::array();
     for (Dim dim : g.order())
       order.push_back(dimName(dim));
-    moduleList.push_back(json{{"name", module.name},
-                              {"kind", module.isEncoder ? "encoder" : "language"},
-                              {"rank_offset", g.rankOffset()},
-                              {"tp", g.size(Dim::TP)},
-                              {"cp", g.size(Dim::CP)},
-                              {"pp", g.size(Dim::PP)},
-                              {"dp", g.size(Dim::DP)},
-                              {"order", order}});
+    moduleList.push_back(
+        json{{"name", module.name},
+             {"kind", module.isEncoder ? "encoder" : "language"},
+             {"rank_offset", g.rankOffset()},
+             {"tp", g.size(Dim::TP)},
+             {"cp", g.size(Dim::CP)},
+             {"pp", g.size(Dim::PP)},
+             {"dp", g.size(Dim::DP)},
+             {"order", order}});
   }
   result["modules"] = moduleList;
   json ranks = json::array();
@@ -64,13 +65,14 @@ nlohmann::ordered_json explainModel(ir::ModelOp model,
       if (!module.grid.contains(rank))
         continue;
       Coords c = module.grid.coordsOf(rank);
-      roles.push_back(json{{"name", module.name},
-                           {"tp", c.tp},
-                           {"cp", c.cp},
-                           {"dp", c.dp},
-                           {"pp", c.pp},
-                           {"first_stage", c.pp == 0},
-                           {"last_stage", c.pp == module.grid.size(Dim::PP) - 1}});
+      roles.push_back(
+          json{{"name", module.name},
+               {"tp", c.tp},
+               {"cp", c.cp},
+               {"dp", c.dp},
+               {"pp", c.pp},
+               {"first_stage", c.pp == 0},
+               {"last_stage", c.pp == module.grid.size(Dim::PP) - 1}});
     }
     ranks.push_back(json{{"rank", rank}, {"modules", roles}});
   }
@@ -119,14 +121,13 @@ std::string renderExplainText(const nlohmann::ordered_json &explanation,
     std::string order;
     for (const auto &dim : module["order"])
       order += (order.empty() ? "" : "-") + dim.get<std::string>();
-    modules.push_back({module["name"].get<std::string>(),
-                       module["kind"].get<std::string>(),
-                       std::to_string(offset) + "-" +
-                           std::to_string(offset + size - 1),
-                       std::to_string(module["tp"].get<int64_t>()),
-                       std::to_string(module["cp"].get<int64_t>()),
-                       std::to_string(module["pp"].get<int64_t>()),
-                       std::to_string(module["dp"].get<int64_t>()), order});
+    modules.push_back(
+        {module["name"].get<std::string>(), module["kind"].get<std::string>(),
+         std::to_string(offset) + "-" + std::to_string(offset + size - 1),
+         std::to_string(module["tp"].get<int64_t>()),
+         std::to_string(module["cp"].get<int64_t>()),
+         std::to_string(module["pp"].get<int64_t>()),
+         std::to_string(module["dp"].get<int64_t>()), order});
   }
   os << table(modules) << "\n";
   std::vector<std::vector<std::string>> ranks = {

@@ -36,9 +36,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
   std::vector<mlir::Value> grids;
   for (const ModuleConfig &module : config.modules) {
     const ParallelConfig &p = module.parallel;
-    auto parallel = ParallelAttr::get(
-        context, p.tp, p.cp, p.pp, p.dp, p.rankOffset, formatOrder(p.order),
-        builder.getBoolAttr(p.sequenceParallel));
+    auto parallel = ParallelAttr::get(context, p.tp, p.cp, p.pp, p.dp,
+                                      p.rankOffset, formatOrder(p.order),
+                                      builder.getBoolAttr(p.sequenceParallel));
     grids.push_back(builder.create<GridOp>(loc(module.pointer + "/parallel"),
                                            GridType::get(context), parallel,
                                            nullptr));
@@ -56,15 +56,16 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
     textOnlyFraction = f64(data.textOnlyFraction);
   }
   auto source = builder.create<DataSourceOp>(
-      loc("/data"), SourceType::get(context), builder.getStringAttr(data.source),
+      loc("/data"), SourceType::get(context),
+      builder.getStringAttr(data.source),
       data.source == "jsonl" ? builder.getStringAttr(data.path)
                              : mlir::StringAttr(),
       tokensPerSample, textOnlyFraction);
 
   const BatchConfig &b = config.batch;
   auto batch = builder.create<MicrobatchOp>(
-      loc("/batch"), BatchType::get(context), source, i64(b.microBatchSize), i64(b.numMicrobatches),
-      i64(b.seqLength), builder.getBoolAttr(b.packing),
+      loc("/batch"), BatchType::get(context), source, i64(b.microBatchSize),
+      i64(b.numMicrobatches), i64(b.seqLength), builder.getBoolAttr(b.packing),
       builder.getStringAttr(b.attentionMask));
 
   const ModuleConfig &language = config.language();

@@ -33,8 +33,8 @@ std::optional<PointerLocation> getPointerLocation(mlir::Location loc) {
     if (!position || !isPointer(name.getName().getValue()))
       return std::nullopt;
     return PointerLocation{position.getFilename().str(),
-                           name.getName().getValue().str(),
-                           position.getLine(), position.getColumn()};
+                           name.getName().getValue().str(), position.getLine(),
+                           position.getColumn()};
   }
   if (auto fused = llvm::dyn_cast<mlir::FusedLoc>(loc)) {
     for (mlir::Location inner : fused.getLocations())

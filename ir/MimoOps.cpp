@@ -140,8 +140,9 @@ LogicalResult GridOp::verify() {
 
 LogicalResult DataSourceOp::verify() {
   if (getSource() != "synthetic" && getSource() != "jsonl")
-    return emitOpError() << "source must be \"synthetic\" or \"jsonl\", found \""
-                         << getSource() << "\"";
+    return emitOpError()
+           << "source must be \"synthetic\" or \"jsonl\", found \""
+           << getSource() << "\"";
   if (getSource() == "jsonl" && !getPath())
     return emitOpError() << "a jsonl source needs a path";
   if (getSource() == "synthetic" && getPath())
@@ -204,8 +205,7 @@ LogicalResult LanguageOp::verify() {
                          << " modality inputs";
   llvm::StringSet<> seen;
   int64_t hiddenSize = getArch().getHiddenSize();
-  for (auto [name, input] :
-       llvm::zip(getModalities(), getModalityInputs())) {
+  for (auto [name, input] : llvm::zip(getModalities(), getModalityInputs())) {
     StringRef modality = llvm::cast<StringAttr>(name).getValue();
     if (!seen.insert(modality).second)
       return emitOpError() << "modality '" << modality << "' appears twice";
@@ -213,8 +213,7 @@ LogicalResult LanguageOp::verify() {
         llvm::cast<TokensType>(input.getType()).getHiddenSize();
     if (inputHidden != hiddenSize)
       return emitOpError() << "modality '" << modality << "' has hidden size "
-                           << inputHidden
-                           << " but the language hidden_size is "
+                           << inputHidden << " but the language hidden_size is "
                            << hiddenSize;
   }
   return success();

@@ -153,10 +153,10 @@ AssignGridsPass::checkLayout(ir::ModelOp model,
           error(second.field("rank_offset"))
           << "no module holds ranks "
           << formatSpan({problem.gapBegin, problem.gapEnd}) << ": "
-          << first.describe() << " ends at rank " << problem.gapBegin
-          << " and " << second.describe() << " starts at rank "
-          << problem.gapEnd << "; set rank_offset of '" << second.name
-          << "' to " << problem.gapBegin;
+          << first.describe() << " ends at rank " << problem.gapBegin << " and "
+          << second.describe() << " starts at rank " << problem.gapEnd
+          << "; set rank_offset of '" << second.name << "' to "
+          << problem.gapBegin;
       diag.attachNote(first.field("rank_offset"))
           << first.describe() << " spans ranks "
           << formatSpan(spans[*problem.first]);
@@ -193,19 +193,20 @@ void AssignGridsPass::checkLanguageSharding(const ModuleView &language,
   int64_t factor = sequenceShardFactor(p.getCp(), p.getTp(), sequenceParallel);
   int64_t seqLength = static_cast<int64_t>(batch.getSeqLength());
   if (!batch.getPacking() && seqLength % factor != 0) {
-    std::string why = p.getCp() > 1 && sequenceParallel
-                          ? "2*cp*tp with cp " + std::to_string(p.getCp()) +
-                                " and tp " + std::to_string(p.getTp())
-                      : p.getCp() > 1 ? "2*cp with cp " + std::to_string(p.getCp())
-                                      : "tp " + std::to_string(p.getTp()) +
-                                            " with sequence parallelism";
+    std::string why =
+        p.getCp() > 1 && sequenceParallel
+            ? "2*cp*tp with cp " + std::to_string(p.getCp()) + " and tp " +
+                  std::to_string(p.getTp())
+        : p.getCp() > 1
+            ? "2*cp with cp " + std::to_string(p.getCp())
+            : "tp " + std::to_string(p.getTp()) + " with sequence parallelism";
     int64_t next = (seqLength / factor + 1) * factor;
-    InFlightDiagnostic diag =
-        error(ir::fieldLoc(batch.getLoc(), "seq_length"))
-        << "seq_length " << seqLength << " is not divisible by " << factor
-        << " (" << why << ") for the sequence sharding of "
-        << language.describe() << "; use a multiple of " << factor
-        << " such as " << next;
+    InFlightDiagnostic diag = error(ir::fieldLoc(batch.getLoc(), "seq_length"))
+                              << "seq_length " << seqLength
+                              << " is not divisible by " << factor << " ("
+                              << why << ") for the sequence sharding of "
+                              << language.describe() << "; use a multiple of "
+                              << factor << " such as " << next;
     diag.attachNote(language.grid.getLoc())
         << "the language module's parallel grid";
   }
@@ -288,7 +289,8 @@ mlir::LogicalResult AssignGridsPass::assign(ir::ModelOp model) {
   model.setWorldSizeAttr(builder.getI64IntegerAttr(layout->worldSize));
   for (const ModuleView &module : modules) {
     RankSpan span = module.span();
-    module.grid.setSpanAttr(builder.getDenseI64ArrayAttr({span.begin, span.end}));
+    module.grid.setSpanAttr(
+        builder.getDenseI64ArrayAttr({span.begin, span.end}));
   }
   return mlir::success();
 }

@@ -1,6 +1,7 @@
 //===- mimoc.cpp - The mimo compiler driver -------------------------------===//
 //
-//   mimoc compile MODEL.json [-o FILE] [--emit=mlir] [--mlir-print-ir-after-all]
+//   mimoc compile MODEL.json [-o FILE] [--emit=mlir]
+//   [--mlir-print-ir-after-all]
 //                 [--mlir-print-ir-after=PASS] [--dump-ir-dir=DIR]
 //   mimoc explain MODEL.json [--json] [--rank R]
 //
@@ -17,8 +18,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace llvm;
 
@@ -27,15 +28,17 @@ namespace {
 cl::SubCommand compileCommand(
     "compile", "Validate model.json, lower it to the mimo dialect, run every "
                "pass and write the result");
-cl::SubCommand explainCommand(
-    "explain", "Show the rank layout, the modules and every rank's role");
+cl::SubCommand
+    explainCommand("explain",
+                   "Show the rank layout, the modules and every rank's role");
 
 cl::OptionCategory compileCategory("compile options");
 cl::opt<std::string> compileInput(cl::Positional, cl::Required,
                                   cl::desc("<MODEL.json>"),
                                   cl::sub(compileCommand));
-cl::opt<std::string> outputFile("o", cl::desc("Write the result to FILE "
-                                              "(default: standard output)"),
+cl::opt<std::string> outputFile("o",
+                                cl::desc("Write the result to FILE "
+                                         "(default: standard output)"),
                                 cl::value_desc("FILE"), cl::init("-"),
                                 cl::sub(compileCommand),
                                 cl::cat(compileCategory));
@@ -70,8 +73,7 @@ cl::opt<bool> explainJson("json", cl::desc("Print one JSON object"),
                           cl::sub(explainCommand), cl::cat(explainCategory));
 cl::opt<int64_t> explainRank("rank", cl::desc("Show only rank R"),
                              cl::value_desc("R"), cl::init(-1),
-                             cl::sub(explainCommand),
-                             cl::cat(explainCategory));
+                             cl::sub(explainCommand), cl::cat(explainCategory));
 
 /// Compiles `path`, printing diagnostics; null on failure.
 mlir::OwningOpRef<mlir::ModuleOp> compile(mlir::MLIRContext &context,
@@ -119,8 +121,9 @@ int runCompile() {
         out << text;
         return Error::success();
       })) {
-    errs() << outputFile << ": error: cannot write the output: "
-           << toString(std::move(error)) << "\n";
+    errs() << outputFile
+           << ": error: cannot write the output: " << toString(std::move(error))
+           << "\n";
     return 1;
   }
   return 0;

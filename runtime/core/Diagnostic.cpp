@@ -45,7 +45,8 @@ static size_t editDistance(std::string_view a, std::string_view b) {
       size_t above = row[j];
       bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
                   std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      row[j] =
+          std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
       diagonal = above;
     }
   }
@@ -59,10 +60,13 @@ std::string closestMatch(std::string_view word,
   for (const std::string &candidate : candidates) {
     size_t distance = editDistance(word, candidate);
     // A plausible typo: at most a third of the longer word changed.
-    size_t limit = std::max<size_t>(1, std::max(word.size(), candidate.size()) / 3);
-    bool prefix = candidate.size() >= 2 && word.size() >= 2 &&
-                  (candidate.rfind(word, 0) == 0 || word.rfind(candidate, 0) == 0);
-    if ((distance <= limit || prefix) && (best.empty() || distance < bestDistance)) {
+    size_t limit =
+        std::max<size_t>(1, std::max(word.size(), candidate.size()) / 3);
+    bool prefix =
+        candidate.size() >= 2 && word.size() >= 2 &&
+        (candidate.rfind(word, 0) == 0 || word.rfind(candidate, 0) == 0);
+    if ((distance <= limit || prefix) &&
+        (best.empty() || distance < bestDistance)) {
       best = candidate;
       bestDistance = distance;
     }

@@ -59,7 +59,8 @@ public:
   std::vector<Diagnostic> diagnostics;
 
   void error(std::string pointer, std::string message) {
-    diagnostics.push_back(Diagnostic::error(std::move(pointer), std::move(message)));
+    diagnostics.push_back(
+        Diagnostic::error(std::move(pointer), std::move(message)));
   }
 
   /// Checks that `value` is an object and that every key is known.
@@ -93,10 +94,9 @@ public:
     if (it != object.end())
       return &*it;
     if (required)
-      error(pointer + "/" + key, "missing required key '" + key + "' (" +
-                                     meaning + "); add \"" + key +
-                                     "\": <value> to " +
-                                     (pointer.empty() ? "/" : pointer));
+      error(pointer + "/" + key,
+            "missing required key '" + key + "' (" + meaning + "); add \"" +
+                key + "\": <value> to " + (pointer.empty() ? "/" : pointer));
     return nullptr;
   }
 
@@ -113,10 +113,10 @@ public:
                                       const std::string &pointer,
                                       int64_t minimum,
                                       const std::string &meaning) {
-    std::string expected = minimum == 1   ? "a positive integer"
-                           : minimum == 0 ? "a non-negative integer"
-                                          : "an integer >= " +
-                                                std::to_string(minimum);
+    std::string expected = minimum == 1 ? "a positive integer"
+                           : minimum == 0
+                               ? "a non-negative integer"
+                               : "an integer >= " + std::to_string(minimum);
     if (!value.is_number_integer()) {
       error(pointer, "expected " + expected + " (" + meaning + "), found " +
                          describe(value) + "; write a whole number such as " +
@@ -125,8 +125,8 @@ public:
     }
     if (value.is_number_unsigned() &&
         value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      error(pointer, "expected " + expected + " (" + meaning +
-                         "), found " + value.dump() + ", which is too large");
+      error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                         value.dump() + ", which is too large");
       return std::nullopt;
     }
     int64_t number = value.get<int64_t>();
@@ -228,7 +228,9 @@ public:
       error(pointer + "/" + key,
             "expected one of " + quoted(allowed) + " (" + meaning +
                 "), found " + describe(*value) +
-                (suggestion.empty() ? "" : "; did you mean \"" + suggestion + "\"?"));
+                (suggestion.empty()
+                     ? ""
+                     : "; did you mean \"" + suggestion + "\"?"));
       return std::nullopt;
     }
     error(pointer + "/" + key, "expected one of " + quoted(allowed) + " (" +
@@ -248,8 +250,8 @@ public:
 };
 
 bool isIdentifier(const std::string &name) {
-  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) ||
-                        name[0] == '_'))
+  if (name.empty() ||
+      !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
     return false;
   for (char c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
@@ -274,23 +276,23 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
   if (it == moduleJson.end())
     return;
   const json &parallel = *it;
-  if (!v.object(parallel, pointer,
-                {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel",
-                 "order"},
-                "the parallel grid of module '" + module.name + "'"))
+  if (!v.object(
+          parallel, pointer,
+          {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"},
+          "the parallel grid of module '" + module.name + "'"))
     return;
   ParallelConfig &config = module.parallel;
-  if (auto value = v.integer(parallel, pointer, "tp", false, 1,
-                             "tensor-parallel size"))
+  if (auto value =
+          v.integer(parallel, pointer, "tp", false, 1, "tensor-parallel size"))
     config.tp = *value;
-  if (auto value = v.integer(parallel, pointer, "cp", false, 1,
-                             "context-parallel size"))
+  if (auto value =
+          v.integer(parallel, pointer, "cp", false, 1, "context-parallel size"))
     config.cp = *value;
   if (auto value = v.integer(parallel, pointer, "pp", false, 1,
                              "pipeline-parallel size"))
     config.pp = *value;
-  if (auto value = v.integer(parallel, pointer, "dp", false, 1,
-                             "data-parallel size"))
+  if (auto value =
+          v.integer(parallel, pointer, "dp", false, 1, "data-parallel size"))
     config.dp = *value;
   if (auto value = v.integer(parallel, pointer, "rank_offset", false, 0,
                              "first global rank of the module"))
@@ -347,8 +349,8 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   std::optional<std::string> kind =
       v.choice(moduleJson, pointer, "kind", true, {"encoder", "language"},
                "what the module is");
-  module.kind = kind && *kind == "language" ? ModuleKind::Language
-                                            : ModuleKind::Encoder;
+  module.kind =
+      kind && *kind == "language" ? ModuleKind::Language : ModuleKind::Encoder;
   std::vector<std::string> keys = {"name", "kind", "arch", "parallel"};
   if (module.kind == ModuleKind::Encoder)
     keys.push_back("special_token_id");
@@ -387,8 +389,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     if (v.object(*arch, archPointer, archKeys,
                  "the architecture of module '" + module.name + "'")) {
       auto field = [&](const char *key, const char *meaning) {
-        return v.integer(*arch, archPointer, key, true, 1, meaning)
-            .value_or(0);
+        return v.integer(*arch, archPointer, key, true, 1, meaning).value_or(0);
       };
       if (module.kind == ModuleKind::Encoder)
         module.featureDim =
@@ -499,8 +500,8 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
                                "micro-batch size, microbatch count and "
                                "sequence length");
   if (!batch || !v.object(*batch, "/batch",
-                          {"micro_batch_size", "num_microbatches",
-                           "seq_length", "packing", "attention_mask"},
+                          {"micro_batch_size", "num_microbatches", "seq_length",
+                           "packing", "attention_mask"},
                           "the batch settings"))
     return;
   BatchConfig &b = config.batch;
@@ -540,8 +541,9 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
                {"source", "path", "tokens_per_sample", "text_only_fraction"},
                "the data settings")) {
     const json &dataJson = *it;
-    if (auto source = v.choice(dataJson, "/data", "source", false,
-                               {"synthetic", "jsonl"}, "where samples come from"))
+    if (auto source =
+            v.choice(dataJson, "/data", "source", false, {"synthetic", "jsonl"},
+                     "where samples come from"))
       data.source = *source;
     bool jsonl = data.source == "jsonl";
     if (jsonl) {
@@ -559,9 +561,9 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
                     " only with the synthetic source, found it with "
                     "\"jsonl\"; remove it (jsonl samples carry their own "
                     "tokens)");
-    if (auto fraction = v.number(dataJson, "/data", "text_only_fraction", 0.0,
-                                 false, 1.0, false,
-                                 "share of samples with no modality tokens"))
+    if (auto fraction =
+            v.number(dataJson, "/data", "text_only_fraction", 0.0, false, 1.0,
+                     false, "share of samples with no modality tokens"))
       data.textOnlyFraction = *fraction;
     auto tokens = dataJson.find("tokens_per_sample");
     if (tokens != dataJson.end() && !jsonl &&
@@ -601,11 +603,12 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
   int64_t budget = 0;
   for (const std::string &name : encoders) {
     auto found = ranges.find(name);
-    TokenRange range = found != ranges.end()
-                           ? found->second
-                           : TokenRange{0, std::max<int64_t>(
-                                               1, shortest / (4 * static_cast<int64_t>(
-                                                                      encoders.size())))};
+    TokenRange range =
+        found != ranges.end()
+            ? found->second
+            : TokenRange{0, std::max<int64_t>(
+                                1, shortest / (4 * static_cast<int64_t>(
+                                                       encoders.size())))};
     budget += range.max;
     data.tokensPerSample.emplace_back(name, range);
   }
@@ -621,11 +624,10 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
 
 void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   auto it = root.find("train");
-  if (it == root.end() ||
-      !v.object(*it, "/train",
-                {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
-                 "clip_grad"},
-                "the training settings"))
+  if (it == root.end() || !v.object(*it, "/train",
+                                    {"steps", "optimizer", "lr", "betas", "eps",
+                                     "weight_decay", "clip_grad"},
+                                    "the training settings"))
     return;
   const json &train = *it;
   TrainConfig &t = config.train;
@@ -636,8 +638,8 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto optimizer = v.choice(train, "/train", "optimizer", false, {"adamw"},
                                 "the optimizer"))
     t.optimizer = *optimizer;
-  if (auto lr = v.number(train, "/train", "lr", 0, true, inf, false,
-                         "learning rate"))
+  if (auto lr =
+          v.number(train, "/train", "lr", 0, true, inf, false, "learning rate"))
     t.lr = *lr;
   if (auto eps = v.number(train, "/train", "eps", 0, true, inf, false,
                           "AdamW epsilon"))
@@ -652,7 +654,8 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (betas != train.end()) {
     if (!betas->is_array() || betas->size() != 2) {
       v.error("/train/betas", "expected [beta1, beta2], found " +
-                                  describe(*betas) + "; write e.g. [0.9, 0.999]");
+                                  describe(*betas) +
+                                  "; write e.g. [0.9, 0.999]");
     } else {
       auto b1 = v.numberValue((*betas)[0], "/train/betas/0", 0, false, 1, true,
                               "AdamW beta1");
@@ -698,8 +701,8 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   if (auto seed = v.integer(root, "", "seed", false, 0,
                             "seed of parameters and synthetic data"))
     config.seed = *seed;
-  if (auto precision = v.choice(root, "", "precision", false,
-                                {"fp32", "bf16"}, "compute precision"))
+  if (auto precision = v.choice(root, "", "precision", false, {"fp32", "bf16"},
+                                "compute precision"))
     config.precision = *precision;
   if (auto world = v.integer(root, "", "world_size", false, 1,
                              "the number of ranks, if given"))
@@ -731,9 +734,10 @@ ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
       // nlohmann's text: "[json.exception.parse_error.101] parse error at
       // line 3, column 5: syntax error while parsing object key - ...".
       size_t detail = what.find("syntax error");
-      diag.message = "invalid JSON: " +
-                     (detail != std::string::npos ? what.substr(detail) : what) +
-                     "; fix the JSON syntax at this position";
+      diag.message =
+          "invalid JSON: " +
+          (detail != std::string::npos ? what.substr(detail) : what) +
+          "; fix the JSON syntax at this position";
     }
     return ParseResult{std::nullopt, {diag}};
   }
@@ -760,8 +764,10 @@ json toJson(const ModelConfig &config) {
     arch["ffn_hidden_size"] = module.ffnHiddenSize;
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;
-    json parallel = {{"tp", p.tp},         {"cp", p.cp},
-                     {"pp", p.pp},         {"dp", p.dp},
+    json parallel = {{"tp", p.tp},
+                     {"cp", p.cp},
+                     {"pp", p.pp},
+                     {"dp", p.dp},
                      {"rank_offset", p.rankOffset}};
     if (!encoder)
       parallel["sequence_parallel"] = p.sequenceParallel;
@@ -782,27 +788,26 @@ json toJson(const ModelConfig &config) {
     data["tokens_per_sample"] = tokens;
     data["text_only_fraction"] = config.data.textOnlyFraction;
   }
-  json root = {
-      {"version", config.version},
-      {"name", config.name},
-      {"seed", config.seed},
-      {"precision", config.precision},
-      {"batch",
-       {{"micro_batch_size", config.batch.microBatchSize},
-        {"num_microbatches", config.batch.numMicrobatches},
-        {"seq_length", config.batch.seqLength},
-        {"packing", config.batch.packing},
-        {"attention_mask", config.batch.attentionMask}}},
-      {"modules", modules},
-      {"data", data},
-      {"train",
-       {{"steps", config.train.steps},
-        {"optimizer", config.train.optimizer},
-        {"lr", config.train.lr},
-        {"betas", {config.train.beta1, config.train.beta2}},
-        {"eps", config.train.eps},
-        {"weight_decay", config.train.weightDecay},
-        {"clip_grad", config.train.clipGrad}}}};
+  json root = {{"version", config.version},
+               {"name", config.name},
+               {"seed", config.seed},
+               {"precision", config.precision},
+               {"batch",
+                {{"micro_batch_size", config.batch.microBatchSize},
+                 {"num_microbatches", config.batch.numMicrobatches},
+                 {"seq_length", config.batch.seqLength},
+                 {"packing", config.batch.packing},
+                 {"attention_mask", config.batch.attentionMask}}},
+               {"modules", modules},
+               {"data", data},
+               {"train",
+                {{"steps", config.train.steps},
+                 {"optimizer", config.train.optimizer},
+                 {"lr", config.train.lr},
+                 {"betas", {config.train.beta1, config.train.beta2}},
+                 {"eps", config.train.eps},
+                 {"weight_decay", config.train.weightDecay},
+                 {"clip_grad", config.train.clipGrad}}}};
   if (config.worldSize)
     root["world_size"] = *config.worldSize;
   return root;

@@ -18,9 +18,8 @@ const char *bridgeModeName(BridgeMode mode) {
   return "?";
 }
 
-std::optional<LaneRelation> relateLanes(int64_t sourceLanes,
-                                        int64_t destinationLanes,
-                                        bool colocated) {
+std::optional<LaneRelation>
+relateLanes(int64_t sourceLanes, int64_t destinationLanes, bool colocated) {
   if (sourceLanes <= 0 || destinationLanes <= 0)
     return std::nullopt;
   if (sourceLanes % destinationLanes == 0) {

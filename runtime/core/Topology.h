@@ -25,9 +25,8 @@ struct LaneRelation {
 /// The relation between `sourceLanes` and `destinationLanes` data-parallel
 /// lanes, or std::nullopt when neither divides the other. Colocated bridges
 /// use the same rule on the modules' dp sizes, with mode Colocated.
-std::optional<LaneRelation> relateLanes(int64_t sourceLanes,
-                                        int64_t destinationLanes,
-                                        bool colocated);
+std::optional<LaneRelation>
+relateLanes(int64_t sourceLanes, int64_t destinationLanes, bool colocated);
 
 /// What `seq_length` must be a multiple of for the language module's CP
 /// zigzag and SP scatter (SPEC §4.5): 2·cp·tp with CP and SP, 2·cp with CP,

@@ -33,7 +33,8 @@ struct ErrorCase {
   const char *expectedNotePointer = nullptr;
 };
 
-CompileResult compileEdited(const std::vector<Edit> &edits, std::string raw = {}) {
+CompileResult compileEdited(const std::vector<Edit> &edits,
+                            std::string raw = {}) {
   json document = test::baseModel();
   for (const Edit &edit : edits) {
     json::json_pointer pointer(edit.pointer);
@@ -66,10 +67,10 @@ TEST_P(CompileErrorTest, FailsAtPointerWithFix) {
     EXPECT_EQ(result.diagnostics[1].pointer, c.expectedNotePointer);
   }
   std::string line = formatDiagnostic("model.json", first);
-  EXPECT_EQ(line.rfind(std::string("model.json: ") + c.expectedPointer +
-                           ": error: ",
-                       0),
-            0u)
+  EXPECT_EQ(
+      line.rfind(std::string("model.json: ") + c.expectedPointer + ": error: ",
+                 0),
+      0u)
       << line;
 }
 
@@ -116,12 +117,11 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"missing_language",
                   {{"/modules/1/kind", "encoder"},
                    {"/modules/1/special_token_id", 1001},
-                   {"/modules/1/arch",
-                    json{{"feature_dim", 8},
-                         {"hidden_size", 64},
-                         {"num_layers", 2},
-                         {"num_heads", 4},
-                         {"ffn_hidden_size", 128}}},
+                   {"/modules/1/arch", json{{"feature_dim", 8},
+                                            {"hidden_size", 64},
+                                            {"num_layers", 2},
+                                            {"num_heads", 4},
+                                            {"ffn_hidden_size", 128}}},
                    {"/modules/1/parallel/sequence_parallel", nullptr}},
                   "/modules",
                   "expected exactly one module of kind \"language\", found "
@@ -175,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "num_layers 3 of language module 'language' is not "
                   "divisible by pp 2"},
         ErrorCase{"encoder_heads_not_divisible_by_tp",
-                  {{"/modules/0/parallel/tp", 8}, {"/modules/0/parallel/dp", 1},
+                  {{"/modules/0/parallel/tp", 8},
+                   {"/modules/0/parallel/dp", 1},
                    {"/modules/0/arch/ffn_hidden_size", 256},
                    {"/modules/1/parallel/rank_offset", 8}},
                   "/modules/0/parallel/tp",
@@ -217,14 +218,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "/batch/attention_mask",
                   "attention_mask \"dense\" cannot be used with cp 2",
                   "/modules/1/parallel/cp"},
-        ErrorCase{"encoder_cp",
-                  {{"/modules/0/parallel/cp", 2},
-                   {"/modules/0/parallel/dp", 2}},
-                  "/modules/0/parallel/cp",
-                  "encoder 'images' must have cp 1"},
+        ErrorCase{
+            "encoder_cp",
+            {{"/modules/0/parallel/cp", 2}, {"/modules/0/parallel/dp", 2}},
+            "/modules/0/parallel/cp",
+            "encoder 'images' must have cp 1"},
         ErrorCase{"colocated_encoder_pp",
-                  {{"/modules/0/parallel",
-                    {{"tp", 2}, {"pp", 2}, {"dp", 1}}},
+                  {{"/modules/0/parallel", {{"tp", 2}, {"pp", 2}, {"dp", 1}}},
                    {"/modules/1/parallel/rank_offset", 0}},
                   "/modules/0/parallel/pp",
                   "encoder 'images' must have pp 1 in a colocated layout"}),

@@ -42,25 +42,29 @@ TEST(ExplainTest, FanInExample) {
   EXPECT_EQ(e["world_size"], 8);
   EXPECT_EQ(e["layout"], "non_colocated");
   ASSERT_EQ(e["modules"].size(), 2u);
-  EXPECT_EQ(e["modules"][0],
-            json({{"name", "images"}, {"kind", "encoder"}, {"rank_offset", 0},
-                  {"tp", 1}, {"cp", 1}, {"pp", 1}, {"dp", 4},
-                  {"order", {"tp", "cp", "dp", "pp"}}}));
+  EXPECT_EQ(e["modules"][0], json({{"name", "images"},
+                                   {"kind", "encoder"},
+                                   {"rank_offset", 0},
+                                   {"tp", 1},
+                                   {"cp", 1},
+                                   {"pp", 1},
+                                   {"dp", 4},
+                                   {"order", {"tp", "cp", "dp", "pp"}}}));
   ASSERT_EQ(e["ranks"].size(), 8u);
   std::vector<std::string> roles;
   for (const json &rank : e["ranks"]) {
     ASSERT_EQ(rank["modules"].size(), 1u);
     roles.push_back(role(rank["modules"][0]));
   }
-  EXPECT_EQ(roles, (std::vector<std::string>{
-                       "images tp0 cp0 dp0 pp0 first last",
-                       "images tp0 cp0 dp1 pp0 first last",
-                       "images tp0 cp0 dp2 pp0 first last",
-                       "images tp0 cp0 dp3 pp0 first last",
-                       "language tp0 cp0 dp0 pp0 first",
-                       "language tp1 cp0 dp0 pp0 first",
-                       "language tp0 cp0 dp0 pp1 last",
-                       "language tp1 cp0 dp0 pp1 last"}));
+  EXPECT_EQ(roles,
+            (std::vector<std::string>{"images tp0 cp0 dp0 pp0 first last",
+                                      "images tp0 cp0 dp1 pp0 first last",
+                                      "images tp0 cp0 dp2 pp0 first last",
+                                      "images tp0 cp0 dp3 pp0 first last",
+                                      "language tp0 cp0 dp0 pp0 first",
+                                      "language tp1 cp0 dp0 pp0 first",
+                                      "language tp0 cp0 dp0 pp1 last",
+                                      "language tp1 cp0 dp0 pp1 last"}));
 }
 
 TEST(ExplainTest, ColocatedExampleGivesEveryRankBothRoles) {
@@ -80,9 +84,9 @@ TEST(ExplainTest, ColocatedExampleGivesEveryRankBothRoles) {
 }
 
 TEST(ExplainTest, AllExamplesCompile) {
-  for (const char *name : {"vlm-fan-in.json", "vlm-fan-out.json",
-                           "vlm-colocated.json", "avlm.json", "lm-cp2-sp.json",
-                           "packed-thd.json"}) {
+  for (const char *name :
+       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
+        "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
     json e = explain(test::readExample(name), name);
     ASSERT_TRUE(e.is_object()) << name;
     int64_t world = e["world_size"];
@@ -101,9 +105,9 @@ TEST(ExplainTest, CoordinatesFollowAnyOrder) {
     ++orders;
     json document = test::baseModel();
     document["modules"][0]["parallel"] = {{"dp", 2}};
-    document["modules"][1]["parallel"] = {
-        {"tp", 2}, {"cp", 2}, {"dp", 2}, {"pp", 2}, {"rank_offset", 2},
-        {"order", names}};
+    document["modules"][1]["parallel"] = {{"tp", 2},          {"cp", 2},
+                                          {"dp", 2},          {"pp", 2},
+                                          {"rank_offset", 2}, {"order", names}};
     document["modules"][1]["arch"]["num_layers"] = 4;
     json e = explain(document.dump());
     ASSERT_EQ(e["world_size"], 18);

@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Diagnostic.h"
 #include "runtime/core/Grid.h"
+#include "runtime/core/Diagnostic.h"
 #include "runtime/core/JsonLocator.h"
 #include "runtime/core/Topology.h"
 
@@ -61,25 +61,59 @@ TEST_P(EnumerationTest, GroupsMatchReference) {
 INSTANTIATE_TEST_SUITE_P(
     Reference11_1, EnumerationTest,
     testing::Values(
-        EnumerationCase{"tp2_dp4_tp", {2, 1, 4, 1}, "tp-dp-cp-pp", 0,
-                        {Dim::TP}, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
-        EnumerationCase{"tp2_cp2_dp2_tpcp", {2, 2, 2, 1}, "tp-cp-dp-pp", 0,
-                        {Dim::TP, Dim::CP}, {{0, 2, 1, 3}, {4, 6, 5, 7}}},
-        EnumerationCase{"offset4_tp", {2, 1, 2, 1}, "tp-dp-cp-pp", 4,
-                        {Dim::TP}, {{4, 5}, {6, 7}}},
-        EnumerationCase{"abc_a", {2, 2, 2, 1}, "tp-cp-dp-pp", 0, {Dim::TP},
+        EnumerationCase{"tp2_dp4_tp",
+                        {2, 1, 4, 1},
+                        "tp-dp-cp-pp",
+                        0,
+                        {Dim::TP},
                         {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
-        EnumerationCase{"abc_c", {2, 2, 2, 1}, "tp-cp-dp-pp", 0, {Dim::DP},
+        EnumerationCase{"tp2_cp2_dp2_tpcp",
+                        {2, 2, 2, 1},
+                        "tp-cp-dp-pp",
+                        0,
+                        {Dim::TP, Dim::CP},
+                        {{0, 2, 1, 3}, {4, 6, 5, 7}}},
+        EnumerationCase{"offset4_tp",
+                        {2, 1, 2, 1},
+                        "tp-dp-cp-pp",
+                        4,
+                        {Dim::TP},
+                        {{4, 5}, {6, 7}}},
+        EnumerationCase{"abc_a",
+                        {2, 2, 2, 1},
+                        "tp-cp-dp-pp",
+                        0,
+                        {Dim::TP},
+                        {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+        EnumerationCase{"abc_c",
+                        {2, 2, 2, 1},
+                        "tp-cp-dp-pp",
+                        0,
+                        {Dim::DP},
                         {{0, 4}, {1, 5}, {2, 6}, {3, 7}}},
-        EnumerationCase{"abc_ab", {2, 2, 2, 1}, "tp-cp-dp-pp", 0,
-                        {Dim::TP, Dim::CP}, {{0, 2, 1, 3}, {4, 6, 5, 7}}},
-        EnumerationCase{"tp1_singletons", {1, 2, 4, 1}, "tp-cp-dp-pp", 0,
+        EnumerationCase{"abc_ab",
+                        {2, 2, 2, 1},
+                        "tp-cp-dp-pp",
+                        0,
+                        {Dim::TP, Dim::CP},
+                        {{0, 2, 1, 3}, {4, 6, 5, 7}}},
+        EnumerationCase{"tp1_singletons",
+                        {1, 2, 4, 1},
+                        "tp-cp-dp-pp",
+                        0,
                         {Dim::TP},
                         {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}},
-        EnumerationCase{"tp1_cp2", {1, 2, 4, 1}, "tp-cp-dp-pp", 0,
-                        {Dim::TP, Dim::CP}, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+        EnumerationCase{"tp1_cp2",
+                        {1, 2, 4, 1},
+                        "tp-cp-dp-pp",
+                        0,
+                        {Dim::TP, Dim::CP},
+                        {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
         // §11.3 boundary tp-cp groups of tp2 pp2 dp2, order [tp,cp,pp,dp].
-        EnumerationCase{"bridge_tpcp", {2, 1, 2, 2}, "tp-cp-pp-dp", 0,
+        EnumerationCase{"bridge_tpcp",
+                        {2, 1, 2, 2},
+                        "tp-cp-pp-dp",
+                        0,
                         {Dim::TP, Dim::CP},
                         {{0, 1}, {2, 3}, {4, 5}, {6, 7}}}),
     [](const testing::TestParamInfo<EnumerationCase> &info) {
@@ -211,20 +245,29 @@ INSTANTIATE_TEST_SUITE_P(
     Spans, LayoutTest,
     testing::Values(
         LayoutCase{"colocated", {{0, 8}, {0, 8}}, Layout::Colocated, 8, {}},
-        LayoutCase{"non_colocated", {{0, 4}, {4, 8}}, Layout::NonColocated, 8,
-                   {}},
-        LayoutCase{"unsorted", {{4, 8}, {0, 3}, {3, 4}}, Layout::NonColocated,
-                   8, {}},
+        LayoutCase{
+            "non_colocated", {{0, 4}, {4, 8}}, Layout::NonColocated, 8, {}},
+        LayoutCase{
+            "unsorted", {{4, 8}, {0, 3}, {3, 4}}, Layout::NonColocated, 8, {}},
         LayoutCase{"single", {{0, 4}}, Layout::Colocated, 4, {}},
         // §11.2: spans 0-3 and 2-5 overlap; 0-1 and 4-5 leave a gap.
-        LayoutCase{"partial_overlap", {{0, 4}, {2, 6}}, {}, 0,
+        LayoutCase{"partial_overlap",
+                   {{0, 4}, {2, 6}},
+                   {},
+                   0,
                    LayoutProblem::Kind::Overlap},
         LayoutCase{"gap", {{0, 2}, {4, 6}}, {}, 0, LayoutProblem::Kind::Gap},
-        LayoutCase{"gap_at_zero", {{2, 4}, {4, 6}}, {}, 0,
+        LayoutCase{
+            "gap_at_zero", {{2, 4}, {4, 6}}, {}, 0, LayoutProblem::Kind::Gap},
+        LayoutCase{"colocated_offset",
+                   {{2, 4}, {2, 4}},
+                   {},
+                   0,
                    LayoutProblem::Kind::Gap},
-        LayoutCase{"colocated_offset", {{2, 4}, {2, 4}}, {}, 0,
-                   LayoutProblem::Kind::Gap},
-        LayoutCase{"equal_plus_disjoint", {{0, 4}, {0, 4}, {4, 8}}, {}, 0,
+        LayoutCase{"equal_plus_disjoint",
+                   {{0, 4}, {0, 4}, {4, 8}},
+                   {},
+                   0,
                    LayoutProblem::Kind::Overlap}),
     [](const testing::TestParamInfo<LayoutCase> &info) {
       return std::string(info.param.name);
@@ -269,7 +312,8 @@ TEST(TopologyTest, SequenceShardFactor) {
 }
 
 TEST(JsonLocatorTest, FindsNestedValuesAndFallsBack) {
-  std::string text = "{\n  \"a\": {\"b\": [10, {\"c/d\": 3}]},\n  \"e\": \"x\"\n}";
+  std::string text =
+      "{\n  \"a\": {\"b\": [10, {\"c/d\": 3}]},\n  \"e\": \"x\"\n}";
   JsonLocator locator(text);
   EXPECT_EQ(locator.find("").line, 1);
   SourcePosition a = locator.find("/a");
@@ -299,8 +343,8 @@ TEST(DiagnosticTest, FormatsPointerAndSyntaxErrors) {
 }
 
 TEST(DiagnosticTest, ClosestMatchSuggestsTypos) {
-  std::vector<std::string> keys = {"tp", "cp", "pp", "dp", "rank_offset",
-                                   "sequence_parallel", "order"};
+  std::vector<std::string> keys = {
+      "tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"};
   EXPECT_EQ(closestMatch("tpp", keys), "tp");
   EXPECT_EQ(closestMatch("rank_ofset", keys), "rank_offset");
   EXPECT_EQ(closestMatch("sequence", keys), "sequence_parallel");

@@ -90,9 +90,9 @@ TEST(ModelConfigTest, ReportsEveryErrorAtOnce) {
   std::vector<std::string> pointers;
   for (const Diagnostic &diag : result.diagnostics)
     pointers.push_back(diag.pointer);
-  EXPECT_EQ(pointers, (std::vector<std::string>{"/batch/seq_lenght",
-                                                "/modules/0/parallel/tp",
-                                                "/train/lr"}));
+  EXPECT_EQ(pointers,
+            (std::vector<std::string>{"/batch/seq_lenght",
+                                      "/modules/0/parallel/tp", "/train/lr"}));
   EXPECT_NE(result.diagnostics[0].message.find("did you mean 'seq_length'?"),
             std::string::npos);
 }
@@ -118,8 +118,7 @@ TEST_P(FieldErrorTest, ReportsPointerAndFix) {
   ParseResult result = parse(document);
   ASSERT_FALSE(result.config);
   ASSERT_EQ(result.diagnostics.size(), 1u)
-      << result.diagnostics[0].pointer << ": "
-      << result.diagnostics[0].message;
+      << result.diagnostics[0].pointer << ": " << result.diagnostics[0].message;
   EXPECT_EQ(result.diagnostics[0].pointer, c.expectedPointer);
   EXPECT_NE(result.diagnostics[0].message.find(c.expectedMessage),
             std::string::npos)
@@ -154,17 +153,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "/modules/1/arch/num_heads", "expected an even head size"},
         FieldCase{"module_name", "/modules/1/name", "my language",
                   "/modules/1/name", "expected a name of letters"},
-        FieldCase{"jsonl_needs_path", "/data",
-                  json{{"source", "jsonl"}}, "/data/path",
-                  "missing required key 'path'"},
+        FieldCase{"jsonl_needs_path", "/data", json{{"source", "jsonl"}},
+                  "/data/path", "missing required key 'path'"},
         FieldCase{"jsonl_no_tokens", "/data",
                   json{{"source", "jsonl"},
                        {"path", "d.jsonl"},
                        {"tokens_per_sample", {{"images", {1, 2}}}}},
                   "/data/tokens_per_sample", "only with the synthetic source"},
         FieldCase{"tokens_unknown_modality", "/data/tokens_per_sample",
-                  json{{"imagse", {1, 2}}},
-                  "/data/tokens_per_sample/imagse", "did you mean 'images'?"},
+                  json{{"imagse", {1, 2}}}, "/data/tokens_per_sample/imagse",
+                  "did you mean 'images'?"},
         FieldCase{"tokens_range_order", "/data/tokens_per_sample/images",
                   json{5, 2}, "/data/tokens_per_sample/images",
                   "expected min <= max, found [5, 2]"},

@@ -37,8 +37,7 @@ std::vector<std::string> pipelinePassNames() {
 namespace {
 
 /// Turns an MLIR diagnostic into pointer-located mimo Diagnostics.
-void collect(mlir::Diagnostic &diag, bool note,
-             std::vector<Diagnostic> &out) {
+void collect(mlir::Diagnostic &diag, bool note, std::vector<Diagnostic> &out) {
   Diagnostic converted;
   converted.note = note;
   converted.message = diag.str();
@@ -60,7 +59,8 @@ void collect(mlir::Diagnostic &diag, bool note,
 /// Writes the IR after import and after every pass into a directory.
 class DumpIrInstrumentation : public mlir::PassInstrumentation {
 public:
-  DumpIrInstrumentation(std::string directory) : directory(std::move(directory)) {}
+  DumpIrInstrumentation(std::string directory)
+      : directory(std::move(directory)) {}
 
   void dump(mlir::Operation *op, llvm::StringRef name) {
     llvm::SmallString<256> path(directory);
@@ -90,9 +90,9 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
                            llvm::StringRef text,
                            const CompileOptions &options) {
   CompileResult result;
-  ParseResult parsed = parseModelConfig(
-      std::string_view(text.data(), text.size()),
-      std::string_view(file.data(), file.size()));
+  ParseResult parsed =
+      parseModelConfig(std::string_view(text.data(), text.size()),
+                       std::string_view(file.data(), file.size()));
   if (!parsed.config) {
     result.diagnostics = std::move(parsed.diagnostics);
     return result;
@@ -127,9 +127,8 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
     // Module-scope printing needs the passes to run one at a time.
     context.disableMultithreading();
     pm.enableIRPrinting(
-        /*shouldPrintBeforePass=*/[](mlir::Pass *, mlir::Operation *) {
-          return false;
-        },
+        /*shouldPrintBeforePass=*/[](mlir::Pass *,
+                                     mlir::Operation *) { return false; },
         /*shouldPrintAfterPass=*/
         [selected, all](mlir::Pass *pass, mlir::Operation *) {
           return all || std::find(selected.begin(), selected.end(),
@@ -162,8 +161,7 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
   return result;
 }
 
-CompileResult compileModelFile(mlir::MLIRContext &context,
-                               llvm::StringRef path,
+CompileResult compileModelFile(mlir::MLIRContext &context, llvm::StringRef path,
                                const CompileOptions &options) {
   auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buffer) {

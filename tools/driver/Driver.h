@@ -48,8 +48,7 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
                            const CompileOptions &options = {});
 
 /// Reads `path` and compiles it; an unreadable file is a diagnostic.
-CompileResult compileModelFile(mlir::MLIRContext &context,
-                               llvm::StringRef path,
+CompileResult compileModelFile(mlir::MLIRContext &context, llvm::StringRef path,
                                const CompileOptions &options = {});
 
 /// The flags of the passes in pipeline order.
