@@ -356,11 +356,11 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     keys.push_back("special_token_id");
   v.object(moduleJson, pointer, keys,
            kind ? "a module of kind \"" + *kind + "\"" : "a module");
-  if (module.kind == ModuleKind::Language &&
-      moduleJson.contains("special_token_id"))
-    v.diagnostics.back().message +=
-        "; only encoders have a special_token_id (the language module "
-        "embeds text tokens)";
+  if (module.kind == ModuleKind::Language)
+    for (Diagnostic &diag : v.diagnostics)
+      if (diag.pointer == pointer + "/special_token_id")
+        diag.message += "; only encoders have a special_token_id (the "
+                        "language module embeds text tokens)";
 
   if (auto name = v.string(moduleJson, pointer, "name", true,
                            "the module's name; encoder names are modality "

@@ -58,6 +58,20 @@ TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
             json({"tp", "cp", "dp", "pp"}));
 }
 
+TEST(ModelConfigTest, LanguageTokenIdHintStaysOnItsKey) {
+  json document = test::baseModel();
+  document["modules"][1]["special_token_id"] = 5;
+  document["modules"][1]["zzz"] = 1;
+  ParseResult result = parse(document);
+  ASSERT_EQ(result.diagnostics.size(), 2u);
+  EXPECT_EQ(result.diagnostics[0].pointer, "/modules/1/special_token_id");
+  EXPECT_NE(result.diagnostics[0].message.find("only encoders"),
+            std::string::npos);
+  EXPECT_EQ(result.diagnostics[1].pointer, "/modules/1/zzz");
+  EXPECT_EQ(result.diagnostics[1].message.find("only encoders"),
+            std::string::npos);
+}
+
 TEST(ModelConfigTest, OrderIsParsed) {
   json document = test::baseModel();
   document["modules"][1]["parallel"]["order"] = {"pp", "tp", "dp", "cp"};
