@@ -7,8 +7,13 @@
 #ifndef MIMO_RUNTIME_CORE_TOPOLOGY_H
 #define MIMO_RUNTIME_CORE_TOPOLOGY_H
 
+#include "runtime/core/Grid.h"
+
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace mimo {
 
@@ -27,6 +32,40 @@ struct LaneRelation {
 /// use the same rule on the modules' dp sizes, with mode Colocated.
 std::optional<LaneRelation>
 relateLanes(int64_t sourceLanes, int64_t destinationLanes, bool colocated);
+
+/// Source leader of each data-parallel lane, in lane order (SPEC §4.3): the
+/// rank with dp = lane, tp = TP-1, cp = CP-1 at the last pipeline stage.
+std::vector<int64_t> sourceLeaders(const Grid &grid);
+/// Destination leader of each lane: dp = lane, tp = cp = 0, first stage.
+std::vector<int64_t> destinationLeaders(const Grid &grid);
+
+/// The TP×CP group of each lane at the boundary stage (last stage of a
+/// source, first of a destination), in lane order: the ranks that hold a
+/// leader's tensor.
+std::vector<std::vector<int64_t>> boundaryGroups(const Grid &grid,
+                                                 bool isSource);
+
+/// One point-to-point transfer of a bridge, between lane leaders.
+struct BridgeRoute {
+  int64_t from, to;
+  bool operator==(const BridgeRoute &other) const {
+    return from == other.from && to == other.to;
+  }
+};
+
+/// Routes between leader lists whose sizes divide (SPEC §4.3): fan-in gives
+/// destination lane i the source lanes [i·k, (i+1)·k); fan-out sends source
+/// lane i to destination lanes [i·k, (i+1)·k). Ordered by destination lane
+/// for fan-in and by source lane for fan-out (the concatenation order).
+std::vector<BridgeRoute> bridgeRoutes(const std::vector<int64_t> &sources,
+                                      const std::vector<int64_t> &destinations);
+
+/// Folds per-sample token counts into `pieces` per-peer sizes by summing
+/// consecutive groups (reference §3.5). Fails, filling `error`, when the
+/// count does not fold evenly or the sizes do not sum to `rows`.
+std::optional<std::vector<int64_t>>
+foldSplitSizes(const std::vector<int64_t> &sizes, int64_t pieces, int64_t rows,
+               std::string *error = nullptr);
 
 /// What `seq_length` must be a multiple of for the language module's CP
 /// zigzag and SP scatter (SPEC §4.5): 2·cp·tp with CP and SP, 2·cp with CP,

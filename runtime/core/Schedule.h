@@ -1,0 +1,41 @@
+//===- Schedule.h - Multi-module 1F1B stage counts -------------*- C++ -*-===//
+//
+// SPEC §4.6 / reference §8.2, §9.2 for mimo's encoder -> language graph.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CORE_SCHEDULE_H
+#define MIMO_RUNTIME_CORE_SCHEDULE_H
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace mimo {
+
+/// Longest path through encoders -> language weighted by PP size; colocated
+/// models pipeline only the language module (SPEC §4.8).
+inline int64_t totalStages(const std::vector<int64_t> &encoderPp,
+                           int64_t languagePp, bool colocated) {
+  int64_t deepestEncoder = 0;
+  for (int64_t pp : encoderPp)
+    deepestEncoder = std::max(deepestEncoder, pp);
+  return colocated ? languagePp : deepestEncoder + languagePp;
+}
+
+/// The global stage of a language rank at pipeline coordinate `pp`; an
+/// encoder rank's stage is its own `pp`.
+inline int64_t languageStage(const std::vector<int64_t> &encoderPp, int64_t pp,
+                             bool colocated) {
+  return totalStages(encoderPp, 0, colocated) + pp;
+}
+
+/// Warm-up forwards of a rank at `stage`: min(total - stage - 1, M); the
+/// rank then runs M - W steady 1F1B pairs and W cool-down backwards.
+inline int64_t warmupMicrobatches(int64_t totalStages, int64_t stage,
+                                  int64_t microbatches) {
+  return std::min(totalStages - stage - 1, microbatches);
+}
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CORE_SCHEDULE_H
