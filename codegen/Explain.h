@@ -1,13 +1,14 @@
-//===- Explain.h - What each rank does, from the compiled IR ---*- C++ -*-===//
+//===- Explain.h - What each rank does, from a compiled plan ---*- C++ -*-===//
 //
-// `mimoc explain`: the layout, the modules and every rank's role, read from
-// the IR after the pipeline (the keys are SPEC §3's).
+// `mimoc explain`: the layout, the modules, every rank's role, stage and
+// warm-up, the bridges and the sequence shards (the keys are SPEC §3's),
+// and one rank's program as readable text.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_CODEGEN_EXPLAIN_H
 #define MIMO_CODEGEN_EXPLAIN_H
 
-#include "ir/MimoOps.h"
+#include "runtime/core/PlanFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,14 +17,17 @@
 
 namespace mimo {
 
-/// {world_size, layout, modules[], ranks[]} of a model after
-/// mimo-assign-grids. With `onlyRank`, ranks[] holds just that rank.
-nlohmann::ordered_json explainModel(ir::ModelOp model,
-                                    std::optional<int64_t> onlyRank = {});
+/// {world_size, layout, modules[], ranks[], bridges[], shards}. With
+/// `onlyRank`, ranks[] and shards hold just that rank.
+nlohmann::ordered_json explainPlan(const Plan &plan,
+                                   std::optional<int64_t> onlyRank = {});
 
 /// The same facts as aligned tables for a terminal.
 std::string renderExplainText(const nlohmann::ordered_json &explanation,
-                              llvm::StringRef modelName);
+                              const std::string &modelName);
+
+/// One rank's instruction stream with its peers resolved.
+std::string renderRankProgram(const Plan &plan, int64_t rank);
 
 } // namespace mimo
 

@@ -30,7 +30,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       loc(""), builder.getStringAttr(config.name), i64(config.version),
       i64(config.seed), builder.getStringAttr(config.precision),
       config.worldSize ? i64(*config.worldSize) : mlir::IntegerAttr(),
-      mlir::StringAttr());
+      mlir::StringAttr(), mlir::IntegerAttr());
   builder.setInsertionPointToEnd(&model.getBody().emplaceBlock());
 
   std::vector<mlir::Value> grids;
@@ -92,6 +92,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
   auto languageOp = builder.create<LanguageOp>(
       loc(language.pointer), LossType::get(context),
       builder.getStringAttr(language.name), batch, modalityInputs,
+      /*embeddings=*/mlir::Value(), /*targets=*/mlir::Value(),
       grids[config.languageIndex()], builder.getArrayAttr(modalityNames),
       languageArch);
 

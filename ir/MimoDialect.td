@@ -51,6 +51,26 @@ def Mimo_TokensType : Mimo_Type<"Tokens", "tokens"> {
   let genVerifyDecl = 1;
 }
 
+def Mimo_SplitSizesType : Mimo_Type<"SplitSizes", "split_sizes"> {
+  let summary = "per-sample modality-token counts of a global microbatch";
+  let description = [{
+    One count per sample: the positions whose input id is the modality's
+    special token id. Both ends of a bridge derive it from the same global
+    microbatch, so pieces are cut at sample boundaries without a shape
+    handshake, in both directions.
+  }];
+}
+
+def Mimo_HiddenType : Mimo_Type<"Hidden", "hidden"> {
+  let summary = "language hidden states [S, B, H] (sequence first)";
+  let parameters = (ins "int64_t":$hidden_size);
+  let assemblyFormat = "`<` $hidden_size `>`";
+}
+
+def Mimo_TargetsType : Mimo_Type<"Targets", "targets"> {
+  let summary = "next-token labels and the loss mask, [B, S] each";
+}
+
 def Mimo_LossType : Mimo_Type<"Loss", "loss"> {
   let summary = "the masked cross-entropy of a step";
 }

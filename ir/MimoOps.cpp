@@ -9,6 +9,7 @@
 #include "ir/MimoOps.h"
 
 #include "ir/Locations.h"
+#include "runtime/core/Plan.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -199,6 +200,18 @@ LogicalResult EncoderOp::verify() {
 }
 
 LogicalResult LanguageOp::verify() {
+  if (getEmbeddings() || getTargets()) {
+    if (!getEmbeddings() || !getTargets())
+      return emitOpError() << "takes embeddings and targets together";
+    if (!getModalityInputs().empty())
+      return emitOpError() << "takes either modality inputs or embeddings, "
+                              "not both (mimo.embed places the modalities)";
+    if (llvm::cast<HiddenType>(getEmbeddings().getType()).getHiddenSize() !=
+        static_cast<int64_t>(getArch().getHiddenSize()))
+      return emitOpError() << "embeddings must have the language hidden size "
+                           << getArch().getHiddenSize();
+    return success();
+  }
   if (getModalities().size() != getModalityInputs().size())
     return emitOpError() << "names " << getModalities().size()
                          << " modalities for " << getModalityInputs().size()
@@ -242,3 +255,181 @@ LogicalResult TrainOp::verify() {
     return emitOpError() << "weight_decay and clip_grad must be non-negative";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Ops inserted by the passes
+//===----------------------------------------------------------------------===//
+
+LogicalResult DpSliceOp::verify() {
+  int64_t lanes = static_cast<int64_t>(getLanes());
+  int64_t per = static_cast<int64_t>(getSamplesPerLane());
+  if (lanes < 1 || per < 1)
+    return emitOpError() << "lanes and samples_per_lane must be at least 1";
+  if (auto grid = getGrid().getDefiningOp<GridOp>())
+    if (grid.getParallel().getDp() != lanes)
+      return emitOpError() << "has " << lanes << " lanes but its grid has dp = "
+                           << grid.getParallel().getDp();
+  return success();
+}
+
+LogicalResult SplitSizesOp::verify() {
+  int64_t samples = static_cast<int64_t>(getSamples());
+  int64_t src = static_cast<int64_t>(getSrcLanes());
+  int64_t dst = static_cast<int64_t>(getDstLanes());
+  if (samples < 1 || src < 1 || dst < 1)
+    return emitOpError() << "samples and lanes must be at least 1";
+  if (samples % src != 0 || samples % dst != 0)
+    return emitOpError() << "cannot cut " << samples
+                         << " samples into whole lanes of " << src << " and "
+                         << dst;
+  if (static_cast<int64_t>(getSpecialTokenId()) < 0)
+    return emitOpError() << "special_token_id must be non-negative";
+  return success();
+}
+
+static LogicalResult verifyGroups(Operation *op, ArrayAttr groups,
+                                  StringRef name) {
+  for (Attribute group : groups)
+    if (!llvm::isa<DenseI64ArrayAttr>(group))
+      return op->emitOpError() << name << " must be a list of array<i64: ...>";
+  return success();
+}
+
+LogicalResult BridgeOp::verify() {
+  StringRef mode = getMode();
+  if (mode != "fan_in" && mode != "fan_out" && mode != "one_to_one" &&
+      mode != "colocated")
+    return emitOpError() << "mode must be fan_in, fan_out, one_to_one or "
+                            "colocated, found \""
+                         << mode << "\"";
+  if (static_cast<int64_t>(getRatio()) < 1)
+    return emitOpError() << "ratio must be at least 1";
+  int64_t ndim = static_cast<int64_t>(getTensorNdim());
+  int64_t batchDim = static_cast<int64_t>(getBatchDim());
+  if ((ndim != 2 && ndim != 3) || batchDim != (ndim == 2 ? 0 : 1))
+    return emitOpError() << "tensor_ndim must be 2 (batch_dim 0) or 3 "
+                            "(batch_dim 1)";
+  if (getRoutes().size() % 2 != 0)
+    return emitOpError() << "routes must hold from/to pairs";
+  if (mode == "colocated") {
+    if (!getDirection() || !getGatherGroups())
+      return emitOpError() << "a colocated bridge needs direction and "
+                              "gather_groups";
+    StringRef direction = *getDirection();
+    if (direction != "fan_in" && direction != "fan_out" && direction != "equal")
+      return emitOpError() << "direction must be fan_in, fan_out or equal";
+    if (failed(verifyGroups(*this, *getGatherGroups(), "gather_groups")))
+      return failure();
+  } else {
+    int64_t ns = getSrcLeaders().size(), nd = getDstLeaders().size();
+    if (ns == 0 || nd == 0 || (ns % nd != 0 && nd % ns != 0))
+      return emitOpError() << "leader counts " << ns << " and " << nd
+                           << " must divide one another";
+    if (static_cast<int64_t>(getRoutes().size()) != 2 * std::max(ns, nd))
+      return emitOpError() << "expected " << std::max(ns, nd)
+                           << " routes, found " << getRoutes().size() / 2;
+  }
+  if (failed(verifyGroups(*this, getSrcBroadcastGroups(),
+                          "src_broadcast_groups")) ||
+      failed(
+          verifyGroups(*this, getDstBroadcastGroups(), "dst_broadcast_groups")))
+    return failure();
+  return success();
+}
+
+LogicalResult CpShardOp::verify() {
+  if (getScheme() != "zigzag")
+    return emitOpError() << "scheme must be \"zigzag\", found \"" << getScheme()
+                         << "\"";
+  if (static_cast<int64_t>(getCp()) < 2)
+    return emitOpError() << "cp must be at least 2 to shard";
+  if (!llvm::isa<HiddenType, TargetsType>(getInput().getType()))
+    return emitOpError() << "shards !mimo.hidden or !mimo.targets values";
+  int64_t seqDim = static_cast<int64_t>(getSeqDim());
+  if (seqDim != (llvm::isa<HiddenType>(getInput().getType()) ? 0 : 1))
+    return emitOpError() << "seq_dim must be 0 for [S,B,H] hidden states "
+                            "and 1 for [B,S] targets";
+  return success();
+}
+
+LogicalResult SpScatterOp::verify() {
+  if (static_cast<int64_t>(getTp()) < 2)
+    return emitOpError() << "tp must be at least 2 to scatter";
+  if (static_cast<int64_t>(getSeqDim()) != 0)
+    return emitOpError() << "seq_dim must be 0 ([S,B,H])";
+  return success();
+}
+
+LogicalResult StageOp::verify() {
+  int64_t pp = static_cast<int64_t>(getPp());
+  int64_t stage = static_cast<int64_t>(getStage());
+  int64_t warmup = static_cast<int64_t>(getWarmup());
+  int64_t steady = static_cast<int64_t>(getSteady());
+  int64_t cooldown = static_cast<int64_t>(getCooldown());
+  if (pp < 0 || stage < pp || warmup < 0 || steady < 0 || cooldown != warmup)
+    return emitOpError() << "needs 0 <= pp <= stage, warmup >= 0, steady >= "
+                            "0 and cooldown = warmup";
+  return success();
+}
+
+LogicalResult ExchangeOp::verify() {
+  for (Operation &op : getBody().front()) {
+    std::optional<mimo::InstrOp> kind =
+        mimo::parseInstrOp(op.getName().stripDialect());
+    if (!kind ||
+        !(mimo::instrInfo(*kind).isSend || mimo::instrInfo(*kind).isRecv))
+      return op.emitOpError()
+             << "cannot be posted in a mimo.exchange: only sends and "
+                "receives can";
+  }
+  return success();
+}
+
+/// Every instruction: the operand its kind names (a module symbol or a
+/// bridge index) and, for per-microbatch kinds, `mb`.
+static LogicalResult verifyInstruction(Operation *op) {
+  std::optional<mimo::InstrOp> kind =
+      mimo::parseInstrOp(op->getName().stripDialect());
+  if (!kind)
+    return op->emitOpError() << "is not an instruction";
+  const mimo::InstrInfo &info = mimo::instrInfo(*kind);
+  bool hasModule = op->hasAttr("module"), hasBridge = op->hasAttr("bridge");
+  if (info.operand == mimo::InstrOperand::Module && (!hasModule || hasBridge))
+    return op->emitOpError() << "names a module (@name) and no bridge";
+  if (info.operand == mimo::InstrOperand::Bridge && (!hasBridge || hasModule))
+    return op->emitOpError() << "names a bridge (bridge = N) and no module";
+  if (info.operand == mimo::InstrOperand::None && (hasBridge || hasModule))
+    return op->emitOpError() << "names no module or bridge";
+  if (hasBridge && llvm::cast<IntegerAttr>(op->getAttr("bridge")).getInt() < 0)
+    return op->emitOpError() << "bridge must be non-negative";
+  auto mb = op->getAttrOfType<IntegerAttr>("mb");
+  if (info.hasMicrobatch != static_cast<bool>(mb))
+    return op->emitOpError()
+           << (info.hasMicrobatch ? "needs a microbatch (mb = N)"
+                                  : "takes no microbatch");
+  if (mb && mb.getInt() < 0)
+    return op->emitOpError() << "mb must be non-negative";
+  return success();
+}
+
+#define MIMO_INSTRUCTION_VERIFIER(Op)                                          \
+  LogicalResult Op::verify() { return verifyInstruction(*this); }
+MIMO_INSTRUCTION_VERIFIER(ForwardOp)
+MIMO_INSTRUCTION_VERIFIER(BackwardOp)
+MIMO_INSTRUCTION_VERIFIER(ShardInstrOp)
+MIMO_INSTRUCTION_VERIFIER(UnshardOp)
+MIMO_INSTRUCTION_VERIFIER(SendActOp)
+MIMO_INSTRUCTION_VERIFIER(RecvActOp)
+MIMO_INSTRUCTION_VERIFIER(SendGradOp)
+MIMO_INSTRUCTION_VERIFIER(RecvGradOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeSendOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeRecvOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeBroadcastOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeSendGradOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeRecvGradOp)
+MIMO_INSTRUCTION_VERIFIER(BridgeBroadcastGradOp)
+MIMO_INSTRUCTION_VERIFIER(ColocatedForwardOp)
+MIMO_INSTRUCTION_VERIFIER(ColocatedBackwardOp)
+MIMO_INSTRUCTION_VERIFIER(ReduceGradsOp)
+MIMO_INSTRUCTION_VERIFIER(OptimizerStepOp)
+#undef MIMO_INSTRUCTION_VERIFIER

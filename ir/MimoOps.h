@@ -16,6 +16,8 @@ namespace mimo::ir {
 class EncoderOp;
 class LanguageOp;
 class MicrobatchOp;
+class ProgramOp;
+class ExchangeOp;
 } // namespace mimo::ir
 
 #define GET_OP_CLASSES

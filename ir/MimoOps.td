@@ -32,7 +32,8 @@ def Mimo_ModelOp : Mimo_Op<"model", [IsolatedFromAbove, Symbol, SymbolTable,
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$version,
                        I64Attr:$seed, StrAttr:$precision,
                        OptionalAttr<I64Attr>:$world_size,
-                       OptionalAttr<StrAttr>:$layout);
+                       OptionalAttr<StrAttr>:$layout,
+                       OptionalAttr<I64Attr>:$total_stages);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
   let hasVerifier = 1;
@@ -136,7 +137,8 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
   }];
 }
 
-def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">]> {
+def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
+                                           AttrSizedOperandSegments]> {
   let summary = "the language module on its own grid";
   let description = [{
     Embeds the text tokens, places each modality's token rows at its
@@ -148,14 +150,26 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">]> {
         on %grid {modalities = ["images"],
                   arch = #mimo.language_arch<vocab_size = 1024, ...>}
     ```
+
+    After `mimo-shard-sequence` the embedding is a separate `mimo.embed`
+    and the module takes the (sharded) embeddings and targets instead:
+
+    ```mlir
+    %loss = mimo.language @language(%batch) embeddings(%e : !mimo.hidden<128>)
+        targets(%t) on %grid {modalities = ["images"], arch = ...}
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, Mimo_BatchType:$batch,
                        Variadic<Mimo_TokensType>:$modality_inputs,
+                       Optional<Mimo_HiddenType>:$embeddings,
+                       Optional<Mimo_TargetsType>:$targets,
                        Mimo_GridType:$grid, StrArrayAttr:$modalities,
                        Mimo_LanguageArchAttr:$arch);
   let results = (outs Mimo_LossType:$loss);
   let assemblyFormat = [{
     $sym_name `(` $batch (`,` $modality_inputs^ `:` type($modality_inputs))? `)`
+    (`embeddings` `(` $embeddings^ `:` type($embeddings) `)`)?
+    (`targets` `(` $targets^ `)`)?
     `on` $grid attr-dict
   }];
   let hasVerifier = 1;
@@ -184,5 +198,247 @@ def Mimo_TrainOp : Mimo_Op<"train", [Terminator, HasParent<"ModelOp">]> {
   let assemblyFormat = "$loss attr-dict";
   let hasVerifier = 1;
 }
+
+//===----------------------------------------------------------------------===//
+// Graph-level ops inserted by the passes
+//===----------------------------------------------------------------------===//
+
+def Mimo_DpSliceOp : Mimo_Op<"dp_slice", [Pure]> {
+  let summary = "the samples of the global microbatch a module's lane takes";
+  let description = [{
+    Inserted by `mimo-slice-batch` for every module: data-parallel rank `k`
+    of `lanes` takes samples `[k·B/lanes, (k+1)·B/lanes)`, i.e.
+    `samples_per_lane` consecutive samples.
+
+    ```mlir
+    %slice = mimo.dp_slice %batch on %grid {module = @images, lanes = 4 : i64,
+                                            samples_per_lane = 2 : i64}
+    ```
+  }];
+  let arguments = (ins Mimo_BatchType:$batch, Mimo_GridType:$grid,
+                       FlatSymbolRefAttr:$module, I64Attr:$lanes,
+                       I64Attr:$samples_per_lane);
+  let results = (outs Mimo_BatchType:$slice);
+  let assemblyFormat = "$batch `on` $grid attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mimo_SplitSizesOp : Mimo_Op<"split_sizes", [Pure]> {
+  let summary = "per-sample modality-token counts from the input ids";
+  let description = [{
+    Inserted by `mimo-propagate-split-sizes` for every encoder: sample `b`'s
+    count is the number of positions of the *global* microbatch's input ids
+    equal to `special_token_id`. The bridge of the modality folds the counts
+    of consecutive samples into per-route piece sizes on both of its ends
+    (`src_lanes` and `dst_lanes` lanes), forward and backward.
+
+    ```mlir
+    %sizes = mimo.split_sizes %batch {modality = @images,
+        special_token_id = 1000 : i64, samples = 8 : i64, src_lanes = 4 : i64,
+        dst_lanes = 1 : i64}
+    ```
+  }];
+  let arguments = (ins Mimo_BatchType:$batch, FlatSymbolRefAttr:$modality,
+                       I64Attr:$special_token_id, I64Attr:$samples,
+                       I64Attr:$src_lanes, I64Attr:$dst_lanes);
+  let results = (outs Mimo_SplitSizesType:$sizes);
+  let assemblyFormat = "$batch attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mimo_BridgeOp : Mimo_Op<"bridge", [Pure, AllTypesMatch<["input", "output"]>]> {
+  let summary = "hands an encoder's tokens to the language module's grid";
+  let description = [{
+    Inserted by `mimo-insert-bridges` per encoder -> language edge (SPEC
+    §4.3, §4.4). `mode` is "fan_in", "fan_out", "one_to_one" or
+    "colocated"; `ratio` the lane ratio. Non-colocated bridges connect lane
+    leaders (`src_leaders`, `dst_leaders`) along `routes` (flattened
+    from/to pairs) and broadcast over the boundary TP x CP groups; pieces
+    are cut at sample boundaries by `%sizes`. Colocated bridges all-gather
+    over `gather_groups` or narrow to the rank's slot (`direction`).
+
+    ```mlir
+    %t = mimo.bridge %images, %sizes {src = @images, dst = @language,
+        mode = "fan_in", ratio = 4 : i64, tensor_ndim = 2 : i64,
+        batch_dim = 0 : i64, src_leaders = array<i64: 0, 1, 2, 3>,
+        dst_leaders = array<i64: 4>, routes = array<i64: 0, 4, 1, 4, 2, 4, 3, 4>,
+        src_broadcast_groups = [array<i64: 0>, ...],
+        dst_broadcast_groups = [array<i64: 4, 5>]} : !mimo.tokens<128>
+    ```
+  }];
+  let arguments = (ins Mimo_TokensType:$input, Mimo_SplitSizesType:$sizes,
+                       FlatSymbolRefAttr:$src, FlatSymbolRefAttr:$dst,
+                       StrAttr:$mode, I64Attr:$ratio, I64Attr:$tensor_ndim,
+                       I64Attr:$batch_dim, DenseI64ArrayAttr:$src_leaders,
+                       DenseI64ArrayAttr:$dst_leaders,
+                       DenseI64ArrayAttr:$routes,
+                       ArrayAttr:$src_broadcast_groups,
+                       ArrayAttr:$dst_broadcast_groups,
+                       OptionalAttr<StrAttr>:$direction,
+                       OptionalAttr<ArrayAttr>:$gather_groups);
+  let results = (outs Mimo_TokensType:$output);
+  let assemblyFormat = "$input `,` $sizes attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def Mimo_EmbedOp : Mimo_Op<"embed", [Pure]> {
+  let summary = "text embeddings with each modality's rows at its tokens";
+  let description = [{
+    The language module's input embeddings `[S, B, H]`: the (vocab-parallel)
+    embedding of the text tokens, and the rows of `modality_inputs[i]` at
+    the positions of `modalities[i]`'s special token, in row-major `[B, S]`
+    order.
+
+    ```mlir
+    %e = mimo.embed %batch, %t : !mimo.tokens<128> on %grid {
+        language = @language, modalities = ["images"]} : !mimo.hidden<128>
+    ```
+  }];
+  let arguments = (ins Mimo_BatchType:$batch,
+                       Variadic<Mimo_TokensType>:$modality_inputs,
+                       Mimo_GridType:$grid, FlatSymbolRefAttr:$language,
+                       StrArrayAttr:$modalities);
+  let results = (outs Mimo_HiddenType:$embeddings);
+  let assemblyFormat = [{
+    $batch (`,` $modality_inputs^ `:` type($modality_inputs))? `on` $grid
+    attr-dict `:` type($embeddings)
+  }];
+}
+
+def Mimo_TargetsOp : Mimo_Op<"targets", [Pure]> {
+  let summary = "next-token labels and the loss mask of the microbatch";
+  let description = [{
+    The loss mask is 0 at modality-token positions, padding and the last
+    position.
+
+    ```mlir
+    %t = mimo.targets %batch on %grid
+    ```
+  }];
+  let arguments = (ins Mimo_BatchType:$batch, Mimo_GridType:$grid);
+  let results = (outs Mimo_TargetsType:$targets);
+  let assemblyFormat = "$batch `on` $grid attr-dict";
+}
+
+def Mimo_CpShardOp : Mimo_Op<"cp_shard", [Pure, AllTypesMatch<["input", "output"]>]> {
+  let summary = "context-parallel zigzag sharding of the sequence";
+  let description = [{
+    CP rank `r` of `cp` keeps chunks `r` and `2·cp-1-r` of the `2·cp` equal
+    chunks of dimension `seq_dim` (SPEC §4.5). With `packing`, the zigzag
+    applies to every packed sequence, each padded to a multiple of
+    `pad_multiple`.
+
+    ```mlir
+    %s = mimo.cp_shard %e {scheme = "zigzag", cp = 2 : i64, seq_dim = 0 : i64,
+                           packing = false, pad_multiple = 8 : i64}
+        : !mimo.hidden<128>
+    ```
+  }];
+  let arguments = (ins AnyType:$input, StrAttr:$scheme, I64Attr:$cp,
+                       I64Attr:$seq_dim, BoolAttr:$packing,
+                       I64Attr:$pad_multiple);
+  let results = (outs AnyType:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Mimo_SpScatterOp : Mimo_Op<"sp_scatter", [Pure, AllTypesMatch<["input", "output"]>]> {
+  let summary = "sequence-parallel scatter over the tensor-parallel group";
+  let description = [{
+    TP rank `t` of `tp` keeps a contiguous `1/tp` of its (CP-local)
+    sequence along `seq_dim`.
+
+    ```mlir
+    %p = mimo.sp_scatter %s {tp = 2 : i64, seq_dim = 0 : i64} : !mimo.hidden<128>
+    ```
+  }];
+  let arguments = (ins Mimo_HiddenType:$input, I64Attr:$tp, I64Attr:$seq_dim);
+  let results = (outs Mimo_HiddenType:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Mimo_StageOp : Mimo_Op<"stage", [HasParent<"ModelOp">]> {
+  let summary = "one pipeline stage of a module in the multi-module 1F1B";
+  let description = [{
+    Inserted by `mimo-schedule-1f1b` for every (module, pp) pair: the global
+    `stage` (longest path to it, weighted by pipeline size), and the
+    `warmup` forwards, `steady` 1F1B pairs and `cooldown` backwards its
+    ranks run for the step's microbatches.
+
+    ```mlir
+    mimo.stage @language {pp = 0 : i64, stage = 1 : i64, warmup = 1 : i64,
+                          steady = 3 : i64, cooldown = 1 : i64}
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$module, I64Attr:$pp, I64Attr:$stage,
+                       I64Attr:$warmup, I64Attr:$steady, I64Attr:$cooldown);
+  let assemblyFormat = "$module attr-dict";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Rank programs (mimo-lower-to-ranks)
+//===----------------------------------------------------------------------===//
+
+def Mimo_ProgramOp : Mimo_Op<"program", [HasParent<"ModelOp">, NoTerminator,
+                                         SingleBlock]> {
+  let summary = "the instruction stream of every rank with one role";
+  let description = [{
+    Ranks whose streams are the same up to their peers share one program;
+    peers are symbolic (the next pipeline stage, the lane's bridge routes,
+    the boundary group) and resolved per rank from the grids. `role` names
+    the ranks (module, pipeline stage and bridge part), `ranks` counts them.
+    Sends and receives inside `mimo.exchange` are posted together.
+
+    ```mlir
+    mimo.program "language/pp1" {ranks = 2 : i64} {
+      mimo.recv_act @language {mb = 0 : i64}
+      mimo.forward @language {mb = 0 : i64}
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$role, I64Attr:$ranks);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$role attr-dict-with-keyword $body";
+}
+
+def Mimo_ExchangeOp : Mimo_Op<"exchange", [HasParent<"ProgramOp">,
+                                           NoTerminator, SingleBlock]> {
+  let summary = "sends and receives posted together (batch_isend_irecv)";
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+class Mimo_InstrOp<string mnemonic, string doc>
+    : Mimo_Op<mnemonic, [ParentOneOf<["ProgramOp", "ExchangeOp"]>]> {
+  let summary = doc;
+  let arguments = (ins OptionalAttr<FlatSymbolRefAttr>:$module,
+                       OptionalAttr<I64Attr>:$bridge,
+                       OptionalAttr<I64Attr>:$mb);
+  let assemblyFormat = "($module^)? attr-dict";
+  let hasVerifier = 1;
+}
+
+def Mimo_ForwardOp : Mimo_InstrOp<"forward", "run this rank's stage of a module forward">;
+def Mimo_BackwardOp : Mimo_InstrOp<"backward", "run this rank's stage of a module backward">;
+def Mimo_ShardInstrOp : Mimo_InstrOp<"shard", "embed, place modality rows, CP/SP-shard the language input">;
+def Mimo_UnshardOp : Mimo_InstrOp<"unshard", "gather the input-embedding gradient over TP x CP">;
+def Mimo_SendActOp : Mimo_InstrOp<"send_act", "send activations to the next pipeline stage">;
+def Mimo_RecvActOp : Mimo_InstrOp<"recv_act", "receive activations from the previous stage">;
+def Mimo_SendGradOp : Mimo_InstrOp<"send_grad", "send gradients to the previous stage">;
+def Mimo_RecvGradOp : Mimo_InstrOp<"recv_grad", "receive gradients from the next stage">;
+def Mimo_BridgeSendOp : Mimo_InstrOp<"bridge_send", "source leader: send split pieces along the routes">;
+def Mimo_BridgeRecvOp : Mimo_InstrOp<"bridge_recv", "destination leader: receive and concatenate pieces">;
+def Mimo_BridgeBroadcastOp : Mimo_InstrOp<"bridge_broadcast", "broadcast the received tokens over the boundary group">;
+def Mimo_BridgeSendGradOp : Mimo_InstrOp<"bridge_send_grad", "destination leader: send gradient pieces back">;
+def Mimo_BridgeRecvGradOp : Mimo_InstrOp<"bridge_recv_grad", "source leader: receive and concatenate gradient pieces">;
+def Mimo_BridgeBroadcastGradOp : Mimo_InstrOp<"bridge_broadcast_grad", "broadcast the token gradient over the source boundary group">;
+def Mimo_ColocatedForwardOp : Mimo_InstrOp<"colocated_forward", "colocated bridge: all-gather (fan-in) or narrow (fan-out)">;
+def Mimo_ColocatedBackwardOp : Mimo_InstrOp<"colocated_backward", "colocated bridge adjoint">;
+def Mimo_ReduceGradsOp : Mimo_InstrOp<"reduce_grads", "sum a module's gradients over its DP x CP group">;
+def Mimo_OptimizerStepOp : Mimo_InstrOp<"optimizer_step", "global gradient norm, clipping and AdamW">;
 
 #endif // MIMO_OPS_TD

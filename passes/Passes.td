@@ -39,4 +39,94 @@ def AssignGrids : Pass<"mimo-assign-grids", "::mlir::ModuleOp"> {
   }];
 }
 
+def SliceBatch : Pass<"mimo-slice-batch", "::mlir::ModuleOp"> {
+  let summary = "Give every module its data-parallel slice of the microbatch";
+  let description = [{
+    Inserts a `mimo.dp_slice` in front of every encoder and the language
+    module: data-parallel rank `k` of `D` takes samples `[k·B/D, (k+1)·B/D)`
+    of the global microbatch (SPEC §4.2). `B % D != 0` is an error at the
+    module's `/parallel/dp`.
+
+    ```mlir
+    %0 = mimo.dp_slice %batch on %grid {lanes = 4 : i64, module = @images,
+                                        samples_per_lane = 2 : i64}
+    %1 = mimo.encoder @images(%0) on %grid ...
+    ```
+  }];
+}
+
+def PropagateSplitSizes : Pass<"mimo-propagate-split-sizes",
+                                "::mlir::ModuleOp"> {
+  let summary = "Derive per-sample modality-token counts for every bridge";
+  let description = [{
+    Inserts one `mimo.split_sizes` per encoder, computed from the global
+    microbatch's input ids and the modality's special token id. Both ends of
+    the modality's bridge read it (no runtime shape handshake) and fold the
+    per-sample counts into per-route piece sizes, forward and backward, so
+    fan-in with unequal token counts stays correct (SPEC §4.3).
+  }];
+}
+
+def InsertBridges : Pass<"mimo-insert-bridges", "::mlir::ModuleOp"> {
+  let summary = "Insert a mimo.bridge on every encoder -> language edge";
+  let description = [{
+    Between an encoder's last stage and the language first stage:
+    `mode` (fan_in, fan_out, one_to_one or colocated), `ratio`, the token
+    list's `tensor_ndim` and `batch_dim`, the lane leaders, the routes and
+    the boundary broadcast groups (SPEC §4.3), or for colocated models the
+    direction and gather groups (SPEC §4.4). Lanes that don't divide are an
+    error at the encoder's `/parallel/dp` with a note at the language's.
+    Needs mimo-propagate-split-sizes.
+  }];
+}
+
+def ShardSequence : Pass<"mimo-shard-sequence", "::mlir::ModuleOp"> {
+  let summary = "CP zigzag and SP scatter of the language inputs";
+  let description = [{
+    Splits the language module's input embedding into `mimo.embed` (text
+    embeddings with the modality rows at their tokens) and `mimo.targets`
+    (labels, loss mask), then inserts `mimo.cp_shard {scheme = "zigzag"}` on
+    both (cp > 1) and `mimo.sp_scatter` on the embeddings (sequence
+    parallel, tp > 1), SPEC §4.5. Packed sequences are zigzagged one by one,
+    each padded to `pad_multiple`. Indivisible sequences and dense masks
+    under CP are errors.
+  }];
+}
+
+def Schedule1F1B : Pass<"mimo-schedule-1f1b", "::mlir::ModuleOp"> {
+  let summary = "Place every pipeline stage in the multi-module 1F1B";
+  let description = [{
+    Sets the model's `total_stages` (the longest path through the module
+    graph, weighted by pipeline size; the language pipeline alone when
+    colocated) and inserts a `mimo.stage` per (module, pp) with its global
+    stage, `warmup = min(total - stage - 1, M)`, `steady = M - warmup` and
+    `cooldown = warmup` (SPEC §4.6).
+  }];
+}
+
+def LowerToRanks : Pass<"mimo-lower-to-ranks", "::mlir::ModuleOp"> {
+  let summary = "Lower the model to per-role instruction streams";
+  let description = [{
+    Emits one `mimo.program` per role (ranks whose instruction streams are
+    the same up to their peers): receives, forward stages, sends, backward
+    stages, bridge sends/receives/broadcasts, sharding, the data-parallel
+    gradient reduction and the optimizer step, in multi-module 1F1B order.
+    Sends and receives posted together sit in a `mimo.exchange`. Peers are
+    resolved per rank from the grids, so the IR grows with the number of
+    roles, not with the world size.
+  }];
+}
+
+def VerifyPlan : Pass<"mimo-verify-plan", "::mlir::ModuleOp"> {
+  let summary = "Prove that every send meets its receive and nothing deadlocks";
+  let description = [{
+    Resolves every rank's program against the grids and checks that each
+    instruction applies to its rank, that each send has exactly one
+    matching receive (same peers, microbatch and shape rule), and, by
+    simulating all ranks' streams with blocking sends and receives
+    (an exchange's operations posted together) and collectives, that the
+    plan runs to the end. Failures name the ranks and instructions.
+  }];
+}
+
 #endif // MIMO_PASSES_TD

@@ -6,6 +6,13 @@ namespace mimo {
 
 void buildMimoPipeline(mlir::OpPassManager &pm) {
   pm.addPass(createAssignGrids());
+  pm.addPass(createSliceBatch());
+  pm.addPass(createPropagateSplitSizes());
+  pm.addPass(createInsertBridges());
+  pm.addPass(createShardSequence());
+  pm.addPass(createSchedule1F1B());
+  pm.addPass(createLowerToRanks());
+  pm.addPass(createVerifyPlan());
 }
 
 } // namespace mimo

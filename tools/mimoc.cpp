@@ -1,9 +1,9 @@
 //===- mimoc.cpp - The mimo compiler driver -------------------------------===//
 //
-//   mimoc compile MODEL.json [-o FILE] [--emit=mlir]
-//   [--mlir-print-ir-after-all]
+//   mimoc compile MODEL.json [-o PLAN.json] [--emit=plan|mlir]
+//                 [--mlir-print-ir-after-all]
 //                 [--mlir-print-ir-after=PASS] [--dump-ir-dir=DIR]
-//   mimoc explain MODEL.json [--json] [--rank R]
+//   mimoc explain MODEL.json|PLAN.json [--json] [--rank R]
 //
 // Exit codes: 0 success, 1 invalid input (diagnostics on stderr, nothing
 // written).
@@ -18,6 +18,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -42,10 +43,12 @@ cl::opt<std::string> outputFile("o",
                                 cl::value_desc("FILE"), cl::init("-"),
                                 cl::sub(compileCommand),
                                 cl::cat(compileCategory));
-enum class EmitKind { MLIR };
+enum class EmitKind { Plan, MLIR };
 cl::opt<EmitKind> emitKind(
-    "emit", cl::desc("What to write"), cl::init(EmitKind::MLIR),
-    cl::values(clEnumValN(EmitKind::MLIR, "mlir",
+    "emit", cl::desc("What to write"), cl::init(EmitKind::Plan),
+    cl::values(clEnumValN(EmitKind::Plan, "plan",
+                          "the verified plan file (default)"),
+               clEnumValN(EmitKind::MLIR, "mlir",
                           "the IR after the pipeline, with locations")),
     cl::sub(compileCommand), cl::cat(compileCategory));
 cl::opt<bool> printIrAfterAll("mlir-print-ir-after-all",
@@ -67,24 +70,22 @@ cl::opt<std::string> dumpIrDir("dump-ir-dir",
 
 cl::OptionCategory explainCategory("explain options");
 cl::opt<std::string> explainInput(cl::Positional, cl::Required,
-                                  cl::desc("<MODEL.json>"),
+                                  cl::desc("<MODEL.json|PLAN.json>"),
                                   cl::sub(explainCommand));
 cl::opt<bool> explainJson("json", cl::desc("Print one JSON object"),
                           cl::sub(explainCommand), cl::cat(explainCategory));
-cl::opt<int64_t> explainRank("rank", cl::desc("Show only rank R"),
+cl::opt<int64_t> explainRank("rank",
+                             cl::desc("Show only rank R, with its program"),
                              cl::value_desc("R"), cl::init(-1),
                              cl::sub(explainCommand), cl::cat(explainCategory));
 
-/// Compiles `path`, printing diagnostics; null on failure.
-mlir::OwningOpRef<mlir::ModuleOp> compile(mlir::MLIRContext &context,
-                                          StringRef path,
-                                          const mimo::CompileOptions &options) {
+/// Compiles `path`, printing diagnostics; fails with nothing on error.
+mimo::CompileResult compile(mlir::MLIRContext &context, StringRef path,
+                            const mimo::CompileOptions &options) {
   mimo::CompileResult result = mimo::compileModelFile(context, path, options);
-  if (!result.succeeded()) {
+  if (!result.succeeded())
     mimo::printDiagnostics(errs(), path, result.diagnostics);
-    return nullptr;
-  }
-  return std::move(result.module);
+  return result;
 }
 
 int runCompile() {
@@ -104,13 +105,20 @@ int runCompile() {
     options.printIrAfter.push_back(pass);
   }
   mlir::MLIRContext context;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      compile(context, compileInput, options);
-  if (!module)
+  mimo::CompileResult result = compile(context, compileInput, options);
+  if (!result.succeeded())
     return 1;
   std::string text;
   raw_string_ostream os(text);
-  module->print(os, mlir::OpPrintingFlags().enableDebugInfo());
+  if (emitKind == EmitKind::MLIR) {
+    result.module->print(os, mlir::OpPrintingFlags().enableDebugInfo());
+  } else {
+    if (!result.plan) {
+      errs() << compileInput << ": error: the compiled IR holds no plan\n";
+      return 1;
+    }
+    os << mimo::planToJson(*result.plan).dump() << "\n";
+  }
   if (outputFile == "-") {
     outs() << text;
     return 0;
@@ -129,14 +137,38 @@ int runCompile() {
   return 0;
 }
 
+/// Reads a plan file, or compiles a model.json, into a plan.
+std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
+  auto buffer = MemoryBuffer::getFile(path);
+  if (!buffer) {
+    errs() << path
+           << ": error: cannot read the file: " << buffer.getError().message()
+           << "\n";
+    return std::nullopt;
+  }
+  StringRef text = (*buffer)->getBuffer();
+  nlohmann::json document =
+      nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (mimo::isPlanDocument(document)) {
+    mimo::PlanLoadResult loaded = mimo::loadPlanDocument(document, path.str());
+    if (!loaded.plan) {
+      mimo::printDiagnostics(errs(), path, loaded.diagnostics);
+      return std::nullopt;
+    }
+    return std::move(loaded.plan);
+  }
+  mimo::CompileResult result = compile(context, path, {});
+  if (!result.succeeded())
+    return std::nullopt;
+  return std::move(result.plan);
+}
+
 int runExplain() {
   mlir::MLIRContext context;
-  mlir::OwningOpRef<mlir::ModuleOp> module = compile(context, explainInput, {});
-  if (!module)
+  std::optional<mimo::Plan> plan = planOf(context, explainInput);
+  if (!plan)
     return 1;
-  auto models = llvm::to_vector(module->getOps<mimo::ir::ModelOp>());
-  mimo::ir::ModelOp model = models.front();
-  int64_t worldSize = static_cast<int64_t>(model.getWorldSize().value_or(0));
+  int64_t worldSize = plan->topology.worldSize;
   std::optional<int64_t> rank;
   if (explainRank.getNumOccurrences()) {
     if (explainRank < 0 || explainRank >= worldSize) {
@@ -147,11 +179,21 @@ int runExplain() {
     }
     rank = explainRank;
   }
-  nlohmann::ordered_json explanation = mimo::explainModel(model, rank);
-  if (explainJson)
+  nlohmann::ordered_json explanation = mimo::explainPlan(*plan, rank);
+  if (rank) {
+    const mimo::Program &program = plan->programs[plan->rankProgram[*rank]];
+    nlohmann::ordered_json instructions = nlohmann::ordered_json::array();
+    for (const mimo::Instr &in : program.instrs)
+      instructions.push_back(mimo::instrJson(plan->topology, in));
+    explanation["instructions"] = instructions;
+  }
+  if (explainJson) {
     outs() << explanation.dump(2) << "\n";
-  else
-    outs() << mimo::renderExplainText(explanation, model.getSymName());
+    return 0;
+  }
+  outs() << mimo::renderExplainText(explanation, plan->config.name);
+  if (rank)
+    outs() << "\n" << mimo::renderRankProgram(*plan, *rank);
   return 0;
 }
 
@@ -163,8 +205,8 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "mimoc: compile multimodal models with per-module parallel grids\n\n"
-      "  mimoc compile MODEL.json -o OUT.mlir\n"
-      "  mimoc explain MODEL.json [--json] [--rank R]\n");
+      "  mimoc compile MODEL.json -o PLAN.json\n"
+      "  mimoc explain MODEL.json|PLAN.json [--json] [--rank R]\n");
   if (compileCommand)
     return runCompile();
   if (explainCommand)

@@ -716,32 +716,38 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   return ParseResult{std::move(config), {}};
 }
 
-ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
+std::optional<json> parseJsonText(std::string_view text, Diagnostic &error) {
   json root = json::parse(text.begin(), text.end(), nullptr,
                           /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Re-run with exceptions to learn where the syntax error is.
-    Diagnostic diag;
-    diag.syntax = true;
-    try {
-      json strict = json::parse(text.begin(), text.end());
-      (void)strict;
-      diag.message = "invalid JSON";
-    } catch (const json::parse_error &error) {
-      size_t offset = error.byte > 0 ? error.byte - 1 : 0;
-      diag.position = JsonLocator::positionOfOffset(text, offset);
-      std::string what = error.what();
-      // nlohmann's text: "[json.exception.parse_error.101] parse error at
-      // line 3, column 5: syntax error while parsing object key - ...".
-      size_t detail = what.find("syntax error");
-      diag.message =
-          "invalid JSON: " +
-          (detail != std::string::npos ? what.substr(detail) : what) +
-          "; fix the JSON syntax at this position";
-    }
-    return ParseResult{std::nullopt, {diag}};
+  if (!root.is_discarded())
+    return root;
+  // Re-run with exceptions to learn where the syntax error is.
+  error = Diagnostic();
+  error.syntax = true;
+  try {
+    json strict = json::parse(text.begin(), text.end());
+    (void)strict;
+    error.message = "invalid JSON";
+  } catch (const json::parse_error &failure) {
+    size_t offset = failure.byte > 0 ? failure.byte - 1 : 0;
+    error.position = JsonLocator::positionOfOffset(text, offset);
+    std::string what = failure.what();
+    // nlohmann's text: "[json.exception.parse_error.101] parse error at
+    // line 3, column 5: syntax error while parsing object key - ...".
+    size_t detail = what.find("syntax error");
+    error.message = "invalid JSON: " +
+                    (detail != std::string::npos ? what.substr(detail) : what) +
+                    "; fix the JSON syntax at this position";
   }
-  return validateModelConfig(root, fileName);
+  return std::nullopt;
+}
+
+ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
+  Diagnostic syntax;
+  std::optional<json> root = parseJsonText(text, syntax);
+  if (!root)
+    return ParseResult{std::nullopt, {syntax}};
+  return validateModelConfig(*root, fileName);
 }
 
 json toJson(const ModelConfig &config) {

@@ -13,7 +13,7 @@
 #include "runtime/core/Diagnostic.h"
 #include "runtime/core/Grid.h"
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -107,6 +107,10 @@ struct ParseResult {
 /// Parses and validates model.json text. `fileName` supplies the default
 /// model name (its stem).
 ParseResult parseModelConfig(std::string_view text, std::string_view fileName);
+
+/// Parses JSON text; on a syntax error fills `error` (with line:column).
+std::optional<nlohmann::json> parseJsonText(std::string_view text,
+                                            Diagnostic &error);
 
 /// Validates an already parsed document (as embedded in a plan file).
 ParseResult validateModelConfig(const nlohmann::json &document,

@@ -22,8 +22,7 @@ json explain(const std::string &text, const std::string &file = "model.json") {
       << (result.diagnostics.empty() ? "" : result.diagnostics[0].message);
   if (!result.succeeded())
     return json();
-  auto model = *result.module->getOps<ir::ModelOp>().begin();
-  return json::parse(explainModel(model).dump());
+  return json::parse(explainPlan(*result.plan).dump());
 }
 
 /// {name, tp, cp, dp, pp, first, last} of one role, for compact expectations.
@@ -126,17 +125,72 @@ TEST(ExplainTest, CoordinatesFollowAnyOrder) {
   EXPECT_EQ(orders, 24);
 }
 
+// SPEC §3 keys: bridges, stages and warm-ups (reference §11.10 fan-in row,
+// with the example's M = 4), against the compiled IR.
+TEST(ExplainTest, FanInBridgeStagesAndWarmups) {
+  json e = explain(test::readExample("vlm-fan-in.json"));
+  ASSERT_EQ(e["bridges"].size(), 1u);
+  const json &b = e["bridges"][0];
+  EXPECT_EQ(b["src"], "images");
+  EXPECT_EQ(b["dst"], "language");
+  EXPECT_EQ(b["mode"], "fan_in");
+  EXPECT_EQ(b["ratio"], 4);
+  EXPECT_EQ(b["tensor_ndim"], 2);
+  EXPECT_EQ(b["batch_dim"], 0);
+  EXPECT_EQ(b["src_leaders"], json::parse("[0,1,2,3]"));
+  EXPECT_EQ(b["dst_leaders"], json::parse("[4]"));
+  EXPECT_EQ(b["routes"], json::parse(R"([{"from":0,"to":4},{"from":1,"to":4},
+                                         {"from":2,"to":4},{"from":3,"to":4}])"));
+  EXPECT_EQ(b["src_broadcast_groups"], json::parse("[[0],[1],[2],[3]]"));
+  EXPECT_EQ(b["dst_broadcast_groups"], json::parse("[[4,5]]"));
+  std::vector<int> stages, warmups;
+  for (const json &rank : e["ranks"]) {
+    stages.push_back(rank["stage"].get<int>());
+    warmups.push_back(rank["warmup"].get<int>());
+  }
+  EXPECT_EQ(stages, (std::vector<int>{0, 0, 0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(warmups, (std::vector<int>{2, 2, 2, 2, 1, 1, 0, 0}));
+  // SP over tp2 without CP: each TP rank of the first stage holds half.
+  EXPECT_EQ(e["shards"], json::parse(R"([{"rank":4,"positions":[[0,64]]},
+                                         {"rank":5,"positions":[[64,128]]}])"));
+}
+
+// Reference §11.8 CP zigzag then SP, on the lm-cp2-sp example (S = 128).
+TEST(ExplainTest, CpZigzagThenSpShards) {
+  json e = explain(test::readExample("lm-cp2-sp.json"));
+  EXPECT_EQ(e["shards"], json::parse(R"([
+      {"rank":2,"positions":[[0,32]]}, {"rank":3,"positions":[[96,128]]},
+      {"rank":4,"positions":[[32,64]]}, {"rank":5,"positions":[[64,96]]}])"));
+  EXPECT_EQ(e["bridges"][0]["dst_broadcast_groups"],
+            json::parse("[[2,3,4,5]]"));
+  EXPECT_EQ(e["bridges"][0]["dst_leaders"], json::parse("[2]"));
+}
+
+TEST(ExplainTest, ColocatedBridge) {
+  json e = explain(test::readExample("vlm-colocated.json"));
+  const json &b = e["bridges"][0];
+  EXPECT_EQ(b["mode"], "colocated");
+  EXPECT_EQ(b["direction"], "fan_in");
+  EXPECT_EQ(b["ratio"], 2);
+  // Reference §11.9: src tp2·dp4, dest tp4·dp2.
+  EXPECT_EQ(b["gather_groups"], json::parse("[[0,2],[1,3],[4,6],[5,7]]"));
+  for (const json &rank : e["ranks"]) {
+    EXPECT_EQ(rank["stage"], 0);
+    EXPECT_EQ(rank["warmup"], 0);
+  }
+}
+
 TEST(ExplainTest, OnlyRank) {
   static mlir::MLIRContext context;
   CompileResult result =
       compileModel(context, "m.json", test::readExample("vlm-fan-out.json"));
   ASSERT_TRUE(result.succeeded());
-  auto model = *result.module->getOps<ir::ModelOp>().begin();
-  json e = json::parse(explainModel(model, 3).dump());
+  json e = json::parse(explainPlan(*result.plan, 3).dump());
   ASSERT_EQ(e["ranks"].size(), 1u);
   EXPECT_EQ(e["ranks"][0]["rank"], 3);
   EXPECT_EQ(role(e["ranks"][0]["modules"][0]), "images tp1 cp0 dp0 pp1 last");
-  std::string text = renderExplainText(explainModel(model), "vlm-fan-out");
+  std::string text =
+      renderExplainText(explainPlan(*result.plan), "vlm-fan-out");
   EXPECT_NE(text.find("model vlm-fan-out: 8 ranks, non_colocated"),
             std::string::npos);
 }

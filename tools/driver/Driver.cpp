@@ -2,6 +2,8 @@
 
 #include "tools/driver/Driver.h"
 
+#include "codegen/PlanFromIR.h"
+
 #include "ir/Import.h"
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
@@ -156,6 +158,15 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
           Diagnostic::error("", "the mimo pipeline failed without a message"));
     result.diagnostics = std::move(diagnostics);
     return result;
+  }
+  auto models = llvm::to_vector(module->getOps<ir::ModelOp>());
+  if (models.size() == 1) {
+    mlir::FailureOr<Plan> plan = planFromIR(models.front(), *result.config);
+    if (mlir::failed(plan)) {
+      result.diagnostics = std::move(diagnostics);
+      return result;
+    }
+    result.plan = std::move(*plan);
   }
   result.module = std::move(module);
   return result;

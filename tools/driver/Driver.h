@@ -10,6 +10,7 @@
 
 #include "runtime/core/Diagnostic.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/PlanFile.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -36,6 +37,8 @@ struct CompileOptions {
 struct CompileResult {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::optional<ModelConfig> config;
+  /// The verified plan (SPEC §6) of the compiled model.
+  std::optional<Plan> plan;
   /// Errors (and their notes); empty on success.
   std::vector<Diagnostic> diagnostics;
 

@@ -1,0 +1,479 @@
+//===- PlanTest.cpp - Programs, verification and the plan file ------------===//
+//
+// The per-rank programs against reference §11.10 (stages, warm-ups, bridge
+// leaders), the simulator-based verifier against hand-made deadlocks and
+// mismatches, and the plan file's round trip and rejection of bad plans.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/PlanFile.h"
+
+#include "TestModels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace {
+
+using namespace mimo;
+using nlohmann::json;
+using Ranks = std::vector<int64_t>;
+
+struct Side {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1, offset = 0;
+  bool sp = false;
+  std::vector<std::string> order = {"tp", "cp", "dp", "pp"};
+};
+
+/// A model with one encoder per entry of `encoders` and a language module.
+json makeModel(const std::vector<Side> &encoders, const Side &lm,
+               int64_t mbs = 8, int64_t microbatches = 4, int64_t seq = 64) {
+  json model = {{"version", 1},
+                {"name", "t"},
+                {"batch",
+                 {{"micro_batch_size", mbs},
+                  {"num_microbatches", microbatches},
+                  {"seq_length", seq}}}};
+  auto parallel = [](const Side &s) {
+    json p = {{"tp", s.tp},
+              {"cp", s.cp},
+              {"pp", s.pp},
+              {"dp", s.dp},
+              {"rank_offset", s.offset},
+              {"order", s.order}};
+    if (s.sp)
+      p["sequence_parallel"] = true;
+    return p;
+  };
+  for (size_t i = 0; i < encoders.size(); ++i)
+    model["modules"].push_back({{"name", "enc" + std::to_string(i)},
+                                {"kind", "encoder"},
+                                {"special_token_id", 1000 + i},
+                                {"arch",
+                                 {{"feature_dim", 16},
+                                  {"hidden_size", 32},
+                                  {"num_layers", 4},
+                                  {"num_heads", 4},
+                                  {"ffn_hidden_size", 64}}},
+                                {"parallel", parallel(encoders[i])}});
+  model["modules"].push_back({{"name", "language"},
+                              {"kind", "language"},
+                              {"arch",
+                               {{"vocab_size", 1024},
+                                {"hidden_size", 64},
+                                {"num_layers", 12},
+                                {"num_heads", 8},
+                                {"ffn_hidden_size", 128}}},
+                              {"parallel", parallel(lm)}});
+  return model;
+}
+
+Plan planOf(const json &model) {
+  ParseResult parsed = validateModelConfig(model, "model.json");
+  EXPECT_TRUE(parsed.config)
+      << (parsed.diagnostics.empty() ? "" : parsed.diagnostics[0].message);
+  std::string error;
+  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+  EXPECT_TRUE(plan) << error;
+  return *plan;
+}
+
+std::string problemsText(const std::vector<PlanProblem> &problems) {
+  std::string text;
+  for (const PlanProblem &p : problems)
+    text += p.message + "\n";
+  return text;
+}
+
+struct ScheduleCase {
+  const char *name;
+  Side encoder, language;
+  int64_t total;
+  Ranks warmups; // by rank
+};
+
+class ScheduleTest : public testing::TestWithParam<ScheduleCase> {};
+
+// Reference §11.10 (grid [tp,cp,pp,dp], i.e. our order tp-cp-pp-dp; M = 4).
+TEST_P(ScheduleTest, MatchesReference11_10) {
+  const ScheduleCase &c = GetParam();
+  Plan plan = planOf(makeModel({c.encoder}, c.language, 4, 4));
+  EXPECT_EQ(plan.topology.totalStages, c.total);
+  ASSERT_EQ(plan.topology.worldSize, int64_t(c.warmups.size()));
+  for (int64_t rank = 0; rank < plan.topology.worldSize; ++rank) {
+    size_t m = plan.topology.modulesOf(rank).front();
+    const StageTopology *stage = plan.topology.stageOf(
+        m, plan.topology.modules[m].grid.coordsOf(rank).pp);
+    ASSERT_TRUE(stage);
+    EXPECT_EQ(stage->warmup, c.warmups[rank]) << "rank " << rank;
+    // Warm-up W means W forwards run before the steady state's first
+    // forward-backward pair (M = 4 > W here).
+    const Program &program = plan.programs[plan.rankProgram[rank]];
+    int64_t forwards = 0;
+    for (const Instr &in : program.instrs) {
+      if (in.op == InstrOp::Backward && in.index == int32_t(m))
+        break;
+      forwards += in.op == InstrOp::Forward;
+    }
+    EXPECT_EQ(forwards, c.warmups[rank] + 1) << "rank " << rank;
+  }
+  EXPECT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+}
+
+const std::vector<std::string> kRefOrder = {"tp", "cp", "pp", "dp"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Reference, ScheduleTest,
+    testing::Values(
+        ScheduleCase{
+            "baseline_2gpu", {1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}, 2, {1, 0}},
+        ScheduleCase{
+            "lm_pp3_4gpu", {1, 1, 1, 1, 0}, {1, 1, 3, 1, 1}, 4, {3, 2, 1, 0}},
+        ScheduleCase{"encoder_tp2_llm_tp2_pp3_8gpu",
+                     {2, 1, 1, 1, 0, false, kRefOrder},
+                     {2, 1, 3, 1, 2, false, kRefOrder},
+                     4,
+                     {3, 3, 2, 2, 1, 1, 0, 0}},
+        ScheduleCase{"full_pp_8gpu",
+                     {2, 1, 2, 1, 0, false, kRefOrder},
+                     {2, 1, 2, 1, 4, false, kRefOrder},
+                     4,
+                     {3, 3, 2, 2, 1, 1, 0, 0}},
+        ScheduleCase{"fan_in_dp4_to_dp1_llm_tp2_pp2_8gpu",
+                     {1, 1, 1, 4, 0, false, kRefOrder},
+                     {2, 1, 2, 1, 4, false, kRefOrder},
+                     3,
+                     {2, 2, 2, 2, 1, 1, 0, 0}},
+        ScheduleCase{"fan_out_dp1_to_dp4_enc_tp2_pp2_8gpu",
+                     {2, 1, 2, 1, 0, false, kRefOrder},
+                     {1, 1, 1, 4, 4, false, kRefOrder},
+                     3,
+                     {2, 2, 1, 1, 0, 0, 0, 0}},
+        ScheduleCase{"fan_in_dp2_to_dp1_llm_pp3_8gpu",
+                     {1, 1, 1, 2, 0, false, kRefOrder},
+                     {2, 1, 3, 1, 2, false, kRefOrder},
+                     4,
+                     {3, 3, 2, 2, 1, 1, 0, 0}}),
+    [](const testing::TestParamInfo<ScheduleCase> &info) {
+      return std::string(info.param.name);
+    });
+
+// Reference §11.10, bridge column.
+TEST(PlanBridgeTest, LeadersAndBroadcastGroupsOfReference11_10) {
+  {
+    Plan plan = planOf(makeModel({{2, 1, 1, 1, 0, false, kRefOrder}},
+                                 {2, 1, 3, 1, 2, false, kRefOrder}, 4));
+    const BridgeTopology &b = plan.topology.bridges[0];
+    EXPECT_EQ(b.srcLeaders, Ranks{1});
+    EXPECT_EQ(b.dstLeaders, Ranks{2});
+    EXPECT_EQ(b.dstBroadcastGroups, (std::vector<Ranks>{{2, 3}}));
+  }
+  {
+    Plan plan = planOf(makeModel({{2, 1, 2, 1, 0, false, kRefOrder}},
+                                 {2, 1, 2, 1, 4, false, kRefOrder}, 4));
+    const BridgeTopology &b = plan.topology.bridges[0];
+    EXPECT_EQ(b.routes, (std::vector<BridgeRoute>{{3, 4}}));
+    EXPECT_EQ(b.srcBroadcastGroups, (std::vector<Ranks>{{2, 3}}));
+    EXPECT_EQ(b.dstBroadcastGroups, (std::vector<Ranks>{{4, 5}}));
+  }
+  {
+    Plan plan = planOf(makeModel({{1, 1, 1, 4, 0, false, kRefOrder}},
+                                 {2, 1, 2, 1, 4, false, kRefOrder}, 4));
+    const BridgeTopology &b = plan.topology.bridges[0];
+    EXPECT_EQ(b.mode, BridgeMode::FanIn);
+    EXPECT_EQ(b.ratio, 4);
+    EXPECT_EQ(b.routes,
+              (std::vector<BridgeRoute>{{0, 4}, {1, 4}, {2, 4}, {3, 4}}));
+  }
+  {
+    Plan plan = planOf(makeModel({{2, 1, 2, 1, 0, false, kRefOrder}},
+                                 {1, 1, 1, 4, 4, false, kRefOrder}, 4));
+    const BridgeTopology &b = plan.topology.bridges[0];
+    EXPECT_EQ(b.mode, BridgeMode::FanOut);
+    EXPECT_EQ(b.routes,
+              (std::vector<BridgeRoute>{{3, 4}, {3, 5}, {3, 6}, {3, 7}}));
+    // Rank 3 sends microbatch pieces to all four lanes; rank 2 is its
+    // TP peer and only receives the gradient by broadcast.
+    EXPECT_EQ(roleOf(plan.topology, 3), "enc0/pp1/language:src-leader");
+    EXPECT_EQ(roleOf(plan.topology, 2), "enc0/pp1/language:src-member");
+  }
+}
+
+// Reference §11.9: colocated gather groups.
+TEST(PlanBridgeTest, ColocatedGatherGroupsOfReference11_9) {
+  Side enc{2, 1, 1, 4, 0}, lm{4, 1, 1, 2, 0};
+  Plan fanIn = planOf(makeModel({enc}, lm));
+  const BridgeTopology &in = fanIn.topology.bridges[0];
+  EXPECT_EQ(in.mode, BridgeMode::Colocated);
+  EXPECT_EQ(in.direction, "fan_in");
+  EXPECT_EQ(in.ratio, 2);
+  EXPECT_EQ(in.gatherGroups,
+            (std::vector<Ranks>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  Plan fanOut = planOf(makeModel({{4, 1, 1, 2, 0}}, {2, 1, 1, 4, 0}));
+  EXPECT_EQ(fanOut.topology.bridges[0].direction, "fan_out");
+  EXPECT_EQ(fanOut.topology.bridges[0].gatherGroups,
+            (std::vector<Ranks>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  for (const Plan *plan : {&fanIn, &fanOut})
+    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, plan->programs,
+                                          plan->rankProgram)),
+              "");
+}
+
+TEST(PlanBridgeTest, ColocatedGridsThatDoNotNestAreRejected) {
+  // Encoder lanes vary fastest, language lanes slowest: rank 1 is in
+  // encoder lane 1 but language lane 0 of a fan-out... that does not nest.
+  Side enc{1, 1, 1, 4, 0}, lm{2, 1, 1, 2, 0};
+  lm.order = {"dp", "tp", "cp", "pp"};
+  ParseResult parsed = validateModelConfig(makeModel({enc}, lm), "m.json");
+  ASSERT_TRUE(parsed.config);
+  std::string error;
+  EXPECT_FALSE(buildTopology(*parsed.config, &error));
+  EXPECT_NE(error.find("colocated grids must nest"), std::string::npos)
+      << error;
+}
+
+TEST(PlanTest, ProgramsGrowWithRolesNotRanks) {
+  // 1,024 ranks: encoder dp 512 and language tp2·pp2·dp 128 (fan-in 4:1).
+  Plan plan =
+      planOf(makeModel({{1, 1, 1, 512, 0}}, {2, 1, 2, 128, 512}, 512, 4, 64));
+  EXPECT_EQ(plan.topology.worldSize, 1024);
+  EXPECT_LE(plan.programs.size(), 6u);
+  EXPECT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+}
+
+TEST(PlanTest, EveryExampleVerifiesAndRoundTrips) {
+  for (const char *name :
+       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
+        "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
+    SCOPED_TRACE(name);
+    ParseResult parsed = parseModelConfig(test::readExample(name), name);
+    ASSERT_TRUE(parsed.config);
+    std::string error;
+    std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+    ASSERT_TRUE(plan) << error;
+    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, plan->programs,
+                                          plan->rankProgram)),
+              "");
+    PlanLoadResult loaded = loadPlan(planToJson(*plan).dump(1), "plan.json");
+    ASSERT_TRUE(loaded.plan)
+        << formatDiagnostic("plan.json", loaded.diagnostics[0]);
+    EXPECT_EQ(loaded.plan->rankProgram, plan->rankProgram);
+    ASSERT_EQ(loaded.plan->programs.size(), plan->programs.size());
+    for (size_t p = 0; p < plan->programs.size(); ++p) {
+      EXPECT_EQ(loaded.plan->programs[p].role, plan->programs[p].role);
+      EXPECT_EQ(loaded.plan->programs[p].instrs, plan->programs[p].instrs);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The verifier on hand-made programs
+//===----------------------------------------------------------------------===//
+
+/// Encoder dp1 at rank 0, language pp2 at ranks 1-2, one microbatch.
+Plan twoStagePlan() {
+  return planOf(makeModel({{1, 1, 1, 1, 0}}, {1, 1, 2, 1, 1}, 2, 1));
+}
+
+Program &programOf(Plan &plan, int64_t rank) {
+  return plan.programs[plan.rankProgram[rank]];
+}
+
+Instr op(InstrOp kind, int32_t index, int32_t mb = 0, bool fused = false) {
+  return Instr{kind, index, mb, fused};
+}
+
+TEST(VerifyTest, GeneratedTwoStagePlanIsClean) {
+  Plan plan = twoStagePlan();
+  EXPECT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+}
+
+TEST(VerifyTest, ReceivesBeforeSendsDeadlock) {
+  Plan plan = twoStagePlan();
+  // Stage 0 waits for the gradient before sending the activation; stage 1
+  // waits for the activation before sending the gradient.
+  std::vector<Instr> &first = programOf(plan, 1).instrs;
+  auto send = std::find_if(first.begin(), first.end(), [](const Instr &in) {
+    return in.op == InstrOp::SendAct;
+  });
+  auto recv = std::find_if(first.begin(), first.end(), [](const Instr &in) {
+    return in.op == InstrOp::RecvGrad;
+  });
+  ASSERT_TRUE(send != first.end() && recv != first.end());
+  send->fused = recv->fused = false;
+  std::iter_swap(send, recv);
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_EQ(problems.size(), 1u);
+  const std::string &message = problems[0].message;
+  EXPECT_NE(message.find("the plan deadlocks"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("recv_grad language mb 0"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 2"), std::string::npos) << message;
+  EXPECT_GE(problems[0].places.size(), 2u);
+}
+
+TEST(VerifyTest, SendWithoutReceiveIsNamed) {
+  Plan plan = twoStagePlan();
+  std::vector<Instr> &last = programOf(plan, 2).instrs;
+  auto recv = std::find_if(last.begin(), last.end(), [](const Instr &in) {
+    return in.op == InstrOp::RecvAct;
+  });
+  ASSERT_NE(recv, last.end());
+  last.erase(recv);
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find(
+                "sends the activation of microbatch 0 from rank 1 to rank "
+                "2, but rank 2 never receives it"),
+            std::string::npos)
+      << problems[0].message;
+}
+
+TEST(VerifyTest, MismatchedMicrobatchesAreNamed) {
+  Plan plan = planOf(makeModel({{1, 1, 1, 1, 0}}, {1, 1, 2, 1, 1}, 2, 2));
+  std::vector<Instr> &last = programOf(plan, 2).instrs;
+  for (Instr &in : last)
+    if (in.op == InstrOp::RecvAct)
+      in.mb = 1 - in.mb; // expects microbatch 1 first
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problemsText(problems).find("deadlocks"), std::string::npos)
+      << problemsText(problems);
+}
+
+TEST(VerifyTest, InstructionsThatDoNotApplyAreRejected) {
+  Plan plan = twoStagePlan();
+  // The encoder rank has no next stage, and is no bridge destination.
+  programOf(plan, 0).instrs.insert(programOf(plan, 0).instrs.begin(),
+                                   op(InstrOp::SendAct, 0));
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("has no pipeline stage 1"),
+            std::string::npos)
+      << problems[0].message;
+}
+
+TEST(VerifyTest, FusedComputeIsRejected) {
+  Plan plan = twoStagePlan();
+  for (Instr &in : programOf(plan, 0).instrs)
+    if (in.op == InstrOp::Forward)
+      in.fused = true;
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("only sends and receives"),
+            std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// The plan file
+//===----------------------------------------------------------------------===//
+
+json examplePlan() {
+  ParseResult parsed =
+      parseModelConfig(test::readExample("vlm-fan-in.json"), "m.json");
+  std::string error;
+  return json(planToJson(*buildPlan(*parsed.config, &error)));
+}
+
+std::string firstError(const json &doc) {
+  PlanLoadResult result = loadPlan(doc.dump(), "plan.json");
+  EXPECT_FALSE(result.plan);
+  return result.diagnostics.empty()
+             ? ""
+             : formatDiagnostic("plan.json", result.diagnostics[0]);
+}
+
+TEST(PlanFileTest, ForeignVersionIsRejected) {
+  json doc = examplePlan();
+  doc["version"] = 2;
+  EXPECT_NE(firstError(doc).find("plan.json: /version: error: this plan has "
+                                 "version 2 but this mimo reads plan version "
+                                 "1; recompile"),
+            std::string::npos)
+      << firstError(doc);
+}
+
+TEST(PlanFileTest, ModelJsonIsNotAPlan) {
+  json doc = json::parse(test::readExample("vlm-fan-in.json"));
+  EXPECT_NE(firstError(doc).find("/format: error: expected \"mimo-plan\""),
+            std::string::npos);
+}
+
+TEST(PlanFileTest, SyntaxErrorsHaveLineAndColumn) {
+  PlanLoadResult result = loadPlan("{\n  \"format\": ,\n}", "plan.json");
+  ASSERT_EQ(result.diagnostics.size(), 1u);
+  EXPECT_EQ(formatDiagnostic("plan.json", result.diagnostics[0])
+                .rfind("plan.json:2:", 0),
+            0u);
+}
+
+TEST(PlanFileTest, EditedDerivedFieldsAreRejected) {
+  json doc = examplePlan();
+  doc["bridges"][0]["routes"][0]["to"] = 5;
+  EXPECT_NE(firstError(doc).find("/bridges/0/routes/0/to: error: expected 4, "
+                                 "found 5: the plan disagrees with its own "
+                                 "model"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["groups"][1]["tp"][0] = {4, 6};
+  EXPECT_NE(firstError(doc).find("/groups/1/tp/0/1"), std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["world_size"] = 16;
+  EXPECT_NE(firstError(doc).find("/world_size"), std::string::npos);
+  doc = examplePlan();
+  doc["extra"] = 1;
+  EXPECT_NE(firstError(doc).find("/extra: error: unknown key"),
+            std::string::npos);
+}
+
+TEST(PlanFileTest, BadModelIsReportedUnderModel) {
+  json doc = examplePlan();
+  doc["model"]["modules"][1]["parallel"]["tp"] = "two";
+  EXPECT_NE(firstError(doc).find("/model/modules/1/parallel/tp"),
+            std::string::npos)
+      << firstError(doc);
+}
+
+TEST(PlanFileTest, BadInstructionsAreRejected) {
+  json doc = examplePlan();
+  doc["programs"][0]["instructions"][0]["op"] = "teleport";
+  EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/op"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["programs"][0]["instructions"][0]["mb"] = 99;
+  EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/mb"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["programs"][0]["role"] = "nobody";
+  EXPECT_NE(firstError(doc).find("no program for rank 0"), std::string::npos)
+      << firstError(doc);
+}
+
+TEST(PlanFileTest, UnmatchedInstructionsAreRejectedOnLoad) {
+  json doc = examplePlan();
+  // Drop the first instruction of the language last stage (a receive).
+  for (json &program : doc["programs"])
+    if (program["role"] == "language/pp1")
+      program["instructions"].erase(0);
+  std::string error = firstError(doc);
+  EXPECT_NE(error.find("never receives it"), std::string::npos) << error;
+}
+
+} // namespace
