@@ -1094,27 +1094,23 @@ private:
       instrs.push_back(instr);
       rank = next;
     }
-    std::string message;
     std::vector<PlanProblem::Place> places;
     size_t from = rank >= 0 && seen.count(rank) ? seen[rank] : 0;
-    if (instrs.back() < 0) {
-      message = "the plan deadlocks: ";
-      for (size_t i = 0; i + 1 < path.size(); ++i) {
-        message += where(path[i], instrs[i]) + " waits for rank " +
-                   std::to_string(path[i + 1]) + ", ";
-        places.push_back(place(path[i], instrs[i]));
-      }
-      message += "which has already finished its program";
+    bool finishedPeer = instrs.back() < 0;
+    size_t last = finishedPeer ? path.size() - 1 : path.size();
+    std::string message = "the plan deadlocks: ";
+    for (size_t i = finishedPeer ? 0 : from; i < last; ++i) {
+      int64_t next = i + 1 < path.size() ? path[i + 1] : rank;
+      message += (places.empty() ? "" : ", ") + std::string("rank ") +
+                 std::to_string(path[i]) + " waits at instruction " +
+                 std::to_string(instrs[i]) + " (" +
+                 describeInstr(topology, streamOf(path[i])[instrs[i]]) +
+                 ") for rank " + std::to_string(next);
+      places.push_back(place(path[i], instrs[i]));
+    }
+    if (finishedPeer) {
+      message += ", which has already finished its program";
     } else {
-      message = "the plan deadlocks: ";
-      for (size_t i = from; i < path.size(); ++i) {
-        if (i > from)
-          message += ", which ";
-        message += (i == from ? "" : std::string("is at ")) +
-                   where(path[i], instrs[i]) + " waiting for rank " +
-                   std::to_string(i + 1 < path.size() ? path[i + 1] : rank);
-        places.push_back(place(path[i], instrs[i]));
-      }
       size_t stuck = 0;
       for (int64_t r = 0; r < topology.worldSize; ++r)
         stuck += static_cast<size_t>(state[r].pc) < streamOf(r).size();

@@ -1,0 +1,68 @@
+// RUN: mimo-opt %s --mimo-propagate-split-sizes --mimo-insert-bridges --mimo-shard-sequence --mimo-schedule-1f1b --mimo-lower-to-ranks -split-input-file | FileCheck %s
+
+// Fan-in into a language TP2·PP2 (reference §11.10, M = 2: the encoder warms
+// up twice): one program per role, not per rank; the sends and receives of a
+// steady 1F1B step are posted together in one exchange.
+// CHECK-LABEL: mimo.model @fan_in
+// CHECK: mimo.program "images/pp0/language:src-leader" attributes {ranks = 4 : i64} {
+// CHECK-NEXT: mimo.forward @images {mb = 0 : i64}
+// CHECK-NEXT: mimo.bridge_send {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.forward @images {mb = 1 : i64}
+// CHECK-NEXT: mimo.bridge_send {bridge = 0 : i64, mb = 1 : i64}
+// CHECK-NEXT: mimo.bridge_recv_grad {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.backward @images {mb = 0 : i64}
+// CHECK: mimo.reduce_grads @images
+// CHECK-NEXT: mimo.optimizer_step
+// CHECK: mimo.program "language/pp0/images:dst-leader" attributes {ranks = 1 : i64} {
+// CHECK-NEXT: mimo.bridge_recv {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.bridge_broadcast {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.shard @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.forward @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.send_act @language {mb = 0 : i64}
+// CHECK: mimo.exchange {
+// CHECK-NEXT: mimo.send_act @language {mb = 1 : i64}
+// CHECK-NEXT: mimo.recv_grad @language {mb = 0 : i64}
+// CHECK-NEXT: }
+// CHECK: mimo.program "language/pp0/images:dst-member" attributes {ranks = 1 : i64} {
+// CHECK-NEXT: mimo.bridge_broadcast {bridge = 0 : i64, mb = 0 : i64}
+// CHECK: mimo.program "language/pp1" attributes {ranks = 2 : i64} {
+// CHECK-NEXT: mimo.recv_act @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.forward @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.backward @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.exchange {
+// CHECK-NEXT: mimo.send_grad @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.recv_act @language {mb = 1 : i64}
+// CHECK-NEXT: }
+// CHECK-NOT: mimo.program
+// CHECK: mimo.train
+mimo.model @fan_in attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 4, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 2, dp = 1, rank_offset = 4, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 8 : i64, num_microbatches = 2 : i64, seq_length = 128 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
+  %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// Colocated TP2·DP4 -> TP4·DP2: every rank has the same program.
+// CHECK-LABEL: mimo.model @colocated
+// CHECK: mimo.program "colocated/pp0" attributes {ranks = 8 : i64} {
+// CHECK-NEXT: mimo.forward @images {mb = 0 : i64}
+// CHECK-NEXT: mimo.colocated_forward {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.shard @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.forward @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.backward @language {mb = 0 : i64}
+// CHECK-NEXT: mimo.colocated_backward {bridge = 0 : i64, mb = 0 : i64}
+// CHECK-NEXT: mimo.backward @images {mb = 0 : i64}
+mimo.model @colocated attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g0 = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 1, dp = 4, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %g1 = mimo.grid #mimo.parallel<tp = 4, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 8 : i64, num_microbatches = 1 : i64, seq_length = 128 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
+  %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
