@@ -7,23 +7,14 @@
 namespace mimo {
 
 mlir::FailureOr<Plan> planFromIR(ir::ModelOp model, const ModelConfig &config) {
-  mlir::FailureOr<Topology> topology =
-      readTopology(model, TopologyParts::Stages);
-  if (mlir::failed(topology))
+  mlir::FailureOr<PlanParts> parts = readPlanParts(model);
+  if (mlir::failed(parts))
     return mlir::failure();
-  mlir::FailureOr<ProgramsFromIR> programs = readPrograms(model, *topology);
-  if (mlir::failed(programs))
-    return mlir::failure();
-  std::string error;
-  std::optional<std::vector<int32_t>> rankProgram =
-      assignPrograms(*topology, programs->programs, &error);
-  if (!rankProgram)
-    return model.emitError(error), mlir::failure();
   Plan plan;
   plan.config = config;
-  plan.topology = std::move(*topology);
-  plan.programs = std::move(programs->programs);
-  plan.rankProgram = std::move(*rankProgram);
+  plan.topology = std::move(parts->topology);
+  plan.programs = std::move(parts->programs.programs);
+  plan.rankProgram = std::move(parts->rankProgram);
   return plan;
 }
 

@@ -75,12 +75,8 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
   topology.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
   topology.seqLength = static_cast<int64_t>(batch.getSeqLength());
   ir::ParallelAttr p = language.getGridOp().getParallel();
-  topology.shard.cp = p.getCp();
-  topology.shard.tp = p.getTp();
-  topology.shard.sequenceParallel = p.isSequenceParallel();
-  topology.shard.packing = batch.getPacking();
-  topology.shard.padMultiple =
-      sequenceShardFactor(p.getCp(), p.getTp(), p.isSequenceParallel());
+  topology.shard = makeShard(p.getCp(), p.getTp(), p.isSequenceParallel(),
+                             batch.getPacking());
 
   if (parts >= TopologyParts::Bridges) {
     for (ir::BridgeOp op : model.getBody().getOps<ir::BridgeOp>()) {
@@ -214,6 +210,27 @@ mlir::FailureOr<ProgramsFromIR> readPrograms(ir::ModelOp model,
     result.instrOps.push_back(std::move(ops));
   }
   return result;
+}
+
+mlir::FailureOr<PlanParts> readPlanParts(ir::ModelOp model) {
+  mlir::FailureOr<Topology> topology =
+      readTopology(model, TopologyParts::Stages);
+  if (mlir::failed(topology))
+    return failure();
+  mlir::FailureOr<ProgramsFromIR> programs = readPrograms(model, *topology);
+  if (mlir::failed(programs))
+    return failure();
+  if (programs->programs.empty())
+    return model.emitError("the model has no mimo.program; run "
+                           "mimo-lower-to-ranks first"),
+           failure();
+  std::string error;
+  std::optional<std::vector<int32_t>> rankProgram =
+      assignPrograms(*topology, programs->programs, &error);
+  if (!rankProgram)
+    return model.emitError(error), failure();
+  return PlanParts{std::move(*topology), std::move(*programs),
+                   std::move(*rankProgram)};
 }
 
 } // namespace mimo

@@ -36,6 +36,15 @@ struct ProgramsFromIR {
 mlir::FailureOr<ProgramsFromIR> readPrograms(ir::ModelOp model,
                                              const Topology &topology);
 
+/// The topology, the programs and each rank's program: everything
+/// mimo-verify-plan checks and codegen writes.
+struct PlanParts {
+  Topology topology;
+  ProgramsFromIR programs;
+  std::vector<int32_t> rankProgram;
+};
+mlir::FailureOr<PlanParts> readPlanParts(ir::ModelOp model);
+
 } // namespace mimo
 
 #endif // MIMO_PASSES_TOPOLOGYFROMIR_H

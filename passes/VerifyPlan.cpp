@@ -32,38 +32,26 @@ public:
 
 private:
   mlir::LogicalResult verify(ir::ModelOp model) {
-    mlir::FailureOr<Topology> topology =
-        readTopology(model, TopologyParts::Stages);
-    if (mlir::failed(topology))
+    mlir::FailureOr<PlanParts> parts = readPlanParts(model);
+    if (mlir::failed(parts))
       return mlir::failure();
-    mlir::FailureOr<ProgramsFromIR> programs = readPrograms(model, *topology);
-    if (mlir::failed(programs))
-      return mlir::failure();
-    if (programs->programs.empty())
-      return model.emitError("the model has no mimo.program; run "
-                             "mimo-lower-to-ranks first");
-    std::string error;
-    std::optional<std::vector<int32_t>> rankProgram =
-        assignPrograms(*topology, programs->programs, &error);
-    if (!rankProgram)
-      return model.emitError(error);
+    const ProgramsFromIR &programs = parts->programs;
     std::vector<PlanProblem> problems =
-        verifyPrograms(*topology, programs->programs, *rankProgram);
+        verifyPrograms(parts->topology, programs.programs, parts->rankProgram);
     for (const PlanProblem &problem : problems) {
       mlir::Operation *anchor = model;
       if (!problem.places.empty() && problem.places[0].instr >= 0)
         anchor =
             programs
-                ->instrOps[problem.places[0].program][problem.places[0].instr];
+                .instrOps[problem.places[0].program][problem.places[0].instr];
       mlir::InFlightDiagnostic diag = anchor->emitError(problem.message);
       for (size_t i = 1; i < problem.places.size(); ++i) {
         const PlanProblem::Place &place = problem.places[i];
         if (place.instr < 0)
           continue;
-        diag.attachNote(
-            programs->instrOps[place.program][place.instr]->getLoc())
+        diag.attachNote(programs.instrOps[place.program][place.instr]->getLoc())
             << "rank " << place.rank << " is here (program '"
-            << programs->programs[place.program].role << "')";
+            << programs.programs[place.program].role << "')";
       }
     }
     return mlir::success(problems.empty());

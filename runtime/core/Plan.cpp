@@ -221,6 +221,12 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
   return bridge;
 }
 
+ShardTopology makeShard(int64_t cp, int64_t tp, bool sequenceParallel,
+                        bool packing) {
+  return {cp, tp, sequenceParallel, packing,
+          sequenceShardFactor(cp, tp, sequenceParallel)};
+}
+
 void assignStages(Topology &topology) {
   std::vector<int64_t> encoderPp;
   size_t lm = topology.languageIndex();
@@ -546,13 +552,9 @@ std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
       // Tensor- and context-parallel peers compute each stage together.
       peers.collective = grid.size(Dim::TP) * grid.size(Dim::CP) > 1;
       return peers;
-    case InstrOp::ReduceGrads: {
-      auto [key, size] = groupKey(grid, rank, {Dim::DP, Dim::CP});
+    case InstrOp::ReduceGrads:
       peers.collective = true;
-      peers.root = key;
-      (void)size;
       return peers;
-    }
     default:
       return peers;
     }
@@ -1120,15 +1122,10 @@ private:
     problem(message, places);
   }
 
+  /// Whether `member` takes part in the collective `rank` is blocked in.
   bool sameGroup(int64_t rank, int64_t member, const Instr &in) const {
-    for (size_t m : topology.modulesOf(member)) {
-      (void)m;
-      std::string error;
-      if (!resolvePeers(topology, member, in, &error))
-        return false;
-      return collectiveGroup(member, in) == collectiveGroup(rank, in);
-    }
-    return false;
+    return resolvePeers(topology, member, in, nullptr) &&
+           collectiveGroup(member, in) == collectiveGroup(rank, in);
   }
 };
 

@@ -156,6 +156,10 @@ std::string roleOf(const Topology &topology, int64_t rank);
 std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
                                          size_t dst, std::string *error);
 
+/// The language first stage's sharding (SPEC §4.5, §4.8).
+ShardTopology makeShard(int64_t cp, int64_t tp, bool sequenceParallel,
+                        bool packing);
+
 /// The 1F1B stages of every module (SPEC §4.6).
 void assignStages(Topology &topology);
 

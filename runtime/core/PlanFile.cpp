@@ -66,12 +66,8 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
   }
   assignStages(topology);
   const ParallelConfig &p = config.modules[lm].parallel;
-  topology.shard.cp = p.cp;
-  topology.shard.tp = p.tp;
-  topology.shard.sequenceParallel = p.sequenceParallel;
-  topology.shard.packing = config.batch.packing;
-  topology.shard.padMultiple =
-      sequenceShardFactor(p.cp, p.tp, p.sequenceParallel);
+  topology.shard =
+      makeShard(p.cp, p.tp, p.sequenceParallel, config.batch.packing);
   return topology;
 }
 
