@@ -5,6 +5,7 @@
 #include "runtime/core/Grid.h"
 #include "runtime/core/Sharding.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace mimo {
@@ -237,7 +238,15 @@ std::string renderRankProgram(const Plan &plan, int64_t rank) {
          << (peers->ranks.size() > 1 ? "s " : " ");
       for (size_t p = 0; p < peers->ranks.size(); ++p)
         os << (p ? "," : "") << peers->ranks[p];
-      os << ": " << shapeRule(t, rank, peers->ranks[0], in).str();
+      // Pieces from or to several peers are consecutive sample ranges:
+      // show the whole range this instruction moves.
+      ShapeRule rule = shapeRule(t, rank, peers->ranks[0], in);
+      for (int64_t peer : peers->ranks) {
+        ShapeRule piece = shapeRule(t, rank, peer, in);
+        rule.sampleBegin = std::min(rule.sampleBegin, piece.sampleBegin);
+        rule.sampleEnd = std::max(rule.sampleEnd, piece.sampleEnd);
+      }
+      os << ": " << rule.str();
     } else if (peers && peers->root >= 0 &&
                (in.op == InstrOp::BridgeBroadcast ||
                 in.op == InstrOp::BridgeBroadcastGrad)) {

@@ -78,8 +78,6 @@ private:
                     int64_t value, llvm::StringRef dim, int64_t size);
   std::optional<LayoutResult> checkLayout(ir::ModelOp model,
                                           llvm::ArrayRef<ModuleView> modules);
-  void checkLanguageSharding(const ModuleView &language,
-                             ir::MicrobatchOp batch);
 };
 
 void AssignGridsPass::checkDivides(const ModuleView &module,
@@ -184,43 +182,6 @@ AssignGridsPass::checkLayout(ir::ModelOp model,
   return layout;
 }
 
-/// SPEC §4.5: the zigzag and SP scatter need seq_length to divide; CP cannot
-/// take a dense mask.
-void AssignGridsPass::checkLanguageSharding(const ModuleView &language,
-                                            ir::MicrobatchOp batch) {
-  ir::ParallelAttr p = language.parallel;
-  bool sequenceParallel = p.isSequenceParallel();
-  int64_t factor = sequenceShardFactor(p.getCp(), p.getTp(), sequenceParallel);
-  int64_t seqLength = static_cast<int64_t>(batch.getSeqLength());
-  if (!batch.getPacking() && seqLength % factor != 0) {
-    std::string why =
-        p.getCp() > 1 && sequenceParallel
-            ? "2*cp*tp with cp " + std::to_string(p.getCp()) + " and tp " +
-                  std::to_string(p.getTp())
-        : p.getCp() > 1
-            ? "2*cp with cp " + std::to_string(p.getCp())
-            : "tp " + std::to_string(p.getTp()) + " with sequence parallelism";
-    int64_t next = (seqLength / factor + 1) * factor;
-    InFlightDiagnostic diag = error(ir::fieldLoc(batch.getLoc(), "seq_length"))
-                              << "seq_length " << seqLength
-                              << " is not divisible by " << factor << " ("
-                              << why << ") for the sequence sharding of "
-                              << language.describe() << "; use a multiple of "
-                              << factor << " such as " << next;
-    diag.attachNote(language.grid.getLoc())
-        << "the language module's parallel grid";
-  }
-  if (p.getCp() > 1 && batch.getAttentionMask() == "dense") {
-    InFlightDiagnostic diag =
-        error(ir::fieldLoc(batch.getLoc(), "attention_mask"))
-        << "attention_mask \"dense\" cannot be used with cp " << p.getCp()
-        << " of " << language.describe()
-        << " (context parallelism shards the sequence in zigzag chunks); use "
-           "\"causal\" or packing, or set cp to 1";
-    diag.attachNote(language.field("cp")) << "cp is set here";
-  }
-}
-
 mlir::LogicalResult AssignGridsPass::assign(ir::ModelOp model) {
   ok = true;
   ir::MicrobatchOp batch = model.getMicrobatch();
@@ -253,7 +214,10 @@ mlir::LogicalResult AssignGridsPass::assign(ir::ModelOp model) {
   for (const ModuleView &module : modules)
     checkModule(module, batch);
   const ModuleView &language = modules[*languageIndex];
-  checkLanguageSharding(language, batch);
+  // Checked here too, so that one run reports every error of a model.
+  if (mlir::failed(
+          checkSequenceSharding(language.grid, batch, language.describe())))
+    ok = false;
 
   std::optional<LayoutResult> layout = checkLayout(model, modules);
   if (layout) {

@@ -19,6 +19,46 @@ namespace mimo {
 #define GEN_PASS_DEF_SHARDSEQUENCE
 #include "passes/Passes.h.inc"
 
+/// SPEC §4.5: the zigzag and SP scatter need seq_length to divide; CP cannot
+/// take a dense mask. Errors at the batch field, with a note at the grid.
+mlir::LogicalResult checkSequenceSharding(ir::GridOp grid,
+                                          ir::MicrobatchOp batch,
+                                          llvm::StringRef module) {
+  ir::ParallelAttr p = grid.getParallel();
+  bool ok = true;
+  bool sequenceParallel = p.isSequenceParallel();
+  int64_t factor = sequenceShardFactor(p.getCp(), p.getTp(), sequenceParallel);
+  int64_t seqLength = static_cast<int64_t>(batch.getSeqLength());
+  if (!batch.getPacking() && seqLength % factor != 0) {
+    std::string why =
+        p.getCp() > 1 && sequenceParallel
+            ? "2*cp*tp with cp " + std::to_string(p.getCp()) + " and tp " +
+                  std::to_string(p.getTp())
+        : p.getCp() > 1
+            ? "2*cp with cp " + std::to_string(p.getCp())
+            : "tp " + std::to_string(p.getTp()) + " with sequence parallelism";
+    int64_t next = (seqLength / factor + 1) * factor;
+    mlir::InFlightDiagnostic diag =
+        mlir::emitError(ir::fieldLoc(batch.getLoc(), "seq_length"))
+        << "seq_length " << seqLength << " is not divisible by " << factor
+        << " (" << why << ") for the sequence sharding of " << module
+        << "; use a multiple of " << factor << " such as " << next;
+    diag.attachNote(grid.getLoc()) << "the language module's parallel grid";
+    ok = false;
+  }
+  if (p.getCp() > 1 && batch.getAttentionMask() == "dense") {
+    mlir::InFlightDiagnostic diag =
+        mlir::emitError(ir::fieldLoc(batch.getLoc(), "attention_mask"))
+        << "attention_mask \"dense\" cannot be used with cp " << p.getCp()
+        << " of " << module
+        << " (context parallelism shards the sequence in zigzag chunks); use "
+           "\"causal\" or packing, or set cp to 1";
+    diag.attachNote(ir::fieldLoc(grid.getLoc(), "cp")) << "cp is set here";
+    ok = false;
+  }
+  return mlir::success(ok);
+}
+
 namespace {
 
 class ShardSequencePass : public impl::ShardSequenceBase<ShardSequencePass> {
@@ -45,21 +85,11 @@ private:
     int64_t cp = p.getCp(), tp = p.getTp();
     bool sp = p.isSequenceParallel() && tp > 1;
     bool packing = batch.getPacking();
-    int64_t seq = static_cast<int64_t>(batch.getSeqLength());
     int64_t factor = sequenceShardFactor(cp, tp, p.isSequenceParallel());
-    if (cp > 1 && batch.getAttentionMask() == "dense")
-      return mlir::emitError(ir::fieldLoc(grid.getLoc(), "cp"))
-             << "a dense attention_mask cannot be sharded across cp = " << cp
-             << " context-parallel ranks; use attention_mask \"causal\" or "
-                "packing";
-    if (!packing && seq % factor != 0)
-      return mlir::emitError(ir::fieldLoc(grid.getLoc(), cp > 1 ? "cp" : "tp"))
-             << "seq_length " << seq << " is not divisible by " << factor
-             << " (" << (cp > 1 ? "2·cp" : "") << (cp > 1 && sp ? "·" : "")
-             << (sp ? "tp" : "")
-             << "), so the sequence cannot be sharded evenly; make "
-                "seq_length a multiple of "
-             << factor;
+    if (mlir::failed(checkSequenceSharding(
+            grid, batch,
+            ("language module '" + language.getSymName() + "'").str())))
+      return mlir::failure();
     mlir::MLIRContext *context = &getContext();
     mlir::OpBuilder builder(language);
     mlir::Location loc = language.getLoc();

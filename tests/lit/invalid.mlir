@@ -494,3 +494,238 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
 // expected-error @+1 {{'mimo.train' op weight_decay and clip_grad must be non-negative}}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = -1.0 : f64, clip_grad = 1.0 : f64}
 }
+
+// -----
+
+// DpSliceOp: lanes against the grid
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{'mimo.dp_slice' op has 4 lanes but its grid has dp = 2}}
+  %s = mimo.dp_slice %mb on %g {module = @lm, lanes = 4 : i64, samples_per_lane = 1 : i64}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// SplitSizesOp: whole lanes
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{'mimo.split_sizes' op cannot cut 4 samples into whole lanes of 3 and 2}}
+  %sz = mimo.split_sizes %mb {modality = @img, special_token_id = 9 : i64, samples = 4 : i64, src_lanes = 3 : i64, dst_lanes = 2 : i64}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// BridgeOp: mode
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %sz = mimo.split_sizes %mb {modality = @img, special_token_id = 9 : i64, samples = 4 : i64, src_lanes = 2 : i64, dst_lanes = 2 : i64}
+// expected-error @+1 {{'mimo.bridge' op mode must be fan_in, fan_out, one_to_one or colocated, found "sideways"}}
+  %b = mimo.bridge %img, %sz {src = @img, dst = @lm, mode = "sideways", ratio = 1 : i64, tensor_ndim = 2 : i64, batch_dim = 0 : i64, src_leaders = array<i64: 0, 1>, dst_leaders = array<i64: 0, 1>, routes = array<i64: 0, 0, 1, 1>, src_broadcast_groups = [array<i64: 0>, array<i64: 1>], dst_broadcast_groups = [array<i64: 0>, array<i64: 1>]} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// BridgeOp: batch dim
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %sz = mimo.split_sizes %mb {modality = @img, special_token_id = 9 : i64, samples = 4 : i64, src_lanes = 2 : i64, dst_lanes = 2 : i64}
+// expected-error @+1 {{'mimo.bridge' op tensor_ndim must be 2 (batch_dim 0) or 3 (batch_dim 1)}}
+  %b = mimo.bridge %img, %sz {src = @img, dst = @lm, mode = "one_to_one", ratio = 1 : i64, tensor_ndim = 3 : i64, batch_dim = 0 : i64, src_leaders = array<i64: 0, 1>, dst_leaders = array<i64: 0, 1>, routes = array<i64: 0, 0, 1, 1>, src_broadcast_groups = [array<i64: 0>, array<i64: 1>], dst_broadcast_groups = [array<i64: 0>, array<i64: 1>]} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// BridgeOp: routes
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %sz = mimo.split_sizes %mb {modality = @img, special_token_id = 9 : i64, samples = 4 : i64, src_lanes = 2 : i64, dst_lanes = 2 : i64}
+// expected-error @+1 {{'mimo.bridge' op expected 2 routes, found 1}}
+  %b = mimo.bridge %img, %sz {src = @img, dst = @lm, mode = "one_to_one", ratio = 1 : i64, tensor_ndim = 2 : i64, batch_dim = 0 : i64, src_leaders = array<i64: 0, 1>, dst_leaders = array<i64: 0, 1>, routes = array<i64: 0, 0>, src_broadcast_groups = [array<i64: 0>, array<i64: 1>], dst_broadcast_groups = [array<i64: 0>, array<i64: 1>]} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// BridgeOp: colocated fields
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %img = mimo.encoder @img(%mb) on %g {special_token_id = 9 : i64, arch = #mimo.encoder_arch<feature_dim = 4, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>} : !mimo.tokens<8>
+  %sz = mimo.split_sizes %mb {modality = @img, special_token_id = 9 : i64, samples = 4 : i64, src_lanes = 2 : i64, dst_lanes = 2 : i64}
+// expected-error @+1 {{'mimo.bridge' op a colocated bridge needs direction and gather_groups}}
+  %b = mimo.bridge %img, %sz {src = @img, dst = @lm, mode = "colocated", ratio = 1 : i64, tensor_ndim = 2 : i64, batch_dim = 0 : i64, src_leaders = array<i64: 0, 1>, dst_leaders = array<i64: 0, 1>, routes = array<i64: 0, 0, 1, 1>, src_broadcast_groups = [array<i64: 0>, array<i64: 1>], dst_broadcast_groups = [array<i64: 0>, array<i64: 1>]} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// CpShardOp: scheme
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %e = mimo.embed %mb on %g {language = @lm, modalities = []} : !mimo.hidden<8>
+  %t = mimo.targets %mb on %g
+// expected-error @+1 {{'mimo.cp_shard' op scheme must be "zigzag", found "ring"}}
+  %s = mimo.cp_shard %e {scheme = "ring", cp = 2 : i64, seq_dim = 0 : i64, packing = false, pad_multiple = 4 : i64} : !mimo.hidden<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// CpShardOp: sequence dim of targets
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %e = mimo.embed %mb on %g {language = @lm, modalities = []} : !mimo.hidden<8>
+  %t = mimo.targets %mb on %g
+// expected-error @+1 {{'mimo.cp_shard' op seq_dim must be 0 for [S,B,H] hidden states and 1 for [B,S] targets}}
+  %s = mimo.cp_shard %t {scheme = "zigzag", cp = 2 : i64, seq_dim = 0 : i64, packing = false, pad_multiple = 4 : i64} : !mimo.targets
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// CpShardOp: cp
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %e = mimo.embed %mb on %g {language = @lm, modalities = []} : !mimo.hidden<8>
+  %t = mimo.targets %mb on %g
+// expected-error @+1 {{'mimo.cp_shard' op cp must be at least 2 to shard}}
+  %s = mimo.cp_shard %e {scheme = "zigzag", cp = 1 : i64, seq_dim = 0 : i64, packing = false, pad_multiple = 4 : i64} : !mimo.hidden<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// SpScatterOp: tp
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %e = mimo.embed %mb on %g {language = @lm, modalities = []} : !mimo.hidden<8>
+  %t = mimo.targets %mb on %g
+// expected-error @+1 {{'mimo.sp_scatter' op tp must be at least 2 to scatter}}
+  %s = mimo.sp_scatter %e {tp = 1 : i64, seq_dim = 0 : i64} : !mimo.hidden<8>
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageOp: embeddings without targets
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  %e = mimo.embed %mb on %g {language = @lm, modalities = []} : !mimo.hidden<8>
+  %t = mimo.targets %mb on %g
+// expected-error @+1 {{'mimo.language' op takes embeddings and targets together}}
+  %loss = mimo.language @lm(%mb) embeddings(%e : !mimo.hidden<8>) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// StageOp: counts
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+// expected-error @+1 {{'mimo.stage' op needs 0 <= pp <= stage, warmup >= 0, steady >= 0 and cooldown = warmup}}
+  mimo.stage @lm {pp = 0 : i64, stage = 0 : i64, warmup = 1 : i64, steady = 0 : i64, cooldown = 0 : i64}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// ExchangeOp: only sends and receives
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+    mimo.exchange {
+// expected-error @+1 {{'mimo.forward' op cannot be posted in a mimo.exchange: only sends and receives can}}
+      mimo.forward @lm {mb = 0 : i64}
+    }
+  }
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// Instructions: operand
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+// expected-error @+1 {{'mimo.send_act' op names a module (@name) and no bridge}}
+    mimo.send_act {bridge = 0 : i64, mb = 0 : i64}
+  }
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// Instructions: microbatch
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+// expected-error @+1 {{'mimo.bridge_send' op needs a microbatch (mb = N)}}
+    mimo.bridge_send {bridge = 0 : i64}
+  }
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// Instructions: no microbatch
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+// expected-error @+1 {{'mimo.optimizer_step' op takes no microbatch}}
+    mimo.optimizer_step {mb = 0 : i64}
+  }
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}

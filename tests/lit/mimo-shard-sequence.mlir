@@ -55,12 +55,14 @@ mimo.model @packed attributes {version = 1 : i64, seed = 0 : i64, precision = "f
 
 // -----
 
-// seq_length 100 is not a multiple of 2·cp·tp = 8.
+// seq_length 100 is not a multiple of 2·cp·tp = 8 (the same diagnostic as
+// mimo-assign-grids: at seq_length, with a note at the grid).
 mimo.model @indivisible attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
-  // expected-error @+1 {{seq_length 100 is not divisible by 8 (2·cp·tp), so the sequence cannot be sharded evenly; make seq_length a multiple of 8}}
+  // expected-note @+1 {{the language module's parallel grid}}
   %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = true>
   %src = mimo.data_source "synthetic"
+  // expected-error @+1 {{seq_length 100 is not divisible by 8 (2*cp*tp with cp 2 and tp 2) for the sequence sharding of language module 'language'; use a multiple of 8 such as 104}}
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 100 : i64, packing = false, attention_mask = "causal"}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
@@ -72,9 +74,10 @@ mimo.model @indivisible attributes {version = 1 : i64, seed = 0 : i64, precision
 // A dense mask cannot be sharded across CP ranks.
 mimo.model @dense attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
-  // expected-error @+1 {{a dense attention_mask cannot be sharded across cp = 2 context-parallel ranks; use attention_mask "causal" or packing}}
+  // expected-note @+1 {{cp is set here}}
   %g1 = mimo.grid #mimo.parallel<tp = 1, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"
+  // expected-error @+1 {{attention_mask "dense" cannot be used with cp 2 of language module 'language' (context parallelism shards the sequence in zigzag chunks); use "causal" or packing, or set cp to 1}}
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = "dense"}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}

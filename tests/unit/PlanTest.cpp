@@ -321,6 +321,54 @@ TEST(VerifyTest, ReceivesBeforeSendsDeadlock) {
   EXPECT_GE(problems[0].places.size(), 2u);
 }
 
+/// The kinds of a program's instructions, in order.
+std::vector<InstrOp> kinds(const Program &program) {
+  std::vector<InstrOp> result;
+  for (const Instr &in : program.instrs)
+    result.push_back(in.op);
+  return result;
+}
+
+TEST(PlanTest, UnshardFollowsTheFirstStageBackwardUnderCpOrSp) {
+  // CP2 + SP: the first stage gathers the input-embedding gradient before
+  // the bridge sends it back; without CP or SP there is nothing to gather.
+  Plan sharded =
+      planOf(makeModel({{1, 1, 1, 2, 0}}, {2, 2, 1, 1, 2, /*sp=*/true}, 4, 2));
+  const Program &leader = sharded.programs[sharded.rankProgram[2]];
+  auto ops = kinds(leader);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i] == InstrOp::Backward) {
+      ASSERT_LT(i + 1, ops.size());
+      EXPECT_EQ(ops[i + 1], InstrOp::Unshard);
+    }
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), InstrOp::Unshard), 2);
+  Plan plain = planOf(makeModel({{1, 1, 1, 2, 0}}, {2, 1, 1, 1, 2}, 4, 2));
+  auto plainOps = kinds(plain.programs[plain.rankProgram[2]]);
+  EXPECT_EQ(std::count(plainOps.begin(), plainOps.end(), InstrOp::Unshard), 0);
+}
+
+TEST(VerifyTest, TensorParallelPeersMustComputeInStep) {
+  // Language TP2 on one stage: the leader and its TP peer run different
+  // programs but must shard and compute the same microbatches in the same
+  // order; the member computing before it shards deadlocks the pair.
+  Plan plan = planOf(makeModel({{1, 1, 1, 2, 0}}, {2, 1, 1, 1, 2}, 4, 2));
+  ASSERT_NE(plan.rankProgram[2], plan.rankProgram[3]);
+  std::vector<Instr> &member = programOf(plan, 3).instrs;
+  auto shard = std::find_if(member.begin(), member.end(), [](const Instr &in) {
+    return in.op == InstrOp::Shard;
+  });
+  ASSERT_NE(shard, member.end());
+  std::iter_swap(shard, shard + 1); // forward mb 0 before shard mb 0
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("the plan deadlocks"), std::string::npos)
+      << problems[0].message;
+  EXPECT_NE(problems[0].message.find("rank 3 waits at instruction"),
+            std::string::npos)
+      << problems[0].message;
+}
+
 TEST(VerifyTest, SendWithoutReceiveIsNamed) {
   Plan plan = twoStagePlan();
   std::vector<Instr> &last = programOf(plan, 2).instrs;
@@ -463,6 +511,15 @@ TEST(PlanFileTest, BadInstructionsAreRejected) {
   doc = examplePlan();
   doc["programs"][0]["role"] = "nobody";
   EXPECT_NE(firstError(doc).find("no program for rank 0"), std::string::npos)
+      << firstError(doc);
+}
+
+TEST(PlanFileTest, RanksMustMatchTheRoles) {
+  json doc = examplePlan();
+  doc["programs"][0]["ranks"] = {0, 1, 2};
+  EXPECT_NE(firstError(doc).find("/programs/0/ranks: error: expected the ranks "
+                                 "whose role is"),
+            std::string::npos)
       << firstError(doc);
 }
 
