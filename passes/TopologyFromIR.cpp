@@ -229,6 +229,17 @@ mlir::FailureOr<PlanParts> readPlanParts(ir::ModelOp model) {
       assignPrograms(*topology, programs->programs, &error);
   if (!rankProgram)
     return model.emitError(error), failure();
+  std::vector<int64_t> counts(programs->programs.size(), 0);
+  for (int32_t program : *rankProgram)
+    ++counts[static_cast<size_t>(program)];
+  for (size_t p = 0; p < counts.size(); ++p) {
+    ir::ProgramOp op = programs->programOps[p];
+    if (static_cast<int64_t>(op.getRanks()) != counts[p])
+      return op.emitOpError("says ") << static_cast<int64_t>(op.getRanks())
+                                     << " ranks have the role '" << op.getRole()
+                                     << "', but " << counts[p] << " do",
+             failure();
+  }
   return PlanParts{std::move(*topology), std::move(*programs),
                    std::move(*rankProgram)};
 }
