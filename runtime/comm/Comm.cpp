@@ -1,0 +1,267 @@
+//===- Comm.cpp - Point-to-point wrappers and generic collectives --------===//
+//
+// Every collective is built on Comm::exchange (a batch of point-to-point
+// messages posted together), so all backends share one implementation:
+// each member sends what the others need straight to them and reduces what
+// it receives in group order (group[0] first). Since every member applies
+// the same operations in the same order, results are bit-identical on all
+// members.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Comm.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace mimo::comm {
+
+namespace {
+
+constexpr int64_t kCollectiveTagSpan = int64_t(1) << 20;
+static_assert(kCollectiveTagBase + kCollectiveTagSpan <=
+                  int64_t(std::numeric_limits<int32_t>::max()) + 1,
+              "collective tags must stay below 2^31");
+
+std::string groupText(const std::vector<int64_t> &group) {
+  std::string text = "{";
+  for (size_t i = 0; i < group.size(); ++i)
+    text += (i ? "," : "") + std::to_string(group[i]);
+  return text + "}";
+}
+
+/// Byte count of `count` elements of `T`, as exchange() takes it.
+template <typename T> int64_t bytesOf(int64_t count) {
+  return count * static_cast<int64_t>(sizeof(T));
+}
+
+/// Offsets of the pieces of `counts` (prefix sums).
+std::vector<int64_t> offsetsOf(const std::vector<int64_t> &counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i)
+    offsets[i] = offsets[i - 1] + counts[i - 1];
+  return offsets;
+}
+
+} // namespace
+
+void Comm::send(int64_t peer, int64_t tag, const void *data, int64_t bytes) {
+  std::vector<P2POp> ops(1);
+  ops[0] = {true, peer, tag, const_cast<void *>(data), bytes};
+  exchange(ops);
+}
+
+void Comm::recv(int64_t peer, int64_t tag, void *data, int64_t bytes) {
+  std::vector<P2POp> ops(1);
+  ops[0] = {false, peer, tag, data, bytes};
+  exchange(ops);
+}
+
+void Comm::usageError(const std::string &message) {
+  std::string full = "rank " + std::to_string(rank()) + ": " + message;
+  if (!context.empty())
+    full += " in " + context;
+  noteError(full);
+  throw CommError(full);
+}
+
+size_t Comm::checkGroup(const std::vector<int64_t> &group, const char *what) {
+  int64_t self = rank();
+  int64_t world = size();
+  size_t own = group.size();
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (group[i] < 0 || group[i] >= world)
+      usageError(std::string(what) + " over group " + groupText(group) +
+                 ": rank " + std::to_string(group[i]) +
+                 " is outside the world of " + std::to_string(world));
+    if (i > 0 && group[i] <= group[i - 1])
+      usageError(std::string(what) + " over group " + groupText(group) +
+                 ": members must be ascending and distinct");
+    if (group[i] == self)
+      own = i;
+  }
+  if (own == group.size())
+    usageError(std::string(what) + " over group " + groupText(group) +
+               ": this rank is not a member");
+  return own;
+}
+
+void Comm::checkCounts(const std::vector<int64_t> &group,
+                       const std::vector<int64_t> &counts, const char *what) {
+  if (counts.size() != group.size())
+    usageError(std::string(what) + " over group " + groupText(group) + ": " +
+               std::to_string(counts.size()) + " counts for " +
+               std::to_string(group.size()) + " members");
+  for (int64_t c : counts)
+    if (c < 0)
+      usageError(std::string(what) + " over group " + groupText(group) +
+                 ": negative count " + std::to_string(c));
+}
+
+int64_t Comm::collectiveTag(const std::vector<int64_t> &group) {
+  int64_t *counter = nullptr;
+  for (auto &entry : collectiveCounters)
+    if (entry.first == group)
+      counter = &entry.second;
+  if (!counter)
+    counter = &collectiveCounters.emplace_back(group, 0).second;
+  int64_t tag = kCollectiveTagBase + *counter;
+  *counter = (*counter + 1) % kCollectiveTagSpan; // wraps modulo 2^20
+  if (tag >= (int64_t(1) << 31))
+    usageError("collective tag " + std::to_string(tag) +
+               " does not fit in 31 bits");
+  return tag;
+}
+
+template <typename T>
+void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
+                     bool max, const char *what) {
+  size_t own = checkGroup(group, what);
+  if (count < 0)
+    usageError(std::string(what) + ": negative count " + std::to_string(count));
+  size_t n = group.size();
+  if (n == 1)
+    return;
+  // count == 0 still exchanges (empty) messages: a member that disagrees
+  // about the count gets a size mismatch instead of a hang.
+  int64_t tag = collectiveTag(group);
+  // received[i]: member i's buffer (own slot unused).
+  std::vector<T> received(static_cast<size_t>(count) * (n - 1));
+  std::vector<const T *> piece(n);
+  std::vector<P2POp> ops;
+  ops.reserve(2 * (n - 1));
+  size_t slot = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == own) {
+      piece[i] = data;
+      continue;
+    }
+    T *into = received.data() + slot++ * static_cast<size_t>(count);
+    piece[i] = into;
+    ops.push_back({true, group[i], tag, data, bytesOf<T>(count)});
+    ops.push_back({false, group[i], tag, into, bytesOf<T>(count)});
+  }
+  exchange(ops);
+  // Reduce element by element in group order; data[k] is read (as the own
+  // piece) before it is written.
+  for (int64_t k = 0; k < count; ++k) {
+    T acc = piece[0][k];
+    for (size_t i = 1; i < n; ++i) {
+      T v = piece[i][k];
+      if (!max)
+        acc += v;
+      else if (v > acc || std::isnan(v))
+        acc = std::isnan(acc) ? acc : v; // NaN wins, the first one kept
+    }
+    data[k] = acc;
+  }
+}
+
+void Comm::allReduceSum(const std::vector<int64_t> &group, float *data,
+                        int64_t count) {
+  allReduce(group, data, count, false, "allReduceSum");
+}
+
+void Comm::allReduceSum(const std::vector<int64_t> &group, double *data,
+                        int64_t count) {
+  allReduce(group, data, count, false, "allReduceSum");
+}
+
+void Comm::allReduceMax(const std::vector<int64_t> &group, float *data,
+                        int64_t count) {
+  allReduce(group, data, count, true, "allReduceMax");
+}
+
+void Comm::allGatherV(const std::vector<int64_t> &group, const float *in,
+                      const std::vector<int64_t> &counts, float *out) {
+  size_t own = checkGroup(group, "allGatherV");
+  checkCounts(group, counts, "allGatherV");
+  size_t n = group.size();
+  std::vector<int64_t> offsets = offsetsOf(counts);
+  if (n > 1) {
+    int64_t tag = collectiveTag(group);
+    std::vector<P2POp> ops;
+    ops.reserve(2 * (n - 1));
+    for (size_t i = 0; i < n; ++i) {
+      if (i == own)
+        continue;
+      ops.push_back({true, group[i], tag, const_cast<float *>(in),
+                     bytesOf<float>(counts[own])});
+      ops.push_back(
+          {false, group[i], tag, out + offsets[i], bytesOf<float>(counts[i])});
+    }
+    exchange(ops);
+  }
+  // After the exchange: `in` may be this rank's slot of `out` itself.
+  if (counts[own] > 0 && out + offsets[own] != in)
+    std::memmove(out + offsets[own], in,
+                 static_cast<size_t>(bytesOf<float>(counts[own])));
+}
+
+void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
+                          const std::vector<int64_t> &counts, float *out) {
+  size_t own = checkGroup(group, "reduceScatterV");
+  checkCounts(group, counts, "reduceScatterV");
+  size_t n = group.size();
+  std::vector<int64_t> offsets = offsetsOf(counts);
+  int64_t mine = counts[own];
+  if (n == 1) {
+    if (mine > 0 && out != in)
+      std::memmove(out, in, static_cast<size_t>(bytesOf<float>(mine)));
+    return;
+  }
+  int64_t tag = collectiveTag(group);
+  std::vector<float> received(static_cast<size_t>(mine) * (n - 1));
+  std::vector<const float *> piece(n);
+  std::vector<P2POp> ops;
+  ops.reserve(2 * (n - 1));
+  size_t slot = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i == own) {
+      piece[i] = in + offsets[own];
+      continue;
+    }
+    float *into = received.data() + slot++ * static_cast<size_t>(mine);
+    piece[i] = into;
+    ops.push_back({true, group[i], tag, const_cast<float *>(in + offsets[i]),
+                   bytesOf<float>(counts[i])});
+    ops.push_back({false, group[i], tag, into, bytesOf<float>(mine)});
+  }
+  exchange(ops);
+  for (int64_t k = 0; k < mine; ++k) {
+    float acc = piece[0][k];
+    for (size_t i = 1; i < n; ++i)
+      acc += piece[i][k];
+    out[k] = acc;
+  }
+}
+
+void Comm::broadcast(const std::vector<int64_t> &group, int64_t root,
+                     void *data, int64_t bytes) {
+  size_t own = checkGroup(group, "broadcast");
+  size_t rootIndex = group.size();
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group[i] == root)
+      rootIndex = i;
+  if (rootIndex == group.size())
+    usageError("broadcast over group " + groupText(group) + ": root " +
+               std::to_string(root) + " is not a member");
+  if (bytes < 0)
+    usageError("broadcast: negative size " + std::to_string(bytes));
+  if (group.size() == 1)
+    return;
+  int64_t tag = collectiveTag(group);
+  std::vector<P2POp> ops;
+  if (own == rootIndex) {
+    ops.reserve(group.size() - 1);
+    for (int64_t member : group)
+      if (member != root)
+        ops.push_back({true, member, tag, data, bytes});
+  } else {
+    ops.push_back({false, root, tag, data, bytes});
+  }
+  exchange(ops);
+}
+
+} // namespace mimo::comm

@@ -1,0 +1,138 @@
+//===- Comm.h - Communicators: point-to-point and group collectives -*- C++ -*-===//
+//
+// The executor talks to other ranks only through this interface (SPEC §7):
+// blocking tagged point-to-point messages, batches of them posted together
+// (like batch_isend_irecv), and collectives over explicit groups of world
+// ranks. Backends: `local` (threads of one process, shared memory) and `mpi`
+// (one process per rank); NCCL plugs in behind the same interface.
+//
+// Failure model: every blocking wait gives up after the timeout or as soon
+// as any rank has failed, throwing CommError; nothing hangs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_COMM_COMM_H
+#define MIMO_RUNTIME_COMM_COMM_H
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mimo::comm {
+
+/// A communication failure: a timeout, a peer that failed, a size mismatch.
+class CommError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One operation of a batch posted together.
+struct P2POp {
+  bool isSend = true;
+  int64_t peer = 0;
+  int64_t tag = 0;
+  /// Send: the bytes to send; receive: where to write them. The receive
+  /// must get exactly `bytes` bytes, else CommError naming both sizes.
+  void *data = nullptr;
+  int64_t bytes = 0;
+};
+
+class Comm {
+public:
+  virtual ~Comm() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+  virtual const char *backendName() const = 0;
+
+  /// Posts every operation, then waits for all of them. Messages between
+  /// two ranks with the same tag arrive in the order they were posted.
+  virtual void exchange(std::vector<P2POp> &ops) = 0;
+
+  void send(int64_t peer, int64_t tag, const void *data, int64_t bytes);
+  void recv(int64_t peer, int64_t tag, void *data, int64_t bytes);
+
+  /// Collectives over `group`: ascending world ranks holding this rank.
+  /// Every member calls them in the same order. Results are bit-identical
+  /// on every member (sums are taken in group order).
+  void allReduceSum(const std::vector<int64_t> &group, float *data,
+                    int64_t count);
+  void allReduceSum(const std::vector<int64_t> &group, double *data,
+                    int64_t count);
+  void allReduceMax(const std::vector<int64_t> &group, float *data,
+                    int64_t count);
+  /// out = concatenation over members (group order) of each member's
+  /// counts[i] floats; `in` holds this rank's counts[own] floats.
+  void allGatherV(const std::vector<int64_t> &group, const float *in,
+                  const std::vector<int64_t> &counts, float *out);
+  /// in holds the concatenation over members of counts[i] floats; every
+  /// member sums the pieces and keeps its own piece (counts[own] floats).
+  void reduceScatterV(const std::vector<int64_t> &group, const float *in,
+                      const std::vector<int64_t> &counts, float *out);
+  void broadcast(const std::vector<int64_t> &group, int64_t root, void *data,
+                 int64_t bytes);
+
+  /// Marks this rank failed with `message`; other ranks' waits fail with
+  /// it (local), or the job is torn down (mpi). Does not return for mpi.
+  virtual void fail(const std::string &message) = 0;
+
+  /// The wait limit of every blocking operation.
+  void setTimeout(std::chrono::duration<double> seconds) { timeout = seconds; }
+  std::chrono::duration<double> getTimeout() const { return timeout; }
+  /// Describes what this rank is doing, for timeout messages
+  /// ("instruction 12 (recv_act language mb 0)").
+  void setContext(std::string what) { context = std::move(what); }
+  const std::string &getContext() const { return context; }
+
+protected:
+  std::chrono::duration<double> timeout{300.0};
+  std::string context;
+
+private:
+  /// Next tag for a collective over `group` (members call collectives in the
+  /// same order, so their counters agree).
+  int64_t collectiveTag(const std::vector<int64_t> &group);
+  std::vector<std::pair<std::vector<int64_t>, int64_t>> collectiveCounters;
+
+  /// Called with the message before a collective throws CommError for a
+  /// misuse (a rank not in the group, bad counts). The local backend
+  /// records it as the world's failure so that peers are released at once;
+  /// the default does nothing (under mpi the caller calls fail()).
+  virtual void noteError(const std::string &message) { (void)message; }
+  [[noreturn]] void usageError(const std::string &message);
+  /// Index of this rank in `group`; CommError unless `group` is ascending
+  /// world ranks holding this rank.
+  size_t checkGroup(const std::vector<int64_t> &group, const char *what);
+  void checkCounts(const std::vector<int64_t> &group,
+                   const std::vector<int64_t> &counts, const char *what);
+  template <typename T>
+  void allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
+                 bool max, const char *what);
+};
+
+/// Tags at or above this are reserved for collectives.
+inline constexpr int64_t kCollectiveTagBase = int64_t(1) << 28;
+
+/// The shared state of `size` ranks run as threads of this process.
+class LocalWorld;
+std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size);
+/// The communicator of `rank` in `world` (one per thread).
+std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,
+                                    int64_t rank);
+/// The first failure recorded in `world` (empty if none).
+std::string localWorldFailure(const LocalWorld &world);
+
+/// Whether this process was started by mpirun (Open MPI / PMIx env).
+bool launchedByMpirun();
+/// Initialises MPI (once) and returns the world communicator; nullptr with
+/// `error` set when mimo was built without MPI.
+std::unique_ptr<Comm> makeMpiComm(std::string *error);
+/// Finalises MPI if it was initialised.
+void finalizeMpi();
+/// Tears the whole MPI job down with `code` (MPI_Abort).
+[[noreturn]] void abortMpi(int code);
+
+} // namespace mimo::comm
+
+#endif // MIMO_RUNTIME_COMM_COMM_H

@@ -1,0 +1,345 @@
+//===- LocalComm.cpp - The `local` backend: ranks as threads -------------===//
+//
+// Rendezvous with a single copy. A send posts a descriptor (pointer, size)
+// on the receiver's queue for (source, tag) and waits until it has been
+// consumed; a receive takes the oldest descriptor of its (source, tag),
+// copies straight from the sender's buffer into its own (outside the lock)
+// and marks the descriptor done. exchange() posts all its sends first, then
+// completes its receives as their messages arrive, then waits for its sends
+// to be consumed, so no batch order can deadlock.
+//
+// Every wait wakes at least every 50 ms and gives up when any rank has
+// failed (CommError with the first failure) or when nothing has progressed
+// for the timeout (this rank then fails the world with a message naming
+// the peer it waited for).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Comm.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace mimo::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kWaitSlice(50);
+
+/// One posted send; it lives in the sender's exchange() frame.
+struct Message {
+  const void *data = nullptr;
+  int64_t bytes = 0;
+  int64_t src = 0;
+  int64_t dst = 0;
+  int64_t tag = 0;
+  /// A receiver took it off the queue and is copying (or has copied) it.
+  bool claimed = false;
+  /// The copy is finished; the sender may reuse its buffer.
+  bool done = false;
+};
+
+std::string secondsText(std::chrono::duration<double> d) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", d.count());
+  return buffer;
+}
+
+} // namespace
+
+/// The shared state of the ranks of one process.
+class LocalWorld {
+public:
+  explicit LocalWorld(int64_t size)
+      : size(size), wake(static_cast<size_t>(size)),
+        inbox(static_cast<size_t>(size)) {}
+
+  /// Records the first failure and wakes every waiter. Needs `mutex`.
+  void failLocked(const std::string &message) {
+    if (!failed) {
+      failed = true;
+      failure = message;
+    }
+    for (std::condition_variable &cv : wake)
+      cv.notify_all();
+  }
+
+  const int64_t size;
+  mutable std::mutex mutex;
+  /// wake[r]: rank r waits here (for a message to arrive for it or for one
+  /// of its messages to be consumed).
+  std::vector<std::condition_variable> wake;
+  /// inbox[dst][(src, tag)]: posted, unclaimed messages, oldest first.
+  std::vector<std::map<std::pair<int64_t, int64_t>, std::deque<Message *>>>
+      inbox;
+  bool failed = false;
+  std::string failure;
+};
+
+namespace {
+
+class LocalComm final : public Comm {
+public:
+  LocalComm(std::shared_ptr<LocalWorld> world, int64_t rank)
+      : world(std::move(world)), self(rank) {}
+
+  int64_t rank() const override { return self; }
+  int64_t size() const override { return world->size; }
+  const char *backendName() const override { return "local"; }
+
+  void exchange(std::vector<P2POp> &ops) override;
+
+  void fail(const std::string &message) override {
+    std::lock_guard<std::mutex> lock(world->mutex);
+    world->failLocked(message);
+  }
+
+private:
+  void noteError(const std::string &message) override { fail(message); }
+
+  /// Fails the world with `message` and throws it. Needs the lock.
+  [[noreturn]] void failAndThrow(const std::string &message) {
+    world->failLocked(message);
+    throw CommError(message);
+  }
+  /// Throws the world's first failure, if any. Needs the lock.
+  void checkFailed() const {
+    if (world->failed)
+      throw CommError(world->failure);
+  }
+  std::chrono::duration<double> waitLimit() const {
+    // Keep deadlines representable.
+    return std::min(getTimeout(), std::chrono::duration<double>(1e7));
+  }
+  Clock::time_point deadlineFromNow() const {
+    return Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(waitLimit());
+  }
+  std::string inContext() const {
+    return context.empty() ? std::string() : " in " + context;
+  }
+  /// Waits on this rank's condition variable until woken, at most one
+  /// slice and at most until `deadline`.
+  void waitSlice(std::unique_lock<std::mutex> &lock,
+                 Clock::time_point deadline) {
+    Clock::duration left = deadline - Clock::now();
+    if (left <= Clock::duration::zero())
+      return;
+    world->wake[static_cast<size_t>(self)].wait_for(
+        lock, std::min<Clock::duration>(left, kWaitSlice));
+  }
+  [[noreturn]] void timedOut(const P2POp &op, bool sending);
+  void validate(const std::vector<P2POp> &ops);
+  void receiveAll(std::vector<P2POp> &ops, std::unique_lock<std::mutex> &lock);
+  void awaitSends(std::vector<Message> &sends,
+                  std::unique_lock<std::mutex> &lock);
+  void withdraw(std::vector<Message> &sends,
+                std::unique_lock<std::mutex> &lock);
+
+  std::shared_ptr<LocalWorld> world;
+  int64_t self;
+};
+
+void LocalComm::timedOut(const P2POp &op, bool sending) {
+  std::string message = "rank " + std::to_string(self) + " timed out after " +
+                        secondsText(getTimeout()) + " s waiting for rank " +
+                        std::to_string(op.peer) + inContext() + " (" +
+                        (sending ? "its receive of " : "a message of ") +
+                        std::to_string(op.bytes) + " bytes with tag " +
+                        std::to_string(op.tag) + ")";
+  failAndThrow(message);
+}
+
+void LocalComm::validate(const std::vector<P2POp> &ops) {
+  for (const P2POp &op : ops) {
+    std::string problem;
+    if (op.peer < 0 || op.peer >= world->size)
+      problem = "peer " + std::to_string(op.peer) +
+                " is outside the world of " + std::to_string(world->size);
+    else if (op.tag < 0)
+      problem = "negative tag " + std::to_string(op.tag);
+    else if (op.bytes < 0)
+      problem = "negative size " + std::to_string(op.bytes);
+    else if (op.bytes > 0 && !op.data)
+      problem = "null buffer for " + std::to_string(op.bytes) + " bytes";
+    if (!problem.empty()) {
+      std::lock_guard<std::mutex> lock(world->mutex);
+      failAndThrow("rank " + std::to_string(self) + ": bad " +
+                   (op.isSend ? "send" : "receive") + inContext() + ": " +
+                   problem);
+    }
+  }
+}
+
+void LocalComm::exchange(std::vector<P2POp> &ops) {
+  validate(ops);
+  std::vector<Message> sends;
+  sends.reserve(ops.size()); // never reallocates: the queues point into it
+  std::unique_lock<std::mutex> lock(world->mutex);
+  checkFailed();
+  for (const P2POp &op : ops) {
+    if (!op.isSend)
+      continue;
+    Message &m = sends.emplace_back();
+    m.data = op.data;
+    m.bytes = op.bytes;
+    m.src = self;
+    m.dst = op.peer;
+    m.tag = op.tag;
+    world->inbox[static_cast<size_t>(op.peer)][{self, op.tag}].push_back(&m);
+    world->wake[static_cast<size_t>(op.peer)].notify_all();
+  }
+  try {
+    receiveAll(ops, lock);
+    awaitSends(sends, lock);
+  } catch (...) {
+    withdraw(sends, lock);
+    throw;
+  }
+}
+
+void LocalComm::receiveAll(std::vector<P2POp> &ops,
+                           std::unique_lock<std::mutex> &lock) {
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!ops[i].isSend)
+      pending.push_back(i);
+  auto &inbox = world->inbox[static_cast<size_t>(self)];
+  Clock::time_point deadline = deadlineFromNow();
+  while (!pending.empty()) {
+    checkFailed();
+    // The first pending receive (in batch order) whose message is here.
+    // Receives of one (peer, tag) share a queue, so they match its messages
+    // in order.
+    auto ready = pending.end();
+    std::map<std::pair<int64_t, int64_t>, std::deque<Message *>>::iterator
+        queue;
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      const P2POp &op = ops[*it];
+      queue = inbox.find({op.peer, op.tag});
+      if (queue != inbox.end() && !queue->second.empty()) {
+        ready = it;
+        break;
+      }
+    }
+    if (ready == pending.end()) {
+      if (Clock::now() >= deadline)
+        timedOut(ops[pending.front()], false);
+      waitSlice(lock, deadline);
+      continue;
+    }
+    P2POp &op = ops[*ready];
+    Message *m = queue->second.front();
+    if (m->bytes != op.bytes)
+      failAndThrow("rank " + std::to_string(self) + " expected " +
+                   std::to_string(op.bytes) + " bytes from rank " +
+                   std::to_string(op.peer) + " with tag " +
+                   std::to_string(op.tag) + " but rank " +
+                   std::to_string(op.peer) + " sent " +
+                   std::to_string(m->bytes) + " bytes" + inContext());
+    queue->second.pop_front();
+    if (queue->second.empty())
+      inbox.erase(queue);
+    m->claimed = true;
+    pending.erase(ready);
+    lock.unlock();
+    if (op.bytes > 0)
+      std::memcpy(op.data, m->data, static_cast<size_t>(op.bytes));
+    lock.lock();
+    m->done = true;
+    world->wake[static_cast<size_t>(m->src)].notify_all();
+    deadline = deadlineFromNow();
+  }
+}
+
+void LocalComm::awaitSends(std::vector<Message> &sends,
+                           std::unique_lock<std::mutex> &lock) {
+  Clock::time_point deadline = deadlineFromNow();
+  size_t doneBefore = 0;
+  for (;;) {
+    size_t done = 0;
+    // The first message nobody has started copying (one being copied right
+    // now is progress, not a hang).
+    const Message *waiting = nullptr;
+    for (const Message &m : sends) {
+      if (m.done)
+        ++done;
+      else if (!m.claimed && !waiting)
+        waiting = &m;
+    }
+    if (done == sends.size())
+      return;
+    checkFailed();
+    if (done != doneBefore) {
+      doneBefore = done;
+      deadline = deadlineFromNow();
+    }
+    if (Clock::now() >= deadline) {
+      if (waiting) {
+        P2POp op;
+        op.peer = waiting->dst;
+        op.tag = waiting->tag;
+        op.bytes = waiting->bytes;
+        timedOut(op, true);
+      }
+      deadline = deadlineFromNow();
+    }
+    waitSlice(lock, deadline);
+  }
+}
+
+void LocalComm::withdraw(std::vector<Message> &sends,
+                         std::unique_lock<std::mutex> &lock) {
+  if (!lock.owns_lock())
+    lock.lock();
+  for (Message &m : sends) {
+    if (m.claimed)
+      continue;
+    auto &inbox = world->inbox[static_cast<size_t>(m.dst)];
+    auto queue = inbox.find({m.src, m.tag});
+    if (queue == inbox.end())
+      continue;
+    auto &q = queue->second;
+    q.erase(std::remove(q.begin(), q.end(), &m), q.end());
+    if (q.empty())
+      inbox.erase(queue);
+  }
+  // A receiver copying one of our buffers is finishing a memcpy: wait for
+  // it so it never reads a dead frame.
+  for (Message &m : sends)
+    while (m.claimed && !m.done)
+      world->wake[static_cast<size_t>(self)].wait_for(lock, kWaitSlice);
+}
+
+} // namespace
+
+std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size) {
+  if (size < 1)
+    throw CommError("a local world needs at least one rank, not " +
+                    std::to_string(size));
+  return std::make_shared<LocalWorld>(size);
+}
+
+std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,
+                                    int64_t rank) {
+  if (!world)
+    throw CommError("makeLocalComm: no world");
+  if (rank < 0 || rank >= world->size)
+    throw CommError("makeLocalComm: rank " + std::to_string(rank) +
+                    " is outside the world of " + std::to_string(world->size));
+  return std::make_unique<LocalComm>(std::move(world), rank);
+}
+
+std::string localWorldFailure(const LocalWorld &world) {
+  std::lock_guard<std::mutex> lock(world.mutex);
+  return world.failure;
+}
+
+} // namespace mimo::comm

@@ -1,0 +1,125 @@
+//===- CpuDevice.cpp - The fp32 CPU device -------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/exec/Device.h"
+
+namespace mimo::exec {
+namespace {
+
+namespace k = mimo::kernels;
+constexpr float kNormEps = 1e-5f;
+
+class CpuDevice final : public Device {
+public:
+  const char *name() const override { return "cpu"; }
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const float *A, const float *B, float beta, float *C) override {
+    k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);
+  }
+  void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
+                      int64_t rows, int64_t cols) override {
+    k::rmsnormForward<float>(x, w, y, rstd, rows, cols, kNormEps);
+  }
+  void rmsnormBackward(const float *x, const float *w, const float *rstd,
+                       const float *dy, float *dx, float *dw, int64_t rows,
+                       int64_t cols) override {
+    k::rmsnormBackward<float>(x, w, rstd, dy, dx, dw, rows, cols);
+  }
+  void layernormForward(const float *x, const float *w, const float *b,
+                        float *y, float *mean, float *rstd, int64_t rows,
+                        int64_t cols) override {
+    k::layernormForward<float>(x, w, b, y, mean, rstd, rows, cols, kNormEps);
+  }
+  void layernormBackward(const float *x, const float *w, const float *mean,
+                         const float *rstd, const float *dy, float *dx,
+                         float *dw, float *db, int64_t rows,
+                         int64_t cols) override {
+    k::layernormBackward<float>(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
+  }
+  void geluForward(const float *x, float *y, int64_t n) override {
+    k::geluForward<float>(x, y, n);
+  }
+  void geluBackward(const float *x, const float *dy, float *dx,
+                    int64_t n) override {
+    k::geluBackward<float>(x, dy, dx, n);
+  }
+  void swigluForward(const float *g, const float *u, float *y,
+                     int64_t n) override {
+    k::swigluForward<float>(g, u, y, n);
+  }
+  void swigluBackward(const float *g, const float *u, const float *dy,
+                      float *dg, float *du, int64_t n) override {
+    k::swigluBackward<float>(g, u, dy, dg, du, n);
+  }
+  void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
+            int64_t dim, bool inverse) override {
+    k::rope<float>(x, positions, tokens, heads, dim, inverse);
+  }
+  void attentionForward(const float *q, const float *kk, const float *v,
+                        float *o, float *lse, const int64_t *qpos,
+                        const int64_t *qseg, const int64_t *kpos,
+                        const int64_t *kseg, int64_t Tq, int64_t Tk,
+                        int64_t heads, int64_t d, bool causal) override {
+    k::attentionForward<float>(q, kk, v, o, lse, qpos, qseg, kpos, kseg, Tq, Tk,
+                               heads, d, causal);
+  }
+  void attentionBackward(const float *q, const float *kk, const float *v,
+                         const float *o, const float *lse, const float *dout,
+                         float *dq, float *dk, float *dv, const int64_t *qpos,
+                         const int64_t *qseg, const int64_t *kpos,
+                         const int64_t *kseg, int64_t Tq, int64_t Tk,
+                         int64_t heads, int64_t d, bool causal) override {
+    k::attentionBackward<float>(q, kk, v, o, lse, dout, dq, dk, dv, qpos, qseg,
+                                kpos, kseg, Tq, Tk, heads, d, causal);
+  }
+  void embeddingForward(const int64_t *ids, int64_t n, const float *table,
+                        int64_t vb, int64_t ve, int64_t hidden,
+                        float *out) override {
+    k::embeddingForward<float>(ids, n, table, vb, ve, hidden, out);
+  }
+  void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
+                         int64_t vb, int64_t ve, int64_t hidden,
+                         float *dtable) override {
+    k::embeddingBackward<float>(ids, n, dout, vb, ve, hidden, dtable);
+  }
+  void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
+                          float *rowMax) override {
+    k::crossEntropyRowMax<float>(logits, n, vl, rowMax);
+  }
+  void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
+                        int64_t vl, int64_t vb, const float *gmax,
+                        float *sumExp, float *targetLogit) override {
+    k::crossEntropySums<float>(logits, targets, n, vl, vb, gmax, sumExp,
+                               targetLogit);
+  }
+  void crossEntropyLoss(const float *gmax, const float *gsum,
+                        const float *gtarget, int64_t n, float *loss) override {
+    k::crossEntropyLoss<float>(gmax, gsum, gtarget, n, loss);
+  }
+  void crossEntropyBackward(const float *logits, const int64_t *targets,
+                            int64_t n, int64_t vl, int64_t vb,
+                            const float *gmax, const float *gsum,
+                            const float *scale, float *dlogits) override {
+    k::crossEntropyBackward<float>(logits, targets, n, vl, vb, gmax, gsum,
+                                   scale, dlogits);
+  }
+  void adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr,
+             double b1, double b2, double eps, double wd,
+             int64_t step) override {
+    k::adamw<float>(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+  }
+  double sumSquares(const float *x, int64_t n) override {
+    return k::sumSquares<float>(x, n);
+  }
+  void axpy(int64_t n, float alpha, const float *x, float *y) override {
+    k::axpy<float>(n, alpha, x, y);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Device> makeCpuDevice() {
+  return std::make_unique<CpuDevice>();
+}
+
+} // namespace mimo::exec

@@ -1,0 +1,417 @@
+//===- Data.cpp - Synthetic and jsonl training data -----------------------===//
+
+#include "runtime/exec/Data.h"
+
+#include "runtime/exec/Random.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace mimo::exec {
+
+std::vector<EncoderInfo> encodersOf(const ModelConfig &config) {
+  std::vector<EncoderInfo> encoders;
+  for (const ModuleConfig &module : config.modules)
+    if (module.kind == ModuleKind::Encoder)
+      encoders.push_back(
+          {module.name, module.specialTokenId, module.featureDim});
+  return encoders;
+}
+
+namespace {
+
+bool isSpecial(const std::vector<EncoderInfo> &encoders, int64_t id) {
+  for (const EncoderInfo &e : encoders)
+    if (e.specialTokenId == id)
+      return true;
+  return false;
+}
+
+/// SPEC §4.2 synthetic source: per sample, modality-token counts drawn from
+/// each encoder's [min, max] (all zero for a text-only sample), a block of
+/// each modality's special tokens at a random place, text elsewhere.
+class SyntheticSource final : public DataSource {
+public:
+  explicit SyntheticSource(const ModelConfig &config)
+      : config(config), encoders(encodersOf(config)) {}
+
+  Microbatch get(int64_t step, int64_t mb) const override {
+    Microbatch out;
+    int64_t B = config.batch.microBatchSize, S = config.batch.seqLength;
+    int64_t vocab = config.language().vocabSize;
+    bool variableLength =
+        config.batch.packing || config.batch.attentionMask == "dense";
+    uint64_t key = combine(
+        combine(combine(static_cast<uint64_t>(config.seed), hashString("data")),
+                static_cast<uint64_t>(step)),
+        static_cast<uint64_t>(mb));
+    for (int64_t b = 0; b < B; ++b) {
+      Stream rng(combine(key, static_cast<uint64_t>(b)));
+      Sample sample;
+      bool textOnly = rng.uniform() < config.data.textOnlyFraction;
+      sample.length = variableLength ? S / 4 + rng.below(S - S / 4 + 1) : S;
+      sample.length = std::max<int64_t>(sample.length, 2);
+      sample.counts.assign(encoders.size(), 0);
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        TokenRange range = config.data.tokensPerSample[e].second;
+        int64_t count = range.min + rng.below(range.max - range.min + 1);
+        sample.counts[e] = textOnly ? 0 : count;
+      }
+      // Keep the first token and at least one text token after the
+      // modality blocks.
+      int64_t capacity = sample.length - 2, total = 0;
+      for (int64_t c : sample.counts)
+        total += c;
+      while (total > capacity) {
+        auto largest =
+            std::max_element(sample.counts.begin(), sample.counts.end());
+        --*largest;
+        --total;
+      }
+      int64_t start = 1 + rng.below(capacity - total + 1);
+      sample.ids.assign(
+          static_cast<size_t>(config.batch.packing ? sample.length : S), 0);
+      for (int64_t s = 0; s < sample.length; ++s) {
+        int64_t id;
+        do
+          id = rng.below(vocab);
+        while (isSpecial(encoders, id));
+        sample.ids[static_cast<size_t>(s)] = id;
+      }
+      int64_t at = start;
+      for (size_t e = 0; e < encoders.size(); ++e)
+        for (int64_t j = 0; j < sample.counts[e]; ++j)
+          sample.ids[static_cast<size_t>(at++)] = encoders[e].specialTokenId;
+      sample.features.resize(encoders.size());
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        Stream features(combine(combine(key, static_cast<uint64_t>(b)),
+                                hashString(encoders[e].name)));
+        auto &rows = sample.features[e];
+        rows.resize(
+            static_cast<size_t>(sample.counts[e] * encoders[e].featureDim));
+        for (float &value : rows)
+          value = static_cast<float>(2.0 * features.uniform() - 1.0);
+      }
+      out.samples.push_back(std::move(sample));
+    }
+    return out;
+  }
+
+private:
+  ModelConfig config;
+  std::vector<EncoderInfo> encoders;
+};
+
+/// SPEC §7.4: one sample per line. Samples are taken in file order, cycling:
+/// global sample index (step·M + mb)·B + b.
+class JsonlSource final : public DataSource {
+public:
+  JsonlSource(const ModelConfig &config, std::vector<Sample> samples)
+      : config(config), samples(std::move(samples)) {}
+
+  Microbatch get(int64_t step, int64_t mb) const override {
+    Microbatch out;
+    int64_t B = config.batch.microBatchSize;
+    int64_t base = (step * config.batch.numMicrobatches + mb) * B;
+    for (int64_t b = 0; b < B; ++b)
+      out.samples.push_back(samples[static_cast<size_t>(
+          (base + b) % static_cast<int64_t>(samples.size()))]);
+    return out;
+  }
+
+private:
+  ModelConfig config;
+  std::vector<Sample> samples;
+};
+
+std::unique_ptr<DataSource> loadJsonl(const ModelConfig &config,
+                                      const std::string &baseDir,
+                                      const std::string &planFile,
+                                      std::vector<std::string> &errors) {
+  namespace fs = std::filesystem;
+  std::string path = config.data.path;
+  if (!fs::exists(path) && !baseDir.empty() &&
+      fs::exists(fs::path(baseDir) / path))
+    path = (fs::path(baseDir) / path).string();
+  std::ifstream in(path);
+  if (!in) {
+    errors.push_back(planFile +
+                     ": /model/data/path: error: cannot open the "
+                     "jsonl file '" +
+                     config.data.path +
+                     "'; give a path relative to the plan file or the "
+                     "working directory");
+    return nullptr;
+  }
+  std::vector<EncoderInfo> encoders = encodersOf(config);
+  int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
+  std::vector<Sample> samples;
+  std::string line;
+  int64_t lineNumber = 0;
+  auto error = [&](const std::string &pointer, const std::string &message) {
+    errors.push_back(path + ":" + std::to_string(lineNumber) + ": " +
+                     (pointer.empty() ? "" : pointer + ": ") +
+                     "error: " + message);
+  };
+  while (std::getline(in, line)) {
+    ++lineNumber;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    nlohmann::json json =
+        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object()) {
+      error("", "expected one JSON object per line");
+      continue;
+    }
+    Sample sample;
+    auto ids = json.find("input_ids");
+    if (ids == json.end() || !ids->is_array() || ids->empty()) {
+      error("/input_ids", "expected a non-empty array of token ids");
+      continue;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const auto &id = (*ids)[i];
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= vocab) {
+        error("/input_ids/" + std::to_string(i), "expected a token id in [0, " +
+                                                     std::to_string(vocab) +
+                                                     "), found " + id.dump());
+        ok = false;
+        break;
+      }
+      sample.ids.push_back(id.get<int64_t>());
+    }
+    if (!ok)
+      continue;
+    if (static_cast<int64_t>(sample.ids.size()) > S) {
+      error("/input_ids", "the sample has " +
+                              std::to_string(sample.ids.size()) +
+                              " tokens, more than seq_length " +
+                              std::to_string(S) + "; shorten it");
+      continue;
+    }
+    sample.length = static_cast<int64_t>(sample.ids.size());
+    if (!config.batch.packing)
+      sample.ids.resize(static_cast<size_t>(S), 0);
+    for (auto it = json.begin(); it != json.end(); ++it) {
+      bool known = it.key() == "input_ids";
+      for (const EncoderInfo &e : encoders)
+        known = known || it.key() == e.name;
+      if (!known) {
+        error("/" + it.key(), "unknown key '" + it.key() +
+                                  "'; expected input_ids or a modality name");
+        ok = false;
+      }
+    }
+    sample.counts.assign(encoders.size(), 0);
+    sample.features.resize(encoders.size());
+    for (size_t e = 0; e < encoders.size() && ok; ++e) {
+      int64_t count = 0;
+      for (int64_t s = 0; s < sample.length; ++s)
+        count +=
+            sample.ids[static_cast<size_t>(s)] == encoders[e].specialTokenId;
+      sample.counts[e] = count;
+      std::string pointer = "/" + encoders[e].name + "/features";
+      auto modality = json.find(encoders[e].name);
+      if (modality == json.end()) {
+        if (count > 0) {
+          error("/" + encoders[e].name,
+                "input_ids has " + std::to_string(count) + " '" +
+                    encoders[e].name + "' tokens (id " +
+                    std::to_string(encoders[e].specialTokenId) +
+                    ") but the sample has no '" + encoders[e].name +
+                    "' features; add {\"features\": [[...], ...]}");
+          ok = false;
+        }
+        continue;
+      }
+      auto features =
+          modality->is_object() ? modality->find("features") : modality->end();
+      if (!modality->is_object() || features == modality->end() ||
+          !features->is_array()) {
+        error(pointer, "expected {\"features\": [[...], ...]}");
+        ok = false;
+        continue;
+      }
+      if (static_cast<int64_t>(features->size()) != count) {
+        error(pointer, "the sample has " + std::to_string(features->size()) +
+                           " feature rows but input_ids has " +
+                           std::to_string(count) + " '" + encoders[e].name +
+                           "' tokens (id " +
+                           std::to_string(encoders[e].specialTokenId) +
+                           "); give one row per modality token");
+        ok = false;
+        continue;
+      }
+      for (size_t r = 0; r < features->size() && ok; ++r) {
+        const auto &row = (*features)[r];
+        if (!row.is_array() ||
+            static_cast<int64_t>(row.size()) != encoders[e].featureDim) {
+          error(pointer + "/" + std::to_string(r),
+                "expected " + std::to_string(encoders[e].featureDim) +
+                    " numbers (feature_dim), found " +
+                    (row.is_array() ? std::to_string(row.size()) : row.dump()));
+          ok = false;
+          break;
+        }
+        for (const auto &value : row) {
+          if (!value.is_number()) {
+            error(pointer + "/" + std::to_string(r),
+                  "expected numbers, found " + value.dump());
+            ok = false;
+            break;
+          }
+          sample.features[e].push_back(value.get<float>());
+        }
+      }
+    }
+    if (ok)
+      samples.push_back(std::move(sample));
+  }
+  if (!errors.empty())
+    return nullptr;
+  if (samples.empty()) {
+    errors.push_back(path + ": error: the jsonl file has no samples; add one "
+                            "JSON object per line");
+    return nullptr;
+  }
+  return std::make_unique<JsonlSource>(config, std::move(samples));
+}
+
+} // namespace
+
+std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
+                                           const std::string &baseDir,
+                                           const std::string &planFile,
+                                           std::vector<std::string> &errors) {
+  if (config.data.source == "jsonl")
+    return loadJsonl(config, baseDir, planFile, errors);
+  return std::make_unique<SyntheticSource>(config);
+}
+
+bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
+                int64_t s) {
+  if (s + 1 >= sample.length)
+    return true;
+  return isSpecial(encoders, sample.ids[static_cast<size_t>(s)]) ||
+         isSpecial(encoders, sample.ids[static_cast<size_t>(s + 1)]);
+}
+
+int64_t lossTokens(const DataSource &data, const ModelConfig &config,
+                   int64_t step) {
+  std::vector<EncoderInfo> encoders = encodersOf(config);
+  int64_t total = 0;
+  for (int64_t mb = 0; mb < config.batch.numMicrobatches; ++mb) {
+    Microbatch batch = data.get(step, mb);
+    for (const Sample &sample : batch.samples)
+      for (int64_t s = 0; s < sample.length; ++s)
+        total += !lossMasked(sample, encoders, s);
+  }
+  return total;
+}
+
+int64_t modalityRows(const Microbatch &mb, size_t encoder, int64_t begin,
+                     int64_t end) {
+  int64_t rows = 0;
+  for (int64_t b = begin; b < end; ++b)
+    rows += mb.samples[static_cast<size_t>(b)].counts[encoder];
+  return rows;
+}
+
+EncoderLane encoderLane(const Microbatch &mb, size_t encoder,
+                        int64_t featureDim, int64_t begin, int64_t end) {
+  EncoderLane lane;
+  for (int64_t b = begin; b < end; ++b) {
+    const Sample &sample = mb.samples[static_cast<size_t>(b)];
+    const auto &rows = sample.features[encoder];
+    lane.features.insert(lane.features.end(), rows.begin(), rows.end());
+    lane.segment.insert(lane.segment.end(),
+                        static_cast<size_t>(sample.counts[encoder]), b);
+    lane.rows += sample.counts[encoder];
+  }
+  (void)featureDim;
+  return lane;
+}
+
+LanguageLane languageLane(const Microbatch &mb,
+                          const std::vector<EncoderInfo> &encoders,
+                          int64_t begin, int64_t end, bool packing,
+                          int64_t padMultiple) {
+  LanguageLane lane;
+  int64_t samples = end - begin;
+  size_t E = encoders.size();
+  lane.modalityRows.assign(E, 0);
+  // Rows of each sample's modality tokens: sample-major within the lane.
+  std::vector<std::vector<int64_t>> sampleFirstRow(
+      E, std::vector<int64_t>(static_cast<size_t>(samples), 0));
+  for (size_t e = 0; e < E; ++e)
+    for (int64_t b = begin; b < end; ++b) {
+      sampleFirstRow[e][static_cast<size_t>(b - begin)] = lane.modalityRows[e];
+      lane.modalityRows[e] += mb.samples[static_cast<size_t>(b)].counts[e];
+    }
+  auto place = [&](int64_t token, const Sample &sample, int64_t s,
+                   int64_t localSample, int64_t segment, int64_t position,
+                   std::vector<int64_t> &seen) {
+    bool real = s < sample.length;
+    int64_t id = real ? sample.ids[static_cast<size_t>(s)] : 0;
+    lane.ids[static_cast<size_t>(token)] = id;
+    lane.labels[static_cast<size_t>(token)] =
+        real && s + 1 < sample.length ? sample.ids[static_cast<size_t>(s + 1)]
+                                      : 0;
+    lane.mask[static_cast<size_t>(token)] =
+        real && !lossMasked(sample, encoders, s) ? 1.0f : 0.0f;
+    lane.positions[static_cast<size_t>(token)] = position;
+    // Padding attends only to padding of its own sample.
+    lane.segments[static_cast<size_t>(token)] = real ? segment : -1 - segment;
+    for (size_t e = 0; e < E; ++e)
+      if (real && id == encoders[e].specialTokenId)
+        lane.modalityRow[e][static_cast<size_t>(token)] =
+            sampleFirstRow[e][static_cast<size_t>(localSample)] + seen[e]++;
+  };
+  auto allocate = [&](int64_t tokens) {
+    lane.ids.assign(static_cast<size_t>(tokens), 0);
+    lane.labels.assign(static_cast<size_t>(tokens), 0);
+    lane.mask.assign(static_cast<size_t>(tokens), 0.0f);
+    lane.positions.assign(static_cast<size_t>(tokens), 0);
+    lane.segments.assign(static_cast<size_t>(tokens), 0);
+    lane.modalityRow.assign(
+        E, std::vector<int64_t>(static_cast<size_t>(tokens), int64_t(-1)));
+  };
+  if (packing) {
+    lane.cuSeqlens.push_back(0);
+    for (int64_t b = begin; b < end; ++b) {
+      int64_t length = mb.samples[static_cast<size_t>(b)].length;
+      int64_t padded = (length + padMultiple - 1) / padMultiple * padMultiple;
+      lane.cuSeqlens.push_back(lane.cuSeqlens.back() + padded);
+    }
+    lane.seq = lane.cuSeqlens.back();
+    lane.batch = 1;
+    allocate(lane.seq);
+    for (int64_t b = begin; b < end; ++b) {
+      const Sample &sample = mb.samples[static_cast<size_t>(b)];
+      std::vector<int64_t> seen(E, 0);
+      int64_t offset = lane.cuSeqlens[static_cast<size_t>(b - begin)];
+      int64_t padded =
+          lane.cuSeqlens[static_cast<size_t>(b - begin + 1)] - offset;
+      for (int64_t s = 0; s < padded; ++s)
+        place(offset + s, sample, s, b - begin, b, s, seen);
+    }
+    return lane;
+  }
+  int64_t S = static_cast<int64_t>(mb.samples[0].ids.size());
+  lane.seq = S;
+  lane.batch = samples;
+  allocate(S * samples);
+  for (int64_t b = begin; b < end; ++b) {
+    const Sample &sample = mb.samples[static_cast<size_t>(b)];
+    std::vector<int64_t> seen(E, 0);
+    for (int64_t s = 0; s < S; ++s)
+      place(s * samples + (b - begin), sample, s, b - begin, b, s, seen);
+  }
+  return lane;
+}
+
+} // namespace mimo::exec

@@ -1,0 +1,820 @@
+//===- Executor.cpp - Runs a plan: every rank's instruction stream --------===//
+
+#include "runtime/exec/Executor.h"
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/exec/Model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace mimo::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Key = std::pair<size_t, int64_t>; // (module or bridge, microbatch)
+
+/// Message tags: kind, module/bridge, microbatch.
+enum TagKind : int64_t { kAct = 1, kGrad = 2, kBridge = 3, kBridgeGrad = 4 };
+int64_t tagOf(TagKind kind, int64_t index, int64_t mb) {
+  if (index >= 1024 || mb >= 16384)
+    throw std::runtime_error("too many modules or microbatches for the tags");
+  return (static_cast<int64_t>(kind) << 24) | (index << 14) | mb;
+}
+
+/// A failure of this rank's own work (not a communication failure caused
+/// by another rank).
+class RankFailure : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModuleState {
+  size_t index = 0;
+  const ModuleTopology *topo = nullptr;
+  const ModuleConfig *config = nullptr;
+  Coords coords;
+  std::unique_ptr<EncoderStage> encoder;
+  std::unique_ptr<LanguageStage> language;
+  Stage *stage = nullptr;
+  std::vector<int64_t> dpcpGroup;
+  int64_t laneBegin = 0, laneEnd = 0;
+};
+
+class RankExecutor {
+public:
+  RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm, Device &dev,
+               const DataSource &data, Clock::time_point origin)
+      : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
+        data(data), origin(origin), encoders(encodersOf(plan.config)) {
+    for (int64_t r = 0; r < topo.worldSize; ++r)
+      world.push_back(r);
+    modules.resize(topo.modules.size());
+    for (size_t m : topo.modulesOf(rank))
+      modules[m] = makeModule(m);
+    program = &plan.programs[static_cast<size_t>(
+        plan.rankProgram[static_cast<size_t>(rank)])];
+  }
+
+  StepMetrics runStep(int64_t step, bool trace,
+                      std::vector<TraceEvent> &events) {
+    auto start = Clock::now();
+    stepIndex = step;
+    resetStep();
+    const std::vector<Instr> &instrs = program->instrs;
+    for (size_t i = 0; i < instrs.size();) {
+      size_t end = i;
+      while (end + 1 < instrs.size() && instrs[end].fused)
+        ++end;
+      currentInstr = static_cast<int64_t>(i);
+      comm.setContext("step " + std::to_string(step + 1) + ", instruction " +
+                      std::to_string(i) + " (" +
+                      describeInstr(topo, instrs[i]) + ")");
+      double t0 = micros();
+      if (end == i && !instrInfo(instrs[i].op).isSend &&
+          !instrInfo(instrs[i].op).isRecv)
+        execute(instrs[i]);
+      else
+        exchange(instrs, i, end);
+      if (trace) {
+        double t1 = micros();
+        std::string name = describeInstr(topo, instrs[i]);
+        for (size_t j = i + 1; j <= end; ++j)
+          name += " + " + describeInstr(topo, instrs[j]);
+        events.push_back({rank, name, t0, t1 - t0});
+      }
+      i = end + 1;
+    }
+    StepMetrics metrics;
+    metrics.step = step + 1;
+    metrics.loss = stepLoss;
+    metrics.gradNorm = stepNorm;
+    metrics.tokens = stepTokens;
+    metrics.seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    return metrics;
+  }
+
+  std::string where() const {
+    if (currentInstr < 0)
+      return "setup";
+    return "step " + std::to_string(stepIndex + 1) + ", instruction " +
+           std::to_string(currentInstr) + " (" +
+           describeInstr(topo,
+                         program->instrs[static_cast<size_t>(currentInstr)]) +
+           ")";
+  }
+
+private:
+  double micros() const {
+    return std::chrono::duration<double, std::micro>(Clock::now() - origin)
+        .count();
+  }
+
+  std::unique_ptr<ModuleState> makeModule(size_t m) {
+    auto state = std::make_unique<ModuleState>();
+    state->index = m;
+    state->topo = &topo.modules[m];
+    for (const ModuleConfig &mc : plan.config.modules)
+      if (mc.name == state->topo->name)
+        state->config = &mc;
+    const Grid &grid = state->topo->grid;
+    Coords c = grid.coordsOf(rank);
+    state->coords = c;
+    StageContext ctx;
+    ctx.comm = &comm;
+    ctx.dev = &dev;
+    ctx.seed = static_cast<uint64_t>(plan.config.seed);
+    ctx.tp = grid.size(Dim::TP);
+    ctx.cp = grid.size(Dim::CP);
+    ctx.pp = grid.size(Dim::PP);
+    ctx.tpRank = c.tp;
+    ctx.cpRank = c.cp;
+    ctx.ppRank = c.pp;
+    ctx.sequenceParallel =
+        state->topo->isLanguage && topo.shard.sequenceParallel;
+    ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
+    ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
+    ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
+    for (int64_t member : ctx.tpcpGroup) {
+      Coords mc = grid.coordsOf(member);
+      ctx.tpcpCoords.push_back({mc.tp, mc.cp});
+    }
+    state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
+    auto [b, e] = laneSamples(topo.microBatchSize, grid.size(Dim::DP), c.dp);
+    state->laneBegin = b;
+    state->laneEnd = e;
+    if (state->topo->isLanguage) {
+      state->language =
+          std::make_unique<LanguageStage>(*state->config, topo.shard, ctx);
+      state->stage = state->language.get();
+    } else {
+      state->encoder = std::make_unique<EncoderStage>(
+          *state->config, state->topo->outputHidden, ctx);
+      state->stage = state->encoder.get();
+    }
+    return state;
+  }
+
+  ModuleState &module(size_t m) {
+    if (m >= modules.size() || !modules[m])
+      throw RankFailure("rank " + std::to_string(rank) +
+                        " does not hold module " + std::to_string(m));
+    return *modules[m];
+  }
+
+  void resetStep() {
+    batches.clear();
+    lanes.clear();
+    actIn.clear();
+    actOut.clear();
+    gradIn.clear();
+    gradOut.clear();
+    encOut.clear();
+    encGrad.clear();
+    bridgeIn.clear();
+    bridgeGrad.clear();
+    stepLoss = 0;
+    lossSum = 0;
+    stepTokens = 0;
+    invN = 0;
+    bool needsN = false;
+    for (auto &m : modules)
+      needsN |= m && m->topo->isLanguage;
+    if (needsN) {
+      int64_t n = lossTokens(data, plan.config, stepIndex);
+      invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    }
+    for (int64_t mb = 0; mb < topo.microbatches; ++mb)
+      for (const Sample &s : batch(mb).samples)
+        stepTokens += s.length;
+  }
+
+  const Microbatch &batch(int64_t mb) {
+    auto it = batches.find(mb);
+    if (it == batches.end())
+      it = batches.emplace(mb, data.get(stepIndex, mb)).first;
+    return it->second;
+  }
+
+  const LanguageLane &lane(const ModuleState &lm, int64_t mb) {
+    auto it = lanes.find(mb);
+    if (it == lanes.end())
+      it = lanes
+               .emplace(mb, languageLane(batch(mb), encoders, lm.laneBegin,
+                                         lm.laneEnd, topo.shard.packing,
+                                         topo.shard.padMultiple))
+               .first;
+    return it->second;
+  }
+
+  /// Rows of encoder `m`'s tokens in samples [begin, end) of microbatch mb.
+  int64_t rows(size_t m, int64_t mb, int64_t begin, int64_t end) {
+    return modalityRows(batch(mb), m, begin, end);
+  }
+
+  Buf take(std::map<Key, Buf> &from, Key key, const char *what) {
+    auto it = from.find(key);
+    if (it == from.end())
+      throw RankFailure(std::string("no ") + what + " for microbatch " +
+                        std::to_string(key.second) + " of index " +
+                        std::to_string(key.first));
+    Buf out = std::move(it->second);
+    from.erase(it);
+    return out;
+  }
+
+  /// The bytes of each point-to-point piece of a bridge between source
+  /// lane `s` and destination lane `d`: the samples both cover.
+  struct Piece {
+    int64_t srcOffset, dstOffset, rows;
+  };
+  Piece piece(const BridgeTopology &bridge, int64_t mb, int64_t s, int64_t d) {
+    const Grid &src = topo.modules[bridge.src].grid;
+    const Grid &dst = topo.modules[bridge.dst].grid;
+    auto [sb, se] = laneSamples(topo.microBatchSize, src.size(Dim::DP), s);
+    auto [db, de] = laneSamples(topo.microBatchSize, dst.size(Dim::DP), d);
+    int64_t b = std::max(sb, db), e = std::min(se, de);
+    return {rows(bridge.src, mb, sb, b), rows(bridge.src, mb, db, b),
+            rows(bridge.src, mb, b, e)};
+  }
+
+  int64_t laneRowsOf(size_t encoder, const Grid &grid, int64_t lane,
+                     int64_t mb) {
+    auto [b, e] = laneSamples(topo.microBatchSize, grid.size(Dim::DP), lane);
+    return rows(encoder, mb, b, e);
+  }
+
+  /// Values of a pipeline message of module m (both stages agree).
+  int64_t activationSize(ModuleState &m, int64_t mb) {
+    if (m.language)
+      return m.language->localTokens(lane(m, mb)) * m.language->hidden();
+    return rows(m.index, mb, m.laneBegin, m.laneEnd) * m.encoder->hidden();
+  }
+
+  Peers peersOf(const Instr &in) {
+    std::string error;
+    std::optional<Peers> peers = resolvePeers(topo, rank, in, &error);
+    if (!peers)
+      throw RankFailure(error);
+    return *peers;
+  }
+
+  static comm::P2POp op(bool send, int64_t peer, int64_t tag, float *data,
+                        int64_t count) {
+    return {send, peer, tag, data, count * static_cast<int64_t>(sizeof(float))};
+  }
+
+  /// Posts the point-to-point instructions [first, last] together.
+  void exchange(const std::vector<Instr> &instrs, size_t first, size_t last) {
+    std::vector<comm::P2POp> ops;
+    std::vector<std::pair<std::map<Key, Buf> *, Key>> consumed;
+    for (size_t i = first; i <= last; ++i) {
+      const Instr &in = instrs[i];
+      Peers peers = peersOf(in);
+      Key key{static_cast<size_t>(in.index), in.mb};
+      switch (in.op) {
+      case InstrOp::SendAct:
+      case InstrOp::SendGrad: {
+        auto &from = in.op == InstrOp::SendAct ? actOut : gradOut;
+        auto it = from.find(key);
+        if (it == from.end())
+          throw RankFailure("nothing to send for " + describeInstr(topo, in));
+        ops.push_back(
+            op(true, peers.ranks.at(0),
+               tagOf(in.op == InstrOp::SendAct ? kAct : kGrad, in.index, in.mb),
+               it->second.data(), static_cast<int64_t>(it->second.size())));
+        consumed.push_back({&from, key});
+        break;
+      }
+      case InstrOp::RecvAct:
+      case InstrOp::RecvGrad: {
+        ModuleState &m = module(key.first);
+        Buf &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
+        to.assign(static_cast<size_t>(activationSize(m, in.mb)), 0.0f);
+        ops.push_back(
+            op(false, peers.ranks.at(0),
+               tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
+               to.data(), static_cast<int64_t>(to.size())));
+        break;
+      }
+      case InstrOp::BridgeSend:
+      case InstrOp::BridgeSendGrad: {
+        const BridgeTopology &bridge = topo.bridges[key.first];
+        bool forward = in.op == InstrOp::BridgeSend;
+        Key bufferKey = forward ? Key{bridge.src, in.mb} : key;
+        auto &from = forward ? encOut : bridgeGrad;
+        auto it = from.find(bufferKey);
+        if (it == from.end())
+          throw RankFailure("nothing to send for " + describeInstr(topo, in));
+        const Grid &src = topo.modules[bridge.src].grid;
+        const Grid &dst = topo.modules[bridge.dst].grid;
+        int64_t H = topo.modules[bridge.src].outputHidden;
+        int64_t own = (forward ? src : dst).coordsOf(rank).dp;
+        int64_t expected =
+            laneRowsOf(bridge.src, forward ? src : dst, own, in.mb) * H;
+        if (static_cast<int64_t>(it->second.size()) != expected)
+          throw RankFailure(
+              topo.modules[bridge.src].name + " microbatch " +
+              std::to_string(in.mb) + ": " +
+              std::to_string(it->second.size() / static_cast<size_t>(H)) +
+              " rows to send, but the lane's input_ids have " +
+              std::to_string(expected / H) + " modality tokens");
+        for (int64_t peer : peers.ranks) {
+          int64_t other = (forward ? dst : src).coordsOf(peer).dp;
+          Piece p = forward ? piece(bridge, in.mb, own, other)
+                            : piece(bridge, in.mb, other, own);
+          int64_t offset = forward ? p.srcOffset : p.dstOffset;
+          ops.push_back(
+              op(true, peer,
+                 tagOf(forward ? kBridge : kBridgeGrad, in.index, in.mb),
+                 it->second.data() + offset * H, p.rows * H));
+        }
+        consumed.push_back({&from, bufferKey});
+        break;
+      }
+      case InstrOp::BridgeRecv:
+      case InstrOp::BridgeRecvGrad: {
+        const BridgeTopology &bridge = topo.bridges[key.first];
+        bool forward = in.op == InstrOp::BridgeRecv;
+        const Grid &src = topo.modules[bridge.src].grid;
+        const Grid &dst = topo.modules[bridge.dst].grid;
+        int64_t H = topo.modules[bridge.src].outputHidden;
+        int64_t own = (forward ? dst : src).coordsOf(rank).dp;
+        Buf &to = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
+        to.assign(
+            static_cast<size_t>(
+                laneRowsOf(bridge.src, forward ? dst : src, own, in.mb) * H),
+            0.0f);
+        for (int64_t peer : peers.ranks) {
+          int64_t other = (forward ? src : dst).coordsOf(peer).dp;
+          Piece p = forward ? piece(bridge, in.mb, other, own)
+                            : piece(bridge, in.mb, own, other);
+          int64_t offset = forward ? p.dstOffset : p.srcOffset;
+          ops.push_back(
+              op(false, peer,
+                 tagOf(forward ? kBridge : kBridgeGrad, in.index, in.mb),
+                 to.data() + offset * H, p.rows * H));
+        }
+        break;
+      }
+      default:
+        throw RankFailure("instruction " + describeInstr(topo, in) +
+                          " cannot be posted with sends and receives");
+      }
+    }
+    comm.exchange(ops);
+    for (auto &[map, key] : consumed)
+      map->erase(key);
+  }
+
+  void execute(const Instr &in) {
+    Key key{static_cast<size_t>(in.index), in.mb};
+    switch (in.op) {
+    case InstrOp::Forward:
+      return forward(module(key.first), in.mb);
+    case InstrOp::Backward:
+      return backward(module(key.first), in.mb);
+    case InstrOp::Shard:
+      return shard(module(key.first), in.mb);
+    case InstrOp::Unshard: {
+      ModuleState &lm = module(key.first);
+      Buf grad = take(gradOut, key, "input gradient to unshard");
+      return inputBackward(lm, in.mb, grad);
+    }
+    case InstrOp::BridgeBroadcast:
+    case InstrOp::BridgeBroadcastGrad: {
+      Peers peers = peersOf(in);
+      const BridgeTopology &bridge = topo.bridges[key.first];
+      bool forward = in.op == InstrOp::BridgeBroadcast;
+      const Grid &grid = topo.modules[forward ? bridge.dst : bridge.src].grid;
+      std::vector<int64_t> group = grid.groupOf(rank, {Dim::TP, Dim::CP});
+      Buf &buffer = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
+      int64_t H = topo.modules[bridge.src].outputHidden;
+      buffer.resize(static_cast<size_t>(
+          laneRowsOf(bridge.src, grid, grid.coordsOf(rank).dp, in.mb) * H));
+      comm.broadcast(group, peers.root, buffer.data(),
+                     static_cast<int64_t>(buffer.size() * sizeof(float)));
+      return;
+    }
+    case InstrOp::ColocatedForward:
+    case InstrOp::ColocatedBackward:
+      return colocated(topo.bridges[key.first], key,
+                       in.op == InstrOp::ColocatedForward);
+    case InstrOp::ReduceGrads:
+      return reduceGrads(module(key.first));
+    case InstrOp::OptimizerStep:
+      return optimizerStep();
+    default:
+      throw RankFailure("unexpected instruction " + describeInstr(topo, in));
+    }
+  }
+
+  void forward(ModuleState &m, int64_t mb) {
+    Key key{m.index, mb};
+    if (m.encoder) {
+      EncoderLane lane = encoderLane(batch(mb), m.index, m.config->featureDim,
+                                     m.laneBegin, m.laneEnd);
+      Buf input = m.encoder->isFirst() ? std::move(lane.features)
+                                       : take(actIn, key, "activation");
+      Buf out = m.encoder->forward(mb, input, lane.segment, lane.rows);
+      (m.encoder->isLast() ? encOut : actOut)[key] = std::move(out);
+      return;
+    }
+    Buf input = take(actIn, key, "input");
+    Buf out =
+        m.language->forward(mb, lane(m, mb), std::move(input), invN, &lossSum);
+    if (!m.language->isLast())
+      actOut[key] = std::move(out);
+  }
+
+  void backward(ModuleState &m, int64_t mb) {
+    Key key{m.index, mb};
+    if (m.encoder) {
+      Buf grad =
+          take(m.encoder->isLast() ? encGrad : gradIn, key, "output gradient");
+      Buf dx = m.encoder->backward(mb, grad);
+      if (!m.encoder->isFirst())
+        gradOut[key] = std::move(dx);
+      return;
+    }
+    Buf grad;
+    if (!m.language->isLast())
+      grad = take(gradIn, key, "output gradient");
+    Buf dx = m.language->backward(mb, m.language->isLast() ? nullptr : &grad);
+    if (m.language->isFirst() && !m.language->needsUnshard())
+      inputBackward(m, mb, dx);
+    else
+      gradOut[key] = std::move(dx);
+  }
+
+  void shard(ModuleState &lm, int64_t mb) {
+    std::vector<const Buf *> modality(lm.index, nullptr);
+    std::vector<Key> used;
+    for (size_t b = 0; b < topo.bridges.size(); ++b) {
+      const BridgeTopology &bridge = topo.bridges[b];
+      if (bridge.dst != lm.index)
+        continue;
+      auto it = bridgeIn.find({b, mb});
+      if (it != bridgeIn.end())
+        modality[bridge.src] = &it->second;
+      used.push_back({b, mb});
+    }
+    actIn[{lm.index, mb}] = lm.language->shard(mb, lane(lm, mb), modality);
+    for (Key k : used)
+      bridgeIn.erase(k);
+  }
+
+  void inputBackward(ModuleState &lm, int64_t mb, const Buf &grad) {
+    std::vector<Buf> grads =
+        lm.language->inputBackward(mb, lane(lm, mb), grad, lm.index);
+    for (size_t b = 0; b < topo.bridges.size(); ++b)
+      if (topo.bridges[b].dst == lm.index)
+        bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
+  }
+
+  /// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
+  /// backward), narrow to this rank's lane (the other way), or identity.
+  void colocated(const BridgeTopology &bridge, Key key, bool forward) {
+    int64_t mb = key.second;
+    const Grid &src = topo.modules[bridge.src].grid;
+    const Grid &dst = topo.modules[bridge.dst].grid;
+    int64_t H = topo.modules[bridge.src].outputHidden;
+    Buf in = forward ? take(encOut, {bridge.src, mb}, "encoder output")
+                     : take(bridgeGrad, key, "bridge gradient");
+    Buf &out = forward ? bridgeIn[key] : encGrad[{bridge.src, mb}];
+    const Grid &from = forward ? src : dst, &to = forward ? dst : src;
+    int64_t fromLane = from.coordsOf(rank).dp, toLane = to.coordsOf(rank).dp;
+    int64_t fromLanes = from.size(Dim::DP), toLanes = to.size(Dim::DP);
+    if (fromLanes == toLanes) {
+      out = std::move(in);
+    } else if (fromLanes > toLanes) {
+      // Gather the lanes that make up this rank's wider lane.
+      int64_t k = fromLanes / toLanes;
+      Coords c = from.coordsOf(rank);
+      std::vector<int64_t> group, counts;
+      for (int64_t w = (c.dp / k) * k; w < (c.dp / k + 1) * k; ++w) {
+        group.push_back(from.rankOf({c.tp, c.cp, w, 0}));
+        counts.push_back(laneRowsOf(bridge.src, from, w, mb) * H);
+      }
+      out.assign(
+          static_cast<size_t>(laneRowsOf(bridge.src, to, toLane, mb) * H),
+          0.0f);
+      comm.allGatherV(group, in.data(), counts, out.data());
+    } else {
+      // Narrow to this rank's lane's samples.
+      auto [fb, fe] = laneSamples(topo.microBatchSize, fromLanes, fromLane);
+      auto [tb, te] = laneSamples(topo.microBatchSize, toLanes, toLane);
+      (void)fe;
+      int64_t offset = rows(bridge.src, mb, fb, tb) * H;
+      int64_t count = rows(bridge.src, mb, tb, te) * H;
+      out.assign(in.begin() + offset, in.begin() + offset + count);
+    }
+  }
+
+  void reduceGrads(ModuleState &m) {
+    std::vector<Param> &params = m.stage->params();
+    const StageContext &ctx = m.stage->context();
+    auto reduce = [&](const std::vector<int64_t> &group, bool partialOnly) {
+      if (group.size() <= 1)
+        return;
+      Buf flat;
+      for (Param &p : params)
+        if (!partialOnly || p.partialUnderSp)
+          flat.insert(flat.end(), p.grad.begin(), p.grad.end());
+      comm.allReduceSum(group, flat.data(), static_cast<int64_t>(flat.size()));
+      size_t at = 0;
+      for (Param &p : params)
+        if (!partialOnly || p.partialUnderSp) {
+          std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at),
+                    flat.begin() +
+                        static_cast<std::ptrdiff_t>(at + p.grad.size()),
+                    p.grad.begin());
+          at += p.grad.size();
+        }
+    };
+    if (ctx.sequenceParallel && ctx.tp > 1)
+      reduce(ctx.tpGroup, true);
+    reduce(m.dpcpGroup, false);
+  }
+
+  void optimizerStep() {
+    double local[2] = {0, lossSum};
+    for (auto &m : modules) {
+      if (!m)
+        continue;
+      bool ownsReplica = m->coords.dp == 0 && m->coords.cp == 0;
+      for (Param &p : m->stage->params())
+        if (ownsReplica && (!p.replicatedOverTp || m->coords.tp == 0))
+          local[0] += dev.sumSquares(p.grad.data(),
+                                     static_cast<int64_t>(p.grad.size()));
+    }
+    comm.allReduceSum(world, local, 2);
+    stepNorm = std::sqrt(local[0]);
+    stepLoss = local[1];
+    const TrainConfig &train = plan.config.train;
+    float coef = 1.0f;
+    if (train.clipGrad > 0 && stepNorm > train.clipGrad)
+      coef = static_cast<float>(train.clipGrad / (stepNorm + 1e-6));
+    for (auto &m : modules) {
+      if (!m)
+        continue;
+      for (Param &p : m->stage->params()) {
+        if (coef != 1.0f)
+          for (float &g : p.grad)
+            g *= coef;
+        dev.adamw(p.value.data(), p.grad.data(), p.m.data(), p.v.data(),
+                  static_cast<int64_t>(p.value.size()), train.lr, train.beta1,
+                  train.beta2, train.eps, train.weightDecay, stepIndex + 1);
+        std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+      }
+    }
+  }
+
+  const Plan &plan;
+  const Topology &topo;
+  int64_t rank;
+  comm::Comm &comm;
+  Device &dev;
+  const DataSource &data;
+  Clock::time_point origin;
+  std::vector<EncoderInfo> encoders;
+  std::vector<int64_t> world;
+  std::vector<std::unique_ptr<ModuleState>> modules;
+  const Program *program = nullptr;
+
+  int64_t stepIndex = 0, currentInstr = -1;
+  std::map<int64_t, Microbatch> batches;
+  std::map<int64_t, LanguageLane> lanes;
+  std::map<Key, Buf> actIn, actOut, gradIn, gradOut, encOut, encGrad, bridgeIn,
+      bridgeGrad;
+  double lossSum = 0, invN = 0, stepLoss = 0, stepNorm = 0;
+  int64_t stepTokens = 0;
+};
+
+std::unique_ptr<DataSource> dataFor(const Plan &plan, const RunOptions &options,
+                                    RunResult &result) {
+  std::vector<std::string> errors;
+  std::unique_ptr<DataSource> data =
+      makeDataSource(plan.config, options.baseDir, options.planFile, errors);
+  if (!data) {
+    result.exitCode = 1;
+    for (const std::string &e : errors)
+      result.error += (result.error.empty() ? "" : "\n") + e;
+  }
+  return data;
+}
+
+/// Runs every step of `rank`; returns the failure message or "".
+std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
+                    const DataSource &data, const RunOptions &options,
+                    Clock::time_point origin, RunResult &result,
+                    std::vector<TraceEvent> &events) {
+  std::unique_ptr<Device> dev = makeCpuDevice();
+  std::unique_ptr<RankExecutor> executor;
+  int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
+  int64_t step = 0;
+  try {
+    executor =
+        std::make_unique<RankExecutor>(plan, rank, comm, *dev, data, origin);
+    for (; step < steps; ++step) {
+      if (options.fault && options.fault->first == rank &&
+          options.fault->second == step + 1)
+        throw RankFailure(
+            "injected fault (MIMO_INJECT_FAULT=" + std::to_string(rank) + ":" +
+            std::to_string(step + 1) + ")");
+      StepMetrics metrics =
+          executor->runStep(step, options.collectTrace, events);
+      if (rank == 0) {
+        result.steps.push_back(metrics);
+        if (options.onStep)
+          options.onStep(metrics);
+      }
+    }
+  } catch (const comm::CommError &e) {
+    return e.what();
+  } catch (const std::exception &e) {
+    std::string where = executor ? executor->where() : std::string("setup");
+    if (executor && std::string(e.what()).rfind("injected", 0) == 0)
+      where = "the start of step " + std::to_string(step + 1);
+    std::string message = "rank " + std::to_string(rank) + " failed at " +
+                          where + ": " + e.what();
+    comm.fail(message);
+    return message;
+  }
+  return "";
+}
+
+} // namespace
+
+std::optional<Plan> referencePlan(const ModelConfig &config,
+                                  std::string *error) {
+  ModelConfig reference = config;
+  reference.worldSize.reset();
+  for (ModuleConfig &module : reference.modules) {
+    DimOrder order = module.parallel.order;
+    module.parallel = ParallelConfig();
+    module.parallel.order = order;
+  }
+  return buildPlan(reference, error);
+}
+
+std::optional<std::pair<int64_t, int64_t>> parseFault(const char *text,
+                                                      std::string *error) {
+  if (!text || !*text)
+    return std::nullopt;
+  std::string s(text);
+  size_t colon = s.find(':');
+  try {
+    if (colon != std::string::npos) {
+      size_t used1 = 0, used2 = 0;
+      int64_t rank = std::stoll(s.substr(0, colon), &used1);
+      int64_t step = std::stoll(s.substr(colon + 1), &used2);
+      if (used1 == colon && used2 == s.size() - colon - 1 && rank >= 0 &&
+          step >= 1)
+        return std::make_pair(rank, step);
+    }
+  } catch (const std::exception &) {
+  }
+  if (error)
+    *error = "MIMO_INJECT_FAULT='" + s +
+             "' is not RANK:STEP (e.g. 3:2: rank 3 fails at the start of "
+             "step 2; steps count from 1)";
+  return std::make_pair(int64_t(-1), int64_t(-1));
+}
+
+RunResult runLocal(const Plan &plan, const RunOptions &options) {
+  RunResult result;
+  std::unique_ptr<DataSource> data = dataFor(plan, options, result);
+  if (!data)
+    return result;
+  kernels::useSingleThreadedBlas();
+  int64_t world = plan.topology.worldSize;
+  auto localWorld = comm::makeLocalWorld(world);
+  std::vector<std::string> failures(static_cast<size_t>(world));
+  std::vector<std::vector<TraceEvent>> events(static_cast<size_t>(world));
+  Clock::time_point origin = Clock::now();
+  std::vector<std::thread> threads;
+  for (int64_t rank = 0; rank < world; ++rank)
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
+      c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+      failures[static_cast<size_t>(rank)] =
+          runRank(plan, rank, *c, *data, options, origin, result,
+                  events[static_cast<size_t>(rank)]);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  std::string first = comm::localWorldFailure(*localWorld);
+  if (first.empty())
+    for (const std::string &f : failures)
+      if (!f.empty()) {
+        first = f;
+        break;
+      }
+  if (!first.empty()) {
+    result.exitCode = 2;
+    result.error = first;
+  }
+  for (auto &e : events)
+    result.trace.insert(result.trace.end(), e.begin(), e.end());
+  return result;
+}
+
+RunResult runOnComm(const Plan &plan, comm::Comm &comm,
+                    const RunOptions &options) {
+  RunResult result;
+  std::unique_ptr<DataSource> data = dataFor(plan, options, result);
+  if (!data)
+    return result;
+  kernels::useSingleThreadedBlas();
+  comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+  std::vector<TraceEvent> events;
+  std::string failure = runRank(plan, comm.rank(), comm, *data, options,
+                                Clock::now(), result, events);
+  if (!failure.empty()) {
+    // The backend tears the job down; reaching here means it could not.
+    comm.fail(failure);
+    result.exitCode = 2;
+    result.error = failure;
+    return result;
+  }
+  if (options.collectTrace) {
+    // Gather the trace on rank 0: a count, then (start, duration) pairs and
+    // the names, newline-separated.
+    if (comm.rank() == 0) {
+      result.trace = events;
+      for (int64_t r = 1; r < comm.size(); ++r) {
+        int64_t sizes[2];
+        comm.recv(r, 1 << 27, sizes, sizeof(sizes));
+        std::vector<double> times(static_cast<size_t>(2 * sizes[0]));
+        std::string names(static_cast<size_t>(sizes[1]), '\0');
+        comm.recv(r, 1 << 27, times.data(),
+                  static_cast<int64_t>(times.size() * sizeof(double)));
+        comm.recv(r, 1 << 27, names.data(), sizes[1]);
+        size_t at = 0;
+        for (int64_t i = 0; i < sizes[0]; ++i) {
+          size_t end = names.find('\n', at);
+          result.trace.push_back({r, names.substr(at, end - at),
+                                  times[static_cast<size_t>(2 * i)],
+                                  times[static_cast<size_t>(2 * i + 1)]});
+          at = end + 1;
+        }
+      }
+    } else {
+      std::vector<double> times;
+      std::string names;
+      for (const TraceEvent &e : events) {
+        times.push_back(e.startUs);
+        times.push_back(e.durationUs);
+        names += e.name + "\n";
+      }
+      int64_t sizes[2] = {static_cast<int64_t>(events.size()),
+                          static_cast<int64_t>(names.size())};
+      comm.send(0, 1 << 27, sizes, sizeof(sizes));
+      comm.send(0, 1 << 27, times.data(),
+                static_cast<int64_t>(times.size() * sizeof(double)));
+      comm.send(0, 1 << 27, names.data(), sizes[1]);
+    }
+  }
+  return result;
+}
+
+std::string traceJson(const std::vector<TraceEvent> &events) {
+  nlohmann::json trace;
+  trace["displayTimeUnit"] = "ms";
+  nlohmann::json list = nlohmann::json::array();
+  for (int64_t rank = 0;; ++rank) {
+    bool any = false;
+    for (const TraceEvent &e : events)
+      any |= e.rank == rank;
+    if (!any)
+      break;
+    list.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", 0},
+                    {"tid", rank},
+                    {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  }
+  for (const TraceEvent &e : events)
+    list.push_back({{"name", e.name},
+                    {"cat", "instruction"},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", e.rank},
+                    {"ts", e.startUs},
+                    {"dur", e.durationUs}});
+  trace["traceEvents"] = std::move(list);
+  return trace.dump();
+}
+
+} // namespace mimo::exec

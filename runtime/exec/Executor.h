@@ -1,0 +1,86 @@
+//===- Executor.h - Runs a plan: every rank's instruction stream -*- C++
+//-*-===//
+//
+// SPEC §3 (mimo-run), §7, §8. A RankExecutor interprets one rank's program
+// (the plan's 1F1B stream: forward/backward of its stages, pipeline and
+// bridge sends and receives with per-sample split sizes, broadcasts, the
+// colocated gather/narrow, shard/unshard, DP x CP gradient reduction and
+// the optimizer step) over a communicator and a device. runLocal runs every
+// rank as a thread of this process; runOnComm runs this process's rank of
+// an MPI job.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_EXEC_EXECUTOR_H
+#define MIMO_RUNTIME_EXEC_EXECUTOR_H
+
+#include "runtime/comm/Comm.h"
+#include "runtime/core/PlanFile.h"
+#include "runtime/exec/Data.h"
+#include "runtime/exec/Device.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mimo::exec {
+
+struct StepMetrics {
+  int64_t step = 0; // 1-based
+  double loss = 0, gradNorm = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+
+/// One executed instruction, for --trace.
+struct TraceEvent {
+  int64_t rank = 0;
+  std::string name;
+  double startUs = 0, durationUs = 0;
+};
+
+struct RunOptions {
+  /// Steps to run (the model's train.steps when < 0).
+  int64_t steps = -1;
+  double timeoutSeconds = 300;
+  /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
+  std::optional<std::pair<int64_t, int64_t>> fault;
+  /// Where jsonl data paths are resolved, and the plan's name in messages.
+  std::string baseDir, planFile = "plan.json";
+  bool collectTrace = false;
+  /// Called on rank 0 after every step.
+  std::function<void(const StepMetrics &)> onStep;
+};
+
+struct RunResult {
+  /// 0 success, 1 invalid input (data), 2 runtime failure.
+  int exitCode = 0;
+  std::string error;
+  std::vector<StepMetrics> steps;
+  std::vector<TraceEvent> trace;
+};
+
+/// The single-rank, no-parallelism plan of the same model (SPEC §8).
+std::optional<Plan> referencePlan(const ModelConfig &config,
+                                  std::string *error);
+
+/// Every rank as a thread of this process (the local backend).
+RunResult runLocal(const Plan &plan, const RunOptions &options);
+
+/// This process's rank, over `comm` (the mpi backend). Metrics are known on
+/// every rank; the trace is gathered on rank 0.
+RunResult runOnComm(const Plan &plan, comm::Comm &comm,
+                    const RunOptions &options);
+
+/// Parses MIMO_INJECT_FAULT ("RANK:STEP"); std::nullopt when unset, error
+/// text when malformed.
+std::optional<std::pair<int64_t, int64_t>> parseFault(const char *text,
+                                                      std::string *error);
+
+/// The Chrome trace (Perfetto) JSON of `events`.
+std::string traceJson(const std::vector<TraceEvent> &events);
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_EXEC_EXECUTOR_H

@@ -1,0 +1,809 @@
+//===- Model.cpp - Encoder and language-model pipeline stages -------------===//
+
+#include "runtime/exec/Model.h"
+
+#include "runtime/core/Sharding.h"
+#include "runtime/exec/Random.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace mimo::exec {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Y[M,N] = X[M,K] · W[K,N] (+ beta Y).
+void matmul(Device &dev, const float *x, const float *w, float *y, int64_t M,
+            int64_t K, int64_t N, float beta = 0.0f) {
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M * N; ++i)
+      y[i] *= beta;
+    return;
+  }
+  dev.gemm(false, false, M, N, K, 1.0f, x, w, beta, y);
+}
+
+/// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
+void matmulBackward(Device &dev, const float *x, const float *w,
+                    const float *dy, float *dx, float *dw, int64_t M, int64_t K,
+                    int64_t N, float dxBeta = 0.0f) {
+  if (M == 0 || K == 0)
+    return;
+  if (N == 0) {
+    if (dx)
+      for (int64_t i = 0; i < M * K; ++i)
+        dx[i] *= dxBeta;
+    return;
+  }
+  if (dx)
+    dev.gemm(false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
+  dev.gemm(true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
+}
+
+void addBias(float *y, const float *b, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      y[i * cols + j] += b[j];
+}
+
+void biasBackward(const float *dy, float *db, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      db[j] += dy[i * cols + j];
+}
+
+Buf zeros(int64_t n) { return Buf(static_cast<size_t>(n), 0.0f); }
+
+/// Equal-piece collectives over a group (identity for one member).
+Buf gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
+               const Buf &local) {
+  if (group.size() <= 1)
+    return local;
+  std::vector<int64_t> counts(group.size(), static_cast<int64_t>(local.size()));
+  Buf out(local.size() * group.size());
+  comm.allGatherV(group, local.data(), counts, out.data());
+  return out;
+}
+
+Buf scatterRows(comm::Comm &comm, const std::vector<int64_t> &group,
+                const Buf &full) {
+  if (group.size() <= 1)
+    return full;
+  int64_t piece = static_cast<int64_t>(full.size() / group.size());
+  std::vector<int64_t> counts(group.size(), piece);
+  Buf out(static_cast<size_t>(piece));
+  comm.reduceScatterV(group, full.data(), counts, out.data());
+  return out;
+}
+
+void reduceAll(comm::Comm &comm, const std::vector<int64_t> &group, Buf &x) {
+  if (group.size() > 1)
+    comm.allReduceSum(group, x.data(), static_cast<int64_t>(x.size()));
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+size_t Stage::addParam(const std::string &module, const std::string &name,
+                       int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
+                       int64_t colEnd, int64_t globalCols, Init init,
+                       float scale, bool replicated, bool partialUnderSp) {
+  Param p;
+  p.name = module + "." + name;
+  int64_t rows = rowEnd - rowBegin, cols = colEnd - colBegin;
+  p.value.resize(static_cast<size_t>(rows * cols));
+  uint64_t key =
+      combine(combine(ctx.seed, hashString(module)), hashString(name));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float value = init == Init::Ones ? 1.0f : 0.0f;
+      if (init == Init::Weight)
+        value =
+            scale * symmetricUnit(combine(
+                        key, static_cast<uint64_t>((rowBegin + i) * globalCols +
+                                                   colBegin + j)));
+      p.value[static_cast<size_t>(i * cols + j)] = value;
+    }
+  p.grad.assign(p.value.size(), 0.0f);
+  p.m.assign(p.value.size(), 0.0f);
+  p.v.assign(p.value.size(), 0.0f);
+  p.replicatedOverTp = replicated;
+  p.partialUnderSp = partialUnderSp;
+  parameters.push_back(std::move(p));
+  return parameters.size() - 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Transformer layer (both modules)
+//===----------------------------------------------------------------------===//
+
+/// Token metadata of one layer call.
+struct LayerMeta {
+  int64_t localRows = 0, cpRows = 0, keyRows = 0;
+  std::vector<int64_t> qpos, qseg, kpos, kseg;
+};
+
+struct LayerCache {
+  Buf x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2, h2f,
+      g, u, s;
+};
+
+class TransformerLayer {
+public:
+  /// language: RMSNorm, RoPE, causal, SwiGLU; encoder: LayerNorm, no RoPE,
+  /// bidirectional within a sample, GeLU MLP.
+  TransformerLayer(Stage &owner, std::vector<Param> &params, bool language,
+                   size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
+                   size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
+                   size_t w2, int64_t hidden, int64_t heads, int64_t ffn,
+                   const StageContext &ctx)
+      : params(params), language(language), norm1(norm1), norm1b(norm1b),
+        wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2), norm2b(norm2b), w1(w1),
+        w3(w3), w2(w2), H(hidden), ctx(ctx) {
+    (void)owner;
+    headsLocal = heads / ctx.tp;
+    headDim = hidden / heads;
+    Hl = headsLocal * headDim;
+    Fl = ffn / ctx.tp;
+  }
+
+  Buf forward(LayerCache &c, Buf x, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    c.x = std::move(x);
+    Buf h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
+    c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
+    c.q = zeros(Tc * Hl);
+    c.k = zeros(Tc * Hl);
+    c.v = zeros(Tc * Hl);
+    matmul(dev, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
+    matmul(dev, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
+    matmul(dev, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
+    if (language) {
+      dev.rope(c.q.data(), m.qpos.data(), Tc, headsLocal, headDim, false);
+      dev.rope(c.k.data(), m.qpos.data(), Tc, headsLocal, headDim, false);
+    }
+    if (ctx.cp > 1) {
+      c.keys = gatherRows(comm, ctx.cpGroup, c.k);
+      c.values = gatherRows(comm, ctx.cpGroup, c.v);
+    }
+    const Buf &K = ctx.cp > 1 ? c.keys : c.k;
+    const Buf &V = ctx.cp > 1 ? c.values : c.v;
+    c.a = zeros(Tc * Hl);
+    c.lse = zeros(headsLocal * Tc);
+    if (Tc > 0)
+      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
+                           c.lse.data(), m.qpos.data(), m.qseg.data(),
+                           m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal,
+                           headDim, language);
+    Buf o = zeros(Tc * H);
+    matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
+    o = rowParallelOut(std::move(o), sp);
+    c.x1 = c.x;
+    dev.axpy(static_cast<int64_t>(o.size()), 1.0f, o.data(), c.x1.data());
+
+    Buf h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
+    c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
+    c.g = zeros(Tc * Fl);
+    matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
+    c.s = zeros(Tc * Fl);
+    if (language) {
+      c.u = zeros(Tc * Fl);
+      matmul(dev, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
+      dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
+    } else {
+      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
+    }
+    Buf mlp = zeros(Tc * H);
+    matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
+    mlp = rowParallelOut(std::move(mlp), sp);
+    Buf out = c.x1;
+    dev.axpy(static_cast<int64_t>(out.size()), 1.0f, mlp.data(), out.data());
+    return out;
+  }
+
+  Buf backward(LayerCache &c, const Buf &dout, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    // MLP.
+    Buf dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout;
+    Buf ds = zeros(Tc * Fl);
+    matmulBackward(dev, c.s.data(), P(w2), dmf.data(), ds.data(), G(w2), Tc, Fl,
+                   H);
+    Buf dg = zeros(Tc * Fl), dh2f = zeros(Tc * H);
+    if (language) {
+      Buf du = zeros(Tc * Fl);
+      dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
+                         du.data(), Tc * Fl);
+      matmulBackward(dev, c.h2f.data(), P(w3), du.data(), dh2f.data(), G(w3),
+                     Tc, H, Fl);
+    } else {
+      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
+    }
+    matmulBackward(dev, c.h2f.data(), P(w1), dg.data(), dh2f.data(), G(w1), Tc,
+                   H, Fl, language ? 1.0f : 0.0f);
+    Buf dh2 = columnParallelIn(std::move(dh2f), sp);
+    Buf dx1 = dout;
+    normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
+    // Attention.
+    Buf dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1;
+    Buf da = zeros(Tc * Hl);
+    matmulBackward(dev, c.a.data(), P(wo), dof.data(), da.data(), G(wo), Tc, Hl,
+                   H);
+    const Buf &K = ctx.cp > 1 ? c.keys : c.k;
+    const Buf &V = ctx.cp > 1 ? c.values : c.v;
+    Buf dq = zeros(Tc * Hl), dK = zeros(Tk * Hl), dV = zeros(Tk * Hl);
+    if (Tc > 0)
+      dev.attentionBackward(
+          c.q.data(), K.data(), V.data(), c.a.data(), c.lse.data(), da.data(),
+          dq.data(), dK.data(), dV.data(), m.qpos.data(), m.qseg.data(),
+          m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal, headDim, language);
+    Buf dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
+    Buf dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
+    if (language) {
+      dev.rope(dq.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
+      dev.rope(dk.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
+      // The saved q and k are rotated; the weight gradients need the
+      // inputs, which hf holds, so nothing else to undo.
+    }
+    Buf dhf = zeros(Tc * H);
+    matmulBackward(dev, c.hf.data(), P(wq), dq.data(), dhf.data(), G(wq), Tc, H,
+                   Hl);
+    matmulBackward(dev, c.hf.data(), P(wk), dk.data(), dhf.data(), G(wk), Tc, H,
+                   Hl, 1.0f);
+    matmulBackward(dev, c.hf.data(), P(wv), dv.data(), dhf.data(), G(wv), Tc, H,
+                   Hl, 1.0f);
+    Buf dh = columnParallelIn(std::move(dhf), sp);
+    Buf dx = dx1;
+    normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
+    c = LayerCache();
+    return dx;
+  }
+
+private:
+  float *P(size_t i) { return params[i].value.data(); }
+  float *G(size_t i) { return params[i].grad.data(); }
+
+  Buf norm(const Buf &x, size_t w, size_t b, Buf &mean, Buf &rstd,
+           int64_t rows) {
+    Buf y = zeros(rows * H);
+    rstd = zeros(rows);
+    if (language) {
+      ctx.dev->rmsnormForward(x.data(), P(w), y.data(), rstd.data(), rows, H);
+    } else {
+      mean = zeros(rows);
+      ctx.dev->layernormForward(x.data(), P(w), P(b), y.data(), mean.data(),
+                                rstd.data(), rows, H);
+    }
+    return y;
+  }
+
+  /// dx += norm backward of dy.
+  void normBackward(const Buf &x, size_t w, size_t b, const Buf &mean,
+                    const Buf &rstd, const Buf &dy, Buf &dx, int64_t rows) {
+    Buf d = zeros(rows * H);
+    if (language)
+      ctx.dev->rmsnormBackward(x.data(), P(w), rstd.data(), dy.data(), d.data(),
+                               G(w), rows, H);
+    else
+      ctx.dev->layernormBackward(x.data(), P(w), mean.data(), rstd.data(),
+                                 dy.data(), d.data(), G(w), G(b), rows, H);
+    ctx.dev->axpy(static_cast<int64_t>(d.size()), 1.0f, d.data(), dx.data());
+  }
+
+  /// The output of a row-parallel linear: partial sums over TP, reduced
+  /// (all-reduce) or reduce-scattered over the sequence (SP).
+  Buf rowParallelOut(Buf partial, bool sp) {
+    if (sp)
+      return scatterRows(*ctx.comm, ctx.tpGroup, partial);
+    reduceAll(*ctx.comm, ctx.tpGroup, partial);
+    return partial;
+  }
+  /// The input gradient of a column-parallel linear (the adjoint of its
+  /// identity / all-gather input).
+  Buf columnParallelIn(Buf partial, bool sp) {
+    return rowParallelOut(std::move(partial), sp);
+  }
+
+  std::vector<Param> &params;
+  bool language;
+  size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
+  int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
+  const StageContext &ctx;
+};
+
+Stage::Stage(StageContext context) : ctx(std::move(context)) {}
+Stage::~Stage() = default;
+
+/// The layers [begin, end) of stage `ppRank` of `pp`.
+static std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
+                                               int64_t ppRank) {
+  int64_t per = layers / pp;
+  return {ppRank * per, (ppRank + 1) * per};
+}
+
+//===----------------------------------------------------------------------===//
+// Encoder
+//===----------------------------------------------------------------------===//
+
+struct EncoderStage::Cache {
+  int64_t rows = 0;
+  LayerMeta meta;
+  Buf input;
+  std::vector<LayerCache> layers;
+  Buf last, y1, z; // projection
+};
+
+EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
+                           StageContext context)
+    : Stage(std::move(context)), featureDim(module.featureDim),
+      hiddenSize(module.hiddenSize), outHidden(outputHidden) {
+  const std::string &name = module.name;
+  int64_t H = hiddenSize, F = module.ffnHiddenSize, t = ctx.tpRank, tp = ctx.tp;
+  int64_t Hl = H / tp, Fl = F / tp;
+  float sH = 1.0f / std::sqrt(static_cast<float>(H));
+  float sF = 1.0f / std::sqrt(static_cast<float>(F));
+  if (isFirst()) {
+    patchW =
+        addParam(name, "patch.weight", 0, featureDim, 0, H, H, Init::Weight,
+                 1.0f / std::sqrt(static_cast<float>(featureDim)), true, false);
+    patchB = addParam(name, "patch.bias", 0, 1, 0, H, H, Init::Zeros, 0, true,
+                      false);
+  }
+  auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
+  parameters.reserve(64);
+  for (int64_t l = begin; l < end; ++l) {
+    std::string p = "layers." + std::to_string(l) + ".";
+    size_t n1 = addParam(name, p + "ln1.weight", 0, 1, 0, H, H, Init::Ones, 0,
+                         true, false);
+    size_t n1b = addParam(name, p + "ln1.bias", 0, 1, 0, H, H, Init::Zeros, 0,
+                          true, false);
+    size_t wq = addParam(name, p + "wq", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wk = addParam(name, p + "wk", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wv = addParam(name, p + "wv", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wo = addParam(name, p + "wo", t * Hl, (t + 1) * Hl, 0, H, H,
+                         Init::Weight, sH, false, false);
+    size_t n2 = addParam(name, p + "ln2.weight", 0, 1, 0, H, H, Init::Ones, 0,
+                         true, false);
+    size_t n2b = addParam(name, p + "ln2.bias", 0, 1, 0, H, H, Init::Zeros, 0,
+                          true, false);
+    size_t w1 = addParam(name, p + "fc1", 0, H, t * Fl, (t + 1) * Fl, F,
+                         Init::Weight, sH, false, false);
+    size_t w2 = addParam(name, p + "fc2", t * Fl, (t + 1) * Fl, 0, H, H,
+                         Init::Weight, sF, false, false);
+    layers.push_back(std::make_unique<TransformerLayer>(
+        *this, parameters, false, n1, n1b, wq, wk, wv, wo, n2, n2b, w1, w1, w2,
+        H, module.numHeads, F, ctx));
+  }
+  if (isLast()) {
+    int64_t O = outHidden;
+    float sO = 1.0f / std::sqrt(static_cast<float>(O));
+    proj1W = addParam(name, "projection.fc1.weight", 0, H, 0, O, O,
+                      Init::Weight, sH, true, false);
+    proj1B = addParam(name, "projection.fc1.bias", 0, 1, 0, O, O, Init::Zeros,
+                      0, true, false);
+    proj2W = addParam(name, "projection.fc2.weight", 0, O, 0, O, O,
+                      Init::Weight, sO, true, false);
+    proj2B = addParam(name, "projection.fc2.bias", 0, 1, 0, O, O, Init::Zeros,
+                      0, true, false);
+  }
+}
+
+EncoderStage::~EncoderStage() = default;
+
+Buf EncoderStage::forward(int64_t mb, const Buf &input,
+                          const std::vector<int64_t> &segment, int64_t rows) {
+  Device &dev = *ctx.dev;
+  auto cache = std::make_unique<Cache>();
+  Cache &c = *cache;
+  c.rows = rows;
+  c.meta.localRows = c.meta.cpRows = c.meta.keyRows = rows;
+  c.meta.qpos.assign(static_cast<size_t>(rows), 0);
+  c.meta.kpos = c.meta.qpos;
+  c.meta.qseg = segment;
+  c.meta.kseg = segment;
+  int64_t H = hiddenSize;
+  Buf x;
+  if (isFirst()) {
+    c.input = input;
+    x = zeros(rows * H);
+    matmul(dev, input.data(), parameters[patchW].value.data(), x.data(), rows,
+           featureDim, H);
+    addBias(x.data(), parameters[patchB].value.data(), rows, H);
+  } else {
+    x = input;
+  }
+  c.layers.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i)
+    x = layers[i]->forward(c.layers[i], std::move(x), c.meta);
+  if (isLast()) {
+    int64_t O = outHidden;
+    c.last = std::move(x);
+    c.y1 = zeros(rows * O);
+    matmul(dev, c.last.data(), parameters[proj1W].value.data(), c.y1.data(),
+           rows, H, O);
+    addBias(c.y1.data(), parameters[proj1B].value.data(), rows, O);
+    c.z = zeros(rows * O);
+    dev.geluForward(c.y1.data(), c.z.data(), rows * O);
+    x = zeros(rows * O);
+    matmul(dev, c.z.data(), parameters[proj2W].value.data(), x.data(), rows, O,
+           O);
+    addBias(x.data(), parameters[proj2B].value.data(), rows, O);
+  }
+  caches[mb] = std::move(cache);
+  return x;
+}
+
+Buf EncoderStage::backward(int64_t mb, const Buf &gradOutput) {
+  Device &dev = *ctx.dev;
+  auto it = caches.find(mb);
+  if (it == caches.end())
+    throw std::logic_error("encoder backward of microbatch " +
+                           std::to_string(mb) + " before its forward");
+  Cache &c = *it->second;
+  int64_t rows = c.rows, H = hiddenSize;
+  Buf dx = gradOutput;
+  if (isLast()) {
+    int64_t O = outHidden;
+    auto &P = parameters;
+    biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
+    Buf dz = zeros(rows * O);
+    matmulBackward(dev, c.z.data(), P[proj2W].value.data(), dx.data(),
+                   dz.data(), P[proj2W].grad.data(), rows, O, O);
+    Buf dy1 = zeros(rows * O);
+    dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
+    biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
+    dx = zeros(rows * H);
+    matmulBackward(dev, c.last.data(), P[proj1W].value.data(), dy1.data(),
+                   dx.data(), P[proj1W].grad.data(), rows, H, O);
+  }
+  for (size_t i = layers.size(); i-- > 0;)
+    dx = layers[i]->backward(c.layers[i], dx, c.meta);
+  if (isFirst()) {
+    biasBackward(dx.data(), parameters[patchB].grad.data(), rows, H);
+    if (rows > 0)
+      dev.gemm(true, false, featureDim, H, rows, 1.0f, c.input.data(),
+               dx.data(), 1.0f, parameters[patchW].grad.data());
+    dx.clear();
+  }
+  caches.erase(it);
+  return dx;
+}
+
+//===----------------------------------------------------------------------===//
+// Language model
+//===----------------------------------------------------------------------===//
+
+struct LanguageStage::Cache {
+  LayerMeta meta;
+  LaneTokens tokens;
+  std::vector<LayerCache> layers;
+  // Last stage.
+  Buf xf, rstdF, hNf, logits, gmax, gsum, scale;
+  std::vector<int64_t> targets;
+};
+
+LanguageStage::LanguageStage(const ModuleConfig &module,
+                             const ShardTopology &shard, StageContext context)
+    : Stage(std::move(context)), hiddenSize(module.hiddenSize),
+      vocab(module.vocabSize), shardTopology(shard) {
+  const std::string &name = module.name;
+  int64_t H = hiddenSize, F = module.ffnHiddenSize, t = ctx.tpRank, tp = ctx.tp;
+  int64_t Hl = H / tp, Fl = F / tp;
+  vocabLocal = vocab / tp;
+  bool sp = ctx.sequenceParallel && tp > 1;
+  float sH = 1.0f / std::sqrt(static_cast<float>(H));
+  float sF = 1.0f / std::sqrt(static_cast<float>(F));
+  parameters.reserve(64);
+  if (isFirst())
+    embedding =
+        addParam(name, "embedding", t * vocabLocal, (t + 1) * vocabLocal, 0, H,
+                 H, Init::Weight, 1.0f, false, false);
+  auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
+  for (int64_t l = begin; l < end; ++l) {
+    std::string p = "layers." + std::to_string(l) + ".";
+    size_t n1 =
+        addParam(name, p + "attn_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
+    size_t wq = addParam(name, p + "wq", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wk = addParam(name, p + "wk", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wv = addParam(name, p + "wv", 0, H, t * Hl, (t + 1) * Hl, H,
+                         Init::Weight, sH, false, false);
+    size_t wo = addParam(name, p + "wo", t * Hl, (t + 1) * Hl, 0, H, H,
+                         Init::Weight, sH, false, false);
+    size_t n2 =
+        addParam(name, p + "mlp_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
+    size_t wg = addParam(name, p + "gate", 0, H, t * Fl, (t + 1) * Fl, F,
+                         Init::Weight, sH, false, false);
+    size_t wu = addParam(name, p + "up", 0, H, t * Fl, (t + 1) * Fl, F,
+                         Init::Weight, sH, false, false);
+    size_t wd = addParam(name, p + "down", t * Fl, (t + 1) * Fl, 0, H, H,
+                         Init::Weight, sF, false, false);
+    layers.push_back(std::make_unique<TransformerLayer>(
+        *this, parameters, true, n1, n1, wq, wk, wv, wo, n2, n2, wg, wu, wd, H,
+        module.numHeads, F, ctx));
+  }
+  if (isLast()) {
+    finalNorm =
+        addParam(name, "final_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
+    head = addParam(name, "head", 0, H, t * vocabLocal, (t + 1) * vocabLocal,
+                    vocab, Init::Weight, sH, false, false);
+  }
+}
+
+LanguageStage::~LanguageStage() = default;
+
+bool LanguageStage::needsUnshard() const {
+  return ctx.cp > 1 || (ctx.sequenceParallel && ctx.tp > 1);
+}
+
+LaneTokens LanguageStage::tokensOf(const LanguageLane &lane, int64_t cpRank,
+                                   int64_t tpRank) const {
+  PositionRanges ranges;
+  if (ctx.cp == 1)
+    ranges = {{0, lane.seq}};
+  else if (shardTopology.packing)
+    ranges = thdZigzagRanges(lane.cuSeqlens, ctx.cp, cpRank);
+  else
+    ranges = zigzagRanges(lane.seq, ctx.cp, cpRank);
+  auto toTokens = [&](const PositionRanges &r) {
+    std::vector<int64_t> tokens;
+    for (int64_t p : expandRanges(r))
+      for (int64_t b = 0; b < lane.batch; ++b)
+        tokens.push_back(p * lane.batch + b);
+    return tokens;
+  };
+  LaneTokens out;
+  out.cp = toTokens(ranges);
+  if (ctx.sequenceParallel && ctx.tp > 1)
+    out.local = toTokens(sequenceParallelSlice(ranges, ctx.tp, tpRank));
+  else
+    out.local = out.cp;
+  return out;
+}
+
+int64_t LanguageStage::localTokens(const LanguageLane &lane) const {
+  return static_cast<int64_t>(
+      tokensOf(lane, ctx.cpRank, ctx.tpRank).local.size());
+}
+
+Buf LanguageStage::shard(int64_t mb, const LanguageLane &lane,
+                         const std::vector<const Buf *> &modality) {
+  (void)mb;
+  int64_t H = hiddenSize;
+  LaneTokens tokens = tokensOf(lane, ctx.cpRank, ctx.tpRank);
+  int64_t Tc = static_cast<int64_t>(tokens.cp.size());
+  std::vector<int64_t> ids(tokens.cp.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = lane.ids[static_cast<size_t>(tokens.cp[i])];
+  Buf E = zeros(Tc * H);
+  int64_t vb = ctx.tpRank * vocabLocal;
+  ctx.dev->embeddingForward(ids.data(), Tc, parameters[embedding].value.data(),
+                            vb, vb + vocabLocal, H, E.data());
+  reduceAll(*ctx.comm, ctx.tpGroup, E);
+  for (size_t e = 0; e < lane.modalityRow.size(); ++e) {
+    int64_t rows = lane.modalityRows[e];
+    if (rows == 0)
+      continue;
+    if (e >= modality.size() || !modality[e] ||
+        static_cast<int64_t>(modality[e]->size()) != rows * H)
+      throw std::runtime_error("the language input expects " +
+                               std::to_string(rows) + " rows of modality " +
+                               std::to_string(e) + ", the bridge delivered " +
+                               (e < modality.size() && modality[e]
+                                    ? std::to_string(modality[e]->size() / H)
+                                    : std::string("none")));
+    for (int64_t i = 0; i < Tc; ++i) {
+      int64_t row = lane.modalityRow[e][static_cast<size_t>(tokens.cp[i])];
+      if (row >= 0)
+        std::memcpy(E.data() + i * H, modality[e]->data() + row * H,
+                    sizeof(float) * H);
+    }
+  }
+  if (!(ctx.sequenceParallel && ctx.tp > 1))
+    return E;
+  int64_t Tl = Tc / ctx.tp;
+  return Buf(E.begin() + ctx.tpRank * Tl * H,
+             E.begin() + (ctx.tpRank + 1) * Tl * H);
+}
+
+Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
+                           double invN, double *lossSum) {
+  Device &dev = *ctx.dev;
+  comm::Comm &comm = *ctx.comm;
+  auto cache = std::make_unique<Cache>();
+  Cache &c = *cache;
+  c.tokens = tokensOf(lane, ctx.cpRank, ctx.tpRank);
+  LayerMeta &m = c.meta;
+  m.localRows = static_cast<int64_t>(c.tokens.local.size());
+  m.cpRows = static_cast<int64_t>(c.tokens.cp.size());
+  for (int64_t r = 0; r < ctx.cp; ++r) {
+    std::vector<int64_t> keys =
+        r == ctx.cpRank ? c.tokens.cp : tokensOf(lane, r, 0).cp;
+    c.tokens.keys.insert(c.tokens.keys.end(), keys.begin(), keys.end());
+  }
+  m.keyRows = static_cast<int64_t>(c.tokens.keys.size());
+  for (int64_t t : c.tokens.cp) {
+    m.qpos.push_back(lane.positions[static_cast<size_t>(t)]);
+    m.qseg.push_back(lane.segments[static_cast<size_t>(t)]);
+  }
+  for (int64_t t : c.tokens.keys) {
+    m.kpos.push_back(lane.positions[static_cast<size_t>(t)]);
+    m.kseg.push_back(lane.segments[static_cast<size_t>(t)]);
+  }
+  int64_t H = hiddenSize;
+  if (static_cast<int64_t>(input.size()) != m.localRows * H)
+    throw std::runtime_error(
+        "language stage input has " + std::to_string(input.size()) +
+        " values, expected " + std::to_string(m.localRows * H));
+  Buf x = std::move(input);
+  c.layers.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i)
+    x = layers[i]->forward(c.layers[i], std::move(x), m);
+  if (!isLast()) {
+    caches[mb] = std::move(cache);
+    return x;
+  }
+  bool sp = ctx.sequenceParallel && ctx.tp > 1;
+  int64_t Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
+  c.xf = std::move(x);
+  Buf hN = zeros(Tl * H);
+  c.rstdF = zeros(Tl);
+  dev.rmsnormForward(c.xf.data(), parameters[finalNorm].value.data(), hN.data(),
+                     c.rstdF.data(), Tl, H);
+  c.hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
+  c.logits = zeros(Tc * Vl);
+  matmul(dev, c.hNf.data(), parameters[head].value.data(), c.logits.data(), Tc,
+         H, Vl);
+  c.targets.resize(static_cast<size_t>(Tc));
+  c.scale = zeros(Tc);
+  for (int64_t i = 0; i < Tc; ++i) {
+    size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
+    c.targets[static_cast<size_t>(i)] = lane.labels[t];
+    c.scale[static_cast<size_t>(i)] = static_cast<float>(lane.mask[t] * invN);
+  }
+  c.gmax = zeros(Tc);
+  if (Tc > 0)
+    dev.crossEntropyRowMax(c.logits.data(), Tc, Vl, c.gmax.data());
+  if (ctx.tpGroup.size() > 1)
+    comm.allReduceMax(ctx.tpGroup, c.gmax.data(), Tc);
+  Buf sums = zeros(2 * Tc);
+  if (Tc > 0)
+    dev.crossEntropySums(c.logits.data(), c.targets.data(), Tc, Vl,
+                         ctx.tpRank * Vl, c.gmax.data(), sums.data(),
+                         sums.data() + Tc);
+  reduceAll(comm, ctx.tpGroup, sums);
+  c.gsum.assign(sums.begin(), sums.begin() + Tc);
+  Buf loss = zeros(Tc);
+  if (Tc > 0)
+    dev.crossEntropyLoss(c.gmax.data(), c.gsum.data(), sums.data() + Tc, Tc,
+                         loss.data());
+  if (ctx.tpRank == 0 && lossSum) {
+    double total = 0;
+    for (int64_t i = 0; i < Tc; ++i) {
+      size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
+      if (lane.mask[t] != 0.0f)
+        total += static_cast<double>(loss[static_cast<size_t>(i)]);
+    }
+    *lossSum += total * invN;
+  }
+  caches[mb] = std::move(cache);
+  return {};
+}
+
+Buf LanguageStage::backward(int64_t mb, const Buf *gradOutput) {
+  Device &dev = *ctx.dev;
+  comm::Comm &comm = *ctx.comm;
+  auto it = caches.find(mb);
+  if (it == caches.end())
+    throw std::logic_error("language backward of microbatch " +
+                           std::to_string(mb) + " before its forward");
+  Cache &c = *it->second;
+  const LayerMeta &m = c.meta;
+  int64_t H = hiddenSize, Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
+  Buf dx;
+  if (isLast()) {
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    Buf dlogits = zeros(Tc * Vl);
+    if (Tc > 0)
+      dev.crossEntropyBackward(c.logits.data(), c.targets.data(), Tc, Vl,
+                               ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
+                               c.scale.data(), dlogits.data());
+    Buf dhNf = zeros(Tc * H);
+    matmulBackward(dev, c.hNf.data(), parameters[head].value.data(),
+                   dlogits.data(), dhNf.data(), parameters[head].grad.data(),
+                   Tc, H, Vl);
+    Buf dhN;
+    if (sp) {
+      dhN = scatterRows(comm, ctx.tpGroup, dhNf);
+    } else {
+      reduceAll(comm, ctx.tpGroup, dhNf);
+      dhN = std::move(dhNf);
+    }
+    dx = zeros(Tl * H);
+    dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].value.data(),
+                        c.rstdF.data(), dhN.data(), dx.data(),
+                        parameters[finalNorm].grad.data(), Tl, H);
+  } else {
+    if (!gradOutput)
+      throw std::logic_error("language backward without an output gradient");
+    dx = *gradOutput;
+  }
+  for (size_t i = layers.size(); i-- > 0;)
+    dx = layers[i]->backward(c.layers[i], dx, m);
+  caches.erase(it);
+  return dx;
+}
+
+std::vector<Buf> LanguageStage::inputBackward(int64_t mb,
+                                              const LanguageLane &lane,
+                                              const Buf &gradInput,
+                                              size_t encoders) {
+  (void)mb;
+  int64_t H = hiddenSize, T = lane.tokens();
+  LaneTokens own = tokensOf(lane, ctx.cpRank, ctx.tpRank);
+  Buf full;
+  if (needsUnshard()) {
+    // Gather every TP x CP member's shard and put its rows in place.
+    int64_t n = static_cast<int64_t>(gradInput.size());
+    std::vector<int64_t> counts(ctx.tpcpGroup.size(), n);
+    Buf gathered(static_cast<size_t>(n) * ctx.tpcpGroup.size());
+    ctx.comm->allGatherV(ctx.tpcpGroup, gradInput.data(), counts,
+                         gathered.data());
+    full = zeros(T * H);
+    for (size_t r = 0; r < ctx.tpcpGroup.size(); ++r) {
+      auto [tpRank, cpRank] = ctx.tpcpCoords[r];
+      std::vector<int64_t> tokens = tokensOf(lane, cpRank, tpRank).local;
+      for (size_t i = 0; i < tokens.size(); ++i)
+        std::memcpy(full.data() + tokens[i] * H,
+                    gathered.data() + r * static_cast<size_t>(n) + i * H,
+                    sizeof(float) * H);
+    }
+  } else {
+    // The whole lane, in token order.
+    full = gradInput;
+  }
+  // Text embedding: this rank's CP positions, its vocab shard.
+  std::vector<int64_t> ids(static_cast<size_t>(T), -1);
+  for (int64_t t : own.cp) {
+    bool modalityToken = false;
+    for (size_t e = 0; e < lane.modalityRow.size(); ++e)
+      modalityToken |= lane.modalityRow[e][static_cast<size_t>(t)] >= 0;
+    if (!modalityToken)
+      ids[static_cast<size_t>(t)] = lane.ids[static_cast<size_t>(t)];
+  }
+  int64_t vb = ctx.tpRank * vocabLocal;
+  ctx.dev->embeddingBackward(ids.data(), T, full.data(), vb, vb + vocabLocal, H,
+                             parameters[embedding].grad.data());
+  std::vector<Buf> grads(encoders);
+  for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {
+    grads[e] = zeros(lane.modalityRows[e] * H);
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t row = lane.modalityRow[e][static_cast<size_t>(t)];
+      if (row >= 0)
+        std::memcpy(grads[e].data() + row * H, full.data() + t * H,
+                    sizeof(float) * H);
+    }
+  }
+  return grads;
+}
+
+} // namespace mimo::exec

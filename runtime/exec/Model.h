@@ -1,0 +1,157 @@
+//===- Model.h - Encoder and language-model pipeline stages ----*- C++ -*-===//
+//
+// SPEC §4.7: the encoder (patch embedding, pre-norm transformer layers with
+// per-sample attention, projection MLP) and the language model (vocab-
+// parallel embedding, pre-norm causal layers with RMSNorm, RoPE and SwiGLU,
+// final norm, vocab-parallel head and cross-entropy), each as the part one
+// rank holds: its pipeline stage's layers, Megatron-style tensor-parallel
+// shards (column-parallel QKV / gate / up, row-parallel output / down),
+// sequence parallelism (all-gather / reduce-scatter around the TP regions)
+// and context parallelism (attention over the keys and values of every CP
+// rank, with the global positions each one holds).
+//
+// Parameters are pure functions of (seed, module, name, global index), so
+// every layout starts from the same model as the single-rank reference.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_EXEC_MODEL_H
+#define MIMO_RUNTIME_EXEC_MODEL_H
+
+#include "runtime/comm/Comm.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Plan.h"
+#include "runtime/exec/Data.h"
+#include "runtime/exec/Device.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mimo::exec {
+
+using Buf = std::vector<float>;
+
+struct Param {
+  std::string name;
+  Buf value, grad, m, v;
+  /// Identical on every TP rank of the module (counted once in the norm).
+  bool replicatedOverTp = false;
+  /// Under SP, each TP rank's gradient covers its sequence shard only and
+  /// must be summed over the TP group.
+  bool partialUnderSp = false;
+};
+
+/// A rank's place in one module's grid, with the groups it computes with.
+struct StageContext {
+  comm::Comm *comm = nullptr;
+  Device *dev = nullptr;
+  uint64_t seed = 0;
+  int64_t tp = 1, tpRank = 0, cp = 1, cpRank = 0, pp = 1, ppRank = 0;
+  bool sequenceParallel = false;
+  std::vector<int64_t> tpGroup, cpGroup;
+  /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
+  std::vector<int64_t> tpcpGroup;
+  std::vector<std::pair<int64_t, int64_t>> tpcpCoords;
+};
+
+class TransformerLayer;
+struct LayerCache;
+
+/// Which positions of a lane's sequence one rank holds.
+struct LaneTokens {
+  /// Token indices (position * batch + b) of this rank's CP shard, in the
+  /// order it stores them, and of its SP slice (= cp without SP).
+  std::vector<int64_t> cp, local;
+  /// Every CP rank's shard, concatenated in CP-rank order (the keys).
+  std::vector<int64_t> keys;
+};
+
+class Stage {
+public:
+  virtual ~Stage();
+  std::vector<Param> &params() { return parameters; }
+  bool isFirst() const { return ctx.ppRank == 0; }
+  bool isLast() const { return ctx.ppRank == ctx.pp - 1; }
+  const StageContext &context() const { return ctx; }
+
+protected:
+  explicit Stage(StageContext ctx);
+  enum class Init { Weight, Ones, Zeros };
+  /// Adds the [rowEnd-rowBegin, colEnd-colBegin] block of the global
+  /// [*, globalCols] parameter `name`.
+  size_t addParam(const std::string &module, const std::string &name,
+                  int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
+                  int64_t colEnd, int64_t globalCols, Init init, float scale,
+                  bool replicated, bool partialUnderSp);
+  StageContext ctx;
+  std::vector<Param> parameters;
+  std::vector<std::unique_ptr<TransformerLayer>> layers;
+};
+
+class EncoderStage final : public Stage {
+public:
+  EncoderStage(const ModuleConfig &module, int64_t outputHidden,
+               StageContext ctx);
+  ~EncoderStage() override;
+  /// First stage: input = features [rows, feature_dim]; otherwise the
+  /// previous stage's [rows, hidden]. Returns [rows, hidden], or the
+  /// projection [rows, output_hidden] on the last stage.
+  Buf forward(int64_t mb, const Buf &input, const std::vector<int64_t> &segment,
+              int64_t rows);
+  /// Returns the gradient of the stage input (empty on the first stage).
+  Buf backward(int64_t mb, const Buf &gradOutput);
+  int64_t hidden() const { return hiddenSize; }
+  int64_t outputHidden() const { return outHidden; }
+
+private:
+  int64_t featureDim, hiddenSize, outHidden;
+  size_t patchW = 0, patchB = 0, proj1W = 0, proj1B = 0, proj2W = 0, proj2B = 0;
+  struct Cache;
+  std::map<int64_t, std::unique_ptr<Cache>> caches;
+};
+
+class LanguageStage final : public Stage {
+public:
+  LanguageStage(const ModuleConfig &module, const ShardTopology &shard,
+                StageContext ctx);
+  ~LanguageStage() override;
+  LaneTokens tokensOf(const LanguageLane &lane, int64_t cpRank,
+                      int64_t tpRank) const;
+  /// Rows of this rank's stage input/output for `lane`.
+  int64_t localTokens(const LanguageLane &lane) const;
+  int64_t hidden() const { return hiddenSize; }
+
+  /// First stage: the input embeddings of this rank's shard: text rows from
+  /// the vocab-parallel embedding, modality rows (`modality[e]`, the lane's
+  /// rows of encoder e, or null when absent) at their special tokens, then
+  /// CP zigzag and SP slice (SPEC §4.2, §4.5).
+  Buf shard(int64_t mb, const LanguageLane &lane,
+            const std::vector<const Buf *> &modality);
+  /// Runs this stage. On the last stage adds this rank's share of
+  /// Σ mask·CE / N to `lossSum` and returns nothing.
+  Buf forward(int64_t mb, const LanguageLane &lane, Buf input, double invN,
+              double *lossSum);
+  /// Returns the gradient of the stage input (this rank's shard).
+  Buf backward(int64_t mb, const Buf *gradOutput);
+  /// First stage: whether the input gradient must be gathered over the
+  /// TP x CP group before the embedding backward.
+  bool needsUnshard() const;
+  /// First stage: gathers the input gradient of the whole lane (when
+  /// needsUnshard), accumulates the embedding gradient of this rank's CP
+  /// positions and vocab shard, and returns the gradient of every encoder's
+  /// lane rows.
+  std::vector<Buf> inputBackward(int64_t mb, const LanguageLane &lane,
+                                 const Buf &gradInput, size_t encoders);
+
+private:
+  int64_t hiddenSize, vocab, vocabLocal;
+  ShardTopology shardTopology;
+  size_t embedding = 0, finalNorm = 0, head = 0;
+  struct Cache;
+  std::map<int64_t, std::unique_ptr<Cache>> caches;
+};
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_EXEC_MODEL_H

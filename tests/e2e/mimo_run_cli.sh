@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# End-to-end CLI checks of mimo-run (SPEC §3, §7, §8, §9):
+#   mimoc compile -> mimo-run (local) and mpirun -np N mimo-run (mpi) match
+#   mimo-run --reference; injected faults and a killed rank end every rank
+#   with a message naming it; bad input exits 1.
+# usage: mimo_run_cli.sh BIN_DIR EXAMPLES_DIR
+set -uo pipefail
+bin=$1 examples=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
+  OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+compile() { "$bin/mimoc" compile "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
+
+# 1. Local and MPI runs match the reference.
+for name in vlm-fan-in lm-cp2-sp; do
+  compile $name
+  plan=$work/$name.plan.json
+  "$bin/mimo-run" "$plan" --steps 3 --reference --metrics "$work/$name.ref.jsonl" >/dev/null ||
+    fail "$name --reference"
+  "$bin/mimo-run" "$plan" --steps 3 --metrics "$work/$name.local.jsonl" \
+    --trace "$work/$name.trace.json" >"$work/$name.local.out" || fail "$name local run"
+  python3 "$here/compare_metrics.py" "$work/$name.local.jsonl" "$work/$name.ref.jsonl" &&
+    pass "$name local matches --reference" || fail "$name local vs reference"
+  grep -q '^step 3/3  loss' "$work/$name.local.out" || fail "$name: no per-step line"
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['traceEvents']; \
+assert any(e.get('name','').startswith('forward') for e in t); \
+assert len({e['tid'] for e in t}) >= 6" "$work/$name.trace.json" &&
+    pass "$name trace has every rank's instructions" || fail "$name trace"
+  world=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$plan")
+  mpirun -np "$world" "$bin/mimo-run" "$plan" --steps 3 --metrics "$work/$name.mpi.jsonl" \
+    >"$work/$name.mpi.out" 2>&1 || { cat "$work/$name.mpi.out"; fail "$name mpirun"; }
+  python3 "$here/compare_metrics.py" "$work/$name.mpi.jsonl" "$work/$name.ref.jsonl" &&
+    pass "$name mpirun -np $world matches --reference" || fail "$name mpi vs reference"
+done
+plan=$work/vlm-fan-in.plan.json
+
+# 2. An injected fault: every rank stops, exit 2, the message names the rank.
+start=$(date +%s)
+MIMO_INJECT_FAULT=5:2 "$bin/mimo-run" "$plan" --steps 3 --timeout 20 >/dev/null 2>"$work/fault.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "rank 5 failed at the start of step 2" "$work/fault.err" &&
+  pass "local injected fault: exit 2, names rank 5" ||
+  { cat "$work/fault.err"; fail "local injected fault (rc $rc)"; }
+MIMO_INJECT_FAULT=5:2 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 3 --timeout 20 \
+  >"$work/mfault.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "rank 5 failed at the start of step 2" "$work/mfault.out" &&
+  pass "mpi injected fault: exit $rc, names rank 5" ||
+  { cat "$work/mfault.out"; fail "mpi injected fault (rc $rc)"; }
+
+# 3. Killing one rank's process under mpirun ends the job.
+mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1000 --timeout 20 >"$work/kill.out" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  for pid in $(pgrep -f "$bin/mimo-run" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=3'; then
+      victim=$pid
+    fi
+  done
+  [ -n "$victim" ] && grep -q '^step 1/' "$work/kill.out" && break
+  sleep 0.2
+done
+if [ -n "$victim" ]; then
+  kill -9 "$victim"
+  waited=0
+  while kill -0 $job 2>/dev/null && [ $waited -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+  if kill -0 $job 2>/dev/null; then
+    kill -9 $job; fail "mpirun still running 60 s after rank 3 was killed"
+  else
+    wait $job; rc=$?
+    [ $rc -ne 0 ] && grep -qi "rank 3" "$work/kill.out" &&
+      pass "killed rank 3: mpirun exit $rc within ${waited}s, names rank 3" ||
+      { tail -20 "$work/kill.out"; fail "killed rank (rc $rc)"; }
+  fi
+else
+  kill -9 $job 2>/dev/null; fail "could not find rank 3's process"
+fi
+pkill -9 -f "$bin/mimo-run" 2>/dev/null || true
+
+# 4. Bad input: exit 1, a clear message.
+mpirun -np 4 "$bin/mimo-run" "$plan" --steps 1 >"$work/np.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "needs 8 ranks but mpirun started 4 processes" "$work/np.out" &&
+  pass "mpirun -np 4 of an 8-rank plan: exit $rc" || { cat "$work/np.out"; fail "np mismatch"; }
+python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['version']=99; \
+json.dump(p, open(sys.argv[2],'w'))" "$plan" "$work/v99.json"
+"$bin/mimo-run" "$work/v99.json" --steps 1 >/dev/null 2>"$work/v99.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "/version" "$work/v99.err" && pass "plan of another version: exit 1" ||
+  { cat "$work/v99.err"; fail "bad version (rc $rc)"; }
+
+# 5. jsonl data, and a sample whose features disagree with its tokens.
+python3 - "$examples/vlm-fan-in.json" "$work" <<'PY'
+import json, sys, random
+model = json.load(open(sys.argv[1])); work = sys.argv[2]
+model["data"] = {"source": "jsonl", "path": "data.jsonl"}
+json.dump(model, open(f"{work}/jsonl.json", "w"))
+rnd = random.Random(3)
+with open(f"{work}/data.jsonl", "w") as f:
+    for i in range(16):
+        n = rnd.randint(0, 10)
+        ids = [rnd.randrange(1000) for _ in range(128)]
+        ids[5:5 + n] = [1000] * n
+        sample = {"input_ids": ids}
+        if n:
+            sample["images"] = {"features": [[rnd.uniform(-1, 1) for _ in range(48)] for _ in range(n)]}
+        f.write(json.dumps(sample) + "\n")
+bad = json.loads(open(f"{work}/data.jsonl").readline())
+bad["input_ids"][0:3] = [1000, 1000, 1000]
+bad.setdefault("images", {"features": []})
+with open(f"{work}/bad.jsonl", "w") as f:
+    f.write(json.dumps({"input_ids": [1, 2, 3]}) + "\n" + json.dumps(bad) + "\n")
+PY
+"$bin/mimoc" compile "$work/jsonl.json" -o "$work/jsonl.plan.json" || fail "compile jsonl model"
+"$bin/mimo-run" "$work/jsonl.plan.json" --steps 3 --metrics "$work/jsonl.local.jsonl" >/dev/null &&
+  "$bin/mimo-run" "$work/jsonl.plan.json" --steps 3 --reference --metrics "$work/jsonl.ref.jsonl" >/dev/null &&
+  python3 "$here/compare_metrics.py" "$work/jsonl.local.jsonl" "$work/jsonl.ref.jsonl" &&
+  pass "jsonl data trains and matches --reference" || fail "jsonl run"
+cp "$work/bad.jsonl" "$work/data.jsonl"
+"$bin/mimo-run" "$work/jsonl.plan.json" --steps 1 >/dev/null 2>"$work/jsonl.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "data.jsonl:2: /images/features: error: the sample has" "$work/jsonl.err" &&
+  pass "jsonl features disagreeing with the tokens: exit 1, file:line and pointer" ||
+  { cat "$work/jsonl.err"; fail "jsonl error (rc $rc)"; }
+
+echo "$failures failure(s)"
+[ $failures -eq 0 ]

@@ -1,0 +1,268 @@
+//===- mimo-run.cpp - Executes a compiled plan ----------------------------===//
+//
+// mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl] [--device cpu|cuda]
+//          [--reference] [--metrics FILE.jsonl] [--trace FILE.json]
+//          [--timeout SECONDS]
+//
+// SPEC §3, §7, §8. Exit codes: 0 success, 1 invalid input, 2 a rank failed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Comm.h"
+#include "runtime/core/PlanFile.h"
+#include "runtime/exec/Executor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+using namespace mimo;
+
+namespace {
+
+const char *kUsage =
+    "usage: mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl]\n"
+    "                [--device cpu|cuda] [--reference] [--metrics FILE.jsonl]\n"
+    "                [--trace FILE.json] [--timeout SECONDS]\n";
+
+int usageError(const std::string &message) {
+  std::cerr << "mimo-run: error: " << message << "\n" << kUsage;
+  return 1;
+}
+
+/// Writes `text` to `path` through a temporary file (nothing half-written).
+bool writeFile(const std::string &path, const std::string &text) {
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary);
+    if (!out)
+      return false;
+    out << text;
+    if (!out)
+      return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  return !ec;
+}
+
+std::string progressBar(int64_t done, int64_t total, double eta) {
+  int width = 30;
+  int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+  std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') +
+                    std::string(static_cast<size_t>(width - filled), '.') +
+                    "] " + std::to_string(done) + "/" + std::to_string(total);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " ETA %.1fs", eta);
+  return bar + buf;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string planPath, backend, device = "cpu", metricsPath, tracePath;
+  int64_t steps = -1;
+  double timeout = 300;
+  bool reference = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const std::string &flag) -> std::optional<std::string> {
+      if (arg.rfind(flag + "=", 0) == 0)
+        return arg.substr(flag.size() + 1);
+      if (arg == flag && i + 1 < argc)
+        return std::string(argv[++i]);
+      return std::nullopt;
+    };
+    auto is = [&](const std::string &flag) {
+      return arg == flag || arg.rfind(flag + "=", 0) == 0;
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (is("--steps")) {
+      auto v = value("--steps");
+      char *end = nullptr;
+      steps = v ? std::strtoll(v->c_str(), &end, 10) : -1;
+      if (!v || *end || steps < 0)
+        return usageError("--steps expects a number of steps >= 0");
+    } else if (is("--backend")) {
+      auto v = value("--backend");
+      if (!v || (*v != "local" && *v != "mpi" && *v != "nccl"))
+        return usageError("--backend expects local, mpi or nccl");
+      backend = *v;
+    } else if (is("--device")) {
+      auto v = value("--device");
+      if (!v || (*v != "cpu" && *v != "cuda"))
+        return usageError("--device expects cpu or cuda");
+      device = *v;
+    } else if (is("--metrics")) {
+      auto v = value("--metrics");
+      if (!v)
+        return usageError("--metrics expects a file name");
+      metricsPath = *v;
+    } else if (is("--trace")) {
+      auto v = value("--trace");
+      if (!v)
+        return usageError("--trace expects a file name");
+      tracePath = *v;
+    } else if (is("--timeout")) {
+      auto v = value("--timeout");
+      char *end = nullptr;
+      timeout = v ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || *end || !(timeout > 0))
+        return usageError("--timeout expects a number of seconds > 0");
+    } else if (arg == "--reference") {
+      reference = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("unknown option '" + arg + "'");
+    } else if (planPath.empty()) {
+      planPath = arg;
+    } else {
+      return usageError("more than one plan given ('" + planPath + "', '" +
+                        arg + "')");
+    }
+  }
+  if (planPath.empty())
+    return usageError("no plan given (compile one with mimoc compile "
+                      "MODEL.json -o PLAN.json)");
+  bool underMpirun = comm::launchedByMpirun();
+  if (backend.empty())
+    backend = underMpirun ? "mpi" : "local";
+  if (backend == "nccl" || device == "cuda")
+    return usageError("this mimo-run was built without CUDA and NCCL; use "
+                      "--backend local or mpi with --device cpu");
+
+  std::unique_ptr<comm::Comm> mpi;
+  if (backend == "mpi") {
+    std::string error;
+    mpi = comm::makeMpiComm(&error);
+    if (!mpi)
+      return usageError(error);
+  }
+  bool printer = !mpi || mpi->rank() == 0;
+  auto finish = [&](int code) {
+    if (mpi)
+      comm::finalizeMpi();
+    return code;
+  };
+
+  std::ifstream in(planPath, std::ios::binary);
+  if (!in) {
+    if (printer)
+      std::cerr << "mimo-run: error: cannot read '" << planPath << "'\n";
+    return finish(1);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  PlanLoadResult loaded = loadPlan(text.str(), planPath);
+  if (!loaded.plan) {
+    if (printer)
+      for (const Diagnostic &d : loaded.diagnostics)
+        std::cerr << formatDiagnostic(planPath, d) << "\n";
+    return finish(1);
+  }
+  Plan plan = std::move(*loaded.plan);
+  if (reference) {
+    std::string error;
+    std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+    if (!single) {
+      if (printer)
+        std::cerr << "mimo-run: " << planPath << ": error: " << error << "\n";
+      return finish(1);
+    }
+    plan = std::move(*single);
+    if (mpi && mpi->size() != 1) {
+      if (printer)
+        std::cerr << "mimo-run: error: --reference runs on one rank; run it "
+                     "without mpirun\n";
+      return finish(1);
+    }
+  }
+  if (mpi && mpi->size() != plan.topology.worldSize) {
+    if (printer)
+      std::cerr << "mimo-run: " << planPath << ": /world_size: error: the plan "
+                << "needs " << plan.topology.worldSize
+                << " ranks but mpirun started " << mpi->size()
+                << " processes; run mpirun -np " << plan.topology.worldSize
+                << "\n";
+    return finish(1);
+  }
+
+  exec::RunOptions options;
+  options.steps = steps;
+  options.timeoutSeconds = timeout;
+  options.planFile = planPath;
+  options.baseDir = std::filesystem::path(planPath).parent_path().string();
+  options.collectTrace = !tracePath.empty();
+  std::string faultError;
+  options.fault =
+      exec::parseFault(std::getenv("MIMO_INJECT_FAULT"), &faultError);
+  if (!faultError.empty()) {
+    if (printer)
+      std::cerr << "mimo-run: error: " << faultError << "\n";
+    return finish(1);
+  }
+  int64_t total = steps >= 0 ? steps : plan.config.train.steps;
+  bool terminal = printer && isatty(STDERR_FILENO);
+  double elapsed = 0;
+  std::string metrics;
+  options.onStep = [&](const exec::StepMetrics &m) {
+    elapsed += m.seconds;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "step %lld/%lld  loss %.6f  grad_norm %.6f  tokens/s %.0f",
+                  static_cast<long long>(m.step), static_cast<long long>(total),
+                  m.loss, m.gradNorm,
+                  m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds
+                                : 0.0);
+    if (terminal)
+      std::cerr << "\r\033[K";
+    std::cout << line << std::endl;
+    if (terminal && m.step < total)
+      std::cerr << progressBar(m.step, total,
+                               elapsed / static_cast<double>(m.step) *
+                                   static_cast<double>(total - m.step))
+                << std::flush;
+    nlohmann::json record = {{"step", m.step},
+                             {"loss", m.loss},
+                             {"grad_norm", m.gradNorm},
+                             {"tokens", m.tokens},
+                             {"seconds", m.seconds}};
+    metrics += record.dump() + "\n";
+  };
+  if (printer)
+    std::cout << "mimo-run: " << plan.config.name << ": "
+              << plan.topology.worldSize
+              << (reference ? " rank (reference)" : " ranks") << ", "
+              << (mpi ? "mpi" : "local") << " backend, cpu device, " << total
+              << " steps" << std::endl;
+
+  exec::RunResult result = mpi ? exec::runOnComm(plan, *mpi, options)
+                               : exec::runLocal(plan, options);
+  if (terminal)
+    std::cerr << "\r\033[K" << std::flush;
+  if (result.exitCode != 0) {
+    if (printer || result.exitCode == 2)
+      std::cerr << (result.exitCode == 2 ? "mimo-run: " : "") << result.error
+                << "\n";
+    return finish(result.exitCode);
+  }
+  if (printer) {
+    if (!metricsPath.empty() && !writeFile(metricsPath, metrics)) {
+      std::cerr << "mimo-run: error: cannot write '" << metricsPath << "'\n";
+      return finish(1);
+    }
+    if (!tracePath.empty() &&
+        !writeFile(tracePath, exec::traceJson(result.trace))) {
+      std::cerr << "mimo-run: error: cannot write '" << tracePath << "'\n";
+      return finish(1);
+    }
+  }
+  return finish(0);
+}
