@@ -105,4 +105,32 @@ TEST(Equivalence, LanguagePp4With8Microbatches) {
   expectMatchesReference(model, 8);
 }
 
+TEST(Equivalence, DenseMaskWithPaddedSamples) {
+  // Variable-length samples padded to seq_length; padding is masked from
+  // attention keys and the loss.
+  json model = example("vlm-fan-in.json");
+  model["batch"]["attention_mask"] = "dense";
+  expectMatchesReference(model, 8);
+}
+
+TEST(Equivalence, ZeroTokenMicrobatchesFanInAndColocated) {
+  // Every bridge piece is [0, H] (text-only batches).
+  json fanIn = example("vlm-fan-in.json");
+  fanIn["data"]["tokens_per_sample"]["images"] = {0, 0};
+  expectMatchesReference(fanIn, 8);
+  json colocated = example("vlm-colocated.json");
+  colocated["data"]["tokens_per_sample"]["images"] = {0, 2};
+  colocated["data"]["text_only_fraction"] = 0.7;
+  expectMatchesReference(colocated, 8);
+}
+
+TEST(Equivalence, FanOutColocatedAndTensorParallelWithoutSp) {
+  // Colocated fan-out (encoder DP2 -> language DP4): narrow forward,
+  // gather backward; the language TP2 without SP.
+  json model = example("vlm-colocated.json");
+  model["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
+  model["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 4}};
+  expectMatchesReference(model, 8);
+}
+
 } // namespace
