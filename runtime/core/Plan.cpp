@@ -127,10 +127,25 @@ std::pair<int64_t, int64_t> peerLanes(int64_t ownLanes, int64_t otherLanes,
 
 } // namespace
 
+bool colocatedPipeline(const Topology &topology) {
+  return topology.layout == Layout::Colocated &&
+         topology.modules[topology.languageIndex()].grid.size(Dim::PP) > 1;
+}
+
 std::string roleOf(const Topology &topology, int64_t rank) {
   if (topology.layout == Layout::Colocated) {
     const Grid &lm = topology.modules[topology.languageIndex()].grid;
-    return "colocated/pp" + std::to_string(lm.coordsOf(rank).pp);
+    int64_t pp = lm.coordsOf(rank).pp;
+    std::string role = "colocated/pp" + std::to_string(pp);
+    if (colocatedPipeline(topology))
+      for (const BridgeTopology &bridge : topology.bridges) {
+        const ModuleTopology &src = topology.modules[bridge.src];
+        if (isSourceLeader(bridge, src.grid, rank))
+          role += "/" + src.name + ":src-leader";
+        if (pp == 0 && isDestinationLeader(bridge, lm, rank))
+          role += "/" + src.name + ":dst-leader";
+      }
+    return role;
   }
   std::vector<size_t> modules = topology.modulesOf(rank);
   if (modules.empty())
@@ -156,7 +171,11 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
                                          size_t dst, std::string *error) {
   const Grid &s = topology.modules[src].grid;
   const Grid &d = topology.modules[dst].grid;
-  bool colocated = topology.layout == Layout::Colocated;
+  // A colocated language module with pp > 1 holds its first stage on 1/pp
+  // of the ranks: the encoder output travels to it over leader routes like
+  // a non-colocated bridge (SPEC §4.4, reference §9.6).
+  bool colocated =
+      topology.layout == Layout::Colocated && !colocatedPipeline(topology);
   auto relation = relateLanes(s.size(Dim::DP), d.size(Dim::DP), colocated);
   auto fail = [&](std::string why) -> std::optional<BridgeTopology> {
     if (error)
@@ -176,6 +195,10 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
   bridge.tensorNdim = 2; // encoders hand on sample-major [N, H] token lists
   bridge.batchDim = 0;
   if (!colocated) {
+    if (topology.layout == Layout::Colocated && s.size(Dim::PP) != 1)
+      return fail("a colocated encoder runs once per step before the "
+                  "language pipeline and needs pp = 1, found pp = " +
+                  std::to_string(s.size(Dim::PP)));
     bridge.srcLeaders = sourceLeaders(s);
     bridge.dstLeaders = destinationLeaders(d);
     bridge.routes = bridgeRoutes(bridge.srcLeaders, bridge.dstLeaders);
@@ -290,16 +313,20 @@ bool needsUnshard(const Topology &topology) {
          (topology.shard.sequenceParallel && topology.shard.tp > 1);
 }
 
-void buildPipelineProgram(const Topology &topology, int64_t rank,
+/// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
+/// stream also moves the bridges' tensors (not when a colocated pipeline
+/// moves them before and after); `finalize`: end with the gradient
+/// reduction and the optimizer step.
+void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
+                          bool bridges, bool finalize,
                           std::vector<Instr> &out) {
-  size_t m = topology.modulesOf(rank).front();
   const ModuleTopology &module = topology.modules[m];
   const Grid &grid = module.grid;
   Coords c = grid.coordsOf(rank);
   int64_t pp = grid.size(Dim::PP);
   bool first = c.pp == 0, last = c.pp == pp - 1;
   std::vector<size_t> incoming, outgoing;
-  for (size_t b = 0; b < topology.bridges.size(); ++b) {
+  for (size_t b = 0; b < topology.bridges.size() && bridges; ++b) {
     if (topology.bridges[b].dst == m && first)
       incoming.push_back(b);
     if (topology.bridges[b].src == m && last)
@@ -408,7 +435,62 @@ void buildPipelineProgram(const Topology &topology, int64_t rank,
     afterBackward(b);
     emit.batch(sendBackward(b));
   }
+  if (!finalize)
+    return;
   emit.add(InstrOp::ReduceGrads, m);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
+/// Colocated with language pp > 1 (SPEC §4.4, reference §9.6), three
+/// phases: every encoder forward for all microbatches and the bridges to
+/// the language first stage; the language 1F1B; the bridges' gradients back
+/// and every encoder backward. Then the gradient reduction and the step.
+void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
+                                   std::vector<Instr> &out) {
+  ProgramBuilder emit(out);
+  size_t lm = topology.languageIndex();
+  const Grid &lmGrid = topology.modules[lm].grid;
+  bool first = lmGrid.coordsOf(rank).pp == 0;
+  auto groupSize = [&](size_t module) {
+    const Grid &g = topology.modules[module].grid;
+    return g.size(Dim::TP) * g.size(Dim::CP);
+  };
+  auto bridgeBatch = [&](int64_t mb, bool grad) {
+    std::vector<Instr> ops;
+    for (size_t b = 0; b < topology.bridges.size(); ++b) {
+      const BridgeTopology &bridge = topology.bridges[b];
+      const Grid &src = topology.modules[bridge.src].grid;
+      if (isSourceLeader(bridge, src, rank))
+        ops.push_back(
+            instr(grad ? InstrOp::BridgeRecvGrad : InstrOp::BridgeSend, b, mb));
+      if (first && isDestinationLeader(bridge, lmGrid, rank))
+        ops.push_back(
+            instr(grad ? InstrOp::BridgeSendGrad : InstrOp::BridgeRecv, b, mb));
+    }
+    emit.batch(ops);
+    for (size_t b = 0; b < topology.bridges.size(); ++b) {
+      if (!grad && first && groupSize(lm) > 1)
+        emit.add(InstrOp::BridgeBroadcast, b, mb);
+      if (grad && groupSize(topology.bridges[b].src) > 1)
+        emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
+    }
+  };
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    for (size_t i = 0; i < topology.modules.size(); ++i)
+      if (i != lm)
+        emit.add(InstrOp::Forward, i, mb);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    bridgeBatch(mb, false);
+  buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
+                       /*finalize=*/false, out);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    bridgeBatch(mb, true);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    for (size_t i = topology.modules.size(); i-- > 0;)
+      if (i != lm)
+        emit.add(InstrOp::Backward, i, mb);
+  for (size_t i = 0; i < topology.modules.size(); ++i)
+    emit.add(InstrOp::ReduceGrads, i);
   emit.add(InstrOp::OptimizerStep, -1);
 }
 
@@ -453,10 +535,14 @@ ProgramSet buildPrograms(const Topology &topology) {
     if (inserted) {
       Program program;
       program.role = role;
-      if (topology.layout == Layout::Colocated)
+      if (colocatedPipeline(topology))
+        buildColocatedPipelineProgram(topology, rank, program.instrs);
+      else if (topology.layout == Layout::Colocated)
         buildColocatedProgram(topology, program.instrs);
       else if (!topology.modulesOf(rank).empty())
-        buildPipelineProgram(topology, rank, program.instrs);
+        buildPipelineProgram(topology, rank, topology.modulesOf(rank).front(),
+                             /*bridges=*/true, /*finalize=*/true,
+                             program.instrs);
       set.programs.push_back(std::move(program));
     }
     set.rankProgram[static_cast<size_t>(rank)] = it->second;
@@ -703,15 +789,25 @@ struct MessageKey {
   int64_t from, to;
   int32_t mb;
   bool grad;
+  /// The module (pipeline messages) or bridge the message belongs to:
+  /// two bridges may join the same pair of ranks.
+  int32_t channel;
   bool operator==(const MessageKey &o) const {
-    return from == o.from && to == o.to && mb == o.mb && grad == o.grad;
+    return from == o.from && to == o.to && mb == o.mb && grad == o.grad &&
+           channel == o.channel;
   }
 };
+
+int32_t channelOf(const Instr &in) {
+  return instrInfo(in.op).operand == InstrOperand::Bridge ? 1024 + in.index
+                                                          : in.index;
+}
 struct MessageKeyHash {
   size_t operator()(const MessageKey &k) const {
     size_t h = std::hash<int64_t>()(k.from * 1000003 + k.to);
-    return h ^ (std::hash<int64_t>()(k.mb * 2 + k.grad) + 0x9e3779b97f4a7c15 +
-                (h << 6) + (h >> 2));
+    return h ^ (std::hash<int64_t>()((int64_t(k.channel) << 32) + k.mb * 2 +
+                                     k.grad) +
+                0x9e3779b97f4a7c15 + (h << 6) + (h >> 2));
   }
 };
 
@@ -835,7 +931,7 @@ private:
         Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
         for (int64_t peer : peers.ranks) {
           MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                         stream[i].mb, info.isGrad};
+                         stream[i].mb, info.isGrad, channelOf(stream[i])};
           Ends &ends = messages[key];
           (info.isSend ? ends.sends : ends.recvs).push_back({rank, int32_t(i)});
         }
@@ -856,8 +952,10 @@ private:
           bad.push_back({key, &ends});
       }
     std::sort(bad.begin(), bad.end(), [](const auto &a, const auto &b) {
-      return std::tie(a.first.from, a.first.to, a.first.mb, a.first.grad) <
-             std::tie(b.first.from, b.first.to, b.first.mb, b.first.grad);
+      return std::tie(a.first.from, a.first.to, a.first.mb, a.first.grad,
+                      a.first.channel) < std::tie(b.first.from, b.first.to,
+                                                  b.first.mb, b.first.grad,
+                                                  b.first.channel);
     });
     for (const auto &[key, ends] : bad) {
       if (full())
@@ -1009,7 +1107,7 @@ private:
           }
           for (int64_t peer : peers.ranks) {
             MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                           in.mb, info.isGrad};
+                           in.mb, info.isGrad, channelOf(in)};
             auto &mine = info.isSend ? sends : recvs;
             auto &theirs = info.isSend ? recvs : sends;
             auto it = theirs.find(key);
@@ -1065,7 +1163,7 @@ private:
         }
         for (int64_t peer : peers.ranks) {
           MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                         in.mb, info.isGrad};
+                         in.mb, info.isGrad, channelOf(in)};
           const auto &mine = info.isSend ? sends : recvs;
           auto it = mine.find(key);
           if (it != mine.end() && it->second.rank == rank)

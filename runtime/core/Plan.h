@@ -146,6 +146,11 @@ struct Topology {
   const StageTopology *stageOf(size_t module, int64_t pp) const;
 };
 
+/// Whether the layout is colocated with a language pp > 1: the encoders run
+/// for all microbatches before the language pipeline and their outputs
+/// travel over leader routes (SPEC §4.4).
+bool colocatedPipeline(const Topology &topology);
+
 /// The role of `rank`: its modules, their pipeline stages and its part in
 /// each bridge. Ranks with the same role run the same program.
 std::string roleOf(const Topology &topology, int64_t rank);

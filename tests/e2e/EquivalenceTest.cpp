@@ -93,6 +93,21 @@ TEST(Equivalence, Colocated) {
   expectMatchesReference(example("vlm-colocated.json"), 8);
 }
 
+TEST(Equivalence, ColocatedLanguagePp2) {
+  // SPEC §4.4: encoders for all microbatches, then the language 1F1B (TP2
+  // with SP, PP2), then the encoder backward.
+  expectMatchesReference(example("vlm-colocated-pp2.json"), 8);
+}
+
+TEST(Equivalence, ColocatedTwoEncodersLanguagePp2) {
+  // Two bridges join the same pairs of ranks in one exchange.
+  json model = example("avlm.json");
+  model["modules"][0]["parallel"] = {{"dp", 4}};
+  model["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 2}};
+  model["modules"][2]["parallel"] = {{"pp", 2}, {"dp", 2}};
+  expectMatchesReference(model, 4);
+}
+
 TEST(Equivalence, PackedThdWithCp2) {
   expectMatchesReference(example("packed-thd.json"), 6);
 }

@@ -83,9 +83,9 @@ TEST(ExplainTest, ColocatedExampleGivesEveryRankBothRoles) {
 }
 
 TEST(ExplainTest, AllExamplesCompile) {
-  for (const char *name :
-       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
-        "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
+  for (const char *name : {"vlm-fan-in.json", "vlm-fan-out.json",
+                           "vlm-colocated.json", "vlm-colocated-pp2.json",
+                           "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
     json e = explain(test::readExample(name), name);
     ASSERT_TRUE(e.is_object()) << name;
     int64_t world = e["world_size"];

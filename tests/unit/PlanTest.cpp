@@ -247,9 +247,9 @@ TEST(PlanTest, ProgramsGrowWithRolesNotRanks) {
 }
 
 TEST(PlanTest, EveryExampleVerifiesAndRoundTrips) {
-  for (const char *name :
-       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
-        "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
+  for (const char *name : {"vlm-fan-in.json", "vlm-fan-out.json",
+                           "vlm-colocated.json", "vlm-colocated-pp2.json",
+                           "avlm.json", "lm-cp2-sp.json", "packed-thd.json"}) {
     SCOPED_TRACE(name);
     ParseResult parsed = parseModelConfig(test::readExample(name), name);
     ASSERT_TRUE(parsed.config);
