@@ -3,6 +3,9 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Device.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace mimo::exec {
 namespace {
 
@@ -12,6 +15,45 @@ constexpr float kNormEps = 1e-5f;
 class CpuDevice final : public Device {
 public:
   const char *name() const override { return "cpu"; }
+  float *allocate(int64_t n) override {
+    return static_cast<float *>(::operator new(
+        static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)));
+  }
+  void release(float *data) override { ::operator delete(data); }
+  void fill(float *data, float value, int64_t n) override {
+    std::fill(data, data + n, value);
+  }
+  void copy(float *dst, const float *src, int64_t n) override {
+    if (n > 0)
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+  void upload(float *dst, const float *host, int64_t n) override {
+    copy(dst, host, n);
+  }
+  void download(float *host, const float *src, int64_t n) override {
+    copy(host, src, n);
+  }
+  void copyRows(float *dst, const int64_t *dstRows, const float *src,
+                const int64_t *srcRows, int64_t count, int64_t cols) override {
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(dst + dstRows[i] * cols, src + srcRows[i] * cols,
+                  static_cast<size_t>(cols) * sizeof(float));
+  }
+  void scale(float *data, float alpha, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      data[i] *= alpha;
+  }
+  void addBias(float *y, const float *b, int64_t rows, int64_t cols) override {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        y[i * cols + j] += b[j];
+  }
+  void biasBackward(const float *dy, float *db, int64_t rows,
+                    int64_t cols) override {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        db[j] += dy[i * cols + j];
+  }
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
             const float *A, const float *B, float beta, float *C) override {
     k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);

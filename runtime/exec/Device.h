@@ -20,6 +20,28 @@ public:
   virtual ~Device() = default;
   virtual const char *name() const = 0;
 
+  // Memory: buffers of fp32 values in the device's memory.
+  virtual float *allocate(int64_t n) = 0;
+  virtual void release(float *data) = 0;
+  virtual void fill(float *data, float value, int64_t n) = 0;
+  virtual void copy(float *dst, const float *src, int64_t n) = 0;
+  virtual void upload(float *dst, const float *host, int64_t n) = 0;
+  virtual void download(float *host, const float *src, int64_t n) = 0;
+  /// dst row dstRows[i] = src row srcRows[i] (rows of `cols` values); the
+  /// index arrays are host memory.
+  virtual void copyRows(float *dst, const int64_t *dstRows, const float *src,
+                        const int64_t *srcRows, int64_t count,
+                        int64_t cols) = 0;
+  virtual void scale(float *data, float alpha, int64_t n) = 0;
+  /// y[rows, cols] += b (each row); db += column sums of dy.
+  virtual void addBias(float *y, const float *b, int64_t rows,
+                       int64_t cols) = 0;
+  virtual void biasBackward(const float *dy, float *db, int64_t rows,
+                            int64_t cols) = 0;
+
+  // Kernels. Index and position arrays (ids, positions, segments, targets)
+  // are host memory; a device copies what it needs.
+
   virtual void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *A, const float *B, float beta,
                     float *C) = 0;

@@ -222,13 +222,13 @@ private:
     return modalityRows(batch(mb), m, begin, end);
   }
 
-  Buf take(std::map<Key, Buf> &from, Key key, const char *what) {
+  Tensor take(std::map<Key, Tensor> &from, Key key, const char *what) {
     auto it = from.find(key);
     if (it == from.end())
       throw RankFailure(std::string("no ") + what + " for microbatch " +
                         std::to_string(key.second) + " of index " +
                         std::to_string(key.first));
-    Buf out = std::move(it->second);
+    Tensor out = std::move(it->second);
     from.erase(it);
     return out;
   }
@@ -277,7 +277,7 @@ private:
   /// Posts the point-to-point instructions [first, last] together.
   void exchange(const std::vector<Instr> &instrs, size_t first, size_t last) {
     std::vector<comm::P2POp> ops;
-    std::vector<std::pair<std::map<Key, Buf> *, Key>> consumed;
+    std::vector<std::pair<std::map<Key, Tensor> *, Key>> consumed;
     for (size_t i = first; i <= last; ++i) {
       const Instr &in = instrs[i];
       Peers peers = peersOf(in);
@@ -299,8 +299,8 @@ private:
       case InstrOp::RecvAct:
       case InstrOp::RecvGrad: {
         ModuleState &m = module(key.first);
-        Buf &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
-        to.assign(static_cast<size_t>(activationSize(m, in.mb)), 0.0f);
+        Tensor &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
+        to = Tensor(activationSize(m, in.mb));
         ops.push_back(
             op(false, peers.ranks.at(0),
                tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
@@ -350,11 +350,9 @@ private:
         const Grid &dst = topo.modules[bridge.dst].grid;
         int64_t H = topo.modules[bridge.src].outputHidden;
         int64_t own = (forward ? dst : src).coordsOf(rank).dp;
-        Buf &to = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
-        to.assign(
-            static_cast<size_t>(
-                laneRowsOf(bridge.src, forward ? dst : src, own, in.mb) * H),
-            0.0f);
+        Tensor &to = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
+        to =
+            Tensor(laneRowsOf(bridge.src, forward ? dst : src, own, in.mb) * H);
         for (int64_t peer : peers.ranks) {
           int64_t other = (forward ? src : dst).coordsOf(peer).dp;
           Piece p = forward ? piece(bridge, in.mb, other, own)
@@ -388,7 +386,7 @@ private:
       return shard(module(key.first), in.mb);
     case InstrOp::Unshard: {
       ModuleState &lm = module(key.first);
-      Buf grad = take(gradOut, key, "input gradient to unshard");
+      Tensor grad = take(gradOut, key, "input gradient to unshard");
       return inputBackward(lm, in.mb, grad);
     }
     case InstrOp::BridgeBroadcast:
@@ -398,10 +396,12 @@ private:
       bool forward = in.op == InstrOp::BridgeBroadcast;
       const Grid &grid = topo.modules[forward ? bridge.dst : bridge.src].grid;
       std::vector<int64_t> group = grid.groupOf(rank, {Dim::TP, Dim::CP});
-      Buf &buffer = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
+      Tensor &buffer = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
       int64_t H = topo.modules[bridge.src].outputHidden;
-      buffer.resize(static_cast<size_t>(
-          laneRowsOf(bridge.src, grid, grid.coordsOf(rank).dp, in.mb) * H));
+      int64_t n =
+          laneRowsOf(bridge.src, grid, grid.coordsOf(rank).dp, in.mb) * H;
+      if (buffer.size() != n)
+        buffer = Tensor(n);
       comm.broadcast(group, peers.root, buffer.data(),
                      static_cast<int64_t>(buffer.size() * sizeof(float)));
       return;
@@ -424,14 +424,14 @@ private:
     if (m.encoder) {
       EncoderLane lane = encoderLane(batch(mb), m.index, m.config->featureDim,
                                      m.laneBegin, m.laneEnd);
-      Buf input = m.encoder->isFirst() ? std::move(lane.features)
-                                       : take(actIn, key, "activation");
-      Buf out = m.encoder->forward(mb, input, lane.segment, lane.rows);
+      Tensor input = m.encoder->isFirst() ? Tensor::fromHost(lane.features)
+                                          : take(actIn, key, "activation");
+      Tensor out = m.encoder->forward(mb, input, lane.segment, lane.rows);
       (m.encoder->isLast() ? encOut : actOut)[key] = std::move(out);
       return;
     }
-    Buf input = take(actIn, key, "input");
-    Buf out =
+    Tensor input = take(actIn, key, "input");
+    Tensor out =
         m.language->forward(mb, lane(m, mb), std::move(input), invN, &lossSum);
     if (!m.language->isLast())
       actOut[key] = std::move(out);
@@ -440,17 +440,18 @@ private:
   void backward(ModuleState &m, int64_t mb) {
     Key key{m.index, mb};
     if (m.encoder) {
-      Buf grad =
+      Tensor grad =
           take(m.encoder->isLast() ? encGrad : gradIn, key, "output gradient");
-      Buf dx = m.encoder->backward(mb, grad);
+      Tensor dx = m.encoder->backward(mb, grad);
       if (!m.encoder->isFirst())
         gradOut[key] = std::move(dx);
       return;
     }
-    Buf grad;
+    Tensor grad;
     if (!m.language->isLast())
       grad = take(gradIn, key, "output gradient");
-    Buf dx = m.language->backward(mb, m.language->isLast() ? nullptr : &grad);
+    Tensor dx =
+        m.language->backward(mb, m.language->isLast() ? nullptr : &grad);
     if (m.language->isFirst() && !m.language->needsUnshard())
       inputBackward(m, mb, dx);
     else
@@ -458,7 +459,7 @@ private:
   }
 
   void shard(ModuleState &lm, int64_t mb) {
-    std::vector<const Buf *> modality(lm.index, nullptr);
+    std::vector<const Tensor *> modality(lm.index, nullptr);
     std::vector<Key> used;
     for (size_t b = 0; b < topo.bridges.size(); ++b) {
       const BridgeTopology &bridge = topo.bridges[b];
@@ -474,8 +475,8 @@ private:
       bridgeIn.erase(k);
   }
 
-  void inputBackward(ModuleState &lm, int64_t mb, const Buf &grad) {
-    std::vector<Buf> grads =
+  void inputBackward(ModuleState &lm, int64_t mb, const Tensor &grad) {
+    std::vector<Tensor> grads =
         lm.language->inputBackward(mb, lane(lm, mb), grad, lm.index);
     for (size_t b = 0; b < topo.bridges.size(); ++b)
       if (topo.bridges[b].dst == lm.index)
@@ -489,9 +490,9 @@ private:
     const Grid &src = topo.modules[bridge.src].grid;
     const Grid &dst = topo.modules[bridge.dst].grid;
     int64_t H = topo.modules[bridge.src].outputHidden;
-    Buf in = forward ? take(encOut, {bridge.src, mb}, "encoder output")
-                     : take(bridgeGrad, key, "bridge gradient");
-    Buf &out = forward ? bridgeIn[key] : encGrad[{bridge.src, mb}];
+    Tensor in = forward ? take(encOut, {bridge.src, mb}, "encoder output")
+                        : take(bridgeGrad, key, "bridge gradient");
+    Tensor &out = forward ? bridgeIn[key] : encGrad[{bridge.src, mb}];
     const Grid &from = forward ? src : dst, &to = forward ? dst : src;
     int64_t fromLane = from.coordsOf(rank).dp, toLane = to.coordsOf(rank).dp;
     int64_t fromLanes = from.size(Dim::DP), toLanes = to.size(Dim::DP);
@@ -506,9 +507,7 @@ private:
         group.push_back(from.rankOf({c.tp, c.cp, w, 0}));
         counts.push_back(laneRowsOf(bridge.src, from, w, mb) * H);
       }
-      out.assign(
-          static_cast<size_t>(laneRowsOf(bridge.src, to, toLane, mb) * H),
-          0.0f);
+      out = Tensor(laneRowsOf(bridge.src, to, toLane, mb) * H);
       comm.allGatherV(group, in.data(), counts, out.data());
     } else {
       // Narrow to this rank's lane's samples.
@@ -517,7 +516,7 @@ private:
       (void)fe;
       int64_t offset = rows(bridge.src, mb, fb, tb) * H;
       int64_t count = rows(bridge.src, mb, tb, te) * H;
-      out.assign(in.begin() + offset, in.begin() + offset + count);
+      out = in.slice(offset, count);
     }
   }
 
@@ -527,18 +526,23 @@ private:
     auto reduce = [&](const std::vector<int64_t> &group, bool partialOnly) {
       if (group.size() <= 1)
         return;
-      Buf flat;
+      // One flat buffer, one collective.
+      int64_t total = 0;
       for (Param &p : params)
         if (!partialOnly || p.partialUnderSp)
-          flat.insert(flat.end(), p.grad.begin(), p.grad.end());
-      comm.allReduceSum(group, flat.data(), static_cast<int64_t>(flat.size()));
-      size_t at = 0;
+          total += p.grad.size();
+      Tensor flat(total);
+      int64_t at = 0;
       for (Param &p : params)
         if (!partialOnly || p.partialUnderSp) {
-          std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at),
-                    flat.begin() +
-                        static_cast<std::ptrdiff_t>(at + p.grad.size()),
-                    p.grad.begin());
+          dev.copy(flat.data() + at, p.grad.data(), p.grad.size());
+          at += p.grad.size();
+        }
+      comm.allReduceSum(group, flat.data(), flat.size());
+      at = 0;
+      for (Param &p : params)
+        if (!partialOnly || p.partialUnderSp) {
+          dev.copy(p.grad.data(), flat.data() + at, p.grad.size());
           at += p.grad.size();
         }
     };
@@ -555,8 +559,7 @@ private:
       bool ownsReplica = m->coords.dp == 0 && m->coords.cp == 0;
       for (Param &p : m->stage->params())
         if (ownsReplica && (!p.replicatedOverTp || m->coords.tp == 0))
-          local[0] += dev.sumSquares(p.grad.data(),
-                                     static_cast<int64_t>(p.grad.size()));
+          local[0] += dev.sumSquares(p.grad.data(), p.grad.size());
     }
     comm.allReduceSum(world, local, 2);
     stepNorm = std::sqrt(local[0]);
@@ -570,12 +573,11 @@ private:
         continue;
       for (Param &p : m->stage->params()) {
         if (coef != 1.0f)
-          for (float &g : p.grad)
-            g *= coef;
+          dev.scale(p.grad.data(), coef, p.grad.size());
         dev.adamw(p.value.data(), p.grad.data(), p.m.data(), p.v.data(),
-                  static_cast<int64_t>(p.value.size()), train.lr, train.beta1,
-                  train.beta2, train.eps, train.weightDecay, stepIndex + 1);
-        std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+                  p.value.size(), train.lr, train.beta1, train.beta2, train.eps,
+                  train.weightDecay, stepIndex + 1);
+        dev.fill(p.grad.data(), 0.0f, p.grad.size());
       }
     }
   }
@@ -595,8 +597,8 @@ private:
   int64_t stepIndex = 0, currentInstr = -1;
   std::map<int64_t, Microbatch> batches;
   std::map<int64_t, LanguageLane> lanes;
-  std::map<Key, Buf> actIn, actOut, gradIn, gradOut, encOut, encGrad, bridgeIn,
-      bridgeGrad;
+  std::map<Key, Tensor> actIn, actOut, gradIn, gradOut, encOut, encGrad,
+      bridgeIn, bridgeGrad;
   double lossSum = 0, invN = 0, stepLoss = 0, stepNorm = 0;
   int64_t stepTokens = 0;
 };
@@ -620,6 +622,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                     Clock::time_point origin, RunResult &result,
                     std::vector<TraceEvent> &events) {
   std::unique_ptr<Device> dev = makeCpuDevice();
+  setCurrentDevice(dev.get());
   std::unique_ptr<RankExecutor> executor;
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
   int64_t step = 0;

@@ -23,8 +23,7 @@ void matmul(Device &dev, const float *x, const float *w, float *y, int64_t M,
   if (M == 0 || N == 0)
     return;
   if (K == 0) {
-    for (int64_t i = 0; i < M * N; ++i)
-      y[i] *= beta;
+    dev.scale(y, beta, M * N);
     return;
   }
   dev.gemm(false, false, M, N, K, 1.0f, x, w, beta, y);
@@ -38,8 +37,7 @@ void matmulBackward(Device &dev, const float *x, const float *w,
     return;
   if (N == 0) {
     if (dx)
-      for (int64_t i = 0; i < M * K; ++i)
-        dx[i] *= dxBeta;
+      dev.scale(dx, dxBeta, M * K);
     return;
   }
   if (dx)
@@ -47,43 +45,31 @@ void matmulBackward(Device &dev, const float *x, const float *w,
   dev.gemm(true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
 }
 
-void addBias(float *y, const float *b, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      y[i * cols + j] += b[j];
-}
-
-void biasBackward(const float *dy, float *db, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      db[j] += dy[i * cols + j];
-}
-
-Buf zeros(int64_t n) { return Buf(static_cast<size_t>(n), 0.0f); }
+Tensor zeros(int64_t n) { return Tensor(n); }
 
 /// Equal-piece collectives over a group (identity for one member).
-Buf gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
-               const Buf &local) {
+Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
+                  const Tensor &local) {
   if (group.size() <= 1)
-    return local;
-  std::vector<int64_t> counts(group.size(), static_cast<int64_t>(local.size()));
-  Buf out(local.size() * group.size());
+    return local.clone();
+  std::vector<int64_t> counts(group.size(), local.size());
+  Tensor out(local.size() * static_cast<int64_t>(group.size()));
   comm.allGatherV(group, local.data(), counts, out.data());
   return out;
 }
 
-Buf scatterRows(comm::Comm &comm, const std::vector<int64_t> &group,
-                const Buf &full) {
+Tensor scatterRows(comm::Comm &comm, const std::vector<int64_t> &group,
+                   const Tensor &full) {
   if (group.size() <= 1)
-    return full;
-  int64_t piece = static_cast<int64_t>(full.size() / group.size());
+    return full.clone();
+  int64_t piece = full.size() / static_cast<int64_t>(group.size());
   std::vector<int64_t> counts(group.size(), piece);
-  Buf out(static_cast<size_t>(piece));
+  Tensor out(piece);
   comm.reduceScatterV(group, full.data(), counts, out.data());
   return out;
 }
 
-void reduceAll(comm::Comm &comm, const std::vector<int64_t> &group, Buf &x) {
+void reduceAll(comm::Comm &comm, const std::vector<int64_t> &group, Tensor &x) {
   if (group.size() > 1)
     comm.allReduceSum(group, x.data(), static_cast<int64_t>(x.size()));
 }
@@ -101,22 +87,23 @@ size_t Stage::addParam(const std::string &module, const std::string &name,
   Param p;
   p.name = module + "." + name;
   int64_t rows = rowEnd - rowBegin, cols = colEnd - colBegin;
-  p.value.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> value(static_cast<size_t>(rows * cols));
   uint64_t key =
       combine(combine(ctx.seed, hashString(module)), hashString(name));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      float value = init == Init::Ones ? 1.0f : 0.0f;
+      float element = init == Init::Ones ? 1.0f : 0.0f;
       if (init == Init::Weight)
-        value =
+        element =
             scale * symmetricUnit(combine(
                         key, static_cast<uint64_t>((rowBegin + i) * globalCols +
                                                    colBegin + j)));
-      p.value[static_cast<size_t>(i * cols + j)] = value;
+      value[static_cast<size_t>(i * cols + j)] = element;
     }
-  p.grad.assign(p.value.size(), 0.0f);
-  p.m.assign(p.value.size(), 0.0f);
-  p.v.assign(p.value.size(), 0.0f);
+  p.value = Tensor::fromHost(value);
+  p.grad = Tensor(rows * cols);
+  p.m = Tensor(rows * cols);
+  p.v = Tensor(rows * cols);
   p.replicatedOverTp = replicated;
   p.partialUnderSp = partialUnderSp;
   parameters.push_back(std::move(p));
@@ -134,8 +121,8 @@ struct LayerMeta {
 };
 
 struct LayerCache {
-  Buf x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2, h2f,
-      g, u, s;
+  Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
+      h2f, g, u, s;
 };
 
 class TransformerLayer {
@@ -157,13 +144,13 @@ public:
     Fl = ffn / ctx.tp;
   }
 
-  Buf forward(LayerCache &c, Buf x, const LayerMeta &m) {
+  Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
     Device &dev = *ctx.dev;
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
-    Buf h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
+    Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
     c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
     c.q = zeros(Tc * Hl);
     c.k = zeros(Tc * Hl);
@@ -179,8 +166,8 @@ public:
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
       c.values = gatherRows(comm, ctx.cpGroup, c.v);
     }
-    const Buf &K = ctx.cp > 1 ? c.keys : c.k;
-    const Buf &V = ctx.cp > 1 ? c.values : c.v;
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
     c.a = zeros(Tc * Hl);
     c.lse = zeros(headsLocal * Tc);
     if (Tc > 0)
@@ -188,13 +175,13 @@ public:
                            c.lse.data(), m.qpos.data(), m.qseg.data(),
                            m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal,
                            headDim, language);
-    Buf o = zeros(Tc * H);
+    Tensor o = zeros(Tc * H);
     matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
-    c.x1 = c.x;
-    dev.axpy(static_cast<int64_t>(o.size()), 1.0f, o.data(), c.x1.data());
+    c.x1 = c.x.clone();
+    dev.axpy(o.size(), 1.0f, o.data(), c.x1.data());
 
-    Buf h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
+    Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
     c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
     c.g = zeros(Tc * Fl);
     matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
@@ -206,27 +193,27 @@ public:
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    Buf mlp = zeros(Tc * H);
+    Tensor mlp = zeros(Tc * H);
     matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
-    Buf out = c.x1;
-    dev.axpy(static_cast<int64_t>(out.size()), 1.0f, mlp.data(), out.data());
+    Tensor out = c.x1.clone();
+    dev.axpy(out.size(), 1.0f, mlp.data(), out.data());
     return out;
   }
 
-  Buf backward(LayerCache &c, const Buf &dout, const LayerMeta &m) {
+  Tensor backward(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
     Device &dev = *ctx.dev;
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     // MLP.
-    Buf dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout;
-    Buf ds = zeros(Tc * Fl);
+    Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
+    Tensor ds = zeros(Tc * Fl);
     matmulBackward(dev, c.s.data(), P(w2), dmf.data(), ds.data(), G(w2), Tc, Fl,
                    H);
-    Buf dg = zeros(Tc * Fl), dh2f = zeros(Tc * H);
+    Tensor dg = zeros(Tc * Fl), dh2f = zeros(Tc * H);
     if (language) {
-      Buf du = zeros(Tc * Fl);
+      Tensor du = zeros(Tc * Fl);
       dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                          du.data(), Tc * Fl);
       matmulBackward(dev, c.h2f.data(), P(w3), du.data(), dh2f.data(), G(w3),
@@ -236,39 +223,39 @@ public:
     }
     matmulBackward(dev, c.h2f.data(), P(w1), dg.data(), dh2f.data(), G(w1), Tc,
                    H, Fl, language ? 1.0f : 0.0f);
-    Buf dh2 = columnParallelIn(std::move(dh2f), sp);
-    Buf dx1 = dout;
+    Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
+    Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
-    Buf dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1;
-    Buf da = zeros(Tc * Hl);
+    Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
+    Tensor da = zeros(Tc * Hl);
     matmulBackward(dev, c.a.data(), P(wo), dof.data(), da.data(), G(wo), Tc, Hl,
                    H);
-    const Buf &K = ctx.cp > 1 ? c.keys : c.k;
-    const Buf &V = ctx.cp > 1 ? c.values : c.v;
-    Buf dq = zeros(Tc * Hl), dK = zeros(Tk * Hl), dV = zeros(Tk * Hl);
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    Tensor dq = zeros(Tc * Hl), dK = zeros(Tk * Hl), dV = zeros(Tk * Hl);
     if (Tc > 0)
       dev.attentionBackward(
           c.q.data(), K.data(), V.data(), c.a.data(), c.lse.data(), da.data(),
           dq.data(), dK.data(), dV.data(), m.qpos.data(), m.qseg.data(),
           m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal, headDim, language);
-    Buf dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
-    Buf dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
+    Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
+    Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
     if (language) {
       dev.rope(dq.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
       dev.rope(dk.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
       // The saved q and k are rotated; the weight gradients need the
       // inputs, which hf holds, so nothing else to undo.
     }
-    Buf dhf = zeros(Tc * H);
+    Tensor dhf = zeros(Tc * H);
     matmulBackward(dev, c.hf.data(), P(wq), dq.data(), dhf.data(), G(wq), Tc, H,
                    Hl);
     matmulBackward(dev, c.hf.data(), P(wk), dk.data(), dhf.data(), G(wk), Tc, H,
                    Hl, 1.0f);
     matmulBackward(dev, c.hf.data(), P(wv), dv.data(), dhf.data(), G(wv), Tc, H,
                    Hl, 1.0f);
-    Buf dh = columnParallelIn(std::move(dhf), sp);
-    Buf dx = dx1;
+    Tensor dh = columnParallelIn(std::move(dhf), sp);
+    Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
     c = LayerCache();
     return dx;
@@ -278,9 +265,9 @@ private:
   float *P(size_t i) { return params[i].value.data(); }
   float *G(size_t i) { return params[i].grad.data(); }
 
-  Buf norm(const Buf &x, size_t w, size_t b, Buf &mean, Buf &rstd,
-           int64_t rows) {
-    Buf y = zeros(rows * H);
+  Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
+              int64_t rows) {
+    Tensor y = zeros(rows * H);
     rstd = zeros(rows);
     if (language) {
       ctx.dev->rmsnormForward(x.data(), P(w), y.data(), rstd.data(), rows, H);
@@ -293,21 +280,22 @@ private:
   }
 
   /// dx += norm backward of dy.
-  void normBackward(const Buf &x, size_t w, size_t b, const Buf &mean,
-                    const Buf &rstd, const Buf &dy, Buf &dx, int64_t rows) {
-    Buf d = zeros(rows * H);
+  void normBackward(const Tensor &x, size_t w, size_t b, const Tensor &mean,
+                    const Tensor &rstd, const Tensor &dy, Tensor &dx,
+                    int64_t rows) {
+    Tensor d = zeros(rows * H);
     if (language)
       ctx.dev->rmsnormBackward(x.data(), P(w), rstd.data(), dy.data(), d.data(),
                                G(w), rows, H);
     else
       ctx.dev->layernormBackward(x.data(), P(w), mean.data(), rstd.data(),
                                  dy.data(), d.data(), G(w), G(b), rows, H);
-    ctx.dev->axpy(static_cast<int64_t>(d.size()), 1.0f, d.data(), dx.data());
+    ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
   }
 
   /// The output of a row-parallel linear: partial sums over TP, reduced
   /// (all-reduce) or reduce-scattered over the sequence (SP).
-  Buf rowParallelOut(Buf partial, bool sp) {
+  Tensor rowParallelOut(Tensor partial, bool sp) {
     if (sp)
       return scatterRows(*ctx.comm, ctx.tpGroup, partial);
     reduceAll(*ctx.comm, ctx.tpGroup, partial);
@@ -315,7 +303,7 @@ private:
   }
   /// The input gradient of a column-parallel linear (the adjoint of its
   /// identity / all-gather input).
-  Buf columnParallelIn(Buf partial, bool sp) {
+  Tensor columnParallelIn(Tensor partial, bool sp) {
     return rowParallelOut(std::move(partial), sp);
   }
 
@@ -343,9 +331,9 @@ static std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
 struct EncoderStage::Cache {
   int64_t rows = 0;
   LayerMeta meta;
-  Buf input;
+  Tensor input;
   std::vector<LayerCache> layers;
-  Buf last, y1, z; // projection
+  Tensor last, y1, z; // projection
 };
 
 EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
@@ -408,8 +396,9 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
 
 EncoderStage::~EncoderStage() = default;
 
-Buf EncoderStage::forward(int64_t mb, const Buf &input,
-                          const std::vector<int64_t> &segment, int64_t rows) {
+Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
+                             const std::vector<int64_t> &segment,
+                             int64_t rows) {
   Device &dev = *ctx.dev;
   auto cache = std::make_unique<Cache>();
   Cache &c = *cache;
@@ -420,15 +409,15 @@ Buf EncoderStage::forward(int64_t mb, const Buf &input,
   c.meta.qseg = segment;
   c.meta.kseg = segment;
   int64_t H = hiddenSize;
-  Buf x;
+  Tensor x;
   if (isFirst()) {
-    c.input = input;
+    c.input = input.clone();
     x = zeros(rows * H);
     matmul(dev, input.data(), parameters[patchW].value.data(), x.data(), rows,
            featureDim, H);
-    addBias(x.data(), parameters[patchB].value.data(), rows, H);
+    dev.addBias(x.data(), parameters[patchB].value.data(), rows, H);
   } else {
-    x = input;
+    x = input.clone();
   }
   c.layers.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i)
@@ -439,19 +428,19 @@ Buf EncoderStage::forward(int64_t mb, const Buf &input,
     c.y1 = zeros(rows * O);
     matmul(dev, c.last.data(), parameters[proj1W].value.data(), c.y1.data(),
            rows, H, O);
-    addBias(c.y1.data(), parameters[proj1B].value.data(), rows, O);
+    dev.addBias(c.y1.data(), parameters[proj1B].value.data(), rows, O);
     c.z = zeros(rows * O);
     dev.geluForward(c.y1.data(), c.z.data(), rows * O);
     x = zeros(rows * O);
     matmul(dev, c.z.data(), parameters[proj2W].value.data(), x.data(), rows, O,
            O);
-    addBias(x.data(), parameters[proj2B].value.data(), rows, O);
+    dev.addBias(x.data(), parameters[proj2B].value.data(), rows, O);
   }
   caches[mb] = std::move(cache);
   return x;
 }
 
-Buf EncoderStage::backward(int64_t mb, const Buf &gradOutput) {
+Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
   Device &dev = *ctx.dev;
   auto it = caches.find(mb);
   if (it == caches.end())
@@ -459,17 +448,17 @@ Buf EncoderStage::backward(int64_t mb, const Buf &gradOutput) {
                            std::to_string(mb) + " before its forward");
   Cache &c = *it->second;
   int64_t rows = c.rows, H = hiddenSize;
-  Buf dx = gradOutput;
+  Tensor dx = gradOutput.clone();
   if (isLast()) {
     int64_t O = outHidden;
     auto &P = parameters;
-    biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
-    Buf dz = zeros(rows * O);
+    dev.biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
+    Tensor dz = zeros(rows * O);
     matmulBackward(dev, c.z.data(), P[proj2W].value.data(), dx.data(),
                    dz.data(), P[proj2W].grad.data(), rows, O, O);
-    Buf dy1 = zeros(rows * O);
+    Tensor dy1 = zeros(rows * O);
     dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
-    biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
+    dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
     dx = zeros(rows * H);
     matmulBackward(dev, c.last.data(), P[proj1W].value.data(), dy1.data(),
                    dx.data(), P[proj1W].grad.data(), rows, H, O);
@@ -477,11 +466,11 @@ Buf EncoderStage::backward(int64_t mb, const Buf &gradOutput) {
   for (size_t i = layers.size(); i-- > 0;)
     dx = layers[i]->backward(c.layers[i], dx, c.meta);
   if (isFirst()) {
-    biasBackward(dx.data(), parameters[patchB].grad.data(), rows, H);
+    dev.biasBackward(dx.data(), parameters[patchB].grad.data(), rows, H);
     if (rows > 0)
       dev.gemm(true, false, featureDim, H, rows, 1.0f, c.input.data(),
                dx.data(), 1.0f, parameters[patchW].grad.data());
-    dx.clear();
+    dx = Tensor();
   }
   caches.erase(it);
   return dx;
@@ -496,7 +485,7 @@ struct LanguageStage::Cache {
   LaneTokens tokens;
   std::vector<LayerCache> layers;
   // Last stage.
-  Buf xf, rstdF, hNf, logits, gmax, gsum, scale;
+  Tensor xf, rstdF, hNf, logits, gmax, gsum, scale;
   std::vector<int64_t> targets;
 };
 
@@ -585,8 +574,8 @@ int64_t LanguageStage::localTokens(const LanguageLane &lane) const {
       tokensOf(lane, ctx.cpRank, ctx.tpRank).local.size());
 }
 
-Buf LanguageStage::shard(int64_t mb, const LanguageLane &lane,
-                         const std::vector<const Buf *> &modality) {
+Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
+                            const std::vector<const Tensor *> &modality) {
   (void)mb;
   int64_t H = hiddenSize;
   LaneTokens tokens = tokensOf(lane, ctx.cpRank, ctx.tpRank);
@@ -594,7 +583,7 @@ Buf LanguageStage::shard(int64_t mb, const LanguageLane &lane,
   std::vector<int64_t> ids(tokens.cp.size());
   for (size_t i = 0; i < ids.size(); ++i)
     ids[i] = lane.ids[static_cast<size_t>(tokens.cp[i])];
-  Buf E = zeros(Tc * H);
+  Tensor E = zeros(Tc * H);
   int64_t vb = ctx.tpRank * vocabLocal;
   ctx.dev->embeddingForward(ids.data(), Tc, parameters[embedding].value.data(),
                             vb, vb + vocabLocal, H, E.data());
@@ -611,22 +600,25 @@ Buf LanguageStage::shard(int64_t mb, const LanguageLane &lane,
                                (e < modality.size() && modality[e]
                                     ? std::to_string(modality[e]->size() / H)
                                     : std::string("none")));
+    std::vector<int64_t> to, from;
     for (int64_t i = 0; i < Tc; ++i) {
       int64_t row = lane.modalityRow[e][static_cast<size_t>(tokens.cp[i])];
-      if (row >= 0)
-        std::memcpy(E.data() + i * H, modality[e]->data() + row * H,
-                    sizeof(float) * H);
+      if (row >= 0) {
+        to.push_back(i);
+        from.push_back(row);
+      }
     }
+    ctx.dev->copyRows(E.data(), to.data(), modality[e]->data(), from.data(),
+                      static_cast<int64_t>(to.size()), H);
   }
   if (!(ctx.sequenceParallel && ctx.tp > 1))
     return E;
   int64_t Tl = Tc / ctx.tp;
-  return Buf(E.begin() + ctx.tpRank * Tl * H,
-             E.begin() + (ctx.tpRank + 1) * Tl * H);
+  return E.slice(ctx.tpRank * Tl * H, Tl * H);
 }
 
-Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
-                           double invN, double *lossSum) {
+Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
+                              Tensor input, double invN, double *lossSum) {
   Device &dev = *ctx.dev;
   comm::Comm &comm = *ctx.comm;
   auto cache = std::make_unique<Cache>();
@@ -654,7 +646,7 @@ Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
     throw std::runtime_error(
         "language stage input has " + std::to_string(input.size()) +
         " values, expected " + std::to_string(m.localRows * H));
-  Buf x = std::move(input);
+  Tensor x = std::move(input);
   c.layers.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i)
     x = layers[i]->forward(c.layers[i], std::move(x), m);
@@ -665,7 +657,7 @@ Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
   bool sp = ctx.sequenceParallel && ctx.tp > 1;
   int64_t Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
   c.xf = std::move(x);
-  Buf hN = zeros(Tl * H);
+  Tensor hN = zeros(Tl * H);
   c.rstdF = zeros(Tl);
   dev.rmsnormForward(c.xf.data(), parameters[finalNorm].value.data(), hN.data(),
                      c.rstdF.data(), Tl, H);
@@ -674,34 +666,36 @@ Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
   matmul(dev, c.hNf.data(), parameters[head].value.data(), c.logits.data(), Tc,
          H, Vl);
   c.targets.resize(static_cast<size_t>(Tc));
-  c.scale = zeros(Tc);
+  std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {
     size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
     c.targets[static_cast<size_t>(i)] = lane.labels[t];
-    c.scale[static_cast<size_t>(i)] = static_cast<float>(lane.mask[t] * invN);
+    scale[static_cast<size_t>(i)] = static_cast<float>(lane.mask[t] * invN);
   }
+  c.scale = Tensor::fromHost(scale);
   c.gmax = zeros(Tc);
   if (Tc > 0)
     dev.crossEntropyRowMax(c.logits.data(), Tc, Vl, c.gmax.data());
   if (ctx.tpGroup.size() > 1)
     comm.allReduceMax(ctx.tpGroup, c.gmax.data(), Tc);
-  Buf sums = zeros(2 * Tc);
+  Tensor sums = zeros(2 * Tc);
   if (Tc > 0)
     dev.crossEntropySums(c.logits.data(), c.targets.data(), Tc, Vl,
                          ctx.tpRank * Vl, c.gmax.data(), sums.data(),
                          sums.data() + Tc);
   reduceAll(comm, ctx.tpGroup, sums);
-  c.gsum.assign(sums.begin(), sums.begin() + Tc);
-  Buf loss = zeros(Tc);
+  c.gsum = sums.slice(0, Tc);
+  Tensor loss = zeros(Tc);
   if (Tc > 0)
     dev.crossEntropyLoss(c.gmax.data(), c.gsum.data(), sums.data() + Tc, Tc,
                          loss.data());
   if (ctx.tpRank == 0 && lossSum) {
+    std::vector<float> perToken = loss.toHost();
     double total = 0;
     for (int64_t i = 0; i < Tc; ++i) {
       size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
       if (lane.mask[t] != 0.0f)
-        total += static_cast<double>(loss[static_cast<size_t>(i)]);
+        total += static_cast<double>(perToken[static_cast<size_t>(i)]);
     }
     *lossSum += total * invN;
   }
@@ -709,7 +703,7 @@ Buf LanguageStage::forward(int64_t mb, const LanguageLane &lane, Buf input,
   return {};
 }
 
-Buf LanguageStage::backward(int64_t mb, const Buf *gradOutput) {
+Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
   Device &dev = *ctx.dev;
   comm::Comm &comm = *ctx.comm;
   auto it = caches.find(mb);
@@ -719,19 +713,19 @@ Buf LanguageStage::backward(int64_t mb, const Buf *gradOutput) {
   Cache &c = *it->second;
   const LayerMeta &m = c.meta;
   int64_t H = hiddenSize, Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
-  Buf dx;
+  Tensor dx;
   if (isLast()) {
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
-    Buf dlogits = zeros(Tc * Vl);
+    Tensor dlogits = zeros(Tc * Vl);
     if (Tc > 0)
       dev.crossEntropyBackward(c.logits.data(), c.targets.data(), Tc, Vl,
                                ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
                                c.scale.data(), dlogits.data());
-    Buf dhNf = zeros(Tc * H);
+    Tensor dhNf = zeros(Tc * H);
     matmulBackward(dev, c.hNf.data(), parameters[head].value.data(),
                    dlogits.data(), dhNf.data(), parameters[head].grad.data(),
                    Tc, H, Vl);
-    Buf dhN;
+    Tensor dhN;
     if (sp) {
       dhN = scatterRows(comm, ctx.tpGroup, dhNf);
     } else {
@@ -745,7 +739,7 @@ Buf LanguageStage::backward(int64_t mb, const Buf *gradOutput) {
   } else {
     if (!gradOutput)
       throw std::logic_error("language backward without an output gradient");
-    dx = *gradOutput;
+    dx = gradOutput->clone();
   }
   for (size_t i = layers.size(); i-- > 0;)
     dx = layers[i]->backward(c.layers[i], dx, m);
@@ -753,33 +747,37 @@ Buf LanguageStage::backward(int64_t mb, const Buf *gradOutput) {
   return dx;
 }
 
-std::vector<Buf> LanguageStage::inputBackward(int64_t mb,
-                                              const LanguageLane &lane,
-                                              const Buf &gradInput,
-                                              size_t encoders) {
+std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
+                                                 const LanguageLane &lane,
+                                                 const Tensor &gradInput,
+                                                 size_t encoders) {
   (void)mb;
   int64_t H = hiddenSize, T = lane.tokens();
   LaneTokens own = tokensOf(lane, ctx.cpRank, ctx.tpRank);
-  Buf full;
+  Tensor full;
   if (needsUnshard()) {
     // Gather every TP x CP member's shard and put its rows in place.
-    int64_t n = static_cast<int64_t>(gradInput.size());
+    int64_t n = gradInput.size();
     std::vector<int64_t> counts(ctx.tpcpGroup.size(), n);
-    Buf gathered(static_cast<size_t>(n) * ctx.tpcpGroup.size());
+    Tensor gathered(n * static_cast<int64_t>(ctx.tpcpGroup.size()));
     ctx.comm->allGatherV(ctx.tpcpGroup, gradInput.data(), counts,
                          gathered.data());
     full = zeros(T * H);
+    std::vector<int64_t> to, from;
     for (size_t r = 0; r < ctx.tpcpGroup.size(); ++r) {
       auto [tpRank, cpRank] = ctx.tpcpCoords[r];
       std::vector<int64_t> tokens = tokensOf(lane, cpRank, tpRank).local;
-      for (size_t i = 0; i < tokens.size(); ++i)
-        std::memcpy(full.data() + tokens[i] * H,
-                    gathered.data() + r * static_cast<size_t>(n) + i * H,
-                    sizeof(float) * H);
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        to.push_back(tokens[i]);
+        from.push_back(static_cast<int64_t>(r) * (n / H) +
+                       static_cast<int64_t>(i));
+      }
     }
+    ctx.dev->copyRows(full.data(), to.data(), gathered.data(), from.data(),
+                      static_cast<int64_t>(to.size()), H);
   } else {
     // The whole lane, in token order.
-    full = gradInput;
+    full = gradInput.clone();
   }
   // Text embedding: this rank's CP positions, its vocab shard.
   std::vector<int64_t> ids(static_cast<size_t>(T), -1);
@@ -793,15 +791,19 @@ std::vector<Buf> LanguageStage::inputBackward(int64_t mb,
   int64_t vb = ctx.tpRank * vocabLocal;
   ctx.dev->embeddingBackward(ids.data(), T, full.data(), vb, vb + vocabLocal, H,
                              parameters[embedding].grad.data());
-  std::vector<Buf> grads(encoders);
+  std::vector<Tensor> grads(encoders);
   for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {
     grads[e] = zeros(lane.modalityRows[e] * H);
+    std::vector<int64_t> to, from;
     for (int64_t t = 0; t < T; ++t) {
       int64_t row = lane.modalityRow[e][static_cast<size_t>(t)];
-      if (row >= 0)
-        std::memcpy(grads[e].data() + row * H, full.data() + t * H,
-                    sizeof(float) * H);
+      if (row >= 0) {
+        to.push_back(row);
+        from.push_back(t);
+      }
     }
+    ctx.dev->copyRows(grads[e].data(), to.data(), full.data(), from.data(),
+                      static_cast<int64_t>(to.size()), H);
   }
   return grads;
 }

@@ -22,6 +22,7 @@
 #include "runtime/core/Plan.h"
 #include "runtime/exec/Data.h"
 #include "runtime/exec/Device.h"
+#include "runtime/exec/Tensor.h"
 
 #include <map>
 #include <memory>
@@ -30,11 +31,9 @@
 
 namespace mimo::exec {
 
-using Buf = std::vector<float>;
-
 struct Param {
   std::string name;
-  Buf value, grad, m, v;
+  Tensor value, grad, m, v;
   /// Identical on every TP rank of the module (counted once in the norm).
   bool replicatedOverTp = false;
   /// Under SP, each TP rank's gradient covers its sequence shard only and
@@ -97,10 +96,10 @@ public:
   /// First stage: input = features [rows, feature_dim]; otherwise the
   /// previous stage's [rows, hidden]. Returns [rows, hidden], or the
   /// projection [rows, output_hidden] on the last stage.
-  Buf forward(int64_t mb, const Buf &input, const std::vector<int64_t> &segment,
-              int64_t rows);
+  Tensor forward(int64_t mb, const Tensor &input,
+                 const std::vector<int64_t> &segment, int64_t rows);
   /// Returns the gradient of the stage input (empty on the first stage).
-  Buf backward(int64_t mb, const Buf &gradOutput);
+  Tensor backward(int64_t mb, const Tensor &gradOutput);
   int64_t hidden() const { return hiddenSize; }
   int64_t outputHidden() const { return outHidden; }
 
@@ -126,14 +125,14 @@ public:
   /// the vocab-parallel embedding, modality rows (`modality[e]`, the lane's
   /// rows of encoder e, or null when absent) at their special tokens, then
   /// CP zigzag and SP slice (SPEC §4.2, §4.5).
-  Buf shard(int64_t mb, const LanguageLane &lane,
-            const std::vector<const Buf *> &modality);
+  Tensor shard(int64_t mb, const LanguageLane &lane,
+               const std::vector<const Tensor *> &modality);
   /// Runs this stage. On the last stage adds this rank's share of
   /// Σ mask·CE / N to `lossSum` and returns nothing.
-  Buf forward(int64_t mb, const LanguageLane &lane, Buf input, double invN,
-              double *lossSum);
+  Tensor forward(int64_t mb, const LanguageLane &lane, Tensor input,
+                 double invN, double *lossSum);
   /// Returns the gradient of the stage input (this rank's shard).
-  Buf backward(int64_t mb, const Buf *gradOutput);
+  Tensor backward(int64_t mb, const Tensor *gradOutput);
   /// First stage: whether the input gradient must be gathered over the
   /// TP x CP group before the embedding backward.
   bool needsUnshard() const;
@@ -141,8 +140,8 @@ public:
   /// needsUnshard), accumulates the embedding gradient of this rank's CP
   /// positions and vocab shard, and returns the gradient of every encoder's
   /// lane rows.
-  std::vector<Buf> inputBackward(int64_t mb, const LanguageLane &lane,
-                                 const Buf &gradInput, size_t encoders);
+  std::vector<Tensor> inputBackward(int64_t mb, const LanguageLane &lane,
+                                    const Tensor &gradInput, size_t encoders);
 
 private:
   int64_t hiddenSize, vocab, vocabLocal;

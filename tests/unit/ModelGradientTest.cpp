@@ -26,6 +26,7 @@ struct SingleRank {
   std::shared_ptr<comm::LocalWorld> world = comm::makeLocalWorld(1);
   std::unique_ptr<comm::Comm> comm = comm::makeLocalComm(world, 0);
   std::unique_ptr<Device> dev = makeCpuDevice();
+  SingleRank() { setCurrentDevice(dev.get()); }
   StageContext context() {
     StageContext ctx;
     ctx.comm = comm.get();
@@ -92,35 +93,39 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
   Microbatch batch = smallBatch();
   LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
-  Buf modality(3 * 16);
+  std::vector<float> values(3 * 16);
   Stream rng(9);
-  for (float &v : modality)
+  for (float &v : values)
     v = static_cast<float>(rng.uniform() - 0.5);
+  Tensor modality = Tensor::fromHost(values);
   double invN = 0.25;
   auto loss = [&]() {
-    Buf input = lm.shard(0, lane, {&modality});
+    Tensor input = lm.shard(0, lane, {&modality});
     double sum = 0;
-    lm.forward(0, lane, input, invN, &sum);
+    lm.forward(0, lane, std::move(input), invN, &sum);
     return sum;
   };
   loss();
-  Buf dx = lm.backward(0, nullptr);
-  std::vector<Buf> modalityGrad = lm.inputBackward(0, lane, dx, 1);
+  Tensor dx = lm.backward(0, nullptr);
+  std::vector<float> modalityGrad =
+      lm.inputBackward(0, lane, dx, 1)[0].toHost();
   // Analytic gradients of every parameter, then central differences.
-  std::vector<Buf> grads;
+  std::vector<std::vector<float>> grads;
   for (Param &p : lm.params())
-    grads.push_back(p.grad);
+    grads.push_back(p.grad.toHost());
   int checked = 0;
   for (size_t i = 0; i < lm.params().size(); ++i) {
     Param &p = lm.params()[i];
-    for (size_t k = 0; k < p.value.size(); k += p.value.size() / 3 + 1) {
-      float saved = p.value[k];
+    size_t n = static_cast<size_t>(p.value.size());
+    for (size_t k = 0; k < n; k += n / 3 + 1) {
+      float &element = p.value.data()[k]; // CPU device: host memory
+      float saved = element;
       float h = 1e-2f * std::max(1.0f, std::abs(saved));
-      p.value[k] = saved + h;
+      element = saved + h;
       double up = loss();
-      p.value[k] = saved - h;
+      element = saved - h;
       double down = loss();
-      p.value[k] = saved;
+      element = saved;
       double numeric = (up - down) / (2.0 * h);
       EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
           << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
@@ -130,15 +135,16 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   }
   EXPECT_GT(checked, 30);
   // The modality rows' gradient (what the bridge sends back).
-  for (size_t k = 0; k < modality.size(); k += 7) {
-    float saved = modality[k];
-    modality[k] = saved + 1e-2f;
+  for (size_t k = 0; k < values.size(); k += 7) {
+    float &element = modality.data()[k];
+    float saved = element;
+    element = saved + 1e-2f;
     double up = loss();
-    modality[k] = saved - 1e-2f;
+    element = saved - 1e-2f;
     double down = loss();
-    modality[k] = saved;
+    element = saved;
     double numeric = (up - down) / 2e-2;
-    EXPECT_LT(relativeError(modalityGrad[0][k], numeric), 2e-2)
+    EXPECT_LT(relativeError(modalityGrad[k], numeric), 2e-2)
         << "modality[" << k << "]";
   }
 }
@@ -148,35 +154,39 @@ TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   EncoderStage encoder(encoderConfig(), 16, r.context());
   int64_t rows = 5;
   std::vector<int64_t> segment = {0, 0, 0, 1, 1};
-  Buf features(static_cast<size_t>(rows * 6)), weights(rows * 16);
+  std::vector<float> f(static_cast<size_t>(rows * 6)), w(rows * 16);
   Stream rng(3);
-  for (float &v : features)
+  for (float &v : f)
     v = static_cast<float>(2 * rng.uniform() - 1);
-  for (float &v : weights)
+  for (float &v : w)
     v = static_cast<float>(rng.uniform() - 0.5);
+  Tensor features = Tensor::fromHost(f), weights = Tensor::fromHost(w);
   auto objective = [&]() {
-    Buf out = encoder.forward(0, features, segment, rows);
+    std::vector<float> out =
+        encoder.forward(0, features, segment, rows).toHost();
     double sum = 0;
     for (size_t i = 0; i < out.size(); ++i)
-      sum += static_cast<double>(out[i]) * weights[i];
+      sum += static_cast<double>(out[i]) * w[i];
     return sum;
   };
   objective();
   encoder.backward(0, weights);
-  std::vector<Buf> grads;
+  std::vector<std::vector<float>> grads;
   for (Param &p : encoder.params())
-    grads.push_back(p.grad);
+    grads.push_back(p.grad.toHost());
   int checked = 0;
   for (size_t i = 0; i < encoder.params().size(); ++i) {
     Param &p = encoder.params()[i];
-    for (size_t k = 0; k < p.value.size(); k += p.value.size() / 3 + 1) {
-      float saved = p.value[k];
+    size_t n = static_cast<size_t>(p.value.size());
+    for (size_t k = 0; k < n; k += n / 3 + 1) {
+      float &element = p.value.data()[k]; // CPU device: host memory
+      float saved = element;
       float h = 1e-2f * std::max(1.0f, std::abs(saved));
-      p.value[k] = saved + h;
+      element = saved + h;
       double up = objective();
-      p.value[k] = saved - h;
+      element = saved - h;
       double down = objective();
-      p.value[k] = saved;
+      element = saved;
       double numeric = (up - down) / (2.0 * h);
       EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
           << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
