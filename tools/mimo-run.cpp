@@ -208,6 +208,14 @@ int main(int argc, char **argv) {
       std::cerr << "mimo-run: error: " << faultError << "\n";
     return finish(1);
   }
+  if (options.fault && options.fault->first >= plan.topology.worldSize) {
+    if (printer)
+      std::cerr << "mimo-run: error: MIMO_INJECT_FAULT names rank "
+                << options.fault->first << " but the plan has "
+                << plan.topology.worldSize << " ranks (0-"
+                << plan.topology.worldSize - 1 << ")\n";
+    return finish(1);
+  }
   int64_t total = steps >= 0 ? steps : plan.config.train.steps;
   bool terminal = printer && isatty(STDERR_FILENO);
   double elapsed = 0;

@@ -41,6 +41,19 @@ assert len({e['tid'] for e in t}) >= 6" "$work/$name.trace.json" &&
 done
 plan=$work/vlm-fan-in.plan.json
 
+# 1b. Every other example under mpirun matches its reference too.
+for name in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm packed-thd; do
+  compile $name
+  p=$work/$name.plan.json
+  world=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$p")
+  "$bin/mimo-run" "$p" --steps 3 --reference --metrics "$work/$name.ref.jsonl" >/dev/null &&
+    mpirun -np "$world" "$bin/mimo-run" "$p" --steps 3 --metrics "$work/$name.mpi.jsonl" \
+      >"$work/$name.mpi.out" 2>&1 &&
+    python3 "$here/compare_metrics.py" "$work/$name.mpi.jsonl" "$work/$name.ref.jsonl" &&
+    pass "$name mpirun -np $world matches --reference" ||
+    { cat "$work/$name.mpi.out"; fail "$name under mpirun"; }
+done
+
 # 2. An injected fault: every rank stops, exit 2, the message names the rank.
 start=$(date +%s)
 MIMO_INJECT_FAULT=5:2 "$bin/mimo-run" "$plan" --steps 3 --timeout 20 >/dev/null 2>"$work/fault.err"
