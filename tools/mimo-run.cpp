@@ -65,7 +65,18 @@ std::string progressBar(int64_t done, int64_t total, double eta) {
 
 } // namespace
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::cerr << "mimo-run: internal error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+static int run(int argc, char **argv) {
   std::string planPath, backend, device = "cpu", metricsPath, tracePath;
   int64_t steps = -1;
   double timeout = 300;
@@ -89,7 +100,7 @@ int main(int argc, char **argv) {
       auto v = value("--steps");
       char *end = nullptr;
       steps = v ? std::strtoll(v->c_str(), &end, 10) : -1;
-      if (!v || *end || steps < 0)
+      if (!v || v->empty() || *end || steps < 0)
         return usageError("--steps expects a number of steps >= 0");
     } else if (is("--backend")) {
       auto v = value("--backend");
@@ -115,7 +126,7 @@ int main(int argc, char **argv) {
       auto v = value("--timeout");
       char *end = nullptr;
       timeout = v ? std::strtod(v->c_str(), &end) : -1;
-      if (!v || *end || !(timeout > 0))
+      if (!v || v->empty() || *end || !(timeout > 0))
         return usageError("--timeout expects a number of seconds > 0");
     } else if (arg == "--reference") {
       reference = true;
@@ -134,6 +145,13 @@ int main(int argc, char **argv) {
   bool underMpirun = comm::launchedByMpirun();
   if (backend.empty())
     backend = underMpirun ? "mpi" : "local";
+  if (backend == "local" && underMpirun) {
+    const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (size && std::atoi(size) > 1)
+      return usageError("--backend local runs every rank as a thread of one "
+                        "process; run it without mpirun, or use --backend "
+                        "mpi");
+  }
   if (backend == "nccl" || device == "cuda")
     return usageError("this mimo-run was built without CUDA and NCCL; use "
                       "--backend local or mpi with --device cpu");
@@ -217,6 +235,13 @@ int main(int argc, char **argv) {
     return finish(1);
   }
   int64_t total = steps >= 0 ? steps : plan.config.train.steps;
+  if (options.fault && options.fault->second > total) {
+    if (printer)
+      std::cerr << "mimo-run: error: MIMO_INJECT_FAULT names step "
+                << options.fault->second << " but the run has " << total
+                << " steps\n";
+    return finish(1);
+  }
   bool terminal = printer && isatty(STDERR_FILENO);
   double elapsed = 0;
   std::string metrics;

@@ -91,6 +91,11 @@ private:
   }
   std::string who() const { return "rank " + std::to_string(self); }
   void validate(const std::vector<P2POp> &ops) const;
+  /// Polls the posted requests until all finish; throws CommError on a
+  /// timeout or a failed or mis-sized message.
+  void waitAll(std::vector<P2POp> &ops, const std::vector<size_t> &order,
+               std::vector<MPI_Request> &requests, std::vector<int> &indices,
+               std::vector<MPI_Status> &statuses, std::vector<bool> &finished);
 
   int64_t self;
   int64_t world;
@@ -136,7 +141,6 @@ void MpiComm::exchange(std::vector<P2POp> &ops) {
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].isSend)
       order.push_back(i);
-  int n = static_cast<int>(order.size());
   std::vector<MPI_Request> requests(order.size(), MPI_REQUEST_NULL);
   for (size_t r = 0; r < order.size(); ++r) {
     P2POp &op = ops[order[r]];
@@ -159,6 +163,32 @@ void MpiComm::exchange(std::vector<P2POp> &ops) {
   std::vector<int> indices(order.size());
   std::vector<MPI_Status> statuses(order.size());
   std::vector<bool> finished(order.size(), false);
+  try {
+    waitAll(ops, order, requests, indices, statuses, finished);
+  } catch (const CommError &) {
+    // The caller unwinds (and frees the receive buffers) before it tears
+    // the job down: cancel the receives still pending so that MPI cannot
+    // write into freed memory, waiting at most a second for each.
+    for (size_t r = 0; r < order.size(); ++r) {
+      if (finished[r] || ops[order[r]].isSend ||
+          requests[r] == MPI_REQUEST_NULL)
+        continue;
+      MPI_Cancel(&requests[r]);
+      Clock::time_point start = Clock::now();
+      int complete = 0;
+      while (!complete && Clock::now() - start < std::chrono::seconds(1))
+        MPI_Test(&requests[r], &complete, MPI_STATUS_IGNORE);
+    }
+    throw;
+  }
+}
+
+void MpiComm::waitAll(std::vector<P2POp> &ops, const std::vector<size_t> &order,
+                      std::vector<MPI_Request> &requests,
+                      std::vector<int> &indices,
+                      std::vector<MPI_Status> &statuses,
+                      std::vector<bool> &finished) {
+  int n = static_cast<int>(order.size());
   int left = n;
   auto limit = std::min(getTimeout(), std::chrono::duration<double>(1e7));
   auto window = std::chrono::duration_cast<Clock::duration>(limit);

@@ -17,6 +17,50 @@ inline constexpr const char *kPlanFormat = "mimo-plan";
 // Building
 //===----------------------------------------------------------------------===//
 
+std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
+  std::vector<Diagnostic> errors;
+  auto divides = [&](const ModuleConfig &m, const char *what, int64_t value,
+                     const char *dim, int64_t size) {
+    if (value % size != 0)
+      errors.push_back(Diagnostic::error(
+          m.pointer + "/parallel/" + dim,
+          std::string(what) + " " + std::to_string(value) + " of '" + m.name +
+              "' is not divisible by " + dim + " " + std::to_string(size) +
+              "; use a " + dim + " that divides " + std::to_string(value)));
+  };
+  for (const ModuleConfig &m : config.modules) {
+    const ParallelConfig &p = m.parallel;
+    bool language = m.kind == ModuleKind::Language;
+    if (!language && p.cp != 1)
+      errors.push_back(Diagnostic::error(
+          m.pointer + "/parallel/cp",
+          "encoder '" + m.name + "' must have cp 1, found cp " +
+              std::to_string(p.cp) + "; set cp to 1"));
+    divides(m, "num_heads", m.numHeads, "tp", p.tp);
+    divides(m, "ffn_hidden_size", m.ffnHiddenSize, "tp", p.tp);
+    if (language)
+      divides(m, "vocab_size", m.vocabSize, "tp", p.tp);
+    divides(m, "num_layers", m.numLayers, "pp", p.pp);
+    divides(m, "micro_batch_size", config.batch.microBatchSize, "dp", p.dp);
+    if (!language)
+      continue;
+    int64_t factor = sequenceShardFactor(p.cp, p.tp, p.sequenceParallel);
+    if (!config.batch.packing && config.batch.seqLength % factor != 0)
+      errors.push_back(Diagnostic::error(
+          "/batch/seq_length",
+          "seq_length " + std::to_string(config.batch.seqLength) +
+              " is not divisible by " + std::to_string(factor) +
+              " (the CP zigzag and SP scatter of '" + m.name +
+              "'); use a multiple of " + std::to_string(factor)));
+    if (config.batch.attentionMask == "dense" && p.cp > 1)
+      errors.push_back(Diagnostic::error(
+          "/batch/attention_mask",
+          "a dense attention mask cannot be sharded over cp " +
+              std::to_string(p.cp) + "; use \"causal\" or packing"));
+  }
+  return errors;
+}
+
 std::optional<Topology> buildTopology(const ModelConfig &config,
                                       std::string *error) {
   auto fail = [&](std::string why) -> std::optional<Topology> {
@@ -24,6 +68,9 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
       *error = std::move(why);
     return std::nullopt;
   };
+  std::vector<Diagnostic> shapes = modelShapeErrors(config);
+  if (!shapes.empty())
+    return fail(shapes.front().pointer + ": " + shapes.front().message);
   Topology topology;
   std::vector<RankSpan> spans;
   size_t lm = config.languageIndex();
@@ -326,6 +373,13 @@ public:
       diagnostics.push_back(std::move(d));
     }
     if (!model.config)
+      return finish();
+    for (Diagnostic d : modelShapeErrors(*model.config)) {
+      d.pointer = "/model" + d.pointer;
+      d.message += "; fix the model and recompile";
+      diagnostics.push_back(std::move(d));
+    }
+    if (!diagnostics.empty())
       return finish();
     std::string why;
     std::optional<Plan> expected = buildPlan(*model.config, &why);

@@ -31,6 +31,14 @@ struct Plan {
   std::vector<int32_t> rankProgram;
 };
 
+/// The shape checks of SPEC §4.1, §4.2, §4.5 that make a model trainable
+/// (heads, ffn and vocabulary divisible by tp, layers by pp, the micro-batch
+/// by every dp, the sequence by the CP/SP factor, encoder cp 1, no dense
+/// mask with CP), with JSON pointers into model.json. mimo-assign-grids
+/// reports the same at IR locations when compiling; the plan loader checks
+/// them again because a plan's embedded model can be edited.
+std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config);
+
 /// The topology a model compiles to (grids, bridges, stages, sharding),
 /// from the same formulas the passes use. Fails with a message when the
 /// layout or the bridge lanes are invalid (the compiler reports those with

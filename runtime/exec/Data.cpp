@@ -132,8 +132,9 @@ std::unique_ptr<DataSource> loadJsonl(const ModelConfig &config,
                                       std::vector<std::string> &errors) {
   namespace fs = std::filesystem;
   std::string path = config.data.path;
-  if (!fs::exists(path) && !baseDir.empty() &&
-      fs::exists(fs::path(baseDir) / path))
+  std::error_code ec;
+  if (!fs::exists(path, ec) && !baseDir.empty() &&
+      fs::exists(fs::path(baseDir) / path, ec))
     path = (fs::path(baseDir) / path).string();
   std::ifstream in(path);
   if (!in) {

@@ -69,6 +69,7 @@ public:
                       std::vector<TraceEvent> &events) {
     auto start = Clock::now();
     stepIndex = step;
+    currentInstr = -1;
     resetStep();
     const std::vector<Instr> &instrs = program->instrs;
     for (size_t i = 0; i < instrs.size();) {
@@ -106,7 +107,7 @@ public:
 
   std::string where() const {
     if (currentInstr < 0)
-      return "setup";
+      return "the start of step " + std::to_string(stepIndex + 1);
     return "step " + std::to_string(stepIndex + 1) + ", instruction " +
            std::to_string(currentInstr) + " (" +
            describeInstr(topo,
@@ -167,8 +168,10 @@ private:
 
   ModuleState &module(size_t m) {
     if (m >= modules.size() || !modules[m])
-      throw RankFailure("rank " + std::to_string(rank) +
-                        " does not hold module " + std::to_string(m));
+      throw RankFailure(
+          "rank " + std::to_string(rank) + " does not hold module " +
+          (m < topo.modules.size() ? "'" + topo.modules[m].name + "'"
+                                   : std::to_string(m)));
     return *modules[m];
   }
 
@@ -187,16 +190,16 @@ private:
     lossSum = 0;
     stepTokens = 0;
     invN = 0;
-    bool needsN = false;
-    for (auto &m : modules)
-      needsN |= m && m->topo->isLanguage;
-    if (needsN) {
-      int64_t n = lossTokens(data, plan.config, stepIndex);
-      invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
-    }
+    // Every rank derives the whole global batch (SPEC §4.2); N, the loss
+    // normalizer, counts its loss tokens.
+    int64_t n = 0;
     for (int64_t mb = 0; mb < topo.microbatches; ++mb)
-      for (const Sample &s : batch(mb).samples)
+      for (const Sample &s : batch(mb).samples) {
         stepTokens += s.length;
+        for (int64_t p = 0; p < s.length; ++p)
+          n += !lossMasked(s, encoders, p);
+      }
+    invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
   }
 
   const Microbatch &batch(int64_t mb) {
@@ -226,8 +229,7 @@ private:
     auto it = from.find(key);
     if (it == from.end())
       throw RankFailure(std::string("no ") + what + " for microbatch " +
-                        std::to_string(key.second) + " of index " +
-                        std::to_string(key.first));
+                        std::to_string(key.second));
     Tensor out = std::move(it->second);
     from.erase(it);
     return out;
@@ -400,6 +402,12 @@ private:
       int64_t H = topo.modules[bridge.src].outputHidden;
       int64_t n =
           laneRowsOf(bridge.src, grid, grid.coordsOf(rank).dp, in.mb) * H;
+      if (rank == peers.root && buffer.size() != n)
+        throw RankFailure(topo.modules[bridge.src].name + " microbatch " +
+                          std::to_string(in.mb) + ": the leader holds " +
+                          std::to_string(buffer.size() / H) +
+                          " rows to broadcast, the lane's input_ids have " +
+                          std::to_string(n / H) + " modality tokens");
       if (buffer.size() != n)
         buffer = Tensor(n);
       comm.broadcast(group, peers.root, buffer.data(),
@@ -603,8 +611,26 @@ private:
   int64_t stepTokens = 0;
 };
 
+/// The runtime's own limits (message tags), checked before any rank starts.
+std::string limitsError(const Plan &plan, const std::string &planFile) {
+  if (plan.topology.microbatches > 16384)
+    return planFile + ": /model/batch/num_microbatches: error: " +
+           std::to_string(plan.topology.microbatches) +
+           " microbatches exceed the runtime's limit of 16384 per step; use "
+           "fewer, larger microbatches";
+  if (plan.topology.modules.size() > 1024)
+    return planFile + ": /model/modules: error: more than 1024 modules";
+  return "";
+}
+
 std::unique_ptr<DataSource> dataFor(const Plan &plan, const RunOptions &options,
                                     RunResult &result) {
+  if (std::string limits = limitsError(plan, options.planFile);
+      !limits.empty()) {
+    result.exitCode = 1;
+    result.error = limits;
+    return nullptr;
+  }
   std::vector<std::string> errors;
   std::unique_ptr<DataSource> data =
       makeDataSource(plan.config, options.baseDir, options.planFile, errors);

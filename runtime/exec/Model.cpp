@@ -320,6 +320,10 @@ Stage::~Stage() = default;
 /// The layers [begin, end) of stage `ppRank` of `pp`.
 static std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
                                                int64_t ppRank) {
+  if (layers % pp != 0)
+    throw std::invalid_argument(std::to_string(layers) +
+                                " layers do not split into " +
+                                std::to_string(pp) + " pipeline stages");
   int64_t per = layers / pp;
   return {ppRank * per, (ppRank + 1) * per};
 }

@@ -30,8 +30,15 @@ public:
   static Tensor fromHost(const std::vector<float> &host);
   std::vector<float> toHost() const;
 
-  Tensor(Tensor &&) = default;
-  Tensor &operator=(Tensor &&) = default;
+  Tensor(Tensor &&other) noexcept { *this = std::move(other); }
+  Tensor &operator=(Tensor &&other) noexcept {
+    storage = std::move(other.storage);
+    count = other.count;
+    owner = other.owner;
+    other.count = 0;
+    other.owner = nullptr;
+    return *this;
+  }
   Tensor(const Tensor &) = delete;
   Tensor &operator=(const Tensor &) = delete;
 

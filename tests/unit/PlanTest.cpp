@@ -497,6 +497,32 @@ TEST(PlanFileTest, BadModelIsReportedUnderModel) {
       << firstError(doc);
 }
 
+TEST(PlanFileTest, UntrainableModelShapesAreRejected) {
+  // No derived section mentions num_layers or num_heads: the loader checks
+  // the model's shapes itself (SPEC §4.1, §4.5).
+  json doc = examplePlan();
+  doc["model"]["modules"][1]["arch"]["num_layers"] = 3;
+  EXPECT_NE(firstError(doc).find(
+                "plan.json: /model/modules/1/parallel/pp: error: num_layers 3 "
+                "of 'language' is not divisible by pp 2"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["model"]["modules"][0]["arch"]["ffn_hidden_size"] = 255;
+  doc["model"]["modules"][0]["parallel"]["tp"] = 2;
+  doc["model"]["modules"][0]["parallel"]["dp"] = 2;
+  EXPECT_NE(firstError(doc).find("/model/modules/0/parallel/tp: error: "
+                                 "ffn_hidden_size 255 of 'images'"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["model"]["batch"]["seq_length"] = 127;
+  EXPECT_NE(firstError(doc).find("/model/batch/seq_length: error: seq_length "
+                                 "127 is not divisible by 2"),
+            std::string::npos)
+      << firstError(doc);
+}
+
 TEST(PlanFileTest, BadInstructionsAreRejected) {
   json doc = examplePlan();
   doc["programs"][0]["instructions"][0]["op"] = "teleport";
