@@ -301,19 +301,6 @@ bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
          isSpecial(encoders, sample.ids[static_cast<size_t>(s + 1)]);
 }
 
-int64_t lossTokens(const DataSource &data, const ModelConfig &config,
-                   int64_t step) {
-  std::vector<EncoderInfo> encoders = encodersOf(config);
-  int64_t total = 0;
-  for (int64_t mb = 0; mb < config.batch.numMicrobatches; ++mb) {
-    Microbatch batch = data.get(step, mb);
-    for (const Sample &sample : batch.samples)
-      for (int64_t s = 0; s < sample.length; ++s)
-        total += !lossMasked(sample, encoders, s);
-  }
-  return total;
-}
-
 int64_t modalityRows(const Microbatch &mb, size_t encoder, int64_t begin,
                      int64_t end) {
   int64_t rows = 0;

@@ -64,10 +64,6 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
 bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
                 int64_t position);
 
-/// Σ loss mask over a step's global batch (the loss normalizer N).
-int64_t lossTokens(const DataSource &data, const ModelConfig &config,
-                   int64_t step);
-
 /// An encoder's data-parallel lane: the modality tokens of samples
 /// [begin, end), sample-major.
 struct EncoderLane {
