@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -218,6 +219,24 @@ private:
                                          topo.shard.padMultiple))
                .first;
     return it->second;
+  }
+
+  /// Whether this rank's output of encoder `m` leaves it: every rank's in
+  /// a colocated bridge, a source leader's otherwise (its TP/CP peers hold
+  /// copies and send nothing).
+  bool handsOn(size_t m) const {
+    for (const BridgeTopology &bridge : topo.bridges)
+      if (bridge.src == m && (bridge.mode == BridgeMode::Colocated ||
+                              std::count(bridge.srcLeaders.begin(),
+                                         bridge.srcLeaders.end(), rank)))
+        return true;
+    return false;
+  }
+  /// Whether this rank returns bridge `b`'s gradient (the adjoint).
+  bool takesBack(size_t b) const {
+    const BridgeTopology &bridge = topo.bridges[b];
+    return bridge.mode == BridgeMode::Colocated ||
+           std::count(bridge.dstLeaders.begin(), bridge.dstLeaders.end(), rank);
   }
 
   /// Rows of encoder `m`'s tokens in samples [begin, end) of microbatch mb.
@@ -435,7 +454,10 @@ private:
       Tensor input = m.encoder->isFirst() ? Tensor::fromHost(lane.features)
                                           : take(actIn, key, "activation");
       Tensor out = m.encoder->forward(mb, input, lane.segment, lane.rows);
-      (m.encoder->isLast() ? encOut : actOut)[key] = std::move(out);
+      if (!m.encoder->isLast())
+        actOut[key] = std::move(out);
+      else if (handsOn(m.index))
+        encOut[key] = std::move(out);
       return;
     }
     Tensor input = take(actIn, key, "input");
@@ -488,7 +510,8 @@ private:
         lm.language->inputBackward(mb, lane(lm, mb), grad, lm.index);
     for (size_t b = 0; b < topo.bridges.size(); ++b)
       if (topo.bridges[b].dst == lm.index)
-        bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
+        if (takesBack(b))
+          bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
   }
 
   /// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
