@@ -1,4 +1,4 @@
-//===- Comm.h - Communicators: point-to-point and group collectives -*- C++ -*-===//
+//===- Comm.h - Communicators and group collectives -------------*- C++ -*-===//
 //
 // The executor talks to other ranks only through this interface (SPEC §7):
 // blocking tagged point-to-point messages, batches of them posted together

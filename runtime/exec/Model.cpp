@@ -110,6 +110,39 @@ size_t Stage::addParam(const std::string &module, const std::string &name,
   return parameters.size() - 1;
 }
 
+size_t Stage::replicated(const std::string &module, const std::string &name,
+                         int64_t rows, int64_t cols, Init init, float scale,
+                         bool partialUnderSp) {
+  return addParam(module, name, 0, rows, 0, cols, cols, init, scale, true,
+                  partialUnderSp);
+}
+
+size_t Stage::columnParallel(const std::string &module, const std::string &name,
+                             int64_t rows, int64_t cols, float scale) {
+  int64_t c = cols / ctx.tp;
+  return addParam(module, name, 0, rows, ctx.tpRank * c, (ctx.tpRank + 1) * c,
+                  cols, Init::Weight, scale > 0 ? scale : fanIn(rows), false,
+                  false);
+}
+
+size_t Stage::rowParallel(const std::string &module, const std::string &name,
+                          int64_t rows, int64_t cols, float scale) {
+  int64_t r = rows / ctx.tp;
+  return addParam(module, name, ctx.tpRank * r, (ctx.tpRank + 1) * r, 0, cols,
+                  cols, Init::Weight, scale > 0 ? scale : fanIn(rows), false,
+                  false);
+}
+
+Stage::Attention Stage::attention(const std::string &module,
+                                  const std::string &prefix, int64_t hidden) {
+  // Q, K and V split by heads over TP (column-parallel), the output
+  // projection by the same heads (row-parallel).
+  return {columnParallel(module, prefix + "wq", hidden, hidden),
+          columnParallel(module, prefix + "wk", hidden, hidden),
+          columnParallel(module, prefix + "wv", hidden, hidden),
+          rowParallel(module, prefix + "wo", hidden, hidden)};
+}
+
 //===----------------------------------------------------------------------===//
 // Transformer layer (both modules)
 //===----------------------------------------------------------------------===//
@@ -345,56 +378,34 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
     : Stage(std::move(context)), featureDim(module.featureDim),
       hiddenSize(module.hiddenSize), outHidden(outputHidden) {
   const std::string &name = module.name;
-  int64_t H = hiddenSize, F = module.ffnHiddenSize, t = ctx.tpRank, tp = ctx.tp;
-  int64_t Hl = H / tp, Fl = F / tp;
-  float sH = 1.0f / std::sqrt(static_cast<float>(H));
-  float sF = 1.0f / std::sqrt(static_cast<float>(F));
+  int64_t H = hiddenSize, F = module.ffnHiddenSize, O = outHidden;
+  parameters.reserve(64);
   if (isFirst()) {
-    patchW =
-        addParam(name, "patch.weight", 0, featureDim, 0, H, H, Init::Weight,
-                 1.0f / std::sqrt(static_cast<float>(featureDim)), true, false);
-    patchB = addParam(name, "patch.bias", 0, 1, 0, H, H, Init::Zeros, 0, true,
-                      false);
+    patchW = replicated(name, "patch.weight", featureDim, H, Init::Weight,
+                        fanIn(featureDim));
+    patchB = replicated(name, "patch.bias", 1, H, Init::Zeros);
   }
   auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
-  parameters.reserve(64);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    size_t n1 = addParam(name, p + "ln1.weight", 0, 1, 0, H, H, Init::Ones, 0,
-                         true, false);
-    size_t n1b = addParam(name, p + "ln1.bias", 0, 1, 0, H, H, Init::Zeros, 0,
-                          true, false);
-    size_t wq = addParam(name, p + "wq", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wk = addParam(name, p + "wk", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wv = addParam(name, p + "wv", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wo = addParam(name, p + "wo", t * Hl, (t + 1) * Hl, 0, H, H,
-                         Init::Weight, sH, false, false);
-    size_t n2 = addParam(name, p + "ln2.weight", 0, 1, 0, H, H, Init::Ones, 0,
-                         true, false);
-    size_t n2b = addParam(name, p + "ln2.bias", 0, 1, 0, H, H, Init::Zeros, 0,
-                          true, false);
-    size_t w1 = addParam(name, p + "fc1", 0, H, t * Fl, (t + 1) * Fl, F,
-                         Init::Weight, sH, false, false);
-    size_t w2 = addParam(name, p + "fc2", t * Fl, (t + 1) * Fl, 0, H, H,
-                         Init::Weight, sF, false, false);
+    size_t n1 = replicated(name, p + "ln1.weight", 1, H, Init::Ones);
+    size_t n1b = replicated(name, p + "ln1.bias", 1, H, Init::Zeros);
+    Attention a = attention(name, p, H);
+    size_t n2 = replicated(name, p + "ln2.weight", 1, H, Init::Ones);
+    size_t n2b = replicated(name, p + "ln2.bias", 1, H, Init::Zeros);
+    size_t w1 = columnParallel(name, p + "fc1", H, F);
+    size_t w2 = rowParallel(name, p + "fc2", F, H);
     layers.push_back(std::make_unique<TransformerLayer>(
-        *this, parameters, false, n1, n1b, wq, wk, wv, wo, n2, n2b, w1, w1, w2,
-        H, module.numHeads, F, ctx));
+        *this, parameters, false, n1, n1b, a.wq, a.wk, a.wv, a.wo, n2, n2b, w1,
+        w1, w2, H, module.numHeads, F, ctx));
   }
   if (isLast()) {
-    int64_t O = outHidden;
-    float sO = 1.0f / std::sqrt(static_cast<float>(O));
-    proj1W = addParam(name, "projection.fc1.weight", 0, H, 0, O, O,
-                      Init::Weight, sH, true, false);
-    proj1B = addParam(name, "projection.fc1.bias", 0, 1, 0, O, O, Init::Zeros,
-                      0, true, false);
-    proj2W = addParam(name, "projection.fc2.weight", 0, O, 0, O, O,
-                      Init::Weight, sO, true, false);
-    proj2B = addParam(name, "projection.fc2.bias", 0, 1, 0, O, O, Init::Zeros,
-                      0, true, false);
+    proj1W =
+        replicated(name, "projection.fc1.weight", H, O, Init::Weight, fanIn(H));
+    proj1B = replicated(name, "projection.fc1.bias", 1, O, Init::Zeros);
+    proj2W =
+        replicated(name, "projection.fc2.weight", O, O, Init::Weight, fanIn(O));
+    proj2B = replicated(name, "projection.fc2.bias", 1, O, Init::Zeros);
   }
 }
 
@@ -498,47 +509,28 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
     : Stage(std::move(context)), hiddenSize(module.hiddenSize),
       vocab(module.vocabSize), shardTopology(shard) {
   const std::string &name = module.name;
-  int64_t H = hiddenSize, F = module.ffnHiddenSize, t = ctx.tpRank, tp = ctx.tp;
-  int64_t Hl = H / tp, Fl = F / tp;
-  vocabLocal = vocab / tp;
-  bool sp = ctx.sequenceParallel && tp > 1;
-  float sH = 1.0f / std::sqrt(static_cast<float>(H));
-  float sF = 1.0f / std::sqrt(static_cast<float>(F));
+  int64_t H = hiddenSize, F = module.ffnHiddenSize;
+  vocabLocal = vocab / ctx.tp;
+  bool sp = ctx.sequenceParallel && ctx.tp > 1;
   parameters.reserve(64);
-  if (isFirst())
-    embedding =
-        addParam(name, "embedding", t * vocabLocal, (t + 1) * vocabLocal, 0, H,
-                 H, Init::Weight, 1.0f, false, false);
+  if (isFirst()) // vocab-parallel: this TP rank's rows of the vocabulary
+    embedding = rowParallel(name, "embedding", vocab, H, 1.0f);
   auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    size_t n1 =
-        addParam(name, p + "attn_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
-    size_t wq = addParam(name, p + "wq", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wk = addParam(name, p + "wk", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wv = addParam(name, p + "wv", 0, H, t * Hl, (t + 1) * Hl, H,
-                         Init::Weight, sH, false, false);
-    size_t wo = addParam(name, p + "wo", t * Hl, (t + 1) * Hl, 0, H, H,
-                         Init::Weight, sH, false, false);
-    size_t n2 =
-        addParam(name, p + "mlp_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
-    size_t wg = addParam(name, p + "gate", 0, H, t * Fl, (t + 1) * Fl, F,
-                         Init::Weight, sH, false, false);
-    size_t wu = addParam(name, p + "up", 0, H, t * Fl, (t + 1) * Fl, F,
-                         Init::Weight, sH, false, false);
-    size_t wd = addParam(name, p + "down", t * Fl, (t + 1) * Fl, 0, H, H,
-                         Init::Weight, sF, false, false);
+    size_t n1 = replicated(name, p + "attn_norm", 1, H, Init::Ones, 0, sp);
+    Attention a = attention(name, p, H);
+    size_t n2 = replicated(name, p + "mlp_norm", 1, H, Init::Ones, 0, sp);
+    size_t wg = columnParallel(name, p + "gate", H, F);
+    size_t wu = columnParallel(name, p + "up", H, F);
+    size_t wd = rowParallel(name, p + "down", F, H);
     layers.push_back(std::make_unique<TransformerLayer>(
-        *this, parameters, true, n1, n1, wq, wk, wv, wo, n2, n2, wg, wu, wd, H,
-        module.numHeads, F, ctx));
+        *this, parameters, true, n1, n1, a.wq, a.wk, a.wv, a.wo, n2, n2, wg, wu,
+        wd, H, module.numHeads, F, ctx));
   }
   if (isLast()) {
-    finalNorm =
-        addParam(name, "final_norm", 0, 1, 0, H, H, Init::Ones, 0, true, sp);
-    head = addParam(name, "head", 0, H, t * vocabLocal, (t + 1) * vocabLocal,
-                    vocab, Init::Weight, sH, false, false);
+    finalNorm = replicated(name, "final_norm", 1, H, Init::Ones, 0, sp);
+    head = columnParallel(name, "head", H, vocab); // vocab-parallel logits
   }
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/exec/Device.h"
 #include "runtime/exec/Tensor.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +84,24 @@ protected:
                   int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
                   int64_t colEnd, int64_t globalCols, Init init, float scale,
                   bool replicated, bool partialUnderSp);
+  /// A parameter every TP rank holds whole.
+  size_t replicated(const std::string &module, const std::string &name,
+                    int64_t rows, int64_t cols, Init init, float scale = 0,
+                    bool partialUnderSp = false);
+  /// This TP rank's columns (column-parallel) or rows (row-parallel) of a
+  /// [rows, cols] weight; scale 0 = 1/sqrt(rows).
+  size_t columnParallel(const std::string &module, const std::string &name,
+                        int64_t rows, int64_t cols, float scale = 0);
+  size_t rowParallel(const std::string &module, const std::string &name,
+                     int64_t rows, int64_t cols, float scale = 0);
+  struct Attention {
+    size_t wq, wk, wv, wo;
+  };
+  Attention attention(const std::string &module, const std::string &prefix,
+                      int64_t hidden);
+  static float fanIn(int64_t n) {
+    return 1.0f / std::sqrt(static_cast<float>(n));
+  }
   StageContext ctx;
   std::vector<Param> parameters;
   std::vector<std::unique_ptr<TransformerLayer>> layers;

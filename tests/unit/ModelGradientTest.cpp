@@ -86,6 +86,41 @@ double relativeError(double analytic, double numeric) {
          std::max({std::abs(analytic), std::abs(numeric), 1e-3});
 }
 
+/// Checks a third of the elements of every parameter of `stage` against
+/// central differences of `objective`, given the analytic gradients.
+template <typename Objective>
+int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
+                    Objective objective) {
+  int checked = 0;
+  for (size_t i = 0; i < stage.params().size(); ++i) {
+    Param &p = stage.params()[i];
+    size_t n = static_cast<size_t>(p.value.size());
+    for (size_t k = 0; k < n; k += n / 3 + 1) {
+      float &element = p.value.data()[k]; // CPU device: host memory
+      float saved = element;
+      float h = 1e-2f * std::max(1.0f, std::abs(saved));
+      element = saved + h;
+      double up = objective();
+      element = saved - h;
+      double down = objective();
+      element = saved;
+      double numeric = (up - down) / (2.0 * h);
+      EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
+          << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
+          << numeric;
+      ++checked;
+    }
+  }
+  return checked;
+}
+
+std::vector<std::vector<float>> gradients(Stage &stage) {
+  std::vector<std::vector<float>> grads;
+  for (Param &p : stage.params())
+    grads.push_back(p.grad.toHost());
+  return grads;
+}
+
 TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   SingleRank r;
   LanguageStage lm(languageConfig(), makeShard(1, 1, false, false),
@@ -110,29 +145,7 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   std::vector<float> modalityGrad =
       lm.inputBackward(0, lane, dx, 1)[0].toHost();
   // Analytic gradients of every parameter, then central differences.
-  std::vector<std::vector<float>> grads;
-  for (Param &p : lm.params())
-    grads.push_back(p.grad.toHost());
-  int checked = 0;
-  for (size_t i = 0; i < lm.params().size(); ++i) {
-    Param &p = lm.params()[i];
-    size_t n = static_cast<size_t>(p.value.size());
-    for (size_t k = 0; k < n; k += n / 3 + 1) {
-      float &element = p.value.data()[k]; // CPU device: host memory
-      float saved = element;
-      float h = 1e-2f * std::max(1.0f, std::abs(saved));
-      element = saved + h;
-      double up = loss();
-      element = saved - h;
-      double down = loss();
-      element = saved;
-      double numeric = (up - down) / (2.0 * h);
-      EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
-          << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
-          << numeric;
-      ++checked;
-    }
-  }
+  int checked = checkParameters(lm, gradients(lm), loss);
   EXPECT_GT(checked, 30);
   // The modality rows' gradient (what the bridge sends back).
   for (size_t k = 0; k < values.size(); k += 7) {
@@ -171,29 +184,7 @@ TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   };
   objective();
   encoder.backward(0, weights);
-  std::vector<std::vector<float>> grads;
-  for (Param &p : encoder.params())
-    grads.push_back(p.grad.toHost());
-  int checked = 0;
-  for (size_t i = 0; i < encoder.params().size(); ++i) {
-    Param &p = encoder.params()[i];
-    size_t n = static_cast<size_t>(p.value.size());
-    for (size_t k = 0; k < n; k += n / 3 + 1) {
-      float &element = p.value.data()[k]; // CPU device: host memory
-      float saved = element;
-      float h = 1e-2f * std::max(1.0f, std::abs(saved));
-      element = saved + h;
-      double up = objective();
-      element = saved - h;
-      double down = objective();
-      element = saved;
-      double numeric = (up - down) / (2.0 * h);
-      EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
-          << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
-          << numeric;
-      ++checked;
-    }
-  }
+  int checked = checkParameters(encoder, gradients(encoder), objective);
   EXPECT_GT(checked, 30);
 }
 
