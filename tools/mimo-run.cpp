@@ -186,6 +186,14 @@ static int run(int argc, char **argv) {
     return finish(1);
   }
   Plan plan = std::move(*loaded.plan);
+  if (plan.config.precision != "fp32") {
+    if (printer)
+      std::cerr << "mimo-run: " << planPath << ": /model/precision: error: "
+                << "precision \"" << plan.config.precision
+                << "\" runs on the cuda device only; this mimo-run has the "
+                   "cpu device (fp32): set \"precision\": \"fp32\"\n";
+    return finish(1);
+  }
   if (reference) {
     std::string error;
     std::optional<Plan> single = exec::referencePlan(plan.config, &error);

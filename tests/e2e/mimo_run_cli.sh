@@ -110,6 +110,13 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "/version" "$work/v99.err" && pass "plan of another version: exit 1" ||
   { cat "$work/v99.err"; fail "bad version (rc $rc)"; }
 
+python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['model']['precision']='bf16'; \
+json.dump(p, open(sys.argv[2],'w'))" "$plan" "$work/bf16.json"
+"$bin/mimo-run" "$work/bf16.json" --steps 1 >/dev/null 2>"$work/bf16.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "/model/precision: error" "$work/bf16.err" &&
+  pass "bf16 on the cpu device: exit 1" || { cat "$work/bf16.err"; fail "bf16 (rc $rc)"; }
+
 # 5. jsonl data, and a sample whose features disagree with its tokens.
 python3 - "$examples/vlm-fan-in.json" "$work" <<'PY'
 import json, sys, random
