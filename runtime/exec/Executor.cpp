@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -329,60 +330,48 @@ private:
         break;
       }
       case InstrOp::BridgeSend:
-      case InstrOp::BridgeSendGrad: {
-        const BridgeTopology &bridge = topo.bridges[key.first];
-        bool forward = in.op == InstrOp::BridgeSend;
-        Key bufferKey = forward ? Key{bridge.src, in.mb} : key;
-        auto &from = forward ? encOut : bridgeGrad;
-        auto it = from.find(bufferKey);
-        if (it == from.end())
-          throw RankFailure("nothing to send for " + describeInstr(topo, in));
-        const Grid &src = topo.modules[bridge.src].grid;
-        const Grid &dst = topo.modules[bridge.dst].grid;
-        int64_t H = topo.modules[bridge.src].outputHidden;
-        int64_t own = (forward ? src : dst).coordsOf(rank).dp;
-        int64_t expected =
-            laneRowsOf(bridge.src, forward ? src : dst, own, in.mb) * H;
-        if (static_cast<int64_t>(it->second.size()) != expected)
-          throw RankFailure(
-              topo.modules[bridge.src].name + " microbatch " +
-              std::to_string(in.mb) + ": " +
-              std::to_string(it->second.size() / static_cast<size_t>(H)) +
-              " rows to send, but the lane's input_ids have " +
-              std::to_string(expected / H) + " modality tokens");
-        for (int64_t peer : peers.ranks) {
-          int64_t other = (forward ? dst : src).coordsOf(peer).dp;
-          Piece p = forward ? piece(bridge, in.mb, own, other)
-                            : piece(bridge, in.mb, other, own);
-          int64_t offset = forward ? p.srcOffset : p.dstOffset;
-          ops.push_back(
-              op(true, peer,
-                 tagOf(forward ? kBridge : kBridgeGrad, in.index, in.mb),
-                 it->second.data() + offset * H, p.rows * H));
-        }
-        consumed.push_back({&from, bufferKey});
-        break;
-      }
+      case InstrOp::BridgeSendGrad:
       case InstrOp::BridgeRecv:
       case InstrOp::BridgeRecvGrad: {
+        // One piece per route: the samples both lanes hold, taken from (or
+        // written into) the rows of this lane's tensor that they cover.
         const BridgeTopology &bridge = topo.bridges[key.first];
-        bool forward = in.op == InstrOp::BridgeRecv;
+        const InstrInfo &info = instrInfo(in.op);
+        bool send = info.isSend, grad = info.isGrad;
+        bool onSource = send != grad; // bridge_send, bridge_recv_grad
         const Grid &src = topo.modules[bridge.src].grid;
         const Grid &dst = topo.modules[bridge.dst].grid;
+        const Grid &own = onSource ? src : dst, &other = onSource ? dst : src;
         int64_t H = topo.modules[bridge.src].outputHidden;
-        int64_t own = (forward ? dst : src).coordsOf(rank).dp;
-        Tensor &to = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
-        to =
-            Tensor(laneRowsOf(bridge.src, forward ? dst : src, own, in.mb) * H);
+        int64_t lane = own.coordsOf(rank).dp;
+        int64_t values = laneRowsOf(bridge.src, own, lane, in.mb) * H;
+        std::map<Key, Tensor> &map =
+            send ? (grad ? bridgeGrad : encOut) : (grad ? encGrad : bridgeIn);
+        Key bufferKey = onSource ? Key{bridge.src, in.mb} : key;
+        Tensor *buffer;
+        if (send) {
+          auto it = map.find(bufferKey);
+          if (it == map.end())
+            throw RankFailure("nothing to send for " + describeInstr(topo, in));
+          if (it->second.size() != values)
+            throw RankFailure(topo.modules[bridge.src].name + " microbatch " +
+                              std::to_string(in.mb) + ": " +
+                              std::to_string(it->second.size() / H) +
+                              " rows to send, but the lane's input_ids have " +
+                              std::to_string(values / H) + " modality tokens");
+          buffer = &it->second;
+          consumed.push_back({&map, bufferKey});
+        } else {
+          buffer = &(map[bufferKey] = Tensor(values));
+        }
         for (int64_t peer : peers.ranks) {
-          int64_t other = (forward ? src : dst).coordsOf(peer).dp;
-          Piece p = forward ? piece(bridge, in.mb, other, own)
-                            : piece(bridge, in.mb, own, other);
-          int64_t offset = forward ? p.dstOffset : p.srcOffset;
-          ops.push_back(
-              op(false, peer,
-                 tagOf(forward ? kBridge : kBridgeGrad, in.index, in.mb),
-                 to.data() + offset * H, p.rows * H));
+          int64_t otherLane = other.coordsOf(peer).dp;
+          Piece p = onSource ? piece(bridge, in.mb, lane, otherLane)
+                             : piece(bridge, in.mb, otherLane, lane);
+          int64_t offset = onSource ? p.srcOffset : p.dstOffset;
+          ops.push_back(op(send, peer,
+                           tagOf(grad ? kBridgeGrad : kBridge, in.index, in.mb),
+                           buffer->data() + offset * H, p.rows * H));
         }
         break;
       }
@@ -845,18 +834,15 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
   nlohmann::json trace;
   trace["displayTimeUnit"] = "ms";
   nlohmann::json list = nlohmann::json::array();
-  for (int64_t rank = 0;; ++rank) {
-    bool any = false;
-    for (const TraceEvent &e : events)
-      any |= e.rank == rank;
-    if (!any)
-      break;
+  std::set<int64_t> ranks;
+  for (const TraceEvent &e : events)
+    ranks.insert(e.rank);
+  for (int64_t rank : ranks)
     list.push_back({{"name", "thread_name"},
                     {"ph", "M"},
                     {"pid", 0},
                     {"tid", rank},
                     {"args", {{"name", "rank " + std::to_string(rank)}}}});
-  }
   for (const TraceEvent &e : events)
     list.push_back({{"name", e.name},
                     {"cat", "instruction"},
