@@ -148,4 +148,34 @@ TEST(Equivalence, FanOutColocatedAndTensorParallelWithoutSp) {
   expectMatchesReference(model, 8);
 }
 
+TEST(Runtime, LimitsAreInputErrors) {
+  // Message tags hold the microbatch: more than the runtime addresses is
+  // refused before any rank starts (exit 1, the pointer, the fix).
+  json model = example("vlm-fan-out.json");
+  model["batch"]["num_microbatches"] = 16385;
+  Plan plan = planOf(model);
+  exec::RunOptions options;
+  options.steps = 1;
+  exec::RunResult result = exec::runLocal(plan, options);
+  EXPECT_EQ(result.exitCode, 1);
+  EXPECT_NE(result.error.find("/model/batch/num_microbatches: error: 16385 "
+                              "microbatches exceed"),
+            std::string::npos)
+      << result.error;
+}
+
+TEST(Runtime, InjectedFaultStopsEveryRank) {
+  exec::RunOptions options;
+  options.steps = 2;
+  options.timeoutSeconds = 30;
+  options.fault = std::make_pair(int64_t(6), int64_t(2));
+  exec::RunResult result =
+      exec::runLocal(planOf(example("vlm-fan-in.json")), options);
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_EQ(result.steps.size(), 1u);
+  EXPECT_NE(result.error.find("rank 6 failed at the start of step 2"),
+            std::string::npos)
+      << result.error;
+}
+
 } // namespace

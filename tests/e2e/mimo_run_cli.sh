@@ -117,6 +117,15 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "/model/precision: error" "$work/bf16.err" &&
   pass "bf16 on the cpu device: exit 1" || { cat "$work/bf16.err"; fail "bf16 (rc $rc)"; }
 
+MIMO_INJECT_FAULT=1:9 "$bin/mimo-run" "$plan" --steps 3 >/dev/null 2>"$work/step.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "names step 9 but the run has 3 steps" "$work/step.err" &&
+  pass "fault step outside the run: exit 1" || { cat "$work/step.err"; fail "fault step (rc $rc)"; }
+mpirun -np 2 "$bin/mimo-run" "$plan" --backend local --steps 1 >"$work/lm.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "backend local runs every rank as a thread" "$work/lm.out" &&
+  pass "--backend local under mpirun: exit $rc" || { cat "$work/lm.out"; fail "local under mpirun (rc $rc)"; }
+
 # 5. jsonl data, and a sample whose features disagree with its tokens.
 python3 - "$examples/vlm-fan-in.json" "$work" <<'PY'
 import json, sys, random

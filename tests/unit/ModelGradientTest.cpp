@@ -121,6 +121,19 @@ std::vector<std::vector<float>> gradients(Stage &stage) {
   return grads;
 }
 
+TEST(Tensor, MovesLeaveEmptyTensorsAndClonesCopy) {
+  SingleRank r;
+  Tensor a = Tensor::fromHost({1, 2, 3});
+  Tensor b = a.clone();
+  b.data()[0] = 7;
+  EXPECT_EQ(a.toHost(), (std::vector<float>{1, 2, 3}));
+  Tensor c = std::move(a);
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(c.slice(1, 2).toHost(), (std::vector<float>{2, 3}));
+  EXPECT_THROW(c.slice(2, 2), std::out_of_range);
+}
+
 TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   SingleRank r;
   LanguageStage lm(languageConfig(), makeShard(1, 1, false, false),
