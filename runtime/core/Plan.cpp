@@ -313,6 +313,13 @@ bool needsUnshard(const Topology &topology) {
          (topology.shard.sequenceParallel && topology.shard.tp > 1);
 }
 
+/// The size of a module's TP x CP groups: the ranks a bridge's leader
+/// broadcasts to (more than one: the plan has a broadcast instruction).
+int64_t tpcpSize(const Topology &topology, size_t module) {
+  const Grid &grid = topology.modules[module].grid;
+  return grid.size(Dim::TP) * grid.size(Dim::CP);
+}
+
 /// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
 /// stream also moves the bridges' tensors (not when a colocated pipeline
 /// moves them before and after); `finalize`: end with the gradient
@@ -332,14 +339,6 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     if (topology.bridges[b].src == m && last)
       outgoing.push_back(b);
   }
-  auto dstGroup = [&](size_t b) {
-    return topology.modules[topology.bridges[b].dst].grid.size(Dim::TP) *
-           topology.modules[topology.bridges[b].dst].grid.size(Dim::CP);
-  };
-  auto srcGroup = [&](size_t b) {
-    return topology.modules[topology.bridges[b].src].grid.size(Dim::TP) *
-           topology.modules[topology.bridges[b].src].grid.size(Dim::CP);
-  };
 
   auto recvForward = [&](int64_t mb) {
     std::vector<Instr> ops;
@@ -353,7 +352,7 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   ProgramBuilder emit(out);
   auto afterRecvForward = [&](int64_t mb) {
     for (size_t b : incoming)
-      if (dstGroup(b) > 1)
+      if (tpcpSize(topology, topology.bridges[b].dst) > 1)
         emit.add(InstrOp::BridgeBroadcast, b, mb);
     if (first && module.isLanguage)
       emit.add(InstrOp::Shard, m, mb);
@@ -378,7 +377,7 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   };
   auto afterRecvBackward = [&](int64_t mb) {
     for (size_t b : outgoing)
-      if (srcGroup(b) > 1)
+      if (tpcpSize(topology, topology.bridges[b].src) > 1)
         emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
   };
   bool unshard = first && module.isLanguage && needsUnshard(topology);
@@ -451,10 +450,6 @@ void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
   size_t lm = topology.languageIndex();
   const Grid &lmGrid = topology.modules[lm].grid;
   bool first = lmGrid.coordsOf(rank).pp == 0;
-  auto groupSize = [&](size_t module) {
-    const Grid &g = topology.modules[module].grid;
-    return g.size(Dim::TP) * g.size(Dim::CP);
-  };
   auto bridgeBatch = [&](int64_t mb, bool grad) {
     std::vector<Instr> ops;
     for (size_t b = 0; b < topology.bridges.size(); ++b) {
@@ -469,9 +464,9 @@ void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
     }
     emit.batch(ops);
     for (size_t b = 0; b < topology.bridges.size(); ++b) {
-      if (!grad && first && groupSize(lm) > 1)
+      if (!grad && first && tpcpSize(topology, lm) > 1)
         emit.add(InstrOp::BridgeBroadcast, b, mb);
-      if (grad && groupSize(topology.bridges[b].src) > 1)
+      if (grad && tpcpSize(topology, topology.bridges[b].src) > 1)
         emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
     }
   };
