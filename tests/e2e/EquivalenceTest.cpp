@@ -172,7 +172,9 @@ TEST(Runtime, InjectedFaultStopsEveryRank) {
   exec::RunResult result =
       exec::runLocal(planOf(example("vlm-fan-in.json")), options);
   EXPECT_EQ(result.exitCode, 2);
-  EXPECT_EQ(result.steps.size(), 1u);
+  // Step 1 may or may not be reported: rank 0 can still be finishing its
+  // last collective of step 1 when rank 6 fails. Step 2 never completes.
+  EXPECT_LE(result.steps.size(), 1u);
   EXPECT_NE(result.error.find("rank 6 failed at the start of step 2"),
             std::string::npos)
       << result.error;
