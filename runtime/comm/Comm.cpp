@@ -5,14 +5,16 @@
 // each member sends what the others need straight to them and reduces what
 // it receives in group order (group[0] first). Since every member applies
 // the same operations in the same order, results are bit-identical on all
-// members.
+// members. Staging buffers and reductions live on the communicator's
+// device, so the same code serves host and GPU memory.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
 
+#include "runtime/device/Tensor.h"
+
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace mimo::comm {
@@ -114,6 +116,25 @@ int64_t Comm::collectiveTag(const std::vector<int64_t> &group) {
   return tag;
 }
 
+void Comm::reduceInOrder(device::DType type, void *out,
+                         const std::vector<const void *> &pieces,
+                         int64_t count, bool max) {
+  device::Device &dev = device();
+  if (count == 0)
+    return;
+  // Accumulate in a buffer of its own: `out` may be one of the pieces.
+  device::Tensor acc = device::Tensor::empty(dev, count, type);
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    const void *left = i == 1 ? pieces[0] : acc.raw();
+    if (max)
+      dev.maximum(acc.data(), static_cast<const float *>(left),
+                  static_cast<const float *>(pieces[i]), count);
+    else
+      dev.add(type, acc.raw(), left, pieces[i], count);
+  }
+  dev.copy(out, acc.raw(), acc.bytes());
+}
+
 template <typename T>
 void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
                      bool max, const char *what) {
@@ -126,9 +147,11 @@ void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
   // count == 0 still exchanges (empty) messages: a member that disagrees
   // about the count gets a size mismatch instead of a hang.
   int64_t tag = collectiveTag(group);
-  // received[i]: member i's buffer (own slot unused).
-  std::vector<T> received(static_cast<size_t>(count) * (n - 1));
-  std::vector<const T *> piece(n);
+  constexpr device::DType type = device::DTypeOf<T>::value;
+  // received: every other member's buffer, in group order.
+  device::Tensor received = device::Tensor::empty(
+      device(), count * static_cast<int64_t>(n - 1), type);
+  std::vector<const void *> piece(n);
   std::vector<P2POp> ops;
   ops.reserve(2 * (n - 1));
   size_t slot = 0;
@@ -137,25 +160,13 @@ void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
       piece[i] = data;
       continue;
     }
-    T *into = received.data() + slot++ * static_cast<size_t>(count);
+    T *into = received.template data<T>() + slot++ * static_cast<size_t>(count);
     piece[i] = into;
     ops.push_back({true, group[i], tag, data, bytesOf<T>(count)});
     ops.push_back({false, group[i], tag, into, bytesOf<T>(count)});
   }
   exchange(ops);
-  // Reduce element by element in group order; data[k] is read (as the own
-  // piece) before it is written.
-  for (int64_t k = 0; k < count; ++k) {
-    T acc = piece[0][k];
-    for (size_t i = 1; i < n; ++i) {
-      T v = piece[i][k];
-      if (!max)
-        acc += v;
-      else if (v > acc || std::isnan(v))
-        acc = std::isnan(acc) ? acc : v; // NaN wins, the first one kept
-    }
-    data[k] = acc;
-  }
+  reduceInOrder(type, data, piece, count, max);
 }
 
 void Comm::allReduceSum(const std::vector<int64_t> &group, float *data,
@@ -195,8 +206,7 @@ void Comm::allGatherV(const std::vector<int64_t> &group, const float *in,
   }
   // After the exchange: `in` may be this rank's slot of `out` itself.
   if (counts[own] > 0 && out + offsets[own] != in)
-    std::memmove(out + offsets[own], in,
-                 static_cast<size_t>(bytesOf<float>(counts[own])));
+    device().copy(out + offsets[own], in, bytesOf<float>(counts[own]));
 }
 
 void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
@@ -208,12 +218,13 @@ void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
   int64_t mine = counts[own];
   if (n == 1) {
     if (mine > 0 && out != in)
-      std::memmove(out, in, static_cast<size_t>(bytesOf<float>(mine)));
+      device().copy(out, in, bytesOf<float>(mine));
     return;
   }
   int64_t tag = collectiveTag(group);
-  std::vector<float> received(static_cast<size_t>(mine) * (n - 1));
-  std::vector<const float *> piece(n);
+  device::Tensor received = device::Tensor::empty(
+      device(), mine * static_cast<int64_t>(n - 1), device::DType::F32);
+  std::vector<const void *> piece(n);
   std::vector<P2POp> ops;
   ops.reserve(2 * (n - 1));
   size_t slot = 0;
@@ -229,12 +240,7 @@ void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
     ops.push_back({false, group[i], tag, into, bytesOf<float>(mine)});
   }
   exchange(ops);
-  for (int64_t k = 0; k < mine; ++k) {
-    float acc = piece[0][k];
-    for (size_t i = 1; i < n; ++i)
-      acc += piece[i][k];
-    out[k] = acc;
-  }
+  reduceInOrder(device::DType::F32, out, piece, mine, false);
 }
 
 void Comm::broadcast(const std::vector<int64_t> &group, int64_t root,

@@ -6,12 +6,21 @@
 // ranks. Backends: `local` (threads of one process, shared memory) and `mpi`
 // (one process per rank); NCCL plugs in behind the same interface.
 //
+// Buffers are memory of the communicator's device (device/Device.h): the
+// collectives stage and reduce with that device's copies and kernels, and
+// the local backend copies between ranks' buffers with the receiver's
+// device, ordered by events (the sender's data is ready; the sender reuses
+// its buffer only after the copy), so ranks sharing a GPU never wait on
+// the host. The mpi backend moves host memory (the CPU device).
+//
 // Failure model: every blocking wait gives up after the timeout or as soon
 // as any rank has failed, throwing CommError; nothing hangs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_COMM_COMM_H
 #define MIMO_RUNTIME_COMM_COMM_H
+
+#include "runtime/device/Device.h"
 
 #include <chrono>
 #include <cstdint>
@@ -77,6 +86,12 @@ public:
   /// it (local), or the job is torn down (mpi). Does not return for mpi.
   virtual void fail(const std::string &message) = 0;
 
+  /// The device whose memory the buffers are (default: the host).
+  void setDevice(device::Device *dev) { buffers = dev; }
+  device::Device &device() const {
+    return buffers ? *buffers : device::hostDevice();
+  }
+
   /// The wait limit of every blocking operation.
   void setTimeout(std::chrono::duration<double> seconds) { timeout = seconds; }
   std::chrono::duration<double> getTimeout() const { return timeout; }
@@ -88,6 +103,7 @@ public:
 protected:
   std::chrono::duration<double> timeout{300.0};
   std::string context;
+  device::Device *buffers = nullptr;
 
 private:
   /// Next tag for a collective over `group` (members call collectives in the
@@ -109,6 +125,10 @@ private:
   template <typename T>
   void allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
                  bool max, const char *what);
+  /// out = the sum (max) of the pieces, taken in order: ((p0 + p1) + p2)...
+  void reduceInOrder(device::DType type, void *out,
+                     const std::vector<const void *> &pieces, int64_t count,
+                     bool max);
 };
 
 /// Tags at or above this are reserved for collectives.

@@ -1,12 +1,16 @@
 //===- LocalComm.cpp - The `local` backend: ranks as threads -------------===//
 //
-// Rendezvous with a single copy. A send posts a descriptor (pointer, size)
-// on the receiver's queue for (source, tag) and waits until it has been
-// consumed; a receive takes the oldest descriptor of its (source, tag),
-// copies straight from the sender's buffer into its own (outside the lock)
-// and marks the descriptor done. exchange() posts all its sends first, then
-// completes its receives as their messages arrive, then waits for its sends
-// to be consumed, so no batch order can deadlock.
+// Rendezvous with a single copy. A send posts a descriptor (pointer, size,
+// the event its data is ready at) on the receiver's queue for (source, tag)
+// and waits until it has been consumed; a receive takes the oldest
+// descriptor of its (source, tag), copies straight from the sender's buffer
+// into its own with its own device (outside the lock; after the sender's
+// event; GPU ranks enqueue a device-to-device copy on their stream) and
+// marks the descriptor done with the event its copy ends at, which the
+// sender's device waits for before it touches the buffer again.
+// exchange() posts all its sends first, then completes its receives as
+// their messages arrive, then waits for its sends to be consumed, so no
+// batch order can deadlock.
 //
 // Every wait wakes at least every 50 ms and gives up when any rank has
 // failed (CommError with the first failure) or when nothing has progressed
@@ -20,7 +24,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -40,6 +43,10 @@ struct Message {
   int64_t src = 0;
   int64_t dst = 0;
   int64_t tag = 0;
+  /// Where the sender's stream had got to when it posted (data ready).
+  device::EventPtr ready;
+  /// Where the receiver's stream is once its copy is done.
+  device::EventPtr copied;
   /// A receiver took it off the queue and is copying (or has copied) it.
   bool claimed = false;
   /// The copy is finished; the sender may reuse its buffer.
@@ -182,6 +189,12 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
   validate(ops);
   std::vector<Message> sends;
   sends.reserve(ops.size()); // never reallocates: the queues point into it
+  device::EventPtr ready;
+  for (const P2POp &op : ops)
+    if (op.isSend) {
+      ready = device().record();
+      break;
+    }
   std::unique_lock<std::mutex> lock(world->mutex);
   checkFailed();
   for (const P2POp &op : ops) {
@@ -193,6 +206,7 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
     m.src = self;
     m.dst = op.peer;
     m.tag = op.tag;
+    m.ready = ready;
     world->inbox[static_cast<size_t>(op.peer)][{self, op.tag}].push_back(&m);
     world->wake[static_cast<size_t>(op.peer)].notify_all();
   }
@@ -203,6 +217,11 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
     withdraw(sends, lock);
     throw;
   }
+  lock.unlock();
+  // The sender's buffers may be reused or freed from here on: order that
+  // after the receivers' copies.
+  for (Message &m : sends)
+    device().wait(m.copied);
 }
 
 void LocalComm::receiveAll(std::vector<P2POp> &ops,
@@ -250,9 +269,23 @@ void LocalComm::receiveAll(std::vector<P2POp> &ops,
     m->claimed = true;
     pending.erase(ready);
     lock.unlock();
-    if (op.bytes > 0)
-      std::memcpy(op.data, m->data, static_cast<size_t>(op.bytes));
+    device::EventPtr copied;
+    try {
+      if (op.bytes > 0) {
+        device().wait(m->ready);
+        device().copy(op.data, m->data, op.bytes);
+        copied = device().record();
+      }
+    } catch (const std::exception &e) {
+      lock.lock();
+      m->done = true; // the sender must not wait for a copy that failed
+      world->wake[static_cast<size_t>(m->src)].notify_all();
+      failAndThrow("rank " + std::to_string(self) + " could not copy " +
+                   std::to_string(op.bytes) + " bytes from rank " +
+                   std::to_string(op.peer) + inContext() + ": " + e.what());
+    }
     lock.lock();
+    m->copied = std::move(copied);
     m->done = true;
     world->wake[static_cast<size_t>(m->src)].notify_all();
     deadline = deadlineFromNow();

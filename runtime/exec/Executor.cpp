@@ -2,7 +2,7 @@
 
 #include "runtime/exec/Executor.h"
 
-#include "runtime/cpu/Kernels.h"
+#include "runtime/device/Devices.h"
 #include "runtime/exec/Model.h"
 
 #include <nlohmann/json.hpp>
@@ -189,7 +189,9 @@ private:
     bridgeIn.clear();
     bridgeGrad.clear();
     stepLoss = 0;
-    lossSum = 0;
+    // [sum of squares of the gradients, loss], accumulated on the device.
+    stepScalars = Tensor::zeros(dev, 2, device::DType::F64);
+    lossScalar = stepScalars.view(1, 1);
     stepTokens = 0;
     invN = 0;
     // Every rank derives the whole global batch (SPEC §4.2); N, the loss
@@ -322,7 +324,7 @@ private:
       case InstrOp::RecvGrad: {
         ModuleState &m = module(key.first);
         Tensor &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
-        to = Tensor(activationSize(m, in.mb));
+        to = Tensor::empty(activationSize(m, in.mb));
         ops.push_back(
             op(false, peers.ranks.at(0),
                tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
@@ -362,7 +364,9 @@ private:
           buffer = &it->second;
           consumed.push_back({&map, bufferKey});
         } else {
-          buffer = &(map[bufferKey] = Tensor(values));
+          // The pieces (the samples each peer shares with this lane) tile
+          // the lane, so every row is received.
+          buffer = &(map[bufferKey] = Tensor::empty(values));
         }
         for (int64_t peer : peers.ranks) {
           int64_t otherLane = other.coordsOf(peer).dp;
@@ -417,7 +421,7 @@ private:
                           " rows to broadcast, the lane's input_ids have " +
                           std::to_string(n / H) + " modality tokens");
       if (buffer.size() != n)
-        buffer = Tensor(n);
+        buffer = Tensor::empty(n);
       comm.broadcast(group, peers.root, buffer.data(),
                      static_cast<int64_t>(buffer.size() * sizeof(float)));
       return;
@@ -451,7 +455,8 @@ private:
     }
     Tensor input = take(actIn, key, "input");
     Tensor out =
-        m.language->forward(mb, lane(m, mb), std::move(input), invN, &lossSum);
+        m.language->forward(mb, lane(m, mb), std::move(input), invN,
+                           &lossScalar);
     if (!m.language->isLast())
       actOut[key] = std::move(out);
   }
@@ -527,7 +532,7 @@ private:
         group.push_back(from.rankOf({c.tp, c.cp, w, 0}));
         counts.push_back(laneRowsOf(bridge.src, from, w, mb) * H);
       }
-      out = Tensor(laneRowsOf(bridge.src, to, toLane, mb) * H);
+      out = Tensor::empty(laneRowsOf(bridge.src, to, toLane, mb) * H);
       comm.allGatherV(group, in.data(), counts, out.data());
     } else {
       // Narrow to this rank's lane's samples.
@@ -536,69 +541,56 @@ private:
       (void)fe;
       int64_t offset = rows(bridge.src, mb, fb, tb) * H;
       int64_t count = rows(bridge.src, mb, tb, te) * H;
-      out = in.slice(offset, count);
+      out = in.view(offset, count);
     }
   }
 
+  /// The TP sum of SP-partial gradients (a prefix of the flat buffer),
+  /// then the DP x CP sum of all of them: one collective each.
   void reduceGrads(ModuleState &m) {
-    std::vector<Param> &params = m.stage->params();
+    FlatParams &flat = m.stage->flat();
     const StageContext &ctx = m.stage->context();
-    auto reduce = [&](const std::vector<int64_t> &group, bool partialOnly) {
-      if (group.size() <= 1)
-        return;
-      // One flat buffer, one collective.
-      int64_t total = 0;
-      for (Param &p : params)
-        if (!partialOnly || p.partialUnderSp)
-          total += p.grad.size();
-      Tensor flat(total);
-      int64_t at = 0;
-      for (Param &p : params)
-        if (!partialOnly || p.partialUnderSp) {
-          dev.copy(flat.data() + at, p.grad.data(), p.grad.size());
-          at += p.grad.size();
-        }
-      comm.allReduceSum(group, flat.data(), flat.size());
-      at = 0;
-      for (Param &p : params)
-        if (!partialOnly || p.partialUnderSp) {
-          dev.copy(p.grad.data(), flat.data() + at, p.grad.size());
-          at += p.grad.size();
-        }
-    };
-    if (ctx.sequenceParallel && ctx.tp > 1)
-      reduce(ctx.tpGroup, true);
-    reduce(m.dpcpGroup, false);
+    if (ctx.sequenceParallel && ctx.tp > 1 && flat.spPartial > 0)
+      comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.spPartial);
+    if (m.dpcpGroup.size() > 1)
+      comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.total);
   }
 
+  /// Global gradient norm and loss (one all-reduce of two doubles on the
+  /// device, one download), clipping folded into AdamW, one AdamW launch
+  /// per module.
   void optimizerStep() {
-    double local[2] = {0, lossSum};
+    double *sums = stepScalars.data<double>(); // [sum of squares, loss]
     for (auto &m : modules) {
-      if (!m)
+      if (!m || m->coords.dp != 0 || m->coords.cp != 0)
         continue;
-      bool ownsReplica = m->coords.dp == 0 && m->coords.cp == 0;
-      for (Param &p : m->stage->params())
-        if (ownsReplica && (!p.replicatedOverTp || m->coords.tp == 0))
-          local[0] += dev.sumSquares(p.grad.data(), p.grad.size());
+      // Each replica once: replicated parameters on TP rank 0 only.
+      FlatParams &flat = m->stage->flat();
+      int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
+      dev.sumSquaresInto(flat.grads.data() + from, flat.total - from, sums);
     }
-    comm.allReduceSum(world, local, 2);
-    stepNorm = std::sqrt(local[0]);
-    stepLoss = local[1];
+    comm.allReduceSum(world, sums, 2);
+    double host[2];
+    dev.download(host, sums, sizeof(host));
+    stepNorm = std::sqrt(host[0]);
+    stepLoss = host[1];
     const TrainConfig &train = plan.config.train;
-    float coef = 1.0f;
+    device::AdamWStep adam;
+    adam.lr = train.lr;
+    adam.beta1 = train.beta1;
+    adam.beta2 = train.beta2;
+    adam.eps = train.eps;
+    adam.weightDecay = train.weightDecay;
+    adam.step = stepIndex + 1;
     if (train.clipGrad > 0 && stepNorm > train.clipGrad)
-      coef = static_cast<float>(train.clipGrad / (stepNorm + 1e-6));
+      adam.gradScale = static_cast<float>(train.clipGrad / (stepNorm + 1e-6));
     for (auto &m : modules) {
       if (!m)
         continue;
-      for (Param &p : m->stage->params()) {
-        if (coef != 1.0f)
-          dev.scale(p.grad.data(), coef, p.grad.size());
-        dev.adamw(p.value.data(), p.grad.data(), p.m.data(), p.v.data(),
-                  p.value.size(), train.lr, train.beta1, train.beta2, train.eps,
-                  train.weightDecay, stepIndex + 1);
-        dev.fill(p.grad.data(), 0.0f, p.grad.size());
-      }
+      FlatParams &flat = m->stage->flat();
+      dev.adamw(flat.values.data(), flat.grads.data(), flat.m.data(),
+                flat.v.data(), flat.total, adam);
+      dev.fillZero(flat.grads.raw(), flat.grads.bytes());
     }
   }
 
@@ -619,7 +611,8 @@ private:
   std::map<int64_t, LanguageLane> lanes;
   std::map<Key, Tensor> actIn, actOut, gradIn, gradOut, encOut, encGrad,
       bridgeIn, bridgeGrad;
-  double lossSum = 0, invN = 0, stepLoss = 0, stepNorm = 0;
+  Tensor stepScalars, lossScalar;
+  double invN = 0, stepLoss = 0, stepNorm = 0;
   int64_t stepTokens = 0;
 };
 
@@ -654,17 +647,38 @@ std::unique_ptr<DataSource> dataFor(const Plan &plan, const RunOptions &options,
   return data;
 }
 
+/// Makes `dev` this thread's current device and `comm`'s, until destroyed.
+class DeviceBinding {
+public:
+  DeviceBinding(device::Device &dev, comm::Comm &comm) : comm(comm) {
+    device::setCurrentDevice(&dev);
+    comm.setDevice(&dev);
+  }
+  ~DeviceBinding() {
+    comm.setDevice(nullptr);
+    device::setCurrentDevice(nullptr);
+  }
+  DeviceBinding(const DeviceBinding &) = delete;
+  DeviceBinding &operator=(const DeviceBinding &) = delete;
+
+private:
+  comm::Comm &comm;
+};
+
 /// Runs every step of `rank`; returns the failure message or "".
 std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                     const DataSource &data, const RunOptions &options,
                     Clock::time_point origin, RunResult &result,
                     std::vector<TraceEvent> &events) {
-  std::unique_ptr<Device> dev = makeCpuDevice();
-  setCurrentDevice(dev.get());
+  // Destroyed in reverse: the executor's tensors before the device.
+  std::unique_ptr<Device> dev;
+  std::optional<DeviceBinding> binding;
   std::unique_ptr<RankExecutor> executor;
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
   int64_t step = 0;
   try {
+    dev = device::makeDevice(options.device, rank);
+    binding.emplace(*dev, comm);
     executor =
         std::make_unique<RankExecutor>(plan, rank, comm, *dev, data, origin);
     for (; step < steps; ++step) {
@@ -738,7 +752,6 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   std::unique_ptr<DataSource> data = dataFor(plan, options, result);
   if (!data)
     return result;
-  kernels::useSingleThreadedBlas();
   int64_t world = plan.topology.worldSize;
   auto localWorld = comm::makeLocalWorld(world);
   std::vector<std::string> failures(static_cast<size_t>(world));
@@ -774,10 +787,16 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
 RunResult runOnComm(const Plan &plan, comm::Comm &comm,
                     const RunOptions &options) {
   RunResult result;
+  if (options.device != device::DeviceKind::Cpu &&
+      std::string(comm.backendName()) == "mpi") {
+    result.exitCode = 1;
+    result.error = "the mpi backend moves host memory: use --device cpu with "
+                   "it (GPU ranks under mpirun need the nccl backend)";
+    return result;
+  }
   std::unique_ptr<DataSource> data = dataFor(plan, options, result);
   if (!data)
     return result;
-  kernels::useSingleThreadedBlas();
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
   std::vector<TraceEvent> events;
   std::string failure = runRank(plan, comm.rank(), comm, *data, options,

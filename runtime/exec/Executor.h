@@ -15,8 +15,8 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
+#include "runtime/device/Device.h"
 #include "runtime/exec/Data.h"
-#include "runtime/exec/Device.h"
 
 #include <functional>
 #include <optional>
@@ -43,6 +43,8 @@ struct TraceEvent {
 struct RunOptions {
   /// Steps to run (the model's train.steps when < 0).
   int64_t steps = -1;
+  /// Where every rank computes (cuda: rank r on GPU r mod visible GPUs).
+  device::DeviceKind device = device::DeviceKind::Cpu;
   double timeoutSeconds = 300;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;

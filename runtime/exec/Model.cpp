@@ -17,15 +17,9 @@ namespace mimo::exec {
 
 namespace {
 
-/// Y[M,N] = X[M,K] · W[K,N] (+ beta Y).
+/// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
 void matmul(Device &dev, const float *x, const float *w, float *y, int64_t M,
             int64_t K, int64_t N, float beta = 0.0f) {
-  if (M == 0 || N == 0)
-    return;
-  if (K == 0) {
-    dev.scale(y, beta, M * N);
-    return;
-  }
   dev.gemm(false, false, M, N, K, 1.0f, x, w, beta, y);
 }
 
@@ -33,19 +27,22 @@ void matmul(Device &dev, const float *x, const float *w, float *y, int64_t M,
 void matmulBackward(Device &dev, const float *x, const float *w,
                     const float *dy, float *dx, float *dw, int64_t M, int64_t K,
                     int64_t N, float dxBeta = 0.0f) {
-  if (M == 0 || K == 0)
-    return;
-  if (N == 0) {
-    if (dx)
-      dev.scale(dx, dxBeta, M * K);
-    return;
-  }
   if (dx)
     dev.gemm(false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
   dev.gemm(true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
 }
 
-Tensor zeros(int64_t n) { return Tensor(n); }
+/// Buffers that are written whole before they are read, and buffers that
+/// are accumulated into.
+Tensor empty(int64_t n) { return Tensor::empty(n); }
+Tensor zeros(int64_t n, device::DType type = device::DType::F32) {
+  return Tensor::zeros(n, type);
+}
+
+/// Host index arrays (positions, segments, ids, row maps) on the device.
+Tensor indices(const std::vector<int64_t> &host) {
+  return Tensor::fromHost(host);
+}
 
 /// Equal-piece collectives over a group (identity for one member).
 Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
@@ -53,7 +50,7 @@ Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
   if (group.size() <= 1)
     return local.clone();
   std::vector<int64_t> counts(group.size(), local.size());
-  Tensor out(local.size() * static_cast<int64_t>(group.size()));
+  Tensor out = empty(local.size() * static_cast<int64_t>(group.size()));
   comm.allGatherV(group, local.data(), counts, out.data());
   return out;
 }
@@ -64,7 +61,7 @@ Tensor scatterRows(comm::Comm &comm, const std::vector<int64_t> &group,
     return full.clone();
   int64_t piece = full.size() / static_cast<int64_t>(group.size());
   std::vector<int64_t> counts(group.size(), piece);
-  Tensor out(piece);
+  Tensor out = empty(piece);
   comm.reduceScatterV(group, full.data(), counts, out.data());
   return out;
 }
@@ -86,6 +83,11 @@ size_t Stage::addParam(const std::string &module, const std::string &name,
                        float scale, bool replicated, bool partialUnderSp) {
   Param p;
   p.name = module + "." + name;
+  p.rowBegin = rowBegin;
+  p.rowEnd = rowEnd;
+  p.colBegin = colBegin;
+  p.colEnd = colEnd;
+  p.globalCols = globalCols;
   int64_t rows = rowEnd - rowBegin, cols = colEnd - colBegin;
   std::vector<float> value(static_cast<size_t>(rows * cols));
   uint64_t key =
@@ -100,37 +102,78 @@ size_t Stage::addParam(const std::string &module, const std::string &name,
                                                    colBegin + j)));
       value[static_cast<size_t>(i * cols + j)] = element;
     }
-  p.value = Tensor::fromHost(value);
-  p.grad = Tensor(rows * cols);
-  p.m = Tensor(rows * cols);
-  p.v = Tensor(rows * cols);
   p.replicatedOverTp = replicated;
-  p.partialUnderSp = partialUnderSp;
+  p.partialUnderSp = partialUnderSp && replicated;
   parameters.push_back(std::move(p));
+  initialValues.push_back(std::move(value));
   return parameters.size() - 1;
+}
+
+void Stage::finalizeParameters() {
+  // Flat layout: SP-partial replicated, other replicated, sharded.
+  auto group = [](const Param &p) {
+    return p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
+  };
+  std::vector<int64_t> offset(parameters.size());
+  FlatParams &f = flatParams;
+  int64_t at = 0;
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (group(parameters[i]) == g) {
+        offset[i] = at;
+        at += parameters[i].size();
+      }
+    if (g == 0)
+      f.spPartial = at;
+    if (g == 1)
+      f.replicated = at;
+  }
+  f.total = at;
+  std::vector<float> values(static_cast<size_t>(at));
+  for (size_t i = 0; i < parameters.size(); ++i)
+    std::copy(initialValues[i].begin(), initialValues[i].end(),
+              values.begin() + offset[i]);
+  f.values = Tensor::fromHost(values);
+  f.grads = zeros(at);
+  f.m = zeros(at);
+  f.v = zeros(at);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    Param &p = parameters[i];
+    p.value = f.values.view(offset[i], p.size());
+    p.grad = f.grads.view(offset[i], p.size());
+    p.m = f.m.view(offset[i], p.size());
+    p.v = f.v.view(offset[i], p.size());
+  }
+  initialValues.clear();
 }
 
 size_t Stage::replicated(const std::string &module, const std::string &name,
                          int64_t rows, int64_t cols, Init init, float scale,
                          bool partialUnderSp) {
-  return addParam(module, name, 0, rows, 0, cols, cols, init, scale, true,
-                  partialUnderSp);
+  size_t i = addParam(module, name, 0, rows, 0, cols, cols, init, scale, true,
+                      partialUnderSp);
+  parameters[i].globalRows = rows;
+  return i;
 }
 
 size_t Stage::columnParallel(const std::string &module, const std::string &name,
                              int64_t rows, int64_t cols, float scale) {
   int64_t c = cols / ctx.tp;
-  return addParam(module, name, 0, rows, ctx.tpRank * c, (ctx.tpRank + 1) * c,
-                  cols, Init::Weight, scale > 0 ? scale : fanIn(rows), false,
-                  false);
+  size_t i = addParam(module, name, 0, rows, ctx.tpRank * c,
+                      (ctx.tpRank + 1) * c, cols, Init::Weight,
+                      scale > 0 ? scale : fanIn(rows), false, false);
+  parameters[i].globalRows = rows;
+  return i;
 }
 
 size_t Stage::rowParallel(const std::string &module, const std::string &name,
                           int64_t rows, int64_t cols, float scale) {
   int64_t r = rows / ctx.tp;
-  return addParam(module, name, ctx.tpRank * r, (ctx.tpRank + 1) * r, 0, cols,
-                  cols, Init::Weight, scale > 0 ? scale : fanIn(rows), false,
-                  false);
+  size_t i = addParam(module, name, ctx.tpRank * r, (ctx.tpRank + 1) * r, 0,
+                      cols, cols, Init::Weight, scale > 0 ? scale : fanIn(rows),
+                      false, false);
+  parameters[i].globalRows = rows;
+  return i;
 }
 
 Stage::Attention Stage::attention(const std::string &module,
@@ -147,10 +190,11 @@ Stage::Attention Stage::attention(const std::string &module,
 // Transformer layer (both modules)
 //===----------------------------------------------------------------------===//
 
-/// Token metadata of one layer call.
+/// Token metadata of one layer call; the index arrays on the device.
 struct LayerMeta {
   int64_t localRows = 0, cpRows = 0, keyRows = 0;
-  std::vector<int64_t> qpos, qseg, kpos, kseg;
+  Tensor qpos, qseg, kpos, kseg;
+  const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
 struct LayerCache {
@@ -185,15 +229,15 @@ public:
     c.x = std::move(x);
     Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
     c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
-    c.q = zeros(Tc * Hl);
-    c.k = zeros(Tc * Hl);
-    c.v = zeros(Tc * Hl);
+    c.q = empty(Tc * Hl);
+    c.k = empty(Tc * Hl);
+    c.v = empty(Tc * Hl);
     matmul(dev, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
     matmul(dev, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
     matmul(dev, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
     if (language) {
-      dev.rope(c.q.data(), m.qpos.data(), Tc, headsLocal, headDim, false);
-      dev.rope(c.k.data(), m.qpos.data(), Tc, headsLocal, headDim, false);
+      dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
+      dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
     }
     if (ctx.cp > 1) {
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
@@ -201,14 +245,15 @@ public:
     }
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
-    c.a = zeros(Tc * Hl);
-    c.lse = zeros(headsLocal * Tc);
+    c.a = empty(Tc * Hl);
+    c.lse = empty(headsLocal * Tc);
     if (Tc > 0)
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
-                           c.lse.data(), m.qpos.data(), m.qseg.data(),
-                           m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal,
+                           c.lse.data(), m.qpos.data<int64_t>(),
+                           m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
+                           m.kseg.data<int64_t>(), Tc, Tk, headsLocal,
                            headDim, language);
-    Tensor o = zeros(Tc * H);
+    Tensor o = empty(Tc * H);
     matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
     c.x1 = c.x.clone();
@@ -216,17 +261,17 @@ public:
 
     Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
     c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
-    c.g = zeros(Tc * Fl);
+    c.g = empty(Tc * Fl);
     matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
-    c.s = zeros(Tc * Fl);
+    c.s = empty(Tc * Fl);
     if (language) {
-      c.u = zeros(Tc * Fl);
+      c.u = empty(Tc * Fl);
       matmul(dev, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
       dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    Tensor mlp = zeros(Tc * H);
+    Tensor mlp = empty(Tc * H);
     matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
     Tensor out = c.x1.clone();
@@ -241,12 +286,12 @@ public:
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     // MLP.
     Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
-    Tensor ds = zeros(Tc * Fl);
+    Tensor ds = empty(Tc * Fl);
     matmulBackward(dev, c.s.data(), P(w2), dmf.data(), ds.data(), G(w2), Tc, Fl,
                    H);
-    Tensor dg = zeros(Tc * Fl), dh2f = zeros(Tc * H);
+    Tensor dg = empty(Tc * Fl), dh2f = empty(Tc * H);
     if (language) {
-      Tensor du = zeros(Tc * Fl);
+      Tensor du = empty(Tc * Fl);
       dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                          du.data(), Tc * Fl);
       matmulBackward(dev, c.h2f.data(), P(w3), du.data(), dh2f.data(), G(w3),
@@ -261,26 +306,30 @@ public:
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
     Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
-    Tensor da = zeros(Tc * Hl);
+    Tensor da = empty(Tc * Hl);
     matmulBackward(dev, c.a.data(), P(wo), dof.data(), da.data(), G(wo), Tc, Hl,
                    H);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
-    Tensor dq = zeros(Tc * Hl), dK = zeros(Tk * Hl), dV = zeros(Tk * Hl);
+    // Without queries no key gets a gradient.
+    Tensor dq = empty(Tc * Hl);
+    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     if (Tc > 0)
       dev.attentionBackward(
           c.q.data(), K.data(), V.data(), c.a.data(), c.lse.data(), da.data(),
-          dq.data(), dK.data(), dV.data(), m.qpos.data(), m.qseg.data(),
-          m.kpos.data(), m.kseg.data(), Tc, Tk, headsLocal, headDim, language);
+          dq.data(), dK.data(), dV.data(), m.qpos.data<int64_t>(),
+          m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
+          m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim, language);
     Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
     Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
     if (language) {
-      dev.rope(dq.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
-      dev.rope(dk.data(), m.qpos.data(), Tc, headsLocal, headDim, true);
+      dev.rope(dq.data(), m.qposData(), Tc, headsLocal, headDim, true);
+      dev.rope(dk.data(), m.qposData(), Tc, headsLocal, headDim, true);
       // The saved q and k are rotated; the weight gradients need the
       // inputs, which hf holds, so nothing else to undo.
     }
-    Tensor dhf = zeros(Tc * H);
+    Tensor dhf = empty(Tc * H);
     matmulBackward(dev, c.hf.data(), P(wq), dq.data(), dhf.data(), G(wq), Tc, H,
                    Hl);
     matmulBackward(dev, c.hf.data(), P(wk), dk.data(), dhf.data(), G(wk), Tc, H,
@@ -300,12 +349,12 @@ private:
 
   Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
               int64_t rows) {
-    Tensor y = zeros(rows * H);
-    rstd = zeros(rows);
+    Tensor y = empty(rows * H);
+    rstd = empty(rows);
     if (language) {
       ctx.dev->rmsnormForward(x.data(), P(w), y.data(), rstd.data(), rows, H);
     } else {
-      mean = zeros(rows);
+      mean = empty(rows);
       ctx.dev->layernormForward(x.data(), P(w), P(b), y.data(), mean.data(),
                                 rstd.data(), rows, H);
     }
@@ -316,7 +365,7 @@ private:
   void normBackward(const Tensor &x, size_t w, size_t b, const Tensor &mean,
                     const Tensor &rstd, const Tensor &dy, Tensor &dx,
                     int64_t rows) {
-    Tensor d = zeros(rows * H);
+    Tensor d = empty(rows * H);
     if (language)
       ctx.dev->rmsnormBackward(x.data(), P(w), rstd.data(), dy.data(), d.data(),
                                G(w), rows, H);
@@ -407,6 +456,7 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
         replicated(name, "projection.fc2.weight", O, O, Init::Weight, fanIn(O));
     proj2B = replicated(name, "projection.fc2.bias", 1, O, Init::Zeros);
   }
+  finalizeParameters();
 }
 
 EncoderStage::~EncoderStage() = default;
@@ -419,20 +469,21 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   Cache &c = *cache;
   c.rows = rows;
   c.meta.localRows = c.meta.cpRows = c.meta.keyRows = rows;
-  c.meta.qpos.assign(static_cast<size_t>(rows), 0);
-  c.meta.kpos = c.meta.qpos;
-  c.meta.qseg = segment;
-  c.meta.kseg = segment;
+  // Bidirectional within a sample: every position 0, segments = samples.
+  c.meta.qpos = zeros(rows, device::DType::I64);
+  c.meta.kpos = c.meta.qpos.view(0, rows);
+  c.meta.qseg = indices(segment);
+  c.meta.kseg = c.meta.qseg.view(0, rows);
   int64_t H = hiddenSize;
   Tensor x;
   if (isFirst()) {
-    c.input = input.clone();
-    x = zeros(rows * H);
+    c.input = input.view(0, input.size());
+    x = empty(rows * H);
     matmul(dev, input.data(), parameters[patchW].value.data(), x.data(), rows,
            featureDim, H);
     dev.addBias(x.data(), parameters[patchB].value.data(), rows, H);
   } else {
-    x = input.clone();
+    x = input.view(0, input.size());
   }
   c.layers.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i)
@@ -440,13 +491,13 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   if (isLast()) {
     int64_t O = outHidden;
     c.last = std::move(x);
-    c.y1 = zeros(rows * O);
+    c.y1 = empty(rows * O);
     matmul(dev, c.last.data(), parameters[proj1W].value.data(), c.y1.data(),
            rows, H, O);
     dev.addBias(c.y1.data(), parameters[proj1B].value.data(), rows, O);
-    c.z = zeros(rows * O);
+    c.z = empty(rows * O);
     dev.geluForward(c.y1.data(), c.z.data(), rows * O);
-    x = zeros(rows * O);
+    x = empty(rows * O);
     matmul(dev, c.z.data(), parameters[proj2W].value.data(), x.data(), rows, O,
            O);
     dev.addBias(x.data(), parameters[proj2B].value.data(), rows, O);
@@ -463,18 +514,18 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
                            std::to_string(mb) + " before its forward");
   Cache &c = *it->second;
   int64_t rows = c.rows, H = hiddenSize;
-  Tensor dx = gradOutput.clone();
+  Tensor dx = gradOutput.view(0, gradOutput.size());
   if (isLast()) {
     int64_t O = outHidden;
     auto &P = parameters;
     dev.biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
-    Tensor dz = zeros(rows * O);
+    Tensor dz = empty(rows * O);
     matmulBackward(dev, c.z.data(), P[proj2W].value.data(), dx.data(),
                    dz.data(), P[proj2W].grad.data(), rows, O, O);
-    Tensor dy1 = zeros(rows * O);
+    Tensor dy1 = empty(rows * O);
     dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
     dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
-    dx = zeros(rows * H);
+    dx = empty(rows * H);
     matmulBackward(dev, c.last.data(), P[proj1W].value.data(), dy1.data(),
                    dx.data(), P[proj1W].grad.data(), rows, H, O);
   }
@@ -500,8 +551,7 @@ struct LanguageStage::Cache {
   LaneTokens tokens;
   std::vector<LayerCache> layers;
   // Last stage.
-  Tensor xf, rstdF, hNf, logits, gmax, gsum, scale;
-  std::vector<int64_t> targets;
+  Tensor xf, rstdF, hNf, logits, gmax, gsum, scale, targets;
 };
 
 LanguageStage::LanguageStage(const ModuleConfig &module,
@@ -532,6 +582,7 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
     finalNorm = replicated(name, "final_norm", 1, H, Init::Ones, 0, sp);
     head = columnParallel(name, "head", H, vocab); // vocab-parallel logits
   }
+  finalizeParameters();
 }
 
 LanguageStage::~LanguageStage() = default;
@@ -579,10 +630,12 @@ Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
   std::vector<int64_t> ids(tokens.cp.size());
   for (size_t i = 0; i < ids.size(); ++i)
     ids[i] = lane.ids[static_cast<size_t>(tokens.cp[i])];
-  Tensor E = zeros(Tc * H);
+  Tensor E = empty(Tc * H);
   int64_t vb = ctx.tpRank * vocabLocal;
-  ctx.dev->embeddingForward(ids.data(), Tc, parameters[embedding].value.data(),
-                            vb, vb + vocabLocal, H, E.data());
+  Tensor deviceIds = indices(ids);
+  ctx.dev->embeddingForward(deviceIds.data<int64_t>(), Tc,
+                            parameters[embedding].value.data(), vb,
+                            vb + vocabLocal, H, E.data());
   reduceAll(*ctx.comm, ctx.tpGroup, E);
   for (size_t e = 0; e < lane.modalityRow.size(); ++e) {
     int64_t rows = lane.modalityRows[e];
@@ -604,17 +657,27 @@ Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
         from.push_back(row);
       }
     }
-    ctx.dev->copyRows(E.data(), to.data(), modality[e]->data(), from.data(),
-                      static_cast<int64_t>(to.size()), H);
+    copyRows(E, to, *modality[e], from, H);
   }
   if (!(ctx.sequenceParallel && ctx.tp > 1))
     return E;
   int64_t Tl = Tc / ctx.tp;
-  return E.slice(ctx.tpRank * Tl * H, Tl * H);
+  return E.view(ctx.tpRank * Tl * H, Tl * H);
+}
+
+void Stage::copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
+                     const Tensor &src, const std::vector<int64_t> &srcRows,
+                     int64_t cols) {
+  if (dstRows.empty())
+    return;
+  Tensor to = indices(dstRows), from = indices(srcRows);
+  ctx.dev->copyRows(dst.data(), to.data<int64_t>(), src.data(),
+                    from.data<int64_t>(), static_cast<int64_t>(dstRows.size()),
+                    cols);
 }
 
 Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
-                              Tensor input, double invN, double *lossSum) {
+                              Tensor input, double invN, Tensor *lossSum) {
   Device &dev = *ctx.dev;
   comm::Comm &comm = *ctx.comm;
   auto cache = std::make_unique<Cache>();
@@ -629,14 +692,19 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     c.tokens.keys.insert(c.tokens.keys.end(), keys.begin(), keys.end());
   }
   m.keyRows = static_cast<int64_t>(c.tokens.keys.size());
+  std::vector<int64_t> qpos, qseg, kpos, kseg;
   for (int64_t t : c.tokens.cp) {
-    m.qpos.push_back(lane.positions[static_cast<size_t>(t)]);
-    m.qseg.push_back(lane.segments[static_cast<size_t>(t)]);
+    qpos.push_back(lane.positions[static_cast<size_t>(t)]);
+    qseg.push_back(lane.segments[static_cast<size_t>(t)]);
   }
   for (int64_t t : c.tokens.keys) {
-    m.kpos.push_back(lane.positions[static_cast<size_t>(t)]);
-    m.kseg.push_back(lane.segments[static_cast<size_t>(t)]);
+    kpos.push_back(lane.positions[static_cast<size_t>(t)]);
+    kseg.push_back(lane.segments[static_cast<size_t>(t)]);
   }
+  m.qpos = indices(qpos);
+  m.qseg = indices(qseg);
+  m.kpos = indices(kpos);
+  m.kseg = indices(kseg);
   int64_t H = hiddenSize;
   if (static_cast<int64_t>(input.size()) != m.localRows * H)
     throw std::runtime_error(
@@ -653,47 +721,41 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   bool sp = ctx.sequenceParallel && ctx.tp > 1;
   int64_t Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
   c.xf = std::move(x);
-  Tensor hN = zeros(Tl * H);
-  c.rstdF = zeros(Tl);
+  Tensor hN = empty(Tl * H);
+  c.rstdF = empty(Tl);
   dev.rmsnormForward(c.xf.data(), parameters[finalNorm].value.data(), hN.data(),
                      c.rstdF.data(), Tl, H);
   c.hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
-  c.logits = zeros(Tc * Vl);
+  c.logits = empty(Tc * Vl);
   matmul(dev, c.hNf.data(), parameters[head].value.data(), c.logits.data(), Tc,
          H, Vl);
-  c.targets.resize(static_cast<size_t>(Tc));
+  std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {
     size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
-    c.targets[static_cast<size_t>(i)] = lane.labels[t];
+    targets[static_cast<size_t>(i)] = lane.labels[t];
     scale[static_cast<size_t>(i)] = static_cast<float>(lane.mask[t] * invN);
   }
+  c.targets = indices(targets);
   c.scale = Tensor::fromHost(scale);
-  c.gmax = zeros(Tc);
-  if (Tc > 0)
-    dev.crossEntropyRowMax(c.logits.data(), Tc, Vl, c.gmax.data());
+  c.gmax = empty(Tc);
+  dev.crossEntropyRowMax(c.logits.data(), Tc, Vl, c.gmax.data());
   if (ctx.tpGroup.size() > 1)
     comm.allReduceMax(ctx.tpGroup, c.gmax.data(), Tc);
-  Tensor sums = zeros(2 * Tc);
-  if (Tc > 0)
-    dev.crossEntropySums(c.logits.data(), c.targets.data(), Tc, Vl,
-                         ctx.tpRank * Vl, c.gmax.data(), sums.data(),
-                         sums.data() + Tc);
+  Tensor sums = empty(2 * Tc);
+  dev.crossEntropySums(c.logits.data(), c.targets.data<int64_t>(), Tc, Vl,
+                       ctx.tpRank * Vl, c.gmax.data(), sums.data(),
+                       sums.data() + Tc);
   reduceAll(comm, ctx.tpGroup, sums);
-  c.gsum = sums.slice(0, Tc);
-  Tensor loss = zeros(Tc);
-  if (Tc > 0)
+  c.gsum = sums.view(0, Tc);
+  if (ctx.tpRank == 0 && lossSum) {
+    // Σ over unmasked tokens of the per-token loss, times 1/N, on the
+    // device: the scale is mask / N, nonzero exactly where the mask is.
+    Tensor loss = empty(Tc);
     dev.crossEntropyLoss(c.gmax.data(), c.gsum.data(), sums.data() + Tc, Tc,
                          loss.data());
-  if (ctx.tpRank == 0 && lossSum) {
-    std::vector<float> perToken = loss.toHost();
-    double total = 0;
-    for (int64_t i = 0; i < Tc; ++i) {
-      size_t t = static_cast<size_t>(c.tokens.cp[static_cast<size_t>(i)]);
-      if (lane.mask[t] != 0.0f)
-        total += static_cast<double>(perToken[static_cast<size_t>(i)]);
-    }
-    *lossSum += total * invN;
+    dev.maskedSumInto(loss.data(), c.scale.data(), Tc, invN,
+                      lossSum->data<double>());
   }
   caches[mb] = std::move(cache);
   return {};
@@ -712,12 +774,11 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
   Tensor dx;
   if (isLast()) {
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
-    Tensor dlogits = zeros(Tc * Vl);
-    if (Tc > 0)
-      dev.crossEntropyBackward(c.logits.data(), c.targets.data(), Tc, Vl,
-                               ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
-                               c.scale.data(), dlogits.data());
-    Tensor dhNf = zeros(Tc * H);
+    Tensor dlogits = empty(Tc * Vl);
+    dev.crossEntropyBackward(c.logits.data(), c.targets.data<int64_t>(), Tc,
+                             Vl, ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
+                             c.scale.data(), dlogits.data());
+    Tensor dhNf = empty(Tc * H);
     matmulBackward(dev, c.hNf.data(), parameters[head].value.data(),
                    dlogits.data(), dhNf.data(), parameters[head].grad.data(),
                    Tc, H, Vl);
@@ -728,14 +789,14 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
       reduceAll(comm, ctx.tpGroup, dhNf);
       dhN = std::move(dhNf);
     }
-    dx = zeros(Tl * H);
+    dx = empty(Tl * H);
     dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].value.data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
   } else {
     if (!gradOutput)
       throw std::logic_error("language backward without an output gradient");
-    dx = gradOutput->clone();
+    dx = gradOutput->view(0, gradOutput->size());
   }
   for (size_t i = layers.size(); i-- > 0;)
     dx = layers[i]->backward(c.layers[i], dx, m);
@@ -752,10 +813,11 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
   LaneTokens own = tokensOf(lane, ctx.cpRank, ctx.tpRank);
   Tensor full;
   if (needsUnshard()) {
-    // Gather every TP x CP member's shard and put its rows in place.
+    // Gather every TP x CP member's shard and put its rows in place: the
+    // members' shards tile the lane, so every row is written.
     int64_t n = gradInput.size();
     std::vector<int64_t> counts(ctx.tpcpGroup.size(), n);
-    Tensor gathered(n * static_cast<int64_t>(ctx.tpcpGroup.size()));
+    Tensor gathered = empty(n * static_cast<int64_t>(ctx.tpcpGroup.size()));
     ctx.comm->allGatherV(ctx.tpcpGroup, gradInput.data(), counts,
                          gathered.data());
     full = zeros(T * H);
@@ -769,11 +831,10 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
                        static_cast<int64_t>(i));
       }
     }
-    ctx.dev->copyRows(full.data(), to.data(), gathered.data(), from.data(),
-                      static_cast<int64_t>(to.size()), H);
+    copyRows(full, to, gathered, from, H);
   } else {
     // The whole lane, in token order.
-    full = gradInput.clone();
+    full = gradInput.view(0, gradInput.size());
   }
   // Text embedding: this rank's CP positions, its vocab shard.
   std::vector<int64_t> ids(static_cast<size_t>(T), -1);
@@ -785,7 +846,9 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
       ids[static_cast<size_t>(t)] = lane.ids[static_cast<size_t>(t)];
   }
   int64_t vb = ctx.tpRank * vocabLocal;
-  ctx.dev->embeddingBackward(ids.data(), T, full.data(), vb, vb + vocabLocal, H,
+  Tensor deviceIds = indices(ids);
+  ctx.dev->embeddingBackward(deviceIds.data<int64_t>(), T, full.data(), vb,
+                             vb + vocabLocal, H,
                              parameters[embedding].grad.data());
   std::vector<Tensor> grads(encoders);
   for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {
@@ -798,8 +861,7 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
         from.push_back(t);
       }
     }
-    ctx.dev->copyRows(grads[e].data(), to.data(), full.data(), from.data(),
-                      static_cast<int64_t>(to.size()), H);
+    copyRows(grads[e], to, full, from, H);
   }
   return grads;
 }

@@ -12,6 +12,11 @@
 //
 // Parameters are pure functions of (seed, module, name, global index), so
 // every layout starts from the same model as the single-rank reference.
+// A stage's parameters, gradients and AdamW moments live in four flat
+// buffers (each Param holds views into them), so gradient reduction, the
+// norm, clipping and the optimizer are one call per buffer. Everything a
+// kernel reads (index arrays included) lives on the rank's device; only
+// the step's loss and norm scalars come back to the host.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_EXEC_MODEL_H
@@ -20,9 +25,9 @@
 #include "runtime/comm/Comm.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Plan.h"
+#include "runtime/device/Device.h"
+#include "runtime/device/Tensor.h"
 #include "runtime/exec/Data.h"
-#include "runtime/exec/Device.h"
-#include "runtime/exec/Tensor.h"
 
 #include <cmath>
 #include <map>
@@ -32,14 +37,33 @@
 
 namespace mimo::exec {
 
+using device::Device;
+using device::Tensor;
+
 struct Param {
+  /// "module.name", the logical name (the same in every layout).
   std::string name;
+  /// This rank's block [rowBegin, rowEnd) x [colBegin, colEnd) of the
+  /// global [globalRows, globalCols] parameter.
+  int64_t rowBegin = 0, rowEnd = 0, colBegin = 0, colEnd = 0;
+  int64_t globalRows = 0, globalCols = 0;
+  /// Views of the stage's flat buffers.
   Tensor value, grad, m, v;
   /// Identical on every TP rank of the module (counted once in the norm).
   bool replicatedOverTp = false;
   /// Under SP, each TP rank's gradient covers its sequence shard only and
   /// must be summed over the TP group.
   bool partialUnderSp = false;
+  int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }
+};
+
+/// A stage's parameters in one allocation per role, laid out in three
+/// groups: [replicated and SP-partial | other replicated | TP-sharded], so
+/// the SP-partial gradients are a prefix (summed over TP) and the sharded
+/// ones a suffix (each TP rank's own share of the norm).
+struct FlatParams {
+  Tensor values, grads, m, v;
+  int64_t spPartial = 0, replicated = 0, total = 0;
 };
 
 /// A rank's place in one module's grid, with the groups it computes with.
@@ -71,6 +95,7 @@ class Stage {
 public:
   virtual ~Stage();
   std::vector<Param> &params() { return parameters; }
+  FlatParams &flat() { return flatParams; }
   bool isFirst() const { return ctx.ppRank == 0; }
   bool isLast() const { return ctx.ppRank == ctx.pp - 1; }
   const StageContext &context() const { return ctx; }
@@ -99,11 +124,20 @@ protected:
   };
   Attention attention(const std::string &module, const std::string &prefix,
                       int64_t hidden);
+  /// Allocates the flat buffers, uploads the initial values and points
+  /// every Param at its views (after the last addParam).
+  void finalizeParameters();
+  /// dst row dstRows[i] = src row srcRows[i] (host row maps, uploaded).
+  void copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
+                const Tensor &src, const std::vector<int64_t> &srcRows,
+                int64_t cols);
   static float fanIn(int64_t n) {
     return 1.0f / std::sqrt(static_cast<float>(n));
   }
   StageContext ctx;
   std::vector<Param> parameters;
+  std::vector<std::vector<float>> initialValues; // until finalized
+  FlatParams flatParams;
   std::vector<std::unique_ptr<TransformerLayer>> layers;
 };
 
@@ -147,9 +181,10 @@ public:
   Tensor shard(int64_t mb, const LanguageLane &lane,
                const std::vector<const Tensor *> &modality);
   /// Runs this stage. On the last stage adds this rank's share of
-  /// Σ mask·CE / N to `lossSum` and returns nothing.
+  /// Σ mask·CE / N to the device double `lossSum[0]` (when given) and
+  /// returns nothing.
   Tensor forward(int64_t mb, const LanguageLane &lane, Tensor input,
-                 double invN, double *lossSum);
+                 double invN, Tensor *lossSum);
   /// Returns the gradient of the stage input (this rank's shard).
   Tensor backward(int64_t mb, const Tensor *gradOutput);
   /// First stage: whether the input gradient must be gathered over the

@@ -1,11 +1,11 @@
 //===- KernelsTest.cpp - CPU kernels against references and finite diffs --===//
 //
-// Every backward of runtime/cpu/Kernels.h is checked against a float64
+// Every backward of runtime/device/cpu/Kernels.h is checked against a float64
 // central finite difference of a scalar objective sum(r * y) with a random r.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/cpu/Kernels.h"
+#include "runtime/device/cpu/Kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -25,8 +25,9 @@ namespace {
 struct SingleRank {
   std::shared_ptr<comm::LocalWorld> world = comm::makeLocalWorld(1);
   std::unique_ptr<comm::Comm> comm = comm::makeLocalComm(world, 0);
-  std::unique_ptr<Device> dev = makeCpuDevice();
-  SingleRank() { setCurrentDevice(dev.get()); }
+  std::unique_ptr<Device> dev = device::makeCpuDevice();
+  SingleRank() { device::setCurrentDevice(dev.get()); }
+  ~SingleRank() { device::setCurrentDevice(nullptr); }
   StageContext context() {
     StageContext ctx;
     ctx.comm = comm.get();
@@ -130,8 +131,66 @@ TEST(Tensor, MovesLeaveEmptyTensorsAndClonesCopy) {
   Tensor c = std::move(a);
   EXPECT_EQ(a.size(), 0);
   EXPECT_TRUE(a.empty());
-  EXPECT_EQ(c.slice(1, 2).toHost(), (std::vector<float>{2, 3}));
-  EXPECT_THROW(c.slice(2, 2), std::out_of_range);
+  EXPECT_EQ(c.view(1, 2).toHost(), (std::vector<float>{2, 3}));
+  EXPECT_THROW(c.view(2, 2), std::out_of_range);
+}
+
+TEST(Tensor, ViewsShareTheAllocationAndOutliveTheirSource) {
+  SingleRank r;
+  Tensor v;
+  {
+    Tensor a = Tensor::fromHost({1, 2, 3, 4});
+    v = a.view(1, 2);
+    a.data()[1] = 9; // visible through the view: no copy was made
+  }
+  EXPECT_EQ(v.toHost(), (std::vector<float>{9, 3}));
+  EXPECT_EQ(v.shape(), (std::vector<int64_t>{2}));
+  Tensor m = v.reshaped({1, 2});
+  EXPECT_EQ(m.shape(), (std::vector<int64_t>{1, 2}));
+  EXPECT_THROW(v.reshaped({3}), std::invalid_argument);
+}
+
+TEST(Tensor, CarriesItsTypeAndRefusesAnother) {
+  SingleRank r;
+  Tensor ids = Tensor::fromHost(std::vector<int64_t>{4, -1, 7});
+  EXPECT_EQ(ids.dtype(), device::DType::I64);
+  EXPECT_EQ(ids.bytes(), 24);
+  EXPECT_EQ(ids.toHost<int64_t>(), (std::vector<int64_t>{4, -1, 7}));
+  EXPECT_THROW(ids.data(), device::DeviceError); // not fp32
+  Tensor z = Tensor::zeros(3, device::DType::F64);
+  EXPECT_EQ(z.toHost<double>(), (std::vector<double>{0, 0, 0}));
+}
+
+TEST(Tensor, StageParametersAreViewsOfFlatBuffersGroupedForReduction) {
+  SingleRank r;
+  StageContext ctx = r.context();
+  ctx.sequenceParallel = true;
+  ctx.tp = 2; // one TP rank of two (no collective is called here)
+  LanguageStage lm(languageConfig(), makeShard(1, 2, true, false), ctx);
+  FlatParams &flat = lm.flat();
+  int64_t total = 0;
+  for (Param &p : lm.params()) {
+    total += p.size();
+    EXPECT_EQ(p.value.size(), p.size()) << p.name;
+    // The view points into the flat buffer, inside its group.
+    int64_t at = p.grad.data() - flat.grads.data();
+    ASSERT_GE(at, 0) << p.name;
+    ASSERT_LE(at + p.size(), flat.total) << p.name;
+    if (p.partialUnderSp) {
+      EXPECT_LE(at + p.size(), flat.spPartial) << p.name;
+    } else if (p.replicatedOverTp) {
+      EXPECT_GE(at, flat.spPartial) << p.name;
+      EXPECT_LE(at + p.size(), flat.replicated) << p.name;
+    } else {
+      EXPECT_GE(at, flat.replicated) << p.name;
+    }
+    EXPECT_EQ(p.value.data() - flat.values.data(), at);
+    EXPECT_EQ(p.m.data() - flat.m.data(), at);
+  }
+  EXPECT_EQ(total, flat.total);
+  EXPECT_GT(flat.spPartial, 0); // norms are summed over TP under SP
+  EXPECT_LE(flat.spPartial, flat.replicated); // all norms: equal here
+  EXPECT_LT(flat.replicated, flat.total);
 }
 
 TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
@@ -149,9 +208,9 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   double invN = 0.25;
   auto loss = [&]() {
     Tensor input = lm.shard(0, lane, {&modality});
-    double sum = 0;
+    Tensor sum = Tensor::zeros(1, device::DType::F64);
     lm.forward(0, lane, std::move(input), invN, &sum);
-    return sum;
+    return sum.toHost<double>()[0];
   };
   loss();
   Tensor dx = lm.backward(0, nullptr);

@@ -1,14 +1,17 @@
 //===- Kernels.cpp - Reference CPU kernels, forward and backward ----------===//
 //
-// Plain loops over contiguous row-major buffers, plus OpenBLAS for GEMM.
+// Plain loops over contiguous row-major buffers, plus OpenBLAS for GEMM
+// (a plain loop where mimo was built without a BLAS).
 // Reductions (norm statistics, softmax sums, sums of squares) accumulate in
 // double whatever the element type.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/cpu/Kernels.h"
+#include "runtime/device/cpu/Kernels.h"
 
+#ifdef MIMO_HAVE_BLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -18,9 +21,6 @@
 namespace mimo::kernels {
 
 namespace {
-
-// The largest of x and 1, as a BLAS leading dimension (BLAS rejects 0).
-blasint ld(int64_t x) { return static_cast<blasint>(std::max<int64_t>(x, 1)); }
 
 // May query i attend key j?
 inline bool allowed(const int64_t *qpos, const int64_t *qseg,
@@ -55,7 +55,12 @@ constexpr double kGeluA = 0.044715;
 // GEMM
 //===----------------------------------------------------------------------===//
 
+#ifdef MIMO_HAVE_BLAS
+
 namespace {
+
+// The largest of x and 1, as a BLAS leading dimension (BLAS rejects 0).
+blasint ld(int64_t x) { return static_cast<blasint>(std::max<int64_t>(x, 1)); }
 
 void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint M, blasint N,
               blasint K, float alpha, const float *A, blasint lda,
@@ -88,6 +93,43 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
 }
 
 void useSingleThreadedBlas() { openblas_set_num_threads(1); }
+
+#else // no BLAS: row by row, op(A)'s row packed, B walked by rows.
+
+template <typename T>
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
+          const T *A, const T *B, T beta, T *C) {
+  if (M <= 0 || N <= 0)
+    return;
+  std::vector<T> a(static_cast<size_t>(std::max<int64_t>(K, 1)));
+  for (int64_t i = 0; i < M; ++i) {
+    T *c = C + i * N;
+    for (int64_t j = 0; j < N; ++j)
+      c[j] = beta == T(0) ? T(0) : beta * c[j];
+    for (int64_t p = 0; p < K; ++p)
+      a[static_cast<size_t>(p)] = alpha * (transA ? A[p * M + i] : A[i * K + p]);
+    if (transB) {
+      for (int64_t j = 0; j < N; ++j) {
+        const T *b = B + j * K;
+        T s = T(0);
+        for (int64_t p = 0; p < K; ++p)
+          s += a[static_cast<size_t>(p)] * b[p];
+        c[j] += s;
+      }
+    } else {
+      for (int64_t p = 0; p < K; ++p) {
+        const T *b = B + p * N;
+        T ap = a[static_cast<size_t>(p)];
+        for (int64_t j = 0; j < N; ++j)
+          c[j] += ap * b[j];
+      }
+    }
+  }
+}
+
+void useSingleThreadedBlas() {}
+
+#endif
 
 //===----------------------------------------------------------------------===//
 // Norms
@@ -479,12 +521,12 @@ void crossEntropyBackward(const T *logits, const int64_t *targets, int64_t n,
 template <typename T>
 void adamw(T *param, const T *grad, T *m, T *v, int64_t n, double lr,
            double beta1, double beta2, double eps, double weightDecay,
-           int64_t step) {
+           int64_t step, double gradScale) {
   const double s = static_cast<double>(step);
   const double bc1 = 1.0 - std::pow(beta1, s);
   const double bc2 = 1.0 - std::pow(beta2, s);
   for (int64_t i = 0; i < n; ++i) {
-    double g = static_cast<double>(grad[i]);
+    double g = static_cast<double>(grad[i]) * gradScale;
     double mi = beta1 * static_cast<double>(m[i]) + (1.0 - beta1) * g;
     double vi = beta2 * static_cast<double>(v[i]) + (1.0 - beta2) * g * g;
     double p = static_cast<double>(param[i]);
@@ -553,7 +595,7 @@ template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y) {
                                         int64_t, int64_t, const T *,           \
                                         const T *, const T *, T *);            \
   template void adamw<T>(T *, const T *, T *, T *, int64_t, double, double,    \
-                         double, double, double, int64_t);                     \
+                         double, double, double, int64_t, double);             \
   template double sumSquares<T>(const T *, int64_t);                           \
   template void axpy<T>(int64_t, T, const T *, T *);
 

@@ -1,12 +1,21 @@
 //===- CpuDevice.cpp - The fp32 CPU device -------------------------------===//
+//
+// Host memory and the reference kernels of cpu/Kernels.h. Every call runs
+// to completion before it returns, so there is nothing to order: record()
+// returns no event and wait() has nothing to wait for.
+//
+//===----------------------------------------------------------------------===//
 
-#include "runtime/cpu/Kernels.h"
-#include "runtime/exec/Device.h"
+#include "runtime/device/Device.h"
+#include "runtime/device/cpu/Kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <mutex>
+#include <new>
 
-namespace mimo::exec {
+namespace mimo::device {
 namespace {
 
 namespace k = mimo::kernels;
@@ -14,25 +23,40 @@ constexpr float kNormEps = 1e-5f;
 
 class CpuDevice final : public Device {
 public:
-  const char *name() const override { return "cpu"; }
-  float *allocate(int64_t n) override {
-    return static_cast<float *>(::operator new(
-        static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)));
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  std::string name() const override { return "cpu"; }
+
+  void *allocate(int64_t bytes) override {
+    void *p = ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, 1)),
+                             std::nothrow);
+    if (!p)
+      throw DeviceError("out of host memory allocating " +
+                        std::to_string(bytes) + " bytes");
+    return p;
   }
-  void release(float *data) override { ::operator delete(data); }
+  void release(void *data) override { ::operator delete(data); }
+  void fillZero(void *data, int64_t bytes) override {
+    if (bytes > 0)
+      std::memset(data, 0, static_cast<size_t>(bytes));
+  }
   void fill(float *data, float value, int64_t n) override {
     std::fill(data, data + n, value);
   }
-  void copy(float *dst, const float *src, int64_t n) override {
-    if (n > 0)
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0 && dst != src)
+      std::memmove(dst, src, static_cast<size_t>(bytes));
   }
-  void upload(float *dst, const float *host, int64_t n) override {
-    copy(dst, host, n);
+  void upload(void *dst, const void *host, int64_t bytes) override {
+    copy(dst, host, bytes);
   }
-  void download(float *host, const float *src, int64_t n) override {
-    copy(host, src, n);
+  void download(void *host, const void *src, int64_t bytes) override {
+    copy(host, src, bytes);
   }
+
+  EventPtr record() override { return nullptr; }
+  void wait(const EventPtr &) override {}
+  void synchronize() override {}
+
   void copyRows(float *dst, const int64_t *dstRows, const float *src,
                 const int64_t *srcRows, int64_t count, int64_t cols) override {
     for (int64_t i = 0; i < count; ++i)
@@ -42,6 +66,36 @@ public:
   void scale(float *data, float alpha, int64_t n) override {
     for (int64_t i = 0; i < n; ++i)
       data[i] *= alpha;
+  }
+  void axpy(int64_t n, float alpha, const float *x, float *y) override {
+    k::axpy<float>(n, alpha, x, y);
+  }
+  void add(DType type, void *out, const void *a, const void *b,
+           int64_t n) override {
+    if (type == DType::F32)
+      addAs<float>(out, a, b, n);
+    else if (type == DType::F64)
+      addAs<double>(out, a, b, n);
+    else
+      throw DeviceError(std::string("add of ") + nameOf(type) + " values");
+  }
+  void maximum(float *out, const float *a, const float *b,
+               int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      float x = a[i], y = b[i];
+      out[i] = std::isnan(x) ? x : ((y > x || std::isnan(y)) ? y : x);
+    }
+  }
+  void sumSquaresInto(const float *x, int64_t n, double *acc) override {
+    *acc += k::sumSquares<float>(x, n);
+  }
+  void maskedSumInto(const float *values, const float *mask, int64_t n,
+                     double factor, double *acc) override {
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (mask[i] != 0.0f)
+        total += static_cast<double>(values[i]);
+    *acc += total * factor;
   }
   void addBias(float *y, const float *b, int64_t rows, int64_t cols) override {
     for (int64_t i = 0; i < rows; ++i)
@@ -54,9 +108,13 @@ public:
       for (int64_t j = 0; j < cols; ++j)
         db[j] += dy[i * cols + j];
   }
+
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
             const float *A, const float *B, float beta, float *C) override {
-    k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);
+    if (M > 0 && N > 0 && K <= 0 && beta == 0.0f) // C is not read
+      std::fill(C, C + M * N, 0.0f);
+    else
+      k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {
@@ -145,23 +203,33 @@ public:
     k::crossEntropyBackward<float>(logits, targets, n, vl, vb, gmax, gsum,
                                    scale, dlogits);
   }
-  void adamw(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-             double b1, double b2, double eps, double wd,
-             int64_t step) override {
-    k::adamw<float>(p, g, m, v, n, lr, b1, b2, eps, wd, step);
+  void adamw(float *p, const float *g, float *m, float *v, int64_t n,
+             const AdamWStep &s) override {
+    k::adamw<float>(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps,
+                    s.weightDecay, s.step, s.gradScale);
   }
-  double sumSquares(const float *x, int64_t n) override {
-    return k::sumSquares<float>(x, n);
-  }
-  void axpy(int64_t n, float alpha, const float *x, float *y) override {
-    k::axpy<float>(n, alpha, x, y);
+
+private:
+  template <typename T>
+  static void addAs(void *out, const void *a, const void *b, int64_t n) {
+    T *o = static_cast<T *>(out);
+    const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = x[i] + y[i];
   }
 };
 
 } // namespace
 
 std::unique_ptr<Device> makeCpuDevice() {
+  static std::once_flag blas;
+  std::call_once(blas, [] { kernels::useSingleThreadedBlas(); });
   return std::make_unique<CpuDevice>();
 }
 
-} // namespace mimo::exec
+Device &hostDevice() {
+  static std::unique_ptr<Device> device = makeCpuDevice();
+  return *device;
+}
+
+} // namespace mimo::device

@@ -7,15 +7,17 @@
 // parameter gradient ACCUMULATE into it (+=); input gradients are WRITTEN.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MIMO_RUNTIME_CPU_KERNELS_H
-#define MIMO_RUNTIME_CPU_KERNELS_H
+#ifndef MIMO_RUNTIME_DEVICE_CPU_KERNELS_H
+#define MIMO_RUNTIME_DEVICE_CPU_KERNELS_H
 
 #include <cstdint>
 
 namespace mimo::kernels {
 
 /// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose when
-/// the flag is set (A is [M,K] or [K,M], B is [K,N] or [N,K]). OpenBLAS.
+/// the flag is set (A is [M,K] or [K,M], B is [K,N] or [N,K]). C is not read
+/// when beta is 0. OpenBLAS, or a plain loop where mimo was built without a
+/// BLAS (machines that have only the CUDA toolkit).
 template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
           const T *A, const T *B, T beta, T *C);
@@ -111,13 +113,14 @@ void crossEntropyBackward(const T *logits, const int64_t *targets, int64_t n,
                           const T *globalMax, const T *globalSumExp,
                           const T *scale, T *dlogits);
 
-/// One AdamW step (decoupled weight decay, bias correction; step >= 1):
+/// One AdamW step (decoupled weight decay, bias correction; step >= 1) with
+/// g = grad * gradScale (the clipping coefficient):
 /// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 /// p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
 template <typename T>
 void adamw(T *param, const T *grad, T *m, T *v, int64_t n, double lr,
            double beta1, double beta2, double eps, double weightDecay,
-           int64_t step);
+           int64_t step, double gradScale = 1.0);
 
 /// Sum of squares in double.
 template <typename T> double sumSquares(const T *x, int64_t n);
@@ -125,9 +128,10 @@ template <typename T> double sumSquares(const T *x, int64_t n);
 /// y += alpha * x.
 template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y);
 
-/// Limits BLAS to one thread (called once per process).
+/// Limits BLAS to one thread (called once per process; nothing without a
+/// BLAS).
 void useSingleThreadedBlas();
 
 } // namespace mimo::kernels
 
-#endif // MIMO_RUNTIME_CPU_KERNELS_H
+#endif // MIMO_RUNTIME_DEVICE_CPU_KERNELS_H

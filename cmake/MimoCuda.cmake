@@ -1,0 +1,39 @@
+# The CUDA toolchain for the CUDA device (MIMO_ENABLE_CUDA = AUTO|ON|OFF).
+# Sets MIMO_HAVE_CUDA. Kernels are built for sm_80 (A100) and sm_90 (H100,
+# H200) unless CMAKE_CUDA_ARCHITECTURES says otherwise; never `native`,
+# which fails on machines without a GPU. The CUDA runtime is linked shared
+# and the driver library never (a binary linked to libcuda cannot even
+# start where no driver is installed).
+set(MIMO_HAVE_CUDA OFF)
+if(NOT MIMO_ENABLE_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "MIMO_ENABLE_CUDA is '${MIMO_ENABLE_CUDA}'; use AUTO, ON or OFF")
+endif()
+if(NOT MIMO_ENABLE_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX}
+     AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(MIMO_HAVE_CUDA ON)
+    message(STATUS "mimo: CUDA device on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+      "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  elseif(MIMO_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MIMO_ENABLE_CUDA=ON but no CUDA compiler was found; "
+      "install the CUDA toolkit, put nvcc on PATH (or set CUDACXX), or "
+      "configure with -DMIMO_ENABLE_CUDA=OFF")
+  else()
+    message(STATUS "mimo: no nvcc: the CUDA device is not built")
+  endif()
+endif()

@@ -1,0 +1,198 @@
+//===- Device.h - The device interface at the bottom of the runtime -*- C++ -*-===//
+//
+// SPEC §11. The model, the executor and the communicators compute, copy and
+// order work only through this interface, over buffers the device
+// allocates: `cpu/` runs the fp32 reference kernels of cpu/Kernels.h on the
+// host, `cuda/` runs CUDA kernels and cuBLASLt on a GPU. The semantics of
+// every kernel are documented once, in cpu/Kernels.h.
+//
+// Ordering: every call is enqueued on the device's one stream and returns
+// at once (the CPU device simply runs it). `record()` marks the point the
+// stream has reached; `wait(e)` makes later work of this device wait for
+// `e`, possibly recorded by another device (another rank's stream), which
+// is how ranks sharing a GPU hand buffers to each other without a host
+// synchronisation. Only download() and synchronize() wait on the host.
+//
+// Pointers passed to kernels are this device's memory (index arrays
+// included); `host` pointers are host memory.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DEVICE_DEVICE_H
+#define MIMO_RUNTIME_DEVICE_DEVICE_H
+
+#include "runtime/device/DType.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace mimo::device {
+
+enum class DeviceKind { Cpu, Cuda };
+
+/// A point in a device's stream of work (opaque; see Device::record).
+class Event {
+public:
+  virtual ~Event() = default;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+/// A device failure: an allocation that does not fit, a CUDA error (naming
+/// the kernel or call), a shape a kernel cannot take.
+class DeviceError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One AdamW step (decoupled weight decay, bias correction): with
+/// g = grad * gradScale (the clipping coefficient),
+/// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+/// p -= lr * (m / bc1 / (sqrt(v / bc2) + eps) + weightDecay * p),
+/// bc1 = 1 - b1^step, bc2 = 1 - b2^step (step >= 1).
+struct AdamWStep {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+  int64_t step = 1;
+  double gradScale = 1;
+  double biasCorrection1() const {
+    return 1.0 - std::pow(beta1, static_cast<double>(step));
+  }
+  double biasCorrection2() const {
+    return 1.0 - std::pow(beta2, static_cast<double>(step));
+  }
+};
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  /// "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)".
+  virtual std::string name() const = 0;
+
+  //===--- Memory ---------------------------------------------------------===//
+  /// `bytes` of uninitialised memory (never null; DeviceError when it does
+  /// not fit). Released in stream order: work already enqueued that reads
+  /// the buffer finishes first.
+  virtual void *allocate(int64_t bytes) = 0;
+  virtual void release(void *data) = 0;
+  virtual void fillZero(void *data, int64_t bytes) = 0;
+  virtual void fill(float *data, float value, int64_t n) = 0;
+  /// Copies between buffers of devices of this kind (this one's or
+  /// another's, e.g. another rank's GPU), in this device's stream order.
+  virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
+  /// From host memory; `host` may be reused as soon as this returns.
+  virtual void upload(void *dst, const void *host, int64_t bytes) = 0;
+  /// To host memory; waits for the stream and the copy.
+  virtual void download(void *host, const void *src, int64_t bytes) = 0;
+
+  //===--- Ordering -------------------------------------------------------===//
+  /// The point this device's stream has reached (null: nothing pending).
+  virtual EventPtr record() = 0;
+  /// Later work of this device waits for `event` (null: nothing to wait).
+  virtual void wait(const EventPtr &event) = 0;
+  /// Waits on the host until every enqueued call has finished; reports any
+  /// asynchronous error.
+  virtual void synchronize() = 0;
+
+  //===--- Data movement and reductions -----------------------------------===//
+  /// dst row dstRows[i] = src row srcRows[i] (rows of `cols` values).
+  virtual void copyRows(float *dst, const int64_t *dstRows, const float *src,
+                        const int64_t *srcRows, int64_t count,
+                        int64_t cols) = 0;
+  virtual void scale(float *data, float alpha, int64_t n) = 0;
+  /// y += alpha * x.
+  virtual void axpy(int64_t n, float alpha, const float *x, float *y) = 0;
+  /// out = a + b elementwise (f32 or f64; out may alias a or b).
+  virtual void add(DType type, void *out, const void *a, const void *b,
+                   int64_t n) = 0;
+  /// out = max(a, b) elementwise; a NaN in either wins, a's first.
+  virtual void maximum(float *out, const float *a, const float *b,
+                       int64_t n) = 0;
+  /// *acc += sum of x^2, in double, in an order fixed by n alone
+  /// (bitwise reproducible run to run). acc is device memory.
+  virtual void sumSquaresInto(const float *x, int64_t n, double *acc) = 0;
+  /// *acc += factor * sum of values[i] over i with mask[i] != 0 (double).
+  virtual void maskedSumInto(const float *values, const float *mask,
+                             int64_t n, double factor, double *acc) = 0;
+  /// y[rows, cols] += b (each row); db += column sums of dy.
+  virtual void addBias(float *y, const float *b, int64_t rows,
+                       int64_t cols) = 0;
+  virtual void biasBackward(const float *dy, float *db, int64_t rows,
+                            int64_t cols) = 0;
+
+  //===--- Kernels (semantics in cpu/Kernels.h) ---------------------------===//
+  virtual void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *A, const float *B, float beta,
+                    float *C) = 0;
+  virtual void rmsnormForward(const float *x, const float *w, float *y,
+                              float *rstd, int64_t rows, int64_t cols) = 0;
+  virtual void rmsnormBackward(const float *x, const float *w,
+                               const float *rstd, const float *dy, float *dx,
+                               float *dw, int64_t rows, int64_t cols) = 0;
+  virtual void layernormForward(const float *x, const float *w, const float *b,
+                                float *y, float *mean, float *rstd,
+                                int64_t rows, int64_t cols) = 0;
+  virtual void layernormBackward(const float *x, const float *w,
+                                 const float *mean, const float *rstd,
+                                 const float *dy, float *dx, float *dw,
+                                 float *db, int64_t rows, int64_t cols) = 0;
+  virtual void geluForward(const float *x, float *y, int64_t n) = 0;
+  virtual void geluBackward(const float *x, const float *dy, float *dx,
+                            int64_t n) = 0;
+  virtual void swigluForward(const float *gate, const float *up, float *y,
+                             int64_t n) = 0;
+  virtual void swigluBackward(const float *gate, const float *up,
+                              const float *dy, float *dgate, float *dup,
+                              int64_t n) = 0;
+  virtual void rope(float *x, const int64_t *positions, int64_t tokens,
+                    int64_t heads, int64_t dim, bool inverse) = 0;
+  virtual void attentionForward(const float *q, const float *k, const float *v,
+                                float *o, float *lse, const int64_t *qpos,
+                                const int64_t *qseg, const int64_t *kpos,
+                                const int64_t *kseg, int64_t Tq, int64_t Tk,
+                                int64_t heads, int64_t d, bool causal) = 0;
+  virtual void attentionBackward(const float *q, const float *k, const float *v,
+                                 const float *o, const float *lse,
+                                 const float *dout, float *dq, float *dk,
+                                 float *dv, const int64_t *qpos,
+                                 const int64_t *qseg, const int64_t *kpos,
+                                 const int64_t *kseg, int64_t Tq, int64_t Tk,
+                                 int64_t heads, int64_t d, bool causal) = 0;
+  virtual void embeddingForward(const int64_t *ids, int64_t n,
+                                const float *table, int64_t vocabBegin,
+                                int64_t vocabEnd, int64_t hidden,
+                                float *out) = 0;
+  virtual void embeddingBackward(const int64_t *ids, int64_t n,
+                                 const float *dout, int64_t vocabBegin,
+                                 int64_t vocabEnd, int64_t hidden,
+                                 float *dtable) = 0;
+  virtual void crossEntropyRowMax(const float *logits, int64_t n,
+                                  int64_t vocabLocal, float *rowMax) = 0;
+  virtual void crossEntropySums(const float *logits, const int64_t *targets,
+                                int64_t n, int64_t vocabLocal,
+                                int64_t vocabBegin, const float *globalMax,
+                                float *sumExp, float *targetLogit) = 0;
+  virtual void crossEntropyLoss(const float *globalMax,
+                                const float *globalSumExp,
+                                const float *globalTargetLogit, int64_t n,
+                                float *loss) = 0;
+  virtual void crossEntropyBackward(const float *logits, const int64_t *targets,
+                                    int64_t n, int64_t vocabLocal,
+                                    int64_t vocabBegin, const float *globalMax,
+                                    const float *globalSumExp,
+                                    const float *scale, float *dlogits) = 0;
+  virtual void adamw(float *param, const float *grad, float *m, float *v,
+                     int64_t n, const AdamWStep &step) = 0;
+};
+
+/// The fp32 CPU device (BLAS limited to one thread per rank thread).
+std::unique_ptr<Device> makeCpuDevice();
+
+/// A process-wide CPU device, for host-memory users without one of their
+/// own (communicators in tests and benchmarks).
+Device &hostDevice();
+
+} // namespace mimo::device
+
+#endif // MIMO_RUNTIME_DEVICE_DEVICE_H

@@ -1,0 +1,48 @@
+//===- Devices.h - Which devices this build and machine have ---*- C++ -*-===//
+//
+// SPEC §11: `--device cpu|cuda`, default cuda when mimo-run was built with
+// CUDA and a GPU is visible; rank r of a process uses GPU r mod (visible
+// GPUs), so a plan of any world size runs on one GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DEVICE_DEVICES_H
+#define MIMO_RUNTIME_DEVICE_DEVICES_H
+
+#include "runtime/device/Device.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace mimo::device {
+
+/// What CUDA this build and this machine offer.
+struct CudaStatus {
+  /// mimo was built with the CUDA device.
+  bool built = false;
+  /// Usable GPUs (0 when none).
+  int devices = 0;
+  /// Why none is usable, in words ("no CUDA driver is installed ...").
+  std::string problem;
+  /// The first GPU's name and the driver's CUDA version, when usable.
+  std::string firstName;
+  int driverVersion = 0;
+};
+
+/// Asks the CUDA runtime (once per process; cheap afterwards). Never
+/// throws, never aborts, also on machines without a driver.
+const CudaStatus &cudaStatus();
+
+const char *kindName(DeviceKind kind);
+std::optional<DeviceKind> parseKind(const std::string &name);
+
+/// The device of `rank` (CUDA: GPU rank mod the visible GPUs). Throws
+/// DeviceError when the kind is not usable here.
+std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank);
+
+/// The GPU of `rank` when `kind` is Cuda (-1 for the CPU).
+int deviceOrdinal(DeviceKind kind, int64_t rank);
+
+} // namespace mimo::device
+
+#endif // MIMO_RUNTIME_DEVICE_DEVICES_H

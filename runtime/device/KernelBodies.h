@@ -1,0 +1,630 @@
+//===- KernelBodies.h - Per-index bodies of the device kernels --*- C++ -*-===//
+//
+// Every non-GEMM kernel of the CUDA device, written once as a functor over
+// an index range: `count()` indices, `operator()(i)` computing output
+// element / row / column i and nothing else. The CUDA device launches each
+// one as a grid over its indices (cuda/CudaDevice.cu); the CPU tests run
+// the same functors in a plain loop and compare them with the reference
+// kernels of cpu/Kernels.h (tests/unit/KernelBodiesTest.cpp), so the index
+// arithmetic and the math of every GPU kernel are checked on any machine.
+//
+// Each body follows its reference kernel's arithmetic: reductions and
+// transcendental functions in double, accumulations into outputs in the
+// element type and in the reference's order (a column body walks rows in
+// order), so results agree to rounding of the math library, and no body
+// needs atomics: every output is written by exactly one index.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DEVICE_KERNELBODIES_H
+#define MIMO_RUNTIME_DEVICE_KERNELBODIES_H
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MIMO_HD __host__ __device__
+#else
+#define MIMO_HD
+#endif
+
+namespace mimo::device::bodies {
+
+/// The largest head dimension the attention bodies take (their per-index
+/// accumulators live in fixed-size local arrays).
+inline constexpr int64_t kMaxHeadDim = 256;
+
+constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
+constexpr double kGeluA = 0.044715;
+
+MIMO_HD inline bool isNan(double x) { return x != x; }
+MIMO_HD inline double negativeInfinity() { return -HUGE_VAL; }
+
+template <typename T>
+MIMO_HD inline double dot(const T *a, const T *b, int64_t n) {
+  double s = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    s += static_cast<double>(a[c]) * static_cast<double>(b[c]);
+  return s;
+}
+
+/// May a query (position qp, segment qs) attend a key (kp, ks)?
+MIMO_HD inline bool attends(int64_t qp, int64_t qs, int64_t kp, int64_t ks,
+                            bool causal) {
+  return qs == ks && (!causal || kp <= qp);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct Fill {
+  T *out;
+  T value;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const { out[i] = value; }
+};
+
+template <typename T> struct Scale {
+  T *data;
+  T alpha;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const { data[i] *= alpha; }
+};
+
+template <typename T> struct Axpy {
+  T alpha;
+  const T *x;
+  T *y;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const { y[i] += alpha * x[i]; }
+};
+
+/// out = a + b (the communicators' sum of two members' pieces).
+template <typename T> struct Add {
+  T *out;
+  const T *a, *b;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
+};
+
+/// out = max(a, b), a NaN winning (a's first).
+template <typename T> struct Maximum {
+  T *out;
+  const T *a, *b;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    T x = a[i], y = b[i];
+    if (isNan(x))
+      out[i] = x;
+    else
+      out[i] = (y > x || isNan(y)) ? y : x;
+  }
+};
+
+/// dst row dstRows[r] = src row srcRows[r]; one index per element.
+template <typename T> struct CopyRows {
+  T *dst;
+  const int64_t *dstRows;
+  const T *src;
+  const int64_t *srcRows;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return rows * cols; }
+  MIMO_HD void operator()(int64_t i) const {
+    int64_t r = i / cols, c = i % cols;
+    dst[dstRows[r] * cols + c] = src[srcRows[r] * cols + c];
+  }
+};
+
+template <typename T> struct AddBias {
+  T *y;
+  const T *b;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return rows * cols; }
+  MIMO_HD void operator()(int64_t i) const { y[i] += b[i % cols]; }
+};
+
+/// db[c] += sum over rows of dy[r, c]; one index per column.
+template <typename T> struct BiasBackwardColumn {
+  const T *dy;
+  T *db;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return cols; }
+  MIMO_HD void operator()(int64_t c) const {
+    T acc = db[c];
+    for (int64_t r = 0; r < rows; ++r)
+      acc += dy[r * cols + c];
+    db[c] = acc;
+  }
+};
+
+template <typename T> struct GeluForward {
+  const T *x;
+  T *y;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    double xv = static_cast<double>(x[i]);
+    double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
+    y[i] = static_cast<T>(0.5 * xv * (1.0 + t));
+  }
+};
+
+template <typename T> struct GeluBackward {
+  const T *x, *dy;
+  T *dx;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    double xv = static_cast<double>(x[i]);
+    double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
+    double du = kGeluC * (1.0 + 3.0 * kGeluA * xv * xv);
+    double d = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * du;
+    dx[i] = static_cast<T>(static_cast<double>(dy[i]) * d);
+  }
+};
+
+template <typename T> struct SwigluForward {
+  const T *gate, *up;
+  T *y;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    double g = static_cast<double>(gate[i]);
+    double sig = 1.0 / (1.0 + ::exp(-g));
+    y[i] = static_cast<T>(g * sig * static_cast<double>(up[i]));
+  }
+};
+
+template <typename T> struct SwigluBackward {
+  const T *gate, *up, *dy;
+  T *dgate, *dup;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    double g = static_cast<double>(gate[i]);
+    double sig = 1.0 / (1.0 + ::exp(-g));
+    double silu = g * sig;
+    double dsilu = sig * (1.0 + g * (1.0 - sig));
+    double d = static_cast<double>(dy[i]);
+    dgate[i] = static_cast<T>(d * static_cast<double>(up[i]) * dsilu);
+    dup[i] = static_cast<T>(d * silu);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Norms: one index per row (statistics, dx) or per column (dw, db)
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct RmsnormForwardRow {
+  const T *x, *w;
+  T *y, *rstd;
+  int64_t rows, cols;
+  T eps;
+  MIMO_HD int64_t count() const { return rows; }
+  MIMO_HD void operator()(int64_t r) const {
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    double ss = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
+    double ms = cols > 0 ? ss / static_cast<double>(cols) : 0.0;
+    double rs = 1.0 / ::sqrt(ms + static_cast<double>(eps));
+    rstd[r] = static_cast<T>(rs);
+    for (int64_t c = 0; c < cols; ++c)
+      yr[c] = static_cast<T>(static_cast<double>(xr[c]) * rs *
+                             static_cast<double>(w[c]));
+  }
+};
+
+template <typename T> struct RmsnormBackwardRow {
+  const T *x, *w, *rstd, *dy;
+  T *dx;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return rows; }
+  MIMO_HD void operator()(int64_t r) const {
+    const T *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
+    T *dxr = dx + r * cols;
+    double rs = static_cast<double>(rstd[r]);
+    double s = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      s += static_cast<double>(dyr[c]) * static_cast<double>(w[c]) *
+           static_cast<double>(xr[c]);
+    double coef = rs * rs * rs * s / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
+      dxr[c] = static_cast<T>(rs * g - coef * static_cast<double>(xr[c]));
+    }
+  }
+};
+
+/// dw[c] += sum over rows of dy * x * rstd.
+template <typename T> struct RmsnormBackwardWeightColumn {
+  const T *x, *rstd, *dy;
+  T *dw;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return cols; }
+  MIMO_HD void operator()(int64_t c) const {
+    T acc = dw[c];
+    for (int64_t r = 0; r < rows; ++r)
+      acc += static_cast<T>(static_cast<double>(dy[r * cols + c]) *
+                            static_cast<double>(x[r * cols + c]) *
+                            static_cast<double>(rstd[r]));
+    dw[c] = acc;
+  }
+};
+
+template <typename T> struct LayernormForwardRow {
+  const T *x, *w, *b;
+  T *y, *mean, *rstd;
+  int64_t rows, cols;
+  T eps;
+  MIMO_HD int64_t count() const { return rows; }
+  MIMO_HD void operator()(int64_t r) const {
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    double s = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      s += static_cast<double>(xr[c]);
+    double mu = cols > 0 ? s / static_cast<double>(cols) : 0.0;
+    double vs = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      double dlt = static_cast<double>(xr[c]) - mu;
+      vs += dlt * dlt;
+    }
+    double var = cols > 0 ? vs / static_cast<double>(cols) : 0.0;
+    double rs = 1.0 / ::sqrt(var + static_cast<double>(eps));
+    mean[r] = static_cast<T>(mu);
+    rstd[r] = static_cast<T>(rs);
+    for (int64_t c = 0; c < cols; ++c)
+      yr[c] = static_cast<T>((static_cast<double>(xr[c]) - mu) * rs *
+                                 static_cast<double>(w[c]) +
+                             static_cast<double>(b[c]));
+  }
+};
+
+template <typename T> struct LayernormBackwardRow {
+  const T *x, *w, *mean, *rstd, *dy;
+  T *dx;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return rows; }
+  MIMO_HD void operator()(int64_t r) const {
+    const T *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
+    T *dxr = dx + r * cols;
+    double mu = static_cast<double>(mean[r]);
+    double rs = static_cast<double>(rstd[r]);
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      double xh = (static_cast<double>(xr[c]) - mu) * rs;
+      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
+      sg += g;
+      sgx += g * xh;
+    }
+    double mg = sg / static_cast<double>(cols);
+    double mgx = sgx / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      double xh = (static_cast<double>(xr[c]) - mu) * rs;
+      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
+      dxr[c] = static_cast<T>(rs * (g - mg - xh * mgx));
+    }
+  }
+};
+
+/// dw[c] += sum over rows of dy * xhat; db[c] += sum over rows of dy.
+template <typename T> struct LayernormBackwardParamsColumn {
+  const T *x, *mean, *rstd, *dy;
+  T *dw, *db;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return cols; }
+  MIMO_HD void operator()(int64_t c) const {
+    T accW = dw[c], accB = db[c];
+    for (int64_t r = 0; r < rows; ++r) {
+      double xh = (static_cast<double>(x[r * cols + c]) -
+                   static_cast<double>(mean[r])) *
+                  static_cast<double>(rstd[r]);
+      accW += static_cast<T>(static_cast<double>(dy[r * cols + c]) * xh);
+      accB += dy[r * cols + c];
+    }
+    dw[c] = accW;
+    db[c] = accB;
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// RoPE: one index per (token, head, rotated pair)
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct Rope {
+  T *x;
+  const int64_t *positions;
+  int64_t tokens, heads, dim;
+  bool inverse;
+  MIMO_HD int64_t count() const { return tokens * heads * (dim / 2); }
+  MIMO_HD void operator()(int64_t idx) const {
+    int64_t half = dim / 2;
+    int64_t i = idx % half, th = idx / half; // th = token * heads + head
+    int64_t t = th / heads;
+    double invFreq = ::pow(10000.0, -2.0 * static_cast<double>(i) /
+                                        static_cast<double>(dim));
+    double a = static_cast<double>(positions[t]) * invFreq;
+    double c = ::cos(a), s = (inverse ? -1.0 : 1.0) * ::sin(a);
+    T *xh = x + th * dim;
+    double x1 = static_cast<double>(xh[i]);
+    double x2 = static_cast<double>(xh[i + half]);
+    xh[i] = static_cast<T>(x1 * c - x2 * s);
+    xh[i + half] = static_cast<T>(x2 * c + x1 * s);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Attention (per-head scores recomputed, never stored): q [Tq, heads, d],
+// k / v [Tk, heads, d], masks from positions and segments.
+//===----------------------------------------------------------------------===//
+
+struct AttentionShape {
+  const int64_t *qpos, *qseg, *kpos, *kseg;
+  int64_t Tq, Tk, heads, d;
+  bool causal;
+  MIMO_HD bool allowed(int64_t i, int64_t j) const {
+    return attends(qpos[i], qseg[i], kpos[j], kseg[j], causal);
+  }
+  MIMO_HD double scale() const {
+    return 1.0 / ::sqrt(static_cast<double>(d));
+  }
+};
+
+/// o and lse of one (query, head): index = query * heads + head.
+template <typename T> struct AttentionForwardQuery {
+  const T *q, *k, *v;
+  T *o, *lse;
+  AttentionShape shape;
+  MIMO_HD int64_t count() const { return shape.Tq * shape.heads; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
+    const int64_t i = idx / heads, h = idx % heads;
+    const double scale = shape.scale();
+    const T *qi = q + i * stride + h * d;
+    T *oi = o + i * stride + h * d;
+    double mx = negativeInfinity();
+    bool any = false;
+    for (int64_t j = 0; j < shape.Tk; ++j)
+      if (shape.allowed(i, j)) {
+        double s = scale * dot(qi, k + j * stride + h * d, d);
+        mx = any ? (s > mx ? s : mx) : s;
+        any = true;
+      }
+    if (!any) {
+      for (int64_t c = 0; c < d; ++c)
+        oi[c] = T(0);
+      lse[h * shape.Tq + i] = static_cast<T>(negativeInfinity());
+      return;
+    }
+    double acc[kMaxHeadDim];
+    for (int64_t c = 0; c < d; ++c)
+      acc[c] = 0.0;
+    double sum = 0.0;
+    for (int64_t j = 0; j < shape.Tk; ++j) {
+      if (!shape.allowed(i, j))
+        continue;
+      double p = ::exp(scale * dot(qi, k + j * stride + h * d, d) - mx);
+      sum += p;
+      const T *vj = v + j * stride + h * d;
+      for (int64_t c = 0; c < d; ++c)
+        acc[c] += p * static_cast<double>(vj[c]);
+    }
+    double inv = 1.0 / sum;
+    for (int64_t c = 0; c < d; ++c)
+      oi[c] = static_cast<T>(acc[c] * inv);
+    lse[h * shape.Tq + i] = static_cast<T>(mx + ::log(sum));
+  }
+};
+
+/// dq of one (query, head): index = query * heads + head.
+template <typename T> struct AttentionBackwardQuery {
+  const T *q, *k, *v, *o, *lse, *dout;
+  T *dq;
+  AttentionShape shape;
+  MIMO_HD int64_t count() const { return shape.Tq * shape.heads; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
+    const int64_t i = idx / heads, h = idx % heads;
+    const double scale = shape.scale();
+    const int64_t qoff = i * stride + h * d;
+    const T *qi = q + qoff, *doi = dout + qoff;
+    double acc[kMaxHeadDim];
+    for (int64_t c = 0; c < d; ++c)
+      acc[c] = 0.0;
+    const double l = static_cast<double>(lse[h * shape.Tq + i]);
+    const double D = dot(doi, o + qoff, d);
+    for (int64_t j = 0; j < shape.Tk; ++j) {
+      if (!shape.allowed(i, j))
+        continue;
+      const T *kj = k + j * stride + h * d, *vj = v + j * stride + h * d;
+      double p = ::exp(scale * dot(qi, kj, d) - l);
+      double ds = scale * p * (dot(doi, vj, d) - D);
+      for (int64_t c = 0; c < d; ++c)
+        acc[c] += ds * static_cast<double>(kj[c]);
+    }
+    for (int64_t c = 0; c < d; ++c)
+      dq[qoff + c] = static_cast<T>(acc[c]);
+  }
+};
+
+/// dk and dv of one (key, head): index = key * heads + head. Queries are
+/// walked in order and each contribution rounded to T before it is added,
+/// as the reference does.
+template <typename T> struct AttentionBackwardKey {
+  const T *q, *k, *v, *o, *lse, *dout;
+  T *dk, *dv;
+  AttentionShape shape;
+  MIMO_HD int64_t count() const { return shape.Tk * shape.heads; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
+    const int64_t j = idx / heads, h = idx % heads;
+    const double scale = shape.scale();
+    const int64_t koff = j * stride + h * d;
+    const T *kj = k + koff, *vj = v + koff;
+    T accK[kMaxHeadDim], accV[kMaxHeadDim];
+    for (int64_t c = 0; c < d; ++c)
+      accK[c] = accV[c] = T(0);
+    for (int64_t i = 0; i < shape.Tq; ++i) {
+      if (!shape.allowed(i, j))
+        continue;
+      const int64_t qoff = i * stride + h * d;
+      const T *qi = q + qoff, *doi = dout + qoff;
+      double l = static_cast<double>(lse[h * shape.Tq + i]);
+      double p = ::exp(scale * dot(qi, kj, d) - l);
+      double ds = scale * p * (dot(doi, vj, d) - dot(doi, o + qoff, d));
+      for (int64_t c = 0; c < d; ++c) {
+        accV[c] += static_cast<T>(p * static_cast<double>(doi[c]));
+        accK[c] += static_cast<T>(ds * static_cast<double>(qi[c]));
+      }
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      dk[koff + c] = accK[c];
+      dv[koff + c] = accV[c];
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Embedding and vocab-parallel cross-entropy
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct EmbeddingForward {
+  const int64_t *ids;
+  const T *table;
+  T *out;
+  int64_t n, vocabBegin, vocabEnd, hidden;
+  MIMO_HD int64_t count() const { return n * hidden; }
+  MIMO_HD void operator()(int64_t i) const {
+    int64_t r = i / hidden, c = i % hidden;
+    int64_t id = ids[r];
+    out[i] = (id >= vocabBegin && id < vocabEnd)
+                 ? table[(id - vocabBegin) * hidden + c]
+                 : T(0);
+  }
+};
+
+/// dtable[id - vocabBegin, c] += dout[r, c] over rows r in order; one index
+/// per column, so no two indices touch one element.
+template <typename T> struct EmbeddingBackwardColumn {
+  const int64_t *ids;
+  const T *dout;
+  T *dtable;
+  int64_t n, vocabBegin, vocabEnd, hidden;
+  MIMO_HD int64_t count() const { return hidden; }
+  MIMO_HD void operator()(int64_t c) const {
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t id = ids[r];
+      if (id >= vocabBegin && id < vocabEnd)
+        dtable[(id - vocabBegin) * hidden + c] += dout[r * hidden + c];
+    }
+  }
+};
+
+template <typename T> struct CrossEntropyRowMax {
+  const T *logits;
+  T *rowMax;
+  int64_t n, vocabLocal;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    const T *row = logits + i * vocabLocal;
+    T mx = static_cast<T>(negativeInfinity());
+    for (int64_t j = 0; j < vocabLocal; ++j)
+      mx = row[j] > mx ? row[j] : mx;
+    rowMax[i] = mx;
+  }
+};
+
+template <typename T> struct CrossEntropySums {
+  const T *logits;
+  const int64_t *targets;
+  const T *globalMax;
+  T *sumExp, *targetLogit;
+  int64_t n, vocabLocal, vocabBegin;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    const T *row = logits + i * vocabLocal;
+    double mx = static_cast<double>(globalMax[i]);
+    double s = 0.0;
+    for (int64_t j = 0; j < vocabLocal; ++j)
+      s += ::exp(static_cast<double>(row[j]) - mx);
+    sumExp[i] = static_cast<T>(s);
+    int64_t t = targets[i] - vocabBegin;
+    targetLogit[i] = (t >= 0 && t < vocabLocal) ? row[t] : T(0);
+  }
+};
+
+template <typename T> struct CrossEntropyLoss {
+  const T *globalMax, *globalSumExp, *globalTargetLogit;
+  T *loss;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    loss[i] = static_cast<T>(::log(static_cast<double>(globalSumExp[i])) +
+                             static_cast<double>(globalMax[i]) -
+                             static_cast<double>(globalTargetLogit[i]));
+  }
+};
+
+/// One index per logit: scale_i * (softmax - onehot), 0 on masked rows.
+template <typename T> struct CrossEntropyBackward {
+  const T *logits;
+  const int64_t *targets;
+  const T *globalMax, *globalSumExp, *scale;
+  T *dlogits;
+  int64_t n, vocabLocal, vocabBegin;
+  MIMO_HD int64_t count() const { return n * vocabLocal; }
+  MIMO_HD void operator()(int64_t idx) const {
+    int64_t i = idx / vocabLocal, j = idx % vocabLocal;
+    double sc = static_cast<double>(scale[i]);
+    if (sc == 0.0) {
+      dlogits[idx] = T(0);
+      return;
+    }
+    double f = sc / static_cast<double>(globalSumExp[i]);
+    T g = static_cast<T>(
+        f * ::exp(static_cast<double>(logits[idx]) -
+                  static_cast<double>(globalMax[i])));
+    if (targets[i] - vocabBegin == j)
+      g = static_cast<T>(static_cast<double>(g) - sc);
+    dlogits[idx] = g;
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+/// One AdamW element (Device.h, AdamWStep), bias corrections precomputed.
+template <typename T> struct AdamW {
+  T *param;
+  const T *grad;
+  T *m, *v;
+  int64_t n;
+  double lr, beta1, beta2, eps, weightDecay, bc1, bc2, gradScale;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    double g = static_cast<double>(grad[i]) * gradScale;
+    double mi = beta1 * static_cast<double>(m[i]) + (1.0 - beta1) * g;
+    double vi = beta2 * static_cast<double>(v[i]) + (1.0 - beta2) * g * g;
+    double p = static_cast<double>(param[i]);
+    double mhat = mi / bc1;
+    double vhat = vi / bc2;
+    p -= lr * (mhat / (::sqrt(vhat) + eps) + weightDecay * p);
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    param[i] = static_cast<T>(p);
+  }
+};
+
+} // namespace mimo::device::bodies
+
+#endif // MIMO_RUNTIME_DEVICE_KERNELBODIES_H

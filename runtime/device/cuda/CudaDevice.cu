@@ -1,0 +1,489 @@
+//===- CudaDevice.cu - The CUDA device -----------------------------------===//
+//
+// SPEC §11. One CudaDevice per rank: its own non-blocking stream on GPU
+// `ordinal`, memory from that GPU's stream-ordered pool (cudaMallocAsync,
+// kept cached: no cudaMalloc per instruction), a cuBLASLt handle for GEMMs
+// and, for every other kernel, the per-index bodies of KernelBodies.h
+// launched as a grid-stride loop. Nothing waits on the host except
+// download() and synchronize(); other ranks' streams are ordered against
+// this one with events (record/wait).
+//
+// Reductions into the step's scalars (sums of squares, the masked loss sum)
+// are two launches: a fixed number of blocks, chosen from n alone, each
+// reducing its stride in a fixed tree, then one thread adding the blocks in
+// order. No atomics anywhere, so a run is bitwise reproducible.
+//
+// Errors: a failed launch or call throws DeviceError naming the kernel or
+// call; an asynchronous fault surfaces at the next call that reports it,
+// named with the last kernel launched.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/device/KernelBodies.h"
+#include "runtime/device/cuda/CudaCheck.h"
+#include "runtime/device/cuda/CudaDevice.h"
+#include "runtime/device/cuda/CudaGemm.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mimo::device::cuda {
+
+namespace b = mimo::device::bodies;
+
+namespace {
+
+constexpr float kNormEps = 1e-5f;
+constexpr int kReduceThreads = 256;
+constexpr int kReduceBlocks = 256;
+
+/// Every index of `f` once, as a grid-stride loop.
+template <typename F> __global__ void eachIndex(F f, int64_t n) {
+  int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride)
+    f(i);
+}
+
+/// Block partial sums of w(i) * x[i]^2 (squares) or of x[i] where
+/// mask[i] != 0 (masked), in a fixed tree.
+__global__ void blockSums(const float *x, const float *mask, int64_t n,
+                          bool squares, double *partials) {
+  __shared__ double shared[kReduceThreads];
+  double acc = 0.0;
+  int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    double v = static_cast<double>(x[i]);
+    if (squares)
+      acc += v * v;
+    else if (mask[i] != 0.0f)
+      acc += v;
+  }
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = blockDim.x / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width)
+      shared[threadIdx.x] += shared[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = shared[0];
+}
+
+/// *acc += factor * (partials[0] + partials[1] + ...), in order.
+__global__ void finishSums(const double *partials, int count, double factor,
+                          double *acc) {
+  if (threadIdx.x != 0 || blockIdx.x != 0)
+    return;
+  double total = 0.0;
+  for (int i = 0; i < count; ++i)
+    total += partials[i];
+  *acc += total * factor;
+}
+
+class CudaEvent final : public Event {
+public:
+  CudaEvent() {
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+          "cudaEventCreateWithFlags");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event); }
+  cudaEvent_t event = nullptr;
+};
+
+class CudaDevice final : public Device {
+public:
+  explicit CudaDevice(int ordinal) : ordinal(ordinal) {
+    activate();
+    cudaDeviceProp props{};
+    check(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties");
+    label = "cuda:" + std::to_string(ordinal) + " (" + props.name + ")";
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags");
+    // Keep freed memory in the pool instead of returning it to the driver
+    // at every synchronisation: a step's allocations then come from cache.
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, ordinal),
+          "cudaDeviceGetDefaultMemPool");
+    uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+          "cudaMemPoolSetAttribute");
+    partials = static_cast<double *>(
+        allocate(kReduceBlocks * static_cast<int64_t>(sizeof(double))));
+    blas = std::make_unique<CublasLtGemm>(stream);
+  }
+
+  ~CudaDevice() override {
+    activate();
+    blas.reset();
+    if (partials)
+      cudaFreeAsync(partials, stream);
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  std::string name() const override { return label; }
+
+  //===--- Memory ---------------------------------------------------------===//
+
+  void *allocate(int64_t bytes) override {
+    activate();
+    void *p = nullptr;
+    cudaError_t error = cudaMallocAsync(
+        &p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream);
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t freeBytes = 0, totalBytes = 0;
+      cudaMemGetInfo(&freeBytes, &totalBytes);
+      throw DeviceError("out of GPU memory on " + label + " allocating " +
+                        std::to_string(bytes) + " bytes (" +
+                        std::to_string(freeBytes >> 20) + " of " +
+                        std::to_string(totalBytes >> 20) + " MiB free): " +
+                        errorText(error));
+    }
+    return p;
+  }
+  void release(void *data) override {
+    activate();
+    // Stream-ordered: work already enqueued that reads `data` finishes
+    // first. Errors here cannot be reported (destructors), and a sticky
+    // one reappears at the next checked call.
+    cudaFreeAsync(data, stream);
+  }
+  void fillZero(void *data, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    activate();
+    check(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), stream),
+          where("cudaMemsetAsync"));
+  }
+  void fill(float *data, float value, int64_t n) override {
+    launch("fill", b::Fill<float>{data, value, n});
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0 || dst == src)
+      return;
+    activate();
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                          cudaMemcpyDefault, stream),
+          where("cudaMemcpyAsync (device to device)"));
+  }
+  void upload(void *dst, const void *host, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    activate();
+    check(cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
+                          cudaMemcpyHostToDevice, stream),
+          where("cudaMemcpyAsync (host to device)"));
+  }
+  void download(void *host, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    activate();
+    check(cudaMemcpyAsync(host, src, static_cast<size_t>(bytes),
+                          cudaMemcpyDeviceToHost, stream),
+          where("cudaMemcpyAsync (device to host)"));
+    check(cudaStreamSynchronize(stream), where("cudaStreamSynchronize"));
+  }
+
+  //===--- Ordering -------------------------------------------------------===//
+
+  EventPtr record() override {
+    activate();
+    auto event = std::make_shared<CudaEvent>();
+    check(cudaEventRecord(event->event, stream), where("cudaEventRecord"));
+    return event;
+  }
+  void wait(const EventPtr &event) override {
+    if (!event)
+      return;
+    auto *cuda = dynamic_cast<CudaEvent *>(event.get());
+    if (!cuda)
+      throw DeviceError("a CUDA stream cannot wait for an event of another "
+                        "kind of device");
+    activate();
+    check(cudaStreamWaitEvent(stream, cuda->event, 0),
+          where("cudaStreamWaitEvent"));
+  }
+  void synchronize() override {
+    activate();
+    check(cudaStreamSynchronize(stream), where("cudaStreamSynchronize"));
+  }
+
+  //===--- Data movement and reductions -----------------------------------===//
+
+  void copyRows(float *dst, const int64_t *dstRows, const float *src,
+                const int64_t *srcRows, int64_t count, int64_t cols) override {
+    launch("copy_rows",
+           b::CopyRows<float>{dst, dstRows, src, srcRows, count, cols});
+  }
+  void scale(float *data, float alpha, int64_t n) override {
+    launch("scale", b::Scale<float>{data, alpha, n});
+  }
+  void axpy(int64_t n, float alpha, const float *x, float *y) override {
+    launch("axpy", b::Axpy<float>{alpha, x, y, n});
+  }
+  void add(DType type, void *out, const void *a, const void *bb,
+           int64_t n) override {
+    if (type == DType::F32)
+      launch("add_f32", b::Add<float>{static_cast<float *>(out),
+                                      static_cast<const float *>(a),
+                                      static_cast<const float *>(bb), n});
+    else if (type == DType::F64)
+      launch("add_f64", b::Add<double>{static_cast<double *>(out),
+                                       static_cast<const double *>(a),
+                                       static_cast<const double *>(bb), n});
+    else
+      throw DeviceError(std::string("add of ") + nameOf(type) + " values");
+  }
+  void maximum(float *out, const float *a, const float *bb,
+               int64_t n) override {
+    launch("maximum", b::Maximum<float>{out, a, bb, n});
+  }
+  void sumSquaresInto(const float *x, int64_t n, double *acc) override {
+    reduce("sum_squares", x, nullptr, n, true, 1.0, acc);
+  }
+  void maskedSumInto(const float *values, const float *mask, int64_t n,
+                     double factor, double *acc) override {
+    reduce("masked_sum", values, mask, n, false, factor, acc);
+  }
+  void addBias(float *y, const float *bias, int64_t rows,
+               int64_t cols) override {
+    launch("add_bias", b::AddBias<float>{y, bias, rows, cols});
+  }
+  void biasBackward(const float *dy, float *db, int64_t rows,
+                    int64_t cols) override {
+    launch("bias_backward", b::BiasBackwardColumn<float>{dy, db, rows, cols});
+  }
+
+  //===--- Kernels --------------------------------------------------------===//
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const float *A, const float *B, float beta, float *C) override {
+    if (M <= 0 || N <= 0)
+      return;
+    if (K <= 0) { // C = beta C, not read when beta is 0
+      if (beta == 0.0f)
+        fillZero(C, M * N * static_cast<int64_t>(sizeof(float)));
+      else
+        scale(C, beta, M * N);
+      return;
+    }
+    activate();
+    lastKernel = "gemm";
+    blas->run(ta, tb, M, N, K, alpha, A, B, beta, C);
+  }
+  void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
+                      int64_t rows, int64_t cols) override {
+    launch("rmsnorm_forward",
+           b::RmsnormForwardRow<float>{x, w, y, rstd, rows, cols, kNormEps},
+           kRowThreads);
+  }
+  void rmsnormBackward(const float *x, const float *w, const float *rstd,
+                       const float *dy, float *dx, float *dw, int64_t rows,
+                       int64_t cols) override {
+    launch("rmsnorm_backward",
+           b::RmsnormBackwardRow<float>{x, w, rstd, dy, dx, rows, cols},
+           kRowThreads);
+    launch("rmsnorm_backward_weight",
+           b::RmsnormBackwardWeightColumn<float>{x, rstd, dy, dw, rows, cols},
+           kRowThreads);
+  }
+  void layernormForward(const float *x, const float *w, const float *bias,
+                        float *y, float *mean, float *rstd, int64_t rows,
+                        int64_t cols) override {
+    launch("layernorm_forward",
+           b::LayernormForwardRow<float>{x, w, bias, y, mean, rstd, rows, cols,
+                                         kNormEps},
+           kRowThreads);
+  }
+  void layernormBackward(const float *x, const float *w, const float *mean,
+                         const float *rstd, const float *dy, float *dx,
+                         float *dw, float *db, int64_t rows,
+                         int64_t cols) override {
+    launch("layernorm_backward",
+           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows,
+                                          cols},
+           kRowThreads);
+    launch("layernorm_backward_params",
+           b::LayernormBackwardParamsColumn<float>{x, mean, rstd, dy, dw, db,
+                                                   rows, cols},
+           kRowThreads);
+  }
+  void geluForward(const float *x, float *y, int64_t n) override {
+    launch("gelu_forward", b::GeluForward<float>{x, y, n});
+  }
+  void geluBackward(const float *x, const float *dy, float *dx,
+                    int64_t n) override {
+    launch("gelu_backward", b::GeluBackward<float>{x, dy, dx, n});
+  }
+  void swigluForward(const float *g, const float *u, float *y,
+                     int64_t n) override {
+    launch("swiglu_forward", b::SwigluForward<float>{g, u, y, n});
+  }
+  void swigluBackward(const float *g, const float *u, const float *dy,
+                      float *dg, float *du, int64_t n) override {
+    launch("swiglu_backward", b::SwigluBackward<float>{g, u, dy, dg, du, n});
+  }
+  void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
+            int64_t dim, bool inverse) override {
+    if (dim / 2 == 0)
+      return;
+    launch("rope",
+           b::Rope<float>{x, positions, tokens, heads, dim, inverse});
+  }
+  void attentionForward(const float *q, const float *k, const float *v,
+                        float *o, float *lse, const int64_t *qpos,
+                        const int64_t *qseg, const int64_t *kpos,
+                        const int64_t *kseg, int64_t Tq, int64_t Tk,
+                        int64_t heads, int64_t d, bool causal) override {
+    b::AttentionShape shape{qpos, qseg, kpos, kseg, Tq, Tk, heads, d, causal};
+    checkHeadDim(d);
+    launch("attention_forward",
+           b::AttentionForwardQuery<float>{q, k, v, o, lse, shape},
+           kRowThreads);
+  }
+  void attentionBackward(const float *q, const float *k, const float *v,
+                         const float *o, const float *lse, const float *dout,
+                         float *dq, float *dk, float *dv, const int64_t *qpos,
+                         const int64_t *qseg, const int64_t *kpos,
+                         const int64_t *kseg, int64_t Tq, int64_t Tk,
+                         int64_t heads, int64_t d, bool causal) override {
+    b::AttentionShape shape{qpos, qseg, kpos, kseg, Tq, Tk, heads, d, causal};
+    checkHeadDim(d);
+    launch("attention_backward_dq",
+           b::AttentionBackwardQuery<float>{q, k, v, o, lse, dout, dq, shape},
+           kRowThreads);
+    launch("attention_backward_dkdv",
+           b::AttentionBackwardKey<float>{q, k, v, o, lse, dout, dk, dv, shape},
+           kRowThreads);
+  }
+  void embeddingForward(const int64_t *ids, int64_t n, const float *table,
+                        int64_t vb, int64_t ve, int64_t hidden,
+                        float *out) override {
+    launch("embedding_forward",
+           b::EmbeddingForward<float>{ids, table, out, n, vb, ve, hidden});
+  }
+  void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
+                         int64_t vb, int64_t ve, int64_t hidden,
+                         float *dtable) override {
+    launch("embedding_backward",
+           b::EmbeddingBackwardColumn<float>{ids, dout, dtable, n, vb, ve,
+                                             hidden},
+           kRowThreads);
+  }
+  void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
+                          float *rowMax) override {
+    launch("cross_entropy_row_max",
+           b::CrossEntropyRowMax<float>{logits, rowMax, n, vl}, kRowThreads);
+  }
+  void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
+                        int64_t vl, int64_t vb, const float *gmax,
+                        float *sumExp, float *targetLogit) override {
+    launch("cross_entropy_sums",
+           b::CrossEntropySums<float>{logits, targets, gmax, sumExp,
+                                      targetLogit, n, vl, vb},
+           kRowThreads);
+  }
+  void crossEntropyLoss(const float *gmax, const float *gsum,
+                        const float *gtarget, int64_t n, float *loss) override {
+    launch("cross_entropy_loss",
+           b::CrossEntropyLoss<float>{gmax, gsum, gtarget, loss, n});
+  }
+  void crossEntropyBackward(const float *logits, const int64_t *targets,
+                            int64_t n, int64_t vl, int64_t vb,
+                            const float *gmax, const float *gsum,
+                            const float *scaleRows, float *dlogits) override {
+    launch("cross_entropy_backward",
+           b::CrossEntropyBackward<float>{logits, targets, gmax, gsum,
+                                          scaleRows, dlogits, n, vl, vb});
+  }
+  void adamw(float *p, const float *g, float *m, float *v, int64_t n,
+             const AdamWStep &s) override {
+    launch("adamw", b::AdamW<float>{p, g, m, v, n, s.lr, s.beta1, s.beta2,
+                                    s.eps, s.weightDecay, s.biasCorrection1(),
+                                    s.biasCorrection2(), s.gradScale});
+  }
+
+private:
+  /// Threads per block of bodies that loop over a whole row or column:
+  /// fewer per block, so the rows spread over every multiprocessor.
+  static constexpr int kRowThreads = 64;
+
+  void activate() const {
+    thread_local int current = -1;
+    if (current != ordinal) {
+      check(cudaSetDevice(ordinal), "cudaSetDevice");
+      current = ordinal;
+    }
+  }
+
+  std::string where(const char *call) const {
+    return std::string(call) + " on " + label +
+           (lastKernel ? std::string(" (after kernel ") + lastKernel + ")"
+                       : std::string());
+  }
+
+  template <typename F>
+  void launch(const char *name, const F &body, int threads = 256) {
+    int64_t n = body.count();
+    if (n <= 0)
+      return;
+    activate();
+    int64_t blocks = std::min<int64_t>((n + threads - 1) / threads,
+                                       int64_t(1) << 20);
+    eachIndex<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(body, n);
+    lastKernel = name;
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
+                        label + ": " + errorText(error));
+  }
+
+  void reduce(const char *name, const float *x, const float *mask, int64_t n,
+              bool squares, double factor, double *acc) {
+    if (n <= 0)
+      return;
+    activate();
+    int blocks = static_cast<int>(std::min<int64_t>(
+        kReduceBlocks, (n + kReduceThreads - 1) / kReduceThreads));
+    blockSums<<<blocks, kReduceThreads, 0, stream>>>(x, mask, n, squares,
+                                                     partials);
+    finishSums<<<1, 1, 0, stream>>>(partials, blocks, factor, acc);
+    lastKernel = name;
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
+                        label + ": " + errorText(error));
+  }
+
+  static void checkHeadDim(int64_t d) {
+    if (d > b::kMaxHeadDim)
+      throw DeviceError("attention head dimension " + std::to_string(d) +
+                        " exceeds the CUDA attention kernel's limit of " +
+                        std::to_string(b::kMaxHeadDim) +
+                        "; use more heads (hidden_size / num_heads <= " +
+                        std::to_string(b::kMaxHeadDim) + ")");
+  }
+
+  int ordinal;
+  std::string label;
+  cudaStream_t stream = nullptr;
+  double *partials = nullptr;
+  std::unique_ptr<CublasLtGemm> blas;
+  const char *lastKernel = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<Device> makeDevice(int ordinal) {
+  return std::make_unique<CudaDevice>(ordinal);
+}
+
+} // namespace mimo::device::cuda

@@ -1,0 +1,26 @@
+//===- CudaDevice.h - The CUDA device (host-only declarations) --*- C++ -*-===//
+//
+// Built only with MIMO_HAVE_CUDA; nothing here includes CUDA headers, so
+// runtime code that selects devices (Devices.cpp) stays plain C++.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DEVICE_CUDA_CUDADEVICE_H
+#define MIMO_RUNTIME_DEVICE_CUDA_CUDADEVICE_H
+
+#include "runtime/device/Devices.h"
+
+#include <memory>
+
+namespace mimo::device::cuda {
+
+/// What the CUDA runtime reports on this machine (Devices.h, cudaStatus).
+CudaStatus probe();
+
+/// The CUDA device on GPU `ordinal`: its own stream, cuBLASLt handle and
+/// workspace, memory from the GPU's stream-ordered pool. Create and use it
+/// on one host thread (a rank's).
+std::unique_ptr<Device> makeDevice(int ordinal);
+
+} // namespace mimo::device::cuda
+
+#endif // MIMO_RUNTIME_DEVICE_CUDA_CUDADEVICE_H

@@ -1,0 +1,94 @@
+//===- CudaGemm.cpp - Row-major fp32 GEMM through cuBLASLt ----------------===//
+
+#include "runtime/device/cuda/CudaGemm.h"
+
+#include "runtime/device/cuda/CudaCheck.h"
+
+namespace mimo::device::cuda {
+
+CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream(stream) {
+  check(cublasLtCreate(&handle), "cublasLtCreate");
+  check(cudaMallocAsync(&workspace, kWorkspaceBytes, stream),
+        "cudaMallocAsync of the cuBLASLt workspace");
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  for (auto &entry : shapes) {
+    Shape &s = entry.second;
+    cublasLtMatrixLayoutDestroy(s.a);
+    cublasLtMatrixLayoutDestroy(s.b);
+    cublasLtMatrixLayoutDestroy(s.c);
+    cublasLtMatmulDescDestroy(s.op);
+  }
+  if (workspace)
+    cudaFreeAsync(workspace, stream);
+  if (handle)
+    cublasLtDestroy(handle);
+}
+
+CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
+                                           int64_t N, int64_t K) {
+  auto key = std::make_tuple(transA, transB, M, N, K);
+  auto it = shapes.find(key);
+  if (it != shapes.end())
+    return it->second;
+  // Row-major X[r, c] is column-major X^T with leading dimension c. So
+  // C^T (N x M, ld N) = op'(B') op'(A'), with B' = B's storage as stored:
+  // [N, K] (ld N) untransposed or [K, N] (ld K) transposed; likewise A'.
+  Shape s;
+  std::string what = "planning a " + std::to_string(M) + "x" +
+                     std::to_string(N) + "x" + std::to_string(K) + " GEMM";
+  check(cublasLtMatmulDescCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB,
+                                       sizeof(opB)),
+        what);
+  check(cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA,
+                                       sizeof(opA)),
+        what);
+  if (transB)
+    check(cublasLtMatrixLayoutCreate(&s.a, CUDA_R_32F, K, N, K), what);
+  else
+    check(cublasLtMatrixLayoutCreate(&s.a, CUDA_R_32F, N, K, N), what);
+  if (transA)
+    check(cublasLtMatrixLayoutCreate(&s.b, CUDA_R_32F, M, K, M), what);
+  else
+    check(cublasLtMatrixLayoutCreate(&s.b, CUDA_R_32F, K, M, K), what);
+  check(cublasLtMatrixLayoutCreate(&s.c, CUDA_R_32F, N, M, N), what);
+  cublasLtMatmulPreference_t preference = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&preference), what);
+  size_t bytes = kWorkspaceBytes;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+      sizeof(bytes));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.c, s.c,
+                                            preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_SUCCESS && found == 0)
+    status = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatrixLayoutDestroy(s.a);
+    cublasLtMatrixLayoutDestroy(s.b);
+    cublasLtMatrixLayoutDestroy(s.c);
+    cublasLtMatmulDescDestroy(s.op);
+    check(status, what + " (no algorithm)");
+  }
+  s.algo = result.algo;
+  return shapes.emplace(key, s).first->second;
+}
+
+void CublasLtGemm::run(bool transA, bool transB, int64_t M, int64_t N,
+                       int64_t K, float alpha, const float *A, const float *B,
+                       float beta, float *C) {
+  Shape &s = shapeOf(transA, transB, M, N, K);
+  check(cublasLtMatmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
+                       s.c, &s.algo, workspace, kWorkspaceBytes, stream),
+        "cublasLtMatmul (" + std::to_string(M) + "x" + std::to_string(N) +
+            "x" + std::to_string(K) + ")");
+}
+
+} // namespace mimo::device::cuda

@@ -1,0 +1,77 @@
+//===- CudaProbe.cpp - What CUDA this machine offers ----------------------===//
+//
+// Asked once per process. On a machine with the toolkit but no driver (the
+// development and CI machines) cudaGetDeviceCount returns
+// cudaErrorInsufficientDriver; that is reported as a reason, never fatal.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/device/cuda/CudaCheck.h"
+#include "runtime/device/cuda/CudaDevice.h"
+
+#include <cstdlib>
+
+namespace mimo::device::cuda {
+
+namespace {
+
+std::string visibleDevicesNote() {
+  const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!visible)
+    return "";
+  return std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")";
+}
+
+std::string reasonOf(cudaError_t error) {
+  switch (error) {
+  case cudaErrorInsufficientDriver:
+    return "no CUDA driver is installed, or it is older than this build's "
+           "CUDA runtime needs (" +
+           errorText(error) + ")";
+  case cudaErrorNoDevice:
+    return "no GPU is visible" + visibleDevicesNote() + " (" +
+           errorText(error) + ")";
+  default:
+    return "the CUDA runtime cannot start: " + errorText(error);
+  }
+}
+
+} // namespace
+
+CudaStatus probe() {
+  CudaStatus status;
+  status.built = true;
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError(); // clear it: later calls should not see it
+    status.problem = reasonOf(error);
+    return status;
+  }
+  if (count <= 0) {
+    status.problem = "no GPU is visible" + visibleDevicesNote();
+    return status;
+  }
+  cudaDeviceProp props{};
+  error = cudaGetDeviceProperties(&props, 0);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    status.problem = "cannot read GPU 0's properties: " + errorText(error);
+    return status;
+  }
+  if (props.major < 8) {
+    status.problem = "GPU 0 (" + std::string(props.name) +
+                     ") has compute capability " +
+                     std::to_string(props.major) + "." +
+                     std::to_string(props.minor) +
+                     "; mimo's kernels are built for 8.0 (A100) and 9.0 "
+                     "(H100, H200)";
+    return status;
+  }
+  (void)cudaDriverGetVersion(&status.driverVersion);
+  status.firstName = props.name;
+  status.devices = count;
+  return status;
+}
+
+} // namespace mimo::device::cuda
