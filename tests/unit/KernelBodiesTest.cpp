@@ -1,0 +1,370 @@
+//===- KernelBodiesTest.cpp - The CUDA kernels' bodies, run on the CPU ----===//
+//
+// Every per-index body of device/KernelBodies.h (what the CUDA device
+// launches, one index per GPU thread) run here in a plain loop over its
+// indices, against the reference kernel of device/cpu/Kernels.h on fresh
+// random inputs, in float and double, with odd shapes. Outputs are
+// poisoned with NaN first, so an index that writes nothing fails. This is
+// the GPU kernels' math and index arithmetic checked on machines without a
+// GPU; tests/gpu/CudaOpsCheck.cpp checks the launches themselves.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/device/Device.h"
+#include "runtime/device/KernelBodies.h"
+#include "runtime/device/cpu/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace k = mimo::kernels;
+namespace b = mimo::device::bodies;
+
+namespace {
+
+template <typename F> void runAll(const F &body) {
+  for (int64_t i = 0; i < body.count(); ++i)
+    body(i);
+}
+
+template <typename T> std::vector<T> poisoned(size_t n) {
+  return std::vector<T>(n, std::numeric_limits<T>::quiet_NaN());
+}
+
+template <typename T>
+std::vector<T> random(std::mt19937 &rng, size_t n, double lo = -1,
+                      double hi = 1) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<T> v(n);
+  for (T &x : v)
+    x = static_cast<T>(dist(rng));
+  return v;
+}
+
+/// max |a - b| <= tol * max(max |b|, 1e-30); NaN fails.
+template <typename T>
+void expectClose(const std::string &what, const std::vector<T> &a,
+                 const std::vector<T> &ref, double tol) {
+  ASSERT_EQ(a.size(), ref.size()) << what;
+  double scale = 1e-30;
+  for (T x : ref)
+    scale = std::max(scale, std::abs(static_cast<double>(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(ref[i]));
+    ASSERT_TRUE(d <= tol * scale || (std::isinf(static_cast<double>(a[i])) &&
+                                     a[i] == ref[i]))
+        << what << "[" << i << "]: " << a[i] << " vs " << ref[i];
+  }
+}
+
+template <typename T> double tolerance() {
+  return std::is_same<T, float>::value ? 1e-6 : 1e-12;
+}
+
+template <typename T> class KernelBodies : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(KernelBodies, Types);
+
+TYPED_TEST(KernelBodies, ElementwiseAndRows) {
+  using T = TypeParam;
+  std::mt19937 rng(1);
+  const int64_t rows = 7, cols = 13, n = rows * cols;
+  auto x = random<T>(rng, n), y = random<T>(rng, n), bias = random<T>(rng, cols);
+  // add, scale, axpy
+  auto out = poisoned<T>(n);
+  runAll(b::Add<T>{out.data(), x.data(), y.data(), n});
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], x[i] + y[i]);
+  auto z = y;
+  runAll(b::Axpy<T>{T(0.5), x.data(), z.data(), n});
+  auto zr = y;
+  k::axpy<T>(n, T(0.5), x.data(), zr.data());
+  EXPECT_EQ(z, zr);
+  runAll(b::Scale<T>{z.data(), T(3), n});
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(z[i], zr[i] * T(3));
+  // bias forward and backward (accumulates)
+  auto withBias = x;
+  runAll(b::AddBias<T>{withBias.data(), bias.data(), rows, cols});
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(withBias[i], x[i] + bias[i % cols]);
+  auto db = bias, dbRef = bias;
+  runAll(b::BiasBackwardColumn<T>{x.data(), db.data(), rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dbRef[c] += x[r * cols + c];
+  EXPECT_EQ(db, dbRef);
+  // copy rows: a permutation of some rows
+  std::vector<int64_t> to = {4, 0, 6}, from = {1, 5, 2};
+  auto dst = y;
+  runAll(b::CopyRows<T>{dst.data(), to.data(), x.data(), from.data(), 3, cols});
+  for (size_t r = 0; r < to.size(); ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(dst[to[r] * cols + c], x[from[r] * cols + c]);
+  ASSERT_EQ(dst[1 * cols], y[1 * cols]); // untouched row
+}
+
+TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {
+  float nan1 = std::nanf("1");
+  std::vector<float> a = {1, nan1, 3, -2, 5}, bb = {2, 4, std::nanf("2"), -3, 5};
+  auto out = poisoned<float>(5);
+  runAll(b::Maximum<float>{out.data(), a.data(), bb.data(), 5});
+  EXPECT_EQ(out[0], 2);
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_TRUE(std::isnan(out[2]));
+  EXPECT_EQ(out[3], -2);
+  EXPECT_EQ(out[4], 5);
+}
+
+TYPED_TEST(KernelBodies, Activations) {
+  using T = TypeParam;
+  std::mt19937 rng(2);
+  const int64_t n = 37;
+  auto x = random<T>(rng, n, -4, 4), u = random<T>(rng, n), dy = random<T>(rng, n);
+  auto y = poisoned<T>(n), yr = poisoned<T>(n);
+  runAll(b::GeluForward<T>{x.data(), y.data(), n});
+  k::geluForward<T>(x.data(), yr.data(), n);
+  expectClose("gelu", y, yr, tolerance<T>());
+  auto dx = poisoned<T>(n), dxr = poisoned<T>(n);
+  runAll(b::GeluBackward<T>{x.data(), dy.data(), dx.data(), n});
+  k::geluBackward<T>(x.data(), dy.data(), dxr.data(), n);
+  expectClose("gelu backward", dx, dxr, tolerance<T>());
+  runAll(b::SwigluForward<T>{x.data(), u.data(), y.data(), n});
+  k::swigluForward<T>(x.data(), u.data(), yr.data(), n);
+  expectClose("swiglu", y, yr, tolerance<T>());
+  auto dg = poisoned<T>(n), du = poisoned<T>(n), dgr = dg, dur = du;
+  runAll(b::SwigluBackward<T>{x.data(), u.data(), dy.data(), dg.data(),
+                              du.data(), n});
+  k::swigluBackward<T>(x.data(), u.data(), dy.data(), dgr.data(), dur.data(),
+                       n);
+  expectClose("swiglu dgate", dg, dgr, tolerance<T>());
+  expectClose("swiglu dup", du, dur, tolerance<T>());
+}
+
+TYPED_TEST(KernelBodies, Norms) {
+  using T = TypeParam;
+  std::mt19937 rng(3);
+  const int64_t rows = 5, cols = 19, n = rows * cols;
+  const T eps = T(1e-5);
+  auto x = random<T>(rng, n, -2, 2), w = random<T>(rng, cols, 0.5, 1.5);
+  auto bias = random<T>(rng, cols), dy = random<T>(rng, n);
+  // RMSNorm
+  auto y = poisoned<T>(n), yr = poisoned<T>(n);
+  auto rstd = poisoned<T>(rows), rstdr = poisoned<T>(rows);
+  runAll(b::RmsnormForwardRow<T>{x.data(), w.data(), y.data(), rstd.data(),
+                                 rows, cols, eps});
+  k::rmsnormForward<T>(x.data(), w.data(), yr.data(), rstdr.data(), rows, cols,
+                       eps);
+  expectClose("rmsnorm y", y, yr, tolerance<T>());
+  expectClose("rmsnorm rstd", rstd, rstdr, tolerance<T>());
+  auto dx = poisoned<T>(n), dxr = poisoned<T>(n);
+  auto dw0 = random<T>(rng, cols);
+  auto dw = dw0, dwr = dw0;
+  runAll(b::RmsnormBackwardRow<T>{x.data(), w.data(), rstdr.data(), dy.data(),
+                                  dx.data(), rows, cols});
+  runAll(b::RmsnormBackwardWeightColumn<T>{x.data(), rstdr.data(), dy.data(),
+                                           dw.data(), rows, cols});
+  k::rmsnormBackward<T>(x.data(), w.data(), rstdr.data(), dy.data(),
+                        dxr.data(), dwr.data(), rows, cols);
+  expectClose("rmsnorm dx", dx, dxr, tolerance<T>());
+  expectClose("rmsnorm dw", dw, dwr, tolerance<T>());
+  // LayerNorm
+  auto mean = poisoned<T>(rows), meanr = poisoned<T>(rows);
+  runAll(b::LayernormForwardRow<T>{x.data(), w.data(), bias.data(), y.data(),
+                                   mean.data(), rstd.data(), rows, cols, eps});
+  k::layernormForward<T>(x.data(), w.data(), bias.data(), yr.data(),
+                         meanr.data(), rstdr.data(), rows, cols, eps);
+  expectClose("layernorm y", y, yr, tolerance<T>());
+  expectClose("layernorm mean", mean, meanr, tolerance<T>());
+  expectClose("layernorm rstd", rstd, rstdr, tolerance<T>());
+  auto db0 = random<T>(rng, cols);
+  auto db = db0, dbr = db0;
+  dw = dw0;
+  dwr = dw0;
+  runAll(b::LayernormBackwardRow<T>{x.data(), w.data(), meanr.data(),
+                                    rstdr.data(), dy.data(), dx.data(), rows,
+                                    cols});
+  runAll(b::LayernormBackwardParamsColumn<T>{x.data(), meanr.data(),
+                                             rstdr.data(), dy.data(), dw.data(),
+                                             db.data(), rows, cols});
+  k::layernormBackward<T>(x.data(), w.data(), meanr.data(), rstdr.data(),
+                          dy.data(), dxr.data(), dwr.data(), dbr.data(), rows,
+                          cols);
+  expectClose("layernorm dx", dx, dxr, tolerance<T>());
+  expectClose("layernorm dw", dw, dwr, tolerance<T>());
+  expectClose("layernorm db", db, dbr, tolerance<T>());
+}
+
+TYPED_TEST(KernelBodies, Rope) {
+  using T = TypeParam;
+  std::mt19937 rng(4);
+  const int64_t tokens = 5, heads = 3, dim = 6, n = tokens * heads * dim;
+  std::vector<int64_t> positions = {0, 7, 3, 100, 2047};
+  for (bool inverse : {false, true}) {
+    auto x = random<T>(rng, n), xr = x;
+    runAll(b::Rope<T>{x.data(), positions.data(), tokens, heads, dim, inverse});
+    k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse);
+    expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
+  }
+}
+
+/// Positions and segments of one attention case.
+struct Mask {
+  std::vector<int64_t> qpos, qseg, kpos, kseg;
+  bool causal;
+};
+
+template <typename T> void attentionCase(const std::string &what, Mask m) {
+  std::mt19937 rng(5);
+  const int64_t heads = 3, d = 5;
+  const int64_t Tq = static_cast<int64_t>(m.qpos.size());
+  const int64_t Tk = static_cast<int64_t>(m.kpos.size());
+  auto q = random<T>(rng, Tq * heads * d), kk = random<T>(rng, Tk * heads * d);
+  auto v = random<T>(rng, Tk * heads * d), dout = random<T>(rng, Tq * heads * d);
+  b::AttentionShape shape{m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                          m.kseg.data(), Tq, Tk, heads, d, m.causal};
+  auto o = poisoned<T>(Tq * heads * d), lse = poisoned<T>(heads * Tq);
+  auto orf = o, lser = lse;
+  runAll(b::AttentionForwardQuery<T>{q.data(), kk.data(), v.data(), o.data(),
+                                     lse.data(), shape});
+  k::attentionForward<T>(q.data(), kk.data(), v.data(), orf.data(), lser.data(),
+                         m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                         m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  expectClose(what + " o", o, orf, tolerance<T>());
+  expectClose(what + " lse", lse, lser, tolerance<T>());
+  auto dq = poisoned<T>(Tq * heads * d), dk = poisoned<T>(Tk * heads * d);
+  auto dv = poisoned<T>(Tk * heads * d);
+  auto dqr = dq, dkr = dk, dvr = dv;
+  runAll(b::AttentionBackwardQuery<T>{q.data(), kk.data(), v.data(), orf.data(),
+                                      lser.data(), dout.data(), dq.data(),
+                                      shape});
+  runAll(b::AttentionBackwardKey<T>{q.data(), kk.data(), v.data(), orf.data(),
+                                    lser.data(), dout.data(), dk.data(),
+                                    dv.data(), shape});
+  k::attentionBackward<T>(q.data(), kk.data(), v.data(), orf.data(),
+                          lser.data(), dout.data(), dqr.data(), dkr.data(),
+                          dvr.data(), m.qpos.data(), m.qseg.data(),
+                          m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d,
+                          m.causal);
+  expectClose(what + " dq", dq, dqr, tolerance<T>());
+  expectClose(what + " dk", dk, dkr, tolerance<T>());
+  expectClose(what + " dv", dv, dvr, tolerance<T>());
+}
+
+TYPED_TEST(KernelBodies, AttentionEveryMaskKind) {
+  using T = TypeParam;
+  // Causal, two samples interleaved as [S, B] tokens (token = pos * 2 + b).
+  Mask causal;
+  for (int64_t p = 0; p < 6; ++p)
+    for (int64_t s = 0; s < 2; ++s) {
+      causal.qpos.push_back(p);
+      causal.qseg.push_back(s);
+    }
+  causal.kpos = causal.qpos;
+  causal.kseg = causal.qseg;
+  causal.causal = true;
+  attentionCase<T>("causal", causal);
+  // CP zigzag (cp 2, S 8): rank 0 holds positions 0,1,6,7 as queries; keys
+  // are both ranks' shards in CP-rank order.
+  Mask zigzag{{0, 1, 6, 7}, {0, 0, 0, 0}, {0, 1, 6, 7, 2, 3, 4, 5},
+              {0, 0, 0, 0, 0, 0, 0, 0}, true};
+  attentionCase<T>("cp zigzag", zigzag);
+  // Packed THD: two sequences of one row, positions restart per sequence.
+  Mask thd{{0, 1, 2, 0, 1}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1},
+           {0, 0, 0, 1, 1}, true};
+  attentionCase<T>("thd", thd);
+  // Encoders: bidirectional within each sample.
+  Mask bidirectional{{0, 0, 0, 0, 0}, {0, 0, 1, 1, 1}, {0, 0, 0, 0, 0},
+                     {0, 0, 1, 1, 1}, false};
+  attentionCase<T>("bidirectional", bidirectional);
+  // Dense-mask padding: a query whose segment no key has (no allowed key)
+  // gets o = 0 and lse = -inf, and no gradient flows.
+  Mask padded{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
+  attentionCase<T>("no allowed key", padded);
+}
+
+TYPED_TEST(KernelBodies, EmbeddingShard) {
+  using T = TypeParam;
+  std::mt19937 rng(6);
+  const int64_t hidden = 7, vb = 10, ve = 16, n = 9;
+  std::vector<int64_t> ids = {10, 3, 15, 12, 12, -1, 16, 11, 10};
+  auto table = random<T>(rng, (ve - vb) * hidden);
+  auto out = poisoned<T>(n * hidden), outr = poisoned<T>(n * hidden);
+  runAll(b::EmbeddingForward<T>{ids.data(), table.data(), out.data(), n, vb, ve,
+                                hidden});
+  k::embeddingForward<T>(ids.data(), n, table.data(), vb, ve, hidden,
+                         outr.data());
+  EXPECT_EQ(out, outr);
+  auto dout = random<T>(rng, n * hidden);
+  auto dtable = random<T>(rng, (ve - vb) * hidden), dtabler = dtable;
+  runAll(b::EmbeddingBackwardColumn<T>{ids.data(), dout.data(), dtable.data(),
+                                       n, vb, ve, hidden});
+  k::embeddingBackward<T>(ids.data(), n, dout.data(), vb, ve, hidden,
+                          dtabler.data());
+  EXPECT_EQ(dtable, dtabler); // same additions in the same order
+}
+
+TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
+  using T = TypeParam;
+  std::mt19937 rng(7);
+  const int64_t n = 6, V = 11, vb = 22;
+  auto logits = random<T>(rng, n * V, -5, 5);
+  std::vector<int64_t> targets = {22, 30, 5, 32, 27, 40}; // some off-shard
+  auto mx = poisoned<T>(n), mxr = poisoned<T>(n);
+  runAll(b::CrossEntropyRowMax<T>{logits.data(), mx.data(), n, V});
+  k::crossEntropyRowMax<T>(logits.data(), n, V, mxr.data());
+  EXPECT_EQ(mx, mxr);
+  auto sum = poisoned<T>(n), tl = poisoned<T>(n), sumr = sum, tlr = tl;
+  runAll(b::CrossEntropySums<T>{logits.data(), targets.data(), mxr.data(),
+                                sum.data(), tl.data(), n, V, vb});
+  k::crossEntropySums<T>(logits.data(), targets.data(), n, V, vb, mxr.data(),
+                         sumr.data(), tlr.data());
+  expectClose("sumExp", sum, sumr, tolerance<T>());
+  EXPECT_EQ(tl, tlr);
+  auto loss = poisoned<T>(n), lossr = poisoned<T>(n);
+  runAll(b::CrossEntropyLoss<T>{mxr.data(), sumr.data(), tlr.data(),
+                                loss.data(), n});
+  k::crossEntropyLoss<T>(mxr.data(), sumr.data(), tlr.data(), n, lossr.data());
+  expectClose("loss", loss, lossr, tolerance<T>());
+  std::vector<T> scale = {T(0.5), T(0), T(0.25), T(1), T(0), T(2)};
+  auto dl = poisoned<T>(n * V), dlr = poisoned<T>(n * V);
+  runAll(b::CrossEntropyBackward<T>{logits.data(), targets.data(), mxr.data(),
+                                    sumr.data(), scale.data(), dl.data(), n, V,
+                                    vb});
+  k::crossEntropyBackward<T>(logits.data(), targets.data(), n, V, vb,
+                             mxr.data(), sumr.data(), scale.data(),
+                             dlr.data());
+  expectClose("dlogits", dl, dlr, tolerance<T>());
+}
+
+TYPED_TEST(KernelBodies, AdamWWithClipping) {
+  using T = TypeParam;
+  std::mt19937 rng(8);
+  const int64_t n = 29;
+  auto p = random<T>(rng, n), g = random<T>(rng, n), m = random<T>(rng, n);
+  auto v = random<T>(rng, n, 0, 1);
+  auto pr = p, mr = m, vr = v;
+  mimo::device::AdamWStep step;
+  step.lr = 1e-3;
+  step.weightDecay = 0.1;
+  step.step = 3;
+  step.gradScale = 0.7;
+  runAll(b::AdamW<T>{p.data(), g.data(), m.data(), v.data(), n, step.lr,
+                     step.beta1, step.beta2, step.eps, step.weightDecay,
+                     step.biasCorrection1(), step.biasCorrection2(),
+                     step.gradScale});
+  k::adamw<T>(pr.data(), g.data(), mr.data(), vr.data(), n, step.lr,
+              step.beta1, step.beta2, step.eps, step.weightDecay, step.step,
+              step.gradScale);
+  EXPECT_EQ(p, pr);
+  EXPECT_EQ(m, mr);
+  EXPECT_EQ(v, vr);
+}
+
+} // namespace
