@@ -10,6 +10,7 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
+#include "runtime/device/Devices.h"
 #include "runtime/exec/Executor.h"
 
 #include <cmath>
@@ -77,7 +78,7 @@ int main(int argc, char **argv) {
 }
 
 static int run(int argc, char **argv) {
-  std::string planPath, backend, device = "cpu", metricsPath, tracePath;
+  std::string planPath, backend, device, metricsPath, tracePath;
   int64_t steps = -1;
   double timeout = 300;
   bool reference = false;
@@ -152,9 +153,24 @@ static int run(int argc, char **argv) {
                         "process; run it without mpirun, or use --backend "
                         "mpi");
   }
-  if (backend == "nccl" || device == "cuda")
-    return usageError("this mimo-run was built without CUDA and NCCL; use "
-                      "--backend local or mpi with --device cpu");
+  if (backend == "nccl")
+    return usageError("the nccl backend is not part of this version; run "
+                      "without mpirun (--backend local: every rank a thread, "
+                      "ranks sharing the visible GPUs)");
+  // SPEC §11: cuda by default when built with CUDA and a GPU is visible;
+  // the mpi backend moves host memory, so it defaults to (and needs) cpu.
+  const device::CudaStatus &cuda = device::cudaStatus();
+  if (device.empty())
+    device = backend == "local" && cuda.devices > 0 ? "cuda" : "cpu";
+  device::DeviceKind deviceKind = *device::parseKind(device);
+  if (deviceKind == device::DeviceKind::Cuda) {
+    if (cuda.devices <= 0)
+      return usageError("--device cuda: no usable GPU: " + cuda.problem);
+    if (backend == "mpi")
+      return usageError("--device cuda needs the local backend (the mpi "
+                        "backend moves host memory); run without mpirun, "
+                        "or use --device cpu");
+  }
 
   std::unique_ptr<comm::Comm> mpi;
   if (backend == "mpi") {
@@ -190,10 +206,27 @@ static int run(int argc, char **argv) {
     if (printer)
       std::cerr << "mimo-run: " << planPath << ": /model/precision: error: "
                 << "precision \"" << plan.config.precision
-                << "\" runs on the cuda device only; this mimo-run has the "
-                   "cpu device (fp32): set \"precision\": \"fp32\"\n";
+                << "\" is not supported by this version of mimo-run, which "
+                   "trains in fp32 on every device: set \"precision\": "
+                   "\"fp32\"\n";
     return finish(1);
   }
+  if (deviceKind == device::DeviceKind::Cuda)
+    for (size_t i = 0; i < plan.config.modules.size(); ++i) {
+      const ModuleConfig &m = plan.config.modules[i];
+      int64_t headDim = m.numHeads > 0 ? m.hiddenSize / m.numHeads : 0;
+      if (headDim > device::maxCudaHeadDim()) {
+        if (printer)
+          std::cerr << "mimo-run: " << planPath << ": /model/modules/" << i
+                    << "/arch/num_heads: error: module '" << m.name
+                    << "' has attention heads of dimension " << headDim
+                    << "; the CUDA attention kernel takes at most "
+                    << device::maxCudaHeadDim()
+                    << ": use more heads (hidden_size / num_heads <= "
+                    << device::maxCudaHeadDim() << ") or --device cpu\n";
+        return finish(1);
+      }
+    }
   if (reference) {
     std::string error;
     std::optional<Plan> single = exec::referencePlan(plan.config, &error);
@@ -222,6 +255,7 @@ static int run(int argc, char **argv) {
 
   exec::RunOptions options;
   options.steps = steps;
+  options.device = deviceKind;
   options.timeoutSeconds = timeout;
   options.planFile = planPath;
   options.baseDir = std::filesystem::path(planPath).parent_path().string();
@@ -277,12 +311,16 @@ static int run(int argc, char **argv) {
                              {"seconds", m.seconds}};
     metrics += record.dump() + "\n";
   };
+  std::string deviceText = "cpu device";
+  if (deviceKind == device::DeviceKind::Cuda)
+    deviceText = "cuda device (" + std::to_string(cuda.devices) + " GPU" +
+                 (cuda.devices > 1 ? "s" : "") + ": " + cuda.firstName + ")";
   if (printer)
     std::cout << "mimo-run: " << plan.config.name << ": "
               << plan.topology.worldSize
               << (reference ? " rank (reference)" : " ranks") << ", "
-              << (mpi ? "mpi" : "local") << " backend, cpu device, " << total
-              << " steps" << std::endl;
+              << (mpi ? "mpi" : "local") << " backend, " << deviceText << ", "
+              << total << " steps" << std::endl;
 
   exec::RunResult result = mpi ? exec::runOnComm(plan, *mpi, options)
                                : exec::runLocal(plan, options);

@@ -2,6 +2,8 @@
 
 #include "runtime/device/Devices.h"
 
+#include "runtime/device/KernelBodies.h"
+
 #ifdef MIMO_HAVE_CUDA
 #include "runtime/device/cuda/CudaDevice.h"
 #endif
@@ -33,6 +35,8 @@ std::optional<DeviceKind> parseKind(const std::string &name) {
     return DeviceKind::Cuda;
   return std::nullopt;
 }
+
+int64_t maxCudaHeadDim() { return bodies::kMaxHeadDim; }
 
 int deviceOrdinal(DeviceKind kind, int64_t rank) {
   if (kind != DeviceKind::Cuda)

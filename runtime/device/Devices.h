@@ -40,6 +40,9 @@ std::optional<DeviceKind> parseKind(const std::string &name);
 /// DeviceError when the kind is not usable here.
 std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank);
 
+/// The largest attention head dimension the CUDA device takes.
+int64_t maxCudaHeadDim();
+
 /// The GPU of `rank` when `kind` is Cuda (-1 for the CPU).
 int deviceOrdinal(DeviceKind kind, int64_t rank);
 

@@ -9,7 +9,7 @@
 
 #include "runtime/core/PlanFile.h"
 #include "runtime/exec/Executor.h"
-#include "tests/unit/TestModels.h"
+#include "tests/e2e/Layouts.h"
 
 #include <gtest/gtest.h>
 
@@ -32,9 +32,7 @@ Plan planOf(const json &model) {
   return *plan;
 }
 
-json example(const std::string &name) {
-  return json::parse(test::readExample(name));
-}
+using test::example;
 
 double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
@@ -73,80 +71,17 @@ void expectMatchesReference(const json &model, int64_t expectedWorld) {
   EXPECT_NE(distributed.steps[0].loss, distributed.steps[2].loss);
 }
 
-TEST(Equivalence, FanInEncoderDp4ToLanguageTp2Pp2WithSp) {
-  expectMatchesReference(example("vlm-fan-in.json"), 8);
+class Equivalence : public ::testing::TestWithParam<test::Layout> {};
+
+TEST_P(Equivalence, MatchesReference) {
+  expectMatchesReference(GetParam().model, GetParam().worldSize);
 }
 
-TEST(Equivalence, FanOutEncoderTp2Pp2ToLanguageDp4) {
-  expectMatchesReference(example("vlm-fan-out.json"), 8);
-}
-
-TEST(Equivalence, ContextParallelAcrossABridgeWithSp) {
-  expectMatchesReference(example("lm-cp2-sp.json"), 6);
-}
-
-TEST(Equivalence, AudioVisionLanguagePp2) {
-  expectMatchesReference(example("avlm.json"), 8);
-}
-
-TEST(Equivalence, Colocated) {
-  expectMatchesReference(example("vlm-colocated.json"), 8);
-}
-
-TEST(Equivalence, ColocatedLanguagePp2) {
-  // SPEC §4.4: encoders for all microbatches, then the language 1F1B (TP2
-  // with SP, PP2), then the encoder backward.
-  expectMatchesReference(example("vlm-colocated-pp2.json"), 8);
-}
-
-TEST(Equivalence, ColocatedTwoEncodersLanguagePp2) {
-  // Two bridges join the same pairs of ranks in one exchange.
-  json model = example("avlm.json");
-  model["modules"][0]["parallel"] = {{"dp", 4}};
-  model["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 2}};
-  model["modules"][2]["parallel"] = {{"pp", 2}, {"dp", 2}};
-  expectMatchesReference(model, 4);
-}
-
-TEST(Equivalence, PackedThdWithCp2) {
-  expectMatchesReference(example("packed-thd.json"), 6);
-}
-
-TEST(Equivalence, LanguagePp4With8Microbatches) {
-  json model = example("vlm-fan-in.json");
-  model["batch"]["num_microbatches"] = 8;
-  model["modules"][1]["parallel"] = {
-      {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
-  expectMatchesReference(model, 8);
-}
-
-TEST(Equivalence, DenseMaskWithPaddedSamples) {
-  // Variable-length samples padded to seq_length; padding is masked from
-  // attention keys and the loss.
-  json model = example("vlm-fan-in.json");
-  model["batch"]["attention_mask"] = "dense";
-  expectMatchesReference(model, 8);
-}
-
-TEST(Equivalence, ZeroTokenMicrobatchesFanInAndColocated) {
-  // Every bridge piece is [0, H] (text-only batches).
-  json fanIn = example("vlm-fan-in.json");
-  fanIn["data"]["tokens_per_sample"]["images"] = {0, 0};
-  expectMatchesReference(fanIn, 8);
-  json colocated = example("vlm-colocated.json");
-  colocated["data"]["tokens_per_sample"]["images"] = {0, 2};
-  colocated["data"]["text_only_fraction"] = 0.7;
-  expectMatchesReference(colocated, 8);
-}
-
-TEST(Equivalence, FanOutColocatedAndTensorParallelWithoutSp) {
-  // Colocated fan-out (encoder DP2 -> language DP4): narrow forward,
-  // gather backward; the language TP2 without SP.
-  json model = example("vlm-colocated.json");
-  model["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
-  model["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 4}};
-  expectMatchesReference(model, 8);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Equivalence, ::testing::ValuesIn(test::equivalenceLayouts()),
+    [](const ::testing::TestParamInfo<test::Layout> &info) {
+      return info.param.name;
+    });
 
 TEST(Runtime, LimitsAreInputErrors) {
   // Message tags hold the microbatch: more than the runtime addresses is

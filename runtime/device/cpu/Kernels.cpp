@@ -94,34 +94,53 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
 
 void useSingleThreadedBlas() { openblas_set_num_threads(1); }
 
-#else // no BLAS: row by row, op(A)'s row packed, B walked by rows.
+#else // no BLAS: op(A) and op(B) packed row-major, four rows of C at a time.
 
 template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
           const T *A, const T *B, T beta, T *C) {
   if (M <= 0 || N <= 0)
     return;
-  std::vector<T> a(static_cast<size_t>(std::max<int64_t>(K, 1)));
-  for (int64_t i = 0; i < M; ++i) {
-    T *c = C + i * N;
-    for (int64_t j = 0; j < N; ++j)
-      c[j] = beta == T(0) ? T(0) : beta * c[j];
+  std::vector<T> packedA, packedB;
+  if (transA) { // A is [K, M]
+    packedA.resize(static_cast<size_t>(M * K));
     for (int64_t p = 0; p < K; ++p)
-      a[static_cast<size_t>(p)] = alpha * (transA ? A[p * M + i] : A[i * K + p]);
-    if (transB) {
-      for (int64_t j = 0; j < N; ++j) {
-        const T *b = B + j * K;
-        T s = T(0);
-        for (int64_t p = 0; p < K; ++p)
-          s += a[static_cast<size_t>(p)] * b[p];
-        c[j] += s;
-      }
-    } else {
-      for (int64_t p = 0; p < K; ++p) {
-        const T *b = B + p * N;
-        T ap = a[static_cast<size_t>(p)];
-        for (int64_t j = 0; j < N; ++j)
-          c[j] += ap * b[j];
+      for (int64_t i = 0; i < M; ++i)
+        packedA[static_cast<size_t>(i * K + p)] = A[p * M + i];
+    A = packedA.data();
+  }
+  if (transB) { // B is [N, K]
+    packedB.resize(static_cast<size_t>(K * N));
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t p = 0; p < K; ++p)
+        packedB[static_cast<size_t>(p * N + j)] = B[j * K + p];
+    B = packedB.data();
+  }
+  for (int64_t i = 0; i < M * N; ++i)
+    C[i] = beta == T(0) ? T(0) : beta * C[i];
+  for (int64_t i = 0; i < M; i += 4) {
+    int64_t rows = std::min<int64_t>(4, M - i);
+    T *c[4];
+    for (int64_t r = 0; r < 4; ++r)
+      c[r] = C + (i + std::min(r, rows - 1)) * N;
+    for (int64_t p = 0; p < K; ++p) {
+      const T *b = B + p * N;
+      // Rows past the end repeat the last row with a zero factor.
+      T a[4];
+      for (int64_t r = 0; r < 4; ++r)
+        a[r] = r < rows ? alpha * A[(i + r) * K + p] : T(0);
+      if (rows == 4) {
+        for (int64_t j = 0; j < N; ++j) {
+          T bj = b[j];
+          c[0][j] += a[0] * bj;
+          c[1][j] += a[1] * bj;
+          c[2][j] += a[2] * bj;
+          c[3][j] += a[3] * bj;
+        }
+      } else {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < N; ++j)
+            c[r][j] += a[r] * b[j];
       }
     }
   }

@@ -1,0 +1,86 @@
+//===- Layouts.h - Every layout the runtime is checked on ------*- C++ -*-===//
+//
+// One list for every equivalence check (SPEC §8): the CPU tests run each
+// distributed against its single-rank reference (EquivalenceTest.cpp), the
+// GPU check runs each on the CUDA device against the CPU reference
+// (tests/gpu/CudaTrainCheck.cpp). Each example, plus variations that
+// reach what the examples do not.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_TESTS_E2E_LAYOUTS_H
+#define MIMO_TESTS_E2E_LAYOUTS_H
+
+#include "tests/unit/TestModels.h"
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace mimo::test {
+
+struct Layout {
+  std::string name; // a test name: letters and digits
+  nlohmann::json model;
+  int64_t worldSize;
+};
+
+inline void PrintTo(const Layout &layout, std::ostream *os) {
+  *os << layout.name;
+}
+
+inline nlohmann::json example(const std::string &file) {
+  return nlohmann::json::parse(readExample(file));
+}
+
+inline std::vector<Layout> equivalenceLayouts() {
+  using nlohmann::json;
+  std::vector<Layout> layouts = {
+      // Encoder DP4 fans in to language TP2·PP2 with SP.
+      {"FanInEncoderDp4ToLanguageTp2Pp2WithSp", example("vlm-fan-in.json"), 8},
+      {"FanOutEncoderTp2Pp2ToLanguageDp4", example("vlm-fan-out.json"), 8},
+      {"ContextParallelAcrossABridgeWithSp", example("lm-cp2-sp.json"), 6},
+      {"AudioVisionLanguagePp2", example("avlm.json"), 8},
+      {"Colocated", example("vlm-colocated.json"), 8},
+      // SPEC §4.4: encoders for all microbatches, then the language 1F1B
+      // (TP2 with SP, PP2), then the encoder backward.
+      {"ColocatedLanguagePp2", example("vlm-colocated-pp2.json"), 8},
+      {"PackedThdWithCp2", example("packed-thd.json"), 6},
+  };
+  // Two bridges join the same pairs of ranks in one exchange.
+  json twoEncoders = example("avlm.json");
+  twoEncoders["modules"][0]["parallel"] = {{"dp", 4}};
+  twoEncoders["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 2}};
+  twoEncoders["modules"][2]["parallel"] = {{"pp", 2}, {"dp", 2}};
+  layouts.push_back({"ColocatedTwoEncodersLanguagePp2", twoEncoders, 4});
+  json pp4 = example("vlm-fan-in.json");
+  pp4["batch"]["num_microbatches"] = 8;
+  pp4["modules"][1]["parallel"] = {
+      {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
+  layouts.push_back({"LanguagePp4With8Microbatches", pp4, 8});
+  // Variable-length samples padded to seq_length; padding is masked from
+  // attention keys and the loss.
+  json dense = example("vlm-fan-in.json");
+  dense["batch"]["attention_mask"] = "dense";
+  layouts.push_back({"DenseMaskWithPaddedSamples", dense, 8});
+  // Every bridge piece is [0, H] (text-only batches).
+  json zeroFanIn = example("vlm-fan-in.json");
+  zeroFanIn["data"]["tokens_per_sample"]["images"] = {0, 0};
+  layouts.push_back({"ZeroTokenMicrobatchesFanIn", zeroFanIn, 8});
+  json zeroColocated = example("vlm-colocated.json");
+  zeroColocated["data"]["tokens_per_sample"]["images"] = {0, 2};
+  zeroColocated["data"]["text_only_fraction"] = 0.7;
+  layouts.push_back({"ZeroTokenMicrobatchesColocated", zeroColocated, 8});
+  // Colocated fan-out (encoder DP2 -> language DP4): narrow forward,
+  // gather backward; the language TP2 without SP.
+  json fanOut = example("vlm-colocated.json");
+  fanOut["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
+  fanOut["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 4}};
+  layouts.push_back({"FanOutColocatedAndTensorParallelWithoutSp", fanOut, 8});
+  return layouts;
+}
+
+} // namespace mimo::test
+
+#endif // MIMO_TESTS_E2E_LAYOUTS_H

@@ -1,0 +1,656 @@
+//===- CudaOpsCheck.cpp - Every CUDA op against its CPU op ----------------===//
+//
+// SPEC §11, issue "CUDA device" item 6: every op of the device interface on
+// the CUDA device against the CPU device, on fresh random inputs (the seed
+// is printed), several shapes including odd ones, outputs poisoned with NaN
+// before the launch (an element no thread writes fails), normwise relative
+// error <= 1e-5 in fp32; every op run twice on the GPU must agree bitwise.
+// Then events between two ranks' streams, and the local communicator's
+// collectives on GPU memory against the same collectives on the host.
+// Exits 77 without a usable GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Comm.h"
+#include "runtime/device/Devices.h"
+#include "runtime/device/Tensor.h"
+#include "tests/gpu/GpuCheck.h"
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace mimo;
+using device::Device;
+using device::DType;
+using device::Tensor;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+/// Up to four sizes of one case.
+struct Dims {
+  int64_t a, b, c, d;
+};
+
+/// Inputs of one op call: read-only values, index arrays, values the op
+/// updates in place (compared after), and write-only outputs (poisoned).
+struct Io {
+  std::vector<std::vector<float>> in;
+  std::vector<std::vector<int64_t>> idx;
+  std::vector<std::vector<float>> inout;
+  std::vector<int64_t> out;
+};
+
+/// The op's buffers on one device.
+struct Ptr {
+  std::vector<const float *> in;
+  std::vector<const int64_t *> idx;
+  std::vector<float *> inout, out;
+};
+
+using Op = std::function<void(Device &, const Ptr &)>;
+
+std::vector<std::vector<float>> runOn(Device &dev, const Io &io,
+                                      const Op &op) {
+  std::vector<Tensor> keep;
+  Ptr p;
+  auto upload = [&](const std::vector<float> &host) {
+    keep.push_back(Tensor::empty(dev, static_cast<int64_t>(host.size())));
+    dev.upload(keep.back().raw(), host.data(), keep.back().bytes());
+    return keep.back().data();
+  };
+  for (const auto &v : io.in)
+    p.in.push_back(upload(v));
+  for (const auto &v : io.idx) {
+    keep.push_back(
+        Tensor::empty(dev, static_cast<int64_t>(v.size()), DType::I64));
+    dev.upload(keep.back().raw(), v.data(), keep.back().bytes());
+    p.idx.push_back(keep.back().data<int64_t>());
+  }
+  for (const auto &v : io.inout)
+    p.inout.push_back(upload(v));
+  for (int64_t n : io.out) {
+    keep.push_back(Tensor::empty(dev, n));
+    dev.fill(keep.back().data(), std::numeric_limits<float>::quiet_NaN(), n);
+    p.out.push_back(keep.back().data());
+  }
+  op(dev, p);
+  std::vector<std::vector<float>> results;
+  auto download = [&](const float *data, size_t n) {
+    std::vector<float> host(n);
+    dev.download(host.data(), data, static_cast<int64_t>(n * sizeof(float)));
+    results.push_back(std::move(host));
+  };
+  for (size_t i = 0; i < io.inout.size(); ++i)
+    download(p.inout[i], io.inout[i].size());
+  for (size_t i = 0; i < io.out.size(); ++i)
+    download(p.out[i], static_cast<size_t>(io.out[i]));
+  return results;
+}
+
+class OpsCheck {
+public:
+  OpsCheck() : report("mimo-cuda-ops-check") {
+    seed = std::random_device{}();
+    std::printf("seed %u\n", seed);
+    rng.seed(seed);
+    cpu = device::makeCpuDevice();
+    cuda = device::makeDevice(gpucheck::checkedKind(), 0);
+  }
+
+  std::vector<float> random(int64_t n, double lo = -1, double hi = 1) {
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float &x : v)
+      x = static_cast<float>(dist(rng));
+    return v;
+  }
+
+  /// Runs `op` on the CPU and twice on the GPU and compares every output.
+  void compare(const std::string &name, const Io &io, const Op &op,
+               double tolerance = kTolerance) {
+    try {
+      auto ref = runOn(*cpu, io, op);
+      auto got = runOn(*cuda, io, op);
+      auto again = runOn(*cuda, io, op);
+      for (size_t k = 0; k < ref.size(); ++k)
+        report.close(gpucheck::relativeError(got[k], ref[k]), tolerance,
+                     name + (ref.size() > 1 ? " output " + std::to_string(k)
+                                            : std::string()));
+      bool same = true;
+      for (size_t k = 0; k < got.size(); ++k)
+        for (size_t i = 0; i < got[k].size(); ++i)
+          same &= std::memcmp(&got[k][i], &again[k][i], sizeof(float)) == 0;
+      report.check(same, name + " bitwise reproducible");
+    } catch (const std::exception &e) {
+      report.check(false, name, e.what());
+    }
+  }
+
+  void gemm() {
+    for (Dims s : {Dims{1, 1, 1, 0}, Dims{3, 5, 7, 0}, Dims{64, 48, 33, 0},
+                   Dims{257, 129, 65, 0}, Dims{512, 384, 512, 0},
+                   Dims{5, 3, 0, 0}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (float beta : {0.0f, 0.5f}) {
+            Io io;
+            io.in = {random(s.a * s.c), random(s.c * s.b)};
+            if (beta == 0.0f)
+              io.out = {s.a * s.b};
+            else
+              io.inout = {random(s.a * s.b)};
+            char name[96];
+            std::snprintf(name, sizeof(name), "gemm %lldx%lldx%lld ta=%d tb=%d "
+                          "beta=%.1f", static_cast<long long>(s.a),
+                          static_cast<long long>(s.b),
+                          static_cast<long long>(s.c), ta, tb, beta);
+            compare(name, io, [=](Device &d, const Ptr &p) {
+              float *C = beta == 0.0f ? p.out[0] : p.inout[0];
+              d.gemm(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1], beta, C);
+            });
+          }
+  }
+
+  void elementwise() {
+    for (int64_t n : {int64_t(1), int64_t(1000), int64_t(65537)}) {
+      std::string sz = " n=" + std::to_string(n);
+      Io io;
+      io.in = {random(n, -4, 4), random(n), random(n)};
+      io.out = {n, n};
+      compare("gelu forward/backward" + sz, io, [=](Device &d, const Ptr &p) {
+        d.geluForward(p.in[0], p.out[0], n);
+        d.geluBackward(p.in[0], p.in[1], p.out[1], n);
+      });
+      compare("swiglu forward" + sz, {io.in, {}, {}, {n}},
+              [=](Device &d, const Ptr &p) {
+                d.swigluForward(p.in[0], p.in[1], p.out[0], n);
+              });
+      compare("swiglu backward" + sz, io, [=](Device &d, const Ptr &p) {
+        d.swigluBackward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1], n);
+      });
+      compare("add, scale, axpy, maximum" + sz,
+              {{random(n), random(n)}, {}, {random(n)}, {n, n}},
+              [=](Device &d, const Ptr &p) {
+                d.add(DType::F32, p.out[0], p.in[0], p.in[1], n);
+                d.scale(p.inout[0], 0.75f, n);
+                d.axpy(n, -1.5f, p.in[0], p.inout[0]);
+                d.maximum(p.out[1], p.in[0], p.in[1], n);
+              });
+      compare("fill, zero, copy" + sz, {{random(n)}, {}, {}, {n, n, n}},
+              [=](Device &d, const Ptr &p) {
+                d.fill(p.out[0], 3.5f, n);
+                d.fillZero(p.out[1], n * 4);
+                d.copy(p.out[2], p.in[0], n * 4);
+              });
+    }
+    for (Dims s : {Dims{1, 1, 0, 0}, Dims{37, 29, 0, 0},
+                   Dims{1024, 257, 0, 0}}) {
+      int64_t rows = s.a, cols = s.b;
+      std::string sz =
+          " " + std::to_string(rows) + "x" + std::to_string(cols);
+      compare("add bias, bias backward" + sz,
+              {{random(rows * cols)}, {}, {random(rows * cols), random(cols)},
+               {}},
+              [=](Device &d, const Ptr &p) {
+                d.addBias(p.inout[0], p.in[0] /* first cols */, rows, cols);
+                d.biasBackward(p.in[0], p.inout[1], rows, cols);
+              });
+      std::vector<int64_t> to, from;
+      for (int64_t r = 0; r < rows; r += 2) {
+        to.push_back(rows - 1 - r);
+        from.push_back(r);
+      }
+      int64_t count = static_cast<int64_t>(to.size());
+      compare("copy rows" + sz,
+              {{random(rows * cols)}, {to, from}, {random(rows * cols)}, {}},
+              [=](Device &d, const Ptr &p) {
+                d.copyRows(p.inout[0], p.idx[0], p.in[0], p.idx[1], count,
+                           cols);
+              });
+    }
+  }
+
+  void reductions() {
+    for (int64_t n : {int64_t(1), int64_t(255), int64_t(70001),
+                      int64_t(3000001)}) {
+      try {
+        std::vector<float> x = random(n), mask = random(n);
+        for (float &m : mask)
+          m = m > 0 ? 1.0f : 0.0f;
+        auto run = [&](Device &d) {
+          Tensor tx = Tensor::empty(d, n), tm = Tensor::empty(d, n);
+          d.upload(tx.raw(), x.data(), tx.bytes());
+          d.upload(tm.raw(), mask.data(), tm.bytes());
+          Tensor acc = Tensor::zeros(d, 2, DType::F64);
+          d.sumSquaresInto(tx.data(), n, acc.data<double>());
+          d.sumSquaresInto(tx.data(), n, acc.data<double>()); // accumulates
+          d.maskedSumInto(tx.data(), tm.data(), n, 0.25,
+                          acc.data<double>() + 1);
+          Tensor sum = Tensor::empty(d, 2, DType::F64);
+          d.add(DType::F64, sum.raw(), acc.raw(), acc.raw(), 2);
+          std::vector<double> host(2);
+          d.download(host.data(), sum.raw(), 16);
+          return host;
+        };
+        std::vector<double> ref = run(*cpu), got = run(*cuda),
+                            again = run(*cuda);
+        std::string sz = " n=" + std::to_string(n);
+        report.close(gpucheck::relativeError(got, ref), 1e-12,
+                     "sum of squares, masked sum, f64 add" + sz);
+        report.check(got == again, "sum of squares, masked sum bitwise "
+                                   "reproducible" + sz);
+      } catch (const std::exception &e) {
+        report.check(false, "reductions", e.what());
+      }
+    }
+  }
+
+  void norms() {
+    for (Dims s : {Dims{1, 1, 0, 0}, Dims{33, 65, 0, 0},
+                   Dims{515, 1024, 0, 0}}) {
+      int64_t rows = s.a, cols = s.b;
+      std::string sz = " " + std::to_string(rows) + "x" + std::to_string(cols);
+      int64_t n = rows * cols;
+      compare("rmsnorm forward" + sz,
+              {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
+              [=](Device &d, const Ptr &p) {
+                d.rmsnormForward(p.in[0], p.in[1], p.out[0], p.out[1], rows,
+                                 cols);
+              });
+      compare("rmsnorm backward" + sz,
+              {{random(n, -2, 2), random(cols, 0.5, 1.5), random(rows, 0.5, 2),
+                random(n)},
+               {},
+               {random(cols)},
+               {n}},
+              [=](Device &d, const Ptr &p) {
+                d.rmsnormBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.out[0],
+                                  p.inout[0], rows, cols);
+              });
+      compare("layernorm forward" + sz,
+              {{random(n, -2, 2), random(cols, 0.5, 1.5), random(cols)},
+               {},
+               {},
+               {n, rows, rows}},
+              [=](Device &d, const Ptr &p) {
+                d.layernormForward(p.in[0], p.in[1], p.in[2], p.out[0],
+                                   p.out[1], p.out[2], rows, cols);
+              });
+      compare("layernorm backward" + sz,
+              {{random(n, -2, 2), random(cols, 0.5, 1.5), random(rows, -0.1, 0.1),
+                random(rows, 0.5, 2), random(n)},
+               {},
+               {random(cols), random(cols)},
+               {n}},
+              [=](Device &d, const Ptr &p) {
+                d.layernormBackward(p.in[0], p.in[1], p.in[2], p.in[3],
+                                    p.in[4], p.out[0], p.inout[0], p.inout[1],
+                                    rows, cols);
+              });
+    }
+  }
+
+  void rope() {
+    for (Dims s : {Dims{1, 1, 2, 0}, Dims{37, 3, 10, 0}, Dims{300, 8, 64, 0}}) {
+      int64_t tokens = s.a, heads = s.b, dim = s.c;
+      std::vector<int64_t> positions;
+      for (int64_t t = 0; t < tokens; ++t)
+        positions.push_back((t * 7919) % 4096);
+      int64_t n = tokens * heads * dim;
+      for (bool inverse : {false, true})
+        compare(std::string("rope") + (inverse ? " inverse " : " ") +
+                    std::to_string(tokens) + "x" + std::to_string(heads) +
+                    "x" + std::to_string(dim),
+                {{}, {positions}, {random(n)}, {}},
+                [=](Device &d, const Ptr &p) {
+                  d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse);
+                });
+    }
+  }
+
+  /// One attention case: positions and segments of queries and keys.
+  void attention(const std::string &name, std::vector<int64_t> qpos,
+                 std::vector<int64_t> qseg, std::vector<int64_t> kpos,
+                 std::vector<int64_t> kseg, int64_t heads, int64_t d,
+                 bool causal) {
+    int64_t Tq = static_cast<int64_t>(qpos.size());
+    int64_t Tk = static_cast<int64_t>(kpos.size());
+    Io forward{{random(Tq * heads * d), random(Tk * heads * d),
+                random(Tk * heads * d)},
+               {qpos, qseg, kpos, kseg},
+               {},
+               {Tq * heads * d, heads * Tq}};
+    compare("attention forward " + name, forward,
+            [=](Device &dv, const Ptr &p) {
+              dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0],
+                                  p.out[1], p.idx[0], p.idx[1], p.idx[2],
+                                  p.idx[3], Tq, Tk, heads, d, causal);
+            });
+    // The backward takes o and lse from the CPU forward.
+    auto fwd = runOn(*cpu, forward, [=](Device &dv, const Ptr &p) {
+      dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
+                          p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq, Tk,
+                          heads, d, causal);
+    });
+    Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
+                 random(Tq * heads * d)},
+                forward.idx,
+                {},
+                {Tq * heads * d, Tk * heads * d, Tk * heads * d}};
+    compare("attention backward " + name, backward,
+            [=](Device &dv, const Ptr &p) {
+              dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3],
+                                   p.in[4], p.in[5], p.out[0], p.out[1],
+                                   p.out[2], p.idx[0], p.idx[1], p.idx[2],
+                                   p.idx[3], Tq, Tk, heads, d, causal);
+            });
+  }
+
+  void attentions() {
+    // Causal over a [S, B] grid (token = position * B + sample).
+    for (Dims s : {Dims{7, 3, 2, 5}, Dims{96, 4, 4, 32}, Dims{128, 2, 2, 128}}) {
+      int64_t S = s.a, B = s.b, heads = s.c, d = s.d;
+      std::vector<int64_t> pos, seg;
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t b = 0; b < B; ++b) {
+          pos.push_back(s);
+          seg.push_back(b);
+        }
+      std::string shape = std::to_string(S) + "x" + std::to_string(B) +
+                          " heads " + std::to_string(heads) + " d " +
+                          std::to_string(d);
+      attention("causal " + shape, pos, seg, pos, seg, heads, d, true);
+      // Dense mask: padding keys in a segment of their own.
+      std::vector<int64_t> padded = seg;
+      for (size_t t = 0; t < padded.size(); ++t)
+        if (pos[t] >= S - 2 && seg[t] == 0)
+          padded[t] = -1 - seg[t];
+      attention("dense mask " + shape, pos, padded, pos, padded, heads, d,
+                true);
+    }
+    // CP zigzag, cp 2, S 16: rank 1 holds chunks 1 and 2 as queries; the
+    // keys are both ranks' shards in CP-rank order.
+    std::vector<int64_t> q1 = {4, 5, 6, 7, 8, 9, 10, 11};
+    std::vector<int64_t> keys = {0, 1, 2, 3, 12, 13, 14, 15,
+                                 4, 5, 6, 7, 8, 9, 10, 11};
+    attention("cp zigzag rank 1", q1, std::vector<int64_t>(8, 0), keys,
+              std::vector<int64_t>(16, 0), 3, 8, true);
+    // Packed THD: three sequences in one row, positions restarting.
+    std::vector<int64_t> tpos, tseg;
+    int64_t sequence = 0;
+    for (int64_t length : {5, 11, 2}) {
+      for (int64_t i = 0; i < length; ++i) {
+        tpos.push_back(i);
+        tseg.push_back(sequence);
+      }
+      ++sequence;
+    }
+    attention("thd packed", tpos, tseg, tpos, tseg, 2, 16, true);
+    // Encoders: bidirectional within each sample.
+    std::vector<int64_t> zeros(13, 0), samples = {0, 0, 0, 1, 1, 2, 2, 2,
+                                                   2, 2, 3, 4, 4};
+    attention("bidirectional per sample", zeros, samples, zeros, samples, 4, 8,
+              false);
+    // A query with no allowed key (o = 0, lse = -inf, no gradient).
+    attention("no allowed key", {0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, 1,
+              4, true);
+  }
+
+  void embedding() {
+    for (Dims s : {Dims{1, 1, 0, 3}, Dims{77, 33, 100, 612},
+                   Dims{2048, 256, 0, 1024}}) {
+      int64_t n = s.a, hidden = s.b, vb = s.c, ve = s.d;
+      std::vector<int64_t> ids;
+      std::uniform_int_distribution<int64_t> pick(-1, ve + 20);
+      for (int64_t i = 0; i < n; ++i)
+        ids.push_back(pick(rng));
+      int64_t rows = ve - vb;
+      std::string sz = " n=" + std::to_string(n) + " hidden=" +
+                       std::to_string(hidden);
+      compare("embedding forward" + sz,
+              {{random(rows * hidden)}, {ids}, {}, {n * hidden}},
+              [=](Device &d, const Ptr &p) {
+                d.embeddingForward(p.idx[0], n, p.in[0], vb, ve, hidden,
+                                   p.out[0]);
+              });
+      compare("embedding backward" + sz,
+              {{random(n * hidden)}, {ids}, {random(rows * hidden)}, {}},
+              [=](Device &d, const Ptr &p) {
+                d.embeddingBackward(p.idx[0], n, p.in[0], vb, ve, hidden,
+                                    p.inout[0]);
+              });
+    }
+  }
+
+  void crossEntropy() {
+    for (Dims s : {Dims{1, 1, 0, 0}, Dims{77, 1000, 1000, 0},
+                   Dims{1030, 8192, 0, 0}}) {
+      int64_t n = s.a, V = s.b, vb = s.c;
+      std::vector<int64_t> targets;
+      std::uniform_int_distribution<int64_t> pick(0, 2 * V + vb);
+      for (int64_t i = 0; i < n; ++i)
+        targets.push_back(pick(rng));
+      std::string sz = " n=" + std::to_string(n) + " V=" + std::to_string(V);
+      std::vector<float> logits = random(n * V, -8, 8);
+      Io io{{logits}, {targets}, {}, {n, n, n, n, n * V}};
+      std::vector<float> scale = random(n, 0, 1);
+      for (size_t i = 0; i < scale.size(); i += 3)
+        scale[i] = 0; // masked rows
+      io.in.push_back(scale);
+      compare("cross-entropy" + sz, io, [=](Device &d, const Ptr &p) {
+        d.crossEntropyRowMax(p.in[0], n, V, p.out[0]);
+        d.crossEntropySums(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
+                           p.out[2]);
+        d.crossEntropyLoss(p.out[0], p.out[1], p.out[2], n, p.out[3]);
+        d.crossEntropyBackward(p.in[0], p.idx[0], n, V, vb, p.out[0],
+                               p.out[1], p.in[1], p.out[4]);
+      });
+    }
+  }
+
+  void adamw() {
+    for (int64_t n : {int64_t(1), int64_t(4097), int64_t(1000003)}) {
+      device::AdamWStep step;
+      step.lr = 3e-4;
+      step.weightDecay = 0.1;
+      step.step = 7;
+      step.gradScale = 0.6;
+      compare("adamw n=" + std::to_string(n),
+              {{random(n)}, {}, {random(n), random(n, -0.1, 0.1),
+                                 random(n, 0, 0.01)}, {}},
+              [=](Device &d, const Ptr &p) {
+                d.adamw(p.inout[0], p.in[0], p.inout[1], p.inout[2], n, step);
+              });
+    }
+  }
+
+  /// Two ranks on one GPU: B's copy of A's buffer waits for A's event.
+  void events() {
+    try {
+      std::unique_ptr<Device> a = device::makeDevice(gpucheck::checkedKind(), 0);
+      std::unique_ptr<Device> b = device::makeDevice(gpucheck::checkedKind(), 0);
+      int64_t n = 1 << 22;
+      std::vector<float> x = random(n);
+      Tensor ta = Tensor::empty(*a, n), tb = Tensor::empty(*b, n);
+      a->upload(ta.raw(), x.data(), ta.bytes());
+      for (int i = 0; i < 20; ++i) // keep A's stream busy for a while
+        a->scale(ta.data(), 1.0f, n);
+      a->scale(ta.data(), 2.0f, n);
+      b->wait(a->record());
+      b->copy(tb.raw(), ta.raw(), tb.bytes());
+      std::vector<float> got(static_cast<size_t>(n));
+      b->download(got.data(), tb.raw(), tb.bytes());
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i)
+        ok &= got[static_cast<size_t>(i)] == 2.0f * x[static_cast<size_t>(i)];
+      report.check(ok, "a copy on another stream waits for the event");
+    } catch (const std::exception &e) {
+      report.check(false, "events", e.what());
+    }
+  }
+
+  /// The local communicator's collectives over ranks on `kind` devices;
+  /// each rank's results, concatenated.
+  std::vector<std::vector<float>> collectives(device::DeviceKind kind,
+                                              int64_t ranks) {
+    auto world = comm::makeLocalWorld(ranks);
+    std::vector<std::vector<float>> results(static_cast<size_t>(ranks));
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
+    std::vector<int64_t> group;
+    for (int64_t r = 0; r < ranks; ++r)
+      group.push_back(r);
+    std::vector<std::thread> threads;
+    for (int64_t r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          std::unique_ptr<Device> dev = device::makeDevice(kind, r);
+          auto c = comm::makeLocalComm(world, r);
+          c->setDevice(dev.get());
+          c->setTimeout(std::chrono::seconds(60));
+          std::mt19937 local(1000 + static_cast<unsigned>(r));
+          std::uniform_real_distribution<float> dist(-1, 1);
+          auto make = [&](int64_t n) {
+            std::vector<float> v(static_cast<size_t>(n));
+            for (float &x : v)
+              x = dist(local) * 1e3f; // sums whose order matters
+            Tensor t = Tensor::empty(*dev, n);
+            dev->upload(t.raw(), v.data(), t.bytes());
+            return t;
+          };
+          auto take = [&](const Tensor &t) {
+            std::vector<float> host(static_cast<size_t>(t.size()));
+            dev->download(host.data(), t.raw(), t.bytes());
+            results[static_cast<size_t>(r)].insert(
+                results[static_cast<size_t>(r)].end(), host.begin(),
+                host.end());
+          };
+          Tensor sum = make(100003);
+          c->allReduceSum(group, sum.data(), sum.size());
+          take(sum);
+          Tensor mx = make(1001);
+          c->allReduceMax(group, mx.data(), mx.size());
+          take(mx);
+          std::vector<int64_t> counts;
+          int64_t total = 0;
+          for (int64_t i = 0; i < ranks; ++i) {
+            counts.push_back(1000 * (i + 1) + 3);
+            total += counts.back();
+          }
+          Tensor mine = make(counts[static_cast<size_t>(r)]);
+          Tensor gathered = Tensor::empty(*dev, total);
+          c->allGatherV(group, mine.data(), counts, gathered.data());
+          take(gathered);
+          Tensor full = make(total);
+          Tensor piece = Tensor::empty(*dev, counts[static_cast<size_t>(r)]);
+          c->reduceScatterV(group, full.data(), counts, piece.data());
+          take(piece);
+          Tensor bcast = make(4099);
+          c->broadcast(group, ranks - 1, bcast.raw(), bcast.bytes());
+          take(bcast);
+          // A ring of point-to-point messages posted together.
+          Tensor out = make(777), in = Tensor::empty(*dev, 777);
+          std::vector<comm::P2POp> ops = {
+              {true, (r + 1) % ranks, 5, out.raw(), out.bytes()},
+              {false, (r + ranks - 1) % ranks, 5, in.raw(), in.bytes()}};
+          c->exchange(ops);
+          take(in);
+          dev->synchronize();
+          c->setDevice(nullptr);
+        } catch (const std::exception &e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    for (std::thread &t : threads)
+      t.join();
+    for (const std::string &e : errors)
+      if (!e.empty())
+        throw std::runtime_error(e);
+    return results;
+  }
+
+  void communicators() {
+    for (int64_t ranks : {int64_t(2), int64_t(4), int64_t(8)}) {
+      std::string name = "local communicator, " + std::to_string(ranks) +
+                         " ranks on GPUs: collectives equal the host's bitwise";
+      try {
+        auto host = collectives(device::DeviceKind::Cpu, ranks);
+        auto gpu = collectives(gpucheck::checkedKind(), ranks);
+        bool same = host.size() == gpu.size();
+        for (size_t r = 0; same && r < host.size(); ++r)
+          same = host[r].size() == gpu[r].size() &&
+                 std::memcmp(host[r].data(), gpu[r].data(),
+                             host[r].size() * sizeof(float)) == 0;
+        report.check(same, name);
+      } catch (const std::exception &e) {
+        report.check(false, name, e.what());
+      }
+    }
+  }
+
+  void memory() {
+    // Allocations come from the pool: many in a row, then one that cannot
+    // fit, which must be a clear error, not an abort.
+    try {
+      for (int i = 0; i < 1000; ++i) {
+        Tensor t = Tensor::empty(*cuda, 1 << 16);
+        cuda->fillZero(t.raw(), t.bytes());
+      }
+      cuda->synchronize();
+      report.check(true, "1000 pool allocations");
+    } catch (const std::exception &e) {
+      report.check(false, "1000 pool allocations", e.what());
+    }
+    try {
+      Tensor huge = Tensor::empty(*cuda, int64_t(1) << 42); // 16 TiB
+      report.check(false, "an allocation that cannot fit is refused");
+    } catch (const device::DeviceError &e) {
+      report.check(std::string(e.what()).find("out of") !=
+                       std::string::npos,
+                   "an allocation that cannot fit is refused", e.what());
+      cuda->synchronize(); // the device stays usable
+    }
+  }
+
+  int run() {
+    gemm();
+    elementwise();
+    reductions();
+    norms();
+    rope();
+    attentions();
+    embedding();
+    crossEntropy();
+    adamw();
+    events();
+    communicators();
+    memory();
+    return report.finish();
+  }
+
+private:
+  gpucheck::Report report;
+  unsigned seed = 0;
+  std::mt19937 rng;
+  std::unique_ptr<Device> cpu, cuda;
+};
+
+} // namespace
+
+int main() {
+  gpucheck::requireGpu("mimo-cuda-ops-check");
+  try {
+    OpsCheck check;
+    return check.run();
+  } catch (const std::exception &e) {
+    std::printf("FAIL mimo-cuda-ops-check: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,200 @@
+//===- CudaTrainCheck.cpp - Every layout trains on the GPU like the CPU ---===//
+//
+// SPEC §11 tolerances: every example and test layout (tests/e2e/Layouts.h)
+// trains 3 steps on the CUDA device, all ranks as threads sharing the
+// visible GPUs (local backend), and matches the CPU --reference within 1e-4
+// (loss and gradient norm, relative); the reference on the CUDA device
+// matches it too; the same layout twice on the GPU gives bitwise identical
+// losses and norms. Then a fault injected on a GPU rank stops every rank
+// (exit 2, naming the rank), and a kernel's refusal names the rank and the
+// instruction. Exits 77 without a usable GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/PlanFile.h"
+#include "runtime/exec/Executor.h"
+#include "tests/e2e/Layouts.h"
+#include "tests/gpu/GpuCheck.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+using namespace mimo;
+
+namespace {
+
+constexpr int64_t kSteps = 3;
+constexpr double kTolerance = 1e-4;
+
+std::optional<Plan> planOf(const nlohmann::json &model, std::string *error) {
+  ParseResult parsed = parseModelConfig(model.dump(), "model.json");
+  if (!parsed.config) {
+    *error = parsed.diagnostics.empty()
+                 ? "invalid model"
+                 : parsed.diagnostics[0].pointer + ": " +
+                       parsed.diagnostics[0].message;
+    return std::nullopt;
+  }
+  return buildPlan(*parsed.config, error);
+}
+
+exec::RunResult train(const Plan &plan, device::DeviceKind kind) {
+  exec::RunOptions options;
+  options.steps = kSteps;
+  options.timeoutSeconds = 300;
+  options.device = kind;
+  return exec::runLocal(plan, options);
+}
+
+double relative(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
+}
+
+/// The largest relative difference of loss and norm over the steps
+/// (infinity when a run failed or the step counts differ).
+double worstDifference(const exec::RunResult &a, const exec::RunResult &b) {
+  if (a.exitCode != 0 || b.exitCode != 0 || a.steps.size() != b.steps.size() ||
+      a.steps.empty())
+    return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    if (!std::isfinite(a.steps[s].loss) || !std::isfinite(a.steps[s].gradNorm))
+      return std::numeric_limits<double>::infinity();
+    worst = std::max({worst, relative(a.steps[s].loss, b.steps[s].loss),
+                      relative(a.steps[s].gradNorm, b.steps[s].gradNorm)});
+  }
+  return worst;
+}
+
+bool bitwiseEqual(const exec::RunResult &a, const exec::RunResult &b) {
+  if (a.exitCode != 0 || b.exitCode != 0 || a.steps.size() != b.steps.size())
+    return false;
+  for (size_t s = 0; s < a.steps.size(); ++s)
+    if (std::memcmp(&a.steps[s].loss, &b.steps[s].loss, sizeof(double)) ||
+        std::memcmp(&a.steps[s].gradNorm, &b.steps[s].gradNorm,
+                    sizeof(double)))
+      return false;
+  return true;
+}
+
+std::string describe(const exec::RunResult &r) {
+  if (r.exitCode != 0)
+    return "exit " + std::to_string(r.exitCode) + ": " + r.error;
+  char text[128];
+  double seconds = 0;
+  for (const exec::StepMetrics &m : r.steps)
+    seconds += m.seconds;
+  std::snprintf(text, sizeof(text), "losses %.6f..%.6f, %.3f s/step",
+                r.steps.front().loss, r.steps.back().loss,
+                seconds / static_cast<double>(r.steps.size()));
+  return text;
+}
+
+} // namespace
+
+int main() {
+  gpucheck::requireGpu("mimo-cuda-train-check");
+  gpucheck::Report report("mimo-cuda-train-check");
+  const device::DeviceKind kind = gpucheck::checkedKind();
+  std::vector<test::Layout> layouts = test::equivalenceLayouts();
+  // MIMO_GPU_CHECK_LAYOUTS=N: the first N layouts only (dry runs).
+  if (const char *first = std::getenv("MIMO_GPU_CHECK_LAYOUTS"))
+    layouts.resize(std::min(layouts.size(),
+                            static_cast<size_t>(std::atoi(first))));
+  std::vector<std::optional<Plan>> plans, references;
+  for (const test::Layout &layout : layouts) {
+    std::string error;
+    plans.push_back(planOf(layout.model, &error));
+    if (plans.back())
+      references.push_back(exec::referencePlan(plans.back()->config, &error));
+    else
+      references.push_back(std::nullopt);
+    if (!references.back())
+      report.check(false, layout.name + ": plan", error);
+  }
+  // The CPU references, one thread each, while the GPU works.
+  std::vector<exec::RunResult> cpuReference(layouts.size());
+  std::vector<std::thread> cpuThreads;
+  for (size_t i = 0; i < layouts.size(); ++i)
+    if (references[i])
+      cpuThreads.emplace_back([&, i] {
+        cpuReference[i] = train(*references[i], device::DeviceKind::Cpu);
+      });
+  std::vector<exec::RunResult> gpu(layouts.size()), again(layouts.size()),
+      gpuReference(layouts.size());
+  for (size_t i = 0; i < layouts.size(); ++i)
+    if (plans[i] && references[i]) {
+      gpu[i] = train(*plans[i], kind);
+      again[i] = train(*plans[i], kind);
+      gpuReference[i] = train(*references[i], kind);
+    }
+  for (std::thread &t : cpuThreads)
+    t.join();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    if (!plans[i] || !references[i])
+      continue;
+    const std::string &name = layouts[i].name;
+    std::printf("%s: cuda %s; cpu reference %s\n", name.c_str(),
+                describe(gpu[i]).c_str(), describe(cpuReference[i]).c_str());
+    report.close(worstDifference(gpu[i], cpuReference[i]), kTolerance,
+                 name + ": " + std::to_string(layouts[i].worldSize) +
+                     " ranks on cuda vs the cpu reference");
+    report.close(worstDifference(gpuReference[i], cpuReference[i]), kTolerance,
+                 name + ": the reference on cuda vs on cpu");
+    report.check(bitwiseEqual(gpu[i], again[i]),
+                 name + ": two cuda runs give bitwise identical losses",
+                 gpu[i].exitCode == 0 && again[i].exitCode == 0
+                     ? ""
+                     : describe(again[i]));
+  }
+
+  // A rank that fails stops every rank (SPEC §7 on GPUs too).
+  {
+    std::string error;
+    std::optional<Plan> plan =
+        planOf(test::example("vlm-fan-in.json"), &error);
+    exec::RunOptions options;
+    options.steps = 2;
+    options.timeoutSeconds = 60;
+    options.device = kind;
+    options.fault = std::make_pair(int64_t(6), int64_t(2));
+    auto start = std::chrono::steady_clock::now();
+    exec::RunResult r = exec::runLocal(*plan, options);
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    report.check(r.exitCode == 2 &&
+                     r.error.find("rank 6 failed at the start of step 2") !=
+                         std::string::npos &&
+                     seconds < 30,
+                 "an injected fault on a GPU rank stops every rank", r.error);
+  }
+  // A kernel that refuses its shape fails the run with exit 2, naming the
+  // rank, the instruction and the kernel's reason (the CPU takes any).
+  if (kind == device::DeviceKind::Cuda) {
+    nlohmann::json model = test::example("lm-cp2-sp.json");
+    for (auto &module : model["modules"])
+      if (module["kind"] == "language") {
+        module["arch"]["hidden_size"] = 1024;
+        module["arch"]["num_heads"] = 2; // head dimension 512
+      }
+    std::string error;
+    std::optional<Plan> plan = planOf(model, &error);
+    if (!plan) {
+      report.check(false, "a kernel's refusal names rank and instruction",
+                   error);
+    } else {
+      exec::RunOptions options;
+      options.steps = 1;
+      options.device = device::DeviceKind::Cuda;
+      exec::RunResult r = exec::runLocal(*plan, options);
+      report.check(r.exitCode == 2 &&
+                       r.error.find("failed at step 1, instruction") !=
+                           std::string::npos &&
+                       r.error.find("head dimension 512") != std::string::npos,
+                   "a kernel's refusal names rank and instruction", r.error);
+    }
+  }
+  return report.finish();
+}
