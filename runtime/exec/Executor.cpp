@@ -293,9 +293,9 @@ private:
     return *peers;
   }
 
-  static comm::P2POp op(bool send, int64_t peer, int64_t tag, float *data,
-                        int64_t count) {
-    return {send, peer, tag, data, count * static_cast<int64_t>(sizeof(float))};
+  /// A message of all of `t`'s bytes (a view, for a piece of a tensor).
+  static comm::P2POp op(bool send, int64_t peer, int64_t tag, const Tensor &t) {
+    return {send, peer, tag, const_cast<void *>(t.raw()), t.bytes()};
   }
 
   /// Posts the point-to-point instructions [first, last] together.
@@ -316,7 +316,7 @@ private:
         ops.push_back(
             op(true, peers.ranks.at(0),
                tagOf(in.op == InstrOp::SendAct ? kAct : kGrad, in.index, in.mb),
-               it->second.data(), static_cast<int64_t>(it->second.size())));
+               it->second));
         consumed.push_back({&from, key});
         break;
       }
@@ -328,7 +328,7 @@ private:
         ops.push_back(
             op(false, peers.ranks.at(0),
                tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
-               to.data(), static_cast<int64_t>(to.size())));
+               to));
         break;
       }
       case InstrOp::BridgeSend:
@@ -375,7 +375,7 @@ private:
           int64_t offset = onSource ? p.srcOffset : p.dstOffset;
           ops.push_back(op(send, peer,
                            tagOf(grad ? kBridgeGrad : kBridge, in.index, in.mb),
-                           buffer->data() + offset * H, p.rows * H));
+                           buffer->view(offset * H, p.rows * H)));
         }
         break;
       }
@@ -422,8 +422,7 @@ private:
                           std::to_string(n / H) + " modality tokens");
       if (buffer.size() != n)
         buffer = Tensor::empty(n);
-      comm.broadcast(group, peers.root, buffer.data(),
-                     static_cast<int64_t>(buffer.size() * sizeof(float)));
+      comm.broadcast(group, peers.root, buffer.raw(), buffer.bytes());
       return;
     }
     case InstrOp::ColocatedForward:

@@ -115,7 +115,28 @@ json.dump(p, open(sys.argv[2],'w'))" "$plan" "$work/bf16.json"
 "$bin/mimo-run" "$work/bf16.json" --steps 1 >/dev/null 2>"$work/bf16.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "/model/precision: error" "$work/bf16.err" &&
-  pass "bf16 on the cpu device: exit 1" || { cat "$work/bf16.err"; fail "bf16 (rc $rc)"; }
+  pass "bf16: exit 1 (fp32 only in this version)" || { cat "$work/bf16.err"; fail "bf16 (rc $rc)"; }
+
+# --device cuda: trains where a GPU is usable; elsewhere exit 1 saying why
+# (no driver, no device, or a build without CUDA), never an abort.
+"$bin/mimo-run" "$plan" --steps 1 --device cuda >"$work/cuda.out" 2>"$work/cuda.err"
+rc=$?
+if [ $rc -eq 0 ]; then
+  grep -q "cuda device" "$work/cuda.out" && pass "--device cuda trains on this GPU machine" ||
+    { cat "$work/cuda.out"; fail "--device cuda banner"; }
+else
+  [ $rc -eq 1 ] && grep -q "error: --device cuda: no usable GPU: " "$work/cuda.err" &&
+    pass "--device cuda without a usable GPU: exit 1, $(head -c 120 "$work/cuda.err")" ||
+    { cat "$work/cuda.err"; fail "--device cuda without a GPU (rc $rc)"; }
+fi
+"$bin/mimo-run" "$plan" --steps 1 --backend nccl >/dev/null 2>"$work/nccl.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "nccl backend is not part of this version" "$work/nccl.err" &&
+  pass "--backend nccl: exit 1, says what to use" || { cat "$work/nccl.err"; fail "nccl (rc $rc)"; }
+mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1 --device cuda >"$work/mcuda.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: --device cuda" "$work/mcuda.out" &&
+  pass "--device cuda under mpirun: exit $rc" || { cat "$work/mcuda.out"; fail "cuda under mpirun (rc $rc)"; }
 
 MIMO_INJECT_FAULT=1:9 "$bin/mimo-run" "$plan" --steps 3 >/dev/null 2>"$work/step.err"
 rc=$?

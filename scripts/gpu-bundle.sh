@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Prepares, on a development machine, what a GPU machine (only the CUDA
+# toolkit, cmake, ninja, python3) needs for scripts/gpu-check.sh and does
+# not have: the nlohmann-json header, every example compiled to a plan by
+# mimoc, and the commit. Writes .gpu-bundle/ (ignored by git; a few MiB),
+# which travels with the tree to the GPU machine.
+# usage: scripts/gpu-bundle.sh   (after scripts/setup.sh has built build/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=.gpu-bundle
+rm -rf "$bundle"
+mkdir -p "$bundle/include" "$bundle/plans"
+cp -r /usr/include/nlohmann "$bundle/include/"
+for model in examples/*.json; do
+  name=$(basename "$model" .json)
+  build/bin/mimoc compile "$model" -o "$bundle/plans/$name.plan.json"
+done
+dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+uncommitted" || true)
+echo "$(git rev-parse --short HEAD)$dirty" >"$bundle/commit"
+echo "gpu-bundle: $(du -sh "$bundle" | cut -f1) in $bundle (carry it to the GPU machine)"

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The GPU check (SPEC §11): on a machine with a GPU, builds the runtime with
+# CUDA, runs the GPU tests (ctest -L gpu: every CUDA op against the CPU,
+# every example and test layout on --device cuda against the CPU and CUDA
+# references, bitwise reproducibility, faults), runs mimo-run itself on
+# every example plan on cuda against --reference, runs the GPU benchmarks,
+# and writes bench/results/gpu-<device>.md (device, driver, date, commit,
+# every figure). About 10 minutes on one H100.
+#
+# usage: scripts/gpu-check.sh [PHASE ...]
+#   phases: build tests examples bench report (default: all, in order).
+#   Each phase logs to $MIMO_GPU_BUILD/gpu-check/ (default build-gpu/), so
+#   the phases can run in separate commands on a machine that stays up
+#   (e.g. "build tests" then "examples bench report"); `report` assembles
+#   whatever the logs hold. With $OUT set, the report is copied there too.
+#   MIMO_GPU_CMAKE_ARGS: more cmake options (e.g. to build, on a machine
+#   that has them, without MPI, OpenBLAS, GoogleTest and the system json,
+#   as a GPU machine would).
+#
+# Needs: nvcc, cmake, ninja, python3 (for the examples phase). Where
+# nlohmann-json is not installed, run scripts/gpu-bundle.sh first on a
+# machine that has it (and mimoc, for the example plans) and bring the
+# .gpu-bundle/ folder along.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${MIMO_GPU_BUILD:-build-gpu}
+logs=$build/gpu-check
+mkdir -p "$logs"
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(build tests examples bench report)
+jobs=$(nproc 2>/dev/null || echo 4)
+status=0
+
+note() { echo "gpu-check: $*"; }
+has_phase() { local p; for p in "${phases[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+elapsed() { echo $(( $(date +%s) - $1 )); }
+
+if has_phase build; then
+  t0=$(date +%s)
+  json=()
+  [ -f /usr/include/nlohmann/json.hpp ] || json=(-DMIMO_JSON_INCLUDE_DIR="$root/.gpu-bundle/include")
+  { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DMIMO_BUILD_COMPILER=OFF -DMIMO_ENABLE_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${MIMO_CUDA_ARCHITECTURES:-90}" "${json[@]}" \
+      ${MIMO_GPU_CMAKE_ARGS:-} &&
+    cmake --build "$build" -j "$jobs"; } >"$logs/build.log" 2>&1
+  rc=$?
+  echo "$rc $(elapsed $t0)" >"$logs/build.status"
+  if [ $rc -ne 0 ]; then
+    tail -40 "$logs/build.log"; note "build failed (log: $logs/build.log)"; exit 1
+  fi
+  note "built in $(elapsed $t0) s"
+fi
+
+# Nothing to check without a usable GPU (the probe says why).
+if has_phase tests || has_phase examples || has_phase bench; then
+  if ! "$build/bin/mimo-cuda-ops-check" --probe; then
+    note "no usable GPU here: nothing checked, no report written"; exit 2
+  fi
+fi
+
+if has_phase tests; then
+  t0=$(date +%s)
+  ctest --test-dir "$build" -L gpu --output-on-failure >"$logs/tests.log" 2>&1
+  rc=$?
+  echo "$rc $(elapsed $t0)" >"$logs/tests.status"
+  grep -E "^(FAIL|ok  )|checks passed|tests passed|skipped" "$logs/tests.log" | grep -v "^ok  " | tail -30
+  [ $rc -eq 0 ] || { status=1; note "GPU tests failed (log: $logs/tests.log)"; }
+  note "GPU tests: rc $rc in $(elapsed $t0) s"
+fi
+
+if has_phase examples; then
+  # mimo-run itself: each example plan (compiled by mimoc on the
+  # development machine: scripts/gpu-bundle.sh) on cuda vs --reference on
+  # the CPU and on cuda, 3 steps, loss and grad norm within 1e-4.
+  t0=$(date +%s)
+  : >"$logs/examples.log"
+  out="$logs/examples"
+  mkdir -p "$out"
+  ok=0 total=0
+  for plan in .gpu-bundle/plans/*.plan.json; do
+    [ -f "$plan" ] || { echo "no plans in .gpu-bundle/plans (run scripts/gpu-bundle.sh)" >>"$logs/examples.log"; break; }
+    name=$(basename "$plan" .plan.json)
+    total=$((total + 1))
+    "$build/bin/mimo-run" "$plan" --steps 3 --device cuda --metrics "$out/$name.cuda.jsonl" \
+      >"$out/$name.cuda.out" 2>&1 &&
+      "$build/bin/mimo-run" "$plan" --steps 3 --device cpu --reference \
+        --metrics "$out/$name.ref-cpu.jsonl" >"$out/$name.ref-cpu.out" 2>&1 &&
+      "$build/bin/mimo-run" "$plan" --steps 3 --device cuda --reference \
+        --metrics "$out/$name.ref-cuda.jsonl" >"$out/$name.ref-cuda.out" 2>&1 &&
+      python3 tests/e2e/compare_metrics.py "$out/$name.cuda.jsonl" "$out/$name.ref-cpu.jsonl" 3 1e-4 \
+        >>"$logs/examples.log" 2>&1 &&
+      python3 tests/e2e/compare_metrics.py "$out/$name.ref-cuda.jsonl" "$out/$name.ref-cpu.jsonl" 3 1e-4 \
+        >>"$logs/examples.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      ok=$((ok + 1)); echo "ok   $name: mimo-run --device cuda and cuda --reference match the cpu --reference" >>"$logs/examples.log"
+    else
+      status=1
+      { echo "FAIL $name (rc $rc)"; tail -5 "$out/$name".*.out; } >>"$logs/examples.log"
+    fi
+  done
+  echo "$ok of $total examples match" >>"$logs/examples.log"
+  echo "$([ "$ok" = "$total" ] && [ "$total" -gt 0 ] && echo 0 || echo 1) $(elapsed $t0)" >"$logs/examples.status"
+  cat "$logs/examples.log"
+fi
+
+if has_phase bench; then
+  t0=$(date +%s)
+  "$build/bin/gpu_bench" >"$logs/bench.md" 2>&1
+  rc=$?
+  echo "$rc $(elapsed $t0)" >"$logs/bench.status"
+  cat "$logs/bench.md"
+  [ $rc -eq 0 ] || { status=1; note "benchmarks failed"; }
+fi
+
+if has_phase report; then
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader 2>/dev/null | head -1)
+  count=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ -n "$name" ] || name="unknown GPU"
+  slug=$(echo "$name" | tr 'A-Z' 'a-z' | grep -oE '[a-z][0-9]{3,4}' | head -1)
+  [ -n "$slug" ] || slug=$(echo "$name" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
+  commit=$(git rev-parse --short HEAD 2>/dev/null || cat .gpu-bundle/commit 2>/dev/null || echo unknown)
+  report=bench/results/gpu-$slug.md
+  mkdir -p bench/results
+  phase_line() {
+    local f=$logs/$1.status
+    if [ -f "$f" ]; then read -r rc secs <"$f"; echo "- $1: $([ "$rc" = 0 ] && echo passed || echo "FAILED (rc $rc)") in ${secs} s"
+    else echo "- $1: not run"; fi
+  }
+  {
+    echo "# GPU check: $name"
+    echo
+    echo "Written by \`scripts/gpu-check.sh\`; every figure below was measured in that run."
+    echo
+    echo "- device: $name ($count visible, $memory), driver $driver"
+    echo "- CUDA: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | head -1)"
+    echo "- commit: $commit"
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- host: $(nproc) cores"
+    echo
+    echo "## Phases"
+    echo
+    for p in build tests examples bench; do phase_line $p; done
+    echo
+    echo "## GPU tests (\`ctest -L gpu\`)"
+    echo
+    echo '```'
+    if [ -f "$logs/tests.log" ]; then
+      grep -E "^(ok  |FAIL)|checks passed|relative error|: cuda |Test +#|tests passed|seed" "$logs/tests.log" |
+        grep -vE "^ok   (gemm|add|fill|copy|gelu|swiglu|rmsnorm|layernorm|rope|embedding|adamw|cross|attention|sum of)" | head -150
+      echo "... $(grep -c '^ok  ' "$logs/tests.log") checks ok, $(grep -c '^FAIL' "$logs/tests.log") failed"
+    else
+      echo "not run"
+    fi
+    echo '```'
+    echo
+    echo "## mimo-run on every example: cuda vs --reference"
+    echo
+    echo '```'
+    [ -f "$logs/examples.log" ] && cat "$logs/examples.log" || echo "not run"
+    echo '```'
+    echo
+    [ -f "$logs/bench.md" ] && cat "$logs/bench.md" || echo "Benchmarks: not run"
+  } >"$report"
+  note "wrote $report"
+  if [ -n "${OUT:-}" ]; then
+    cp "$report" "$OUT/" 2>/dev/null
+    tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$build" gpu-check 2>/dev/null
+  fi
+fi
+exit $status
