@@ -344,11 +344,20 @@ void LocalComm::withdraw(std::vector<Message> &sends,
     if (q.empty())
       inbox.erase(queue);
   }
-  // A receiver copying one of our buffers is finishing a memcpy: wait for
-  // it so it never reads a dead frame.
+  // A receiver copying one of our buffers is finishing its copy: wait for
+  // it so it never reads a dead frame, and order our later use of the
+  // buffer (a free, on a GPU) after the copy it enqueued.
   for (Message &m : sends)
     while (m.claimed && !m.done)
       world->wake[static_cast<size_t>(self)].wait_for(lock, kWaitSlice);
+  for (Message &m : sends)
+    if (m.copied) {
+      try {
+        device().wait(m.copied);
+      } catch (const std::exception &) {
+        // Already failing; the device reports its own error next.
+      }
+    }
 }
 
 } // namespace

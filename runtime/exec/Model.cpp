@@ -110,10 +110,13 @@ size_t Stage::addParam(const std::string &module, const std::string &name,
 }
 
 void Stage::finalizeParameters() {
-  // Flat layout: SP-partial replicated, other replicated, sharded.
+  // Flat layout: SP-partial replicated, other replicated, sharded; each
+  // parameter at a multiple of 64 values (256 bytes, what GEMM libraries
+  // align to), the padding zero in every buffer (AdamW keeps it zero).
   auto group = [](const Param &p) {
     return p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
   };
+  auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
   std::vector<int64_t> offset(parameters.size());
   FlatParams &f = flatParams;
   int64_t at = 0;
@@ -121,7 +124,7 @@ void Stage::finalizeParameters() {
     for (size_t i = 0; i < parameters.size(); ++i)
       if (group(parameters[i]) == g) {
         offset[i] = at;
-        at += parameters[i].size();
+        at += aligned(parameters[i].size());
       }
     if (g == 0)
       f.spPartial = at;
@@ -129,7 +132,7 @@ void Stage::finalizeParameters() {
       f.replicated = at;
   }
   f.total = at;
-  std::vector<float> values(static_cast<size_t>(at));
+  std::vector<float> values(static_cast<size_t>(at), 0.0f);
   for (size_t i = 0; i < parameters.size(); ++i)
     std::copy(initialValues[i].begin(), initialValues[i].end(),
               values.begin() + offset[i]);

@@ -159,6 +159,29 @@ public:
           }
   }
 
+  /// Operands that start anywhere (views into flat buffers): one float
+  /// past an aligned address.
+  void gemmMisaligned() {
+    for (Dims s : {Dims{33, 17, 9, 0}, Dims{256, 128, 64, 0}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          Io io;
+          io.in = {random(s.a * s.c + 1), random(s.c * s.b + 1)};
+          io.inout = {random(s.a * s.b + 1)};
+          char name[96];
+          std::snprintf(name, sizeof(name),
+                        "gemm %lldx%lldx%lld ta=%d tb=%d, operands 4 bytes "
+                        "past alignment",
+                        static_cast<long long>(s.a),
+                        static_cast<long long>(s.b),
+                        static_cast<long long>(s.c), ta, tb);
+          compare(name, io, [=](Device &d, const Ptr &p) {
+            d.gemm(ta, tb, s.a, s.b, s.c, 1.0f, p.in[0] + 1, p.in[1] + 1, 0.5f,
+                   p.inout[0] + 1);
+          });
+        }
+  }
+
   void elementwise() {
     for (int64_t n : {int64_t(1), int64_t(1000), int64_t(65537)}) {
       std::string sz = " n=" + std::to_string(n);
@@ -621,6 +644,7 @@ public:
 
   int run() {
     gemm();
+    gemmMisaligned();
     elementwise();
     reductions();
     norms();

@@ -154,6 +154,10 @@ int main() {
     std::string error;
     std::optional<Plan> plan =
         planOf(test::example("vlm-fan-in.json"), &error);
+    if (!plan) {
+      report.check(false, "an injected fault on a GPU rank", error);
+      return report.finish();
+    }
     exec::RunOptions options;
     options.steps = 2;
     options.timeoutSeconds = 60;

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mimo::device::cuda {
 
@@ -92,13 +93,17 @@ public:
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
           "cudaEventCreateWithFlags");
   }
-  ~CudaEvent() override { cudaEventDestroy(event); }
+  ~CudaEvent() override {
+    cudaEventDestroy(event);
+    (void)cudaGetLastError(); // never blame a later call for this one
+  }
   cudaEvent_t event = nullptr;
 };
 
 class CudaDevice final : public Device {
 public:
-  explicit CudaDevice(int ordinal) : ordinal(ordinal) {
+  explicit CudaDevice(int ordinal)
+      : ordinal(ordinal), multiGpu(cudaStatus().devices > 1) {
     activate();
     cudaDeviceProp props{};
     check(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties");
@@ -119,12 +124,15 @@ public:
   }
 
   ~CudaDevice() override {
-    activate();
+    if (!activateQuietly())
+      return; // the context is gone; nothing can be released any more
     blas.reset();
+    events.clear();
     if (partials)
       cudaFreeAsync(partials, stream);
     cudaStreamSynchronize(stream);
     cudaStreamDestroy(stream);
+    (void)cudaGetLastError();
   }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
@@ -137,31 +145,34 @@ public:
     void *p = nullptr;
     cudaError_t error = cudaMallocAsync(
         &p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream);
-    if (error != cudaSuccess) {
+    if (error == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       size_t freeBytes = 0, totalBytes = 0;
       cudaMemGetInfo(&freeBytes, &totalBytes);
       throw DeviceError("out of GPU memory on " + label + " allocating " +
                         std::to_string(bytes) + " bytes (" +
                         std::to_string(freeBytes >> 20) + " of " +
-                        std::to_string(totalBytes >> 20) + " MiB free): " +
-                        errorText(error));
+                        std::to_string(totalBytes >> 20) + " MiB free)");
     }
+    checkCall(error, "cudaMallocAsync");
     return p;
   }
   void release(void *data) override {
-    activate();
-    // Stream-ordered: work already enqueued that reads `data` finishes
-    // first. Errors here cannot be reported (destructors), and a sticky
-    // one reappears at the next checked call.
+    // From destructors: never throws. Stream-ordered, so work already
+    // enqueued that reads `data` finishes first. A sticky error reappears
+    // at the next checked call; anything else is cleared here so that it is
+    // not blamed on that call.
+    if (!activateQuietly())
+      return;
     cudaFreeAsync(data, stream);
+    (void)cudaGetLastError();
   }
   void fillZero(void *data, int64_t bytes) override {
     if (bytes <= 0)
       return;
     activate();
-    check(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), stream),
-          where("cudaMemsetAsync"));
+    checkCall(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), stream),
+              "cudaMemsetAsync");
   }
   void fill(float *data, float value, int64_t n) override {
     launch("fill", b::Fill<float>{data, value, n});
@@ -170,34 +181,57 @@ public:
     if (bytes <= 0 || dst == src)
       return;
     activate();
-    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                          cudaMemcpyDefault, stream),
-          where("cudaMemcpyAsync (device to device)"));
+    // Pool memory ignores peer access: between two GPUs (ranks r and r + 1
+    // on a multi-GPU machine) only a peer copy works.
+    int dstDevice = ordinal, srcDevice = ordinal;
+    if (multiGpu) {
+      dstDevice = deviceOf(dst);
+      srcDevice = deviceOf(src);
+    }
+    if (dstDevice != srcDevice && dstDevice >= 0 && srcDevice >= 0)
+      checkCall(cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice,
+                                    static_cast<size_t>(bytes), stream),
+                "cudaMemcpyPeerAsync");
+    else
+      checkCall(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                cudaMemcpyDefault, stream),
+                "cudaMemcpyAsync (device to device)");
   }
   void upload(void *dst, const void *host, int64_t bytes) override {
     if (bytes <= 0)
       return;
     activate();
-    check(cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
-                          cudaMemcpyHostToDevice, stream),
-          where("cudaMemcpyAsync (host to device)"));
+    checkCall(cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (host to device)");
   }
   void download(void *host, const void *src, int64_t bytes) override {
     if (bytes <= 0)
       return;
     activate();
-    check(cudaMemcpyAsync(host, src, static_cast<size_t>(bytes),
-                          cudaMemcpyDeviceToHost, stream),
-          where("cudaMemcpyAsync (device to host)"));
-    check(cudaStreamSynchronize(stream), where("cudaStreamSynchronize"));
+    checkCall(cudaMemcpyAsync(host, src, static_cast<size_t>(bytes),
+                              cudaMemcpyDeviceToHost, stream),
+              "cudaMemcpyAsync (device to host)");
+    checkCall(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 
   //===--- Ordering -------------------------------------------------------===//
 
   EventPtr record() override {
     activate();
-    auto event = std::make_shared<CudaEvent>();
-    check(cudaEventRecord(event->event, stream), where("cudaEventRecord"));
+    // Reuse an event nobody else holds: a wait enqueued on it has already
+    // captured the point it was recorded at, so it may be recorded again.
+    std::shared_ptr<CudaEvent> event;
+    for (const std::shared_ptr<CudaEvent> &e : events)
+      if (e.use_count() == 1) {
+        event = e;
+        break;
+      }
+    if (!event) {
+      event = std::make_shared<CudaEvent>();
+      events.push_back(event);
+    }
+    checkCall(cudaEventRecord(event->event, stream), "cudaEventRecord");
     return event;
   }
   void wait(const EventPtr &event) override {
@@ -208,12 +242,12 @@ public:
       throw DeviceError("a CUDA stream cannot wait for an event of another "
                         "kind of device");
     activate();
-    check(cudaStreamWaitEvent(stream, cuda->event, 0),
-          where("cudaStreamWaitEvent"));
+    checkCall(cudaStreamWaitEvent(stream, cuda->event, 0),
+              "cudaStreamWaitEvent");
   }
   void synchronize() override {
     activate();
-    check(cudaStreamSynchronize(stream), where("cudaStreamSynchronize"));
+    checkCall(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 
   //===--- Data movement and reductions -----------------------------------===//
@@ -288,11 +322,12 @@ public:
   void rmsnormBackward(const float *x, const float *w, const float *rstd,
                        const float *dy, float *dx, float *dw, int64_t rows,
                        int64_t cols) override {
-    launch("rmsnorm_backward",
-           b::RmsnormBackwardRow<float>{x, w, rstd, dy, dx, rows, cols},
-           kRowThreads);
+    // The weight gradient first: it reads x and dy, which dx may alias.
     launch("rmsnorm_backward_weight",
            b::RmsnormBackwardWeightColumn<float>{x, rstd, dy, dw, rows, cols},
+           kRowThreads);
+    launch("rmsnorm_backward",
+           b::RmsnormBackwardRow<float>{x, w, rstd, dy, dx, rows, cols},
            kRowThreads);
   }
   void layernormForward(const float *x, const float *w, const float *bias,
@@ -307,13 +342,13 @@ public:
                          const float *rstd, const float *dy, float *dx,
                          float *dw, float *db, int64_t rows,
                          int64_t cols) override {
-    launch("layernorm_backward",
-           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows,
-                                          cols},
-           kRowThreads);
     launch("layernorm_backward_params",
            b::LayernormBackwardParamsColumn<float>{x, mean, rstd, dy, dw, db,
                                                    rows, cols},
+           kRowThreads);
+    launch("layernorm_backward",
+           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows,
+                                          cols},
            kRowThreads);
   }
   void geluForward(const float *x, float *y, int64_t n) override {
@@ -416,18 +451,51 @@ private:
   /// fewer per block, so the rows spread over every multiprocessor.
   static constexpr int kRowThreads = 64;
 
-  void activate() const {
+  /// Makes this GPU the calling thread's (cached per thread).
+  static int &threadDevice() {
     thread_local int current = -1;
-    if (current != ordinal) {
+    return current;
+  }
+  void activate() const {
+    if (threadDevice() != ordinal) {
       check(cudaSetDevice(ordinal), "cudaSetDevice");
-      current = ordinal;
+      threadDevice() = ordinal;
     }
   }
+  /// The same for destructors: false (never a throw) when it fails.
+  bool activateQuietly() const {
+    if (threadDevice() == ordinal)
+      return true;
+    if (cudaSetDevice(ordinal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    threadDevice() = ordinal;
+    return true;
+  }
 
-  std::string where(const char *call) const {
-    return std::string(call) + " on " + label +
-           (lastKernel ? std::string(" (after kernel ") + lastKernel + ")"
-                       : std::string());
+  /// Throws DeviceError naming the call, this GPU and the last kernel
+  /// launched (an asynchronous fault surfaces at a later call). The text is
+  /// built only on failure.
+  void checkCall(cudaError_t error, const char *call) const {
+    if (error == cudaSuccess)
+      return;
+    (void)cudaGetLastError();
+    throw DeviceError("CUDA error in " + std::string(call) + " on " + label +
+                      (lastKernel ? std::string(" (after kernel ") +
+                                        lastKernel + ")"
+                                  : std::string()) +
+                      ": " + errorText(error));
+  }
+
+  /// The GPU that owns `pointer` (-1 for host or unknown memory).
+  static int deviceOf(const void *pointer) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
   }
 
   template <typename F>
@@ -473,8 +541,10 @@ private:
   }
 
   int ordinal;
+  bool multiGpu;
   std::string label;
   cudaStream_t stream = nullptr;
+  std::vector<std::shared_ptr<CudaEvent>> events;
   double *partials = nullptr;
   std::unique_ptr<CublasLtGemm> blas;
   const char *lastKernel = nullptr;

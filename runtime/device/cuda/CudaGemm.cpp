@@ -26,9 +26,24 @@ CublasLtGemm::~CublasLtGemm() {
     cublasLtDestroy(handle);
 }
 
+namespace {
+
+/// The largest power of two up to 256 that divides the address: cuBLASLt
+/// assumes 256-byte-aligned operands unless told otherwise, and views into
+/// flat buffers can start anywhere.
+uint32_t alignmentOf(const void *pointer) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  uintptr_t lowest = address & (~address + 1);
+  return static_cast<uint32_t>(lowest == 0 || lowest > 256 ? 256 : lowest);
+}
+
+} // namespace
+
 CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
-                                           int64_t N, int64_t K) {
-  auto key = std::make_tuple(transA, transB, M, N, K);
+                                           int64_t N, int64_t K,
+                                           uint32_t alignA, uint32_t alignB,
+                                           uint32_t alignC) {
+  auto key = std::make_tuple(transA, transB, M, N, K, alignA, alignB, alignC);
   auto it = shapes.find(key);
   if (it != shapes.end())
     return it->second;
@@ -62,6 +77,16 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
       sizeof(bytes));
+  // cuBLASLt's A is our B and its B our A (see above).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] =
+      {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignB},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignA},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignC},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}};
+  for (const auto &[attribute, value] : alignments)
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attribute,
+                                                    &value, sizeof(value));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
@@ -84,11 +109,14 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
 void CublasLtGemm::run(bool transA, bool transB, int64_t M, int64_t N,
                        int64_t K, float alpha, const float *A, const float *B,
                        float beta, float *C) {
-  Shape &s = shapeOf(transA, transB, M, N, K);
-  check(cublasLtMatmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
-                       s.c, &s.algo, workspace, kWorkspaceBytes, stream),
-        "cublasLtMatmul (" + std::to_string(M) + "x" + std::to_string(N) +
-            "x" + std::to_string(K) + ")");
+  Shape &s = shapeOf(transA, transB, M, N, K, alignmentOf(A), alignmentOf(B),
+                     alignmentOf(C));
+  cublasStatus_t status =
+      cublasLtMatmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
+                     s.c, &s.algo, workspace, kWorkspaceBytes, stream);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    check(status, "cublasLtMatmul (" + std::to_string(M) + "x" +
+                      std::to_string(N) + "x" + std::to_string(K) + ")");
 }
 
 } // namespace mimo::device::cuda

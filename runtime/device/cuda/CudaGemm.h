@@ -38,12 +38,17 @@ private:
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  Shape &shapeOf(bool transA, bool transB, int64_t M, int64_t N, int64_t K);
+  /// The plan of a shape and its operands' alignments (bytes).
+  Shape &shapeOf(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 uint32_t alignA, uint32_t alignB, uint32_t alignC);
 
   cudaStream_t stream;
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
-  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t>, Shape> shapes;
+  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, uint32_t,
+                      uint32_t, uint32_t>,
+           Shape>
+      shapes;
 };
 
 } // namespace mimo::device::cuda
