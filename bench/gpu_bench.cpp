@@ -96,8 +96,10 @@ double ceilingTflops(cudaDataType_t type, int64_t n) {
     host32.resize(static_cast<size_t>(n * n));
     for (float &x : host32)
       x = dist(rng);
-    cudaCheck(cudaMemcpy(a, host32.data(), bytes, cudaMemcpyHostToDevice), "up");
-    cudaCheck(cudaMemcpy(b, host32.data(), bytes, cudaMemcpyHostToDevice), "up");
+    cudaCheck(cudaMemcpy(a, host32.data(), bytes, cudaMemcpyHostToDevice),
+              "up");
+    cudaCheck(cudaMemcpy(b, host32.data(), bytes, cudaMemcpyHostToDevice),
+              "up");
   } else {
     host16.resize(static_cast<size_t>(n * n));
     for (uint16_t &x : host16) {
@@ -106,8 +108,10 @@ double ceilingTflops(cudaDataType_t type, int64_t n) {
       std::memcpy(&bits, &f, 4);
       x = static_cast<uint16_t>(bits >> 16);
     }
-    cudaCheck(cudaMemcpy(a, host16.data(), bytes, cudaMemcpyHostToDevice), "up");
-    cudaCheck(cudaMemcpy(b, host16.data(), bytes, cudaMemcpyHostToDevice), "up");
+    cudaCheck(cudaMemcpy(a, host16.data(), bytes, cudaMemcpyHostToDevice),
+              "up");
+    cudaCheck(cudaMemcpy(b, host16.data(), bytes, cudaMemcpyHostToDevice),
+              "up");
   }
   cublasLtHandle_t handle;
   cublasCheck(cublasLtCreate(&handle), "cublasLtCreate");
@@ -124,9 +128,8 @@ double ceilingTflops(cudaDataType_t type, int64_t n) {
               "pref");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasCheck(cublasLtMatmulAlgoGetHeuristic(handle, op, layout, layout,
-                                             layout, layout, pref, 1, &result,
-                                             &found),
+  cublasCheck(cublasLtMatmulAlgoGetHeuristic(handle, op, layout, layout, layout,
+                                             layout, pref, 1, &result, &found),
               "heuristic");
   if (found == 0)
     throw std::runtime_error("no cuBLASLt algorithm for the ceiling GEMM");
@@ -165,7 +168,8 @@ std::vector<GemmShape> languageShapes(const std::string &name,
     if (m.kind != ModuleKind::Language)
       continue;
     int64_t tp = m.parallel.tp, cp = m.parallel.cp, dp = m.parallel.dp;
-    int64_t T = config.batch.seqLength / cp * (config.batch.microBatchSize / dp);
+    int64_t T =
+        config.batch.seqLength / cp * (config.batch.microBatchSize / dp);
     int64_t H = m.hiddenSize, F = m.ffnHiddenSize, V = m.vocabSize;
     shapes.push_back({name + " qkv/out", T, H / tp, H});
     shapes.push_back({name + " gate/up", T, F / tp, H});
@@ -211,8 +215,8 @@ void benchGemm(const std::vector<GemmShape> &shapes) {
                  repeats);
     };
     double forward = time(false, false, s.M, s.N, s.K);
-    double dx = time(false, true, s.M, s.K, s.N);  // dY[M,N] W[K,N]^T
-    double dw = time(true, false, s.K, s.N, s.M);  // X[M,K]^T dY[M,N]
+    double dx = time(false, true, s.M, s.K, s.N); // dY[M,N] W[K,N]^T
+    double dw = time(true, false, s.K, s.N, s.M); // X[M,K]^T dY[M,N]
     std::printf("| %s | %lld x %lld x %lld | %.2f | %.2f | %.2f | %.0f%% | "
                 "%.0f%% |\n",
                 s.what.c_str(), static_cast<long long>(s.M),
@@ -288,7 +292,8 @@ void benchBridges() {
   std::unique_ptr<Device> dev = device::makeDevice(device::DeviceKind::Cuda, 0);
   for (int64_t mib : {16, 64, 256}) {
     int64_t bytes = mib << 20;
-    Tensor src = Tensor::zeros(*dev, bytes / 4), dst = Tensor::zeros(*dev, bytes / 4);
+    Tensor src = Tensor::zeros(*dev, bytes / 4),
+           dst = Tensor::zeros(*dev, bytes / 4);
     double copy = medianSeconds(
         [&] {
           dev->copy(dst.raw(), src.raw(), bytes);
@@ -310,8 +315,8 @@ void benchBridges() {
 //===----------------------------------------------------------------------===//
 
 /// Mean tokens/s over steps 2.. of a local run.
-double tokensPerSecond(const Plan &plan, device::DeviceKind kind,
-                       int64_t steps, std::string *error) {
+double tokensPerSecond(const Plan &plan, device::DeviceKind kind, int64_t steps,
+                       std::string *error) {
   exec::RunOptions options;
   options.steps = steps;
   options.device = kind;
@@ -383,12 +388,12 @@ int main(int argc, char **argv) {
       examplesDir = arg.substr(11);
   }
   std::vector<std::string> examples = {
-      "vlm-fan-in",  "vlm-fan-out",       "vlm-colocated", "vlm-colocated-pp2",
-      "avlm",        "lm-cp2-sp",         "packed-thd"};
+      "vlm-fan-in", "vlm-fan-out", "vlm-colocated", "vlm-colocated-pp2",
+      "avlm",       "lm-cp2-sp",   "packed-thd"};
   try {
     std::vector<GemmShape> shapes;
-    for (const std::string &name : {std::string("vlm-fan-in"),
-                                    std::string("lm-cp2-sp")}) {
+    for (const std::string &name :
+         {std::string("vlm-fan-in"), std::string("lm-cp2-sp")}) {
       std::ifstream in(examplesDir + "/" + name + ".json");
       std::stringstream text;
       text << in.rdbuf();

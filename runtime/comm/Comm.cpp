@@ -117,8 +117,8 @@ int64_t Comm::collectiveTag(const std::vector<int64_t> &group) {
 }
 
 void Comm::reduceInOrder(device::DType type, void *out,
-                         const std::vector<const void *> &pieces,
-                         int64_t count, bool max) {
+                         const std::vector<const void *> &pieces, int64_t count,
+                         bool max) {
   device::Device &dev = device();
   if (count == 0)
     return;

@@ -374,9 +374,7 @@ struct AttentionShape {
   MIMO_HD bool allowed(int64_t i, int64_t j) const {
     return attends(qpos[i], qseg[i], kpos[j], kseg[j], causal);
   }
-  MIMO_HD double scale() const {
-    return 1.0 / ::sqrt(static_cast<double>(d));
-  }
+  MIMO_HD double scale() const { return 1.0 / ::sqrt(static_cast<double>(d)); }
 };
 
 /// o and lse of one (query, head): index = query * heads + head.
@@ -590,9 +588,8 @@ template <typename T> struct CrossEntropyBackward {
       return;
     }
     double f = sc / static_cast<double>(globalSumExp[i]);
-    T g = static_cast<T>(
-        f * ::exp(static_cast<double>(logits[idx]) -
-                  static_cast<double>(globalMax[i])));
+    T g = static_cast<T>(f * ::exp(static_cast<double>(logits[idx]) -
+                                   static_cast<double>(globalMax[i])));
     if (targets[i] - vocabBegin == j)
       g = static_cast<T>(static_cast<double>(g) - sc);
     dlogits[idx] = g;

@@ -107,8 +107,8 @@ void *Tensor::address() const {
 
 template <typename T> T *Tensor::checked() const {
   if (storage && type != DTypeOf<T>::value)
-    throw DeviceError(std::string("a tensor of ") + nameOf(type) +
-                      " read as " + nameOf(DTypeOf<T>::value));
+    throw DeviceError(std::string("a tensor of ") + nameOf(type) + " read as " +
+                      nameOf(DTypeOf<T>::value));
   return static_cast<T *>(address());
 }
 

@@ -453,9 +453,8 @@ private:
       return;
     }
     Tensor input = take(actIn, key, "input");
-    Tensor out =
-        m.language->forward(mb, lane(m, mb), std::move(input), invN,
-                           &lossScalar);
+    Tensor out = m.language->forward(mb, lane(m, mb), std::move(input), invN,
+                                     &lossScalar);
     if (!m.language->isLast())
       actOut[key] = std::move(out);
   }

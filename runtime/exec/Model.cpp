@@ -254,8 +254,8 @@ public:
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.qpos.data<int64_t>(),
                            m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
-                           m.kseg.data<int64_t>(), Tc, Tk, headsLocal,
-                           headDim, language);
+                           m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim,
+                           language);
     Tensor o = empty(Tc * H);
     matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
@@ -778,8 +778,8 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
   if (isLast()) {
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     Tensor dlogits = empty(Tc * Vl);
-    dev.crossEntropyBackward(c.logits.data(), c.targets.data<int64_t>(), Tc,
-                             Vl, ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
+    dev.crossEntropyBackward(c.logits.data(), c.targets.data<int64_t>(), Tc, Vl,
+                             ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
                              c.scale.data(), dlogits.data());
     Tensor dhNf = empty(Tc * H);
     matmulBackward(dev, c.hNf.data(), parameters[head].value.data(),

@@ -57,8 +57,7 @@ struct Ptr {
 
 using Op = std::function<void(Device &, const Ptr &)>;
 
-std::vector<std::vector<float>> runOn(Device &dev, const Io &io,
-                                      const Op &op) {
+std::vector<std::vector<float>> runOn(Device &dev, const Io &io, const Op &op) {
   std::vector<Tensor> keep;
   Ptr p;
   auto upload = [&](const std::vector<float> &host) {
@@ -135,9 +134,9 @@ public:
   }
 
   void gemm() {
-    for (Dims s : {Dims{1, 1, 1, 0}, Dims{3, 5, 7, 0}, Dims{64, 48, 33, 0},
-                   Dims{257, 129, 65, 0}, Dims{512, 384, 512, 0},
-                   Dims{5, 3, 0, 0}})
+    for (Dims s :
+         {Dims{1, 1, 1, 0}, Dims{3, 5, 7, 0}, Dims{64, 48, 33, 0},
+          Dims{257, 129, 65, 0}, Dims{512, 384, 512, 0}, Dims{5, 3, 0, 0}})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (float beta : {0.0f, 0.5f}) {
@@ -148,8 +147,10 @@ public:
             else
               io.inout = {random(s.a * s.b)};
             char name[96];
-            std::snprintf(name, sizeof(name), "gemm %lldx%lldx%lld ta=%d tb=%d "
-                          "beta=%.1f", static_cast<long long>(s.a),
+            std::snprintf(name, sizeof(name),
+                          "gemm %lldx%lldx%lld ta=%d tb=%d "
+                          "beta=%.1f",
+                          static_cast<long long>(s.a),
                           static_cast<long long>(s.b),
                           static_cast<long long>(s.c), ta, tb, beta);
             compare(name, io, [=](Device &d, const Ptr &p) {
@@ -214,18 +215,17 @@ public:
                 d.copy(p.out[2], p.in[0], n * 4);
               });
     }
-    for (Dims s : {Dims{1, 1, 0, 0}, Dims{37, 29, 0, 0},
-                   Dims{1024, 257, 0, 0}}) {
+    for (Dims s :
+         {Dims{1, 1, 0, 0}, Dims{37, 29, 0, 0}, Dims{1024, 257, 0, 0}}) {
       int64_t rows = s.a, cols = s.b;
-      std::string sz =
-          " " + std::to_string(rows) + "x" + std::to_string(cols);
-      compare("add bias, bias backward" + sz,
-              {{random(rows * cols)}, {}, {random(rows * cols), random(cols)},
-               {}},
-              [=](Device &d, const Ptr &p) {
-                d.addBias(p.inout[0], p.in[0] /* first cols */, rows, cols);
-                d.biasBackward(p.in[0], p.inout[1], rows, cols);
-              });
+      std::string sz = " " + std::to_string(rows) + "x" + std::to_string(cols);
+      compare(
+          "add bias, bias backward" + sz,
+          {{random(rows * cols)}, {}, {random(rows * cols), random(cols)}, {}},
+          [=](Device &d, const Ptr &p) {
+            d.addBias(p.inout[0], p.in[0] /* first cols */, rows, cols);
+            d.biasBackward(p.in[0], p.inout[1], rows, cols);
+          });
       std::vector<int64_t> to, from;
       for (int64_t r = 0; r < rows; r += 2) {
         to.push_back(rows - 1 - r);
@@ -242,8 +242,8 @@ public:
   }
 
   void reductions() {
-    for (int64_t n : {int64_t(1), int64_t(255), int64_t(70001),
-                      int64_t(3000001)}) {
+    for (int64_t n :
+         {int64_t(1), int64_t(255), int64_t(70001), int64_t(3000001)}) {
       try {
         std::vector<float> x = random(n), mask = random(n);
         for (float &m : mask)
@@ -269,7 +269,8 @@ public:
         report.close(gpucheck::relativeError(got, ref), 1e-12,
                      "sum of squares, masked sum, f64 add" + sz);
         report.check(got == again, "sum of squares, masked sum bitwise "
-                                   "reproducible" + sz);
+                                   "reproducible" +
+                                       sz);
       } catch (const std::exception &e) {
         report.check(false, "reductions", e.what());
       }
@@ -277,8 +278,8 @@ public:
   }
 
   void norms() {
-    for (Dims s : {Dims{1, 1, 0, 0}, Dims{33, 65, 0, 0},
-                   Dims{515, 1024, 0, 0}}) {
+    for (Dims s :
+         {Dims{1, 1, 0, 0}, Dims{33, 65, 0, 0}, Dims{515, 1024, 0, 0}}) {
       int64_t rows = s.a, cols = s.b;
       std::string sz = " " + std::to_string(rows) + "x" + std::to_string(cols);
       int64_t n = rows * cols;
@@ -308,15 +309,15 @@ public:
                                    p.out[1], p.out[2], rows, cols);
               });
       compare("layernorm backward" + sz,
-              {{random(n, -2, 2), random(cols, 0.5, 1.5), random(rows, -0.1, 0.1),
-                random(rows, 0.5, 2), random(n)},
+              {{random(n, -2, 2), random(cols, 0.5, 1.5),
+                random(rows, -0.1, 0.1), random(rows, 0.5, 2), random(n)},
                {},
                {random(cols), random(cols)},
                {n}},
               [=](Device &d, const Ptr &p) {
-                d.layernormBackward(p.in[0], p.in[1], p.in[2], p.in[3],
-                                    p.in[4], p.out[0], p.inout[0], p.inout[1],
-                                    rows, cols);
+                d.layernormBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
+                                    p.out[0], p.inout[0], p.inout[1], rows,
+                                    cols);
               });
     }
   }
@@ -330,8 +331,8 @@ public:
       int64_t n = tokens * heads * dim;
       for (bool inverse : {false, true})
         compare(std::string("rope") + (inverse ? " inverse " : " ") +
-                    std::to_string(tokens) + "x" + std::to_string(heads) +
-                    "x" + std::to_string(dim),
+                    std::to_string(tokens) + "x" + std::to_string(heads) + "x" +
+                    std::to_string(dim),
                 {{}, {positions}, {random(n)}, {}},
                 [=](Device &d, const Ptr &p) {
                   d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse);
@@ -353,15 +354,15 @@ public:
                {Tq * heads * d, heads * Tq}};
     compare("attention forward " + name, forward,
             [=](Device &dv, const Ptr &p) {
-              dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0],
-                                  p.out[1], p.idx[0], p.idx[1], p.idx[2],
-                                  p.idx[3], Tq, Tk, heads, d, causal);
+              dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
+                                  p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq,
+                                  Tk, heads, d, causal);
             });
     // The backward takes o and lse from the CPU forward.
     auto fwd = runOn(*cpu, forward, [=](Device &dv, const Ptr &p) {
       dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                          p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq, Tk,
-                          heads, d, causal);
+                          p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq, Tk, heads,
+                          d, causal);
     });
     Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
                  random(Tq * heads * d)},
@@ -370,16 +371,17 @@ public:
                 {Tq * heads * d, Tk * heads * d, Tk * heads * d}};
     compare("attention backward " + name, backward,
             [=](Device &dv, const Ptr &p) {
-              dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3],
-                                   p.in[4], p.in[5], p.out[0], p.out[1],
-                                   p.out[2], p.idx[0], p.idx[1], p.idx[2],
-                                   p.idx[3], Tq, Tk, heads, d, causal);
+              dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
+                                   p.in[5], p.out[0], p.out[1], p.out[2],
+                                   p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq,
+                                   Tk, heads, d, causal);
             });
   }
 
   void attentions() {
     // Causal over a [S, B] grid (token = position * B + sample).
-    for (Dims s : {Dims{7, 3, 2, 5}, Dims{96, 4, 4, 32}, Dims{128, 2, 2, 128}}) {
+    for (Dims s :
+         {Dims{7, 3, 2, 5}, Dims{96, 4, 4, 32}, Dims{128, 2, 2, 128}}) {
       int64_t S = s.a, B = s.b, heads = s.c, d = s.d;
       std::vector<int64_t> pos, seg;
       for (int64_t s = 0; s < S; ++s)
@@ -403,7 +405,7 @@ public:
     // keys are both ranks' shards in CP-rank order.
     std::vector<int64_t> q1 = {4, 5, 6, 7, 8, 9, 10, 11};
     std::vector<int64_t> keys = {0, 1, 2, 3, 12, 13, 14, 15,
-                                 4, 5, 6, 7, 8, 9, 10, 11};
+                                 4, 5, 6, 7, 8,  9,  10, 11};
     attention("cp zigzag rank 1", q1, std::vector<int64_t>(8, 0), keys,
               std::vector<int64_t>(16, 0), 3, 8, true);
     // Packed THD: three sequences in one row, positions restarting.
@@ -418,8 +420,8 @@ public:
     }
     attention("thd packed", tpos, tseg, tpos, tseg, 2, 16, true);
     // Encoders: bidirectional within each sample.
-    std::vector<int64_t> zeros(13, 0), samples = {0, 0, 0, 1, 1, 2, 2, 2,
-                                                   2, 2, 3, 4, 4};
+    std::vector<int64_t> zeros(13, 0),
+        samples = {0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3, 4, 4};
     attention("bidirectional per sample", zeros, samples, zeros, samples, 4, 8,
               false);
     // A query with no allowed key (o = 0, lse = -inf, no gradient).
@@ -428,16 +430,16 @@ public:
   }
 
   void embedding() {
-    for (Dims s : {Dims{1, 1, 0, 3}, Dims{77, 33, 100, 612},
-                   Dims{2048, 256, 0, 1024}}) {
+    for (Dims s :
+         {Dims{1, 1, 0, 3}, Dims{77, 33, 100, 612}, Dims{2048, 256, 0, 1024}}) {
       int64_t n = s.a, hidden = s.b, vb = s.c, ve = s.d;
       std::vector<int64_t> ids;
       std::uniform_int_distribution<int64_t> pick(-1, ve + 20);
       for (int64_t i = 0; i < n; ++i)
         ids.push_back(pick(rng));
       int64_t rows = ve - vb;
-      std::string sz = " n=" + std::to_string(n) + " hidden=" +
-                       std::to_string(hidden);
+      std::string sz =
+          " n=" + std::to_string(n) + " hidden=" + std::to_string(hidden);
       compare("embedding forward" + sz,
               {{random(rows * hidden)}, {ids}, {}, {n * hidden}},
               [=](Device &d, const Ptr &p) {
@@ -454,8 +456,8 @@ public:
   }
 
   void crossEntropy() {
-    for (Dims s : {Dims{1, 1, 0, 0}, Dims{77, 1000, 1000, 0},
-                   Dims{1030, 8192, 0, 0}}) {
+    for (Dims s :
+         {Dims{1, 1, 0, 0}, Dims{77, 1000, 1000, 0}, Dims{1030, 8192, 0, 0}}) {
       int64_t n = s.a, V = s.b, vb = s.c;
       std::vector<int64_t> targets;
       std::uniform_int_distribution<int64_t> pick(0, 2 * V + vb);
@@ -473,8 +475,8 @@ public:
         d.crossEntropySums(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
                            p.out[2]);
         d.crossEntropyLoss(p.out[0], p.out[1], p.out[2], n, p.out[3]);
-        d.crossEntropyBackward(p.in[0], p.idx[0], n, V, vb, p.out[0],
-                               p.out[1], p.in[1], p.out[4]);
+        d.crossEntropyBackward(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
+                               p.in[1], p.out[4]);
       });
     }
   }
@@ -487,8 +489,10 @@ public:
       step.step = 7;
       step.gradScale = 0.6;
       compare("adamw n=" + std::to_string(n),
-              {{random(n)}, {}, {random(n), random(n, -0.1, 0.1),
-                                 random(n, 0, 0.01)}, {}},
+              {{random(n)},
+               {},
+               {random(n), random(n, -0.1, 0.1), random(n, 0, 0.01)},
+               {}},
               [=](Device &d, const Ptr &p) {
                 d.adamw(p.inout[0], p.in[0], p.inout[1], p.inout[2], n, step);
               });
@@ -498,8 +502,10 @@ public:
   /// Two ranks on one GPU: B's copy of A's buffer waits for A's event.
   void events() {
     try {
-      std::unique_ptr<Device> a = device::makeDevice(gpucheck::checkedKind(), 0);
-      std::unique_ptr<Device> b = device::makeDevice(gpucheck::checkedKind(), 0);
+      std::unique_ptr<Device> a =
+          device::makeDevice(gpucheck::checkedKind(), 0);
+      std::unique_ptr<Device> b =
+          device::makeDevice(gpucheck::checkedKind(), 0);
       int64_t n = 1 << 22;
       std::vector<float> x = random(n);
       Tensor ta = Tensor::empty(*a, n), tb = Tensor::empty(*b, n);
@@ -635,8 +641,7 @@ public:
       Tensor huge = Tensor::empty(*cuda, int64_t(1) << 42); // 16 TiB
       report.check(false, "an allocation that cannot fit is refused");
     } catch (const device::DeviceError &e) {
-      report.check(std::string(e.what()).find("out of") !=
-                       std::string::npos,
+      report.check(std::string(e.what()).find("out of") != std::string::npos,
                    "an allocation that cannot fit is refused", e.what());
       cuda->synchronize(); // the device stays usable
     }

@@ -30,10 +30,9 @@ constexpr double kTolerance = 1e-4;
 std::optional<Plan> planOf(const nlohmann::json &model, std::string *error) {
   ParseResult parsed = parseModelConfig(model.dump(), "model.json");
   if (!parsed.config) {
-    *error = parsed.diagnostics.empty()
-                 ? "invalid model"
-                 : parsed.diagnostics[0].pointer + ": " +
-                       parsed.diagnostics[0].message;
+    *error = parsed.diagnostics.empty() ? "invalid model"
+                                        : parsed.diagnostics[0].pointer + ": " +
+                                              parsed.diagnostics[0].message;
     return std::nullopt;
   }
   return buildPlan(*parsed.config, error);
@@ -72,8 +71,7 @@ bool bitwiseEqual(const exec::RunResult &a, const exec::RunResult &b) {
     return false;
   for (size_t s = 0; s < a.steps.size(); ++s)
     if (std::memcmp(&a.steps[s].loss, &b.steps[s].loss, sizeof(double)) ||
-        std::memcmp(&a.steps[s].gradNorm, &b.steps[s].gradNorm,
-                    sizeof(double)))
+        std::memcmp(&a.steps[s].gradNorm, &b.steps[s].gradNorm, sizeof(double)))
       return false;
   return true;
 }
@@ -100,8 +98,8 @@ int main() {
   std::vector<test::Layout> layouts = test::equivalenceLayouts();
   // MIMO_GPU_CHECK_LAYOUTS=N: the first N layouts only (dry runs).
   if (const char *first = std::getenv("MIMO_GPU_CHECK_LAYOUTS"))
-    layouts.resize(std::min(layouts.size(),
-                            static_cast<size_t>(std::atoi(first))));
+    layouts.resize(
+        std::min(layouts.size(), static_cast<size_t>(std::atoi(first))));
   std::vector<std::optional<Plan>> plans, references;
   for (const test::Layout &layout : layouts) {
     std::string error;
@@ -152,8 +150,7 @@ int main() {
   // A rank that fails stops every rank (SPEC §7 on GPUs too).
   {
     std::string error;
-    std::optional<Plan> plan =
-        planOf(test::example("vlm-fan-in.json"), &error);
+    std::optional<Plan> plan = planOf(test::example("vlm-fan-in.json"), &error);
     if (!plan) {
       report.check(false, "an injected fault on a GPU rank", error);
       return report.finish();
@@ -165,9 +162,9 @@ int main() {
     options.fault = std::make_pair(int64_t(6), int64_t(2));
     auto start = std::chrono::steady_clock::now();
     exec::RunResult r = exec::runLocal(*plan, options);
-    double seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     report.check(r.exitCode == 2 &&
                      r.error.find("rank 6 failed at the start of step 2") !=
                          std::string::npos &&

@@ -39,15 +39,13 @@ inline device::DeviceKind checkedKind() {
 /// dry run on the CPU).
 inline void requireGpu(const char *program) {
   if (checkedKind() == device::DeviceKind::Cpu) {
-    std::printf("%s: dry run: the CPU device stands in for the GPU\n",
-                program);
+    std::printf("%s: dry run: the CPU device stands in for the GPU\n", program);
     return;
   }
   const device::CudaStatus &status = device::cudaStatus();
   if (status.devices > 0) {
     std::printf("%s: %d GPU(s), the first %s, driver %d\n", program,
-                status.devices, status.firstName.c_str(),
-                status.driverVersion);
+                status.devices, status.firstName.c_str(), status.driverVersion);
     return;
   }
   std::printf("%s: skipped: no usable GPU: %s\n", program,
@@ -93,8 +91,8 @@ public:
   /// A relative error against a tolerance.
   bool close(double error, double tolerance, const std::string &what) {
     char text[96];
-    std::snprintf(text, sizeof(text), "relative error %.3g (limit %.0e)",
-                  error, tolerance);
+    std::snprintf(text, sizeof(text), "relative error %.3g (limit %.0e)", error,
+                  tolerance);
     return check(error <= tolerance, what, text);
   }
   int finish() const {

@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/device/Device.h"
 #include "runtime/device/KernelBodies.h"
+#include "runtime/device/Device.h"
 #include "runtime/device/cpu/Kernels.h"
 
 #include <gtest/gtest.h>
@@ -56,9 +56,10 @@ void expectClose(const std::string &what, const std::vector<T> &a,
   for (T x : ref)
     scale = std::max(scale, std::abs(static_cast<double>(x)));
   for (size_t i = 0; i < a.size(); ++i) {
-    double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(ref[i]));
-    ASSERT_TRUE(d <= tol * scale || (std::isinf(static_cast<double>(a[i])) &&
-                                     a[i] == ref[i]))
+    double d =
+        std::abs(static_cast<double>(a[i]) - static_cast<double>(ref[i]));
+    ASSERT_TRUE(d <= tol * scale ||
+                (std::isinf(static_cast<double>(a[i])) && a[i] == ref[i]))
         << what << "[" << i << "]: " << a[i] << " vs " << ref[i];
   }
 }
@@ -75,7 +76,8 @@ TYPED_TEST(KernelBodies, ElementwiseAndRows) {
   using T = TypeParam;
   std::mt19937 rng(1);
   const int64_t rows = 7, cols = 13, n = rows * cols;
-  auto x = random<T>(rng, n), y = random<T>(rng, n), bias = random<T>(rng, cols);
+  auto x = random<T>(rng, n), y = random<T>(rng, n),
+       bias = random<T>(rng, cols);
   // add, scale, axpy
   auto out = poisoned<T>(n);
   runAll(b::Add<T>{out.data(), x.data(), y.data(), n});
@@ -112,7 +114,8 @@ TYPED_TEST(KernelBodies, ElementwiseAndRows) {
 
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {
   float nan1 = std::nanf("1");
-  std::vector<float> a = {1, nan1, 3, -2, 5}, bb = {2, 4, std::nanf("2"), -3, 5};
+  std::vector<float> a = {1, nan1, 3, -2, 5},
+                     bb = {2, 4, std::nanf("2"), -3, 5};
   auto out = poisoned<float>(5);
   runAll(b::Maximum<float>{out.data(), a.data(), bb.data(), 5});
   EXPECT_EQ(out[0], 2);
@@ -126,7 +129,8 @@ TYPED_TEST(KernelBodies, Activations) {
   using T = TypeParam;
   std::mt19937 rng(2);
   const int64_t n = 37;
-  auto x = random<T>(rng, n, -4, 4), u = random<T>(rng, n), dy = random<T>(rng, n);
+  auto x = random<T>(rng, n, -4, 4), u = random<T>(rng, n),
+       dy = random<T>(rng, n);
   auto y = poisoned<T>(n), yr = poisoned<T>(n);
   runAll(b::GeluForward<T>{x.data(), y.data(), n});
   k::geluForward<T>(x.data(), yr.data(), n);
@@ -170,8 +174,8 @@ TYPED_TEST(KernelBodies, Norms) {
                                   dx.data(), rows, cols});
   runAll(b::RmsnormBackwardWeightColumn<T>{x.data(), rstdr.data(), dy.data(),
                                            dw.data(), rows, cols});
-  k::rmsnormBackward<T>(x.data(), w.data(), rstdr.data(), dy.data(),
-                        dxr.data(), dwr.data(), rows, cols);
+  k::rmsnormBackward<T>(x.data(), w.data(), rstdr.data(), dy.data(), dxr.data(),
+                        dwr.data(), rows, cols);
   expectClose("rmsnorm dx", dx, dxr, tolerance<T>());
   expectClose("rmsnorm dw", dw, dwr, tolerance<T>());
   // LayerNorm
@@ -226,9 +230,17 @@ template <typename T> void attentionCase(const std::string &what, Mask m) {
   const int64_t Tq = static_cast<int64_t>(m.qpos.size());
   const int64_t Tk = static_cast<int64_t>(m.kpos.size());
   auto q = random<T>(rng, Tq * heads * d), kk = random<T>(rng, Tk * heads * d);
-  auto v = random<T>(rng, Tk * heads * d), dout = random<T>(rng, Tq * heads * d);
-  b::AttentionShape shape{m.qpos.data(), m.qseg.data(), m.kpos.data(),
-                          m.kseg.data(), Tq, Tk, heads, d, m.causal};
+  auto v = random<T>(rng, Tk * heads * d),
+       dout = random<T>(rng, Tq * heads * d);
+  b::AttentionShape shape{m.qpos.data(),
+                          m.qseg.data(),
+                          m.kpos.data(),
+                          m.kseg.data(),
+                          Tq,
+                          Tk,
+                          heads,
+                          d,
+                          m.causal};
   auto o = poisoned<T>(Tq * heads * d), lse = poisoned<T>(heads * Tq);
   auto orf = o, lser = lse;
   runAll(b::AttentionForwardQuery<T>{q.data(), kk.data(), v.data(), o.data(),
@@ -247,11 +259,10 @@ template <typename T> void attentionCase(const std::string &what, Mask m) {
   runAll(b::AttentionBackwardKey<T>{q.data(), kk.data(), v.data(), orf.data(),
                                     lser.data(), dout.data(), dk.data(),
                                     dv.data(), shape});
-  k::attentionBackward<T>(q.data(), kk.data(), v.data(), orf.data(),
-                          lser.data(), dout.data(), dqr.data(), dkr.data(),
-                          dvr.data(), m.qpos.data(), m.qseg.data(),
-                          m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d,
-                          m.causal);
+  k::attentionBackward<T>(
+      q.data(), kk.data(), v.data(), orf.data(), lser.data(), dout.data(),
+      dqr.data(), dkr.data(), dvr.data(), m.qpos.data(), m.qseg.data(),
+      m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
   expectClose(what + " dq", dq, dqr, tolerance<T>());
   expectClose(what + " dk", dk, dkr, tolerance<T>());
   expectClose(what + " dv", dv, dvr, tolerance<T>());
@@ -272,16 +283,22 @@ TYPED_TEST(KernelBodies, AttentionEveryMaskKind) {
   attentionCase<T>("causal", causal);
   // CP zigzag (cp 2, S 8): rank 0 holds positions 0,1,6,7 as queries; keys
   // are both ranks' shards in CP-rank order.
-  Mask zigzag{{0, 1, 6, 7}, {0, 0, 0, 0}, {0, 1, 6, 7, 2, 3, 4, 5},
-              {0, 0, 0, 0, 0, 0, 0, 0}, true};
+  Mask zigzag{{0, 1, 6, 7},
+              {0, 0, 0, 0},
+              {0, 1, 6, 7, 2, 3, 4, 5},
+              {0, 0, 0, 0, 0, 0, 0, 0},
+              true};
   attentionCase<T>("cp zigzag", zigzag);
   // Packed THD: two sequences of one row, positions restart per sequence.
-  Mask thd{{0, 1, 2, 0, 1}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1},
-           {0, 0, 0, 1, 1}, true};
+  Mask thd{
+      {0, 1, 2, 0, 1}, {0, 0, 0, 1, 1}, {0, 1, 2, 0, 1}, {0, 0, 0, 1, 1}, true};
   attentionCase<T>("thd", thd);
   // Encoders: bidirectional within each sample.
-  Mask bidirectional{{0, 0, 0, 0, 0}, {0, 0, 1, 1, 1}, {0, 0, 0, 0, 0},
-                     {0, 0, 1, 1, 1}, false};
+  Mask bidirectional{{0, 0, 0, 0, 0},
+                     {0, 0, 1, 1, 1},
+                     {0, 0, 0, 0, 0},
+                     {0, 0, 1, 1, 1},
+                     false};
   attentionCase<T>("bidirectional", bidirectional);
   // Dense-mask padding: a query whose segment no key has (no allowed key)
   // gets o = 0 and lse = -inf, and no gradient flows.
@@ -338,8 +355,7 @@ TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
                                     sumr.data(), scale.data(), dl.data(), n, V,
                                     vb});
   k::crossEntropyBackward<T>(logits.data(), targets.data(), n, V, vb,
-                             mxr.data(), sumr.data(), scale.data(),
-                             dlr.data());
+                             mxr.data(), sumr.data(), scale.data(), dlr.data());
   expectClose("dlogits", dl, dlr, tolerance<T>());
 }
 
@@ -359,8 +375,8 @@ TYPED_TEST(KernelBodies, AdamWWithClipping) {
                      step.beta1, step.beta2, step.eps, step.weightDecay,
                      step.biasCorrection1(), step.biasCorrection2(),
                      step.gradScale});
-  k::adamw<T>(pr.data(), g.data(), mr.data(), vr.data(), n, step.lr,
-              step.beta1, step.beta2, step.eps, step.weightDecay, step.step,
+  k::adamw<T>(pr.data(), g.data(), mr.data(), vr.data(), n, step.lr, step.beta1,
+              step.beta2, step.eps, step.weightDecay, step.step,
               step.gradScale);
   EXPECT_EQ(p, pr);
   EXPECT_EQ(m, mr);

@@ -78,7 +78,7 @@ __global__ void blockSums(const float *x, const float *mask, int64_t n,
 
 /// *acc += factor * (partials[0] + partials[1] + ...), in order.
 __global__ void finishSums(const double *partials, int count, double factor,
-                          double *acc) {
+                           double *acc) {
   if (threadIdx.x != 0 || blockIdx.x != 0)
     return;
   double total = 0.0;
@@ -347,8 +347,7 @@ public:
                                                    rows, cols},
            kRowThreads);
     launch("layernorm_backward",
-           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows,
-                                          cols},
+           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows, cols},
            kRowThreads);
   }
   void geluForward(const float *x, float *y, int64_t n) override {
@@ -370,8 +369,7 @@ public:
             int64_t dim, bool inverse) override {
     if (dim / 2 == 0)
       return;
-    launch("rope",
-           b::Rope<float>{x, positions, tokens, heads, dim, inverse});
+    launch("rope", b::Rope<float>{x, positions, tokens, heads, dim, inverse});
   }
   void attentionForward(const float *q, const float *k, const float *v,
                         float *o, float *lse, const int64_t *qpos,
@@ -408,10 +406,10 @@ public:
   void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
                          int64_t vb, int64_t ve, int64_t hidden,
                          float *dtable) override {
-    launch("embedding_backward",
-           b::EmbeddingBackwardColumn<float>{ids, dout, dtable, n, vb, ve,
-                                             hidden},
-           kRowThreads);
+    launch(
+        "embedding_backward",
+        b::EmbeddingBackwardColumn<float>{ids, dout, dtable, n, vb, ve, hidden},
+        kRowThreads);
   }
   void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
                           float *rowMax) override {
@@ -482,9 +480,9 @@ private:
       return;
     (void)cudaGetLastError();
     throw DeviceError("CUDA error in " + std::string(call) + " on " + label +
-                      (lastKernel ? std::string(" (after kernel ") +
-                                        lastKernel + ")"
-                                  : std::string()) +
+                      (lastKernel
+                           ? std::string(" (after kernel ") + lastKernel + ")"
+                           : std::string()) +
                       ": " + errorText(error));
   }
 
@@ -504,8 +502,8 @@ private:
     if (n <= 0)
       return;
     activate();
-    int64_t blocks = std::min<int64_t>((n + threads - 1) / threads,
-                                       int64_t(1) << 20);
+    int64_t blocks =
+        std::min<int64_t>((n + threads - 1) / threads, int64_t(1) << 20);
     eachIndex<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(body, n);
     lastKernel = name;
     cudaError_t error = cudaGetLastError();

@@ -45,8 +45,8 @@ private:
   cudaStream_t stream;
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
-  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, uint32_t,
-                      uint32_t, uint32_t>,
+  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, uint32_t, uint32_t,
+                      uint32_t>,
            Shape>
       shapes;
 };

@@ -61,9 +61,8 @@ CudaStatus probe() {
   }
   if (props.major < 8) {
     status.problem = "GPU 0 (" + std::string(props.name) +
-                     ") has compute capability " +
-                     std::to_string(props.major) + "." +
-                     std::to_string(props.minor) +
+                     ") has compute capability " + std::to_string(props.major) +
+                     "." + std::to_string(props.minor) +
                      "; mimo's kernels are built for 8.0 (A100) and 9.0 "
                      "(H100, H200)";
     return status;
