@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # SPEC §10: tokens/s of a distributed run against its --reference run on the
 # same machine, in the same invocation. The reference is pinned to one core.
-# usage: bench/train_throughput.sh [EXAMPLE ...]   (default: every example)
+# usage: bench/train_throughput.sh [--build DIR] [EXAMPLE ...]
+#        (default: build/, every example)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/bin
+if [ "${1:-}" = "--build" ]; then bin=$2/bin; shift 2; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 examples=("$@")
-[ ${#examples[@]} -gt 0 ] || examples=(vlm-fan-in vlm-fan-out vlm-colocated avlm lm-cp2-sp packed-thd)
+[ ${#examples[@]} -gt 0 ] || examples=(vlm-fan-in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm lm-cp2-sp packed-thd)
 steps=${STEPS:-3}
 rate() { # metrics file -> mean tokens/s over steps 2.. (step 1 warms up)
   python3 -c "import json,sys
@@ -20,7 +22,7 @@ for name in "${examples[@]}"; do
   "$bin/mimoc" compile "examples/$name.json" -o "$work/$name.plan.json"
   world=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$work/$name.plan.json")
   "$bin/mimo-run" "$work/$name.plan.json" --steps "$steps" --metrics "$work/d.jsonl" >/dev/null
-  taskset -c 0 "$bin/mimo-run" "$work/$name.plan.json" --steps "$steps" --reference \
+  taskset -c 0 "$bin/mimo-run" "$work/$name.plan.json" --steps "$steps" --reference --threads 1 \
     --metrics "$work/r.jsonl" >/dev/null
   d=$(rate "$work/d.jsonl"); r=$(rate "$work/r.jsonl")
   printf '%-14s %6s %16.0f %18.0f %8.2f\n' "$name" "$world" "$d" "$r" \

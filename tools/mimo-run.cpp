@@ -29,8 +29,9 @@ namespace {
 
 const char *kUsage =
     "usage: mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl]\n"
-    "                [--device cpu|cuda] [--reference] [--metrics FILE.jsonl]\n"
-    "                [--trace FILE.json] [--timeout SECONDS]\n";
+    "                [--device cpu|cuda] [--threads N] [--reference]\n"
+    "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
+    "                [--timeout SECONDS]\n";
 
 int usageError(const std::string &message) {
   std::cerr << "mimo-run: error: " << message << "\n" << kUsage;
@@ -80,6 +81,7 @@ int main(int argc, char **argv) {
 static int run(int argc, char **argv) {
   std::string planPath, backend, device, metricsPath, tracePath;
   int64_t steps = -1;
+  int threads = 0;
   double timeout = 300;
   bool reference = false;
   for (int i = 1; i < argc; ++i) {
@@ -103,6 +105,14 @@ static int run(int argc, char **argv) {
       steps = v ? std::strtoll(v->c_str(), &end, 10) : -1;
       if (!v || v->empty() || *end || steps < 0)
         return usageError("--steps expects a number of steps >= 0");
+    } else if (is("--threads")) {
+      auto v = value("--threads");
+      char *end = nullptr;
+      long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end || n < 1 || n > 4096)
+        return usageError("--threads expects a number of threads per rank "
+                          "from 1 to 4096");
+      threads = static_cast<int>(n);
     } else if (is("--backend")) {
       auto v = value("--backend");
       if (!v || (*v != "local" && *v != "mpi" && *v != "nccl"))
@@ -256,6 +266,10 @@ static int run(int argc, char **argv) {
   exec::RunOptions options;
   options.steps = steps;
   options.device = deviceKind;
+  options.threads = threads > 0
+                        ? threads
+                        : device::defaultThreads(mpi ? comm::ranksOnThisNode()
+                                                     : plan.topology.worldSize);
   options.timeoutSeconds = timeout;
   options.planFile = planPath;
   options.baseDir = std::filesystem::path(planPath).parent_path().string();
@@ -311,7 +325,9 @@ static int run(int argc, char **argv) {
                              {"seconds", m.seconds}};
     metrics += record.dump() + "\n";
   };
-  std::string deviceText = "cpu device";
+  std::string deviceText = "cpu device (" + std::to_string(options.threads) +
+                           " thread" + (options.threads > 1 ? "s" : "") +
+                           " per rank)";
   if (deviceKind == device::DeviceKind::Cuda)
     deviceText = "cuda device (" + std::to_string(cuda.devices) + " GPU" +
                  (cuda.devices > 1 ? "s" : "") + ": " + cuda.firstName + ")";

@@ -145,6 +145,8 @@ std::string localWorldFailure(const LocalWorld &world);
 
 /// Whether this process was started by mpirun (Open MPI / PMIx env).
 bool launchedByMpirun();
+/// Ranks that mpirun started on this node (1 when not under mpirun).
+int64_t ranksOnThisNode();
 /// Initialises MPI (once) and returns the world communicator; nullptr with
 /// `error` set when mimo was built without MPI.
 std::unique_ptr<Comm> makeMpiComm(std::string *error);

@@ -38,6 +38,17 @@ bool launchedByMpirun() {
          std::getenv("PMI_SIZE");
 }
 
+int64_t ranksOnThisNode() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                           "SLURM_NTASKS_PER_NODE"})
+    if (const char *value = std::getenv(name)) {
+      long long n = std::atoll(value);
+      if (n > 0)
+        return n;
+    }
+  return 1;
+}
+
 #ifdef MIMO_HAVE_MPI
 
 namespace {

@@ -1,4 +1,5 @@
-//===- Device.h - The device interface at the bottom of the runtime -*- C++ -*-===//
+//===- Device.h - The device interface at the bottom of the runtime -*- C++
+//-*-===//
 //
 // SPEC §11. The model, the executor and the communicators compute, copy and
 // order work only through this interface, over buffers the device
@@ -113,8 +114,8 @@ public:
   /// (bitwise reproducible run to run). acc is device memory.
   virtual void sumSquaresInto(const float *x, int64_t n, double *acc) = 0;
   /// *acc += factor * sum of values[i] over i with mask[i] != 0 (double).
-  virtual void maskedSumInto(const float *values, const float *mask,
-                             int64_t n, double factor, double *acc) = 0;
+  virtual void maskedSumInto(const float *values, const float *mask, int64_t n,
+                             double factor, double *acc) = 0;
   /// y[rows, cols] += b (each row); db += column sums of dy.
   virtual void addBias(float *y, const float *b, int64_t rows,
                        int64_t cols) = 0;
@@ -186,8 +187,12 @@ public:
                      int64_t n, const AdamWStep &step) = 0;
 };
 
-/// The fp32 CPU device (BLAS limited to one thread per rank thread).
-std::unique_ptr<Device> makeCpuDevice();
+/// The fp32 CPU device; its kernels use `threads` threads (BLAS threads are
+/// process-wide: setCpuBlasThreads).
+std::unique_ptr<Device> makeCpuDevice(int threads = 1);
+
+/// The threads of every BLAS call of this process.
+void setCpuBlasThreads(int threads);
 
 /// A process-wide CPU device, for host-memory users without one of their
 /// own (communicators in tests and benchmarks).

@@ -4,6 +4,9 @@
 
 #include "runtime/device/KernelBodies.h"
 
+#include <algorithm>
+#include <thread>
+
 #ifdef MIMO_HAVE_CUDA
 #include "runtime/device/cuda/CudaDevice.h"
 #endif
@@ -45,9 +48,15 @@ int deviceOrdinal(DeviceKind kind, int64_t rank) {
   return count > 0 ? static_cast<int>(rank % count) : -1;
 }
 
-std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank) {
+int defaultThreads(int64_t ranksHere) {
+  int64_t cores = std::thread::hardware_concurrency();
+  return static_cast<int>(
+      std::max<int64_t>(1, cores / std::max<int64_t>(1, ranksHere)));
+}
+
+std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank, int threads) {
   if (kind == DeviceKind::Cpu)
-    return makeCpuDevice();
+    return makeCpuDevice(threads);
   const CudaStatus &status = cudaStatus();
   if (status.devices <= 0)
     throw DeviceError("no usable GPU: " + status.problem);

@@ -36,9 +36,15 @@ const CudaStatus &cudaStatus();
 const char *kindName(DeviceKind kind);
 std::optional<DeviceKind> parseKind(const std::string &name);
 
-/// The device of `rank` (CUDA: GPU rank mod the visible GPUs). Throws
-/// DeviceError when the kind is not usable here.
-std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank);
+/// The device of `rank` (CUDA: GPU rank mod the visible GPUs; CPU: kernels
+/// on `threads` threads). Throws DeviceError when the kind is not usable
+/// here.
+std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank,
+                                   int threads = 1);
+
+/// Threads per rank when the user names none: this machine's cores shared
+/// by the ranks of this process (at least 1).
+int defaultThreads(int64_t ranksHere);
 
 /// The largest attention head dimension the CUDA device takes.
 int64_t maxCudaHeadDim();

@@ -675,7 +675,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
   int64_t step = 0;
   try {
-    dev = device::makeDevice(options.device, rank);
+    dev = device::makeDevice(options.device, rank, options.threads);
     binding.emplace(*dev, comm);
     executor =
         std::make_unique<RankExecutor>(plan, rank, comm, *dev, data, origin);
@@ -751,6 +751,10 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   if (!data)
     return result;
   int64_t world = plan.topology.worldSize;
+  RunOptions local = options;
+  if (local.threads <= 0)
+    local.threads = device::defaultThreads(world);
+  device::setCpuBlasThreads(local.threads);
   auto localWorld = comm::makeLocalWorld(world);
   std::vector<std::string> failures(static_cast<size_t>(world));
   std::vector<std::vector<TraceEvent>> events(static_cast<size_t>(world));
@@ -761,7 +765,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
       c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
       failures[static_cast<size_t>(rank)] =
-          runRank(plan, rank, *c, *data, options, origin, result,
+          runRank(plan, rank, *c, *data, local, origin, result,
                   events[static_cast<size_t>(rank)]);
     });
   for (std::thread &t : threads)
@@ -796,8 +800,12 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   if (!data)
     return result;
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+  RunOptions local = options;
+  if (local.threads <= 0)
+    local.threads = device::defaultThreads(comm::ranksOnThisNode());
+  device::setCpuBlasThreads(local.threads);
   std::vector<TraceEvent> events;
-  std::string failure = runRank(plan, comm.rank(), comm, *data, options,
+  std::string failure = runRank(plan, comm.rank(), comm, *data, local,
                                 Clock::now(), result, events);
   if (!failure.empty()) {
     // The backend tears the job down; reaching here means it could not.

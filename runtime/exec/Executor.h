@@ -45,6 +45,9 @@ struct RunOptions {
   int64_t steps = -1;
   /// Where every rank computes (cuda: rank r on GPU r mod visible GPUs).
   device::DeviceKind device = device::DeviceKind::Cpu;
+  /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
+  /// shared by the ranks of this process (or of this node under mpirun).
+  int threads = 0;
   double timeoutSeconds = 300;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;

@@ -138,6 +138,21 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "error: --device cuda" "$work/mcuda.out" &&
   pass "--device cuda under mpirun: exit $rc" || { cat "$work/mcuda.out"; fail "cuda under mpirun (rc $rc)"; }
 
+# --threads: intra-op threads of a rank; the numbers do not depend on it.
+"$bin/mimo-run" "$plan" --steps 1 --threads 0 >/dev/null 2>"$work/threads.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "threads expects" "$work/threads.err" &&
+  pass "--threads 0: exit 1" || { cat "$work/threads.err"; fail "--threads 0 (rc $rc)"; }
+"$bin/mimo-run" "$plan" --steps 2 --reference --device cpu --threads 1 --metrics "$work/t1.jsonl" >/dev/null &&
+  "$bin/mimo-run" "$plan" --steps 2 --reference --device cpu --threads 2 --metrics "$work/t2.jsonl" \
+    >"$work/t2.out" &&
+  grep -q "2 threads per rank" "$work/t2.out" &&
+  python3 -c "import json,sys
+a=[json.loads(l) for l in open(sys.argv[1])]; b=[json.loads(l) for l in open(sys.argv[2])]
+assert [(x['loss'],x['grad_norm']) for x in a] == [(x['loss'],x['grad_norm']) for x in b], (a, b)" \
+    "$work/t1.jsonl" "$work/t2.jsonl" &&
+  pass "--threads 2 gives the bits of --threads 1" || fail "--threads 1 vs 2"
+
 MIMO_INJECT_FAULT=1:9 "$bin/mimo-run" "$plan" --steps 3 >/dev/null 2>"$work/step.err"
 rc=$?
 [ $rc -eq 1 ] && grep -q "names step 9 but the run has 3 steps" "$work/step.err" &&

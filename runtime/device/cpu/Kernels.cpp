@@ -80,75 +80,82 @@ void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint M, blasint N,
 } // namespace
 
 template <typename T>
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
-          const T *A, const T *B, T beta, T *C) {
+void gemmStrided(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
+                 T beta, T *C, int64_t ldc) {
   if (M <= 0 || N <= 0)
     return;
-  // Row-major: A is [M,K] (lda K) or, transposed, [K,M] (lda M); B is [K,N]
-  // (ldb N) or [N,K] (ldb K); C is [M,N] (ldc N).
   blasGemm(transA ? CblasTrans : CblasNoTrans,
            transB ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-           static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-           ld(transA ? M : K), B, ld(transB ? K : N), beta, C, ld(N));
+           static_cast<blasint>(N), static_cast<blasint>(K), alpha, A, ld(lda),
+           B, ld(ldb), beta, C, ld(ldc));
 }
 
-void useSingleThreadedBlas() { openblas_set_num_threads(1); }
+void setBlasThreads(int threads) {
+  openblas_set_num_threads(threads < 1 ? 1 : threads);
+}
 
 #else // no BLAS: op(A) and op(B) packed row-major, four rows of C at a time.
 
 template <typename T>
-void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
-          const T *A, const T *B, T beta, T *C) {
+void gemmStrided(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
+                 T beta, T *C, int64_t ldc) {
   if (M <= 0 || N <= 0)
     return;
-  std::vector<T> packedA, packedB;
-  if (transA) { // A is [K, M]
-    packedA.resize(static_cast<size_t>(M * K));
+  // op(A) as [M, K] and op(B) as [K, N], contiguous.
+  std::vector<T> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N));
+  for (int64_t i = 0; i < M; ++i)
     for (int64_t p = 0; p < K; ++p)
-      for (int64_t i = 0; i < M; ++i)
-        packedA[static_cast<size_t>(i * K + p)] = A[p * M + i];
-    A = packedA.data();
-  }
-  if (transB) { // B is [N, K]
-    packedB.resize(static_cast<size_t>(K * N));
+      a[static_cast<size_t>(i * K + p)] =
+          transA ? A[p * lda + i] : A[i * lda + p];
+  for (int64_t p = 0; p < K; ++p)
     for (int64_t j = 0; j < N; ++j)
-      for (int64_t p = 0; p < K; ++p)
-        packedB[static_cast<size_t>(p * N + j)] = B[j * K + p];
-    B = packedB.data();
-  }
-  for (int64_t i = 0; i < M * N; ++i)
-    C[i] = beta == T(0) ? T(0) : beta * C[i];
+      b[static_cast<size_t>(p * N + j)] =
+          transB ? B[j * ldb + p] : B[p * ldb + j];
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
   for (int64_t i = 0; i < M; i += 4) {
     int64_t rows = std::min<int64_t>(4, M - i);
     T *c[4];
     for (int64_t r = 0; r < 4; ++r)
-      c[r] = C + (i + std::min(r, rows - 1)) * N;
+      c[r] = C + (i + std::min(r, rows - 1)) * ldc;
     for (int64_t p = 0; p < K; ++p) {
-      const T *b = B + p * N;
-      // Rows past the end repeat the last row with a zero factor.
-      T a[4];
+      const T *bp = b.data() + p * N;
+      T f[4];
       for (int64_t r = 0; r < 4; ++r)
-        a[r] = r < rows ? alpha * A[(i + r) * K + p] : T(0);
+        f[r] =
+            r < rows ? alpha * a[static_cast<size_t>((i + r) * K + p)] : T(0);
       if (rows == 4) {
         for (int64_t j = 0; j < N; ++j) {
-          T bj = b[j];
-          c[0][j] += a[0] * bj;
-          c[1][j] += a[1] * bj;
-          c[2][j] += a[2] * bj;
-          c[3][j] += a[3] * bj;
+          T bj = bp[j];
+          c[0][j] += f[0] * bj;
+          c[1][j] += f[1] * bj;
+          c[2][j] += f[2] * bj;
+          c[3][j] += f[3] * bj;
         }
       } else {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < N; ++j)
-            c[r][j] += a[r] * b[j];
+            c[r][j] += f[r] * bp[j];
       }
     }
   }
 }
 
-void useSingleThreadedBlas() {}
+void setBlasThreads(int) {}
 
 #endif
+
+template <typename T>
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
+          const T *A, const T *B, T beta, T *C) {
+  // Row-major: A is [M,K] (lda K) or, transposed, [K,M] (lda M); B is [K,N]
+  // (ldb N) or [N,K] (ldb K); C is [M,N] (ldc N).
+  gemmStrided<T>(transA, transB, M, N, K, alpha, A, transA ? M : K, B,
+                 transB ? K : N, beta, C, N);
+}
 
 //===----------------------------------------------------------------------===//
 // Norms
@@ -577,6 +584,9 @@ template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y) {
 #define MIMO_KERNELS_INSTANTIATE(T)                                            \
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T *,   \
                         const T *, T, T *);                                    \
+  template void gemmStrided<T>(bool, bool, int64_t, int64_t, int64_t, T,       \
+                               const T *, int64_t, const T *, int64_t, T, T *, \
+                               int64_t);                                       \
   template void rmsnormForward<T>(const T *, const T *, T *, T *, int64_t,     \
                                   int64_t, T);                                 \
   template void rmsnormBackward<T>(const T *, const T *, const T *, const T *, \

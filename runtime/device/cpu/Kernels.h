@@ -22,6 +22,14 @@ template <typename T>
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, T alpha,
           const T *A, const T *B, T beta, T *C);
 
+/// The same with explicit leading dimensions (row strides) of A, B and C,
+/// for operands that are column slices of wider rows (one head of
+/// [tokens, heads * dim]).
+template <typename T>
+void gemmStrided(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                 T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
+                 T beta, T *C, int64_t ldc);
+
 /// RMSNorm over the last dim: y = x / sqrt(mean(x^2) + eps) * w.
 /// rstd[rows] is saved for the backward.
 template <typename T>
@@ -128,9 +136,9 @@ template <typename T> double sumSquares(const T *x, int64_t n);
 /// y += alpha * x.
 template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y);
 
-/// Limits BLAS to one thread (called once per process; nothing without a
-/// BLAS).
-void useSingleThreadedBlas();
+/// The threads of every BLAS call of this process (OpenBLAS's setting is
+/// process-wide; nothing without a BLAS).
+void setBlasThreads(int threads);
 
 } // namespace mimo::kernels
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The language model mimo trains, in PyTorch eager: a peer to measure against.
+
+Same architecture as mimo's language module (docs/runtime.md): token
+embedding, pre-norm layers (RMSNorm eps 1e-5, Q/K/V/O projections without
+bias, rotate-half RoPE with base 10000, causal softmax attention scaled by
+1/sqrt(head_dim), SwiGLU MLP), final RMSNorm, output head, cross-entropy
+over every position but the last, AdamW. Attention is what eager PyTorch
+1.13 offers: the [S, S] scores materialised per head, the causal half
+masked after the fact.
+
+usage: pytorch_twin.py --hidden 512 --layers 4 --heads 8 --ffn 1536
+       --vocab 8192 --seq 512 --batch 4 --steps 4 [--threads N]
+Prints one JSON object: {"tokens_per_s": mean over steps 2.., "steps": [...]}.
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, positions):
+    # x: [B, heads, S, d]; rotate-half with base 10000.
+    d = x.shape[-1]
+    half = d // 2
+    inv = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float32) / d)
+    angles = positions[:, None].float() * inv[None, :]  # [S, half]
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(hidden)
+        self.wq = torch.nn.Linear(hidden, hidden, bias=False)
+        self.wk = torch.nn.Linear(hidden, hidden, bias=False)
+        self.wv = torch.nn.Linear(hidden, hidden, bias=False)
+        self.wo = torch.nn.Linear(hidden, hidden, bias=False)
+        self.mlp_norm = RMSNorm(hidden)
+        self.gate = torch.nn.Linear(hidden, ffn, bias=False)
+        self.up = torch.nn.Linear(hidden, ffn, bias=False)
+        self.down = torch.nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x, positions, causal):
+        B, S, H = x.shape
+        d = H // self.heads
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, S, self.heads, d).transpose(1, 2)
+        k = self.wk(h).view(B, S, self.heads, d).transpose(1, 2)
+        v = self.wv(h).view(B, S, self.heads, d).transpose(1, 2)
+        q, k = rope(q, positions), rope(k, positions)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+        scores = scores.masked_fill(causal, float("-inf"))
+        a = torch.softmax(scores, dim=-1) @ v
+        x = x + self.wo(a.transpose(1, 2).reshape(B, S, H))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, vocab, hidden, layers, heads, ffn):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocab, hidden)
+        self.layers = torch.nn.ModuleList(Layer(hidden, heads, ffn) for _ in range(layers))
+        self.final_norm = RMSNorm(hidden)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids):
+        S = ids.shape[1]
+        positions = torch.arange(S)
+        causal = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        x = self.embedding(ids)
+        for layer in self.layers:
+            x = layer(x, positions, causal)
+        logits = self.head(self.final_norm(x))
+        # Next-token loss over every position but the last.
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                               ids[:, 1:].reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for name, default in (("hidden", 512), ("layers", 4), ("heads", 8), ("ffn", 1536),
+                          ("vocab", 8192), ("seq", 512), ("batch", 4), ("steps", 4),
+                          ("threads", 1)):
+        p.add_argument("--" + name, type=int, default=default)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = Model(a.vocab, a.hidden, a.layers, a.heads, a.ffn)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    steps = []
+    for step in range(a.steps):
+        ids = torch.randint(0, a.vocab, (a.batch, a.seq))
+        start = time.perf_counter()
+        loss = model(ids)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        seconds = time.perf_counter() - start
+        steps.append({"step": step + 1, "loss": loss.item(), "seconds": seconds,
+                      "tokens": a.batch * a.seq})
+    later = steps[1:] or steps
+    rate = sum(s["tokens"] for s in later) / sum(s["seconds"] for s in later)
+    print(json.dumps({"tokens_per_s": rate, "threads": a.threads, "steps": steps}))
+
+
+if __name__ == "__main__":
+    main()

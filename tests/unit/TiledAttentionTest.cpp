@@ -1,0 +1,220 @@
+//===- TiledAttentionTest.cpp - Tiled CPU attention against the reference ===//
+//
+// The CPU device's tiled attention (device/cpu/Attention.h, after the tile
+// plan of device/AttentionTiles.h) against the float64 reference kernel of
+// Kernels.h, forward and backward, for every mask the model makes: causal
+// [S, B] lanes (interleaved samples), several query blocks and key tiles
+// with a partial diagonal, CP zigzag queries against keys gathered out of
+// order, packed THD, dense-mask padding, bidirectional encoder samples,
+// queries without any key; plus the tile classification and bitwise
+// reproducibility. Outputs are poisoned with NaN first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/device/AttentionTiles.h"
+#include "runtime/device/cpu/Attention.h"
+#include "runtime/device/cpu/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace k = mimo::kernels;
+namespace t = mimo::device::tiles;
+
+namespace {
+
+struct Mask {
+  std::vector<int64_t> qpos, qseg, kpos, kseg;
+  bool causal = true;
+};
+
+/// An [S, B] lane: token = position * B + sample, the sample its segment.
+Mask lane(int64_t S, int64_t B) {
+  Mask m;
+  for (int64_t p = 0; p < S; ++p)
+    for (int64_t b = 0; b < B; ++b) {
+      m.qpos.push_back(p);
+      m.qseg.push_back(b);
+    }
+  m.kpos = m.qpos;
+  m.kseg = m.qseg;
+  return m;
+}
+
+std::vector<float> random(std::mt19937 &rng, size_t n) {
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+/// max |a - ref| / max |ref|, -inf entries equal, NaN fails.
+double relativeError(const std::vector<float> &a,
+                     const std::vector<double> &ref) {
+  double scale = 1e-30, worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (static_cast<double>(a[i]) != ref[i])
+        return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    if (std::isnan(a[i]))
+      return std::numeric_limits<double>::infinity();
+    scale = std::max(scale, std::abs(ref[i]));
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - ref[i]));
+  }
+  return worst / scale;
+}
+
+std::vector<double> toDouble(const std::vector<float> &v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+void check(const std::string &what, const Mask &m, int64_t heads, int64_t d) {
+  std::mt19937 rng(static_cast<unsigned>(m.qpos.size() * 31 + heads * 7 + d));
+  const int64_t Tq = static_cast<int64_t>(m.qpos.size());
+  const int64_t Tk = static_cast<int64_t>(m.kpos.size());
+  const size_t nq = static_cast<size_t>(Tq * heads * d);
+  const size_t nk = static_cast<size_t>(Tk * heads * d);
+  auto q = random(rng, nq), kk = random(rng, nk), v = random(rng, nk);
+  auto dout = random(rng, nq);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Tiled, in float (outputs poisoned).
+  std::vector<float> o(nq, nan), lse(static_cast<size_t>(heads * Tq), nan);
+  k::tiledAttentionForward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
+                           m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                           m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  std::vector<float> dq(nq, nan), dk(nk, nan), dv(nk, nan);
+  k::tiledAttentionBackward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
+                            dout.data(), dq.data(), dk.data(), dv.data(),
+                            m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                            m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  // The reference, in double, on the same inputs.
+  auto qd = toDouble(q), kd = toDouble(kk), vd = toDouble(v);
+  auto doutd = toDouble(dout);
+  std::vector<double> od(nq), lsed(static_cast<size_t>(heads * Tq));
+  k::attentionForward<double>(
+      qd.data(), kd.data(), vd.data(), od.data(), lsed.data(), m.qpos.data(),
+      m.qseg.data(), m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  std::vector<double> dqd(nq), dkd(nk), dvd(nk);
+  k::attentionBackward<double>(
+      qd.data(), kd.data(), vd.data(), od.data(), lsed.data(), doutd.data(),
+      dqd.data(), dkd.data(), dvd.data(), m.qpos.data(), m.qseg.data(),
+      m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  EXPECT_LE(relativeError(o, od), 2e-6) << what << " o";
+  EXPECT_LE(relativeError(lse, lsed), 2e-6) << what << " lse";
+  EXPECT_LE(relativeError(dq, dqd), 1e-5) << what << " dq";
+  EXPECT_LE(relativeError(dk, dkd), 1e-5) << what << " dk";
+  EXPECT_LE(relativeError(dv, dvd), 1e-5) << what << " dv";
+  // Run to run: the same bits.
+  std::vector<float> o2(nq, nan), lse2(lse.size(), nan), dq2(nq, nan),
+      dk2(nk, nan), dv2(nk, nan);
+  k::tiledAttentionForward(
+      q.data(), kk.data(), v.data(), o2.data(), lse2.data(), m.qpos.data(),
+      m.qseg.data(), m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  k::tiledAttentionBackward(
+      q.data(), kk.data(), v.data(), o2.data(), lse2.data(), dout.data(),
+      dq2.data(), dk2.data(), dv2.data(), m.qpos.data(), m.qseg.data(),
+      m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  EXPECT_EQ(std::memcmp(o.data(), o2.data(), nq * 4), 0) << what;
+  EXPECT_EQ(std::memcmp(dq.data(), dq2.data(), nq * 4), 0) << what;
+  EXPECT_EQ(std::memcmp(dk.data(), dk2.data(), nk * 4), 0) << what;
+  EXPECT_EQ(std::memcmp(dv.data(), dv2.data(), nk * 4), 0) << what;
+}
+
+TEST(AttentionTiles, ClassifiesTilesByPositionRange) {
+  EXPECT_EQ(t::classify(64, 127, 0, 63, true), t::TileMask::Full);
+  EXPECT_EQ(t::classify(64, 127, 64, 127, true), t::TileMask::Partial);
+  EXPECT_EQ(t::classify(64, 127, 128, 191, true), t::TileMask::Empty);
+  EXPECT_EQ(t::classify(64, 127, 128, 191, false), t::TileMask::Full);
+}
+
+TEST(AttentionTiles, SegmentsSortByPositionAndCutCausally) {
+  // CP zigzag rank 0 of 2, S 8: queries at 0,1,6,7; keys gathered as rank
+  // 0's shard then rank 1's (2..5): out of order.
+  std::vector<int64_t> qpos = {0, 1, 6, 7}, kpos = {0, 1, 6, 7, 2, 3, 4, 5};
+  std::vector<int64_t> qseg(4, 0), kseg(8, 0);
+  auto segments =
+      t::segmentsOf(qpos.data(), qseg.data(), kpos.data(), kseg.data(), 4, 8);
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_EQ(segments[0].keys, (std::vector<int64_t>{0, 1, 4, 5, 6, 7, 2, 3}));
+  EXPECT_EQ(segments[0].cut(0, true), 1); // position 0 sees key 0
+  EXPECT_EQ(segments[0].cut(2, true), 7); // position 6 sees 0..6
+  EXPECT_EQ(segments[0].cut(2, false), 8);
+  EXPECT_EQ(segments[0].span(0, 2, true), 2);
+  // Keys of a segment without queries are dropped; interleaved samples
+  // become one segment each.
+  Mask m = lane(3, 2);
+  m.kseg.push_back(7);
+  m.kpos.push_back(0);
+  auto two = t::segmentsOf(m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                           m.kseg.data(), 6, 7);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[1].queries, (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(two[1].keys, (std::vector<int64_t>{1, 3, 5}));
+}
+
+TEST(TiledAttention, CausalLanesOfSeveralBlocks) {
+  check("one short sample", lane(5, 1), 2, 4);
+  check("[S=130, B=3] lane", lane(130, 3), 3, 16);
+  check("[S=200, B=1], head dim 64", lane(200, 1), 2, 64);
+}
+
+TEST(TiledAttention, ContextParallelZigzagWithGatheredKeys) {
+  // cp 2, S 256: rank 1 holds chunks 1 and 2 (positions 64..191); keys
+  // are rank 0's shard (0..63, 192..255) then rank 1's.
+  Mask m;
+  for (int64_t p = 64; p < 192; ++p) {
+    m.qpos.push_back(p);
+    m.qseg.push_back(0);
+  }
+  for (int64_t p = 0; p < 64; ++p)
+    m.kpos.push_back(p);
+  for (int64_t p = 192; p < 256; ++p)
+    m.kpos.push_back(p);
+  for (int64_t p = 64; p < 192; ++p)
+    m.kpos.push_back(p);
+  m.kseg.assign(m.kpos.size(), 0);
+  check("cp zigzag rank 1", m, 2, 8);
+}
+
+TEST(TiledAttention, PackedSequencesDensePaddingEncodersAndEmptyQueries) {
+  Mask thd; // three packed sequences, positions restarting
+  int64_t sequence = 0;
+  for (int64_t length : {70, 3, 100}) {
+    for (int64_t i = 0; i < length; ++i) {
+      thd.qpos.push_back(i);
+      thd.qseg.push_back(sequence);
+    }
+    ++sequence;
+  }
+  thd.kpos = thd.qpos;
+  thd.kseg = thd.qseg;
+  check("packed thd", thd, 2, 8);
+  Mask dense = lane(80, 2); // sample 1's last 20 positions are padding
+  for (size_t i = 0; i < dense.qseg.size(); ++i)
+    if (dense.qseg[i] == 1 && dense.qpos[i] >= 60)
+      dense.qseg[i] = dense.kseg[i] = -2;
+  check("dense padding", dense, 2, 8);
+  Mask encoder; // bidirectional within samples, all positions 0
+  for (int64_t s : {0, 0, 0, 1, 1, 2, 2, 2, 2})
+    encoder.qseg.push_back(s);
+  for (int i = 0; i < 70; ++i)
+    encoder.qseg.push_back(3);
+  encoder.qpos.assign(encoder.qseg.size(), 0);
+  encoder.kpos = encoder.qpos;
+  encoder.kseg = encoder.qseg;
+  encoder.causal = false;
+  check("bidirectional encoder samples", encoder, 4, 8);
+  Mask lonely{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
+  check("a query without keys, a key without queries", lonely, 1, 4);
+}
+
+} // namespace
