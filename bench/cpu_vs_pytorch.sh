@@ -96,7 +96,7 @@ if [ $write = 1 ]; then
     echo
     echo "Written by \`bench/cpu_vs_pytorch.sh --write\`; every figure from that one run."
     echo
-    echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+    echo "- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(getconf _NPROCESSORS_ONLN) cores"
     echo "- PyTorch: $($python -c 'import torch; print(torch.__version__)' 2>/dev/null || echo absent), eager (attention materialises the S x S scores)"
     echo "- commit: $(git rev-parse --short HEAD), date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "- model: language only, hidden 512, 4 layers, 8 heads, FFN 1536, vocab 8192, micro-batch 4; tokens/s averaged over the steps after the first"
