@@ -298,9 +298,25 @@ static int run(int argc, char **argv) {
                 << " steps\n";
     return finish(1);
   }
+  // SPEC §13: the metrics file is opened before training (a bad path fails
+  // at once) and every step's line is flushed as the step ends, so a run
+  // that fails keeps each completed step.
+  std::ofstream metrics;
+  if (printer && !metricsPath.empty()) {
+    metrics.open(metricsPath, std::ios::trunc);
+    if (!metrics) {
+      std::cerr << "mimo-run: error: cannot write the metrics file '"
+                << metricsPath << "'; check the directory exists and is "
+                << "writable\n";
+      return finish(1);
+    }
+  }
+  const int64_t world = plan.topology.worldSize;
+  const double peakTflops = deviceKind == device::DeviceKind::Cuda
+                                ? cuda.peakFp32Tflops
+                                : 0.0;
   bool terminal = printer && isatty(STDERR_FILENO);
   double elapsed = 0;
-  std::string metrics;
   options.onStep = [&](const exec::StepMetrics &m) {
     elapsed += m.seconds;
     char line[256];
@@ -318,12 +334,25 @@ static int run(int argc, char **argv) {
                                elapsed / static_cast<double>(m.step) *
                                    static_cast<double>(total - m.step))
                 << std::flush;
+    if (!metrics.is_open())
+      return;
+    double tokensPerSecond =
+        m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
+    // Model FLOPs per second per rank (core/Flops.h).
+    double tflops = m.seconds > 0 ? m.flops / m.seconds /
+                                        static_cast<double>(world) / 1e12
+                                  : 0.0;
     nlohmann::json record = {{"step", m.step},
                              {"loss", m.loss},
                              {"grad_norm", m.gradNorm},
+                             {"lr", m.lr},
                              {"tokens", m.tokens},
-                             {"seconds", m.seconds}};
-    metrics += record.dump() + "\n";
+                             {"seconds", m.seconds},
+                             {"tokens_per_s", tokensPerSecond},
+                             {"tflops", tflops}};
+    if (peakTflops > 0)
+      record["mfu"] = tflops / peakTflops;
+    metrics << record.dump() << std::endl; // flushed
   };
   std::string deviceText = "cpu device (" + std::to_string(options.threads) +
                            " thread" + (options.threads > 1 ? "s" : "") +
@@ -342,22 +371,23 @@ static int run(int argc, char **argv) {
                                : exec::runLocal(plan, options);
   if (terminal)
     std::cerr << "\r\033[K" << std::flush;
+  // The trace is written on failure too: it shows where each rank was.
+  bool traceWritten = true;
+  if (printer && !tracePath.empty() && !result.trace.empty())
+    traceWritten = writeFile(tracePath, exec::traceJson(result.trace));
   if (result.exitCode != 0) {
     if (printer || result.exitCode == 2)
       std::cerr << (result.exitCode == 2 ? "mimo-run: " : "") << result.error
                 << "\n";
     return finish(result.exitCode);
   }
-  if (printer) {
-    if (!metricsPath.empty() && !writeFile(metricsPath, metrics)) {
-      std::cerr << "mimo-run: error: cannot write '" << metricsPath << "'\n";
-      return finish(1);
-    }
-    if (!tracePath.empty() &&
-        !writeFile(tracePath, exec::traceJson(result.trace))) {
-      std::cerr << "mimo-run: error: cannot write '" << tracePath << "'\n";
-      return finish(1);
-    }
+  if (metrics.is_open() && !metrics) {
+    std::cerr << "mimo-run: error: cannot write '" << metricsPath << "'\n";
+    return finish(1);
+  }
+  if (!traceWritten) {
+    std::cerr << "mimo-run: error: cannot write '" << tracePath << "'\n";
+    return finish(1);
   }
   return finish(0);
 }

@@ -538,35 +538,58 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
   std::map<std::string, TokenRange> ranges;
   if (it != root.end() &&
       v.object(*it, "/data",
-               {"source", "path", "tokens_per_sample", "text_only_fraction"},
+               {"source", "path", "eval_path", "tokens_per_sample",
+                "text_only_fraction"},
                "the data settings")) {
     const json &dataJson = *it;
-    if (auto source =
-            v.choice(dataJson, "/data", "source", false, {"synthetic", "jsonl"},
-                     "where samples come from"))
+    if (auto source = v.choice(dataJson, "/data", "source", false,
+                               {"synthetic", "jsonl", "indexed"},
+                               "where samples come from"))
       data.source = *source;
-    bool jsonl = data.source == "jsonl";
-    if (jsonl) {
-      data.path = v.string(dataJson, "/data", "path", true,
-                           "the jsonl file, relative to model.json")
+    bool files = data.source != "synthetic";
+    if (files) {
+      const char *meaning =
+          data.source == "jsonl"
+              ? "the jsonl file, relative to model.json"
+              : "the PREFIX of Megatron's PREFIX.bin and PREFIX.idx, "
+                "relative to model.json";
+      data.path = v.string(dataJson, "/data", "path", true, meaning)
                       .value_or("");
-    } else if (dataJson.contains("path")) {
-      v.error("/data/path", "expected no path for the synthetic source, found "
-                            "one; set \"source\": \"jsonl\" or remove path");
+      if (dataJson.contains("eval_path"))
+        data.evalPath = v.string(dataJson, "/data", "eval_path", false,
+                                 "the held-out data, like path")
+                            .value_or("");
+    } else {
+      for (const char *key : {"path", "eval_path"})
+        if (dataJson.contains(key))
+          v.error(std::string("/data/") + key,
+                  std::string("expected no ") + key +
+                      " for the synthetic source, found one; set \"source\": "
+                      "\"jsonl\" or \"indexed\", or remove it");
     }
     for (const char *key : {"tokens_per_sample", "text_only_fraction"})
-      if (jsonl && dataJson.contains(key))
+      if (files && dataJson.contains(key))
         v.error(std::string("/data/") + key,
                 std::string("expected ") + key +
-                    " only with the synthetic source, found it with "
-                    "\"jsonl\"; remove it (jsonl samples carry their own "
-                    "tokens)");
+                    " only with the synthetic source, found it with \"" +
+                    data.source +
+                    "\"; remove it (file samples carry their own tokens)");
+    if (data.source == "indexed")
+      for (const ModuleConfig &module : config.modules)
+        if (module.kind == ModuleKind::Encoder) {
+          v.error("/data/source",
+                  "expected jsonl for a model with encoders, found \"indexed\" "
+                  "(Megatron's indexed dataset holds text only); use \"jsonl\" "
+                  "or remove encoder '" +
+                      module.name + "'");
+          break;
+        }
     if (auto fraction =
             v.number(dataJson, "/data", "text_only_fraction", 0.0, false, 1.0,
                      false, "share of samples with no modality tokens"))
       data.textOnlyFraction = *fraction;
     auto tokens = dataJson.find("tokens_per_sample");
-    if (tokens != dataJson.end() && !jsonl &&
+    if (tokens != dataJson.end() && !files &&
         v.object(*tokens, "/data/tokens_per_sample", encoders,
                  "tokens_per_sample (one [min, max] per encoder)")) {
       for (const auto &item : tokens->items()) {
@@ -624,10 +647,11 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
 
 void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   auto it = root.find("train");
-  if (it == root.end() || !v.object(*it, "/train",
-                                    {"steps", "optimizer", "lr", "betas", "eps",
-                                     "weight_decay", "clip_grad"},
-                                    "the training settings"))
+  if (it == root.end() ||
+      !v.object(*it, "/train",
+                {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
+                 "clip_grad", "lr_schedule", "eval_every", "eval_steps"},
+                "the training settings"))
     return;
   const json &train = *it;
   TrainConfig &t = config.train;
@@ -650,6 +674,42 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto clip = v.number(train, "/train", "clip_grad", 0, false, inf, false,
                            "global gradient-norm clip, 0 disables"))
     t.clipGrad = *clip;
+  if (auto every = v.integer(train, "/train", "eval_every", false, 0,
+                             "steps between held-out evaluations, 0: never"))
+    t.evalEvery = *every;
+  if (auto steps = v.integer(train, "/train", "eval_steps", false, 1,
+                             "held-out batches per evaluation"))
+    t.evalSteps = *steps;
+  auto schedule = train.find("lr_schedule");
+  if (schedule != train.end() &&
+      v.object(*schedule, "/train/lr_schedule",
+               {"warmup_steps", "decay", "decay_steps", "min_lr"},
+               "the learning-rate schedule")) {
+    LrSchedule &s = t.lrSchedule;
+    const std::string p = "/train/lr_schedule";
+    if (auto w = v.integer(*schedule, p, "warmup_steps", false, 0,
+                           "steps of linear warmup from 0 to lr"))
+      s.warmupSteps = *w;
+    if (auto d = v.choice(*schedule, p, "decay", false,
+                          {"constant", "cosine", "linear"},
+                          "the decay after the warmup"))
+      s.decay = *d;
+    if (auto d = v.integer(*schedule, p, "decay_steps", false, 0,
+                           "steps of decay from lr to min_lr after the warmup"))
+      s.decaySteps = *d;
+    if (auto m = v.number(*schedule, p, "min_lr", 0, false, inf, false,
+                          "the learning rate at the end of the decay"))
+      s.minLr = *m;
+    if (s.decay != "constant" && s.decaySteps < 1)
+      v.error(p + "/decay_steps",
+              "expected decay_steps >= 1 for a \"" + s.decay +
+                  "\" decay, found " + std::to_string(s.decaySteps) +
+                  "; give the steps over which the rate falls to min_lr");
+    if (s.minLr > t.lr)
+      v.error(p + "/min_lr", "expected min_lr <= lr (" + std::to_string(t.lr) +
+                                 "), found " + std::to_string(s.minLr) +
+                                 "; lower min_lr");
+  }
   auto betas = train.find("betas");
   if (betas != train.end()) {
     if (!betas->is_array() || betas->size() != 2) {
@@ -785,8 +845,10 @@ json toJson(const ModelConfig &config) {
     modules.push_back(entry);
   }
   json data = {{"source", config.data.source}};
-  if (config.data.source == "jsonl") {
+  if (config.data.source != "synthetic") {
     data["path"] = config.data.path;
+    if (!config.data.evalPath.empty())
+      data["eval_path"] = config.data.evalPath;
   } else {
     json tokens = json::object();
     for (const auto &[name, range] : config.data.tokensPerSample)
@@ -813,7 +875,14 @@ json toJson(const ModelConfig &config) {
                  {"betas", {config.train.beta1, config.train.beta2}},
                  {"eps", config.train.eps},
                  {"weight_decay", config.train.weightDecay},
-                 {"clip_grad", config.train.clipGrad}}}};
+                 {"clip_grad", config.train.clipGrad},
+                 {"lr_schedule",
+                  {{"warmup_steps", config.train.lrSchedule.warmupSteps},
+                   {"decay", config.train.lrSchedule.decay},
+                   {"decay_steps", config.train.lrSchedule.decaySteps},
+                   {"min_lr", config.train.lrSchedule.minLr}}},
+                 {"eval_every", config.train.evalEvery},
+                 {"eval_steps", config.train.evalSteps}}}};
   if (config.worldSize)
     root["world_size"] = *config.worldSize;
   return root;

@@ -62,13 +62,25 @@ struct TokenRange {
 };
 
 struct DataConfig {
+  /// "synthetic", "jsonl" or "indexed" (Megatron's .bin/.idx, text only).
   std::string source = "synthetic";
-  /// jsonl only: the data file, as written in model.json.
+  /// jsonl: the data file; indexed: the PREFIX of PREFIX.bin/.idx; as
+  /// written in model.json (resolved against its directory by mimoc).
   std::string path;
+  /// Files only: the held-out data of the same kind (optional).
+  std::string evalPath;
   /// Synthetic only: modality-token count range per encoder, in module order
   /// (every encoder present, defaults filled).
   std::vector<std::pair<std::string, TokenRange>> tokensPerSample;
   double textOnlyFraction = 0.0;
+};
+
+/// SPEC §13, Megatron's shape, counted from step 1.
+struct LrSchedule {
+  int64_t warmupSteps = 0;
+  std::string decay = "constant"; // "constant", "cosine" or "linear"
+  int64_t decaySteps = 0;
+  double minLr = 0.0;
 };
 
 struct TrainConfig {
@@ -80,6 +92,9 @@ struct TrainConfig {
   double weightDecay = 0.0;
   /// 0 disables clipping.
   double clipGrad = 1.0;
+  LrSchedule lrSchedule;
+  /// Held-out loss every evalEvery steps (0: never) over evalSteps batches.
+  int64_t evalEvery = 0, evalSteps = 1;
 };
 
 struct ModelConfig {

@@ -27,6 +27,9 @@ struct CudaStatus {
   /// The first GPU's name and the driver's CUDA version, when usable.
   std::string firstName;
   int driverVersion = 0;
+  /// The first GPU's peak fp32 rate without tensor cores (TFLOP/s):
+  /// multiprocessors x 128 FP32 lanes x 2 x the peak clock (sm_80, sm_90).
+  double peakFp32Tflops = 0;
 };
 
 /// Asks the CUDA runtime (once per process; cheap afterwards). Never

@@ -2,6 +2,8 @@
 
 #include "runtime/exec/Executor.h"
 
+#include "runtime/core/Flops.h"
+#include "runtime/core/LearningRate.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Model.h"
 
@@ -73,6 +75,9 @@ public:
     stepIndex = step;
     currentInstr = -1;
     resetStep();
+    if (trace) // a marker at the step's start on every rank's track
+      events.push_back({rank, "step " + std::to_string(step + 1), micros(),
+                        -1.0, ""});
     const std::vector<Instr> &instrs = program->instrs;
     for (size_t i = 0; i < instrs.size();) {
       size_t end = i;
@@ -83,6 +88,7 @@ public:
                       std::to_string(i) + " (" +
                       describeInstr(topo, instrs[i]) + ")");
       double t0 = micros();
+      exchanged.clear();
       if (end == i && !instrInfo(instrs[i].op).isSend &&
           !instrInfo(instrs[i].op).isRecv)
         execute(instrs[i]);
@@ -93,7 +99,7 @@ public:
         std::string name = describeInstr(topo, instrs[i]);
         for (size_t j = i + 1; j <= end; ++j)
           name += " + " + describeInstr(topo, instrs[j]);
-        events.push_back({rank, name, t0, t1 - t0});
+        events.push_back({rank, name, t0, t1 - t0, traceArgs(instrs[i])});
       }
       i = end + 1;
     }
@@ -101,6 +107,8 @@ public:
     metrics.step = step + 1;
     metrics.loss = stepLoss;
     metrics.gradNorm = stepNorm;
+    metrics.lr = learningRate(plan.config.train, step + 1);
+    metrics.flops = stepFlops;
     metrics.tokens = stepTokens;
     metrics.seconds =
         std::chrono::duration<double>(Clock::now() - start).count();
@@ -204,6 +212,36 @@ private:
           n += !lossMasked(s, encoders, p);
       }
     invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    stepFlops = batchFlops();
+  }
+
+  /// Model FLOPs of this step's global batch (core/Flops.h).
+  double batchFlops() {
+    const ModelConfig &config = plan.config;
+    const ModuleConfig &language = config.language();
+    double tokens = 0, pairs = 0;
+    std::vector<double> rows(encoders.size(), 0), squares(encoders.size(), 0);
+    for (int64_t mb = 0; mb < topo.microbatches; ++mb)
+      for (const Sample &s : batch(mb).samples) {
+        double length = static_cast<double>(
+            topo.shard.packing ? s.length : config.batch.seqLength);
+        tokens += length;
+        pairs += length * (length + 1) / 2;
+        for (size_t e = 0; e < encoders.size(); ++e) {
+          double c = static_cast<double>(s.counts[e]);
+          rows[e] += c;
+          squares[e] += c * c;
+        }
+      }
+    double forward = languageForwardFlops(language, tokens, pairs);
+    size_t e = 0;
+    for (const ModuleConfig &m : config.modules)
+      if (m.kind == ModuleKind::Encoder) {
+        forward += encoderForwardFlops(m, language.hiddenSize, rows[e],
+                                       squares[e]);
+        ++e;
+      }
+    return 3.0 * forward;
   }
 
   const Microbatch &batch(int64_t mb) {
@@ -298,6 +336,26 @@ private:
     return {send, peer, tag, const_cast<void *>(t.raw()), t.bytes()};
   }
 
+  /// The trace arguments of an instruction: its microbatch and, for sends
+  /// and receives, the peers and bytes each way.
+  std::string traceArgs(const Instr &in) const {
+    nlohmann::json args = nlohmann::json::object();
+    if (in.mb >= 0)
+      args["microbatch"] = in.mb;
+    if (!exchanged.empty()) {
+      nlohmann::json peers = nlohmann::json::array();
+      int64_t sent = 0, received = 0;
+      for (const comm::P2POp &op : exchanged) {
+        peers.push_back(op.peer);
+        (op.isSend ? sent : received) += op.bytes;
+      }
+      args["peers"] = peers;
+      args["bytes_sent"] = sent;
+      args["bytes_received"] = received;
+    }
+    return args.dump();
+  }
+
   /// Posts the point-to-point instructions [first, last] together.
   void exchange(const std::vector<Instr> &instrs, size_t first, size_t last) {
     std::vector<comm::P2POp> ops;
@@ -385,6 +443,7 @@ private:
       }
     }
     comm.exchange(ops);
+    exchanged = ops;
     for (auto &[map, key] : consumed)
       map->erase(key);
   }
@@ -574,7 +633,7 @@ private:
     stepLoss = host[1];
     const TrainConfig &train = plan.config.train;
     device::AdamWStep adam;
-    adam.lr = train.lr;
+    adam.lr = learningRate(train, stepIndex + 1);
     adam.beta1 = train.beta1;
     adam.beta2 = train.beta2;
     adam.eps = train.eps;
@@ -610,7 +669,9 @@ private:
   std::map<Key, Tensor> actIn, actOut, gradIn, gradOut, encOut, encGrad,
       bridgeIn, bridgeGrad;
   Tensor stepScalars, lossScalar;
-  double invN = 0, stepLoss = 0, stepNorm = 0;
+  /// The last exchange's messages (for the trace).
+  std::vector<comm::P2POp> exchanged;
+  double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
   int64_t stepTokens = 0;
 };
 
@@ -816,7 +877,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   }
   if (options.collectTrace) {
     // Gather the trace on rank 0: a count, then (start, duration) pairs and
-    // the names, newline-separated.
+    // the names and arguments, one "name<TAB>args" line per event.
     if (comm.rank() == 0) {
       result.trace = events;
       for (int64_t r = 1; r < comm.size(); ++r) {
@@ -830,9 +891,14 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
         size_t at = 0;
         for (int64_t i = 0; i < sizes[0]; ++i) {
           size_t end = names.find('\n', at);
-          result.trace.push_back({r, names.substr(at, end - at),
+          std::string line = names.substr(at, end - at);
+          size_t tab = line.find('\t');
+          result.trace.push_back({r, line.substr(0, tab),
                                   times[static_cast<size_t>(2 * i)],
-                                  times[static_cast<size_t>(2 * i + 1)]});
+                                  times[static_cast<size_t>(2 * i + 1)],
+                                  tab == std::string::npos
+                                      ? std::string()
+                                      : line.substr(tab + 1)});
           at = end + 1;
         }
       }
@@ -842,7 +908,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
       for (const TraceEvent &e : events) {
         times.push_back(e.startUs);
         times.push_back(e.durationUs);
-        names += e.name + "\n";
+        names += e.name + "\t" + e.args + "\n";
       }
       int64_t sizes[2] = {static_cast<int64_t>(events.size()),
                           static_cast<int64_t>(names.size())};
@@ -868,14 +934,25 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
                     {"pid", 0},
                     {"tid", rank},
                     {"args", {{"name", "rank " + std::to_string(rank)}}}});
-  for (const TraceEvent &e : events)
-    list.push_back({{"name", e.name},
-                    {"cat", "instruction"},
-                    {"ph", "X"},
-                    {"pid", 0},
-                    {"tid", e.rank},
-                    {"ts", e.startUs},
-                    {"dur", e.durationUs}});
+  for (const TraceEvent &e : events) {
+    nlohmann::json event = {{"name", e.name},
+                            {"pid", 0},
+                            {"tid", e.rank},
+                            {"ts", e.startUs}};
+    if (e.durationUs < 0) { // a step's start
+      event["cat"] = "step";
+      event["ph"] = "i";
+      event["s"] = "t";
+    } else {
+      event["cat"] = "instruction";
+      event["ph"] = "X";
+      event["dur"] = e.durationUs;
+    }
+    if (!e.args.empty())
+      event["args"] =
+          nlohmann::json::parse(e.args, nullptr, /*allow_exceptions=*/false);
+    list.push_back(std::move(event));
+  }
   trace["traceEvents"] = std::move(list);
   return trace.dump();
 }

@@ -29,15 +29,23 @@ namespace mimo::exec {
 struct StepMetrics {
   int64_t step = 0; // 1-based
   double loss = 0, gradNorm = 0;
+  /// The learning rate this step's update used.
+  double lr = 0;
+  /// Model FLOPs of the step's batch (core/Flops.h), all ranks together.
+  double flops = 0;
   int64_t tokens = 0;
   double seconds = 0;
 };
 
-/// One executed instruction, for --trace.
+/// One executed instruction (or, with durationUs < 0, a step's start),
+/// for --trace.
 struct TraceEvent {
   int64_t rank = 0;
   std::string name;
   double startUs = 0, durationUs = 0;
+  /// The instruction's arguments as a JSON object ("" for none):
+  /// microbatch, peer ranks, bytes sent and received.
+  std::string args;
 };
 
 struct RunOptions {

@@ -68,6 +68,29 @@ rc=$?
   pass "mpi injected fault: exit $rc, names rank 5" ||
   { cat "$work/mfault.out"; fail "mpi injected fault (rc $rc)"; }
 
+# 2b. The metrics file keeps every completed step of a failed run (each
+# line flushed as its step ends), and the trace is written too.
+MIMO_INJECT_FAULT=5:3 "$bin/mimo-run" "$plan" --steps 4 --timeout 20 \
+  --metrics "$work/fault.jsonl" --trace "$work/fault.trace.json" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] && python3 -c "import json,sys
+lines=[json.loads(l) for l in open(sys.argv[1])]
+# Step 2 may not complete: rank 0 can still be in its last collective when
+# rank 5 fails at the start of step 3.
+assert [l['step'] for l in lines] in ([1], [1, 2]), lines
+for l in lines: assert {'lr','tokens_per_s','tflops','loss','grad_norm'} <= set(l), l
+t=json.load(open(sys.argv[2]))['traceEvents']
+assert any(e.get('name') == 'step 3' for e in t), 'no step 3 marker'
+assert any('bytes_sent' in e.get('args', {}) for e in t), 'no message arguments'" \
+  "$work/fault.jsonl" "$work/fault.trace.json" &&
+  pass "a failed run keeps its completed steps' metrics and writes its trace" ||
+  fail "metrics / trace after a failure (rc $rc)"
+"$bin/mimo-run" "$plan" --steps 1 --metrics /nonexistent/dir/m.jsonl >/dev/null 2>"$work/mpath.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write the metrics file" "$work/mpath.err" &&
+  pass "an unwritable metrics path: exit 1 before training" ||
+  { cat "$work/mpath.err"; fail "metrics path (rc $rc)"; }
+
 # 3. Killing one rank's process under mpirun ends the job.
 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1000 --timeout 20 >"$work/kill.out" 2>&1 &
 job=$!

@@ -68,6 +68,14 @@ CudaStatus probe() {
     return status;
   }
   (void)cudaDriverGetVersion(&status.driverVersion);
+  int clockKHz = 0, multiprocessors = 0;
+  if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0) ==
+          cudaSuccess &&
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount,
+                             0) == cudaSuccess)
+    status.peakFp32Tflops = multiprocessors * 128.0 * 2.0 * clockKHz * 1e3 /
+                            1e12;
+  (void)cudaGetLastError();
   status.firstName = props.name;
   status.devices = count;
   return status;

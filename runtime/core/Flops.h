@@ -1,0 +1,44 @@
+//===- Flops.h - Model FLOPs of a training step ----------------*- C++ -*-===//
+//
+// The one count of model FLOPs (SPEC §13 metrics `tflops`, §14 `mimoc
+// explain` `model_flops_per_step`): the multiply-adds of the model's matrix
+// products, 2 FLOPs each, forward plus backward = 3 x forward (the usual
+// MFU convention: no recomputation, no elementwise work, the causal mask's
+// skipped half not counted).
+//
+// Per token, forward: language layers 2 (4 H^2 + 3 H F), head 2 H V;
+// encoder patch 2 D H, layers 2 (4 H^2 + 2 H F), projection 2 (H O + O^2).
+// Attention, forward, per layer: 4 H per (query, key) pair attended:
+// S (S + 1) / 2 pairs per causal sequence, c^2 per encoder sample of c
+// tokens.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CORE_FLOPS_H
+#define MIMO_RUNTIME_CORE_FLOPS_H
+
+#include "runtime/core/ModelConfig.h"
+
+#include <cstdint>
+
+namespace mimo {
+
+/// Forward FLOPs of the language module over `sequences` causal sequences
+/// whose lengths sum to `tokens` and whose S (S + 1) / 2 sum to `pairs`.
+double languageForwardFlops(const ModuleConfig &language, double tokens,
+                            double pairs);
+
+/// Forward FLOPs of an encoder over `tokens` modality tokens whose samples'
+/// squared counts sum to `squares`; `outputHidden` is the language's hidden
+/// size (the projection's width).
+double encoderForwardFlops(const ModuleConfig &encoder, int64_t outputHidden,
+                           double tokens, double squares);
+
+/// Training FLOPs of a step, as the model and batch settings predict it:
+/// every sample seq_length tokens (the padding counted), each encoder's
+/// synthetic token count at its expected value (files: seq_length / 8 per
+/// sample and encoder, a stated guess).
+double modelFlopsPerStep(const ModelConfig &config);
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CORE_FLOPS_H
