@@ -326,9 +326,15 @@ static int run(int argc, char **argv) {
                   m.loss, m.gradNorm,
                   m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds
                                 : 0.0);
+    std::string text = line;
+    if (m.evalLoss) {
+      char eval[64];
+      std::snprintf(eval, sizeof(eval), "  eval_loss %.6f", *m.evalLoss);
+      text += eval;
+    }
     if (terminal)
       std::cerr << "\r\033[K";
-    std::cout << line << std::endl;
+    std::cout << text << std::endl;
     if (terminal && m.step < total)
       std::cerr << progressBar(m.step, total,
                                elapsed / static_cast<double>(m.step) *
@@ -352,6 +358,8 @@ static int run(int argc, char **argv) {
                              {"tflops", tflops}};
     if (peakTflops > 0)
       record["mfu"] = tflops / peakTflops;
+    if (m.evalLoss)
+      record["eval_loss"] = *m.evalLoss;
     metrics << record.dump() << std::endl; // flushed
   };
   std::string deviceText = "cpu device (" + std::to_string(options.threads) +

@@ -680,6 +680,12 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto steps = v.integer(train, "/train", "eval_steps", false, 1,
                              "held-out batches per evaluation"))
     t.evalSteps = *steps;
+  if (t.evalEvery > 0 && config.data.source != "synthetic" &&
+      config.data.evalPath.empty())
+    v.error("/train/eval_every",
+            "expected held-out data for evaluations, found no "
+            "/data/eval_path; add \"eval_path\" to /data (a file like "
+            "/data/path) or set eval_every to 0");
   auto schedule = train.find("lr_schedule");
   if (schedule != train.end() &&
       v.object(*schedule, "/train/lr_schedule",

@@ -545,6 +545,27 @@ ProgramSet buildPrograms(const Topology &topology) {
   return set;
 }
 
+Program forwardOnly(const Program &program) {
+  Program out;
+  out.role = program.role;
+  const std::vector<Instr> &in = program.instrs;
+  for (size_t i = 0; i < in.size();) {
+    size_t end = i;
+    while (end + 1 < in.size() && in[end].fused)
+      ++end;
+    size_t first = out.instrs.size();
+    for (size_t j = i; j <= end; ++j)
+      if (!instrInfo(in[j].op).isGrad) {
+        out.instrs.push_back(in[j]);
+        out.instrs.back().fused = true;
+      }
+    if (out.instrs.size() > first)
+      out.instrs.back().fused = false; // the batch ends here
+    i = end + 1;
+  }
+  return out;
+}
+
 std::optional<std::vector<int32_t>>
 assignPrograms(const Topology &topology, const std::vector<Program> &programs,
                std::string *error) {

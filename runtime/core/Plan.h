@@ -180,6 +180,13 @@ struct ProgramSet {
 };
 ProgramSet buildPrograms(const Topology &topology);
 
+/// The forward half of a program (a held-out evaluation: SPEC §13): every
+/// backward-direction instruction (instrInfo().isGrad) dropped, fused
+/// batches re-cut so that each keeps only its forward members. Since the
+/// dropped instructions are dropped on every rank, sends still meet their
+/// receives (tests/unit/PlanTest.cpp verifies it for every layout).
+Program forwardOnly(const Program &program);
+
 /// Maps each rank to the program whose role it has; fails (filling `error`)
 /// when a role has no program or two programs share a role.
 std::optional<std::vector<int32_t>>

@@ -51,13 +51,19 @@ public:
   virtual Microbatch get(int64_t step, int64_t mb) const = 0;
 };
 
-/// The source model.json asks for. jsonl paths are tried as written, then
-/// relative to `baseDir`. Bad data fills `errors` with whole messages
-/// ("FILE:LINE: POINTER: error: ...; fix") and returns nullptr.
+/// Training data, or the held-out data of evaluations (SPEC §13).
+enum class DataSplit { Train, Eval };
+
+/// The source model.json asks for: synthetic (the eval split its own stream
+/// of samples), or the file at data.path (eval: data.eval_path). File
+/// paths are tried as written, then relative to `baseDir`. Bad data fills
+/// `errors` with whole messages ("FILE:LINE: POINTER: error: ...; fix") and
+/// returns nullptr.
 std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
                                            const std::string &baseDir,
                                            const std::string &planFile,
-                                           std::vector<std::string> &errors);
+                                           std::vector<std::string> &errors,
+                                           DataSplit split = DataSplit::Train);
 
 /// Loss mask of position s of a sample (SPEC §4.2): 0 at modality tokens
 /// (as input or as label), padding and the last position.

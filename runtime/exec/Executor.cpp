@@ -57,9 +57,11 @@ struct ModuleState {
 class RankExecutor {
 public:
   RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm, Device &dev,
-               const DataSource &data, Clock::time_point origin)
+               const DataSource &data, const DataSource *evalData,
+               Clock::time_point origin)
       : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
-        data(data), origin(origin), encoders(encodersOf(plan.config)) {
+        data(data), evalData(evalData), active(&data), origin(origin),
+        encoders(encodersOf(plan.config)) {
     for (int64_t r = 0; r < topo.worldSize; ++r)
       world.push_back(r);
     modules.resize(topo.modules.size());
@@ -67,18 +69,59 @@ public:
       modules[m] = makeModule(m);
     program = &plan.programs[static_cast<size_t>(
         plan.rankProgram[static_cast<size_t>(rank)])];
+    if (evalData)
+      evalProgram = forwardOnly(*program);
   }
 
+  /// One training step (0-based `step`).
   StepMetrics runStep(int64_t step, bool trace,
                       std::vector<TraceEvent> &events) {
     auto start = Clock::now();
+    run(*program, step, trace, events);
+    StepMetrics metrics;
+    metrics.step = step + 1;
+    metrics.loss = stepLoss;
+    metrics.gradNorm = stepNorm;
+    metrics.lr = learningRate(plan.config.train, step + 1);
+    metrics.flops = stepFlops;
+    metrics.tokens = stepTokens;
+    metrics.seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    return metrics;
+  }
+
+  /// The loss of held-out batch `index` (the forward half of the program on
+  /// the eval data; nothing is updated).
+  double evaluate(int64_t index, bool trace, std::vector<TraceEvent> &events) {
+    evaluating = true;
+    active = evalData;
+    try {
+      run(evalProgram, index, trace, events);
+    } catch (...) {
+      evaluating = false;
+      active = &data;
+      throw;
+    }
+    evaluating = false;
+    active = &data;
+    for (auto &m : modules)
+      if (m)
+        m->stage->dropCaches();
+    return stepLoss;
+  }
+
+  /// Runs one pass of `prog` over batch `step` of the active data.
+  void run(const Program &prog, int64_t step, bool trace,
+           std::vector<TraceEvent> &events) {
     stepIndex = step;
     currentInstr = -1;
     resetStep();
-    if (trace) // a marker at the step's start on every rank's track
-      events.push_back({rank, "step " + std::to_string(step + 1), micros(),
-                        -1.0, ""});
-    const std::vector<Instr> &instrs = program->instrs;
+    if (trace) // a marker at the start on every rank's track
+      events.push_back({rank,
+                        (evaluating ? "eval batch " : "step ") +
+                            std::to_string(step + 1),
+                        micros(), -1.0, ""});
+    const std::vector<Instr> &instrs = prog.instrs;
     for (size_t i = 0; i < instrs.size();) {
       size_t end = i;
       while (end + 1 < instrs.size() && instrs[end].fused)
@@ -103,16 +146,6 @@ public:
       }
       i = end + 1;
     }
-    StepMetrics metrics;
-    metrics.step = step + 1;
-    metrics.loss = stepLoss;
-    metrics.gradNorm = stepNorm;
-    metrics.lr = learningRate(plan.config.train, step + 1);
-    metrics.flops = stepFlops;
-    metrics.tokens = stepTokens;
-    metrics.seconds =
-        std::chrono::duration<double>(Clock::now() - start).count();
-    return metrics;
   }
 
   std::string where() const {
@@ -247,7 +280,7 @@ private:
   const Microbatch &batch(int64_t mb) {
     auto it = batches.find(mb);
     if (it == batches.end())
-      it = batches.emplace(mb, data.get(stepIndex, mb)).first;
+      it = batches.emplace(mb, active->get(stepIndex, mb)).first;
     return it->second;
   }
 
@@ -618,6 +651,13 @@ private:
   /// per module.
   void optimizerStep() {
     double *sums = stepScalars.data<double>(); // [sum of squares, loss]
+    if (evaluating) { // the loss alone: no gradients, no update
+      comm.allReduceSum(world, sums, 2);
+      double host[2];
+      dev.download(host, sums, sizeof(host));
+      stepLoss = host[1];
+      return;
+    }
     for (auto &m : modules) {
       if (!m || m->coords.dp != 0 || m->coords.cp != 0)
         continue;
@@ -657,6 +697,11 @@ private:
   comm::Comm &comm;
   Device &dev;
   const DataSource &data;
+  /// Held-out data (null without evaluations) and the one being read.
+  const DataSource *evalData, *active;
+  bool evaluating = false;
+  /// The program's forward half, for evaluations.
+  Program evalProgram;
   Clock::time_point origin;
   std::vector<EncoderInfo> encoders;
   std::vector<int64_t> world;
@@ -687,23 +732,34 @@ std::string limitsError(const Plan &plan, const std::string &planFile) {
   return "";
 }
 
-std::unique_ptr<DataSource> dataFor(const Plan &plan, const RunOptions &options,
-                                    RunResult &result) {
+/// The training data and, when the model evaluates, the held-out data.
+struct DataSources {
+  std::unique_ptr<DataSource> train, eval;
+  explicit operator bool() const { return train != nullptr; }
+};
+
+DataSources dataFor(const Plan &plan, const RunOptions &options,
+                    RunResult &result) {
+  DataSources sources;
   if (std::string limits = limitsError(plan, options.planFile);
       !limits.empty()) {
     result.exitCode = 1;
     result.error = limits;
-    return nullptr;
+    return sources;
   }
   std::vector<std::string> errors;
-  std::unique_ptr<DataSource> data =
+  sources.train =
       makeDataSource(plan.config, options.baseDir, options.planFile, errors);
-  if (!data) {
+  if (sources.train && plan.config.train.evalEvery > 0)
+    sources.eval = makeDataSource(plan.config, options.baseDir,
+                                  options.planFile, errors, DataSplit::Eval);
+  if (!errors.empty()) {
+    sources.train.reset();
     result.exitCode = 1;
     for (const std::string &e : errors)
       result.error += (result.error.empty() ? "" : "\n") + e;
   }
-  return data;
+  return sources;
 }
 
 /// Makes `dev` this thread's current device and `comm`'s, until destroyed.
@@ -726,7 +782,8 @@ private:
 
 /// Runs every step of `rank`; returns the failure message or "".
 std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
-                    const DataSource &data, const RunOptions &options,
+                    const DataSource &data, const DataSource *evalData,
+                    const RunOptions &options,
                     Clock::time_point origin, RunResult &result,
                     std::vector<TraceEvent> &events) {
   // Destroyed in reverse: the executor's tensors before the device.
@@ -738,8 +795,9 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   try {
     dev = device::makeDevice(options.device, rank, options.threads);
     binding.emplace(*dev, comm);
-    executor =
-        std::make_unique<RankExecutor>(plan, rank, comm, *dev, data, origin);
+    executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
+                                              evalData, origin);
+    const TrainConfig &train = plan.config.train;
     for (; step < steps; ++step) {
       if (options.fault && options.fault->first == rank &&
           options.fault->second == step + 1)
@@ -748,6 +806,13 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
             std::to_string(step + 1) + ")");
       StepMetrics metrics =
           executor->runStep(step, options.collectTrace, events);
+      if (evalData && train.evalEvery > 0 &&
+          (step + 1) % train.evalEvery == 0) {
+        double sum = 0;
+        for (int64_t e = 0; e < train.evalSteps; ++e)
+          sum += executor->evaluate(e, options.collectTrace, events);
+        metrics.evalLoss = sum / static_cast<double>(train.evalSteps);
+      }
       if (rank == 0) {
         result.steps.push_back(metrics);
         if (options.onStep)
@@ -808,7 +873,7 @@ std::optional<std::pair<int64_t, int64_t>> parseFault(const char *text,
 
 RunResult runLocal(const Plan &plan, const RunOptions &options) {
   RunResult result;
-  std::unique_ptr<DataSource> data = dataFor(plan, options, result);
+  DataSources data = dataFor(plan, options, result);
   if (!data)
     return result;
   int64_t world = plan.topology.worldSize;
@@ -826,7 +891,8 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
       c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
       failures[static_cast<size_t>(rank)] =
-          runRank(plan, rank, *c, *data, local, origin, result,
+          runRank(plan, rank, *c, *data.train, data.eval.get(), local, origin,
+                  result,
                   events[static_cast<size_t>(rank)]);
     });
   for (std::thread &t : threads)
@@ -857,7 +923,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
                    "it (GPU ranks under mpirun need the nccl backend)";
     return result;
   }
-  std::unique_ptr<DataSource> data = dataFor(plan, options, result);
+  DataSources data = dataFor(plan, options, result);
   if (!data)
     return result;
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
@@ -866,8 +932,9 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
   device::setCpuBlasThreads(local.threads);
   std::vector<TraceEvent> events;
-  std::string failure = runRank(plan, comm.rank(), comm, *data, local,
-                                Clock::now(), result, events);
+  std::string failure =
+      runRank(plan, comm.rank(), comm, *data.train, data.eval.get(), local,
+              Clock::now(), result, events);
   if (!failure.empty()) {
     // The backend tears the job down; reaching here means it could not.
     comm.fail(failure);

@@ -33,6 +33,9 @@ struct StepMetrics {
   double lr = 0;
   /// Model FLOPs of the step's batch (core/Flops.h), all ranks together.
   double flops = 0;
+  /// After an evaluation (train.eval_every): the held-out loss, the mean
+  /// over train.eval_steps held-out batches.
+  std::optional<double> evalLoss;
   int64_t tokens = 0;
   double seconds = 0;
 };

@@ -464,6 +464,8 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
 
 EncoderStage::~EncoderStage() = default;
 
+void EncoderStage::dropCaches() { caches.clear(); }
+
 Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
                              const std::vector<int64_t> &segment,
                              int64_t rows) {
@@ -589,6 +591,8 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
 }
 
 LanguageStage::~LanguageStage() = default;
+
+void LanguageStage::dropCaches() { caches.clear(); }
 
 bool LanguageStage::needsUnshard() const {
   return ctx.cp > 1 || (ctx.sequenceParallel && ctx.tp > 1);

@@ -99,6 +99,9 @@ public:
   bool isFirst() const { return ctx.ppRank == 0; }
   bool isLast() const { return ctx.ppRank == ctx.pp - 1; }
   const StageContext &context() const { return ctx; }
+  /// Forgets what forwards saved for their backwards (after an evaluation,
+  /// which runs no backward).
+  virtual void dropCaches() = 0;
 
 protected:
   explicit Stage(StageContext ctx);
@@ -155,6 +158,7 @@ public:
   Tensor backward(int64_t mb, const Tensor &gradOutput);
   int64_t hidden() const { return hiddenSize; }
   int64_t outputHidden() const { return outHidden; }
+  void dropCaches() override;
 
 private:
   int64_t featureDim, hiddenSize, outHidden;
@@ -173,6 +177,7 @@ public:
   /// Rows of this rank's stage input/output for `lane`.
   int64_t localTokens(const LanguageLane &lane) const;
   int64_t hidden() const { return hiddenSize; }
+  void dropCaches() override;
 
   /// First stage: the input embeddings of this rank's shard: text rows from
   /// the vocab-parallel embedding, modality rows (`modality[e]`, the lane's

@@ -83,6 +83,46 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+TEST(Evaluation, HeldOutLossMatchesTheReferenceAndChangesNothing) {
+  // SPEC §13: every 2 steps, the loss of 2 held-out batches (the forward
+  // half of each rank's program on its own stream of samples), with a
+  // pipeline and with context parallelism.
+  for (const char *name : {"vlm-fan-in.json", "lm-cp2-sp.json"}) {
+    SCOPED_TRACE(name);
+    json model = example(name);
+    model["train"]["eval_every"] = 2;
+    model["train"]["eval_steps"] = 2;
+    Plan plan = planOf(model);
+    exec::RunOptions options;
+    options.steps = 4;
+    options.timeoutSeconds = 120;
+    exec::RunResult distributed = exec::runLocal(plan, options);
+    ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+    std::string error;
+    std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+    ASSERT_TRUE(single) << error;
+    exec::RunResult reference = exec::runLocal(*single, options);
+    ASSERT_EQ(reference.exitCode, 0) << reference.error;
+    exec::RunResult plain = exec::runLocal(planOf(example(name)), options);
+    ASSERT_EQ(plain.exitCode, 0) << plain.error;
+    ASSERT_EQ(distributed.steps.size(), 4u);
+    for (size_t s = 0; s < 4; ++s) {
+      const exec::StepMetrics &d = distributed.steps[s];
+      EXPECT_EQ(d.evalLoss.has_value(), s % 2 == 1) << "step " << s + 1;
+      if (d.evalLoss) {
+        ASSERT_TRUE(reference.steps[s].evalLoss);
+        EXPECT_LE(relative(*d.evalLoss, *reference.steps[s].evalLoss), 1e-5);
+        EXPECT_NE(*d.evalLoss, d.loss); // another batch
+      }
+      // Evaluating leaves training exactly as it was.
+      EXPECT_EQ(d.loss, plain.steps[s].loss) << "step " << s + 1;
+      EXPECT_EQ(d.gradNorm, plain.steps[s].gradNorm) << "step " << s + 1;
+    }
+    // The model learns: the later held-out loss is the lower.
+    EXPECT_LT(*distributed.steps[3].evalLoss, *distributed.steps[1].evalLoss);
+  }
+}
+
 TEST(Runtime, LimitsAreInputErrors) {
   // Message tags hold the microbatch: more than the runtime addresses is
   // refused before any rank starts (exit 1, the pointer, the fix).

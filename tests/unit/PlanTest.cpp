@@ -8,7 +8,8 @@
 
 #include "runtime/core/PlanFile.h"
 
-#include "TestModels.h"
+#include "tests/e2e/Layouts.h"
+#include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>
 
@@ -268,6 +269,34 @@ TEST(PlanTest, EveryExampleVerifiesAndRoundTrips) {
       EXPECT_EQ(loaded.plan->programs[p].role, plan->programs[p].role);
       EXPECT_EQ(loaded.plan->programs[p].instrs, plan->programs[p].instrs);
     }
+  }
+}
+
+TEST(PlanTest, ForwardHalvesOfEveryLayoutStillVerify) {
+  // A held-out evaluation runs only the forward half of each program: the
+  // sends must still meet their receives, with no deadlock, in every layout.
+  for (const test::Layout &layout : test::equivalenceLayouts()) {
+    SCOPED_TRACE(layout.name);
+    ParseResult parsed = parseModelConfig(layout.model.dump(), "model.json");
+    ASSERT_TRUE(parsed.config);
+    std::string error;
+    std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+    ASSERT_TRUE(plan) << error;
+    std::vector<Program> forward;
+    for (const Program &p : plan->programs) {
+      forward.push_back(forwardOnly(p));
+      size_t kept = 0;
+      for (const Instr &in : p.instrs)
+        kept += instrInfo(in.op).isGrad ? 0 : 1;
+      EXPECT_EQ(forward.back().instrs.size(), kept);
+      for (const Instr &in : forward.back().instrs)
+        EXPECT_FALSE(instrInfo(in.op).isGrad);
+      ASSERT_FALSE(forward.back().instrs.empty());
+      EXPECT_FALSE(forward.back().instrs.back().fused);
+    }
+    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, forward,
+                                          plan->rankProgram)),
+              "");
   }
 }
 
