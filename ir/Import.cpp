@@ -58,8 +58,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
   auto source = builder.create<DataSourceOp>(
       loc("/data"), SourceType::get(context),
       builder.getStringAttr(data.source),
-      data.source == "jsonl" ? builder.getStringAttr(data.path)
-                             : mlir::StringAttr(),
+      data.source != "synthetic" ? builder.getStringAttr(data.path)
+                                 : mlir::StringAttr(),
       tokensPerSample, textOnlyFraction);
 
   const BatchConfig &b = config.batch;

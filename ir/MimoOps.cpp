@@ -140,12 +140,13 @@ LogicalResult GridOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult DataSourceOp::verify() {
-  if (getSource() != "synthetic" && getSource() != "jsonl")
+  if (getSource() != "synthetic" && getSource() != "jsonl" &&
+      getSource() != "indexed")
     return emitOpError()
-           << "source must be \"synthetic\" or \"jsonl\", found \""
+           << "source must be \"synthetic\", \"jsonl\" or \"indexed\", found \""
            << getSource() << "\"";
-  if (getSource() == "jsonl" && !getPath())
-    return emitOpError() << "a jsonl source needs a path";
+  if (getSource() != "synthetic" && !getPath())
+    return emitOpError() << "a " << getSource() << " source needs a path";
   if (getSource() == "synthetic" && getPath())
     return emitOpError() << "a synthetic source takes no path";
   if (auto tokens = getTokensPerSample())

@@ -69,11 +69,12 @@ def Mimo_GridOp : Mimo_Op<"grid", [Pure]> {
 }
 
 def Mimo_DataSourceOp : Mimo_Op<"data_source", [Pure]> {
-  let summary = "where samples come from: synthetic or a jsonl file";
+  let summary = "where samples come from: synthetic, a jsonl file or an indexed dataset";
   let description = [{
     `source` is "synthetic" (deterministic from the seed; `tokens_per_sample`
-    maps each modality to its `[min, max]` token count per sample) or "jsonl"
-    (`path`, relative to model.json).
+    maps each modality to its `[min, max]` token count per sample), "jsonl"
+    (`path`: the file) or "indexed" (`path`: the PREFIX of Megatron's
+    PREFIX.bin / PREFIX.idx); file paths as mimoc resolved them.
 
     ```mlir
     %source = mimo.data_source "synthetic" {

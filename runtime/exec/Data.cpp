@@ -47,11 +47,10 @@ public:
   /// The j-th possible successor of token `previous` (never special).
   int64_t successor(int64_t previous, int64_t j) const {
     int64_t vocab = config.language().vocabSize;
-    uint64_t key = combine(
-        combine(combine(static_cast<uint64_t>(config.seed),
-                        hashString("markov")),
-                static_cast<uint64_t>(previous)),
-        static_cast<uint64_t>(j));
+    uint64_t key = combine(combine(combine(static_cast<uint64_t>(config.seed),
+                                           hashString("markov")),
+                                   static_cast<uint64_t>(previous)),
+                           static_cast<uint64_t>(j));
     Stream rng(key);
     int64_t id;
     do
@@ -160,12 +159,10 @@ private:
   std::vector<Sample> samples;
 };
 
-std::unique_ptr<DataSource> loadJsonl(const ModelConfig &config,
-                                      const std::string &written,
-                                      const std::string &pointer,
-                                      const std::string &baseDir,
-                                      const std::string &planFile,
-                                      std::vector<std::string> &errors) {
+std::unique_ptr<DataSource>
+loadJsonl(const ModelConfig &config, const std::string &written,
+          const std::string &pointer, const std::string &baseDir,
+          const std::string &planFile, std::vector<std::string> &errors) {
   namespace fs = std::filesystem;
   std::string path = written;
   std::error_code ec;
@@ -174,15 +171,14 @@ std::unique_ptr<DataSource> loadJsonl(const ModelConfig &config,
     path = (fs::path(baseDir) / path).string();
   std::ifstream in(path);
   if (!in) {
-    errors.push_back(planFile + ": " + pointer +
-                     ": error: cannot open the jsonl file '" + written +
-                     "' (tried '" + written + "'" +
-                     (baseDir.empty()
-                          ? std::string()
-                          : " and '" + (fs::path(baseDir) / written).string() +
-                                "'") +
-                     "); give a path relative to the plan file or the "
-                     "working directory");
+    errors.push_back(
+        planFile + ": " + pointer + ": error: cannot open the jsonl file '" +
+        written + "' (tried '" + written + "'" +
+        (baseDir.empty()
+             ? std::string()
+             : " and '" + (fs::path(baseDir) / written).string() + "'") +
+        "); give a path relative to the plan file or the "
+        "working directory");
     return nullptr;
   }
   std::vector<EncoderInfo> encoders = encodersOf(config);
@@ -336,6 +332,89 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
   if (config.data.source == "indexed")
     return loadIndexed(config, path, pointer, baseDir, planFile, errors);
   return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
+}
+
+namespace {
+
+/// Why the first record of a data file does not parse ("" if it does).
+std::string firstRecordProblem(const ModelConfig &config,
+                               const std::string &path) {
+  if (config.data.source == "indexed") {
+    IndexedDataset dataset;
+    std::string error;
+    return readIndexedDataset(path, dataset, error) ? "" : error;
+  }
+  std::ifstream in(path);
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    nlohmann::json json =
+        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object() ||
+        !json.contains("input_ids") || !json["input_ids"].is_array())
+      return path + ":" + std::to_string(number) +
+             ": error: expected one JSON object per line with an "
+             "\"input_ids\" array (docs/data.md)";
+    return "";
+  }
+  return path + ": error: the jsonl file has no samples; add one JSON "
+                "object per line";
+}
+
+} // namespace
+
+std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
+                                         const std::string &modelDir) {
+  namespace fs = std::filesystem;
+  std::vector<Diagnostic> problems;
+  if (config.data.source == "synthetic")
+    return problems;
+  bool indexed = config.data.source == "indexed";
+  auto resolve = [&](std::string &path, const char *pointer) {
+    if (path.empty())
+      return;
+    std::vector<fs::path> tried;
+    fs::path written(path);
+    if (written.is_absolute()) {
+      tried.push_back(written);
+    } else {
+      tried.push_back(fs::path(modelDir.empty() ? "." : modelDir) / written);
+      std::error_code cwd;
+      fs::path here = fs::current_path(cwd);
+      if (!cwd && here / written != tried.back())
+        tried.push_back(here / written);
+    }
+    std::error_code ec;
+    for (const fs::path &candidate : tried) {
+      fs::path probe =
+          indexed ? fs::path(candidate.string() + ".idx") : candidate;
+      if (fs::exists(probe, ec)) {
+        std::string resolved =
+            fs::absolute(candidate, ec).lexically_normal().string();
+        std::string problem = firstRecordProblem(config, resolved);
+        if (!problem.empty())
+          problems.push_back(Diagnostic::error(pointer, problem));
+        else
+          path = resolved;
+        return;
+      }
+    }
+    std::string list;
+    for (const fs::path &t : tried)
+      list += (list.empty() ? "'" : ", '") + t.lexically_normal().string() +
+              (indexed ? ".idx'" : "'");
+    problems.push_back(Diagnostic::error(
+        pointer, std::string("cannot find the ") +
+                     (indexed ? "indexed dataset '" : "jsonl file '") + path +
+                     "' (tried " + list +
+                     "); give a path relative to model.json's directory"));
+  };
+  resolve(config.data.path, "/data/path");
+  resolve(config.data.evalPath, "/data/eval_path");
+  return problems;
 }
 
 bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,

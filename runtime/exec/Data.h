@@ -65,6 +65,14 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
                                            std::vector<std::string> &errors,
                                            DataSplit split = DataSplit::Train);
 
+/// SPEC §13, at compile time: resolves data.path and data.eval_path (file
+/// sources) against `modelDir` (then the working directory), checks that
+/// each file exists and that its first record parses, and writes the
+/// resolved absolute paths into `config`. Errors name the pointer and every
+/// path tried.
+std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
+                                         const std::string &modelDir);
+
 /// Loss mask of position s of a sample (SPEC §4.2): 0 at modality tokens
 /// (as input or as label), padding and the last position.
 bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,

@@ -266,7 +266,7 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
 // DataSourceOp: source
 mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
   %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
-// expected-error @+1 {{'mimo.data_source' op source must be "synthetic" or "jsonl", found "parquet"}}
+// expected-error @+1 {{'mimo.data_source' op source must be "synthetic", "jsonl" or "indexed", found "parquet"}}
   %src = mimo.data_source "parquet"
   %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = "causal"}
   %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}

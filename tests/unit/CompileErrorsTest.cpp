@@ -77,6 +77,17 @@ TEST_P(CompileErrorTest, FailsAtPointerWithFix) {
 INSTANTIATE_TEST_SUITE_P(
     Spec9, CompileErrorTest,
     testing::Values(
+        ErrorCase{"missing_data_file_lists_every_path_tried",
+                  {{"/data", {{"source", "jsonl"}, {"path", "missing.jsonl"}}}},
+                  "/data/path",
+                  "cannot find the jsonl file 'missing.jsonl' (tried "},
+        ErrorCase{"training_file_checked_before_the_eval_file",
+                  {{"/data",
+                    {{"source", "jsonl"},
+                     {"path", "x.jsonl"},
+                     {"eval_path", "nowhere.jsonl"}}}},
+                  "/data/path",
+                  "cannot find the jsonl file 'x.jsonl'"},
         ErrorCase{"unknown_key_with_suggestion",
                   {{"/batch/micro_batch", 8}},
                   "/batch/micro_batch",

@@ -2,9 +2,14 @@
 
 #include "runtime/exec/Data.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/exec/IndexedData.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 using namespace mimo;
 using namespace mimo::exec;
@@ -105,6 +110,115 @@ TEST(DataTest, LanguageLaneRowsAreSampleMajor) {
   EXPECT_EQ(packed.modalityRow[0][4], 2);
   EXPECT_LT(packed.segments[7], 0);
   EXPECT_EQ(packed.mask[7], 0.0f);
+}
+
+/// A language-only model of vocabulary 1000 reading `source`.
+nlohmann::json textModel(const std::string &source, const std::string &path) {
+  nlohmann::json model = test::baseModel();
+  model["modules"] = nlohmann::json::array({model["modules"][1]});
+  model["modules"][0]["parallel"] = {{"tp", 1}};
+  model["batch"]["micro_batch_size"] = 2;
+  model["batch"]["num_microbatches"] = 2;
+  model["batch"]["seq_length"] = 8;
+  model["data"] = {{"source", source}, {"path", path}};
+  return model;
+}
+
+std::string tempDir() {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("mimo-data-test-" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(IndexedData, SamplesAreConsecutiveWindowsOfTheTokenStream) {
+  std::string dir = tempDir();
+  // Three sequences, 13 tokens in all: the stream is 0..12 (+ 100).
+  std::vector<std::vector<int64_t>> sequences = {
+      {100, 101, 102, 103, 104}, {105, 106}, {107, 108, 109, 110, 111, 112}};
+  for (int code : {8, 4}) { // uint16, int32
+    SCOPED_TRACE(code);
+    std::string prefix = dir + "/corpus" + std::to_string(code), error;
+    ASSERT_TRUE(writeIndexedDataset(prefix, sequences, code, error)) << error;
+    IndexedDataset dataset;
+    ASSERT_TRUE(readIndexedDataset(prefix, dataset, error)) << error;
+    EXPECT_EQ(dataset.totalTokens, 13);
+    EXPECT_EQ(dataset.documents, (std::vector<int64_t>{0, 1, 2, 3}));
+    ModelConfig config = configOf(textModel("indexed", prefix));
+    std::vector<std::string> errors;
+    auto source = makeDataSource(config, "", "plan.json", errors);
+    ASSERT_TRUE(source) << (errors.empty() ? "" : errors[0]);
+    // Step 0: samples 0 and 1 (mb 0), 2 and 3 (mb 1); 8 tokens each.
+    Microbatch first = source->get(0, 0), second = source->get(0, 1);
+    EXPECT_EQ(first.samples[0].ids,
+              (std::vector<int64_t>{100, 101, 102, 103, 104, 105, 106, 107}));
+    // Sample 1 starts at stream token 8 and wraps after token 12.
+    EXPECT_EQ(first.samples[1].ids,
+              (std::vector<int64_t>{108, 109, 110, 111, 112, 100, 101, 102}));
+    EXPECT_EQ(second.samples[0].ids[0], 100 + (16 % 13));
+    EXPECT_EQ(first.samples[0].length, 8);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(IndexedData, BadFilesAreNamedAndTokensOutsideTheVocabularyRefused) {
+  std::string dir = tempDir(), error;
+  IndexedDataset dataset;
+  EXPECT_FALSE(readIndexedDataset(dir + "/absent", dataset, error));
+  EXPECT_NE(error.find("absent.idx: error: cannot open"), std::string::npos);
+  std::string prefix = dir + "/small";
+  ASSERT_TRUE(writeIndexedDataset(prefix, {{1, 2, 3}, {4, 5000}}, 8, error));
+  { // a truncated .bin: the index points past its end
+    std::ofstream bin(prefix + ".bin", std::ios::binary | std::ios::trunc);
+    bin << "xy";
+  }
+  EXPECT_FALSE(readIndexedDataset(prefix, dataset, error));
+  EXPECT_NE(error.find("lies outside"), std::string::npos) << error;
+  ASSERT_TRUE(writeIndexedDataset(prefix, {{1, 2, 3}, {4, 5000}}, 8, error));
+  { // a foreign header
+    std::fstream idx(prefix + ".idx",
+                     std::ios::binary | std::ios::in | std::ios::out);
+    idx.write("NOTANIDX!", 9);
+  }
+  EXPECT_FALSE(readIndexedDataset(prefix, dataset, error));
+  EXPECT_NE(error.find("expected the header MMIDIDX"), std::string::npos)
+      << error;
+  ASSERT_TRUE(writeIndexedDataset(prefix, {{1, 2, 3}, {4, 5000}}, 8, error));
+  ModelConfig config = configOf(textModel("indexed", prefix));
+  std::vector<std::string> errors;
+  auto source = makeDataSource(config, "", "plan.json", errors);
+  ASSERT_TRUE(source);
+  EXPECT_THROW(source->get(0, 0), std::runtime_error); // 5000 >= vocab 1024
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DataPaths, ResolvedAgainstTheModelDirectoryAndChecked) {
+  std::string dir = tempDir();
+  {
+    std::ofstream(dir + "/train.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+  }
+  {
+    std::ofstream(dir + "/broken.jsonl") << "not json\n";
+  }
+  ModelConfig good = configOf(textModel("jsonl", "train.jsonl"));
+  EXPECT_TRUE(resolveDataPaths(good, dir).empty());
+  EXPECT_EQ(good.data.path, dir + "/train.jsonl"); // absolute, resolved
+  ModelConfig broken = configOf(textModel("jsonl", "broken.jsonl"));
+  std::vector<Diagnostic> problems = resolveDataPaths(broken, dir);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].pointer, "/data/path");
+  EXPECT_NE(problems[0].message.find("broken.jsonl:1: error: expected one "
+                                     "JSON object per line"),
+            std::string::npos)
+      << problems[0].message;
+  ModelConfig missing = configOf(textModel("indexed", "nowhere"));
+  problems = resolveDataPaths(missing, dir);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("tried '" + dir + "/nowhere.idx'"),
+            std::string::npos)
+      << problems[0].message;
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace

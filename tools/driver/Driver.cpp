@@ -9,6 +9,7 @@
 #include "ir/MimoOps.h"
 #include "passes/Passes.h"
 #include "runtime/core/JsonLocator.h"
+#include "runtime/exec/Data.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -100,6 +101,14 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
     return result;
   }
   result.config = std::move(parsed.config);
+  // Data files: relative to model.json, checked now, stored resolved.
+  std::string directory = llvm::sys::path::parent_path(file).str();
+  std::vector<Diagnostic> dataProblems =
+      exec::resolveDataPaths(*result.config, directory);
+  if (!dataProblems.empty()) {
+    result.diagnostics = std::move(dataProblems);
+    return result;
+  }
 
   mlir::DialectRegistry registry;
   registerMimoDialects(registry);
