@@ -77,36 +77,52 @@ void reduceAll(comm::Comm &comm, const std::vector<int64_t> &group, Tensor &x) {
 // Parameters
 //===----------------------------------------------------------------------===//
 
-size_t Stage::addParam(const std::string &module, const std::string &name,
-                       int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
-                       int64_t colEnd, int64_t globalCols, Init init,
-                       float scale, bool replicated, bool partialUnderSp) {
-  Param p;
-  p.name = module + "." + name;
-  p.rowBegin = rowBegin;
-  p.rowEnd = rowEnd;
-  p.colBegin = colBegin;
-  p.colEnd = colEnd;
-  p.globalCols = globalCols;
-  int64_t rows = rowEnd - rowBegin, cols = colEnd - colBegin;
-  std::vector<float> value(static_cast<size_t>(rows * cols));
-  uint64_t key =
-      combine(combine(ctx.seed, hashString(module)), hashString(name));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      float element = init == Init::Ones ? 1.0f : 0.0f;
-      if (init == Init::Weight)
-        element =
-            scale * symmetricUnit(combine(
-                        key, static_cast<uint64_t>((rowBegin + i) * globalCols +
-                                                   colBegin + j)));
-      value[static_cast<size_t>(i * cols + j)] = element;
-    }
-  p.replicatedOverTp = replicated;
-  p.partialUnderSp = partialUnderSp && replicated;
-  parameters.push_back(std::move(p));
-  initialValues.push_back(std::move(value));
-  return parameters.size() - 1;
+void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
+  for (const ParamSpec &spec : specs) {
+    ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank);
+    Param p;
+    p.name = spec.name();
+    p.rowBegin = block.rowBegin;
+    p.rowEnd = block.rowEnd;
+    p.colBegin = block.colBegin;
+    p.colEnd = block.colEnd;
+    p.globalRows = spec.rows;
+    p.globalCols = spec.cols;
+    p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
+    p.partialUnderSp = spec.partialUnderSp && p.replicatedOverTp;
+    int64_t rows = block.rowEnd - block.rowBegin;
+    int64_t cols = block.colEnd - block.colBegin;
+    float scale = spec.scale > 0 ? spec.scale
+                                 : 1.0f / std::sqrt(static_cast<float>(
+                                              spec.rows));
+    std::vector<float> value(static_cast<size_t>(rows * cols));
+    uint64_t key = combine(combine(ctx.seed, hashString(spec.module)),
+                           hashString(spec.local));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        float element = spec.init == ParamInit::Ones ? 1.0f : 0.0f;
+        if (spec.init == ParamInit::Weight)
+          element = scale * symmetricUnit(combine(
+                                key, static_cast<uint64_t>(
+                                         (block.rowBegin + i) * spec.cols +
+                                         block.colBegin + j)));
+        value[static_cast<size_t>(i * cols + j)] = element;
+      }
+    parameters.push_back(std::move(p));
+    initialValues.push_back(std::move(value));
+  }
+  finalizeParameters();
+}
+
+size_t Stage::indexOf(const std::string &local) const {
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const std::string &name = parameters[i].name;
+    if (name.size() > local.size() &&
+        name.compare(name.size() - local.size(), local.size(), local) == 0 &&
+        name[name.size() - local.size() - 1] == '.')
+      return i;
+  }
+  throw std::logic_error("the stage has no parameter '" + local + "'");
 }
 
 void Stage::finalizeParameters() {
@@ -148,45 +164,6 @@ void Stage::finalizeParameters() {
     p.v = f.v.view(offset[i], p.size());
   }
   initialValues.clear();
-}
-
-size_t Stage::replicated(const std::string &module, const std::string &name,
-                         int64_t rows, int64_t cols, Init init, float scale,
-                         bool partialUnderSp) {
-  size_t i = addParam(module, name, 0, rows, 0, cols, cols, init, scale, true,
-                      partialUnderSp);
-  parameters[i].globalRows = rows;
-  return i;
-}
-
-size_t Stage::columnParallel(const std::string &module, const std::string &name,
-                             int64_t rows, int64_t cols, float scale) {
-  int64_t c = cols / ctx.tp;
-  size_t i = addParam(module, name, 0, rows, ctx.tpRank * c,
-                      (ctx.tpRank + 1) * c, cols, Init::Weight,
-                      scale > 0 ? scale : fanIn(rows), false, false);
-  parameters[i].globalRows = rows;
-  return i;
-}
-
-size_t Stage::rowParallel(const std::string &module, const std::string &name,
-                          int64_t rows, int64_t cols, float scale) {
-  int64_t r = rows / ctx.tp;
-  size_t i = addParam(module, name, ctx.tpRank * r, (ctx.tpRank + 1) * r, 0,
-                      cols, cols, Init::Weight, scale > 0 ? scale : fanIn(rows),
-                      false, false);
-  parameters[i].globalRows = rows;
-  return i;
-}
-
-Stage::Attention Stage::attention(const std::string &module,
-                                  const std::string &prefix, int64_t hidden) {
-  // Q, K and V split by heads over TP (column-parallel), the output
-  // projection by the same heads (row-parallel).
-  return {columnParallel(module, prefix + "wq", hidden, hidden),
-          columnParallel(module, prefix + "wk", hidden, hidden),
-          columnParallel(module, prefix + "wv", hidden, hidden),
-          rowParallel(module, prefix + "wo", hidden, hidden)};
 }
 
 //===----------------------------------------------------------------------===//
@@ -402,16 +379,6 @@ private:
 Stage::Stage(StageContext context) : ctx(std::move(context)) {}
 Stage::~Stage() = default;
 
-/// The layers [begin, end) of stage `ppRank` of `pp`.
-static std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
-                                               int64_t ppRank) {
-  if (layers % pp != 0)
-    throw std::invalid_argument(std::to_string(layers) +
-                                " layers do not split into " +
-                                std::to_string(pp) + " pipeline stages");
-  int64_t per = layers / pp;
-  return {ppRank * per, (ppRank + 1) * per};
-}
 
 //===----------------------------------------------------------------------===//
 // Encoder
@@ -429,37 +396,29 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
                            StageContext context)
     : Stage(std::move(context)), featureDim(module.featureDim),
       hiddenSize(module.hiddenSize), outHidden(outputHidden) {
-  const std::string &name = module.name;
-  int64_t H = hiddenSize, F = module.ffnHiddenSize, O = outHidden;
-  parameters.reserve(64);
+  buildParameters(
+      stageParameters(module, outputHidden, false, ctx.pp, ctx.ppRank));
   if (isFirst()) {
-    patchW = replicated(name, "patch.weight", featureDim, H, Init::Weight,
-                        fanIn(featureDim));
-    patchB = replicated(name, "patch.bias", 1, H, Init::Zeros);
+    patchW = indexOf("patch.weight");
+    patchB = indexOf("patch.bias");
   }
   auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    size_t n1 = replicated(name, p + "ln1.weight", 1, H, Init::Ones);
-    size_t n1b = replicated(name, p + "ln1.bias", 1, H, Init::Zeros);
-    Attention a = attention(name, p, H);
-    size_t n2 = replicated(name, p + "ln2.weight", 1, H, Init::Ones);
-    size_t n2b = replicated(name, p + "ln2.bias", 1, H, Init::Zeros);
-    size_t w1 = columnParallel(name, p + "fc1", H, F);
-    size_t w2 = rowParallel(name, p + "fc2", F, H);
+    size_t fc1 = indexOf(p + "fc1");
     layers.push_back(std::make_unique<TransformerLayer>(
-        *this, parameters, false, n1, n1b, a.wq, a.wk, a.wv, a.wo, n2, n2b, w1,
-        w1, w2, H, module.numHeads, F, ctx));
+        *this, parameters, false, indexOf(p + "ln1.weight"),
+        indexOf(p + "ln1.bias"), indexOf(p + "wq"), indexOf(p + "wk"),
+        indexOf(p + "wv"), indexOf(p + "wo"), indexOf(p + "ln2.weight"),
+        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), hiddenSize,
+        module.numHeads, module.ffnHiddenSize, ctx));
   }
   if (isLast()) {
-    proj1W =
-        replicated(name, "projection.fc1.weight", H, O, Init::Weight, fanIn(H));
-    proj1B = replicated(name, "projection.fc1.bias", 1, O, Init::Zeros);
-    proj2W =
-        replicated(name, "projection.fc2.weight", O, O, Init::Weight, fanIn(O));
-    proj2B = replicated(name, "projection.fc2.bias", 1, O, Init::Zeros);
+    proj1W = indexOf("projection.fc1.weight");
+    proj1B = indexOf("projection.fc1.bias");
+    proj2W = indexOf("projection.fc2.weight");
+    proj2B = indexOf("projection.fc2.bias");
   }
-  finalizeParameters();
 }
 
 EncoderStage::~EncoderStage() = default;
@@ -563,31 +522,26 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
                              const ShardTopology &shard, StageContext context)
     : Stage(std::move(context)), hiddenSize(module.hiddenSize),
       vocab(module.vocabSize), shardTopology(shard) {
-  const std::string &name = module.name;
-  int64_t H = hiddenSize, F = module.ffnHiddenSize;
   vocabLocal = vocab / ctx.tp;
-  bool sp = ctx.sequenceParallel && ctx.tp > 1;
-  parameters.reserve(64);
-  if (isFirst()) // vocab-parallel: this TP rank's rows of the vocabulary
-    embedding = rowParallel(name, "embedding", vocab, H, 1.0f);
+  buildParameters(stageParameters(module, hiddenSize,
+                                  ctx.sequenceParallel && ctx.tp > 1, ctx.pp,
+                                  ctx.ppRank));
+  if (isFirst())
+    embedding = indexOf("embedding");
   auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    size_t n1 = replicated(name, p + "attn_norm", 1, H, Init::Ones, 0, sp);
-    Attention a = attention(name, p, H);
-    size_t n2 = replicated(name, p + "mlp_norm", 1, H, Init::Ones, 0, sp);
-    size_t wg = columnParallel(name, p + "gate", H, F);
-    size_t wu = columnParallel(name, p + "up", H, F);
-    size_t wd = rowParallel(name, p + "down", F, H);
+    size_t n1 = indexOf(p + "attn_norm"), n2 = indexOf(p + "mlp_norm");
     layers.push_back(std::make_unique<TransformerLayer>(
-        *this, parameters, true, n1, n1, a.wq, a.wk, a.wv, a.wo, n2, n2, wg, wu,
-        wd, H, module.numHeads, F, ctx));
+        *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
+        indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
+        indexOf(p + "up"), indexOf(p + "down"), hiddenSize, module.numHeads,
+        module.ffnHiddenSize, ctx));
   }
   if (isLast()) {
-    finalNorm = replicated(name, "final_norm", 1, H, Init::Ones, 0, sp);
-    head = columnParallel(name, "head", H, vocab); // vocab-parallel logits
+    finalNorm = indexOf("final_norm");
+    head = indexOf("head");
   }
-  finalizeParameters();
 }
 
 LanguageStage::~LanguageStage() = default;

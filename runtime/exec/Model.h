@@ -24,6 +24,7 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Parameters.h"
 #include "runtime/core/Plan.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
@@ -105,38 +106,19 @@ public:
 
 protected:
   explicit Stage(StageContext ctx);
-  enum class Init { Weight, Ones, Zeros };
-  /// Adds the [rowEnd-rowBegin, colEnd-colBegin] block of the global
-  /// [*, globalCols] parameter `name`.
-  size_t addParam(const std::string &module, const std::string &name,
-                  int64_t rowBegin, int64_t rowEnd, int64_t colBegin,
-                  int64_t colEnd, int64_t globalCols, Init init, float scale,
-                  bool replicated, bool partialUnderSp);
-  /// A parameter every TP rank holds whole.
-  size_t replicated(const std::string &module, const std::string &name,
-                    int64_t rows, int64_t cols, Init init, float scale = 0,
-                    bool partialUnderSp = false);
-  /// This TP rank's columns (column-parallel) or rows (row-parallel) of a
-  /// [rows, cols] weight; scale 0 = 1/sqrt(rows).
-  size_t columnParallel(const std::string &module, const std::string &name,
-                        int64_t rows, int64_t cols, float scale = 0);
-  size_t rowParallel(const std::string &module, const std::string &name,
-                     int64_t rows, int64_t cols, float scale = 0);
-  struct Attention {
-    size_t wq, wk, wv, wo;
-  };
-  Attention attention(const std::string &module, const std::string &prefix,
-                      int64_t hidden);
+  /// Creates this rank's block of each parameter (core/Parameters.h), its
+  /// initial values a pure function of (seed, module, name, global index),
+  /// in flat buffers (finalizeParameters).
+  void buildParameters(const std::vector<ParamSpec> &specs);
+  /// The index of parameter `local` of this stage's module.
+  size_t indexOf(const std::string &local) const;
   /// Allocates the flat buffers, uploads the initial values and points
-  /// every Param at its views (after the last addParam).
+  /// every Param at its views (after the last parameter).
   void finalizeParameters();
   /// dst row dstRows[i] = src row srcRows[i] (host row maps, uploaded).
   void copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
                 const Tensor &src, const std::vector<int64_t> &srcRows,
                 int64_t cols);
-  static float fanIn(int64_t n) {
-    return 1.0f / std::sqrt(static_cast<float>(n));
-  }
   StageContext ctx;
   std::vector<Param> parameters;
   std::vector<std::vector<float>> initialValues; // until finalized
