@@ -2,7 +2,9 @@
 
 #include "codegen/Explain.h"
 
+#include "runtime/core/Flops.h"
 #include "runtime/core/Grid.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/Sharding.h"
 
 #include <algorithm>
@@ -41,6 +43,8 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
   }
   result["modules"] = moduleList;
   size_t lm = t.languageIndex();
+  result["model_flops_per_step"] = modelFlopsPerStep(plan.config);
+  std::vector<RankMemory> memory = memoryPlan(t, plan.config);
   json ranks = json::array();
   for (int64_t rank = 0; rank < t.worldSize; ++rank) {
     if (onlyRank && rank != *onlyRank)
@@ -66,12 +70,20 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
         staged = true;
       }
     }
+    const RankMemory &mem = memory[static_cast<size_t>(rank)];
     ranks.push_back(
         json{{"rank", rank},
              {"modules", roles},
              {"stage", stage},
              {"warmup", warmup},
-             {"program", plan.programs[plan.rankProgram[rank]].role}});
+             {"program", plan.programs[plan.rankProgram[rank]].role},
+             {"memory",
+              {{"params", mem.params},
+               {"param_bytes", mem.paramBytes},
+               {"grad_bytes", mem.gradBytes},
+               {"optimizer_bytes", mem.optimizerBytes},
+               {"activation_bytes", mem.activationBytes},
+               {"total_bytes", mem.totalBytes}}}});
   }
   result["ranks"] = ranks;
   json bridges = json::array();
@@ -131,9 +143,13 @@ std::string table(const std::vector<std::vector<std::string>> &rows) {
 std::string renderExplainText(const nlohmann::ordered_json &explanation,
                               const std::string &modelName) {
   std::ostringstream os;
+  char flops[64];
+  std::snprintf(flops, sizeof(flops), "%.3g",
+                explanation["model_flops_per_step"].get<double>());
   os << "model " << modelName << ": "
      << explanation["world_size"].get<int64_t>() << " ranks, "
-     << explanation["layout"].get<std::string>() << "\n\n";
+     << explanation["layout"].get<std::string>() << ", " << flops
+     << " model FLOPs per step\n\n";
   std::vector<std::vector<std::string>> modules = {
       {"module", "kind", "ranks", "tp", "cp", "pp", "dp", "order"}};
   for (const auto &module : explanation["modules"]) {
@@ -154,9 +170,14 @@ std::string renderExplainText(const nlohmann::ordered_json &explanation,
   os << table(modules) << "\n";
   std::vector<std::vector<std::string>> ranks = {
       {"rank", "module", "tp", "cp", "dp", "pp", "pipeline", "1f1b stage",
-       "warm-up", "program"}};
+       "warm-up", "memory", "program"}};
   for (const auto &rank : explanation["ranks"])
     for (const auto &role : rank["modules"]) {
+      const auto &mem = rank["memory"];
+      std::string memory = role == rank["modules"].front()
+                               ? formatBytes(static_cast<double>(
+                                     mem["total_bytes"].get<int64_t>()))
+                               : "";
       std::string stage = role["first_stage"].get<bool>() ? "first" : "";
       if (role["last_stage"].get<bool>())
         stage += stage.empty() ? "last" : "+last";
@@ -172,7 +193,7 @@ std::string renderExplainText(const nlohmann::ordered_json &explanation,
            std::to_string(rank["stage"].get<int64_t>()),
            std::to_string(rank["warmup"].get<int64_t>()) + " of " +
                std::to_string(explanation["microbatches"].get<int64_t>()),
-           rank["program"].get<std::string>()});
+           memory, rank["program"].get<std::string>()});
     }
   os << table(ranks);
   auto list = [](const json &values) {

@@ -12,6 +12,7 @@
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/MemoryCheck.h"
 
 #include <cmath>
 #include <cstdio>
@@ -263,6 +264,28 @@ static int run(int argc, char **argv) {
     return finish(1);
   }
 
+  // SPEC §14: refuse a layout that would not fit, before allocating. Under
+  // mpirun every process judges every rank alike against its share of the
+  // node, so they all agree.
+  {
+    std::optional<std::string> problem;
+    if (mpi) {
+      for (int64_t r = 0; r < plan.topology.worldSize && !problem; ++r)
+        problem = exec::memoryProblem(plan, {r}, deviceKind, cuda.devices,
+                                      comm::ranksOnThisNode());
+    } else {
+      std::vector<int64_t> all;
+      for (int64_t r = 0; r < plan.topology.worldSize; ++r)
+        all.push_back(r);
+      problem = exec::memoryProblem(plan, all, deviceKind, cuda.devices);
+    }
+    if (problem) {
+      if (printer)
+        std::cerr << "mimo-run: " << planPath << ": " << *problem << "\n";
+      return finish(1);
+    }
+  }
+
   exec::RunOptions options;
   options.steps = steps;
   options.device = deviceKind;
@@ -312,9 +335,8 @@ static int run(int argc, char **argv) {
     }
   }
   const int64_t world = plan.topology.worldSize;
-  const double peakTflops = deviceKind == device::DeviceKind::Cuda
-                                ? cuda.peakFp32Tflops
-                                : 0.0;
+  const double peakTflops =
+      deviceKind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops : 0.0;
   bool terminal = printer && isatty(STDERR_FILENO);
   double elapsed = 0;
   options.onStep = [&](const exec::StepMetrics &m) {
@@ -345,9 +367,9 @@ static int run(int argc, char **argv) {
     double tokensPerSecond =
         m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
     // Model FLOPs per second per rank (core/Flops.h).
-    double tflops = m.seconds > 0 ? m.flops / m.seconds /
-                                        static_cast<double>(world) / 1e12
-                                  : 0.0;
+    double tflops =
+        m.seconds > 0 ? m.flops / m.seconds / static_cast<double>(world) / 1e12
+                      : 0.0;
     nlohmann::json record = {{"step", m.step},
                              {"loss", m.loss},
                              {"grad_norm", m.gradNorm},

@@ -26,6 +26,23 @@ double encoderForwardFlops(const ModuleConfig &m, int64_t outputHidden,
   return tokens * perToken + L * squares * 4.0 * H;
 }
 
+TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
+  TokenMoments m;
+  m.mean = static_cast<double>(config.batch.seqLength) / 8;
+  m.square = m.mean * m.mean;
+  if (config.data.source == "synthetic" &&
+      encoder < config.data.tokensPerSample.size()) {
+    const TokenRange &r = config.data.tokensPerSample[encoder].second;
+    double a = static_cast<double>(r.min), b = static_cast<double>(r.max);
+    double n = b - a + 1, keep = 1.0 - config.data.textOnlyFraction;
+    m.mean = keep * (a + b) / 2;
+    m.square = keep *
+               ((b * (b + 1) * (2 * b + 1) - (a - 1) * a * (2 * a - 1)) / 6) /
+               n;
+  }
+  return m;
+}
+
 double modelFlopsPerStep(const ModelConfig &config) {
   double samples = static_cast<double>(config.batch.microBatchSize *
                                        config.batch.numMicrobatches);
@@ -37,23 +54,9 @@ double modelFlopsPerStep(const ModelConfig &config) {
   for (const ModuleConfig &m : config.modules) {
     if (m.kind != ModuleKind::Encoder)
       continue;
-    // E[c] and E[c^2] of a count uniform in [min, max], zero for text-only
-    // samples.
-    double mean = S / 8, square = mean * mean;
-    if (config.data.source == "synthetic" &&
-        e < config.data.tokensPerSample.size()) {
-      const TokenRange &r = config.data.tokensPerSample[e].second;
-      double a = static_cast<double>(r.min), b = static_cast<double>(r.max);
-      double n = b - a + 1;
-      double keep = 1.0 - config.data.textOnlyFraction;
-      mean = keep * (a + b) / 2;
-      square = keep * ((b * (b + 1) * (2 * b + 1) -
-                        (a - 1) * a * (2 * a - 1)) /
-                       6) /
-               n;
-    }
-    forward += encoderForwardFlops(m, language.hiddenSize, samples * mean,
-                                   samples * square);
+    TokenMoments c = expectedModalityTokens(config, e);
+    forward += encoderForwardFlops(m, language.hiddenSize, samples * c.mean,
+                                   samples * c.square);
     ++e;
   }
   return 3.0 * forward;

@@ -33,6 +33,15 @@ double languageForwardFlops(const ModuleConfig &language, double tokens,
 double encoderForwardFlops(const ModuleConfig &encoder, int64_t outputHidden,
                            double tokens, double squares);
 
+/// E[c] and E[c^2] of the modality-token count c of one sample for the
+/// `encoder`-th encoder (model order): its synthetic [min, max] range taken
+/// uniformly, zero for text-only samples; files: seq_length / 8 (a stated
+/// guess).
+struct TokenMoments {
+  double mean = 0, square = 0;
+};
+TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder);
+
 /// Training FLOPs of a step, as the model and batch settings predict it:
 /// every sample seq_length tokens (the padding counted), each encoder's
 /// synthetic token count at its expected value (files: seq_length / 8 per

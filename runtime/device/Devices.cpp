@@ -5,6 +5,8 @@
 #include "runtime/device/KernelBodies.h"
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #ifdef MIMO_HAVE_CUDA
@@ -40,6 +42,59 @@ std::optional<DeviceKind> parseKind(const std::string &name) {
 }
 
 int64_t maxCudaHeadDim() { return bodies::kMaxHeadDim; }
+
+namespace {
+
+/// A number from the first line of a file (-1 if absent or "max").
+int64_t readNumber(const char *path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max")
+    return -1;
+  try {
+    return std::stoll(text);
+  } catch (const std::exception &) {
+    return -1;
+  }
+}
+
+int64_t hostAvailableBytes() {
+  int64_t available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
+  // A container's limit (cgroup v2, then v1).
+  int64_t limit = readNumber("/sys/fs/cgroup/memory.max");
+  int64_t used = readNumber("/sys/fs/cgroup/memory.current");
+  if (limit < 0) {
+    limit = readNumber("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    used = readNumber("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  if (limit > 0 && limit < (int64_t(1) << 60) && used >= 0) {
+    int64_t room = std::max<int64_t>(0, limit - used);
+    available = available < 0 ? room : std::min(available, room);
+  }
+  return available;
+}
+
+} // namespace
+
+int64_t availableBytes(DeviceKind kind, int ordinal) {
+  if (kind == DeviceKind::Cpu)
+    return hostAvailableBytes();
+#ifdef MIMO_HAVE_CUDA
+  return cudaStatus().devices > 0 ? cuda::freeBytes(ordinal) : -1;
+#else
+  (void)ordinal;
+  return -1;
+#endif
+}
 
 int deviceOrdinal(DeviceKind kind, int64_t rank) {
   if (kind != DeviceKind::Cuda)

@@ -49,6 +49,11 @@ std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank,
 /// by the ranks of this process (at least 1).
 int defaultThreads(int64_t ranksHere);
 
+/// Bytes a device of `kind` can still give this process: on the CPU the
+/// memory available to it (MemAvailable, and its cgroup's limit when
+/// lower), on a GPU its free memory (cudaMemGetInfo). -1 when unknown.
+int64_t availableBytes(DeviceKind kind, int ordinal);
+
 /// The largest attention head dimension the CUDA device takes.
 int64_t maxCudaHeadDim();
 

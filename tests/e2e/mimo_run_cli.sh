@@ -266,5 +266,39 @@ assert 'eval_loss' in a[2] and abs(a[2]['eval_loss'] - b[2]['eval_loss']) <= 1e-
   pass "Megatron indexed data (paths relative to model.json) trains and evaluates like --reference" ||
   fail "indexed dataset run"
 
+# 7. The memory plan (SPEC §14): an oversized layout is refused at once,
+# and the estimate of a run is within 25% of its measured peak memory.
+cat >"$work/huge.json" <<'EOF'
+{"version": 1, "name": "huge", "batch": {"micro_batch_size": 8, "num_microbatches": 4, "seq_length": 4096},
+ "modules": [{"name": "language", "kind": "language",
+   "arch": {"vocab_size": 128000, "hidden_size": 16384, "num_layers": 126, "num_heads": 128, "ffn_hidden_size": 53248},
+   "parallel": {"tp": 8, "pp": 2}}]}
+EOF
+"$bin/mimoc" compile "$work/huge.json" -o "$work/huge.plan.json" || fail "compile huge"
+start=$(date +%s%N)
+"$bin/mimo-run" "$work/huge.plan.json" --device cpu >/dev/null 2>"$work/huge.err"
+rc=$? ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc -eq 1 ] && [ $ms -lt 1000 ] && grep -q "error: the layout needs about .* but only .* is available" "$work/huge.err" &&
+  pass "an oversized layout: exit 1 in ${ms} ms with the estimate" ||
+  { cat "$work/huge.err"; fail "oversized layout (rc $rc, ${ms} ms)"; }
+cat >"$work/lm.json" <<'EOF'
+{"version": 1, "name": "lm", "batch": {"micro_batch_size": 4, "num_microbatches": 1, "seq_length": 512},
+ "modules": [{"name": "language", "kind": "language",
+   "arch": {"vocab_size": 8192, "hidden_size": 512, "num_layers": 4, "num_heads": 8, "ffn_hidden_size": 1536}}]}
+EOF
+"$bin/mimoc" compile "$work/lm.json" -o "$work/lm.plan.json" &&
+  "$bin/mimoc" explain "$work/lm.plan.json" --json >"$work/lm.explain.json" &&
+  python3 - "$bin/mimo-run" "$work/lm.plan.json" "$work/lm.explain.json" <<'PY' &&
+import json, resource, subprocess, sys
+subprocess.run([sys.argv[1], sys.argv[2], "--device", "cpu", "--threads", "1", "--steps", "2"],
+               check=True, stdout=subprocess.DEVNULL)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+estimate = json.load(open(sys.argv[3]))["ranks"][0]["memory"]["total_bytes"]
+print(f"estimate {estimate / 2**20:.0f} MiB, measured peak {peak / 2**20:.0f} MiB")
+assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
+PY
+  pass "the memory estimate is within 25% of the measured peak" ||
+  fail "memory estimate vs peak"
+
 echo "$failures failure(s)"
 [ $failures -eq 0 ]

@@ -6,8 +6,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/core/Flops.h"
 #include "runtime/core/LearningRate.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Parameters.h"
+#include "runtime/core/PlanFile.h"
+#include "runtime/exec/MemoryCheck.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>
@@ -57,9 +62,9 @@ TEST(LearningRate, MegatronWarmupThenDecayTable) {
       {"cosine", 0, 2, 2, 1e-4},
   };
   for (const Row &row : table)
-    EXPECT_NEAR(learningRate(schedule(row.decay, row.warmup, row.decaySteps),
-                             row.step),
-                row.lr, 1e-15)
+    EXPECT_NEAR(
+        learningRate(schedule(row.decay, row.warmup, row.decaySteps), row.step),
+        row.lr, 1e-15)
         << row.decay << " W=" << row.warmup << " D=" << row.decaySteps
         << " step " << row.step;
 }
@@ -103,8 +108,9 @@ TEST(TrainingConfig, ScheduleEvalAndDataKeysParseAndRoundTrip) {
 TEST(TrainingConfig, BadScheduleAndDataKeysNameTheirPointer) {
   json cosine = test::baseModel();
   cosine["train"]["lr_schedule"] = {{"decay", "cosine"}};
-  EXPECT_NE(firstError(parse(cosine)).find("/train/lr_schedule/decay_steps: "
-                                           "expected decay_steps >= 1"),
+  EXPECT_NE(firstError(parse(cosine))
+                .find("/train/lr_schedule/decay_steps: "
+                      "expected decay_steps >= 1"),
             std::string::npos)
       << firstError(parse(cosine));
   json high = test::baseModel();
@@ -118,16 +124,107 @@ TEST(TrainingConfig, BadScheduleAndDataKeysNameTheirPointer) {
       << firstError(parse(typo));
   json evalPath = test::baseModel();
   evalPath["data"] = {{"eval_path", "x.jsonl"}};
-  EXPECT_NE(firstError(parse(evalPath)).find("/data/eval_path: expected no "
-                                             "eval_path for the synthetic"),
+  EXPECT_NE(firstError(parse(evalPath))
+                .find("/data/eval_path: expected no "
+                      "eval_path for the synthetic"),
             std::string::npos)
       << firstError(parse(evalPath));
   json indexed = test::baseModel(); // has an encoder
   indexed["data"] = {{"source", "indexed"}, {"path", "corpus"}};
-  EXPECT_NE(firstError(parse(indexed)).find("/data/source: expected jsonl for "
-                                            "a model with encoders"),
+  EXPECT_NE(firstError(parse(indexed))
+                .find("/data/source: expected jsonl for "
+                      "a model with encoders"),
             std::string::npos)
       << firstError(parse(indexed));
+}
+
+Plan planOf(const json &model) {
+  ParseResult parsed = parse(model);
+  EXPECT_TRUE(parsed.config) << firstError(parsed);
+  std::string error;
+  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+  EXPECT_TRUE(plan) << error;
+  return *plan;
+}
+
+TEST(ModelFlops, LanguageModelByHand) {
+  json model = test::baseModel();
+  model["modules"] = json::array({model["modules"][1]});
+  model["modules"][0]["parallel"] = json::object();
+  model["data"] = {{"source", "synthetic"}};
+  ParseResult r = parse(model);
+  ASSERT_TRUE(r.config) << firstError(r);
+  const ModuleConfig &m = r.config->language();
+  double H = m.hiddenSize, F = m.ffnHiddenSize, V = m.vocabSize,
+         L = m.numLayers, S = r.config->batch.seqLength;
+  double samples =
+      r.config->batch.microBatchSize * r.config->batch.numMicrobatches;
+  double forward = samples * S * (L * 2 * (4 * H * H + 3 * H * F) + 2 * H * V) +
+                   L * samples * S * (S + 1) / 2 * 4 * H;
+  EXPECT_DOUBLE_EQ(modelFlopsPerStep(*r.config), 3 * forward);
+}
+
+TEST(MemoryPlan, ParametersAddUpAndShardWithTheLayout) {
+  Plan plan = planOf(test::baseModel()); // images DP4, language TP2 PP2
+  std::vector<RankMemory> memory = memoryPlan(plan.topology, plan.config);
+  ASSERT_EQ(memory.size(), 8u);
+  int64_t language = 0, images = 0;
+  for (const ParamSpec &spec : modelParameters(plan.config))
+    (spec.module == "language" ? language : images) += spec.size();
+  // Each encoder rank holds the whole encoder (DP4); the language ranks
+  // hold it cut by TP2 x PP2: replicated norms count on both TP ranks.
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(memory[r].params, images);
+  int64_t languageHeld = 0;
+  for (int r = 4; r < 8; ++r)
+    languageHeld += memory[r].params;
+  EXPECT_GT(languageHeld, language);
+  EXPECT_LT(languageHeld, language + language / 20); // the norms' copies
+  for (const RankMemory &m : memory) {
+    EXPECT_GE(m.paramBytes, 4 * m.params); // padded to 64 values
+    EXPECT_EQ(m.gradBytes, m.paramBytes);
+    EXPECT_EQ(m.optimizerBytes, 2 * m.paramBytes);
+    EXPECT_GT(m.activationBytes, 0);
+    EXPECT_EQ(m.totalBytes, m.paramBytes + m.gradBytes + m.optimizerBytes +
+                                m.activationBytes);
+  }
+  // 1F1B keeps warm-up + 1 microbatches in flight (here 2 on the language
+  // first stage): with a single microbatch, only one.
+  json single = test::baseModel();
+  single["batch"]["num_microbatches"] = 1;
+  Plan one = planOf(single);
+  std::vector<RankMemory> fewer = memoryPlan(one.topology, one.config);
+  EXPECT_LT(fewer[4].activationBytes, memory[4].activationBytes);
+  json deeper = test::baseModel();
+  deeper["batch"]["num_microbatches"] = 8;
+  Plan eight = planOf(deeper);
+  EXPECT_EQ(memoryPlan(eight.topology, eight.config)[4].activationBytes,
+            memory[4].activationBytes);
+}
+
+int64_t plentyOf(device::DeviceKind, int) { return int64_t(1) << 50; }
+int64_t littleOf(device::DeviceKind, int) { return int64_t(1) << 20; }
+int64_t gpuZeroIsFull(device::DeviceKind, int gpu) {
+  return gpu == 0 ? 1 : int64_t(1) << 50;
+}
+
+TEST(MemoryPlan, MimoRunRefusesWhatWillNotFit) {
+  Plan plan = planOf(test::baseModel());
+  std::vector<int64_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_FALSE(
+      exec::memoryProblem(plan, all, device::DeviceKind::Cpu, 0, 1, plentyOf));
+  std::optional<std::string> cpu =
+      exec::memoryProblem(plan, all, device::DeviceKind::Cpu, 0, 1, littleOf);
+  ASSERT_TRUE(cpu);
+  EXPECT_NE(cpu->find("for ranks 0-7, but only 1.0 MiB is available"),
+            std::string::npos)
+      << *cpu;
+  EXPECT_NE(cpu->find("use more tp or pp"), std::string::npos);
+  // Two GPUs: ranks 0 2 4 6 share GPU 0, which is full.
+  std::optional<std::string> gpu = exec::memoryProblem(
+      plan, all, device::DeviceKind::Cuda, 2, 1, gpuZeroIsFull);
+  ASSERT_TRUE(gpu);
+  EXPECT_NE(gpu->find("on GPU 0 for ranks 0 2 4 6"), std::string::npos) << *gpu;
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #define MIMO_RUNTIME_DEVICE_CUDA_CUDACHECK_H
 
 #include "runtime/device/Device.h"
+#include "runtime/device/cuda/CublasLt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -26,8 +27,8 @@ inline void check(cudaError_t error, const std::string &what) {
 inline void check(cublasStatus_t status, const std::string &what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     throw DeviceError("cuBLASLt error in " + what + ": " +
-                      cublasLtGetStatusName(status) + " (" +
-                      cublasLtGetStatusString(status) + ")");
+                      cublasLt().statusName(status) + " (" +
+                      cublasLt().statusString(status) + ")");
 }
 
 } // namespace mimo::device::cuda

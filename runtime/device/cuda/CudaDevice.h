@@ -16,6 +16,9 @@ namespace mimo::device::cuda {
 /// What the CUDA runtime reports on this machine (Devices.h, cudaStatus).
 CudaStatus probe();
 
+/// Free bytes of GPU `ordinal` (-1 when it cannot be asked).
+int64_t freeBytes(int ordinal);
+
 /// The CUDA device on GPU `ordinal`: its own stream, cuBLASLt handle and
 /// workspace, memory from the GPU's stream-ordered pool. Create and use it
 /// on one host thread (a rank's).

@@ -2,12 +2,13 @@
 
 #include "runtime/device/cuda/CudaGemm.h"
 
+#include "runtime/device/cuda/CublasLt.h"
 #include "runtime/device/cuda/CudaCheck.h"
 
 namespace mimo::device::cuda {
 
 CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream(stream) {
-  check(cublasLtCreate(&handle), "cublasLtCreate");
+  check(cublasLt().create(&handle), "cublasLtCreate");
   check(cudaMallocAsync(&workspace, kWorkspaceBytes, stream),
         "cudaMallocAsync of the cuBLASLt workspace");
 }
@@ -15,15 +16,15 @@ CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream(stream) {
 CublasLtGemm::~CublasLtGemm() {
   for (auto &entry : shapes) {
     Shape &s = entry.second;
-    cublasLtMatrixLayoutDestroy(s.a);
-    cublasLtMatrixLayoutDestroy(s.b);
-    cublasLtMatrixLayoutDestroy(s.c);
-    cublasLtMatmulDescDestroy(s.op);
+    cublasLt().layoutDestroy(s.a);
+    cublasLt().layoutDestroy(s.b);
+    cublasLt().layoutDestroy(s.c);
+    cublasLt().descDestroy(s.op);
   }
   if (workspace)
     cudaFreeAsync(workspace, stream);
   if (handle)
-    cublasLtDestroy(handle);
+    cublasLt().destroy(handle);
 }
 
 namespace {
@@ -53,28 +54,28 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
   Shape s;
   std::string what = "planning a " + std::to_string(M) + "x" +
                      std::to_string(N) + "x" + std::to_string(K) + " GEMM";
-  check(cublasLtMatmulDescCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+  check(cublasLt().descCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB,
-                                       sizeof(opB)),
+  check(cublasLt().descSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB,
+                                    sizeof(opB)),
         what);
-  check(cublasLtMatmulDescSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA,
-                                       sizeof(opA)),
+  check(cublasLt().descSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA,
+                                    sizeof(opA)),
         what);
   if (transB)
-    check(cublasLtMatrixLayoutCreate(&s.a, CUDA_R_32F, K, N, K), what);
+    check(cublasLt().layoutCreate(&s.a, CUDA_R_32F, K, N, K), what);
   else
-    check(cublasLtMatrixLayoutCreate(&s.a, CUDA_R_32F, N, K, N), what);
+    check(cublasLt().layoutCreate(&s.a, CUDA_R_32F, N, K, N), what);
   if (transA)
-    check(cublasLtMatrixLayoutCreate(&s.b, CUDA_R_32F, M, K, M), what);
+    check(cublasLt().layoutCreate(&s.b, CUDA_R_32F, M, K, M), what);
   else
-    check(cublasLtMatrixLayoutCreate(&s.b, CUDA_R_32F, K, M, K), what);
-  check(cublasLtMatrixLayoutCreate(&s.c, CUDA_R_32F, N, M, N), what);
+    check(cublasLt().layoutCreate(&s.b, CUDA_R_32F, K, M, K), what);
+  check(cublasLt().layoutCreate(&s.c, CUDA_R_32F, N, M, N), what);
   cublasLtMatmulPreference_t preference = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&preference), what);
+  check(cublasLt().preferenceCreate(&preference), what);
   size_t bytes = kWorkspaceBytes;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+  cublasStatus_t status = cublasLt().preferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
       sizeof(bytes));
   // cuBLASLt's A is our B and its B our A (see above).
@@ -85,21 +86,21 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignC}};
   for (const auto &[attribute, value] : alignments)
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(preference, attribute,
-                                                    &value, sizeof(value));
+      status = cublasLt().preferenceSetAttribute(preference, attribute, &value,
+                                                 sizeof(value));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.c, s.c,
-                                            preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+    status = cublasLt().heuristic(handle, s.op, s.a, s.b, s.c, s.c, preference,
+                                  1, &result, &found);
+  cublasLt().preferenceDestroy(preference);
   if (status == CUBLAS_STATUS_SUCCESS && found == 0)
     status = CUBLAS_STATUS_NOT_SUPPORTED;
   if (status != CUBLAS_STATUS_SUCCESS) {
-    cublasLtMatrixLayoutDestroy(s.a);
-    cublasLtMatrixLayoutDestroy(s.b);
-    cublasLtMatrixLayoutDestroy(s.c);
-    cublasLtMatmulDescDestroy(s.op);
+    cublasLt().layoutDestroy(s.a);
+    cublasLt().layoutDestroy(s.b);
+    cublasLt().layoutDestroy(s.c);
+    cublasLt().descDestroy(s.op);
     check(status, what + " (no algorithm)");
   }
   s.algo = result.algo;
@@ -112,8 +113,8 @@ void CublasLtGemm::run(bool transA, bool transB, int64_t M, int64_t N,
   Shape &s = shapeOf(transA, transB, M, N, K, alignmentOf(A), alignmentOf(B),
                      alignmentOf(C));
   cublasStatus_t status =
-      cublasLtMatmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
-                     s.c, &s.algo, workspace, kWorkspaceBytes, stream);
+      cublasLt().matmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
+                        s.c, &s.algo, workspace, kWorkspaceBytes, stream);
   if (status != CUBLAS_STATUS_SUCCESS)
     check(status, "cublasLtMatmul (" + std::to_string(M) + "x" +
                       std::to_string(N) + "x" + std::to_string(K) + ")");

@@ -38,6 +38,16 @@ std::string reasonOf(cudaError_t error) {
 
 } // namespace
 
+int64_t freeBytes(int ordinal) {
+  size_t free = 0, total = 0;
+  if (cudaSetDevice(ordinal) != cudaSuccess ||
+      cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<int64_t>(free);
+}
+
 CudaStatus probe() {
   CudaStatus status;
   status.built = true;
@@ -73,8 +83,8 @@ CudaStatus probe() {
           cudaSuccess &&
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount,
                              0) == cudaSuccess)
-    status.peakFp32Tflops = multiprocessors * 128.0 * 2.0 * clockKHz * 1e3 /
-                            1e12;
+    status.peakFp32Tflops =
+        multiprocessors * 128.0 * 2.0 * clockKHz * 1e3 / 1e12;
   (void)cudaGetLastError();
   status.firstName = props.name;
   status.devices = count;

@@ -1,0 +1,173 @@
+//===- MemoryPlan.cpp - What each rank keeps in memory --------------------===//
+
+#include "runtime/core/MemoryPlan.h"
+
+#include "runtime/core/Flops.h"
+#include "runtime/core/Parameters.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mimo {
+
+namespace {
+
+constexpr double kFloat = 4, kIndex = 8;
+
+/// The values a parameter block occupies in a flat buffer (padded to 64).
+int64_t padded(int64_t n) { return (n + 63) / 64 * 64; }
+
+/// Bytes one microbatch leaves saved on a rank of `module`'s stage, and the
+/// largest extra working set of its backward.
+struct MicrobatchBytes {
+  double saved = 0, working = 0;
+};
+
+MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
+                              bool first, bool last, int64_t layers) {
+  const double tp = static_cast<double>(m.parallel.tp);
+  const double cp = static_cast<double>(m.parallel.cp);
+  const double samples = static_cast<double>(t.microBatchSize) /
+                         static_cast<double>(m.parallel.dp);
+  const double T = static_cast<double>(t.seqLength) * samples; // lane tokens
+  const double Tc = T / cp;
+  const double Tl = t.shard.sequenceParallel && tp > 1 ? Tc / tp : Tc;
+  const double H = static_cast<double>(m.hiddenSize);
+  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  const double heads = static_cast<double>(m.numHeads) / tp;
+  const double Vl = static_cast<double>(m.vocabSize) / tp;
+  // Per layer (exec/Model.cpp LayerCache): x, x1 (local rows); the
+  // gathered norms' outputs; q, k, v, the attention output and lse; the
+  // gathered keys and values under CP; gate, up and SwiGLU output.
+  double layer = kFloat * (2 * Tl * H + 2 * Tl + 2 * Tc * H + 4 * Tc * Hl +
+                           heads * Tc + 3 * Tc * Fl);
+  if (cp > 1)
+    layer += kFloat * 2 * T * Hl;
+  MicrobatchBytes b;
+  b.saved = static_cast<double>(layers) * layer +
+            kIndex * 2 * (Tc + T); // positions and segments
+  if (first)
+    b.saved += kIndex * Tc; // token ids
+  if (last) // final norm, gathered output, logits, softmax statistics
+    b.saved += kFloat * (Tl * H + Tl + Tc * H + Tc * Vl + 3 * Tc) + kIndex * Tc;
+  // A layer's backward: its MLP and attention gradients; the last stage's
+  // logit gradients.
+  b.working = kFloat * (3 * Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
+                        (cp > 1 ? 2 * T * Hl : 0));
+  if (last)
+    b.working = std::max(b.working, kFloat * (Tc * Vl + 2 * Tc * H));
+  return b;
+}
+
+MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
+                             size_t encoder, bool first, bool last,
+                             int64_t layers, int64_t outputHidden) {
+  const double tp = static_cast<double>(m.parallel.tp);
+  const double samples = static_cast<double>(config.batch.microBatchSize) /
+                         static_cast<double>(m.parallel.dp);
+  const double R =
+      samples * expectedModalityTokens(config, encoder).mean; // lane rows
+  const double H = static_cast<double>(m.hiddenSize);
+  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  const double heads = static_cast<double>(m.numHeads) / tp;
+  const double O = static_cast<double>(outputHidden);
+  double layer = kFloat * (2 * R * H + 4 * R + 2 * R * H + 4 * R * Hl +
+                           heads * R + 2 * R * Fl);
+  MicrobatchBytes b;
+  b.saved = static_cast<double>(layers) * layer + kIndex * 4 * R;
+  if (first)
+    b.saved += kFloat * R * static_cast<double>(m.featureDim);
+  if (last)
+    b.saved += kFloat * (R * H + 2 * R * O);
+  b.working = kFloat * (2 * R * Fl + 3 * R * H + 4 * R * Hl + 2 * R * O);
+  return b;
+}
+
+} // namespace
+
+std::vector<RankMemory> memoryPlan(const Topology &t,
+                                   const ModelConfig &config) {
+  std::vector<RankMemory> ranks(static_cast<size_t>(t.worldSize));
+  const ModuleConfig &language = config.language();
+  const bool encodersFirst = colocatedPipeline(t);
+  for (size_t m = 0; m < t.modules.size(); ++m) {
+    const ModuleTopology &topo = t.modules[m];
+    const ModuleConfig *module = nullptr;
+    size_t encoder = 0;
+    for (const ModuleConfig &c : config.modules) {
+      if (c.name == topo.name) {
+        module = &c;
+        break;
+      }
+      encoder += c.kind == ModuleKind::Encoder ? 1 : 0;
+    }
+    if (!module)
+      continue;
+    const Grid &grid = topo.grid;
+    const int64_t pp = grid.size(Dim::PP);
+    const bool sp =
+        topo.isLanguage && t.shard.sequenceParallel && grid.size(Dim::TP) > 1;
+    // Everything below depends on (pp, tp) only: compute it once per pair.
+    for (int64_t stage = 0; stage < pp; ++stage) {
+      std::vector<ParamSpec> specs =
+          stageParameters(*module, language.hiddenSize, sp, pp, stage);
+      auto [begin, end] = stageLayers(module->numLayers, pp, stage);
+      bool first = stage == 0, last = stage == pp - 1;
+      MicrobatchBytes mb =
+          topo.isLanguage ? languageBytes(*module, t, first, last, end - begin)
+                          : encoderBytes(*module, config, encoder, first, last,
+                                         end - begin, language.hiddenSize);
+      const StageTopology *s = t.stageOf(m, stage);
+      int64_t inFlight =
+          !topo.isLanguage && encodersFirst
+              ? t.microbatches // every microbatch forward before the pipeline
+              : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
+      for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {
+        int64_t params = 0, values = 0;
+        for (const ParamSpec &spec : specs) {
+          int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
+          params += n;
+          values += padded(n);
+        }
+        // The gradient all-reduce over DP x CP stages every other member's
+        // buffer plus an accumulator (comm/Comm.cpp).
+        double group =
+            static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
+        double staging = group > 1 ? kFloat * group * values : 0;
+        double activations = std::max(
+            static_cast<double>(inFlight) * mb.saved + mb.working, staging);
+        for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
+          Coords c = grid.coordsOf(rank);
+          if (c.pp != stage || c.tp != tpRank)
+            continue;
+          RankMemory &r = ranks[static_cast<size_t>(rank)];
+          r.params += params;
+          r.paramBytes += values * 4;
+          r.gradBytes += values * 4;
+          r.optimizerBytes += values * 8;
+          r.activationBytes += static_cast<int64_t>(activations);
+        }
+      }
+    }
+  }
+  for (RankMemory &r : ranks)
+    r.totalBytes =
+        r.paramBytes + r.gradBytes + r.optimizerBytes + r.activationBytes;
+  return ranks;
+}
+
+std::string formatBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes,
+                units[unit]);
+  return text;
+}
+
+} // namespace mimo

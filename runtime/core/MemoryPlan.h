@@ -1,0 +1,41 @@
+//===- MemoryPlan.h - What each rank keeps in memory -----------*- C++ -*-===//
+//
+// SPEC §14: per rank, the parameters it holds and the bytes of their
+// weights, gradients and AdamW moments (fp32, each parameter padded to 64
+// values as the stages lay them out), and the peak of its transient bytes:
+// the activations its forwards keep for their backwards while 1F1B has
+// microbatches in flight, plus the largest working set of one backward, or
+// the staging of the gradient all-reduce, whichever is larger. Token
+// counts are those of the batch settings (each sample seq_length tokens;
+// encoders at their expected modality-token counts, as core/Flops.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CORE_MEMORYPLAN_H
+#define MIMO_RUNTIME_CORE_MEMORYPLAN_H
+
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Plan.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mimo {
+
+struct RankMemory {
+  int64_t params = 0;
+  int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
+  int64_t activationBytes = 0;
+  int64_t totalBytes = 0;
+};
+
+/// The estimate of every rank (index = rank).
+std::vector<RankMemory> memoryPlan(const Topology &topology,
+                                   const ModelConfig &config);
+
+/// "1.5 GiB", "312 MiB".
+std::string formatBytes(double bytes);
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CORE_MEMORYPLAN_H

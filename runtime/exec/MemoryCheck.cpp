@@ -1,0 +1,85 @@
+//===- MemoryCheck.cpp - Will the plan fit, before anything is allocated --===//
+
+#include "runtime/exec/MemoryCheck.h"
+
+#include "runtime/core/MemoryPlan.h"
+#include "runtime/device/Devices.h"
+
+#include <algorithm>
+#include <map>
+
+namespace mimo::exec {
+
+namespace {
+
+/// "0-3 5 7" for sorted ranks.
+std::string rankRanges(const std::vector<int64_t> &ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+      ++j;
+    text += (text.empty() ? "" : " ") + std::to_string(ranks[i]);
+    if (j > i)
+      text += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+} // namespace
+
+std::optional<std::string> memoryProblem(const Plan &plan,
+                                         const std::vector<int64_t> &ranks,
+                                         device::DeviceKind kind, int gpus,
+                                         int64_t share,
+                                         AvailableBytes available) {
+  if (!available)
+    available = device::availableBytes;
+  std::vector<RankMemory> estimate = memoryPlan(plan.topology, plan.config);
+  // Ranks that share one memory: all of them on the CPU, those of one GPU.
+  std::map<int, std::vector<int64_t>> groups;
+  for (int64_t rank : ranks)
+    groups[kind == device::DeviceKind::Cuda && gpus > 0
+               ? static_cast<int>(rank % gpus)
+               : -1]
+        .push_back(rank);
+  for (auto &[ordinal, members] : groups) {
+    int64_t room = available(kind, std::max(ordinal, 0));
+    if (room < 0)
+      continue; // unknown: nothing to compare with
+    room /= std::max<int64_t>(share, 1);
+    double need = 0;
+    int64_t largest = members.front();
+    for (int64_t rank : members) {
+      need +=
+          static_cast<double>(estimate[static_cast<size_t>(rank)].totalBytes);
+      if (estimate[static_cast<size_t>(rank)].totalBytes >
+          estimate[static_cast<size_t>(largest)].totalBytes)
+        largest = rank;
+    }
+    if (need <= static_cast<double>(room))
+      continue;
+    const RankMemory &big = estimate[static_cast<size_t>(largest)];
+    std::string where = kind == device::DeviceKind::Cuda
+                            ? "GPU " + std::to_string(ordinal)
+                            : std::string("this machine's memory");
+    return "/model: error: the layout needs about " + formatBytes(need) +
+           " on " + where + " for ranks " + rankRanges(members) +
+           ", but only " + formatBytes(static_cast<double>(room)) +
+           " is available; the largest, rank " + std::to_string(largest) +
+           ", needs " + formatBytes(static_cast<double>(big.totalBytes)) +
+           " (weights " + formatBytes(static_cast<double>(big.paramBytes)) +
+           ", gradients " + formatBytes(static_cast<double>(big.gradBytes)) +
+           ", optimizer " +
+           formatBytes(static_cast<double>(big.optimizerBytes)) +
+           ", activations " +
+           formatBytes(static_cast<double>(big.activationBytes)) +
+           "); use more tp or pp for the largest module, a smaller "
+           "micro_batch_size or seq_length, or more devices (`mimoc explain` "
+           "shows every rank's estimate)";
+  }
+  return std::nullopt;
+}
+
+} // namespace mimo::exec
