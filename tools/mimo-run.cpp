@@ -31,6 +31,7 @@ namespace {
 const char *kUsage =
     "usage: mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl]\n"
     "                [--device cpu|cuda] [--threads N] [--reference]\n"
+    "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
     "                [--timeout SECONDS]\n";
 
@@ -80,7 +81,9 @@ int main(int argc, char **argv) {
 }
 
 static int run(int argc, char **argv) {
-  std::string planPath, backend, device, metricsPath, tracePath;
+  std::string planPath, backend, device, metricsPath, tracePath, saveDir,
+      loadPath;
+  int64_t saveEvery = 0;
   int64_t steps = -1;
   int threads = 0;
   double timeout = 300;
@@ -106,6 +109,22 @@ static int run(int argc, char **argv) {
       steps = v ? std::strtoll(v->c_str(), &end, 10) : -1;
       if (!v || v->empty() || *end || steps < 0)
         return usageError("--steps expects a number of steps >= 0");
+    } else if (is("--save")) {
+      auto v = value("--save");
+      if (!v || v->empty())
+        return usageError("--save expects a directory");
+      saveDir = *v;
+    } else if (is("--save-every")) {
+      auto v = value("--save-every");
+      char *end = nullptr;
+      saveEvery = v ? std::strtoll(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end || saveEvery < 1)
+        return usageError("--save-every expects a number of steps >= 1");
+    } else if (is("--load")) {
+      auto v = value("--load");
+      if (!v || v->empty())
+        return usageError("--load expects a checkpoint directory");
+      loadPath = *v;
     } else if (is("--threads")) {
       auto v = value("--threads");
       char *end = nullptr;
@@ -154,6 +173,8 @@ static int run(int argc, char **argv) {
   if (planPath.empty())
     return usageError("no plan given (compile one with mimoc compile "
                       "MODEL.json -o PLAN.json)");
+  if (saveEvery > 0 && saveDir.empty())
+    return usageError("--save-every needs --save DIR");
   bool underMpirun = comm::launchedByMpirun();
   if (backend.empty())
     backend = underMpirun ? "mpi" : "local";
@@ -314,6 +335,41 @@ static int run(int argc, char **argv) {
     return finish(1);
   }
   int64_t total = steps >= 0 ? steps : plan.config.train.steps;
+  // SPEC §12: checkpoints. Everything is checked before any rank starts.
+  options.saveDir = saveDir;
+  options.saveEvery = saveEvery;
+  if (!saveDir.empty())
+    if (std::optional<std::string> problem =
+            exec::checkpointDirProblem(saveDir)) {
+      if (printer)
+        std::cerr << "mimo-run: error: --save: " << *problem << "\n";
+      return finish(1);
+    }
+  if (!loadPath.empty()) {
+    std::string error;
+    std::optional<exec::Checkpoint> checkpoint =
+        exec::openCheckpoint(loadPath, plan.config, error);
+    if (!checkpoint) {
+      if (printer)
+        std::cerr << "mimo-run: " << error << "\n";
+      return finish(1);
+    }
+    if (checkpoint->step >= total) {
+      if (printer)
+        std::cerr << "mimo-run: error: " << checkpoint->dir << " holds step "
+                  << checkpoint->step
+                  << ": nothing is left to train with --steps " << total
+                  << " (the total); raise --steps\n";
+      return finish(1);
+    }
+    if (printer)
+      std::cout << "mimo-run: resuming from " << checkpoint->dir << " (step "
+                << checkpoint->step << ")" << std::endl;
+    options.resume =
+        std::make_shared<const exec::Checkpoint>(std::move(*checkpoint));
+  }
+  if (const char *kill = std::getenv("MIMO_TEST_KILL_DURING_SAVE"))
+    options.killDuringSave = std::atoll(kill);
   if (options.fault && options.fault->second > total) {
     if (printer)
       std::cerr << "mimo-run: error: MIMO_INJECT_FAULT names step "

@@ -117,10 +117,10 @@ public:
     currentInstr = -1;
     resetStep();
     if (trace) // a marker at the start on every rank's track
-      events.push_back({rank,
-                        (evaluating ? "eval batch " : "step ") +
-                            std::to_string(step + 1),
-                        micros(), -1.0, ""});
+      events.push_back(
+          {rank,
+           (evaluating ? "eval batch " : "step ") + std::to_string(step + 1),
+           micros(), -1.0, ""});
     const std::vector<Instr> &instrs = prog.instrs;
     for (size_t i = 0; i < instrs.size();) {
       size_t end = i;
@@ -148,7 +148,62 @@ public:
     }
   }
 
+  /// The parameters this rank holds and which of their blocks it writes to
+  /// a checkpoint (one writer per block).
+  HeldParams heldParams() {
+    HeldParams held;
+    for (auto &m : modules)
+      if (m)
+        for (Param &p : m->stage->params()) {
+          held.params.push_back(&p);
+          held.owned.push_back(m->coords.dp == 0 && m->coords.cp == 0 &&
+                               (!p.replicatedOverTp || m->coords.tp == 0));
+        }
+    return held;
+  }
+
+  /// Restores parameters and moments from a checkpoint (any layout's).
+  void load(const Checkpoint &checkpoint) {
+    readCheckpointShards(checkpoint, heldParams());
+    dev.synchronize();
+  }
+
+  /// SPEC §12: every rank writes its blocks into step-N.tmp; rank 0 makes
+  /// the files before and the checkpoint complete after (atomic).
+  void save(const std::string &dir, int64_t step, int64_t killDuringSave) {
+    CheckpointFiles files = checkpointFiles(plan.config);
+    currentInstr = kSaving;
+    stepIndex = step - 1;
+    barrier();
+    if (rank == 0)
+      beginCheckpoint(dir, step, files);
+    barrier();
+    writeCheckpointShards(dir, step, files, heldParams());
+    barrier();
+    if (rank == 0) {
+      if (step == killDuringSave)
+        std::_Exit(9); // as if killed: step-N.tmp stays incomplete
+      nlohmann::json modules = toJson(plan.config)["modules"];
+      nlohmann::json layout = {{"world_size", topo.worldSize},
+                               {"modules", nlohmann::json::array()}};
+      for (const nlohmann::json &m : modules)
+        layout["modules"].push_back(
+            {{"name", m["name"]}, {"parallel", m["parallel"]}});
+      finishCheckpoint(dir, step, plan.config, layout);
+    }
+    barrier();
+  }
+
+  /// Every rank waits for every other.
+  void barrier() {
+    Tensor token = Tensor::zeros(dev, 1);
+    comm.allReduceSum(world, token.data(), 1);
+    dev.synchronize();
+  }
+
   std::string where() const {
+    if (currentInstr == kSaving)
+      return "saving the checkpoint of step " + std::to_string(stepIndex + 1);
     if (currentInstr < 0)
       return "the start of step " + std::to_string(stepIndex + 1);
     return "step " + std::to_string(stepIndex + 1) + ", instruction " +
@@ -270,8 +325,8 @@ private:
     size_t e = 0;
     for (const ModuleConfig &m : config.modules)
       if (m.kind == ModuleKind::Encoder) {
-        forward += encoderForwardFlops(m, language.hiddenSize, rows[e],
-                                       squares[e]);
+        forward +=
+            encoderForwardFlops(m, language.hiddenSize, rows[e], squares[e]);
         ++e;
       }
     return 3.0 * forward;
@@ -708,6 +763,8 @@ private:
   std::vector<std::unique_ptr<ModuleState>> modules;
   const Program *program = nullptr;
 
+  /// currentInstr while writing a checkpoint.
+  static constexpr int64_t kSaving = -2;
   int64_t stepIndex = 0, currentInstr = -1;
   std::map<int64_t, Microbatch> batches;
   std::map<int64_t, LanguageLane> lanes;
@@ -783,21 +840,22 @@ private:
 /// Runs every step of `rank`; returns the failure message or "".
 std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                     const DataSource &data, const DataSource *evalData,
-                    const RunOptions &options,
-                    Clock::time_point origin, RunResult &result,
-                    std::vector<TraceEvent> &events) {
+                    const RunOptions &options, Clock::time_point origin,
+                    RunResult &result, std::vector<TraceEvent> &events) {
   // Destroyed in reverse: the executor's tensors before the device.
   std::unique_ptr<Device> dev;
   std::optional<DeviceBinding> binding;
   std::unique_ptr<RankExecutor> executor;
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
-  int64_t step = 0;
+  int64_t step = options.resume ? options.resume->step : 0;
   try {
     dev = device::makeDevice(options.device, rank, options.threads);
     binding.emplace(*dev, comm);
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
                                               evalData, origin);
     const TrainConfig &train = plan.config.train;
+    if (options.resume)
+      executor->load(*options.resume);
     for (; step < steps; ++step) {
       if (options.fault && options.fault->first == rank &&
           options.fault->second == step + 1)
@@ -813,6 +871,10 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
           sum += executor->evaluate(e, options.collectTrace, events);
         metrics.evalLoss = sum / static_cast<double>(train.evalSteps);
       }
+      if (!options.saveDir.empty() &&
+          (step + 1 == steps ||
+           (options.saveEvery > 0 && (step + 1) % options.saveEvery == 0)))
+        executor->save(options.saveDir, step + 1, options.killDuringSave);
       if (rank == 0) {
         result.steps.push_back(metrics);
         if (options.onStep)
@@ -892,8 +954,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
       failures[static_cast<size_t>(rank)] =
           runRank(plan, rank, *c, *data.train, data.eval.get(), local, origin,
-                  result,
-                  events[static_cast<size_t>(rank)]);
+                  result, events[static_cast<size_t>(rank)]);
     });
   for (std::thread &t : threads)
     t.join();
@@ -960,12 +1021,11 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
           size_t end = names.find('\n', at);
           std::string line = names.substr(at, end - at);
           size_t tab = line.find('\t');
-          result.trace.push_back({r, line.substr(0, tab),
-                                  times[static_cast<size_t>(2 * i)],
-                                  times[static_cast<size_t>(2 * i + 1)],
-                                  tab == std::string::npos
-                                      ? std::string()
-                                      : line.substr(tab + 1)});
+          result.trace.push_back(
+              {r, line.substr(0, tab), times[static_cast<size_t>(2 * i)],
+               times[static_cast<size_t>(2 * i + 1)],
+               tab == std::string::npos ? std::string()
+                                        : line.substr(tab + 1)});
           at = end + 1;
         }
       }
@@ -1002,10 +1062,8 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
                     {"tid", rank},
                     {"args", {{"name", "rank " + std::to_string(rank)}}}});
   for (const TraceEvent &e : events) {
-    nlohmann::json event = {{"name", e.name},
-                            {"pid", 0},
-                            {"tid", e.rank},
-                            {"ts", e.startUs}};
+    nlohmann::json event = {
+        {"name", e.name}, {"pid", 0}, {"tid", e.rank}, {"ts", e.startUs}};
     if (e.durationUs < 0) { // a step's start
       event["cat"] = "step";
       event["ph"] = "i";

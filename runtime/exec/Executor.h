@@ -16,9 +16,11 @@
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Device.h"
+#include "runtime/exec/Checkpoint.h"
 #include "runtime/exec/Data.h"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,6 +61,15 @@ struct RunOptions {
   /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
   /// shared by the ranks of this process (or of this node under mpirun).
   int threads = 0;
+  /// Checkpoints (SPEC §12): written to saveDir after every saveEvery-th
+  /// step (0: only after the last); `resume` (checked by openCheckpoint)
+  /// restores a run, which then trains the steps after its step.
+  std::string saveDir;
+  int64_t saveEvery = 0;
+  std::shared_ptr<const Checkpoint> resume;
+  /// For tests: the process dies in the middle of saving this step (after
+  /// the shards are written, before the checkpoint is complete).
+  int64_t killDuringSave = 0;
   double timeoutSeconds = 300;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;

@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+
+#include <unistd.h>
 
 using namespace mimo;
 using nlohmann::json;
@@ -121,6 +124,99 @@ TEST(Evaluation, HeldOutLossMatchesTheReferenceAndChangesNothing) {
     // The model learns: the later held-out loss is the lower.
     EXPECT_LT(*distributed.steps[3].evalLoss, *distributed.steps[1].evalLoss);
   }
+}
+
+/// A fresh directory under the system's temporary directory.
+std::string scratchDir(const std::string &name) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("mimo-" + name + "-" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+exec::RunResult trainFrom(const json &model, int64_t steps,
+                          const std::string &saveDir = "",
+                          const std::string &loadDir = "") {
+  Plan plan = planOf(model);
+  exec::RunOptions options;
+  options.steps = steps;
+  options.timeoutSeconds = 120;
+  options.saveDir = saveDir;
+  if (!loadDir.empty()) {
+    std::string error;
+    std::optional<exec::Checkpoint> checkpoint =
+        exec::openCheckpoint(loadDir, plan.config, error);
+    EXPECT_TRUE(checkpoint) << error;
+    if (checkpoint)
+      options.resume =
+          std::make_shared<const exec::Checkpoint>(std::move(*checkpoint));
+  }
+  return exec::runLocal(plan, options);
+}
+
+TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
+  // SPEC §12: save after step 2 of TP2 x PP2 (+ encoder DP4), then resume:
+  // in the same layout bit for bit, in others (language DP4; colocated)
+  // within 1e-5 of the uninterrupted run.
+  json model = example("vlm-fan-in.json");
+  exec::RunResult whole = trainFrom(model, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("checkpoint");
+  exec::RunResult first = trainFrom(model, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/step-2/model.safetensors"));
+  exec::RunResult same = trainFrom(model, 4, "", dir);
+  ASSERT_EQ(same.exitCode, 0) << same.error;
+  ASSERT_EQ(same.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(same.steps[s].step, static_cast<int64_t>(s + 3));
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+  }
+  json dp4 = model;
+  dp4["modules"][1]["parallel"] = {{"dp", 4}, {"rank_offset", 4}};
+  json colocated = model;
+  colocated["modules"][0]["parallel"] = {{"tp", 2}, {"dp", 4}};
+  colocated["modules"][1]["parallel"] = {{"tp", 4}, {"dp", 2}};
+  for (const json &other : {dp4, colocated}) {
+    exec::RunResult moved = trainFrom(other, 4, "", dir);
+    ASSERT_EQ(moved.exitCode, 0) << moved.error;
+    ASSERT_EQ(moved.steps.size(), 2u);
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
+      EXPECT_LE(relative(moved.steps[s].gradNorm, whole.steps[s + 2].gradNorm),
+                1e-5);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, AnotherArchitectureIsRefusedNamingTheTensor) {
+  json model = example("vlm-fan-in.json");
+  std::string dir = scratchDir("architecture");
+  ASSERT_EQ(trainFrom(model, 1, dir).exitCode, 0);
+  json wider = model;
+  wider["modules"][1]["arch"]["ffn_hidden_size"] = 256;
+  std::string error;
+  ParseResult parsed = parseModelConfig(wider.dump(), "model.json");
+  ASSERT_TRUE(parsed.config);
+  EXPECT_FALSE(exec::openCheckpoint(dir, *parsed.config, error));
+  EXPECT_NE(error.find("model.safetensors: error: tensor "
+                       "'language.layers.0.gate' has shape [128, 512] in the "
+                       "checkpoint but [128, 256] in this model"),
+            std::string::npos)
+      << error;
+  json deeper = model;
+  deeper["modules"][1]["arch"]["num_layers"] = 6;
+  deeper["modules"][1]["parallel"]["pp"] = 2;
+  parsed = parseModelConfig(deeper.dump(), "model.json");
+  ASSERT_TRUE(parsed.config);
+  EXPECT_FALSE(exec::openCheckpoint(dir, *parsed.config, error));
+  EXPECT_NE(error.find("tensor 'language.layers.4.attn_norm' is missing"),
+            std::string::npos)
+      << error;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Runtime, LimitsAreInputErrors) {

@@ -1,0 +1,409 @@
+//===- Checkpoint.cpp - Checkpoints that reshard --------------------------===//
+
+#include "runtime/exec/Checkpoint.h"
+
+#include "runtime/core/LearningRate.h"
+#include "runtime/core/Parameters.h"
+#include "runtime/exec/Model.h"
+#include "runtime/exec/Random.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace mimo::exec {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char *kModelFile = "model.safetensors";
+const char *kOptimizerFile = "optimizer.safetensors";
+
+std::vector<int64_t> shapeOf(const ParamSpec &spec) {
+  if (spec.rows == 1)
+    return {spec.cols};
+  return {spec.rows, spec.cols};
+}
+
+std::string stepName(int64_t step) { return "step-" + std::to_string(step); }
+
+[[noreturn]] void systemError(const std::string &what,
+                              const std::string &path) {
+  throw std::runtime_error("checkpoint: cannot " + what + " '" + path +
+                           "': " + std::strerror(errno));
+}
+
+/// An open file descriptor, closed on scope exit.
+class File {
+public:
+  File(const std::string &path, int flags) : path(path) {
+    fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0)
+      systemError("open", path);
+  }
+  ~File() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  File(const File &) = delete;
+  File &operator=(const File &) = delete;
+  void writeAt(const void *data, int64_t bytes, int64_t offset) {
+    const char *p = static_cast<const char *>(data);
+    while (bytes > 0) {
+      ssize_t n = ::pwrite(fd, p, static_cast<size_t>(bytes), offset);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        systemError("write", path);
+      p += n;
+      bytes -= n;
+      offset += n;
+    }
+  }
+  void readAt(void *data, int64_t bytes, int64_t offset) {
+    char *p = static_cast<char *>(data);
+    while (bytes > 0) {
+      ssize_t n = ::pread(fd, p, static_cast<size_t>(bytes), offset);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        systemError("read", path);
+      p += n;
+      bytes -= n;
+      offset += n;
+    }
+  }
+  void sync() {
+    if (::fsync(fd) != 0)
+      systemError("sync", path);
+  }
+  void resize(int64_t bytes) {
+    if (::ftruncate(fd, bytes) != 0)
+      systemError("size", path);
+  }
+
+private:
+  std::string path;
+  int fd = -1;
+};
+
+void syncDirectory(const std::string &dir) {
+  File d(dir, O_RDONLY | O_DIRECTORY);
+  d.sync();
+}
+
+/// Writes `text` to `path` and syncs it.
+void writeSynced(const std::string &path, const std::string &text) {
+  File f(path, O_WRONLY | O_CREAT | O_TRUNC);
+  f.writeAt(text.data(), static_cast<int64_t>(text.size()), 0);
+  f.sync();
+}
+
+/// The byte offset of row `row`, column `col` of tensor `entry` in a file.
+int64_t offsetOf(const safetensors::Header &header,
+                 const safetensors::TensorEntry &entry, int64_t cols,
+                 int64_t row, int64_t col) {
+  return header.dataOffset + entry.begin + (row * cols + col) * 4;
+}
+
+/// Moves one block of a [globalRows, globalCols] tensor between the device
+/// tensor `t` (the block, row-major) and its place in a file.
+void transferBlock(File &file, const safetensors::Header &header,
+                   const std::string &name, const Param &p, Tensor &t,
+                   bool write) {
+  const safetensors::TensorEntry *entry = header.find(name);
+  if (!entry)
+    throw std::runtime_error("checkpoint: no tensor '" + name + "'");
+  int64_t rows = p.rowEnd - p.rowBegin, cols = p.colEnd - p.colBegin;
+  std::vector<float> host;
+  if (write)
+    host = t.toHost();
+  else
+    host.resize(static_cast<size_t>(rows * cols));
+  if (cols == p.globalCols) { // whole rows: one contiguous range
+    int64_t at = offsetOf(header, *entry, p.globalCols, p.rowBegin, 0);
+    if (write)
+      file.writeAt(host.data(), rows * cols * 4, at);
+    else
+      file.readAt(host.data(), rows * cols * 4, at);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t at =
+          offsetOf(header, *entry, p.globalCols, p.rowBegin + r, p.colBegin);
+      float *row = host.data() + r * cols;
+      if (write)
+        file.writeAt(row, cols * 4, at);
+      else
+        file.readAt(row, cols * 4, at);
+    }
+  }
+  if (!write && !host.empty())
+    t.device().upload(t.raw(), host.data(), t.bytes());
+}
+
+} // namespace
+
+CheckpointFiles checkpointFiles(const ModelConfig &config) {
+  CheckpointFiles files;
+  files.model.metadata = {{"format", "mimo"}, {"model", config.name}};
+  files.optimizer.metadata = {
+      {"format", "mimo"}, {"model", config.name}, {"optimizer", "adamw"}};
+  for (const ParamSpec &spec : modelParameters(config)) {
+    files.model.tensors.push_back({spec.name(), "F32", shapeOf(spec)});
+    files.optimizer.tensors.push_back(
+        {spec.name() + ".exp_avg", "F32", shapeOf(spec)});
+    files.optimizer.tensors.push_back(
+        {spec.name() + ".exp_avg_sq", "F32", shapeOf(spec)});
+  }
+  files.modelHeader = safetensors::encodeHeader(files.model);
+  files.optimizerHeader = safetensors::encodeHeader(files.optimizer);
+  return files;
+}
+
+std::string architectureDigest(const ModelConfig &config) {
+  uint64_t h = hashString("mimo-architecture");
+  for (const ParamSpec &spec : modelParameters(config))
+    h = combine(combine(combine(h, hashString(spec.name())),
+                        static_cast<uint64_t>(spec.rows)),
+                static_cast<uint64_t>(spec.cols));
+  std::ostringstream os;
+  os << std::hex << h;
+  return os.str();
+}
+
+std::optional<std::string> checkpointDirProblem(const std::string &dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return "cannot create the checkpoint directory '" + dir +
+           "': " + ec.message();
+  std::string probe = (fs::path(dir) / ".mimo-write-test").string();
+  {
+    std::ofstream out(probe);
+    if (!out)
+      return "cannot write in the checkpoint directory '" + dir + "'";
+  }
+  fs::remove(probe, ec);
+  return std::nullopt;
+}
+
+std::optional<Checkpoint> openCheckpoint(const std::string &path,
+                                         const ModelConfig &config,
+                                         std::string &error) {
+  std::error_code ec;
+  Checkpoint c;
+  fs::path latest = fs::path(path) / "latest";
+  if (fs::exists(fs::path(path) / "state.json", ec)) {
+    c.dir = path;
+  } else if (fs::exists(latest, ec)) {
+    std::ifstream in(latest);
+    std::string name;
+    std::getline(in, name);
+    if (name.empty() || name.find('/') != std::string::npos ||
+        name.rfind("step-", 0) != 0) {
+      error = latest.string() +
+              ": error: expected the name of a step-N "
+              "directory, found '" +
+              name + "'";
+      return std::nullopt;
+    }
+    c.dir = (fs::path(path) / name).string();
+  } else {
+    error = path + ": error: no checkpoint here (neither " + latest.string() +
+            " nor " + (fs::path(path) / "state.json").string() +
+            "); give a --save directory or one of its step-N directories";
+    return std::nullopt;
+  }
+  // state.json
+  std::string statePath = (fs::path(c.dir) / "state.json").string();
+  std::ifstream stateIn(statePath);
+  if (!stateIn) {
+    error = statePath + ": error: cannot open it (an incomplete checkpoint?)";
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << stateIn.rdbuf();
+  std::string stateText = text.str();
+  c.state = nlohmann::json::parse(stateText.size() < (1 << 20) ? stateText : "",
+                                  nullptr, /*allow_exceptions=*/false);
+  if (c.state.is_discarded() || !c.state.is_object() ||
+      c.state.value("format", "") != "mimo-checkpoint" ||
+      !c.state.contains("version") || !c.state["version"].is_number_integer()) {
+    error = statePath + ": error: not a mimo checkpoint state (expected "
+                        "\"format\": \"mimo-checkpoint\" and a version)";
+    return std::nullopt;
+  }
+  if (c.state["version"].get<int64_t>() != kCheckpointVersion) {
+    error = statePath + ": /version: error: checkpoint version " +
+            c.state["version"].dump() + ", this mimo-run reads version " +
+            std::to_string(kCheckpointVersion);
+    return std::nullopt;
+  }
+  if (!c.state.contains("step") || !c.state["step"].is_number_unsigned() ||
+      c.state["step"].get<uint64_t>() < 1 ||
+      c.state["step"].get<uint64_t>() > (uint64_t(1) << 40)) {
+    error = statePath + ": /step: error: expected the step the checkpoint "
+                        "was written after (>= 1)";
+    return std::nullopt;
+  }
+  c.step = static_cast<int64_t>(c.state["step"].get<uint64_t>());
+  // Both files, against this model's parameters.
+  CheckpointFiles expected = checkpointFiles(config);
+  auto check = [&](const char *file, const safetensors::Header &want,
+                   safetensors::Header &got) {
+    std::string p = (fs::path(c.dir) / file).string();
+    std::optional<safetensors::Header> header =
+        safetensors::readHeader(p, error);
+    if (!header)
+      return false;
+    for (const safetensors::TensorEntry &w : want.tensors) {
+      const safetensors::TensorEntry *g = header->find(w.name);
+      auto shape = [](const std::vector<int64_t> &s) {
+        std::string t;
+        for (int64_t d : s)
+          t += (t.empty() ? "" : ", ") + std::to_string(d);
+        return "[" + t + "]";
+      };
+      if (!g) {
+        error = p + ": error: tensor '" + w.name +
+                "' is missing: the checkpoint is of another model "
+                "(architecture), or incomplete";
+        return false;
+      }
+      if (g->dtype != "F32") {
+        error = p + ": error: tensor '" + w.name + "' is " + g->dtype +
+                ", expected F32";
+        return false;
+      }
+      if (g->shape != w.shape) {
+        error = p + ": error: tensor '" + w.name + "' has shape " +
+                shape(g->shape) + " in the checkpoint but " + shape(w.shape) +
+                " in this model: the checkpoint is of another architecture";
+        return false;
+      }
+    }
+    for (const safetensors::TensorEntry &g : header->tensors)
+      if (!want.find(g.name)) {
+        error = p + ": error: tensor '" + g.name +
+                "' is not a parameter of this model: the checkpoint is of "
+                "another architecture";
+        return false;
+      }
+    got = std::move(*header);
+    return true;
+  };
+  if (!check(kModelFile, expected.model, c.model) ||
+      !check(kOptimizerFile, expected.optimizer, c.optimizer))
+    return std::nullopt;
+  return c;
+}
+
+void beginCheckpoint(const std::string &dir, int64_t step,
+                     const CheckpointFiles &files) {
+  fs::path tmp = fs::path(dir) / (stepName(step) + ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec)
+    throw std::runtime_error("checkpoint: cannot create '" + tmp.string() +
+                             "': " + ec.message());
+  auto create = [&](const char *name, const std::string &header,
+                    const safetensors::Header &h) {
+    File f((tmp / name).string(), O_WRONLY | O_CREAT | O_TRUNC);
+    f.writeAt(header.data(), static_cast<int64_t>(header.size()), 0);
+    f.resize(h.dataOffset + h.dataBytes);
+  };
+  create(kModelFile, files.modelHeader, files.model);
+  create(kOptimizerFile, files.optimizerHeader, files.optimizer);
+}
+
+void writeCheckpointShards(const std::string &dir, int64_t step,
+                           const CheckpointFiles &files,
+                           const HeldParams &held) {
+  fs::path tmp = fs::path(dir) / (stepName(step) + ".tmp");
+  File model((tmp / kModelFile).string(), O_WRONLY);
+  File optimizer((tmp / kOptimizerFile).string(), O_WRONLY);
+  for (size_t i = 0; i < held.params.size(); ++i) {
+    if (!held.owned[i])
+      continue;
+    Param &p = *held.params[i];
+    transferBlock(model, files.model, p.name, p, p.value, true);
+    transferBlock(optimizer, files.optimizer, p.name + ".exp_avg", p, p.m,
+                  true);
+    transferBlock(optimizer, files.optimizer, p.name + ".exp_avg_sq", p, p.v,
+                  true);
+  }
+  model.sync();
+  optimizer.sync();
+}
+
+void finishCheckpoint(const std::string &dir, int64_t step,
+                      const ModelConfig &config, const nlohmann::json &layout) {
+  fs::path tmp = fs::path(dir) / (stepName(step) + ".tmp");
+  fs::path final = fs::path(dir) / stepName(step);
+  const TrainConfig &t = config.train;
+  nlohmann::ordered_json state = {
+      {"format", "mimo-checkpoint"},
+      {"version", kCheckpointVersion},
+      {"model", config.name},
+      {"step", step},
+      {"consumed_samples",
+       step * config.batch.microBatchSize * config.batch.numMicrobatches},
+      {"seed", config.seed},
+      {"lr",
+       {{"lr", t.lr},
+        {"schedule",
+         {{"warmup_steps", t.lrSchedule.warmupSteps},
+          {"decay", t.lrSchedule.decay},
+          {"decay_steps", t.lrSchedule.decaySteps},
+          {"min_lr", t.lrSchedule.minLr}}},
+        {"last", learningRate(t, step)},
+        {"next", learningRate(t, step + 1)}}},
+      {"architecture_digest", architectureDigest(config)},
+      {"layout", layout}};
+  writeSynced((tmp / "state.json").string(), state.dump(2) + "\n");
+  for (const char *name : {kModelFile, kOptimizerFile}) {
+    File f((tmp / name).string(), O_RDONLY);
+    f.sync();
+  }
+  syncDirectory(tmp.string());
+  std::error_code ec;
+  if (fs::exists(final, ec))
+    fs::remove_all(final, ec); // an earlier run's step-N
+  fs::rename(tmp, final, ec);
+  if (ec)
+    throw std::runtime_error("checkpoint: cannot rename '" + tmp.string() +
+                             "' to '" + final.string() + "': " + ec.message());
+  syncDirectory(dir);
+  fs::path latestTmp = fs::path(dir) / "latest.tmp";
+  writeSynced(latestTmp.string(), stepName(step) + "\n");
+  fs::rename(latestTmp, fs::path(dir) / "latest", ec);
+  if (ec)
+    throw std::runtime_error("checkpoint: cannot replace '" +
+                             (fs::path(dir) / "latest").string() +
+                             "': " + ec.message());
+  syncDirectory(dir);
+}
+
+void readCheckpointShards(const Checkpoint &checkpoint,
+                          const HeldParams &held) {
+  File model((fs::path(checkpoint.dir) / kModelFile).string(), O_RDONLY);
+  File optimizer((fs::path(checkpoint.dir) / kOptimizerFile).string(),
+                 O_RDONLY);
+  for (Param *p : held.params) {
+    transferBlock(model, checkpoint.model, p->name, *p, p->value, false);
+    transferBlock(optimizer, checkpoint.optimizer, p->name + ".exp_avg", *p,
+                  p->m, false);
+    transferBlock(optimizer, checkpoint.optimizer, p->name + ".exp_avg_sq", *p,
+                  p->v, false);
+  }
+}
+
+} // namespace mimo::exec
