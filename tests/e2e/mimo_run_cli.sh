@@ -299,6 +299,16 @@ assert abs(estimate - peak) <= 0.25 * peak, (estimate, peak)
 PY
   pass "the memory estimate is within 25% of the measured peak" ||
   fail "memory estimate vs peak"
+# An allocation that fails anyway (a device fuller than measured: here
+# capped by MIMO_TEST_CPU_MEMORY) stops the run with exit 2, naming the rank,
+# the instruction and the bytes.
+MIMO_TEST_CPU_MEMORY=20000000 "$bin/mimo-run" "$plan" --device cpu --steps 2 \
+  --timeout 20 >/dev/null 2>"$work/oom.err"
+rc=$?
+[ $rc -eq 2 ] &&
+  grep -q "rank [0-9] failed at step 1, instruction [0-9]* (.*): out of host memory allocating [0-9]* bytes" "$work/oom.err" &&
+  pass "an allocation failure: exit 2 naming rank, instruction and bytes" ||
+  { cat "$work/oom.err"; fail "allocation failure (rc $rc)"; }
 
 # 8. Checkpoints (SPEC §12): readable by an independent safetensors reader,
 # the same tensors from two layouts; a run killed while saving leaves the

@@ -10,12 +10,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/device/Device.h"
+#include "runtime/device/Devices.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/FastKernels.h"
 #include "runtime/device/cpu/Kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -54,10 +56,17 @@ public:
       it->second.pop_back();
       cached -= bytes;
     } else {
+      if (limit > 0 && live + bytes > limit)
+        throw DeviceError(
+            "out of host memory allocating " + std::to_string(requested) +
+            " bytes: " + std::to_string(live) + " bytes in use of the " +
+            std::to_string(limit) + " MIMO_TEST_CPU_MEMORY allows");
       p = ::operator new(bytes, std::align_val_t(kAlignment), std::nothrow);
       if (!p)
         throw DeviceError("out of host memory allocating " +
-                          std::to_string(requested) + " bytes");
+                          std::to_string(requested) + " bytes (" +
+                          std::to_string(availableBytes(DeviceKind::Cpu, 0)) +
+                          " bytes available)");
     }
     sizes[p] = bytes;
     live += bytes;
@@ -91,7 +100,15 @@ private:
     return (bytes + step - 1) / step * step;
   }
 
+  /// Tests stand in for a full device with MIMO_TEST_CPU_MEMORY=BYTES: a
+  /// cap on the bytes live at once (0: none).
+  static size_t limitFromEnvironment() {
+    const char *cap = std::getenv("MIMO_TEST_CPU_MEMORY");
+    return cap ? static_cast<size_t>(std::strtoull(cap, nullptr, 10)) : 0;
+  }
+
   std::mutex mutex;
+  const size_t limit = limitFromEnvironment();
   std::map<size_t, std::vector<void *>> free;
   std::unordered_map<void *, size_t> sizes;
   size_t live = 0, cached = 0, peak = 0;
