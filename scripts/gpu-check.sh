@@ -122,6 +122,11 @@ if has_phase examples; then
       python3 tests/e2e/compare_metrics.py "$out/$name.cuda.jsonl" "$out/$name.ref-cpu.jsonl" 3 1e-4 \
         >>"$logs/examples.log" 2>&1 &&
       python3 tests/e2e/compare_metrics.py "$out/$name.ref-cuda.jsonl" "$out/$name.ref-cpu.jsonl" 3 1e-4 \
+        >>"$logs/examples.log" 2>&1 &&
+      # On a GPU every step's metrics carry its MFU (SPEC §13).
+      python3 -c "import json,sys
+for l in map(json.loads, open(sys.argv[1])):
+    assert sys.argv[2] == 'cpu' or 0 < l['mfu'] < 1, l" "$out/$name.cuda.jsonl" "$gpu" \
         >>"$logs/examples.log" 2>&1; then
       ok=$((ok + 1))
       echo "ok   $name: $(grep -o 'step 3/3.*' "$out/$name.cuda.out") (cuda); cuda and cuda --reference match the cpu --reference" >>"$logs/examples.log"

@@ -7,18 +7,27 @@
 // matches it too; the same layout twice on the GPU gives bitwise identical
 // losses and norms. Then a fault injected on a GPU rank stops every rank
 // (exit 2, naming the rank), and a kernel's refusal names the rank and the
-// instruction. Exits 77 without a usable GPU.
+// instruction. Then the training loop (SPEC §12-§14): held-out evaluations
+// and the learning-rate schedule on cuda match the CPU; a checkpoint saved on
+// cuda resumes on the CPU and one saved on the CPU resumes on cuda, each
+// matching the uninterrupted CPU run; the memory check reads the GPU's free
+// memory. Exits 77 without a usable GPU.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/PlanFile.h"
+#include "runtime/device/Devices.h"
+#include "runtime/exec/Checkpoint.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/MemoryCheck.h"
 #include "tests/e2e/Layouts.h"
 #include "tests/gpu/GpuCheck.h"
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
+#include <unistd.h>
 
 using namespace mimo;
 
@@ -38,11 +47,29 @@ std::optional<Plan> planOf(const nlohmann::json &model, std::string *error) {
   return buildPlan(*parsed.config, error);
 }
 
-exec::RunResult train(const Plan &plan, device::DeviceKind kind) {
+/// Trains `steps` steps (total, counting a resumed checkpoint's), saving
+/// into `saveDir` after the last and resuming from `loadDir` when given.
+exec::RunResult train(const Plan &plan, device::DeviceKind kind,
+                      int64_t steps = kSteps, const std::string &saveDir = "",
+                      const std::string &loadDir = "") {
   exec::RunOptions options;
-  options.steps = kSteps;
+  options.steps = steps;
   options.timeoutSeconds = 300;
   options.device = kind;
+  options.saveDir = saveDir;
+  if (!loadDir.empty()) {
+    std::string error;
+    std::optional<exec::Checkpoint> checkpoint =
+        exec::openCheckpoint(loadDir, plan.config, error);
+    if (!checkpoint) {
+      exec::RunResult failed;
+      failed.exitCode = 1;
+      failed.error = error;
+      return failed;
+    }
+    options.resume =
+        std::make_shared<const exec::Checkpoint>(std::move(*checkpoint));
+  }
   return exec::runLocal(plan, options);
 }
 
@@ -74,6 +101,109 @@ bool bitwiseEqual(const exec::RunResult &a, const exec::RunResult &b) {
         std::memcmp(&a.steps[s].gradNorm, &b.steps[s].gradNorm, sizeof(double)))
       return false;
   return true;
+}
+
+/// The largest relative difference of the held-out losses (infinity when
+/// the evaluations differ in number or a run failed).
+double worstEvalDifference(const exec::RunResult &a, const exec::RunResult &b) {
+  if (a.exitCode != 0 || b.exitCode != 0 || a.steps.size() != b.steps.size())
+    return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  int evaluations = 0;
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    if (a.steps[s].evalLoss.has_value() != b.steps[s].evalLoss.has_value())
+      return std::numeric_limits<double>::infinity();
+    if (!a.steps[s].evalLoss)
+      continue;
+    ++evaluations;
+    worst =
+        std::max(worst, relative(*a.steps[s].evalLoss, *b.steps[s].evalLoss));
+  }
+  return evaluations > 0 ? worst : std::numeric_limits<double>::infinity();
+}
+
+/// The steps of `tail` against the same steps of `whole`.
+double worstTailDifference(const exec::RunResult &tail,
+                           const exec::RunResult &whole) {
+  if (tail.exitCode != 0 || whole.exitCode != 0 || tail.steps.empty() ||
+      tail.steps.size() > whole.steps.size())
+    return std::numeric_limits<double>::infinity();
+  exec::RunResult last = whole;
+  last.steps.erase(last.steps.begin(),
+                   last.steps.end() - static_cast<long>(tail.steps.size()));
+  if (last.steps.front().step != tail.steps.front().step)
+    return std::numeric_limits<double>::infinity();
+  return worstDifference(tail, last);
+}
+
+/// The training loop on the device: evaluations and the learning-rate
+/// schedule, checkpoints across devices, the memory check.
+void checkTrainingLoop(gpucheck::Report &report, device::DeviceKind kind) {
+  nlohmann::json model = test::example("vlm-fan-in.json");
+  model["train"]["eval_every"] = 2;
+  model["train"]["eval_steps"] = 2;
+  std::string error;
+  std::optional<Plan> plan = planOf(model, &error);
+  if (!plan) {
+    report.check(false, "the training loop on the device", error);
+    return;
+  }
+  exec::RunResult cpu = train(*plan, device::DeviceKind::Cpu, 4);
+  exec::RunResult gpu = train(*plan, kind, 4);
+  report.close(worstDifference(gpu, cpu), kTolerance,
+               "vlm-fan-in with a warm-up + cosine schedule, 4 steps: cuda vs "
+               "cpu");
+  report.close(worstEvalDifference(gpu, cpu), kTolerance,
+               "held-out losses (eval_every 2) on cuda vs cpu");
+
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("mimo-gpu-checkpoint-" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::remove_all(dir);
+  exec::RunResult saved = train(*plan, kind, 2, dir + "/cuda");
+  exec::RunResult onCpu =
+      train(*plan, device::DeviceKind::Cpu, 4, "", dir + "/cuda");
+  report.close(saved.exitCode == 0 ? worstTailDifference(onCpu, cpu)
+                                   : std::numeric_limits<double>::infinity(),
+               kTolerance,
+               "saved on cuda at step 2, resumed on cpu: steps 3-4 vs the "
+               "uninterrupted cpu run" +
+                   (saved.exitCode ? ": " + saved.error : onCpu.error));
+  exec::RunResult cpuSaved =
+      train(*plan, device::DeviceKind::Cpu, 2, dir + "/cpu");
+  exec::RunResult onGpu = train(*plan, kind, 4, "", dir + "/cpu");
+  report.close(cpuSaved.exitCode == 0 ? worstTailDifference(onGpu, cpu)
+                                      : std::numeric_limits<double>::infinity(),
+               kTolerance,
+               "saved on cpu at step 2, resumed on cuda: steps 3-4 vs the "
+               "uninterrupted cpu run" +
+                   (cpuSaved.exitCode ? ": " + cpuSaved.error : onGpu.error));
+  std::filesystem::remove_all(dir);
+
+  // The memory check against the device's real free memory: the example
+  // fits, a 126-layer 16k-hidden model does not, and the refusal names it.
+  std::vector<int64_t> ranks;
+  for (int64_t r = 0; r < plan->topology.worldSize; ++r)
+    ranks.push_back(r);
+  int gpus = kind == device::DeviceKind::Cuda
+                 ? std::max(device::cudaStatus().devices, 1)
+                 : 0;
+  std::optional<std::string> fits =
+      exec::memoryProblem(*plan, ranks, kind, gpus);
+  report.check(!fits, "the example fits the device's free memory",
+               fits.value_or(""));
+  nlohmann::json huge = model;
+  huge["modules"][1]["arch"]["hidden_size"] = 16384;
+  huge["modules"][1]["arch"]["num_heads"] = 128;
+  huge["modules"][1]["arch"]["ffn_hidden_size"] = 53248;
+  huge["modules"][1]["arch"]["num_layers"] = 126;
+  std::optional<Plan> big = planOf(huge, &error);
+  std::optional<std::string> refused =
+      big ? exec::memoryProblem(*big, ranks, kind, gpus) : std::nullopt;
+  report.check(refused &&
+                   refused->find("the layout needs about") != std::string::npos,
+               "a model that cannot fit is refused before allocation",
+               refused.value_or(big ? "not refused" : error));
 }
 
 std::string describe(const exec::RunResult &r) {
@@ -197,5 +327,6 @@ int main() {
                    "a kernel's refusal names rank and instruction", r.error);
     }
   }
+  checkTrainingLoop(report, kind);
   return report.finish();
 }
