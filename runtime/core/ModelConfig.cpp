@@ -536,11 +536,10 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
     if (module.kind == ModuleKind::Encoder && !module.name.empty())
       encoders.push_back(module.name);
   std::map<std::string, TokenRange> ranges;
-  if (it != root.end() &&
-      v.object(*it, "/data",
-               {"source", "path", "eval_path", "tokens_per_sample",
-                "text_only_fraction"},
-               "the data settings")) {
+  if (it != root.end() && v.object(*it, "/data",
+                                   {"source", "path", "eval_path",
+                                    "tokens_per_sample", "text_only_fraction"},
+                                   "the data settings")) {
     const json &dataJson = *it;
     if (auto source = v.choice(dataJson, "/data", "source", false,
                                {"synthetic", "jsonl", "indexed"},
@@ -553,8 +552,8 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
               ? "the jsonl file, relative to model.json"
               : "the PREFIX of Megatron's PREFIX.bin and PREFIX.idx, "
                 "relative to model.json";
-      data.path = v.string(dataJson, "/data", "path", true, meaning)
-                      .value_or("");
+      data.path =
+          v.string(dataJson, "/data", "path", true, meaning).value_or("");
       if (dataJson.contains("eval_path"))
         data.evalPath = v.string(dataJson, "/data", "eval_path", false,
                                  "the held-out data, like path")

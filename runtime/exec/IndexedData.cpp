@@ -120,17 +120,15 @@ public:
 
 private:
   /// Samples before the cut points repeat (keeps g * L from overflowing).
-  int64_t period() const {
-    return std::max<int64_t>(1, dataset.totalTokens);
-  }
+  int64_t period() const { return std::max<int64_t>(1, dataset.totalTokens); }
 
   /// Token `index` of the stream of every sequence in order.
   int64_t token(int64_t index) const {
     size_t seq = static_cast<size_t>(
         std::upper_bound(starts.begin(), starts.end(), index) - starts.begin() -
         1);
-    int64_t offset = dataset.pointers[seq] +
-                     (index - starts[seq]) * dataset.tokenBytes;
+    int64_t offset =
+        dataset.pointers[seq] + (index - starts[seq]) * dataset.tokenBytes;
     const unsigned char *p = bin->bytes() + offset;
     switch (dataset.dtypeCode) {
     case 1:
@@ -206,8 +204,8 @@ bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
       documents > (fileSize - header - sequences * 12) / 8)
     return fail("it announces " + std::to_string(sequences) +
                 " sequences and " + std::to_string(documents) +
-                " document indices, more than its " +
-                std::to_string(fileSize) + " bytes hold");
+                " document indices, more than its " + std::to_string(fileSize) +
+                " bytes hold");
   in.seekg(static_cast<std::streamoff>(header));
   out.lengths.resize(sequences);
   out.pointers.resize(sequences);
@@ -231,10 +229,10 @@ bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
     int64_t length = out.lengths[i], pointer = out.pointers[i];
     if (length < 0 || pointer < 0 ||
         pointer > binSize - length * out.tokenBytes) {
-      error = out.idxPath + ": error: sequence " + std::to_string(i) +
-              " (" + std::to_string(length) + " tokens at byte " +
-              std::to_string(pointer) + ") lies outside " + out.binPath +
-              " (" + std::to_string(binSize) +
+      error = out.idxPath + ": error: sequence " + std::to_string(i) + " (" +
+              std::to_string(length) + " tokens at byte " +
+              std::to_string(pointer) + ") lies outside " + out.binPath + " (" +
+              std::to_string(binSize) +
               " bytes); the two files do not belong together";
       return false;
     }
@@ -297,12 +295,10 @@ bool writeIndexedDataset(const std::string &prefix,
   return true;
 }
 
-std::unique_ptr<DataSource> loadIndexed(const ModelConfig &config,
-                                        const std::string &written,
-                                        const std::string &pointer,
-                                        const std::string &baseDir,
-                                        const std::string &planFile,
-                                        std::vector<std::string> &errors) {
+std::unique_ptr<DataSource>
+loadIndexed(const ModelConfig &config, const std::string &written,
+            const std::string &pointer, const std::string &baseDir,
+            const std::string &planFile, std::vector<std::string> &errors) {
   namespace fs = std::filesystem;
   std::vector<std::string> tried = {written};
   if (!baseDir.empty() && fs::path(written).is_relative())
@@ -319,9 +315,8 @@ std::unique_ptr<DataSource> loadIndexed(const ModelConfig &config,
     for (const std::string &t : tried)
       list += (list.empty() ? "'" : ", '") + t + ".idx'";
     errors.push_back(planFile + ": " + pointer +
-                     ": error: no indexed dataset '" + written +
-                     "' (tried " + list +
-                     "); give the PREFIX of PREFIX.bin and PREFIX.idx");
+                     ": error: no indexed dataset '" + written + "' (tried " +
+                     list + "); give the PREFIX of PREFIX.bin and PREFIX.idx");
     return nullptr;
   }
   IndexedDataset dataset;

@@ -27,8 +27,8 @@ namespace mimo::exec {
 
 /// The index of one dataset, validated against its .bin file.
 struct IndexedDataset {
-  int dtypeCode = 0;       // Megatron's code: 1 u8, 3 i16, 4 i32, 5 i64, 8 u16
-  int64_t tokenBytes = 0;  // bytes per token
+  int dtypeCode = 0;      // Megatron's code: 1 u8, 3 i16, 4 i32, 5 i64, 8 u16
+  int64_t tokenBytes = 0; // bytes per token
   std::vector<int32_t> lengths;
   std::vector<int64_t> pointers;
   std::vector<int64_t> documents;
@@ -49,12 +49,10 @@ bool writeIndexedDataset(const std::string &prefix,
 
 /// The data source over an indexed dataset (paths tried as written, then
 /// relative to `baseDir`).
-std::unique_ptr<DataSource> loadIndexed(const ModelConfig &config,
-                                        const std::string &written,
-                                        const std::string &pointer,
-                                        const std::string &baseDir,
-                                        const std::string &planFile,
-                                        std::vector<std::string> &errors);
+std::unique_ptr<DataSource>
+loadIndexed(const ModelConfig &config, const std::string &written,
+            const std::string &pointer, const std::string &baseDir,
+            const std::string &planFile, std::vector<std::string> &errors);
 
 } // namespace mimo::exec
 

@@ -92,9 +92,9 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
     p.partialUnderSp = spec.partialUnderSp && p.replicatedOverTp;
     int64_t rows = block.rowEnd - block.rowBegin;
     int64_t cols = block.colEnd - block.colBegin;
-    float scale = spec.scale > 0 ? spec.scale
-                                 : 1.0f / std::sqrt(static_cast<float>(
-                                              spec.rows));
+    float scale = spec.scale > 0
+                      ? spec.scale
+                      : 1.0f / std::sqrt(static_cast<float>(spec.rows));
     std::vector<float> value(static_cast<size_t>(rows * cols));
     uint64_t key = combine(combine(ctx.seed, hashString(spec.module)),
                            hashString(spec.local));
@@ -102,10 +102,11 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
       for (int64_t j = 0; j < cols; ++j) {
         float element = spec.init == ParamInit::Ones ? 1.0f : 0.0f;
         if (spec.init == ParamInit::Weight)
-          element = scale * symmetricUnit(combine(
-                                key, static_cast<uint64_t>(
-                                         (block.rowBegin + i) * spec.cols +
-                                         block.colBegin + j)));
+          element =
+              scale *
+              symmetricUnit(combine(
+                  key, static_cast<uint64_t>((block.rowBegin + i) * spec.cols +
+                                             block.colBegin + j)));
         value[static_cast<size_t>(i * cols + j)] = element;
       }
     parameters.push_back(std::move(p));
@@ -378,7 +379,6 @@ private:
 
 Stage::Stage(StageContext context) : ctx(std::move(context)) {}
 Stage::~Stage() = default;
-
 
 //===----------------------------------------------------------------------===//
 // Encoder

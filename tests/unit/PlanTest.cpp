@@ -294,8 +294,8 @@ TEST(PlanTest, ForwardHalvesOfEveryLayoutStillVerify) {
       ASSERT_FALSE(forward.back().instrs.empty());
       EXPECT_FALSE(forward.back().instrs.back().fused);
     }
-    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, forward,
-                                          plan->rankProgram)),
+    EXPECT_EQ(problemsText(
+                  verifyPrograms(plan->topology, forward, plan->rankProgram)),
               "");
   }
 }
