@@ -30,5 +30,6 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir "${launcher[@]}" "$@" >/dev/null
+  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir -DMIMO_REQUIRE_ALL_TESTS=ON \
+  "${launcher[@]}" "$@" >/dev/null
 cmake --build build -j "$(nproc)"

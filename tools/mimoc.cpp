@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/Explain.h"
+#include "runtime/core/JsonReader.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -147,8 +148,14 @@ std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
     return std::nullopt;
   }
   StringRef text = (*buffer)->getBuffer();
-  nlohmann::json document =
-      nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  mimo::Diagnostic syntax;
+  std::optional<nlohmann::json> parsed =
+      mimo::parseJsonText(std::string_view(text.data(), text.size()), syntax);
+  if (!parsed) {
+    mimo::printDiagnostics(errs(), path, {syntax});
+    return std::nullopt;
+  }
+  const nlohmann::json &document = *parsed;
   if (mimo::isPlanDocument(document)) {
     mimo::PlanLoadResult loaded = mimo::loadPlanDocument(document, path.str());
     if (!loaded.plan) {

@@ -18,6 +18,19 @@ constexpr double kFloat = 4, kIndex = 8;
 /// The values a parameter block occupies in a flat buffer (padded to 64).
 int64_t padded(int64_t n) { return (n + 63) / 64 * 64; }
 
+/// Byte counts saturate at 2^62 (far beyond any device) instead of
+/// overflowing: an absurd model is refused by the memory check, not
+/// wrapped into a small one.
+constexpr int64_t kSaturated = int64_t(1) << 62;
+int64_t saturate(double bytes) {
+  return bytes >= static_cast<double>(kSaturated) ? kSaturated
+                                                  : static_cast<int64_t>(bytes);
+}
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  return std::min(kSaturated,
+                  std::min(a, kSaturated) + std::min(b, kSaturated));
+}
+
 /// Bytes one microbatch leaves saved on a rank of `module`'s stage, and the
 /// largest extra working set of its backward.
 struct MicrobatchBytes {
@@ -142,18 +155,21 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           if (c.pp != stage || c.tp != tpRank)
             continue;
           RankMemory &r = ranks[static_cast<size_t>(rank)];
-          r.params += params;
-          r.paramBytes += values * 4;
-          r.gradBytes += values * 4;
-          r.optimizerBytes += values * 8;
-          r.activationBytes += static_cast<int64_t>(activations);
+          r.params = saturatingAdd(r.params, params);
+          r.paramBytes = saturatingAdd(r.paramBytes, saturate(values * 4.0));
+          r.gradBytes = saturatingAdd(r.gradBytes, saturate(values * 4.0));
+          r.optimizerBytes =
+              saturatingAdd(r.optimizerBytes, saturate(values * 8.0));
+          r.activationBytes =
+              saturatingAdd(r.activationBytes, saturate(activations));
         }
       }
     }
   }
   for (RankMemory &r : ranks)
     r.totalBytes =
-        r.paramBytes + r.gradBytes + r.optimizerBytes + r.activationBytes;
+        saturatingAdd(saturatingAdd(r.paramBytes, r.gradBytes),
+                      saturatingAdd(r.optimizerBytes, r.activationBytes));
   return ranks;
 }
 

@@ -3,6 +3,9 @@
 #include "runtime/core/ModelConfig.h"
 
 #include "runtime/core/JsonLocator.h"
+#include "runtime/core/JsonReader.h"
+#include "runtime/core/JsonValidator.h"
+#include "runtime/core/Limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -23,231 +26,7 @@ size_t ModelConfig::languageIndex() const {
 
 namespace {
 
-std::string joinNames(const std::vector<std::string> &names) {
-  std::string text;
-  for (const std::string &name : names)
-    text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
-
-/// "the string \"x\"", "the number 2.5", "an object", ...
-std::string describe(const json &value) {
-  switch (value.type()) {
-  case json::value_t::null:
-    return "null";
-  case json::value_t::boolean:
-    return value.get<bool>() ? "true" : "false";
-  case json::value_t::string:
-    return "the string " + value.dump();
-  case json::value_t::number_integer:
-  case json::value_t::number_unsigned:
-  case json::value_t::number_float:
-    return "the number " + value.dump();
-  case json::value_t::array:
-    return "an array";
-  case json::value_t::object:
-    return "an object";
-  default:
-    return "an unsupported value";
-  }
-}
-
-/// Collects every problem of one document; each getter reports at the
-/// value's JSON pointer and returns std::nullopt when the value is unusable.
-class Validator {
-public:
-  std::vector<Diagnostic> diagnostics;
-
-  void error(std::string pointer, std::string message) {
-    diagnostics.push_back(
-        Diagnostic::error(std::move(pointer), std::move(message)));
-  }
-
-  /// Checks that `value` is an object and that every key is known.
-  bool object(const json &value, const std::string &pointer,
-              const std::vector<std::string> &known, const std::string &what) {
-    if (!value.is_object()) {
-      error(pointer, "expected " + what + " (a JSON object), found " +
-                         describe(value) + "; write it as { ... }");
-      return false;
-    }
-    for (const auto &item : value.items()) {
-      if (std::find(known.begin(), known.end(), item.key()) != known.end())
-        continue;
-      std::string suggestion = closestMatch(item.key(), known);
-      std::string message = "unknown key '" + item.key() + "' in " + what;
-      if (!suggestion.empty())
-        message += "; did you mean '" + suggestion + "'?";
-      else
-        message += "; remove it";
-      message += " (keys allowed here: " + joinNames(known) + ")";
-      error(pointer + "/" + escapePointerToken(item.key()), message);
-    }
-    return true;
-  }
-
-  /// The member `key` of `object`, or nullptr (reporting it when required).
-  const json *member(const json &object, const std::string &pointer,
-                     const std::string &key, bool required,
-                     const std::string &meaning) {
-    auto it = object.find(key);
-    if (it != object.end())
-      return &*it;
-    if (required)
-      error(pointer + "/" + key,
-            "missing required key '" + key + "' (" + meaning + "); add \"" +
-                key + "\": <value> to " + (pointer.empty() ? "/" : pointer));
-    return nullptr;
-  }
-
-  std::optional<int64_t> integer(const json &object, const std::string &pointer,
-                                 const std::string &key, bool required,
-                                 int64_t minimum, const std::string &meaning) {
-    const json *value = member(object, pointer, key, required, meaning);
-    if (!value)
-      return std::nullopt;
-    return integerValue(*value, pointer + "/" + key, minimum, meaning);
-  }
-
-  std::optional<int64_t> integerValue(const json &value,
-                                      const std::string &pointer,
-                                      int64_t minimum,
-                                      const std::string &meaning) {
-    std::string expected = minimum == 1 ? "a positive integer"
-                           : minimum == 0
-                               ? "a non-negative integer"
-                               : "an integer >= " + std::to_string(minimum);
-    if (!value.is_number_integer()) {
-      error(pointer, "expected " + expected + " (" + meaning + "), found " +
-                         describe(value) + "; write a whole number such as " +
-                         std::to_string(std::max<int64_t>(minimum, 1)));
-      return std::nullopt;
-    }
-    if (value.is_number_unsigned() &&
-        value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      error(pointer, "expected " + expected + " (" + meaning + "), found " +
-                         value.dump() + ", which is too large");
-      return std::nullopt;
-    }
-    int64_t number = value.get<int64_t>();
-    if (number < minimum) {
-      error(pointer, "expected " + expected + " (" + meaning + "), found " +
-                         std::to_string(number) + "; use " +
-                         std::to_string(minimum) + " or more");
-      return std::nullopt;
-    }
-    return number;
-  }
-
-  std::optional<double> number(const json &object, const std::string &pointer,
-                               const std::string &key, double minimum,
-                               bool minimumExcluded, double maximum,
-                               bool maximumExcluded,
-                               const std::string &meaning) {
-    const json *value = member(object, pointer, key, false, meaning);
-    if (!value)
-      return std::nullopt;
-    return numberValue(*value, pointer + "/" + key, minimum, minimumExcluded,
-                       maximum, maximumExcluded, meaning);
-  }
-
-  std::optional<double> numberValue(const json &value,
-                                    const std::string &pointer, double minimum,
-                                    bool minimumExcluded, double maximum,
-                                    bool maximumExcluded,
-                                    const std::string &meaning) {
-    std::ostringstream range;
-    range << (minimumExcluded ? "(" : "[") << minimum << ", ";
-    if (std::isinf(maximum))
-      range << "inf)";
-    else
-      range << maximum << (maximumExcluded ? ")" : "]");
-    if (!value.is_number()) {
-      error(pointer, "expected a number in " + range.str() + " (" + meaning +
-                         "), found " + describe(value) +
-                         "; write it as a plain number");
-      return std::nullopt;
-    }
-    double number = value.get<double>();
-    bool low = minimumExcluded ? number <= minimum : number < minimum;
-    bool high = maximumExcluded ? number >= maximum : number > maximum;
-    if (low || high || std::isnan(number)) {
-      error(pointer, "expected a number in " + range.str() + " (" + meaning +
-                         "), found " + value.dump() +
-                         "; choose a value in that range");
-      return std::nullopt;
-    }
-    return number;
-  }
-
-  std::optional<bool> boolean(const json &object, const std::string &pointer,
-                              const std::string &key,
-                              const std::string &meaning) {
-    const json *value = member(object, pointer, key, false, meaning);
-    if (!value)
-      return std::nullopt;
-    if (!value->is_boolean()) {
-      error(pointer + "/" + key, "expected true or false (" + meaning +
-                                     "), found " + describe(*value) +
-                                     "; write true or false without quotes");
-      return std::nullopt;
-    }
-    return value->get<bool>();
-  }
-
-  std::optional<std::string> string(const json &object,
-                                    const std::string &pointer,
-                                    const std::string &key, bool required,
-                                    const std::string &meaning) {
-    const json *value = member(object, pointer, key, required, meaning);
-    if (!value)
-      return std::nullopt;
-    if (!value->is_string() || value->get<std::string>().empty()) {
-      error(pointer + "/" + key, "expected a non-empty string (" + meaning +
-                                     "), found " + describe(*value) +
-                                     "; write it in double quotes");
-      return std::nullopt;
-    }
-    return value->get<std::string>();
-  }
-
-  std::optional<std::string> choice(const json &object,
-                                    const std::string &pointer,
-                                    const std::string &key, bool required,
-                                    const std::vector<std::string> &allowed,
-                                    const std::string &meaning) {
-    const json *value = member(object, pointer, key, required,
-                               meaning + ": one of " + quoted(allowed));
-    if (!value)
-      return std::nullopt;
-    if (value->is_string()) {
-      std::string text = value->get<std::string>();
-      if (std::find(allowed.begin(), allowed.end(), text) != allowed.end())
-        return text;
-      std::string suggestion = closestMatch(text, allowed);
-      error(pointer + "/" + key,
-            "expected one of " + quoted(allowed) + " (" + meaning +
-                "), found " + describe(*value) +
-                (suggestion.empty()
-                     ? ""
-                     : "; did you mean \"" + suggestion + "\"?"));
-      return std::nullopt;
-    }
-    error(pointer + "/" + key, "expected one of " + quoted(allowed) + " (" +
-                                   meaning + "), found " + describe(*value));
-    return std::nullopt;
-  }
-
-  static std::string quoted(const std::vector<std::string> &names) {
-    std::string text;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (i)
-        text += i + 1 == names.size() ? " or " : ", ";
-      text += "\"" + names[i] + "\"";
-    }
-    return text;
-  }
-};
+using Validator = JsonValidator;
 
 bool isIdentifier(const std::string &name) {
   if (name.empty() ||
@@ -282,21 +61,37 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
           "the parallel grid of module '" + module.name + "'"))
     return;
   ParallelConfig &config = module.parallel;
-  if (auto value =
-          v.integer(parallel, pointer, "tp", false, 1, "tensor-parallel size"))
+  if (auto value = v.integer(parallel, pointer, "tp", false, 1,
+                             "tensor-parallel size", kMaxRanks))
     config.tp = *value;
-  if (auto value =
-          v.integer(parallel, pointer, "cp", false, 1, "context-parallel size"))
+  if (auto value = v.integer(parallel, pointer, "cp", false, 1,
+                             "context-parallel size", kMaxRanks))
     config.cp = *value;
   if (auto value = v.integer(parallel, pointer, "pp", false, 1,
-                             "pipeline-parallel size"))
+                             "pipeline-parallel size", kMaxRanks))
     config.pp = *value;
-  if (auto value =
-          v.integer(parallel, pointer, "dp", false, 1, "data-parallel size"))
+  if (auto value = v.integer(parallel, pointer, "dp", false, 1,
+                             "data-parallel size", kMaxRanks))
     config.dp = *value;
   if (auto value = v.integer(parallel, pointer, "rank_offset", false, 0,
-                             "first global rank of the module"))
+                             "first global rank of the module", kMaxRanks))
     config.rankOffset = *value;
+  // The grid's size and end, in 64 bits without overflow: each factor is at
+  // most kMaxRanks, so the product of two fits and is checked before the
+  // next factor.
+  int64_t ranks = 1;
+  for (int64_t size : {config.tp, config.cp, config.pp, config.dp})
+    ranks = ranks > kMaxRanks ? ranks : ranks * size;
+  if (ranks > kMaxRanks || config.rankOffset + ranks > kMaxRanks) {
+    v.error(pointer,
+            "expected a grid within mimo's " + std::to_string(kMaxRanks) +
+                " ranks, found tp*cp*pp*dp " +
+                (ranks > kMaxRanks ? "above " + std::to_string(kMaxRanks)
+                                   : std::to_string(ranks)) +
+                " from rank_offset " + std::to_string(config.rankOffset) +
+                "; use smaller parallel sizes");
+    config = ParallelConfig{};
+  }
   if (auto value = v.boolean(parallel, pointer, "sequence_parallel",
                              "sequence parallelism over the TP group")) {
     if (*value && module.kind == ModuleKind::Encoder)
@@ -322,7 +117,7 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
     if (allStrings)
       parsed = parseOrder(names, &why);
     else
-      why = "found " + describe(*order);
+      why = "found " + describeJson(*order);
     if (parsed)
       config.order = *parsed;
     else
@@ -342,7 +137,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   if (!moduleJson.is_object()) {
     v.error(pointer, "expected a module (a JSON object with name, kind, arch "
                      "and parallel), found " +
-                         describe(moduleJson) + "; write it as { ... }");
+                         describeJson(moduleJson) + "; write it as { ... }");
     ok = false;
     return;
   }
@@ -375,7 +170,8 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   if (module.kind == ModuleKind::Encoder)
     if (auto id = v.integer(moduleJson, pointer, "special_token_id", true, 0,
                             "the token id that marks this modality's "
-                            "positions in input_ids"))
+                            "positions in input_ids",
+                            kMaxVocab - 1))
       module.specialTokenId = *id;
 
   std::string archPointer = pointer + "/arch";
@@ -388,19 +184,24 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                                           : "vocab_size");
     if (v.object(*arch, archPointer, archKeys,
                  "the architecture of module '" + module.name + "'")) {
-      auto field = [&](const char *key, const char *meaning) {
-        return v.integer(*arch, archPointer, key, true, 1, meaning).value_or(0);
+      auto field = [&](const char *key, const char *meaning, int64_t maximum) {
+        return v.integer(*arch, archPointer, key, true, 1, meaning, maximum)
+            .value_or(0);
       };
       if (module.kind == ModuleKind::Encoder)
         module.featureDim =
-            field("feature_dim", "size of each input feature row");
+            field("feature_dim", "size of each input feature row", kMaxWidth);
       else
-        module.vocabSize = field("vocab_size", "number of text token ids");
-      module.hiddenSize = field("hidden_size", "width of the hidden states");
-      module.numLayers = field("num_layers", "number of transformer layers");
-      module.numHeads = field("num_heads", "number of attention heads");
-      module.ffnHiddenSize =
-          field("ffn_hidden_size", "width of the feed-forward layer");
+        module.vocabSize =
+            field("vocab_size", "number of text token ids", kMaxVocab);
+      module.hiddenSize =
+          field("hidden_size", "width of the hidden states", kMaxWidth);
+      module.numLayers =
+          field("num_layers", "number of transformer layers", kMaxLayers);
+      module.numHeads =
+          field("num_heads", "number of attention heads", kMaxWidth);
+      module.ffnHiddenSize = field(
+          "ffn_hidden_size", "width of the feed-forward layer", kMaxFfnWidth);
       if (module.hiddenSize > 0 && module.numHeads > 0) {
         if (module.hiddenSize % module.numHeads != 0)
           v.error(archPointer + "/num_heads",
@@ -433,8 +234,15 @@ void parseModules(Validator &v, const json &root, ModelConfig &config) {
   if (!modules->is_array() || modules->empty()) {
     v.error("/modules", "expected a non-empty array of modules, found " +
                             (modules->is_array() ? std::string("an empty array")
-                                                 : describe(*modules)) +
+                                                 : describeJson(*modules)) +
                             "; list the encoders and one language module");
+    return;
+  }
+  if (modules->size() > static_cast<size_t>(kMaxModules)) {
+    v.error("/modules", "expected at most " + std::to_string(kMaxModules) +
+                            " modules, found " +
+                            std::to_string(modules->size()) +
+                            "; merge modalities into fewer encoders");
     return;
   }
   bool ok = true;
@@ -507,13 +315,16 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
   BatchConfig &b = config.batch;
   b.microBatchSize =
       v.integer(*batch, "/batch", "micro_batch_size", true, 1,
-                "samples per global microbatch across all data-parallel lanes")
+                "samples per global microbatch across all data-parallel lanes",
+                kMaxMicroBatchSize)
           .value_or(0);
-  b.numMicrobatches = v.integer(*batch, "/batch", "num_microbatches", true, 1,
-                                "microbatches per optimizer step")
-                          .value_or(0);
+  b.numMicrobatches =
+      v.integer(*batch, "/batch", "num_microbatches", true, 1,
+                "microbatches per optimizer step", kMaxMicrobatches)
+          .value_or(0);
   b.seqLength = v.integer(*batch, "/batch", "seq_length", true, 2,
-                          "language sequence length including modality tokens")
+                          "language sequence length including modality tokens",
+                          kMaxSeqLength)
                     .value_or(0);
   b.packing = v.boolean(*batch, "/batch", "packing",
                         "pack each microbatch into one THD row")
@@ -600,13 +411,13 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
         if (!range.is_array() || range.size() != 2) {
           v.error(pointer, "expected [min, max] modality tokens per sample, "
                            "found " +
-                               describe(range) + "; write e.g. [0, 16]");
+                               describeJson(range) + "; write e.g. [0, 16]");
           continue;
         }
         auto low = v.integerValue(range[0], pointer + "/0", 0,
-                                  "fewest tokens per sample");
+                                  "fewest tokens per sample", kMaxSeqLength);
         auto high = v.integerValue(range[1], pointer + "/1", 0,
-                                   "most tokens per sample");
+                                   "most tokens per sample", kMaxSeqLength);
         if (low && high && *low > *high)
           v.error(pointer, "expected min <= max, found [" +
                                std::to_string(*low) + ", " +
@@ -655,8 +466,8 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   const json &train = *it;
   TrainConfig &t = config.train;
   const double inf = INFINITY;
-  if (auto steps =
-          v.integer(train, "/train", "steps", false, 1, "optimizer steps"))
+  if (auto steps = v.integer(train, "/train", "steps", false, 1,
+                             "optimizer steps", kMaxSteps))
     t.steps = *steps;
   if (auto optimizer = v.choice(train, "/train", "optimizer", false, {"adamw"},
                                 "the optimizer"))
@@ -673,11 +484,12 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto clip = v.number(train, "/train", "clip_grad", 0, false, inf, false,
                            "global gradient-norm clip, 0 disables"))
     t.clipGrad = *clip;
-  if (auto every = v.integer(train, "/train", "eval_every", false, 0,
-                             "steps between held-out evaluations, 0: never"))
+  if (auto every =
+          v.integer(train, "/train", "eval_every", false, 0,
+                    "steps between held-out evaluations, 0: never", kMaxSteps))
     t.evalEvery = *every;
   if (auto steps = v.integer(train, "/train", "eval_steps", false, 1,
-                             "held-out batches per evaluation"))
+                             "held-out batches per evaluation", kMaxSteps))
     t.evalSteps = *steps;
   if (t.evalEvery > 0 && config.data.source != "synthetic" &&
       config.data.evalPath.empty())
@@ -693,14 +505,15 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
     LrSchedule &s = t.lrSchedule;
     const std::string p = "/train/lr_schedule";
     if (auto w = v.integer(*schedule, p, "warmup_steps", false, 0,
-                           "steps of linear warmup from 0 to lr"))
+                           "steps of linear warmup from 0 to lr", kMaxSteps))
       s.warmupSteps = *w;
     if (auto d = v.choice(*schedule, p, "decay", false,
                           {"constant", "cosine", "linear"},
                           "the decay after the warmup"))
       s.decay = *d;
     if (auto d = v.integer(*schedule, p, "decay_steps", false, 0,
-                           "steps of decay from lr to min_lr after the warmup"))
+                           "steps of decay from lr to min_lr after the warmup",
+                           kMaxSteps))
       s.decaySteps = *d;
     if (auto m = v.number(*schedule, p, "min_lr", 0, false, inf, false,
                           "the learning rate at the end of the decay"))
@@ -719,7 +532,7 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (betas != train.end()) {
     if (!betas->is_array() || betas->size() != 2) {
       v.error("/train/betas", "expected [beta1, beta2], found " +
-                                  describe(*betas) +
+                                  describeJson(*betas) +
                                   "; write e.g. [0.9, 0.999]");
     } else {
       auto b1 = v.numberValue((*betas)[0], "/train/betas/0", 0, false, 1, true,
@@ -734,11 +547,67 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   }
 }
 
+/// Products of accepted sizes: every module's parameters and a microbatch's
+/// largest activation stay below kMaxElements (so no count overflows 64
+/// bits anywhere downstream). Computed in long double, which cannot
+/// overflow at these magnitudes.
+void checkProducts(Validator &v, const ModelConfig &config) {
+  using real = long double;
+  const real limit = static_cast<real>(kMaxElements);
+  auto count = [](real n) {
+    std::ostringstream text;
+    text.precision(3);
+    text << static_cast<double>(n);
+    return text.str();
+  };
+  for (const ModuleConfig &m : config.modules) {
+    real H = m.hiddenSize, F = m.ffnHiddenSize, L = m.numLayers;
+    real input = m.kind == ModuleKind::Encoder ? m.featureDim : m.vocabSize;
+    real params = L * (4 * H * H + 3 * H * F + 4 * H) + 2 * input * H;
+    if (params > limit)
+      v.error(m.pointer + "/arch",
+              "expected a module of at most 2^50 parameters, found about " +
+                  count(params) + " in '" + m.name +
+                  "'; use smaller hidden_size, ffn_hidden_size, num_layers or "
+                  "vocab_size");
+  }
+  const BatchConfig &b = config.batch;
+  real tokens = static_cast<real>(b.microBatchSize) * b.seqLength;
+  for (const ModuleConfig &m : config.modules) {
+    std::pair<real, const char *> widest = {real(b.seqLength),
+                                            "seq_length (attention scores)"};
+    for (auto [size, name] :
+         {std::pair<int64_t, const char *>{m.hiddenSize, "hidden_size"},
+          {m.ffnHiddenSize, "ffn_hidden_size"},
+          {m.vocabSize, "vocab_size"},
+          {m.featureDim, "feature_dim"}})
+      if (real(size) > widest.first)
+        widest = {real(size), name};
+    if (tokens * widest.first > limit) {
+      v.error("/batch", "expected a microbatch whose largest tensor holds at "
+                        "most 2^50 values, found micro_batch_size x "
+                        "seq_length x " +
+                            std::string(widest.second) + " of '" + m.name +
+                            "' = " + count(tokens * widest.first) +
+                            "; lower micro_batch_size or seq_length");
+      return;
+    }
+  }
+}
+
 } // namespace
 
 ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   Validator v;
   ModelConfig config;
+  if (root.is_object() && root.contains("format") &&
+      root["format"] == "mimo-plan") {
+    v.error("/format", "this is a plan written by `mimoc compile`, not a "
+                       "model.json; train it with `mimo-run`, inspect it "
+                       "with `mimoc explain`, or compile the model.json it "
+                       "came from");
+    return ParseResult{std::nullopt, std::move(v.diagnostics)};
+  }
   if (!v.object(root, "",
                 {"version", "name", "seed", "precision", "world_size", "batch",
                  "modules", "data", "train"},
@@ -770,41 +639,17 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
                                 "compute precision"))
     config.precision = *precision;
   if (auto world = v.integer(root, "", "world_size", false, 1,
-                             "the number of ranks, if given"))
+                             "the number of ranks, if given", kMaxRanks))
     config.worldSize = *world;
   parseBatch(v, root, config);
   parseModules(v, root, config);
   parseData(v, root, config);
   parseTrain(v, root, config);
+  if (v.diagnostics.empty())
+    checkProducts(v, config);
   if (!v.diagnostics.empty())
     return ParseResult{std::nullopt, std::move(v.diagnostics)};
   return ParseResult{std::move(config), {}};
-}
-
-std::optional<json> parseJsonText(std::string_view text, Diagnostic &error) {
-  json root = json::parse(text.begin(), text.end(), nullptr,
-                          /*allow_exceptions=*/false);
-  if (!root.is_discarded())
-    return root;
-  // Re-run with exceptions to learn where the syntax error is.
-  error = Diagnostic();
-  error.syntax = true;
-  try {
-    json strict = json::parse(text.begin(), text.end());
-    (void)strict;
-    error.message = "invalid JSON";
-  } catch (const json::parse_error &failure) {
-    size_t offset = failure.byte > 0 ? failure.byte - 1 : 0;
-    error.position = JsonLocator::positionOfOffset(text, offset);
-    std::string what = failure.what();
-    // nlohmann's text: "[json.exception.parse_error.101] parse error at
-    // line 3, column 5: syntax error while parsing object key - ...".
-    size_t detail = what.find("syntax error");
-    error.message = "invalid JSON: " +
-                    (detail != std::string::npos ? what.substr(detail) : what) +
-                    "; fix the JSON syntax at this position";
-  }
-  return std::nullopt;
 }
 
 ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {

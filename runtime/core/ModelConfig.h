@@ -123,10 +123,6 @@ struct ParseResult {
 /// model name (its stem).
 ParseResult parseModelConfig(std::string_view text, std::string_view fileName);
 
-/// Parses JSON text; on a syntax error fills `error` (with line:column).
-std::optional<nlohmann::json> parseJsonText(std::string_view text,
-                                            Diagnostic &error);
-
 /// Validates an already parsed document (as embedded in a plan file).
 ParseResult validateModelConfig(const nlohmann::json &document,
                                 std::string_view fileName);

@@ -251,6 +251,20 @@ std::vector<PlanProblem> verifyPrograms(const Topology &topology,
                                         const std::vector<int32_t> &rankProgram,
                                         size_t limit = 8);
 
+/// The dataflow of every rank's stream against the schedule the topology
+/// compiles to (`compiled`, from buildPrograms): a rank runs exactly the
+/// instructions of its compiled program, none missing and none twice; the
+/// instructions of one microbatch keep their compiled order (a tensor is
+/// received before it is used, a forward precedes its backward), and the
+/// gradient reduction and the optimizer step keep their place after all of
+/// them. Streams may interleave microbatches differently. Checked when a
+/// plan file is loaded, since plans are files users and tools edit.
+std::vector<PlanProblem> checkDataflow(const Topology &topology,
+                                       const ProgramSet &compiled,
+                                       const std::vector<Program> &programs,
+                                       const std::vector<int32_t> &rankProgram,
+                                       size_t limit = 8);
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_CORE_PLAN_H

@@ -2,6 +2,7 @@
 
 #include "runtime/core/PlanFile.h"
 
+#include "runtime/core/JsonReader.h"
 #include "runtime/core/Topology.h"
 
 #include <unordered_map>
@@ -292,10 +293,7 @@ bool isPlanDocument(const json &document) {
 
 namespace {
 
-std::string brief(const json &value) {
-  std::string text = value.dump();
-  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-}
+std::string brief(const json &value) { return briefJson(value); }
 
 /// The first place where `found` differs from `expected`.
 std::optional<std::pair<std::string, std::string>>
@@ -407,6 +405,7 @@ public:
                   " plan; remove it");
     if (!diagnostics.empty())
       return finish();
+    ProgramSet compiled{expected->programs, expected->rankProgram};
     Plan plan = std::move(*expected);
     if (!doc.contains("programs") || !doc["programs"].is_array()) {
       error("/programs", "expected an array of programs; recompile the model");
@@ -416,6 +415,9 @@ public:
       return finish();
     std::vector<PlanProblem> problems = verifyPrograms(
         plan.topology, plan.programs, plan.rankProgram, /*limit=*/8);
+    if (problems.empty())
+      problems = checkDataflow(plan.topology, compiled, plan.programs,
+                               plan.rankProgram, /*limit=*/8);
     for (const PlanProblem &problem : problems) {
       std::string pointer = "/programs";
       if (!problem.places.empty())

@@ -2,6 +2,8 @@
 
 #include "runtime/core/Safetensors.h"
 
+#include "runtime/core/JsonReader.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -13,31 +15,6 @@ namespace mimo::safetensors {
 namespace {
 
 constexpr int64_t kMaxHeaderBytes = int64_t(100) << 20;
-constexpr int kMaxDepth = 64;
-
-/// The deepest nesting of objects and arrays in JSON text (strings
-/// skipped), so that a hostile header cannot exhaust the parser's stack.
-int nestingDepth(const std::string &text) {
-  int depth = 0, deepest = 0;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-      continue;
-    }
-    if (c == '"')
-      inString = true;
-    else if (c == '{' || c == '[')
-      deepest = std::max(deepest, ++depth);
-    else if (c == '}' || c == ']')
-      --depth;
-  }
-  return deepest;
-}
 
 } // namespace
 
@@ -114,16 +91,29 @@ std::optional<Header> readHeader(const std::string &path, std::string &error) {
   std::string text(static_cast<size_t>(length), '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(length)))
     return fail("the file ends inside its header");
-  if (nestingDepth(text) > kMaxDepth)
-    return fail("the header nests deeper than " + std::to_string(kMaxDepth) +
-                " levels");
-  nlohmann::json json =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object())
+  return parseHeader(text, fileSize - 8 - static_cast<int64_t>(length), path,
+                     error);
+}
+
+std::optional<Header> parseHeader(std::string_view text, int64_t dataBytes,
+                                  const std::string &path, std::string &error) {
+  auto fail = [&](const std::string &what) -> std::optional<Header> {
+    error = path + ": error: " + what;
+    return std::nullopt;
+  };
+  Diagnostic syntax;
+  std::optional<nlohmann::json> parsed = parseJsonText(text, syntax);
+  if (!parsed)
+    return fail("the header (at its line " +
+                std::to_string(syntax.position.line) + ", column " +
+                std::to_string(syntax.position.column) +
+                ") is not valid: " + syntax.message);
+  const nlohmann::json &json = *parsed;
+  if (!json.is_object())
     return fail("the header is not a JSON object");
   Header header;
-  header.dataOffset = 8 + static_cast<int64_t>(length);
-  header.dataBytes = fileSize - header.dataOffset;
+  header.dataOffset = 8 + static_cast<int64_t>(text.size());
+  header.dataBytes = dataBytes;
   for (auto it = json.begin(); it != json.end(); ++it) {
     const std::string &name = it.key();
     const nlohmann::json &entry = it.value();
@@ -147,7 +137,7 @@ std::optional<Header> readHeader(const std::string &path, std::string &error) {
     t.name = name;
     if (!entry["dtype"].is_string() ||
         dtypeSize(t.dtype = entry["dtype"].get<std::string>()) == 0)
-      return bad("unknown dtype " + entry["dtype"].dump());
+      return bad("unknown dtype " + briefJson(entry["dtype"]));
     const nlohmann::json &shape = entry["shape"];
     if (!shape.is_array() || shape.size() > 8)
       return bad("the shape is not an array of at most 8 sizes");

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mimo::safetensors {
@@ -52,6 +53,11 @@ std::string encodeHeader(Header &header);
 /// nullopt with `error` ("PATH: error: ...") naming the problem and, where
 /// one is at fault, the tensor.
 std::optional<Header> readHeader(const std::string &path, std::string &error);
+
+/// Validates header JSON `text` of a file whose data section (after the
+/// header) holds `dataBytes`; errors name `path`.
+std::optional<Header> parseHeader(std::string_view text, int64_t dataBytes,
+                                  const std::string &path, std::string &error);
 
 } // namespace mimo::safetensors
 

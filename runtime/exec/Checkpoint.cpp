@@ -2,7 +2,9 @@
 
 #include "runtime/exec/Checkpoint.h"
 
+#include "runtime/core/JsonReader.h"
 #include "runtime/core/LearningRate.h"
+#include "runtime/core/Limits.h"
 #include "runtime/core/Parameters.h"
 #include "runtime/exec/Model.h"
 #include "runtime/exec/Random.h"
@@ -194,6 +196,50 @@ std::optional<std::string> checkpointDirProblem(const std::string &dir) {
   return std::nullopt;
 }
 
+std::optional<int64_t> parseCheckpointState(std::string_view text,
+                                            const std::string &statePath,
+                                            nlohmann::json &state,
+                                            std::string &error) {
+  Diagnostic syntax;
+  std::optional<nlohmann::json> parsed;
+  if (text.size() > (size_t(1) << 20)) {
+    error = statePath + ": error: " + std::to_string(text.size()) +
+            " bytes, more than a checkpoint state ever holds (1 MiB); the "
+            "file is not a mimo checkpoint state";
+    return std::nullopt;
+  }
+  parsed = parseJsonText(text, syntax);
+  if (!parsed) {
+    error = formatDiagnostic(statePath, syntax);
+    return std::nullopt;
+  }
+  const nlohmann::json &j = *parsed;
+  auto format = j.is_object() ? j.find("format") : j.end();
+  auto version = j.is_object() ? j.find("version") : j.end();
+  if (!j.is_object() || format == j.end() || *format != "mimo-checkpoint" ||
+      version == j.end() || !version->is_number_integer()) {
+    error = statePath + ": error: not a mimo checkpoint state (expected "
+                        "\"format\": \"mimo-checkpoint\" and a version)";
+    return std::nullopt;
+  }
+  if (!version->is_number_unsigned() ||
+      version->get<uint64_t>() != uint64_t(kCheckpointVersion)) {
+    error = statePath + ": /version: error: checkpoint version " +
+            briefJson(*version) + ", this mimo-run reads version " +
+            std::to_string(kCheckpointVersion);
+    return std::nullopt;
+  }
+  auto step = j.find("step");
+  if (step == j.end() || !step->is_number_unsigned() ||
+      step->get<uint64_t>() < 1 || step->get<uint64_t>() > kMaxSteps) {
+    error = statePath + ": /step: error: expected the step the checkpoint "
+                        "was written after (>= 1)";
+    return std::nullopt;
+  }
+  state = std::move(*parsed);
+  return static_cast<int64_t>(state["step"].get<uint64_t>());
+}
+
 std::optional<Checkpoint> openCheckpoint(const std::string &path,
                                          const ModelConfig &config,
                                          std::string &error) {
@@ -231,29 +277,11 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
   std::stringstream text;
   text << stateIn.rdbuf();
   std::string stateText = text.str();
-  c.state = nlohmann::json::parse(stateText.size() < (1 << 20) ? stateText : "",
-                                  nullptr, /*allow_exceptions=*/false);
-  if (c.state.is_discarded() || !c.state.is_object() ||
-      c.state.value("format", "") != "mimo-checkpoint" ||
-      !c.state.contains("version") || !c.state["version"].is_number_integer()) {
-    error = statePath + ": error: not a mimo checkpoint state (expected "
-                        "\"format\": \"mimo-checkpoint\" and a version)";
+  std::optional<int64_t> step =
+      parseCheckpointState(stateText, statePath, c.state, error);
+  if (!step)
     return std::nullopt;
-  }
-  if (c.state["version"].get<int64_t>() != kCheckpointVersion) {
-    error = statePath + ": /version: error: checkpoint version " +
-            c.state["version"].dump() + ", this mimo-run reads version " +
-            std::to_string(kCheckpointVersion);
-    return std::nullopt;
-  }
-  if (!c.state.contains("step") || !c.state["step"].is_number_unsigned() ||
-      c.state["step"].get<uint64_t>() < 1 ||
-      c.state["step"].get<uint64_t>() > (uint64_t(1) << 40)) {
-    error = statePath + ": /step: error: expected the step the checkpoint "
-                        "was written after (>= 1)";
-    return std::nullopt;
-  }
-  c.step = static_cast<int64_t>(c.state["step"].get<uint64_t>());
+  c.step = *step;
   // Both files, against this model's parameters.
   CheckpointFiles expected = checkpointFiles(config);
   auto check = [&](const char *file, const safetensors::Header &want,

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mimo::exec {
@@ -60,6 +61,14 @@ struct Checkpoint {
   safetensors::Header model, optimizer;
   nlohmann::json state;
 };
+
+/// Validates the text of a checkpoint's state.json (SPEC §12, §15): fills
+/// `state` and returns the step it was written after, or std::nullopt with
+/// `error` naming the file and the problem.
+std::optional<int64_t> parseCheckpointState(std::string_view text,
+                                            const std::string &statePath,
+                                            nlohmann::json &state,
+                                            std::string &error);
 
 /// Finds the checkpoint at `path` (DIR, resolved through DIR/latest, or a
 /// step-N directory itself) and checks it against `config`; on a problem

@@ -2,12 +2,15 @@
 
 #include "runtime/exec/Data.h"
 
+#include "runtime/core/JsonReader.h"
 #include "runtime/exec/IndexedData.h"
 #include "runtime/exec/Random.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace mimo::exec {
@@ -181,23 +184,46 @@ loadJsonl(const ModelConfig &config, const std::string &written,
         "working directory");
     return nullptr;
   }
+  return readJsonl(config, in, path, errors);
+}
+
+} // namespace
+
+std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
+                                      std::istream &in, const std::string &path,
+                                      std::vector<std::string> &errors) {
   std::vector<EncoderInfo> encoders = encodersOf(config);
   int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
   std::vector<Sample> samples;
   std::string line;
   int64_t lineNumber = 0;
+  // A file of many bad lines reports the first few, then a count.
+  constexpr size_t kMaxErrors = 20;
+  size_t moreErrors = 0;
+  auto report = [&](std::string message) {
+    if (errors.size() >= kMaxErrors)
+      ++moreErrors;
+    else
+      errors.push_back(std::move(message));
+  };
   auto error = [&](const std::string &pointer, const std::string &message) {
-    errors.push_back(path + ":" + std::to_string(lineNumber) + ": " +
-                     (pointer.empty() ? "" : pointer + ": ") +
-                     "error: " + message);
+    report(path + ":" + std::to_string(lineNumber) + ": " +
+           (pointer.empty() ? "" : pointer + ": ") + "error: " + message);
   };
   while (std::getline(in, line)) {
     ++lineNumber;
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
-    nlohmann::json json =
-        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object()) {
+    Diagnostic syntax;
+    std::optional<nlohmann::json> parsed = parseJsonText(line, syntax);
+    if (!parsed) {
+      report(path + ":" + std::to_string(lineNumber) + ":" +
+             std::to_string(syntax.position.column) +
+             ": error: " + syntax.message);
+      continue;
+    }
+    const nlohmann::json &json = *parsed;
+    if (!json.is_object()) {
       error("", "expected one JSON object per line");
       continue;
     }
@@ -212,9 +238,9 @@ loadJsonl(const ModelConfig &config, const std::string &written,
       const auto &id = (*ids)[i];
       if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
           id.get<int64_t>() >= vocab) {
-        error("/input_ids/" + std::to_string(i), "expected a token id in [0, " +
-                                                     std::to_string(vocab) +
-                                                     "), found " + id.dump());
+        error("/input_ids/" + std::to_string(i),
+              "expected a token id in [0, " + std::to_string(vocab) +
+                  "), found " + briefJson(id));
         ok = false;
         break;
       }
@@ -237,8 +263,9 @@ loadJsonl(const ModelConfig &config, const std::string &written,
       for (const EncoderInfo &e : encoders)
         known = known || it.key() == e.name;
       if (!known) {
-        error("/" + it.key(), "unknown key '" + it.key() +
-                                  "'; expected input_ids or a modality name");
+        error("/" + escapePointerToken(it.key()),
+              "unknown key '" + it.key().substr(0, 60) +
+                  "'; expected input_ids or a modality name");
         ok = false;
       }
     }
@@ -289,14 +316,17 @@ loadJsonl(const ModelConfig &config, const std::string &written,
           error(pointer + "/" + std::to_string(r),
                 "expected " + std::to_string(encoders[e].featureDim) +
                     " numbers (feature_dim), found " +
-                    (row.is_array() ? std::to_string(row.size()) : row.dump()));
+                    (row.is_array() ? std::to_string(row.size())
+                                    : briefJson(row)));
           ok = false;
           break;
         }
         for (const auto &value : row) {
-          if (!value.is_number()) {
+          if (!value.is_number() || !(std::fabs(value.get<double>()) <=
+                                      std::numeric_limits<float>::max())) {
             error(pointer + "/" + std::to_string(r),
-                  "expected numbers, found " + value.dump());
+                  "expected numbers within float's range (+-3.4e38), found " +
+                      briefJson(value));
             ok = false;
             break;
           }
@@ -307,6 +337,9 @@ loadJsonl(const ModelConfig &config, const std::string &written,
     if (ok)
       samples.push_back(std::move(sample));
   }
+  if (moreErrors > 0)
+    errors.push_back(path + ": error: ... and " + std::to_string(moreErrors) +
+                     " more problems");
   if (!errors.empty())
     return nullptr;
   if (samples.empty()) {
@@ -316,8 +349,6 @@ loadJsonl(const ModelConfig &config, const std::string &written,
   }
   return std::make_unique<JsonlSource>(config, std::move(samples));
 }
-
-} // namespace
 
 std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
                                            const std::string &baseDir,
@@ -351,10 +382,10 @@ std::string firstRecordProblem(const ModelConfig &config,
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
-    nlohmann::json json =
-        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object() ||
-        !json.contains("input_ids") || !json["input_ids"].is_array())
+    Diagnostic syntax;
+    std::optional<nlohmann::json> json = parseJsonText(line, syntax);
+    if (!json || !json->is_object() || !json->contains("input_ids") ||
+        !(*json)["input_ids"].is_array())
       return path + ":" + std::to_string(number) +
              ": error: expected one JSON object per line with an "
              "\"input_ids\" array (docs/data.md)";

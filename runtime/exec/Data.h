@@ -13,6 +13,7 @@
 #include "runtime/core/ModelConfig.h"
 
 #include <cstdint>
+#include <istream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,12 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
                                            const std::string &planFile,
                                            std::vector<std::string> &errors,
                                            DataSplit split = DataSplit::Train);
+
+/// The jsonl source of `in` (docs/data.md), or nullptr with `errors` filled
+/// ("PATH:LINE: POINTER: error: ...", at most 20 and a count).
+std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
+                                      std::istream &in, const std::string &path,
+                                      std::vector<std::string> &errors);
 
 /// SPEC §13, at compile time: resolves data.path and data.eval_path (file
 /// sources) against `modelDir` (then the working directory), checks that

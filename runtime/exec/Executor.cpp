@@ -4,6 +4,7 @@
 
 #include "runtime/core/Flops.h"
 #include "runtime/core/LearningRate.h"
+#include "runtime/core/Limits.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Model.h"
 
@@ -30,7 +31,9 @@ using Key = std::pair<size_t, int64_t>; // (module or bridge, microbatch)
 /// Message tags: kind, module/bridge, microbatch.
 enum TagKind : int64_t { kAct = 1, kGrad = 2, kBridge = 3, kBridgeGrad = 4 };
 int64_t tagOf(TagKind kind, int64_t index, int64_t mb) {
-  if (index >= 1024 || mb >= 16384)
+  static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384,
+                "the limits must fit the tag's 10 and 14 bits");
+  if (index >= kMaxModules || mb >= kMaxMicrobatches)
     throw std::runtime_error("too many modules or microbatches for the tags");
   return (static_cast<int64_t>(kind) << 24) | (index << 14) | mb;
 }
@@ -779,13 +782,15 @@ private:
 
 /// The runtime's own limits (message tags), checked before any rank starts.
 std::string limitsError(const Plan &plan, const std::string &planFile) {
-  if (plan.topology.microbatches > 16384)
+  if (plan.topology.microbatches > kMaxMicrobatches)
     return planFile + ": /model/batch/num_microbatches: error: " +
            std::to_string(plan.topology.microbatches) +
-           " microbatches exceed the runtime's limit of 16384 per step; use "
-           "fewer, larger microbatches";
-  if (plan.topology.modules.size() > 1024)
-    return planFile + ": /model/modules: error: more than 1024 modules";
+           " microbatches exceed the runtime's limit of " +
+           std::to_string(kMaxMicrobatches) +
+           " per step; use fewer, larger microbatches";
+  if (plan.topology.modules.size() > size_t(kMaxModules))
+    return planFile + ": /model/modules: error: more than " +
+           std::to_string(kMaxModules) + " modules";
   return "";
 }
 

@@ -99,13 +99,13 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"wrong_type",
                   {{"/modules/1/parallel/tp", "2"}},
                   "/modules/1/parallel/tp",
-                  "expected a positive integer (tensor-parallel size), found "
-                  "the string \"2\""},
+                  "expected a positive integer <= 1048576 (tensor-parallel "
+                  "size), found the string \"2\""},
         ErrorCase{"non_positive_size",
                   {{"/modules/0/parallel/dp", 0}},
                   "/modules/0/parallel/dp",
-                  "expected a positive integer (data-parallel size), found 0; "
-                  "use 1 or more"},
+                  "expected a positive integer <= 1048576 (data-parallel "
+                  "size), found 0; use 1 or more"},
         ErrorCase{"span_overlap",
                   {{"/modules/1/parallel/rank_offset", 2}},
                   "/modules/1/parallel/rank_offset",

@@ -17,9 +17,7 @@ using namespace mimo::exec;
 namespace {
 
 ModelConfig configOf(const nlohmann::json &model) {
-  ParseResult parsed = parseModelConfig(model.dump(), "model.json");
-  EXPECT_TRUE(parsed.config);
-  return *parsed.config;
+  return test::requireConfig(parseModelConfig(model.dump(), "model.json"));
 }
 
 TEST(DataTest, SyntheticMicrobatchIsAPureFunctionOfStepAndIndex) {
@@ -195,12 +193,8 @@ TEST(IndexedData, BadFilesAreNamedAndTokensOutsideTheVocabularyRefused) {
 
 TEST(DataPaths, ResolvedAgainstTheModelDirectoryAndChecked) {
   std::string dir = tempDir();
-  {
-    std::ofstream(dir + "/train.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
-  }
-  {
-    std::ofstream(dir + "/broken.jsonl") << "not json\n";
-  }
+  { std::ofstream(dir + "/train.jsonl") << "{\"input_ids\": [1, 2, 3]}\n"; }
+  { std::ofstream(dir + "/broken.jsonl") << "not json\n"; }
   ModelConfig good = configOf(textModel("jsonl", "train.jsonl"));
   EXPECT_TRUE(resolveDataPaths(good, dir).empty());
   EXPECT_EQ(good.data.path, dir + "/train.jsonl"); // absolute, resolved

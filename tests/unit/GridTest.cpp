@@ -8,11 +8,13 @@
 #include "runtime/core/Grid.h"
 #include "runtime/core/Diagnostic.h"
 #include "runtime/core/JsonLocator.h"
+#include "runtime/core/JsonReader.h"
 #include "runtime/core/Topology.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 using namespace mimo;
 using Groups = std::vector<std::vector<int64_t>>;
@@ -21,8 +23,9 @@ namespace {
 
 DimOrder order(const std::string &dashed) {
   std::optional<DimOrder> parsed = parseOrder(dashed);
-  EXPECT_TRUE(parsed) << dashed;
-  return parsed.value_or(kDefaultOrder);
+  if (!parsed)
+    throw std::runtime_error("not an order: " + dashed);
+  return *parsed;
 }
 
 Groups sortedMembers(Groups groups) {

@@ -132,7 +132,9 @@ TEST_P(FieldErrorTest, ReportsPointerAndFix) {
   ParseResult result = parse(document);
   ASSERT_FALSE(result.config);
   ASSERT_EQ(result.diagnostics.size(), 1u)
-      << result.diagnostics[0].pointer << ": " << result.diagnostics[0].message;
+      << (result.diagnostics.empty() ? std::string("no diagnostic")
+                                     : result.diagnostics[0].pointer + ": " +
+                                           result.diagnostics[0].message);
   EXPECT_EQ(result.diagnostics[0].pointer, c.expectedPointer);
   EXPECT_NE(result.diagnostics[0].message.find(c.expectedMessage),
             std::string::npos)
@@ -200,7 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "/batch/attention_mask", "did you mean \"causal\"?"},
         FieldCase{"float_for_int", "/batch/num_microbatches", 2.5,
                   "/batch/num_microbatches",
-                  "expected a positive integer (microbatches per optimizer "
+                  "expected a positive integer <= 16384 (microbatches per "
+                  "optimizer "
                   "step), found the number 2.5"}),
     [](const testing::TestParamInfo<FieldCase> &info) {
       return std::string(info.param.name);

@@ -87,16 +87,51 @@ double relativeError(double analytic, double numeric) {
          std::max({std::abs(analytic), std::abs(numeric), 1e-3});
 }
 
-/// Checks a third of the elements of every parameter of `stage` against
-/// central differences of `objective`, given the analytic gradients.
+/// Checks at least 64 elements (all of smaller ones) of every parameter of
+/// `stage` against central differences of `objective`, given the analytic
+/// gradients; then the whole gradient at once along a random direction
+/// (g . d against the difference quotient along d), which sees an error in
+/// any element, at a tolerance ten times tighter.
 template <typename Objective>
 int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
                     Objective objective) {
   int checked = 0;
+  Stream rng(17);
+  std::vector<std::vector<float>> direction;
+  double analytic = 0;
+  for (size_t i = 0; i < stage.params().size(); ++i) {
+    Param &p = stage.params()[i];
+    direction.emplace_back(static_cast<size_t>(p.value.size()));
+    for (size_t k = 0; k < direction[i].size(); ++k) {
+      direction[i][k] = static_cast<float>(rng.uniform() - 0.5);
+      analytic += double(direction[i][k]) * grads[i][k];
+    }
+  }
+  auto shift = [&](float by) {
+    for (size_t i = 0; i < stage.params().size(); ++i) {
+      float *values = stage.params()[i].value.data();
+      for (size_t k = 0; k < direction[i].size(); ++k)
+        values[k] += by * direction[i][k];
+    }
+  };
+  const float eps = 1e-2f;
+  std::vector<std::vector<float>> saved;
+  for (Param &p : stage.params())
+    saved.push_back(p.value.toHost());
+  shift(eps);
+  double up = objective();
+  shift(-2 * eps);
+  double down = objective();
+  for (size_t i = 0; i < stage.params().size(); ++i)
+    std::copy(saved[i].begin(), saved[i].end(), stage.params()[i].value.data());
+  double numeric = (up - down) / (2.0 * eps);
+  EXPECT_LT(relativeError(analytic, numeric), 2e-3)
+      << "along a random direction: analytic " << analytic << " numeric "
+      << numeric;
   for (size_t i = 0; i < stage.params().size(); ++i) {
     Param &p = stage.params()[i];
     size_t n = static_cast<size_t>(p.value.size());
-    for (size_t k = 0; k < n; k += n / 3 + 1) {
+    for (size_t k = 0; k < n; k += std::max<size_t>(1, n / 64)) {
       float &element = p.value.data()[k]; // CPU device: host memory
       float saved = element;
       float h = 1e-2f * std::max(1.0f, std::abs(saved));

@@ -71,13 +71,8 @@ json makeModel(const std::vector<Side> &encoders, const Side &lm,
 }
 
 Plan planOf(const json &model) {
-  ParseResult parsed = validateModelConfig(model, "model.json");
-  EXPECT_TRUE(parsed.config)
-      << (parsed.diagnostics.empty() ? "" : parsed.diagnostics[0].message);
-  std::string error;
-  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
-  EXPECT_TRUE(plan) << error;
-  return *plan;
+  return test::requirePlan(
+      test::requireConfig(validateModelConfig(model, "model.json")));
 }
 
 std::string problemsText(const std::vector<PlanProblem> &problems) {
@@ -586,6 +581,25 @@ TEST(PlanFileTest, UnmatchedInstructionsAreRejectedOnLoad) {
       program["instructions"].erase(0);
   std::string error = firstError(doc);
   EXPECT_NE(error.find("never receives it"), std::string::npos) << error;
+}
+
+} // namespace
+
+namespace {
+
+TEST(VerifyTest, RoutesBetweenLanesThatShareNoSamplesAreNamed) {
+  // Encoder DP4 fanning in to language DP1: with one sample per microbatch
+  // (a topology edited after planning) three encoder lanes own no sample,
+  // yet their bridge sends remain: each would carry nothing.
+  Plan plan = planOf(test::baseModel());
+  ASSERT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+  plan.topology.microBatchSize = 1;
+  std::string text = problemsText(
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram));
+  EXPECT_NE(text.find("their lanes share no samples"), std::string::npos)
+      << text;
 }
 
 } // namespace

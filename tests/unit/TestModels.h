@@ -3,10 +3,14 @@
 #ifndef MIMO_TESTS_UNIT_TESTMODELS_H
 #define MIMO_TESTS_UNIT_TESTMODELS_H
 
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/PlanFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace mimo::test {
@@ -23,6 +27,28 @@ inline std::string readExample(const std::string &name) {
 /// (ranks 4-7), SP on; micro_batch_size 8, seq_length 128.
 inline nlohmann::json baseModel() {
   return nlohmann::json::parse(readExample("vlm-fan-in.json"));
+}
+
+/// The config of a parse that must succeed. Helpers never dereference
+/// after a non-fatal check: a failure throws, which GoogleTest reports as
+/// the test failing (with the first diagnostic) instead of crashing.
+inline ModelConfig requireConfig(const ParseResult &parsed) {
+  if (!parsed.config)
+    throw std::runtime_error("the model does not parse: " +
+                             (parsed.diagnostics.empty()
+                                  ? std::string()
+                                  : parsed.diagnostics[0].pointer + ": " +
+                                        parsed.diagnostics[0].message));
+  return *parsed.config;
+}
+
+/// The plan of a config that must plan (throws otherwise, as above).
+inline Plan requirePlan(const ModelConfig &config) {
+  std::string error;
+  std::optional<Plan> plan = buildPlan(config, &error);
+  if (!plan)
+    throw std::runtime_error("the model does not plan: " + error);
+  return *plan;
 }
 
 } // namespace mimo::test

@@ -139,12 +139,7 @@ TEST(TrainingConfig, BadScheduleAndDataKeysNameTheirPointer) {
 }
 
 Plan planOf(const json &model) {
-  ParseResult parsed = parse(model);
-  EXPECT_TRUE(parsed.config) << firstError(parsed);
-  std::string error;
-  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
-  EXPECT_TRUE(plan) << error;
-  return *plan;
+  return test::requirePlan(test::requireConfig(parse(model)));
 }
 
 TEST(ModelFlops, LanguageModelByHand) {

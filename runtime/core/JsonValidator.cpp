@@ -1,0 +1,246 @@
+//===- JsonValidator.cpp - Typed, range-checked reads of JSON -------------===//
+
+#include "runtime/core/JsonValidator.h"
+
+#include "runtime/core/JsonReader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace mimo {
+
+using json = nlohmann::json;
+
+std::string joinNames(const std::vector<std::string> &names) {
+  std::string text;
+  for (const std::string &name : names)
+    text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+std::string describeJson(const json &value) {
+  switch (value.type()) {
+  case json::value_t::null:
+    return "null";
+  case json::value_t::boolean:
+    return value.get<bool>() ? "true" : "false";
+  case json::value_t::string:
+    return "the string " + briefJson(value);
+  case json::value_t::number_integer:
+  case json::value_t::number_unsigned:
+  case json::value_t::number_float:
+    return "the number " + briefJson(value);
+  case json::value_t::array:
+    return "an array";
+  case json::value_t::object:
+    return "an object";
+  default:
+    return "an unsupported value";
+  }
+}
+
+void JsonValidator::error(std::string pointer, std::string message) {
+  diagnostics.push_back(
+      Diagnostic::error(std::move(pointer), std::move(message)));
+}
+
+bool JsonValidator::object(const json &value, const std::string &pointer,
+                           const std::vector<std::string> &known,
+                           const std::string &what) {
+  if (!value.is_object()) {
+    error(pointer, "expected " + what + " (a JSON object), found " +
+                       describeJson(value) + "; write it as { ... }");
+    return false;
+  }
+  for (const auto &item : value.items()) {
+    if (std::find(known.begin(), known.end(), item.key()) != known.end())
+      continue;
+    std::string key =
+        item.key().size() > 60 ? item.key().substr(0, 57) + "..." : item.key();
+    std::string suggestion = closestMatch(key, known);
+    std::string message = "unknown key '" + key + "' in " + what;
+    if (!suggestion.empty())
+      message += "; did you mean '" + suggestion + "'?";
+    else
+      message += "; remove it";
+    message += " (keys allowed here: " + joinNames(known) + ")";
+    error(pointer + "/" + escapePointerToken(item.key()), message);
+  }
+  return true;
+}
+
+const json *JsonValidator::member(const json &object,
+                                  const std::string &pointer,
+                                  const std::string &key, bool required,
+                                  const std::string &meaning) {
+  auto it = object.find(key);
+  if (it != object.end())
+    return &*it;
+  if (required)
+    error(pointer + "/" + key,
+          "missing required key '" + key + "' (" + meaning + "); add \"" + key +
+              "\": <value> to " + (pointer.empty() ? "/" : pointer));
+  return nullptr;
+}
+
+std::optional<int64_t>
+JsonValidator::integer(const json &object, const std::string &pointer,
+                       const std::string &key, bool required, int64_t minimum,
+                       const std::string &meaning, int64_t maximum) {
+  const json *value = member(object, pointer, key, required, meaning);
+  if (!value)
+    return std::nullopt;
+  return integerValue(*value, pointer + "/" + key, minimum, meaning, maximum);
+}
+
+std::optional<int64_t> JsonValidator::integerValue(const json &value,
+                                                   const std::string &pointer,
+                                                   int64_t minimum,
+                                                   const std::string &meaning,
+                                                   int64_t maximum) {
+  std::string expected = minimum == 1 ? "a positive integer"
+                         : minimum == 0
+                             ? "a non-negative integer"
+                             : "an integer >= " + std::to_string(minimum);
+  if (maximum != kNoMaximum)
+    expected += " <= " + std::to_string(maximum);
+  if (!value.is_number_integer()) {
+    error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                       describeJson(value) + "; write a whole number such as " +
+                       std::to_string(std::max<int64_t>(minimum, 1)));
+    return std::nullopt;
+  }
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(maximum)) {
+    error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                       briefJson(value) + ", which is too large; use " +
+                       std::to_string(maximum) + " or less");
+    return std::nullopt;
+  }
+  int64_t number = value.get<int64_t>();
+  if (number < minimum) {
+    error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                       std::to_string(number) + "; use " +
+                       std::to_string(minimum) + " or more");
+    return std::nullopt;
+  }
+  if (number > maximum) {
+    error(pointer, "expected " + expected + " (" + meaning + "), found " +
+                       std::to_string(number) + ", which is too large; use " +
+                       std::to_string(maximum) + " or less");
+    return std::nullopt;
+  }
+  return number;
+}
+
+std::optional<double>
+JsonValidator::number(const json &object, const std::string &pointer,
+                      const std::string &key, double minimum,
+                      bool minimumExcluded, double maximum,
+                      bool maximumExcluded, const std::string &meaning) {
+  const json *value = member(object, pointer, key, false, meaning);
+  if (!value)
+    return std::nullopt;
+  return numberValue(*value, pointer + "/" + key, minimum, minimumExcluded,
+                     maximum, maximumExcluded, meaning);
+}
+
+std::optional<double>
+JsonValidator::numberValue(const json &value, const std::string &pointer,
+                           double minimum, bool minimumExcluded, double maximum,
+                           bool maximumExcluded, const std::string &meaning) {
+  std::ostringstream range;
+  range << (minimumExcluded ? "(" : "[") << minimum << ", ";
+  if (std::isinf(maximum))
+    range << "inf)";
+  else
+    range << maximum << (maximumExcluded ? ")" : "]");
+  if (!value.is_number()) {
+    error(pointer, "expected a number in " + range.str() + " (" + meaning +
+                       "), found " + describeJson(value) +
+                       "; write it as a plain number");
+    return std::nullopt;
+  }
+  double number = value.get<double>();
+  bool low = minimumExcluded ? number <= minimum : number < minimum;
+  bool high = maximumExcluded ? number >= maximum : number > maximum;
+  if (low || high || !std::isfinite(number)) {
+    error(pointer, "expected a number in " + range.str() + " (" + meaning +
+                       "), found " + briefJson(value) +
+                       "; choose a value in that range");
+    return std::nullopt;
+  }
+  return number;
+}
+
+std::optional<bool> JsonValidator::boolean(const json &object,
+                                           const std::string &pointer,
+                                           const std::string &key,
+                                           const std::string &meaning) {
+  const json *value = member(object, pointer, key, false, meaning);
+  if (!value)
+    return std::nullopt;
+  if (!value->is_boolean()) {
+    error(pointer + "/" + key, "expected true or false (" + meaning +
+                                   "), found " + describeJson(*value) +
+                                   "; write true or false without quotes");
+    return std::nullopt;
+  }
+  return value->get<bool>();
+}
+
+std::optional<std::string> JsonValidator::string(const json &object,
+                                                 const std::string &pointer,
+                                                 const std::string &key,
+                                                 bool required,
+                                                 const std::string &meaning) {
+  const json *value = member(object, pointer, key, required, meaning);
+  if (!value)
+    return std::nullopt;
+  if (!value->is_string() || value->get<std::string>().empty()) {
+    error(pointer + "/" + key, "expected a non-empty string (" + meaning +
+                                   "), found " + describeJson(*value) +
+                                   "; write it in double quotes");
+    return std::nullopt;
+  }
+  return value->get<std::string>();
+}
+
+std::optional<std::string>
+JsonValidator::choice(const json &object, const std::string &pointer,
+                      const std::string &key, bool required,
+                      const std::vector<std::string> &allowed,
+                      const std::string &meaning) {
+  const json *value = member(object, pointer, key, required,
+                             meaning + ": one of " + quoted(allowed));
+  if (!value)
+    return std::nullopt;
+  if (value->is_string()) {
+    std::string text = value->get<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), text) != allowed.end())
+      return text;
+    std::string suggestion = closestMatch(text, allowed);
+    error(pointer + "/" + key,
+          "expected one of " + quoted(allowed) + " (" + meaning + "), found " +
+              describeJson(*value) +
+              (suggestion.empty() ? ""
+                                  : "; did you mean \"" + suggestion + "\"?"));
+    return std::nullopt;
+  }
+  error(pointer + "/" + key, "expected one of " + quoted(allowed) + " (" +
+                                 meaning + "), found " + describeJson(*value));
+  return std::nullopt;
+}
+
+std::string JsonValidator::quoted(const std::vector<std::string> &names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i)
+      text += i + 1 == names.size() ? " or " : ", ";
+    text += "\"" + names[i] + "\"";
+  }
+  return text;
+}
+
+} // namespace mimo

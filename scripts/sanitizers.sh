@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The sanitizer jobs of CI (SPEC §15), each in its own build directory:
+#   asan  the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#         (UBSan halts on the first report, so the test fails), build-asan/
+#   tsan  the runtime's threaded tests (local backend, communicators,
+#         executor, training) under ThreadSanitizer, build-tsan/: runtime
+#         only, no MPI (its library is not instrumented), no OpenMP (its
+#         runtime is not either, and would report false races)
+# Usage: scripts/sanitizers.sh [asan] [tsan]   (default: both). Run
+# scripts/setup.sh first (it installs the packages).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=("$@")
+((${#jobs[@]})) || jobs=(asan tsan)
+
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMO_ENABLE_CUDA=OFF
+  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir "${launcher[@]}")
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:strict_init_order=1
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+for job in "${jobs[@]}"; do
+  start=$(date +%s)
+  case "$job" in
+  asan)
+    cmake -S . -B build-asan "${common[@]}" -DMIMO_SANITIZE=address,undefined \
+      -DMIMO_REQUIRE_ALL_TESTS=ON >/dev/null
+    cmake --build build-asan -j "$(nproc)"
+    ctest --test-dir build-asan --output-on-failure --no-tests=error \
+      -j "$(nproc)" --timeout 1500
+    ;;
+  tsan)
+    cmake -S . -B build-tsan "${common[@]}" -DMIMO_SANITIZE=thread \
+      -DMIMO_BUILD_COMPILER=OFF -DMIMO_WITH_MPI=OFF \
+      -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=ON >/dev/null
+    cmake --build build-tsan -j "$(nproc)"
+    # Every runtime test: communicators, executor, training, checkpoints and
+    # the end-to-end layouts on the local backend (threads).
+    ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+      -j "$(nproc)" --timeout 1500
+    ;;
+  *)
+    echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
+    exit 1
+    ;;
+  esac
+  echo "sanitizers.sh: $job passed in $(($(date +%s) - start)) s"
+done
