@@ -136,11 +136,18 @@ std::optional<json> parseJsonText(std::string_view text, Diagnostic &error) {
     // nlohmann's text: "[json.exception.parse_error.101] parse error at
     // line 3, column 5: syntax error while parsing object key - ...".
     size_t detail = what.find("syntax error");
-    error = syntaxError(
-        text, offset,
-        "invalid JSON: " +
-            (detail != std::string::npos ? what.substr(detail) : what) +
-            "; fix the JSON syntax at this position");
+    if (detail != std::string::npos)
+      what = what.substr(detail);
+    // "last read: '<the token so far>'" can be a whole file: keep its ends.
+    size_t token = what.find("last read: '");
+    size_t close = what.rfind('\'');
+    if (token != std::string::npos && close != std::string::npos &&
+        close > token + 12 + 60)
+      what = what.substr(0, token + 12 + 30) + "..." +
+             what.substr(close - 20);
+    error = syntaxError(text, offset,
+                        "invalid JSON: " + what +
+                            "; fix the JSON syntax at this position");
   } catch (const json::exception &failure) {
     // Anything the scan did not foresee: still a located refusal.
     error =

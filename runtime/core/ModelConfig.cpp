@@ -164,7 +164,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
       v.error(pointer + "/name",
               "expected a name of letters, digits, '_' or '-' starting with a "
               "letter or '_', found \"" +
-                  *name + "\"; rename the module");
+                  name->substr(0, 60) + "\"; rename the module");
     module.name = *name;
   }
   if (module.kind == ModuleKind::Encoder)
@@ -627,7 +627,7 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
     if (!isIdentifier(*name))
       v.error("/name", "expected a name of letters, digits, '_' or '-' "
                        "starting with a letter or '_', found \"" +
-                           *name + "\"; rename the model");
+                           name->substr(0, 60) + "\"; rename the model");
     config.name = *name;
   } else {
     config.name = fileStem(fileName);

@@ -11,8 +11,11 @@
 
 #include <cmath>
 
-// Run-time dispatch to the widest vector unit (GCC's function clones).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Run-time dispatch to the widest vector unit (GCC's function clones). Not
+// under ThreadSanitizer: the clones' resolvers run while the dynamic loader
+// relocates, before TSan's runtime exists, and would crash at startup.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) &&         \
+    !defined(__SANITIZE_THREAD__)
 #define MIMO_SIMD_CLONES                                                       \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -94,7 +97,7 @@ void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
                       int64_t vocabLocal, int64_t vocabBegin,
                       const float *globalMax, float *sumExp,
                       float *targetLogit) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n * vocabLocal >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
@@ -119,7 +122,7 @@ void crossEntropyBackward(const float *logits, const int64_t *targets,
                           int64_t n, int64_t vocabLocal, int64_t vocabBegin,
                           const float *globalMax, const float *globalSumExp,
                           const float *scale, float *dlogits) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n * vocabLocal >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
@@ -143,7 +146,7 @@ void crossEntropyBackward(const float *logits, const int64_t *targets,
 
 MIMO_SIMD_CLONES
 void swigluForward(const float *gate, const float *up, float *y, int64_t n) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i)
@@ -153,7 +156,7 @@ void swigluForward(const float *gate, const float *up, float *y, int64_t n) {
 MIMO_SIMD_CLONES
 void swigluBackward(const float *gate, const float *up, const float *dy,
                     float *dgate, float *dup, int64_t n) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
@@ -167,7 +170,7 @@ void swigluBackward(const float *gate, const float *up, const float *dy,
 
 MIMO_SIMD_CLONES
 void geluForward(const float *x, float *y, int64_t n) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
@@ -179,7 +182,7 @@ void geluForward(const float *x, float *y, int64_t n) {
 
 MIMO_SIMD_CLONES
 void geluBackward(const float *x, const float *dy, float *dx, int64_t n) {
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
@@ -195,7 +198,7 @@ void adamw(float *param, const float *grad, float *m, float *v, int64_t n,
            float lr, float beta1, float beta2, float eps, float weightDecay,
            float bc1, float bc2, float gradScale) {
   const float inv1 = 1.0f / bc1, inv2 = 1.0f / bc2;
-  const int team = kernelThreads;
+  [[maybe_unused]] const int team = kernelThreads;
 #pragma omp parallel for num_threads(team)                                     \
     schedule(static) if (team > 1 && n >= kParallelMinimum)
   for (int64_t i = 0; i < n; ++i) {
