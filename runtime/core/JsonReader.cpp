@@ -143,8 +143,7 @@ std::optional<json> parseJsonText(std::string_view text, Diagnostic &error) {
     size_t close = what.rfind('\'');
     if (token != std::string::npos && close != std::string::npos &&
         close > token + 12 + 60)
-      what = what.substr(0, token + 12 + 30) + "..." +
-             what.substr(close - 20);
+      what = what.substr(0, token + 12 + 30) + "..." + what.substr(close - 20);
     error = syntaxError(text, offset,
                         "invalid JSON: " + what +
                             "; fix the JSON syntax at this position");
