@@ -55,7 +55,7 @@ public:
       error = path + ": error: cannot open it";
       return false;
     }
-    struct stat st {};
+    struct stat st = {};
     if (fstat(fd, &st) != 0) {
       ::close(fd);
       error = path + ": error: cannot read its size";
@@ -218,7 +218,7 @@ bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
           static_cast<std::streamsize>(documents * 8));
   if (!in)
     return fail("the file ends inside its arrays");
-  struct stat st {};
+  struct stat st = {};
   if (stat(out.binPath.c_str(), &st) != 0) {
     error = out.binPath + ": error: cannot open it (the tokens that " +
             out.idxPath + " indexes)";

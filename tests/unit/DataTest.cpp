@@ -193,8 +193,9 @@ TEST(IndexedData, BadFilesAreNamedAndTokensOutsideTheVocabularyRefused) {
 
 TEST(DataPaths, ResolvedAgainstTheModelDirectoryAndChecked) {
   std::string dir = tempDir();
-  { std::ofstream(dir + "/train.jsonl") << "{\"input_ids\": [1, 2, 3]}\n"; }
-  { std::ofstream(dir + "/broken.jsonl") << "not json\n"; }
+  // Each temporary stream is flushed and closed at the end of its line.
+  std::ofstream(dir + "/train.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+  std::ofstream(dir + "/broken.jsonl") << "not json\n";
   ModelConfig good = configOf(textModel("jsonl", "train.jsonl"));
   EXPECT_TRUE(resolveDataPaths(good, dir).empty());
   EXPECT_EQ(good.data.path, dir + "/train.jsonl"); // absolute, resolved
