@@ -64,7 +64,10 @@ bool JsonValidator::object(const json &value, const std::string &pointer,
       message += "; did you mean '" + suggestion + "'?";
     else
       message += "; remove it";
-    message += " (keys allowed here: " + joinNames(known) + ")";
+    std::string allowed = joinNames(known);
+    if (allowed.size() > 300) // names taken from the input can be long
+      allowed = allowed.substr(0, 297) + "...";
+    message += " (keys allowed here: " + allowed + ")";
     error(pointer + "/" + escapePointerToken(item.key()), message);
   }
   return true;

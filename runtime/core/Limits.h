@@ -11,7 +11,6 @@
 #define MIMO_RUNTIME_CORE_LIMITS_H
 
 #include <cstdint>
-#include <optional>
 
 namespace mimo {
 
@@ -38,22 +37,6 @@ inline constexpr int64_t kMaxSteps = int64_t(1) << 40;
 /// The elements of any one tensor, and the parameters of any one module:
 /// 2^50 fp32 values are 4 PiB, beyond every machine.
 inline constexpr int64_t kMaxElements = int64_t(1) << 50;
-
-/// a * b, or std::nullopt when it overflows int64 (both non-negative).
-inline std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
-  int64_t product;
-  if (__builtin_mul_overflow(a, b, &product))
-    return std::nullopt;
-  return product;
-}
-
-/// a + b, or std::nullopt when it overflows int64.
-inline std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
-  int64_t sum;
-  if (__builtin_add_overflow(a, b, &sum))
-    return std::nullopt;
-  return sum;
-}
 
 } // namespace mimo
 

@@ -293,21 +293,19 @@ bool isPlanDocument(const json &document) {
 
 namespace {
 
-std::string brief(const json &value) { return briefJson(value); }
-
 /// The first place where `found` differs from `expected`.
 std::optional<std::pair<std::string, std::string>>
 firstDifference(const json &expected, const json &found,
                 const std::string &pointer) {
   if (expected.type() != found.type() &&
       !(expected.is_number() && found.is_number()))
-    return std::make_pair(pointer, "expected " + brief(expected) + ", found " +
-                                       brief(found));
+    return std::make_pair(pointer, "expected " + briefJson(expected) +
+                                       ", found " + briefJson(found));
   if (expected.is_object()) {
     for (auto it = expected.begin(); it != expected.end(); ++it) {
       std::string child = pointer + "/" + escapePointerToken(it.key());
       if (!found.contains(it.key()))
-        return std::make_pair(child, "missing; expected " + brief(*it));
+        return std::make_pair(child, "missing; expected " + briefJson(*it));
       if (auto d = firstDifference(*it, found[it.key()], child))
         return d;
     }
@@ -329,8 +327,8 @@ firstDifference(const json &expected, const json &found,
     return std::nullopt;
   }
   if (expected != found)
-    return std::make_pair(pointer, "expected " + brief(expected) + ", found " +
-                                       brief(found));
+    return std::make_pair(pointer, "expected " + briefJson(expected) +
+                                       ", found " + briefJson(found));
   return std::nullopt;
 }
 
@@ -341,7 +339,7 @@ public:
   PlanLoadResult load(const json &doc) {
     PlanLoadResult result;
     if (!doc.is_object()) {
-      error("", "expected a plan object, found " + brief(doc) +
+      error("", "expected a plan object, found " + briefJson(doc) +
                     "; pass a plan written by `mimoc compile -o`");
       return finish();
     }
@@ -353,7 +351,7 @@ public:
     if (!doc.contains("version") || !doc["version"].is_number_integer() ||
         doc["version"].get<int64_t>() != kPlanVersion) {
       error("/version", "this plan has version " +
-                            (doc.contains("version") ? brief(doc["version"])
+                            (doc.contains("version") ? briefJson(doc["version"])
                                                      : std::string("(none)")) +
                             " but this mimo reads plan version " +
                             std::to_string(kPlanVersion) +
@@ -476,7 +474,7 @@ private:
           error(iat + "/op", "expected an instruction name such as "
                              "\"forward\" or \"send_act\", found " +
                                  (ij.is_object() && ij.contains("op")
-                                      ? brief(ij["op"])
+                                      ? briefJson(ij["op"])
                                       : std::string("nothing")));
           continue;
         }
@@ -541,8 +539,8 @@ private:
       if (programs[p]["ranks"] != json(ranks))
         error("/programs/" + std::to_string(p) + "/ranks",
               "expected the ranks whose role is '" + plan.programs[p].role +
-                  "' (" + brief(json(ranks)) + "), found " +
-                  brief(programs[p]["ranks"]) + "; recompile the model");
+                  "' (" + briefJson(json(ranks)) + "), found " +
+                  briefJson(programs[p]["ranks"]) + "; recompile the model");
     }
     return diagnostics.empty();
   }

@@ -16,7 +16,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <stdexcept>
 
 #include <unistd.h>
 
@@ -25,27 +24,30 @@ using nlohmann::json;
 
 namespace {
 
-/// The plan of `model`; a model that does not plan fails the test (an
-/// exception, which GoogleTest reports, rather than a dereference).
+/// The plan of `model`; one that does not plan fails the test.
 Plan planOf(const json &model) {
-  ParseResult parsed = parseModelConfig(model.dump(), "model.json");
-  if (!parsed.config)
-    throw std::runtime_error("the model does not parse: " +
-                             (parsed.diagnostics.empty()
-                                  ? std::string()
-                                  : parsed.diagnostics[0].pointer + ": " +
-                                        parsed.diagnostics[0].message));
-  std::string error;
-  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
-  if (!plan)
-    throw std::runtime_error("the model does not plan: " + error);
-  return *plan;
+  return test::requirePlan(
+      test::requireConfig(parseModelConfig(model.dump(), "model.json")));
 }
 
 using test::example;
 
 double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
+}
+
+/// Runs `plan` and its one-rank reference (SPEC §8); both must succeed.
+void runWithReference(const Plan &plan, const exec::RunOptions &options,
+                      exec::RunResult &distributed,
+                      exec::RunResult &reference) {
+  distributed = exec::runLocal(plan, options);
+  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+  std::string error;
+  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+  ASSERT_TRUE(single) << error;
+  ASSERT_EQ(single->topology.worldSize, 1);
+  reference = exec::runLocal(*single, options);
+  ASSERT_EQ(reference.exitCode, 0) << reference.error;
 }
 
 /// Trains `model` distributed and as the reference for 3 steps and
@@ -56,14 +58,9 @@ void expectMatchesReference(const json &model, int64_t expectedWorld) {
   exec::RunOptions options;
   options.steps = 3;
   options.timeoutSeconds = 120;
-  exec::RunResult distributed = exec::runLocal(plan, options);
-  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
-  std::string error;
-  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
-  ASSERT_TRUE(single) << error;
-  ASSERT_EQ(single->topology.worldSize, 1);
-  exec::RunResult reference = exec::runLocal(*single, options);
-  ASSERT_EQ(reference.exitCode, 0) << reference.error;
+  exec::RunResult distributed, reference;
+  ASSERT_NO_FATAL_FAILURE(
+      runWithReference(plan, options, distributed, reference));
   ASSERT_EQ(distributed.steps.size(), 3u);
   ASSERT_EQ(reference.steps.size(), 3u);
   for (size_t s = 0; s < 3; ++s) {
@@ -111,13 +108,9 @@ TEST(Evaluation, HeldOutLossMatchesTheReferenceAndChangesNothing) {
     exec::RunOptions options;
     options.steps = 4;
     options.timeoutSeconds = 120;
-    exec::RunResult distributed = exec::runLocal(plan, options);
-    ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
-    std::string error;
-    std::optional<Plan> single = exec::referencePlan(plan.config, &error);
-    ASSERT_TRUE(single) << error;
-    exec::RunResult reference = exec::runLocal(*single, options);
-    ASSERT_EQ(reference.exitCode, 0) << reference.error;
+    exec::RunResult distributed, reference;
+    ASSERT_NO_FATAL_FAILURE(
+        runWithReference(plan, options, distributed, reference));
     exec::RunResult plain = exec::runLocal(planOf(example(name)), options);
     ASSERT_EQ(plain.exitCode, 0) << plain.error;
     ASSERT_EQ(distributed.steps.size(), 4u);

@@ -217,6 +217,21 @@ TEST(ModelLimits, TokenCountsThatWouldWrapAreRefused) {
             std::string::npos);
 }
 
+TEST(ModelLimits, MessagesStayShortWhateverTheInput) {
+  // A 100,000-character name or key is quoted in part, not whole.
+  std::string huge(100000, 'x');
+  json model = test::baseModel();
+  model["modules"][0]["name"] = huge + " !";
+  model["batch"][huge] = 1;
+  ParseResult result = parseModelConfig(model.dump(), "model.json");
+  ASSERT_GE(result.diagnostics.size(), 2u); // the name, the key, ...
+  for (const Diagnostic &d : result.diagnostics)
+    EXPECT_LT(d.message.size(), 600u) << d.message.substr(0, 200);
+  Diagnostic syntax;
+  ASSERT_FALSE(parseJsonText("{\"" + huge, syntax));
+  EXPECT_LT(syntax.message.size(), 600u);
+}
+
 TEST(ModelLimits, APlanIsNotAModel) {
   std::string error;
   Plan plan = test::requirePlan(test::requireConfig(

@@ -92,50 +92,36 @@ TEST(Safetensors, BadFilesAreRefusedNamingFileAndTensor) {
     out.close();
     EXPECT_NE(errorOf(path).find("the header claims"), std::string::npos);
   }
-  std::string deep(70, '[');
-  deep += std::string(70, ']');
-  EXPECT_NE(errorOf(writeRaw("deep", deep, 0)).find("nests deeper than 64"),
-            std::string::npos);
-  EXPECT_NE(
-      errorOf(
-          writeRaw("dtype",
-                   R"({"t":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})",
-                   8))
-          .find("tensor 't': unknown dtype \"Q7\""),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf(
-          writeRaw("size",
-                   R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-                   8))
-          .find("data_offsets hold 8 bytes, its dtype and shape need 12"),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf(
-          writeRaw("gap",
-                   R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                   12))
-          .find("tensor 'b' starts at data byte 8, expected 4"),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf(
-          writeRaw("overlap",
-                   R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                   R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                   8))
-          .find("tensors must tile the data"),
-      std::string::npos);
-  EXPECT_NE(
-      errorOf(
-          writeRaw(
-              "huge",
-              R"({"t":{"dtype":"F32","shape":[1099511627777],"data_offsets":[0,4]}})",
-              4))
-          .find("below 2^40"),
-      std::string::npos);
-  EXPECT_NE(errorOf(writeRaw("array", "[1,2]", 0)).find("not a JSON object"),
-            std::string::npos);
+  struct BadHeader {
+    const char *name;
+    std::string header;
+    int64_t dataBytes;
+    const char *expected;
+  };
+  const BadHeader cases[] = {
+      {"deep", std::string(70, '[') + std::string(70, ']'), 0,
+       "nests deeper than 64"},
+      {"dtype", R"({"t":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", 8,
+       "tensor 't': unknown dtype \"Q7\""},
+      {"size", R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+       "data_offsets hold 8 bytes, its dtype and shape need 12"},
+      {"gap",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       12, "tensor 'b' starts at data byte 8, expected 4"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "tensors must tile the data"},
+      {"huge",
+       R"({"t":{"dtype":"F32","shape":[1099511627777],"data_offsets":[0,4]}})",
+       4, "below 2^40"},
+      {"array", "[1,2]", 0, "not a JSON object"},
+  };
+  for (const BadHeader &c : cases)
+    EXPECT_NE(errorOf(writeRaw(c.name, c.header, c.dataBytes)).find(c.expected),
+              std::string::npos)
+        << c.name;
   std::string error;
   EXPECT_FALSE(st::readHeader(pathOf("absent"), error));
   EXPECT_NE(error.find("cannot open it"), std::string::npos);
