@@ -5,6 +5,7 @@
 #include "runtime/core/Flops.h"
 #include "runtime/core/Grid.h"
 #include "runtime/core/MemoryPlan.h"
+#include "runtime/core/Schedule.h"
 #include "runtime/core/Sharding.h"
 
 #include <algorithm>
@@ -14,6 +15,103 @@ namespace mimo {
 
 using json = nlohmann::ordered_json;
 
+namespace {
+
+/// A module whose ranks each do this many times the work of another
+/// module's ranks sets the step's pace while the other waits.
+constexpr double kImbalanceRatio = 4.0;
+/// The pipeline bubble above which explain suggests more microbatches.
+constexpr double kBubbleShare = 0.25;
+
+std::string percent(double share) {
+  return std::to_string(static_cast<int>(share * 100 + 0.5)) + "%";
+}
+
+std::string shortNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2g", value);
+  return text;
+}
+
+std::string ratioText(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof(text), ratio >= 10 ? "%.0f" : "%.1f", ratio);
+  return text;
+}
+
+/// Each module's grid in model order.
+const Grid &gridOf(const Topology &t, const std::string &name) {
+  for (const ModuleTopology &m : t.modules)
+    if (m.name == name)
+      return m.grid;
+  return t.modules.front().grid;
+}
+
+} // namespace
+
+std::vector<std::string> layoutWarnings(const Plan &plan) {
+  const Topology &t = plan.topology;
+  std::vector<std::string> warnings;
+  if (t.layout == Layout::NonColocated && plan.config.modules.size() > 1) {
+    // Modules on separate ranks run side by side: the busiest per rank sets
+    // the pace.
+    std::vector<double> flops = moduleFlopsPerStep(plan.config);
+    size_t busiest = 0, idlest = 0;
+    std::vector<double> perRank;
+    for (size_t m = 0; m < flops.size(); ++m) {
+      const Grid &g = gridOf(t, plan.config.modules[m].name);
+      perRank.push_back(flops[m] / static_cast<double>(g.size()));
+      if (perRank[m] > perRank[busiest])
+        busiest = m;
+      if (perRank[m] < perRank[idlest])
+        idlest = m;
+    }
+    double high = perRank[busiest], low = perRank[idlest];
+    const std::string &heavy = plan.config.modules[busiest].name;
+    const std::string &light = plan.config.modules[idlest].name;
+    if (low > 0 && high >= kImbalanceRatio * low)
+      warnings.push_back("imbalance: each '" + heavy + "' rank does " +
+                         ratioText(high / low) + "x the work of each '" +
+                         light + "' rank (" + shortNumber(high) + " vs " +
+                         shortNumber(low) + " FLOPs per step); '" + light +
+                         "' will wait: move ranks to '" + heavy + "'");
+  }
+  double bubble = pipelineBubble(t.totalStages, t.microbatches);
+  if (bubble > kBubbleShare)
+    warnings.push_back(
+        "pipeline bubble " + percent(bubble) + " (" +
+        std::to_string(t.totalStages) + " stages, " +
+        std::to_string(t.microbatches) + " microbatches: each rank idles " +
+        std::to_string(t.totalStages - 1) + " of " +
+        std::to_string(t.microbatches + t.totalStages - 1) +
+        " slots); num_microbatches >= " +
+        std::to_string(microbatchesForBubble(t.totalStages, kBubbleShare)) +
+        " brings it to " + percent(kBubbleShare) + " or below");
+  return warnings;
+}
+
+std::string layoutSummary(const Plan &plan) {
+  const Topology &t = plan.topology;
+  std::string text = "'" + plan.config.name + "': " +
+                     std::to_string(t.worldSize) + " ranks, " +
+                     layoutName(t.layout) + ":";
+  for (const ModuleConfig &config : plan.config.modules) {
+    const Grid &g = gridOf(t, config.name);
+    std::string grid;
+    for (Dim dim : {Dim::TP, Dim::CP, Dim::PP, Dim::DP})
+      if (g.size(dim) > 1)
+        grid += (grid.empty() ? "" : " ") + std::string(dimName(dim)) +
+                std::to_string(g.size(dim));
+    text += " " + config.name + " " + std::to_string(g.rankOffset()) + "-" +
+            std::to_string(g.endRank() - 1) + " (" +
+            (grid.empty() ? "1 rank" : grid) + ");";
+  }
+  text += " " + std::to_string(t.microbatches) + " microbatches over " +
+          std::to_string(t.totalStages) +
+          (t.totalStages == 1 ? " pipeline stage" : " pipeline stages");
+  return text;
+}
+
 nlohmann::ordered_json explainPlan(const Plan &plan,
                                    std::optional<int64_t> onlyRank) {
   const Topology &t = plan.topology;
@@ -21,7 +119,10 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
   result["world_size"] = t.worldSize;
   result["layout"] = layoutName(t.layout);
   json moduleList = json::array();
+  std::vector<double> moduleFlops = moduleFlopsPerStep(plan.config);
+  size_t modelIndex = 0;
   for (const ModuleConfig &config : plan.config.modules) {
+    double flops = moduleFlops[modelIndex++];
     // Model order, as written in model.json.
     const ModuleTopology *module = nullptr;
     for (const ModuleTopology &m : t.modules)
@@ -39,7 +140,9 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
              {"cp", g.size(Dim::CP)},
              {"pp", g.size(Dim::PP)},
              {"dp", g.size(Dim::DP)},
-             {"order", order}});
+             {"order", order},
+             {"flops_per_step", flops},
+             {"flops_per_rank", flops / static_cast<double>(g.size())}});
   }
   result["modules"] = moduleList;
   size_t lm = t.languageIndex();
@@ -111,131 +214,9 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
   result["shards"] = shards;
   result["total_stages"] = t.totalStages;
   result["microbatches"] = t.microbatches;
+  result["pipeline_bubble"] = pipelineBubble(t.totalStages, t.microbatches);
+  result["warnings"] = layoutWarnings(plan);
   return result;
-}
-
-namespace {
-
-/// Left-aligned columns separated by two spaces.
-std::string table(const std::vector<std::vector<std::string>> &rows) {
-  std::vector<size_t> widths;
-  for (const auto &row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (widths.size() <= i)
-        widths.push_back(0);
-      widths[i] = std::max(widths[i], row[i].size());
-    }
-  std::ostringstream os;
-  for (const auto &row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size())
-        line += std::string(widths[i] - row[i].size() + 2, ' ');
-    }
-    os << line << "\n";
-  }
-  return os.str();
-}
-
-} // namespace
-
-std::string renderExplainText(const nlohmann::ordered_json &explanation,
-                              const std::string &modelName) {
-  std::ostringstream os;
-  char flops[64];
-  std::snprintf(flops, sizeof(flops), "%.3g",
-                explanation["model_flops_per_step"].get<double>());
-  os << "model " << modelName << ": "
-     << explanation["world_size"].get<int64_t>() << " ranks, "
-     << explanation["layout"].get<std::string>() << ", " << flops
-     << " model FLOPs per step\n\n";
-  std::vector<std::vector<std::string>> modules = {
-      {"module", "kind", "ranks", "tp", "cp", "pp", "dp", "order"}};
-  for (const auto &module : explanation["modules"]) {
-    int64_t offset = module["rank_offset"].get<int64_t>();
-    int64_t size = module["tp"].get<int64_t>() * module["cp"].get<int64_t>() *
-                   module["pp"].get<int64_t>() * module["dp"].get<int64_t>();
-    std::string order;
-    for (const auto &dim : module["order"])
-      order += (order.empty() ? "" : "-") + dim.get<std::string>();
-    modules.push_back(
-        {module["name"].get<std::string>(), module["kind"].get<std::string>(),
-         std::to_string(offset) + "-" + std::to_string(offset + size - 1),
-         std::to_string(module["tp"].get<int64_t>()),
-         std::to_string(module["cp"].get<int64_t>()),
-         std::to_string(module["pp"].get<int64_t>()),
-         std::to_string(module["dp"].get<int64_t>()), order});
-  }
-  os << table(modules) << "\n";
-  std::vector<std::vector<std::string>> ranks = {
-      {"rank", "module", "tp", "cp", "dp", "pp", "pipeline", "1f1b stage",
-       "warm-up", "memory", "program"}};
-  for (const auto &rank : explanation["ranks"])
-    for (const auto &role : rank["modules"]) {
-      const auto &mem = rank["memory"];
-      std::string memory = role == rank["modules"].front()
-                               ? formatBytes(static_cast<double>(
-                                     mem["total_bytes"].get<int64_t>()))
-                               : "";
-      std::string stage = role["first_stage"].get<bool>() ? "first" : "";
-      if (role["last_stage"].get<bool>())
-        stage += stage.empty() ? "last" : "+last";
-      if (stage.empty())
-        stage = "middle";
-      ranks.push_back(
-          {std::to_string(rank["rank"].get<int64_t>()),
-           role["name"].get<std::string>(),
-           std::to_string(role["tp"].get<int64_t>()),
-           std::to_string(role["cp"].get<int64_t>()),
-           std::to_string(role["dp"].get<int64_t>()),
-           std::to_string(role["pp"].get<int64_t>()), stage,
-           std::to_string(rank["stage"].get<int64_t>()),
-           std::to_string(rank["warmup"].get<int64_t>()) + " of " +
-               std::to_string(explanation["microbatches"].get<int64_t>()),
-           memory, rank["program"].get<std::string>()});
-    }
-  os << table(ranks);
-  auto list = [](const json &values) {
-    std::string text;
-    for (const auto &value : values)
-      text += (text.empty() ? "" : " ") + value.dump();
-    return text;
-  };
-  if (!explanation["bridges"].empty()) {
-    os << "\n";
-    std::vector<std::vector<std::string>> bridges = {
-        {"bridge", "mode", "ratio", "src leaders", "dst leaders", "routes"}};
-    for (const auto &b : explanation["bridges"]) {
-      std::string routes;
-      for (const auto &r : b["routes"])
-        routes += (routes.empty() ? "" : " ") +
-                  std::to_string(r["from"].get<int64_t>()) + "->" +
-                  std::to_string(r["to"].get<int64_t>());
-      std::string mode = b["mode"].get<std::string>();
-      if (b.contains("direction"))
-        mode += " (" + b["direction"].get<std::string>() + ")";
-      bridges.push_back(
-          {b["src"].get<std::string>() + " -> " + b["dst"].get<std::string>(),
-           mode, std::to_string(b["ratio"].get<int64_t>()),
-           list(b["src_leaders"]), list(b["dst_leaders"]),
-           routes.empty() ? list(b["gather_groups"]) : routes});
-    }
-    os << table(bridges);
-  }
-  os << "\n";
-  std::vector<std::vector<std::string>> shards = {
-      {"rank", "sequence positions (language first stage)"}};
-  for (const auto &shard : explanation["shards"]) {
-    std::string positions;
-    for (const auto &range : shard["positions"])
-      positions += (positions.empty() ? "" : " ") + std::string("[") +
-                   std::to_string(range[0].get<int64_t>()) + ", " +
-                   std::to_string(range[1].get<int64_t>()) + ")";
-    shards.push_back({std::to_string(shard["rank"].get<int64_t>()), positions});
-  }
-  os << table(shards);
-  return os.str();
 }
 
 std::string renderRankProgram(const Plan &plan, int64_t rank) {

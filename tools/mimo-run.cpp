@@ -1,14 +1,16 @@
 //===- mimo-run.cpp - Executes a compiled plan ----------------------------===//
 //
-// mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl] [--device cpu|cuda]
-//          [--reference] [--metrics FILE.jsonl] [--trace FILE.json]
-//          [--timeout SECONDS]
+// mimo-run PLAN.json [flags]; `mimo-run --help` lists them.
 //
-// SPEC §3, §7, §8. Exit codes: 0 success, 1 invalid input, 2 a rank failed.
+// The steps of a run, one function each: read the command line, choose the
+// backend and device, load and check the plan, check memory, checkpoints
+// and test hooks, then train, printing a line (and a metrics record) per
+// step. Exit codes: 0 success, 1 invalid input, 2 a rank failed.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
+#include "runtime/core/BuildInfo.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Executor.h"
@@ -33,7 +35,55 @@ const char *kUsage =
     "                [--device cpu|cuda] [--threads N] [--reference]\n"
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
-    "                [--timeout SECONDS]\n";
+    "                [--timeout SECONDS]\n"
+    "       mimo-run --help | --version\n";
+
+const char *kHelp =
+    "mimo-run: train a model from the plan `mimoc compile` wrote. Every rank\n"
+    "runs its instruction stream (multi-module 1F1B, bridges between the\n"
+    "modules' grids, CP/SP sharding, gradient reduction, clipping, AdamW) and\n"
+    "rank 0 prints one line per step.\n"
+    "\n"
+    "FLAGS\n"
+    "  --steps N            train N steps (default: the model's train.steps);\n"
+    "                       with --load, N counts from step 0\n"
+    "  --backend B          local: every rank a thread of this process (the\n"
+    "                       default without mpirun); mpi: one process per rank\n"
+    "                       (the default under mpirun); nccl: not in this\n"
+    "                       version\n"
+    "  --device D           cuda (the default when a GPU is usable, local\n"
+    "                       backend: rank r on GPU r mod visible GPUs) or cpu\n"
+    "  --threads N          CPU threads per rank (default: the cores shared by\n"
+    "                       the ranks on this machine); results do not depend\n"
+    "                       on it\n"
+    "  --reference          train the same model, data and seed on one rank\n"
+    "                       with no parallelism: every layout matches it\n"
+    "  --save DIR           write checkpoints to DIR/step-N at the end ...\n"
+    "  --save-every N       ... and every N steps\n"
+    "  --load PATH          resume from DIR (its latest) or DIR/step-N, saved\n"
+    "                       in any layout of the same model\n"
+    "  --metrics FILE       one JSON object per step: step, loss, grad_norm,\n"
+    "                       lr, tokens, seconds, tokens_per_s, tflops, mfu\n"
+    "                       (GPU), eval_loss\n"
+    "  --trace FILE         a Chrome/Perfetto trace, one track per rank\n"
+    "  --timeout SECONDS    a rank waiting longer fails the run (default 300)\n"
+    "  --help, --version\n"
+    "\n"
+    "EXIT CODES\n"
+    "  0 trained; 1 bad input (plan, flags, data, memory), nothing trained;\n"
+    "  2 a rank failed while training: every rank stops, the message names\n"
+    "  the rank, step and instruction\n"
+    "\n"
+    "EXAMPLES\n"
+    "  mimoc compile examples/vlm-fan-in.json -o vlm.plan.json\n"
+    "  mimo-run vlm.plan.json --steps 10 --metrics vlm.jsonl\n"
+    "  mimo-run vlm.plan.json --reference --steps 10\n"
+    "  mpirun -np 8 mimo-run vlm.plan.json    # one process per rank\n"
+    "  (as root or with more ranks than cores, give mpirun\n"
+    "   --allow-run-as-root --oversubscribe)\n"
+    "\n"
+    "Docs in the repository: docs/runtime.md, docs/gpu.md, docs/data.md,\n"
+    "docs/checkpoints.md.\n";
 
 int usageError(const std::string &message) {
   std::cerr << "mimo-run: error: " << message << "\n" << kUsage;
@@ -67,20 +117,8 @@ std::string progressBar(int64_t done, int64_t total, double eta) {
   return bar + buf;
 }
 
-} // namespace
-
-static int run(int argc, char **argv);
-
-int main(int argc, char **argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception &e) {
-    std::cerr << "mimo-run: internal error: " << e.what() << "\n";
-    return 2;
-  }
-}
-
-static int run(int argc, char **argv) {
+/// What the command line asked for.
+struct CommandLine {
   std::string planPath, backend, device, metricsPath, tracePath, saveDir,
       loadPath;
   int64_t saveEvery = 0;
@@ -88,6 +126,14 @@ static int run(int argc, char **argv) {
   int threads = 0;
   double timeout = 300;
   bool reference = false;
+  /// Started by mpirun (read before MPI_Init, which sets the same variables
+  /// in a process started alone).
+  bool underMpirun = false;
+};
+
+/// Reads argv into `cli`; an exit code when the run ends here (--help,
+/// --version, a bad flag).
+std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const std::string &flag) -> std::optional<std::string> {
@@ -100,267 +146,265 @@ static int run(int argc, char **argv) {
     auto is = [&](const std::string &flag) {
       return arg == flag || arg.rfind(flag + "=", 0) == 0;
     };
+    auto count = [&](const std::string &flag, int64_t minimum,
+                     int64_t maximum) -> std::optional<int64_t> {
+      auto v = value(flag);
+      char *end = nullptr;
+      long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
+      if (!v || v->empty() || *end || n < minimum || n > maximum)
+        return std::nullopt;
+      return n;
+    };
     if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
+      std::cout << kUsage << "\n" << kHelp;
+      return 0;
+    } else if (arg == "--version") {
+      std::cout << versionText("mimo-run");
       return 0;
     } else if (is("--steps")) {
-      auto v = value("--steps");
-      char *end = nullptr;
-      steps = v ? std::strtoll(v->c_str(), &end, 10) : -1;
-      if (!v || v->empty() || *end || steps < 0)
+      auto n = count("--steps", 0, INT64_MAX);
+      if (!n)
         return usageError("--steps expects a number of steps >= 0");
+      cli.steps = *n;
     } else if (is("--save")) {
       auto v = value("--save");
       if (!v || v->empty())
         return usageError("--save expects a directory");
-      saveDir = *v;
+      cli.saveDir = *v;
     } else if (is("--save-every")) {
-      auto v = value("--save-every");
-      char *end = nullptr;
-      saveEvery = v ? std::strtoll(v->c_str(), &end, 10) : 0;
-      if (!v || v->empty() || *end || saveEvery < 1)
+      auto n = count("--save-every", 1, INT64_MAX);
+      if (!n)
         return usageError("--save-every expects a number of steps >= 1");
+      cli.saveEvery = *n;
     } else if (is("--load")) {
       auto v = value("--load");
       if (!v || v->empty())
         return usageError("--load expects a checkpoint directory");
-      loadPath = *v;
+      cli.loadPath = *v;
     } else if (is("--threads")) {
-      auto v = value("--threads");
-      char *end = nullptr;
-      long long n = v ? std::strtoll(v->c_str(), &end, 10) : 0;
-      if (!v || v->empty() || *end || n < 1 || n > 4096)
+      auto n = count("--threads", 1, 4096);
+      if (!n)
         return usageError("--threads expects a number of threads per rank "
                           "from 1 to 4096");
-      threads = static_cast<int>(n);
+      cli.threads = static_cast<int>(*n);
     } else if (is("--backend")) {
       auto v = value("--backend");
       if (!v || (*v != "local" && *v != "mpi" && *v != "nccl"))
         return usageError("--backend expects local, mpi or nccl");
-      backend = *v;
+      cli.backend = *v;
     } else if (is("--device")) {
       auto v = value("--device");
       if (!v || (*v != "cpu" && *v != "cuda"))
         return usageError("--device expects cpu or cuda");
-      device = *v;
+      cli.device = *v;
     } else if (is("--metrics")) {
       auto v = value("--metrics");
       if (!v)
         return usageError("--metrics expects a file name");
-      metricsPath = *v;
+      cli.metricsPath = *v;
     } else if (is("--trace")) {
       auto v = value("--trace");
       if (!v)
         return usageError("--trace expects a file name");
-      tracePath = *v;
+      cli.tracePath = *v;
     } else if (is("--timeout")) {
       auto v = value("--timeout");
       char *end = nullptr;
-      timeout = v ? std::strtod(v->c_str(), &end) : -1;
-      if (!v || v->empty() || *end || !(timeout > 0))
+      cli.timeout = v ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || v->empty() || *end || !(cli.timeout > 0))
         return usageError("--timeout expects a number of seconds > 0");
     } else if (arg == "--reference") {
-      reference = true;
+      cli.reference = true;
     } else if (!arg.empty() && arg[0] == '-') {
-      return usageError("unknown option '" + arg + "'");
-    } else if (planPath.empty()) {
-      planPath = arg;
+      return usageError("unknown option '" + arg + "'; see mimo-run --help");
+    } else if (cli.planPath.empty()) {
+      cli.planPath = arg;
     } else {
-      return usageError("more than one plan given ('" + planPath + "', '" +
-                        arg + "')");
+      return usageError("more than one plan given ('" + cli.planPath +
+                        "', '" + arg + "')");
     }
   }
-  if (planPath.empty())
+  if (cli.planPath.empty())
     return usageError("no plan given (compile one with mimoc compile "
                       "MODEL.json -o PLAN.json)");
-  if (saveEvery > 0 && saveDir.empty())
+  if (cli.saveEvery > 0 && cli.saveDir.empty())
     return usageError("--save-every needs --save DIR");
-  bool underMpirun = comm::launchedByMpirun();
-  if (backend.empty())
-    backend = underMpirun ? "mpi" : "local";
-  if (backend == "local" && underMpirun) {
+  return std::nullopt;
+}
+
+/// Fills in the backend and device (SPEC §11 defaults) and refuses
+/// combinations that cannot run; an exit code when it refuses.
+std::optional<int> chooseBackendAndDevice(CommandLine &cli,
+                                          device::DeviceKind &kind) {
+  cli.underMpirun = comm::launchedByMpirun();
+  if (cli.backend.empty())
+    cli.backend = cli.underMpirun ? "mpi" : "local";
+  if (cli.backend == "local" && cli.underMpirun) {
     const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
     if (size && std::atoi(size) > 1)
       return usageError("--backend local runs every rank as a thread of one "
                         "process; run it without mpirun, or use --backend "
                         "mpi");
   }
-  if (backend == "nccl")
+  if (cli.backend == "nccl")
     return usageError("the nccl backend is not part of this version; run "
                       "without mpirun (--backend local: every rank a thread, "
                       "ranks sharing the visible GPUs)");
-  // SPEC §11: cuda by default when built with CUDA and a GPU is visible;
-  // the mpi backend moves host memory, so it defaults to (and needs) cpu.
+  // cuda by default when built with CUDA and a GPU is visible; the mpi
+  // backend moves host memory, so it defaults to (and needs) cpu.
   const device::CudaStatus &cuda = device::cudaStatus();
-  if (device.empty())
-    device = backend == "local" && cuda.devices > 0 ? "cuda" : "cpu";
-  device::DeviceKind deviceKind = *device::parseKind(device);
-  if (deviceKind == device::DeviceKind::Cuda) {
+  if (cli.device.empty())
+    cli.device = cli.backend == "local" && cuda.devices > 0 ? "cuda" : "cpu";
+  kind = *device::parseKind(cli.device);
+  if (kind == device::DeviceKind::Cuda) {
     if (cuda.devices <= 0)
       return usageError("--device cuda: no usable GPU: " + cuda.problem);
-    if (backend == "mpi")
+    if (cli.backend == "mpi")
       return usageError("--device cuda needs the local backend (the mpi "
                         "backend moves host memory); run without mpirun, "
                         "or use --device cpu");
   }
+  return std::nullopt;
+}
 
-  std::unique_ptr<comm::Comm> mpi;
-  if (backend == "mpi") {
-    std::string error;
-    mpi = comm::makeMpiComm(&error);
-    if (!mpi)
-      return usageError(error);
-  }
-  bool printer = !mpi || mpi->rank() == 0;
-  auto finish = [&](int code) {
-    if (mpi)
-      comm::finalizeMpi();
-    return code;
-  };
-
-  std::ifstream in(planPath, std::ios::binary);
+/// The plan to train (the reference plan with --reference), checked against
+/// what this run can do; the error text (printed by rank 0) otherwise.
+std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
+                                     device::DeviceKind kind,
+                                     const comm::Comm *mpi,
+                                     std::string &error) {
+  const std::string &path = cli.planPath;
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (printer)
-      std::cerr << "mimo-run: error: cannot read '" << planPath << "'\n";
-    return finish(1);
+    error = "mimo-run: error: cannot read '" + path + "'";
+    return std::nullopt;
   }
   std::stringstream text;
   text << in.rdbuf();
-  PlanLoadResult loaded = loadPlan(text.str(), planPath);
+  PlanLoadResult loaded = loadPlan(text.str(), path);
   if (!loaded.plan) {
-    if (printer)
-      for (const Diagnostic &d : loaded.diagnostics)
-        std::cerr << formatDiagnostic(planPath, d) << "\n";
-    return finish(1);
+    for (const Diagnostic &d : loaded.diagnostics)
+      error += (error.empty() ? "" : "\n") + formatDiagnostic(path, d);
+    return std::nullopt;
   }
   Plan plan = std::move(*loaded.plan);
   if (plan.config.precision != "fp32") {
-    if (printer)
-      std::cerr << "mimo-run: " << planPath << ": /model/precision: error: "
-                << "precision \"" << plan.config.precision
-                << "\" is not supported by this version of mimo-run, which "
-                   "trains in fp32 on every device: set \"precision\": "
-                   "\"fp32\"\n";
-    return finish(1);
+    error = "mimo-run: " + path + ": /model/precision: error: precision \"" +
+            plan.config.precision +
+            "\" is not supported by this version of mimo-run, which trains "
+            "in fp32 on every device: set \"precision\": \"fp32\"";
+    return std::nullopt;
   }
-  if (deviceKind == device::DeviceKind::Cuda)
+  if (kind == device::DeviceKind::Cuda)
     for (size_t i = 0; i < plan.config.modules.size(); ++i) {
       const ModuleConfig &m = plan.config.modules[i];
       int64_t headDim = m.numHeads > 0 ? m.hiddenSize / m.numHeads : 0;
       if (headDim > device::maxCudaHeadDim()) {
-        if (printer)
-          std::cerr << "mimo-run: " << planPath << ": /model/modules/" << i
-                    << "/arch/num_heads: error: module '" << m.name
-                    << "' has attention heads of dimension " << headDim
-                    << "; the CUDA attention kernel takes at most "
-                    << device::maxCudaHeadDim()
-                    << ": use more heads (hidden_size / num_heads <= "
-                    << device::maxCudaHeadDim() << ") or --device cpu\n";
-        return finish(1);
+        std::string most = std::to_string(device::maxCudaHeadDim());
+        error = "mimo-run: " + path + ": /model/modules/" +
+                std::to_string(i) + "/arch/num_heads: error: module '" +
+                m.name + "' has attention heads of dimension " +
+                std::to_string(headDim) +
+                "; the CUDA attention kernel takes at most " + most +
+                ": use more heads (hidden_size / num_heads <= " + most +
+                ") or --device cpu";
+        return std::nullopt;
       }
     }
-  if (reference) {
-    std::string error;
-    std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+  if (cli.reference) {
+    std::string problem;
+    std::optional<Plan> single = exec::referencePlan(plan.config, &problem);
     if (!single) {
-      if (printer)
-        std::cerr << "mimo-run: " << planPath << ": error: " << error << "\n";
-      return finish(1);
+      error = "mimo-run: " + path + ": error: " + problem;
+      return std::nullopt;
     }
     plan = std::move(*single);
     if (mpi && mpi->size() != 1) {
-      if (printer)
-        std::cerr << "mimo-run: error: --reference runs on one rank; run it "
-                     "without mpirun\n";
-      return finish(1);
+      error = "mimo-run: error: --reference runs on one rank; run it "
+              "without mpirun";
+      return std::nullopt;
     }
   }
-  if (mpi && mpi->size() != plan.topology.worldSize) {
-    if (printer)
-      std::cerr << "mimo-run: " << planPath << ": /world_size: error: the plan "
-                << "needs " << plan.topology.worldSize
-                << " ranks but mpirun started " << mpi->size()
-                << " processes; run mpirun -np " << plan.topology.worldSize
-                << "\n";
-    return finish(1);
+  int64_t world = plan.topology.worldSize;
+  if (mpi && mpi->size() != world) {
+    std::string np = std::to_string(world);
+    if (!cli.underMpirun)
+      error = "mimo-run: " + path + ": error: --backend mpi runs one " +
+              "process per rank and the plan has " + np +
+              " ranks: launch it as `mpirun -np " + np + " mimo-run " + path +
+              "` (as root or with more ranks than cores add "
+              "--allow-run-as-root --oversubscribe), or leave out --backend "
+              "to run the ranks as threads of this process";
+    else
+      error = "mimo-run: " + path + ": /world_size: error: the plan needs " +
+              np + " ranks but mpirun started " + std::to_string(mpi->size()) +
+              " processes; run mpirun -np " + np;
+    return std::nullopt;
   }
-
   // SPEC §14: refuse a layout that would not fit, before allocating. Under
   // mpirun every process judges every rank alike against its share of the
   // node, so they all agree.
-  {
-    std::optional<std::string> problem;
-    if (mpi) {
-      for (int64_t r = 0; r < plan.topology.worldSize && !problem; ++r)
-        problem = exec::memoryProblem(plan, {r}, deviceKind, cuda.devices,
-                                      comm::ranksOnThisNode());
-    } else {
-      std::vector<int64_t> all;
-      for (int64_t r = 0; r < plan.topology.worldSize; ++r)
-        all.push_back(r);
-      problem = exec::memoryProblem(plan, all, deviceKind, cuda.devices);
-    }
-    if (problem) {
-      if (printer)
-        std::cerr << "mimo-run: " << planPath << ": " << *problem << "\n";
-      return finish(1);
-    }
+  const device::CudaStatus &cuda = device::cudaStatus();
+  std::optional<std::string> problem;
+  if (mpi) {
+    for (int64_t r = 0; r < world && !problem; ++r)
+      problem = exec::memoryProblem(plan, {r}, kind, cuda.devices,
+                                    comm::ranksOnThisNode());
+  } else {
+    std::vector<int64_t> all;
+    for (int64_t r = 0; r < world; ++r)
+      all.push_back(r);
+    problem = exec::memoryProblem(plan, all, kind, cuda.devices);
   }
+  if (problem) {
+    error = "mimo-run: " + path + ": " + *problem;
+    return std::nullopt;
+  }
+  return plan;
+}
 
-  exec::RunOptions options;
-  options.steps = steps;
-  options.device = deviceKind;
-  options.threads = threads > 0
-                        ? threads
-                        : device::defaultThreads(mpi ? comm::ranksOnThisNode()
-                                                     : plan.topology.worldSize);
-  options.timeoutSeconds = timeout;
-  options.planFile = planPath;
-  options.baseDir = std::filesystem::path(planPath).parent_path().string();
-  options.collectTrace = !tracePath.empty();
+/// Checkpoints to save and load, the injected fault: everything checked
+/// before any rank starts; the error text otherwise.
+bool prepareRun(const CommandLine &cli, const Plan &plan,
+                exec::RunOptions &options, bool printer, std::string &error) {
+  const int64_t world = plan.topology.worldSize;
   std::string faultError;
   options.fault =
       exec::parseFault(std::getenv("MIMO_INJECT_FAULT"), &faultError);
   if (!faultError.empty()) {
-    if (printer)
-      std::cerr << "mimo-run: error: " << faultError << "\n";
-    return finish(1);
+    error = "mimo-run: error: " + faultError;
+    return false;
   }
-  if (options.fault && options.fault->first >= plan.topology.worldSize) {
-    if (printer)
-      std::cerr << "mimo-run: error: MIMO_INJECT_FAULT names rank "
-                << options.fault->first << " but the plan has "
-                << plan.topology.worldSize << " ranks (0-"
-                << plan.topology.worldSize - 1 << ")\n";
-    return finish(1);
+  if (options.fault && options.fault->first >= world) {
+    error = "mimo-run: error: MIMO_INJECT_FAULT names rank " +
+            std::to_string(options.fault->first) + " but the plan has " +
+            std::to_string(world) + " ranks (0-" + std::to_string(world - 1) +
+            ")";
+    return false;
   }
-  int64_t total = steps >= 0 ? steps : plan.config.train.steps;
-  // SPEC §12: checkpoints. Everything is checked before any rank starts.
-  options.saveDir = saveDir;
-  options.saveEvery = saveEvery;
-  if (!saveDir.empty())
+  int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
+  options.saveDir = cli.saveDir;
+  options.saveEvery = cli.saveEvery;
+  if (!cli.saveDir.empty())
     if (std::optional<std::string> problem =
-            exec::checkpointDirProblem(saveDir)) {
-      if (printer)
-        std::cerr << "mimo-run: error: --save: " << *problem << "\n";
-      return finish(1);
+            exec::checkpointDirProblem(cli.saveDir)) {
+      error = "mimo-run: error: --save: " + *problem;
+      return false;
     }
-  if (!loadPath.empty()) {
-    std::string error;
+  if (!cli.loadPath.empty()) {
+    std::string problem;
     std::optional<exec::Checkpoint> checkpoint =
-        exec::openCheckpoint(loadPath, plan.config, error);
+        exec::openCheckpoint(cli.loadPath, plan.config, problem);
     if (!checkpoint) {
-      if (printer)
-        std::cerr << "mimo-run: " << error << "\n";
-      return finish(1);
+      error = "mimo-run: " + problem;
+      return false;
     }
     if (checkpoint->step >= total) {
-      if (printer)
-        std::cerr << "mimo-run: error: " << checkpoint->dir << " holds step "
-                  << checkpoint->step
-                  << ": nothing is left to train with --steps " << total
-                  << " (the total); raise --steps\n";
-      return finish(1);
+      error = "mimo-run: error: " + checkpoint->dir + " holds step " +
+              std::to_string(checkpoint->step) +
+              ": nothing is left to train with --steps " +
+              std::to_string(total) + " (the total); raise --steps";
+      return false;
     }
     if (printer)
       std::cout << "mimo-run: resuming from " << checkpoint->dir << " (step "
@@ -371,39 +415,39 @@ static int run(int argc, char **argv) {
   if (const char *kill = std::getenv("MIMO_TEST_KILL_DURING_SAVE"))
     options.killDuringSave = std::atoll(kill);
   if (options.fault && options.fault->second > total) {
-    if (printer)
-      std::cerr << "mimo-run: error: MIMO_INJECT_FAULT names step "
-                << options.fault->second << " but the run has " << total
-                << " steps\n";
-    return finish(1);
+    error = "mimo-run: error: MIMO_INJECT_FAULT names step " +
+            std::to_string(options.fault->second) + " but the run has " +
+            std::to_string(total) + " steps";
+    return false;
   }
-  // SPEC §13: the metrics file is opened before training (a bad path fails
-  // at once) and every step's line is flushed as the step ends, so a run
-  // that fails keeps each completed step.
-  std::ofstream metrics;
-  if (printer && !metricsPath.empty()) {
-    metrics.open(metricsPath, std::ios::trunc);
-    if (!metrics) {
-      std::cerr << "mimo-run: error: cannot write the metrics file '"
-                << metricsPath << "'; check the directory exists and is "
-                << "writable\n";
-      return finish(1);
-    }
+  return true;
+}
+
+/// Rank 0's report of each step: a line on stdout, a progress bar on a
+/// terminal, a flushed metrics record (SPEC §13).
+class StepReporter {
+public:
+  StepReporter(int64_t total, int64_t world, double peakTflops, bool terminal)
+      : total(total), world(world), peakTflops(peakTflops),
+        terminal(terminal) {}
+
+  /// Opens the metrics file before training, so a bad path fails at once
+  /// and a run that fails keeps each completed step.
+  bool openMetrics(const std::string &path) {
+    metrics.open(path, std::ios::trunc);
+    return static_cast<bool>(metrics);
   }
-  const int64_t world = plan.topology.worldSize;
-  const double peakTflops =
-      deviceKind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops : 0.0;
-  bool terminal = printer && isatty(STDERR_FILENO);
-  double elapsed = 0;
-  options.onStep = [&](const exec::StepMetrics &m) {
+  bool metricsOk() const { return !metrics.is_open() || metrics.good(); }
+
+  void report(const exec::StepMetrics &m) {
     elapsed += m.seconds;
+    double tokensPerSecond =
+        m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
     char line[256];
     std::snprintf(line, sizeof(line),
                   "step %lld/%lld  loss %.6f  grad_norm %.6f  tokens/s %.0f",
                   static_cast<long long>(m.step), static_cast<long long>(total),
-                  m.loss, m.gradNorm,
-                  m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds
-                                : 0.0);
+                  m.loss, m.gradNorm, tokensPerSecond);
     std::string text = line;
     if (m.evalLoss) {
       char eval[64];
@@ -420,8 +464,6 @@ static int run(int argc, char **argv) {
                 << std::flush;
     if (!metrics.is_open())
       return;
-    double tokensPerSecond =
-        m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
     // Model FLOPs per second per rank (core/Flops.h).
     double tflops =
         m.seconds > 0 ? m.flops / m.seconds / static_cast<double>(world) / 1e12
@@ -439,41 +481,130 @@ static int run(int argc, char **argv) {
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
     metrics << record.dump() << std::endl; // flushed
-  };
+  }
+
+  void clearProgress() const {
+    if (terminal)
+      std::cerr << "\r\033[K" << std::flush;
+  }
+
+private:
+  int64_t total, world;
+  double peakTflops;
+  bool terminal;
+  double elapsed = 0;
+  std::ofstream metrics;
+};
+
+/// "mimo-run: vlm-fan-in: 8 ranks, local backend, cpu device (...), 30 steps".
+std::string runBanner(const Plan &plan, const CommandLine &cli,
+                      const exec::RunOptions &options, bool mpi,
+                      int64_t total) {
   std::string deviceText = "cpu device (" + std::to_string(options.threads) +
                            " thread" + (options.threads > 1 ? "s" : "") +
                            " per rank)";
-  if (deviceKind == device::DeviceKind::Cuda)
+  if (options.device == device::DeviceKind::Cuda) {
+    const device::CudaStatus &cuda = device::cudaStatus();
     deviceText = "cuda device (" + std::to_string(cuda.devices) + " GPU" +
                  (cuda.devices > 1 ? "s" : "") + ": " + cuda.firstName + ")";
+  }
+  return "mimo-run: " + plan.config.name + ": " +
+         std::to_string(plan.topology.worldSize) +
+         (cli.reference ? " rank (reference)" : " ranks") + ", " +
+         (mpi ? "mpi" : "local") + " backend, " + deviceText + ", " +
+         std::to_string(total) + " steps";
+}
+
+int run(int argc, char **argv) {
+  CommandLine cli;
+  if (std::optional<int> code = parseCommandLine(argc, argv, cli))
+    return *code;
+  device::DeviceKind kind = device::DeviceKind::Cpu;
+  if (std::optional<int> code = chooseBackendAndDevice(cli, kind))
+    return *code;
+
+  std::unique_ptr<comm::Comm> mpi;
+  if (cli.backend == "mpi") {
+    std::string error;
+    mpi = comm::makeMpiComm(&error);
+    if (!mpi)
+      return usageError(error);
+  }
+  bool printer = !mpi || mpi->rank() == 0;
+  auto finish = [&](int code) {
+    if (mpi)
+      comm::finalizeMpi();
+    return code;
+  };
+  auto fail = [&](const std::string &error) {
+    if (printer)
+      std::cerr << error << "\n";
+    return finish(1);
+  };
+
+  std::string error;
+  std::optional<Plan> loaded = loadRunnablePlan(cli, kind, mpi.get(), error);
+  if (!loaded)
+    return fail(error);
+  const Plan &plan = *loaded;
+  exec::RunOptions options;
+  options.steps = cli.steps;
+  options.device = kind;
+  options.threads = cli.threads > 0
+                        ? cli.threads
+                        : device::defaultThreads(mpi ? comm::ranksOnThisNode()
+                                                     : plan.topology.worldSize);
+  options.timeoutSeconds = cli.timeout;
+  options.planFile = cli.planPath;
+  options.baseDir =
+      std::filesystem::path(cli.planPath).parent_path().string();
+  options.collectTrace = !cli.tracePath.empty();
+  if (!prepareRun(cli, plan, options, printer, error))
+    return fail(error);
+
+  int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
+  const device::CudaStatus &cuda = device::cudaStatus();
+  StepReporter reporter(
+      total, plan.topology.worldSize,
+      kind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops : 0.0,
+      printer && isatty(STDERR_FILENO));
+  if (printer && !cli.metricsPath.empty() &&
+      !reporter.openMetrics(cli.metricsPath))
+    return fail("mimo-run: error: cannot write the metrics file '" +
+                cli.metricsPath +
+                "'; check the directory exists and is writable");
+  options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
   if (printer)
-    std::cout << "mimo-run: " << plan.config.name << ": "
-              << plan.topology.worldSize
-              << (reference ? " rank (reference)" : " ranks") << ", "
-              << (mpi ? "mpi" : "local") << " backend, " << deviceText << ", "
-              << total << " steps" << std::endl;
+    std::cout << runBanner(plan, cli, options, mpi != nullptr, total)
+              << std::endl;
 
   exec::RunResult result = mpi ? exec::runOnComm(plan, *mpi, options)
                                : exec::runLocal(plan, options);
-  if (terminal)
-    std::cerr << "\r\033[K" << std::flush;
+  reporter.clearProgress();
   // The trace is written on failure too: it shows where each rank was.
   bool traceWritten = true;
-  if (printer && !tracePath.empty() && !result.trace.empty())
-    traceWritten = writeFile(tracePath, exec::traceJson(result.trace));
+  if (printer && !cli.tracePath.empty() && !result.trace.empty())
+    traceWritten = writeFile(cli.tracePath, exec::traceJson(result.trace));
   if (result.exitCode != 0) {
     if (printer || result.exitCode == 2)
       std::cerr << (result.exitCode == 2 ? "mimo-run: " : "") << result.error
                 << "\n";
     return finish(result.exitCode);
   }
-  if (metrics.is_open() && !metrics) {
-    std::cerr << "mimo-run: error: cannot write '" << metricsPath << "'\n";
-    return finish(1);
-  }
-  if (!traceWritten) {
-    std::cerr << "mimo-run: error: cannot write '" << tracePath << "'\n";
-    return finish(1);
-  }
+  if (!reporter.metricsOk())
+    return fail("mimo-run: error: cannot write '" + cli.metricsPath + "'");
+  if (!traceWritten)
+    return fail("mimo-run: error: cannot write '" + cli.tracePath + "'");
   return finish(0);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::cerr << "mimo-run: internal error: " << e.what() << "\n";
+    return 2;
+  }
 }

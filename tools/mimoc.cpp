@@ -3,7 +3,7 @@
 //   mimoc compile MODEL.json [-o PLAN.json] [--emit=plan|mlir]
 //                 [--mlir-print-ir-after-all]
 //                 [--mlir-print-ir-after=PASS] [--dump-ir-dir=DIR]
-//   mimoc explain MODEL.json|PLAN.json [--json] [--rank R]
+//   mimoc explain MODEL.json|PLAN.json [--format=text|json|dot] [--rank R]
 //
 // Exit codes: 0 success, 1 invalid input (diagnostics on stderr, nothing
 // written).
@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/Explain.h"
+#include "runtime/core/BuildInfo.h"
 #include "runtime/core/JsonReader.h"
 #include "tools/driver/Driver.h"
 
@@ -63,6 +64,12 @@ cl::list<std::string>
                           "(repeatable, or comma-separated)"),
                  cl::value_desc("PASS"), cl::CommaSeparated,
                  cl::sub(compileCommand), cl::cat(compileCategory));
+cl::opt<bool> quiet("quiet",
+                   cl::desc("Print nothing on success (by default the "
+                            "layout and its warnings go to stderr)"),
+                   cl::sub(compileCommand), cl::cat(compileCategory));
+cl::alias quietShort("q", cl::desc("Same as --quiet"), cl::aliasopt(quiet),
+                     cl::cat(compileCategory));
 cl::opt<std::string> dumpIrDir("dump-ir-dir",
                                cl::desc("Write the IR after import and after "
                                         "each pass into DIR/NN-<pass>.mlir"),
@@ -73,7 +80,20 @@ cl::OptionCategory explainCategory("explain options");
 cl::opt<std::string> explainInput(cl::Positional, cl::Required,
                                   cl::desc("<MODEL.json|PLAN.json>"),
                                   cl::sub(explainCommand));
-cl::opt<bool> explainJson("json", cl::desc("Print one JSON object"),
+enum class ExplainFormat { Text, Json, Dot };
+cl::opt<ExplainFormat> explainFormat(
+    "format", cl::desc("How to print the explanation"),
+    cl::init(ExplainFormat::Text),
+    cl::values(
+        clEnumValN(ExplainFormat::Text, "text",
+                   "tables; ranks with one role as one row (default)"),
+        clEnumValN(ExplainFormat::Json, "json",
+                   "one JSON object with every rank's detail"),
+        clEnumValN(ExplainFormat::Dot, "dot",
+                   "a Graphviz drawing: roles grouped by module, pipeline "
+                   "and bridge edges (dot -Tsvg)")),
+    cl::sub(explainCommand), cl::cat(explainCategory));
+cl::opt<bool> explainJson("json", cl::desc("Same as --format=json"),
                           cl::sub(explainCommand), cl::cat(explainCategory));
 cl::opt<int64_t> explainRank("rank",
                              cl::desc("Show only rank R, with its program"),
@@ -120,8 +140,17 @@ int runCompile() {
     }
     os << mimo::planToJson(*result.plan).dump() << "\n";
   }
+  // What was compiled, so a layout is never accepted silently.
+  auto report = [&] {
+    if (quiet || !result.plan)
+      return;
+    errs() << "mimoc: " << mimo::layoutSummary(*result.plan) << "\n";
+    for (const std::string &warning : mimo::layoutWarnings(*result.plan))
+      errs() << "mimoc: warning: " << warning << "\n";
+  };
   if (outputFile == "-") {
     outs() << text;
+    report();
     return 0;
   }
   // Written to a temporary file and renamed, so a failure leaves no
@@ -135,6 +164,7 @@ int runCompile() {
            << "\n";
     return 1;
   }
+  report();
   return 0;
 }
 
@@ -194,8 +224,12 @@ int runExplain() {
       instructions.push_back(mimo::instrJson(plan->topology, in));
     explanation["instructions"] = instructions;
   }
-  if (explainJson) {
+  if (explainJson || explainFormat == ExplainFormat::Json) {
     outs() << explanation.dump(2) << "\n";
+    return 0;
+  }
+  if (explainFormat == ExplainFormat::Dot) {
+    outs() << mimo::renderExplainDot(explanation, plan->config.name);
     return 0;
   }
   outs() << mimo::renderExplainText(explanation, plan->config.name);
@@ -206,14 +240,39 @@ int runExplain() {
 
 } // namespace
 
+const char *kOverview =
+    "mimoc: the mimo compiler. It reads a model.json (modality encoders\n"
+    "feeding a language model, each with its own tensor, context, pipeline\n"
+    "and data parallel grid and its own ranks, colocated or not), inserts\n"
+    "the bridges between the grids, shards the sequence, schedules a\n"
+    "multi-module 1F1B, proves that every send meets its receive, and\n"
+    "writes the plan every rank of mimo-run executes.\n"
+    "\n"
+    "COMMANDS\n"
+    "  mimoc compile MODEL.json -o PLAN.json [--emit=plan|mlir] [-q]\n"
+    "      check the model, run the passes, write the verified plan (or the\n"
+    "      IR); the layout and its warnings are printed on stderr\n"
+    "  mimoc explain MODEL.json|PLAN.json [--format=text|json|dot] [--rank R]\n"
+    "      the layout, every role's ranks, stages, warm-ups and memory, the\n"
+    "      bridges and sequence shards; --rank R: one rank and its program\n"
+    "\n"
+    "  Exit codes: 0 success; 1 invalid input (FILE: JSON-POINTER: error:\n"
+    "  ... on stderr, nothing written).\n"
+    "\n"
+    "EXAMPLE\n"
+    "  mimoc compile examples/vlm-fan-in.json -o vlm.plan.json\n"
+    "  mimoc explain vlm.plan.json\n"
+    "  mimoc explain vlm.plan.json --format=dot | dot -Tsvg > vlm.svg\n"
+    "  mimo-run vlm.plan.json\n"
+    "\n"
+    "  The model.json format: docs/model-json.md; the plan: docs/plan.md.\n";
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions({&compileCategory, &explainCategory});
-  cl::ParseCommandLineOptions(
-      argc, argv,
-      "mimoc: compile multimodal models with per-module parallel grids\n\n"
-      "  mimoc compile MODEL.json -o PLAN.json\n"
-      "  mimoc explain MODEL.json|PLAN.json [--json] [--rank R]\n");
+  cl::SetVersionPrinter(
+      [](raw_ostream &os) { os << mimo::versionText("mimoc"); });
+  cl::ParseCommandLineOptions(argc, argv, kOverview);
   if (compileCommand)
     return runCompile();
   if (explainCommand)

@@ -43,23 +43,32 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
   return m;
 }
 
-double modelFlopsPerStep(const ModelConfig &config) {
+std::vector<double> moduleFlopsPerStep(const ModelConfig &config) {
   double samples = static_cast<double>(config.batch.microBatchSize *
                                        config.batch.numMicrobatches);
   double S = static_cast<double>(config.batch.seqLength);
   const ModuleConfig &language = config.language();
-  double forward =
-      languageForwardFlops(language, samples * S, samples * S * (S + 1) / 2);
+  std::vector<double> flops;
   size_t e = 0;
   for (const ModuleConfig &m : config.modules) {
-    if (m.kind != ModuleKind::Encoder)
-      continue;
-    TokenMoments c = expectedModalityTokens(config, e);
-    forward += encoderForwardFlops(m, language.hiddenSize, samples * c.mean,
-                                   samples * c.square);
-    ++e;
+    if (m.kind == ModuleKind::Encoder) {
+      TokenMoments c = expectedModalityTokens(config, e++);
+      flops.push_back(3.0 * encoderForwardFlops(m, language.hiddenSize,
+                                                samples * c.mean,
+                                                samples * c.square));
+    } else {
+      flops.push_back(3.0 * languageForwardFlops(m, samples * S,
+                                                 samples * S * (S + 1) / 2));
+    }
   }
-  return 3.0 * forward;
+  return flops;
+}
+
+double modelFlopsPerStep(const ModelConfig &config) {
+  double total = 0;
+  for (double flops : moduleFlopsPerStep(config))
+    total += flops;
+  return total;
 }
 
 } // namespace mimo

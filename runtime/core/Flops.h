@@ -19,6 +19,7 @@
 #include "runtime/core/ModelConfig.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace mimo {
 
@@ -41,6 +42,10 @@ struct TokenMoments {
   double mean = 0, square = 0;
 };
 TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder);
+
+/// Each module's training FLOPs of a step (model order), counted as
+/// modelFlopsPerStep counts them; they sum to it.
+std::vector<double> moduleFlopsPerStep(const ModelConfig &config);
 
 /// Training FLOPs of a step, as the model and batch settings predict it:
 /// every sample seq_length tokens (the padding counted), each encoder's

@@ -40,6 +40,71 @@ std::string describeJson(const json &value) {
   }
 }
 
+namespace {
+
+/// A name Megatron-LM or Hugging Face users write for a mimo key.
+struct KeySynonym {
+  const char *name;   // theirs
+  const char *key;    // mimo's key in the same object, when there is one
+  const char *where;  // where mimo keeps it
+  const char *origin; // whose name it is ("": a mimo key out of place)
+};
+
+constexpr KeySynonym kSynonyms[] = {
+    {"num_attention_heads", "num_heads", "/modules/N/arch/num_heads",
+     "Megatron"},
+    {"n_heads", "num_heads", "/modules/N/arch/num_heads", "Megatron"},
+    {"num_hidden_layers", "num_layers", "/modules/N/arch/num_layers",
+     "Hugging Face"},
+    {"n_layers", "num_layers", "/modules/N/arch/num_layers", "Llama"},
+    {"intermediate_size", "ffn_hidden_size",
+     "/modules/N/arch/ffn_hidden_size", "Hugging Face"},
+    {"padded_vocab_size", "vocab_size", "/modules/N/arch/vocab_size",
+     "Megatron"},
+    {"tensor_model_parallel_size", "tp", "/modules/N/parallel/tp",
+     "Megatron"},
+    {"pipeline_model_parallel_size", "pp", "/modules/N/parallel/pp",
+     "Megatron"},
+    {"context_parallel_size", "cp", "/modules/N/parallel/cp", "Megatron"},
+    {"data_parallel_size", "dp", "/modules/N/parallel/dp", "Megatron"},
+    {"seq_len", "seq_length", "/batch/seq_length", "Megatron"},
+    {"max_position_embeddings", "seq_length", "/batch/seq_length",
+     "Megatron"},
+    {"train_iters", "steps", "/train/steps", "Megatron"},
+    {"lr_warmup_iters", "warmup_steps", "/train/lr_schedule/warmup_steps",
+     "Megatron"},
+    {"lr_warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps",
+     ""},
+    {"warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps", ""},
+    {"lr_decay_style", "decay", "/train/lr_schedule/decay", "Megatron"},
+    {"lr_decay_iters", "decay_steps", "/train/lr_schedule/decay_steps",
+     "Megatron"},
+    {"min_lr", "min_lr", "/train/lr_schedule/min_lr", "Megatron"},
+    {"adam_beta1", "betas", "/train/betas (as [beta1, beta2])", "Megatron"},
+    {"adam_beta2", "betas", "/train/betas (as [beta1, beta2])", "Megatron"},
+    {"adam_eps", "eps", "/train/eps", "Megatron"},
+    {"eval_interval", "eval_every", "/train/eval_every", "Megatron"},
+    {"eval_iters", "eval_steps", "/train/eval_steps", "Megatron"},
+    {"global_batch_size", "",
+     "/batch/micro_batch_size x /batch/num_microbatches (micro_batch_size "
+     "is the global micro-batch: the data-parallel ranks share it)",
+     "Megatron"},
+    {"micro_batch_size", "micro_batch_size", "/batch/micro_batch_size",
+     ""},
+    {"num_microbatches", "num_microbatches", "/batch/num_microbatches", ""},
+    {"sequence_parallel", "sequence_parallel",
+     "/modules/N/parallel/sequence_parallel", ""},
+};
+
+const KeySynonym *synonymOf(const std::string &name) {
+  for (const KeySynonym &synonym : kSynonyms)
+    if (name == synonym.name)
+      return &synonym;
+  return nullptr;
+}
+
+} // namespace
+
 void JsonValidator::error(std::string pointer, std::string message) {
   diagnostics.push_back(
       Diagnostic::error(std::move(pointer), std::move(message)));
@@ -58,9 +123,27 @@ bool JsonValidator::object(const json &value, const std::string &pointer,
       continue;
     std::string key =
         item.key().size() > 60 ? item.key().substr(0, 57) + "..." : item.key();
-    std::string suggestion = closestMatch(key, known);
     std::string message = "unknown key '" + key + "' in " + what;
-    if (!suggestion.empty())
+    if (known.empty()) {
+      message += "; nothing is allowed here: remove it";
+      error(pointer + "/" + escapePointerToken(item.key()), message);
+      continue;
+    }
+    // Another framework's name first: edit distance would offer 'lr' for
+    // 'lr_warmup_steps'.
+    const KeySynonym *synonym = synonymOf(item.key());
+    std::string suggestion = closestMatch(key, known);
+    bool here = synonym && std::find(known.begin(), known.end(),
+                                     synonym->key) != known.end();
+    if (here && *synonym->origin)
+      message += "; did you mean '" + std::string(synonym->key) + "' (" +
+                 synonym->origin + "'s name for it)?";
+    else if (synonym && !here && *synonym->origin)
+      message += "; " + std::string(synonym->origin) + "'s '" + item.key() +
+                 "' is " + synonym->where + " in mimo";
+    else if (synonym && !here)
+      message += "; it belongs in " + std::string(synonym->where);
+    else if (!suggestion.empty())
       message += "; did you mean '" + suggestion + "'?";
     else
       message += "; remove it";

@@ -36,6 +36,21 @@ inline int64_t warmupMicrobatches(int64_t totalStages, int64_t stage,
   return std::min(totalStages - stage - 1, microbatches);
 }
 
+/// The idle share of a 1F1B step with equal stage times: (P - 1) / (M + P
+/// - 1) for P stages and M microbatches.
+inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
+  double idle = static_cast<double>(totalStages - 1);
+  return idle / (static_cast<double>(microbatches) + idle);
+}
+
+/// The fewest microbatches that keep the bubble at or below `share` (0 < share
+/// < 1): M >= (P - 1) (1 - share) / share.
+inline int64_t microbatchesForBubble(int64_t totalStages, double share) {
+  double needed = static_cast<double>(totalStages - 1) * (1 - share) / share;
+  int64_t m = static_cast<int64_t>(needed);
+  return std::max<int64_t>(1, m < needed ? m + 1 : m);
+}
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_CORE_SCHEDULE_H

@@ -176,6 +176,25 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "error: --device cuda" "$work/mcuda.out" &&
   pass "--device cuda under mpirun: exit $rc" || { cat "$work/mcuda.out"; fail "cuda under mpirun (rc $rc)"; }
 
+# --backend mpi started without mpirun says how to launch it.
+"$bin/mimo-run" "$plan" --steps 1 --backend mpi >/dev/null 2>"$work/nompirun.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "launch it as \`mpirun -np 8 mimo-run .*--allow-run-as-root --oversubscribe" \
+  "$work/nompirun.err" &&
+  pass "--backend mpi without mpirun: exit 1, says how to launch" ||
+  { cat "$work/nompirun.err"; fail "mpi without mpirun (rc $rc)"; }
+
+# --help and --version: what the tool does, its flags, an example; the
+# version, the commit and what was built in.
+"$bin/mimo-run" --help >"$work/help.out" && grep -q "^FLAGS" "$work/help.out" &&
+  grep -q "^EXAMPLES" "$work/help.out" && grep -q -- "--load PATH" "$work/help.out" &&
+  pass "mimo-run --help" || { cat "$work/help.out"; fail "mimo-run --help"; }
+"$bin/mimo-run" --version >"$work/version.out" &&
+  grep -q "^mimo-run (mimo) [0-9]" "$work/version.out" &&
+  grep -q "commit:  [0-9a-f]\{7,\}\|commit:  unknown" "$work/version.out" &&
+  grep -q "built with: .*MPI" "$work/version.out" &&
+  pass "mimo-run --version" || { cat "$work/version.out"; fail "mimo-run --version"; }
+
 # --threads: intra-op threads of a rank; the numbers do not depend on it.
 "$bin/mimo-run" "$plan" --steps 1 --threads 0 >/dev/null 2>"$work/threads.err"
 rc=$?

@@ -3,6 +3,7 @@
 #include "TestModels.h"
 
 #include "codegen/Explain.h"
+#include "runtime/core/Schedule.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -41,6 +42,15 @@ TEST(ExplainTest, FanInExample) {
   EXPECT_EQ(e["world_size"], 8);
   EXPECT_EQ(e["layout"], "non_colocated");
   ASSERT_EQ(e["modules"].size(), 2u);
+  // Each module's FLOPs sum to the model's; per rank they are shared out.
+  double images = e["modules"][0]["flops_per_step"];
+  double language = e["modules"][1]["flops_per_step"];
+  EXPECT_NEAR(images + language, e["model_flops_per_step"].get<double>(),
+              1e-9 * language);
+  EXPECT_DOUBLE_EQ(e["modules"][0]["flops_per_rank"].get<double>(),
+                   images / 4);
+  e["modules"][0].erase("flops_per_step");
+  e["modules"][0].erase("flops_per_rank");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},
@@ -193,6 +203,83 @@ TEST(ExplainTest, OnlyRank) {
       renderExplainText(explainPlan(*result.plan), "vlm-fan-out");
   EXPECT_NE(text.find("model vlm-fan-out: 8 ranks, non_colocated"),
             std::string::npos);
+}
+
+TEST(ExplainTest, RangeListWritesRunsAndElidesLongLists) {
+  EXPECT_EQ(rangeList({}, 40), "");
+  EXPECT_EQ(rangeList({5}, 40), "5");
+  EXPECT_EQ(rangeList({3, 1, 2, 2, 7}, 40), "1-3, 7");
+  std::vector<int64_t> leaders, members;
+  for (int64_t r = 0; r < 1024; ++r)
+    (r % 8 == 7 ? leaders : members).push_back(r);
+  EXPECT_EQ(rangeList(leaders, 40), "7, 15, ..., 1023 (128 values)");
+  EXPECT_EQ(rangeList(members, 40), "0-6, 8-14, ..., 1016-1022 (128 blocks)");
+  // Three runs are never elided, however long.
+  EXPECT_EQ(rangeList({1000000, 2000000, 3000000}, 4),
+            "1000000, 2000000, 3000000");
+}
+
+TEST(ExplainTest, BubbleFormula) {
+  EXPECT_DOUBLE_EQ(pipelineBubble(1, 4), 0.0);
+  EXPECT_DOUBLE_EQ(pipelineBubble(3, 4), 2.0 / 6);
+  EXPECT_DOUBLE_EQ(pipelineBubble(5, 8), 4.0 / 12);
+  // (P - 1) / (M + P - 1) <= 1/4 from M = 3 (P - 1).
+  EXPECT_EQ(microbatchesForBubble(5, 0.25), 12);
+  EXPECT_LE(pipelineBubble(5, 12), 0.25);
+  EXPECT_GT(pipelineBubble(5, 11), 0.25);
+  EXPECT_EQ(microbatchesForBubble(1, 0.25), 1);
+  EXPECT_EQ(microbatchesForBubble(4, 0.1), 27);
+}
+
+/// The fan-in example's model with the language grid and microbatches
+/// replaced.
+std::string fanIn(int64_t microbatches, int64_t encoderHidden) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  m["batch"]["num_microbatches"] = microbatches;
+  m["modules"][0]["arch"]["hidden_size"] = encoderHidden;
+  m["modules"][0]["arch"]["ffn_hidden_size"] = 4 * encoderHidden;
+  return m.dump();
+}
+
+TEST(ExplainTest, WarnsOnImbalanceAndBubble) {
+  json e = explain(fanIn(4, 64));
+  ASSERT_EQ(e["warnings"].size(), 2u);
+  EXPECT_EQ(e["warnings"][0].get<std::string>().rfind(
+                "imbalance: each 'language' rank does ", 0),
+            0u);
+  EXPECT_EQ(e["warnings"][1],
+            "pipeline bubble 33% (3 stages, 4 microbatches: each rank idles "
+            "2 of 6 slots); num_microbatches >= 6 brings it to 25% or below");
+  // Enough microbatches: no bubble warning. An encoder as heavy per rank as
+  // the language stages: no imbalance warning.
+  e = explain(fanIn(6, 64));
+  ASSERT_EQ(e["warnings"].size(), 1u);
+  EXPECT_EQ(e["warnings"][0].get<std::string>().rfind("imbalance", 0), 0u);
+  e = explain(fanIn(6, 512));
+  double images = e["modules"][0]["flops_per_rank"];
+  double language = e["modules"][1]["flops_per_rank"];
+  EXPECT_LT(std::max(images, language) / std::min(images, language), 4);
+  EXPECT_TRUE(e["warnings"].empty()) << e["warnings"].dump();
+}
+
+TEST(ExplainTest, TextStaysSmallAtAnyScale) {
+  // Same roles, 16x the ranks: the text has the same number of lines.
+  auto lines = [](const std::string &text) {
+    size_t widest = 0, count = 0, start = 0;
+    for (size_t end; (end = text.find('\n', start)) != std::string::npos;
+         start = end + 1, ++count)
+      widest = std::max(widest, end - start);
+    return std::make_pair(count, widest);
+  };
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  std::string small = renderExplainText(explain(m.dump()), "m");
+  m["modules"][0]["parallel"]["dp"] = 64;
+  m["modules"][1]["parallel"]["dp"] = 16;
+  m["modules"][1]["parallel"]["rank_offset"] = 64;
+  m["batch"]["micro_batch_size"] = 128;
+  std::string large = renderExplainText(explain(m.dump()), "m");
+  EXPECT_EQ(lines(large).first, lines(small).first + 0) << large;
+  EXPECT_LE(lines(large).second, 200u) << large;
 }
 
 } // namespace

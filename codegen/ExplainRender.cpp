@@ -1,0 +1,441 @@
+//===- ExplainRender.cpp - explain's text tables and Graphviz drawing -----===//
+//
+// Both read the JSON explanation (explainPlan), so the three formats show
+// the same facts. Ranks that play the same role (same modules, pipeline
+// stage, warm-up, memory and program) are one row, their ranks and grid
+// coordinates written as ranges; bridges are one row each, their lanes
+// summarised. The output's size depends on the number of roles, not of
+// ranks: `--rank R` and `--json` keep the per-rank detail.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Explain.h"
+
+#include "runtime/core/MemoryPlan.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace mimo {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+/// The widest a list of ranks or coordinates is written before its middle is
+/// elided ("0-6, 8-14, ..., 1016-1022 (128 blocks)").
+constexpr size_t kListChars = 44;
+
+} // namespace
+
+std::string rangeList(std::vector<int64_t> values, size_t maxChars) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  std::vector<std::string> runs;
+  bool singles = true;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1)
+      ++j;
+    runs.push_back(j == i ? std::to_string(values[i])
+                          : std::to_string(values[i]) + "-" +
+                                std::to_string(values[j]));
+    singles = singles && j == i;
+    i = j + 1;
+  }
+  std::string all;
+  for (const std::string &run : runs)
+    all += (all.empty() ? "" : ", ") + run;
+  if (all.size() <= maxChars || runs.size() < 4)
+    return all;
+  return runs[0] + ", " + runs[1] + ", ..., " + runs.back() + " (" +
+         std::to_string(singles ? values.size() : runs.size()) +
+         (singles ? " values)" : " blocks)");
+}
+
+namespace {
+
+/// Left-aligned columns separated by two spaces.
+std::string table(const std::vector<std::vector<std::string>> &rows) {
+  std::vector<size_t> widths;
+  for (const auto &row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (widths.size() <= i)
+        widths.push_back(0);
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  std::ostringstream os;
+  for (const auto &row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size())
+        line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    os << line << "\n";
+  }
+  return os.str();
+}
+
+std::string number(const json &value) {
+  return std::to_string(value.get<int64_t>());
+}
+
+std::string flopsText(double flops) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", flops);
+  return text;
+}
+
+/// "first", "middle", "last" or "first+last".
+std::string pipelinePosition(const json &role) {
+  std::string stage = role["first_stage"].get<bool>() ? "first" : "";
+  if (role["last_stage"].get<bool>())
+    stage += stage.empty() ? "last" : "+last";
+  return stage.empty() ? "middle" : stage;
+}
+
+/// Ranks with one role: the same modules at the same pipeline position,
+/// stage, warm-up, memory and program.
+struct RankGroup {
+  const json *first = nullptr; // the explanation's entry of the first rank
+  std::vector<int64_t> ranks;
+  /// Per role of `first`: the tp, cp and dp coordinates its ranks take.
+  std::vector<std::array<std::vector<int64_t>, 3>> coords;
+};
+
+std::vector<RankGroup> rankGroups(const json &explanation) {
+  std::vector<RankGroup> groups;
+  std::map<std::string, size_t> byKey;
+  for (const json &rank : explanation["ranks"]) {
+    std::string key = rank["program"].get<std::string>() + "|" +
+                      number(rank["stage"]) + "|" + number(rank["warmup"]) +
+                      "|" + number(rank["memory"]["total_bytes"]);
+    for (const json &role : rank["modules"])
+      key += "|" + role["name"].get<std::string>() + ":" + number(role["pp"]);
+    auto [it, inserted] = byKey.try_emplace(key, groups.size());
+    if (inserted) {
+      groups.push_back({&rank, {}, {}});
+      groups.back().coords.resize(rank["modules"].size());
+    }
+    RankGroup &group = groups[it->second];
+    group.ranks.push_back(rank["rank"].get<int64_t>());
+    size_t r = 0;
+    for (const json &role : rank["modules"]) {
+      group.coords[r][0].push_back(role["tp"].get<int64_t>());
+      group.coords[r][1].push_back(role["cp"].get<int64_t>());
+      group.coords[r][2].push_back(role["dp"].get<int64_t>());
+      ++r;
+    }
+  }
+  for (RankGroup &group : groups)
+    for (auto &role : group.coords)
+      for (std::vector<int64_t> &values : role) {
+        std::sort(values.begin(), values.end());
+        values.erase(std::unique(values.begin(), values.end()), values.end());
+      }
+  return groups;
+}
+
+/// "7->2048, 15->2048, ..., 1023->4095 (128 routes)", or the gather groups
+/// of a colocated bridge.
+std::string laneSummary(const json &bridge) {
+  std::vector<std::string> lanes;
+  if (!bridge["routes"].empty()) {
+    for (const json &route : bridge["routes"])
+      lanes.push_back(number(route["from"]) + "->" + number(route["to"]));
+  } else if (bridge.contains("gather_groups")) {
+    for (const json &group : bridge["gather_groups"]) {
+      std::vector<int64_t> ranks;
+      for (const json &rank : group)
+        ranks.push_back(rank.get<int64_t>());
+      lanes.push_back("{" + rangeList(ranks, kListChars / 2) + "}");
+    }
+  }
+  std::string all;
+  for (const std::string &lane : lanes)
+    all += (all.empty() ? "" : " ") + lane;
+  if (all.size() <= kListChars || lanes.size() < 4)
+    return all;
+  return lanes[0] + " " + lanes[1] + " ... " + lanes.back() + " (" +
+         std::to_string(lanes.size()) +
+         (bridge["routes"].empty() ? " groups)" : " routes)");
+}
+
+std::vector<int64_t> intList(const json &values) {
+  std::vector<int64_t> list;
+  for (const json &value : values)
+    list.push_back(value.get<int64_t>());
+  return list;
+}
+
+} // namespace
+
+std::string renderExplainText(const json &explanation,
+                              const std::string &modelName) {
+  std::ostringstream os;
+  os << "model " << modelName << ": " << number(explanation["world_size"])
+     << " ranks, " << explanation["layout"].get<std::string>() << ", "
+     << flopsText(explanation["model_flops_per_step"].get<double>())
+     << " model FLOPs per step, " << number(explanation["microbatches"])
+     << " microbatches over " << number(explanation["total_stages"])
+     << (explanation["total_stages"].get<int64_t>() == 1 ? " pipeline stage"
+                                                         : " pipeline stages")
+     << " (bubble "
+     << static_cast<int>(explanation["pipeline_bubble"].get<double>() * 100 +
+                         0.5)
+     << "%)\n\n";
+
+  std::vector<std::vector<std::string>> modules = {{"module", "kind", "ranks",
+                                                    "tp", "cp", "pp", "dp",
+                                                    "order", "FLOPs/rank"}};
+  for (const auto &module : explanation["modules"]) {
+    int64_t offset = module["rank_offset"].get<int64_t>();
+    int64_t size = module["tp"].get<int64_t>() * module["cp"].get<int64_t>() *
+                   module["pp"].get<int64_t>() * module["dp"].get<int64_t>();
+    std::string order;
+    for (const auto &dim : module["order"])
+      order += (order.empty() ? "" : "-") + dim.get<std::string>();
+    modules.push_back(
+        {module["name"].get<std::string>(), module["kind"].get<std::string>(),
+         std::to_string(offset) + "-" + std::to_string(offset + size - 1),
+         number(module["tp"]), number(module["cp"]), number(module["pp"]),
+         number(module["dp"]), order,
+         flopsText(module["flops_per_rank"].get<double>())});
+  }
+  os << table(modules) << "\n";
+
+  std::vector<std::vector<std::string>> ranks = {
+      {"ranks", "count", "module", "tp", "cp", "dp", "pp", "pipeline",
+       "1f1b stage", "warm-up", "memory", "program"}};
+  std::string microbatches = number(explanation["microbatches"]);
+  for (const RankGroup &group : rankGroups(explanation)) {
+    const json &rank = *group.first;
+    size_t r = 0;
+    for (const json &role : rank["modules"]) {
+      bool head = r == 0;
+      ranks.push_back(
+          {head ? rangeList(group.ranks, kListChars) : "",
+           head ? std::to_string(group.ranks.size()) : "",
+           role["name"].get<std::string>(),
+           rangeList(group.coords[r][0], kListChars / 2),
+           rangeList(group.coords[r][1], kListChars / 2),
+           rangeList(group.coords[r][2], kListChars / 2), number(role["pp"]),
+           pipelinePosition(role), head ? number(rank["stage"]) : "",
+           head ? number(rank["warmup"]) + " of " + microbatches : "",
+           head ? formatBytes(static_cast<double>(
+                      rank["memory"]["total_bytes"].get<int64_t>()))
+                : "",
+           head ? rank["program"].get<std::string>() : ""});
+      ++r;
+    }
+  }
+  os << table(ranks);
+
+  if (!explanation["bridges"].empty()) {
+    os << "\n";
+    std::vector<std::vector<std::string>> bridges = {
+        {"bridge", "mode", "ratio", "src leaders", "dst leaders", "lanes"}};
+    for (const auto &b : explanation["bridges"]) {
+      std::string mode = b["mode"].get<std::string>();
+      if (b.contains("direction"))
+        mode += " (" + b["direction"].get<std::string>() + ")";
+      bridges.push_back(
+          {b["src"].get<std::string>() + " -> " + b["dst"].get<std::string>(),
+           mode, number(b["ratio"]),
+           rangeList(intList(b["src_leaders"]), kListChars),
+           rangeList(intList(b["dst_leaders"]), kListChars), laneSummary(b)});
+    }
+    os << table(bridges);
+  }
+
+  // Ranks holding the same sequence positions, one row each.
+  os << "\n";
+  std::vector<std::vector<std::string>> shards = {
+      {"ranks", "sequence positions (language first stage)"}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> byPositions;
+  for (const auto &shard : explanation["shards"]) {
+    std::string positions;
+    for (const auto &range : shard["positions"])
+      positions += (positions.empty() ? "" : " ") + std::string("[") +
+                   number(range[0]) + ", " + number(range[1]) + ")";
+    if (positions.size() > 150) // many packed pieces
+      positions = positions.substr(0, 146) + " ...";
+    auto it = std::find_if(byPositions.begin(), byPositions.end(),
+                           [&](const auto &p) { return p.first == positions; });
+    if (it == byPositions.end())
+      it = byPositions.insert(byPositions.end(), {positions, {}});
+    it->second.push_back(shard["rank"].get<int64_t>());
+  }
+  for (const auto &[positions, members] : byPositions)
+    shards.push_back({rangeList(members, kListChars), positions});
+  os << table(shards);
+
+  if (!explanation["warnings"].empty()) {
+    os << "\n";
+    for (const auto &warning : explanation["warnings"])
+      os << "warning: " << warning.get<std::string>() << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+
+/// A Graphviz string: quotes and backslashes escaped, line breaks as \n.
+std::string dotQuote(const std::string &text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '\n') {
+      quoted += "\\n";
+      continue;
+    }
+    if (c == '"' || c == '\\')
+      quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+/// Whether two sorted coordinate lists share a value.
+bool overlap(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+  for (int64_t value : a)
+    if (std::binary_search(b.begin(), b.end(), value))
+      return true;
+  return false;
+}
+
+} // namespace
+
+std::string renderExplainDot(const json &explanation,
+                             const std::string &modelName) {
+  std::vector<RankGroup> groups = rankGroups(explanation);
+  std::map<int64_t, size_t> groupOfRank;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int64_t rank : groups[g].ranks)
+      groupOfRank[rank] = g;
+
+  // One cluster per module (colocated modules share theirs), one node per
+  // role of ranks, stacked by pipeline stage.
+  std::map<std::string, std::vector<size_t>> clusters;
+  std::vector<std::string> clusterOrder;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::string name;
+    for (const json &role : (*groups[g].first)["modules"])
+      name += (name.empty() ? "" : " + ") + role["name"].get<std::string>();
+    if (!clusters.count(name))
+      clusterOrder.push_back(name);
+    clusters[name].push_back(g);
+  }
+
+  std::ostringstream os;
+  os << "digraph " << dotQuote(modelName) << " {\n"
+     << "  rankdir=LR;\n"
+     << "  label=" << dotQuote(modelName + ": " +
+                               number(explanation["world_size"]) + " ranks, " +
+                               explanation["layout"].get<std::string>())
+     << ";\n"
+     << "  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
+  for (size_t c = 0; c < clusterOrder.size(); ++c) {
+    const std::string &name = clusterOrder[c];
+    std::string gridText;
+    std::set<std::string> members;
+    for (const json &role : (*groups[clusters[name].front()].first)["modules"])
+      members.insert(role["name"].get<std::string>());
+    for (const json &module : explanation["modules"])
+      if (members.count(module["name"].get<std::string>())) {
+        int64_t offset = module["rank_offset"].get<int64_t>();
+        int64_t size =
+            module["tp"].get<int64_t>() * module["cp"].get<int64_t>() *
+            module["pp"].get<int64_t>() * module["dp"].get<int64_t>();
+        gridText += (gridText.empty() ? "" : "\n") +
+                    module["name"].get<std::string>() + ": ranks " +
+                    std::to_string(offset) + "-" +
+                    std::to_string(offset + size - 1) + ", tp" +
+                    number(module["tp"]) + " cp" + number(module["cp"]) +
+                    " pp" + number(module["pp"]) + " dp" +
+                    number(module["dp"]);
+      }
+    os << "  subgraph cluster_" << c << " {\n"
+       << "    label=" << dotQuote(gridText) << ";\n";
+    for (size_t g : clusters[name]) {
+      const RankGroup &group = groups[g];
+      const json &rank = *group.first;
+      std::string label = std::to_string(group.ranks.size()) +
+                          (group.ranks.size() == 1 ? " rank: " : " ranks: ") +
+                          rangeList(group.ranks, kListChars);
+      size_t r = 0;
+      for (const json &role : rank["modules"]) {
+        label += "\n" + role["name"].get<std::string>() + " pp" +
+                 number(role["pp"]) + " tp " +
+                 rangeList(group.coords[r][0], kListChars / 2) + " cp " +
+                 rangeList(group.coords[r][1], kListChars / 2) + " dp " +
+                 rangeList(group.coords[r][2], kListChars / 2);
+        ++r;
+      }
+      label += "\n" + rank["program"].get<std::string>() + "\n" +
+               formatBytes(static_cast<double>(
+                   rank["memory"]["total_bytes"].get<int64_t>()));
+      os << "    g" << g << " [label=" << dotQuote(label) << "];\n";
+    }
+    os << "  }\n";
+  }
+
+  // Pipeline edges: a module's stage p to p + 1, between ranks at the same
+  // tp, cp and dp coordinates.
+  std::set<std::pair<size_t, size_t>> pipeline;
+  for (size_t a = 0; a < groups.size(); ++a)
+    for (size_t b = 0; b < groups.size(); ++b) {
+      const json &ra = (*groups[a].first)["modules"];
+      const json &rb = (*groups[b].first)["modules"];
+      for (size_t x = 0; x < ra.size(); ++x)
+        for (size_t y = 0; y < rb.size(); ++y) {
+          bool next = ra[x]["name"] == rb[y]["name"] &&
+                      rb[y]["pp"].get<int64_t>() ==
+                          ra[x]["pp"].get<int64_t>() + 1;
+          bool aligned = true;
+          for (size_t d = 0; d < 3; ++d)
+            aligned = aligned && overlap(groups[a].coords[x][d],
+                                         groups[b].coords[y][d]);
+          if (next && aligned)
+            pipeline.insert({a, b});
+        }
+    }
+  for (const auto &[a, b] : pipeline)
+    os << "  g" << a << " -> g" << b << " [label=\"activations\"];\n";
+
+  // Bridge edges between the roles their lanes join.
+  for (const json &bridge : explanation["bridges"]) {
+    std::set<std::pair<size_t, size_t>> edges;
+    auto join = [&](const json &from, const json &to) {
+      auto a = groupOfRank.find(from.get<int64_t>());
+      auto b = groupOfRank.find(to.get<int64_t>());
+      if (a != groupOfRank.end() && b != groupOfRank.end())
+        edges.insert({a->second, b->second});
+    };
+    for (const json &route : bridge["routes"])
+      join(route["from"], route["to"]);
+    if (bridge["routes"].empty())
+      for (const json &src : bridge["src_leaders"])
+        for (const json &dst : bridge["dst_leaders"])
+          join(src, dst);
+    std::string label = bridge["mode"].get<std::string>() + " x" +
+                        number(bridge["ratio"]) + ", " +
+                        std::to_string(bridge["routes"].empty()
+                                           ? bridge["src_leaders"].size()
+                                           : bridge["routes"].size()) +
+                        " lanes";
+    for (const auto &[a, b] : edges)
+      os << "  g" << a << " -> g" << b << " [label=" << dotQuote(label)
+         << ", style=bold, color=\"#1f77b4\"];\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+} // namespace mimo
