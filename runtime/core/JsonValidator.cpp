@@ -47,7 +47,7 @@ struct KeySynonym {
   const char *name;   // theirs
   const char *key;    // mimo's key in the same object, when there is one
   const char *where;  // where mimo keeps it
-  const char *origin; // whose name it is ("": a mimo key out of place)
+  const char *origin; // whose name it is ("": a near miss of mimo's)
 };
 
 constexpr KeySynonym kSynonyms[] = {
@@ -75,7 +75,6 @@ constexpr KeySynonym kSynonyms[] = {
      "Megatron"},
     {"lr_warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps",
      ""},
-    {"warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps", ""},
     {"lr_decay_style", "decay", "/train/lr_schedule/decay", "Megatron"},
     {"lr_decay_iters", "decay_steps", "/train/lr_schedule/decay_steps",
      "Megatron"},
@@ -89,12 +88,22 @@ constexpr KeySynonym kSynonyms[] = {
      "/batch/micro_batch_size x /batch/num_microbatches (micro_batch_size "
      "is the global micro-batch: the data-parallel ranks share it)",
      "Megatron"},
-    {"micro_batch_size", "micro_batch_size", "/batch/micro_batch_size",
-     ""},
-    {"num_microbatches", "num_microbatches", "/batch/num_microbatches", ""},
-    {"sequence_parallel", "sequence_parallel",
-     "/modules/N/parallel/sequence_parallel", ""},
 };
+
+/// "/modules/1/arch" -> "/modules/N/arch": array indices as N.
+std::string genericPointer(const std::string &pointer) {
+  std::string generic;
+  size_t i = 0;
+  while (i < pointer.size()) {
+    size_t next = pointer.find('/', i + 1);
+    std::string token = pointer.substr(i, next - i);
+    bool index = token.size() > 1 &&
+                 token.find_first_not_of("0123456789", 1) == std::string::npos;
+    generic += index ? "/N" : token;
+    i = next == std::string::npos ? pointer.size() : next;
+  }
+  return generic;
+}
 
 const KeySynonym *synonymOf(const std::string &name) {
   for (const KeySynonym &synonym : kSynonyms)
@@ -129,20 +138,26 @@ bool JsonValidator::object(const json &value, const std::string &pointer,
       error(pointer + "/" + escapePointerToken(item.key()), message);
       continue;
     }
-    // Another framework's name first: edit distance would offer 'lr' for
-    // 'lr_warmup_steps'.
+    // Another framework's name first (edit distance would offer 'lr' for
+    // 'lr_warmup_steps'), then a key of another object, then a typo.
     const KeySynonym *synonym = synonymOf(item.key());
+    std::string place = placeOf ? placeOf(item.key()) : "";
+    if (place == genericPointer(pointer) + "/" + item.key())
+      place.clear(); // allowed here in other cases, not in this one
     std::string suggestion = closestMatch(key, known);
     bool here = synonym && std::find(known.begin(), known.end(),
                                      synonym->key) != known.end();
-    if (here && *synonym->origin)
-      message += "; did you mean '" + std::string(synonym->key) + "' (" +
-                 synonym->origin + "'s name for it)?";
-    else if (synonym && !here && *synonym->origin)
-      message += "; " + std::string(synonym->origin) + "'s '" + item.key() +
-                 "' is " + synonym->where + " in mimo";
-    else if (synonym && !here)
-      message += "; it belongs in " + std::string(synonym->where);
+    std::string origin =
+        synonym && *synonym->origin
+            ? std::string(" (") + synonym->origin + "'s name for it)"
+            : "";
+    if (here)
+      message += "; did you mean '" + std::string(synonym->key) + "'" +
+                 origin + "?";
+    else if (synonym)
+      message += "; did you mean " + std::string(synonym->where) + origin + "?";
+    else if (!place.empty())
+      message += "; it belongs in " + place;
     else if (!suggestion.empty())
       message += "; did you mean '" + suggestion + "'?";
     else

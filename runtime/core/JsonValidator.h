@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -34,6 +35,10 @@ public:
   static constexpr int64_t kNoMaximum = std::numeric_limits<int64_t>::max();
 
   std::vector<Diagnostic> diagnostics;
+
+  /// Where else in the document a key is allowed ("/batch/seq_length"), or
+  /// "": an unknown key found there is reported as out of place.
+  std::function<std::string(const std::string &key)> placeOf;
 
   void error(std::string pointer, std::string message);
 

@@ -15,6 +15,44 @@
 
 namespace mimo {
 
+const std::vector<ModelJsonObject> &modelJsonObjects() {
+  static const std::vector<ModelJsonObject> objects = {
+      {"", {"version", "name", "seed", "precision", "world_size", "batch",
+            "modules", "data", "train"}},
+      {"/batch",
+       {"micro_batch_size", "num_microbatches", "seq_length", "packing",
+        "attention_mask"}},
+      {"/modules/N (encoder)",
+       {"name", "kind", "arch", "parallel", "special_token_id"}},
+      {"/modules/N (language)", {"name", "kind", "arch", "parallel"}},
+      {"/modules/N/arch (encoder)",
+       {"feature_dim", "hidden_size", "num_layers", "num_heads",
+        "ffn_hidden_size"}},
+      {"/modules/N/arch (language)",
+       {"vocab_size", "hidden_size", "num_layers", "num_heads",
+        "ffn_hidden_size"}},
+      {"/modules/N/parallel",
+       {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"}},
+      {"/data",
+       {"source", "path", "eval_path", "tokens_per_sample",
+        "text_only_fraction"}},
+      {"/train",
+       {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
+        "clip_grad", "lr_schedule", "eval_every", "eval_steps"}},
+      {"/train/lr_schedule",
+       {"warmup_steps", "decay", "decay_steps", "min_lr"}},
+  };
+  return objects;
+}
+
+const std::vector<std::string> &modelJsonKeys(std::string_view pointer) {
+  for (const ModelJsonObject &object : modelJsonObjects())
+    if (object.pointer == pointer)
+      return object.keys;
+  static const std::vector<std::string> none;
+  return none;
+}
+
 using json = nlohmann::json;
 
 size_t ModelConfig::languageIndex() const {
@@ -56,8 +94,7 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
     return;
   const json &parallel = *it;
   if (!v.object(
-          parallel, pointer,
-          {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"},
+          parallel, pointer, modelJsonKeys("/modules/N/parallel"),
           "the parallel grid of module '" + module.name + "'"))
     return;
   ParallelConfig &config = module.parallel;
@@ -146,9 +183,10 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                "what the module is");
   module.kind =
       kind && *kind == "language" ? ModuleKind::Language : ModuleKind::Encoder;
-  std::vector<std::string> keys = {"name", "kind", "arch", "parallel"};
-  if (module.kind == ModuleKind::Encoder)
-    keys.push_back("special_token_id");
+  const std::vector<std::string> &keys =
+      modelJsonKeys(module.kind == ModuleKind::Encoder
+                        ? "/modules/N (encoder)"
+                        : "/modules/N (language)");
   v.object(moduleJson, pointer, keys,
            kind ? "a module of kind \"" + *kind + "\"" : "a module");
   if (module.kind == ModuleKind::Language)
@@ -177,11 +215,10 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   std::string archPointer = pointer + "/arch";
   if (const json *arch = v.member(moduleJson, pointer, "arch", true,
                                   "the module's architecture")) {
-    std::vector<std::string> archKeys = {"hidden_size", "num_layers",
-                                         "num_heads", "ffn_hidden_size"};
-    archKeys.insert(archKeys.begin(), module.kind == ModuleKind::Encoder
-                                          ? "feature_dim"
-                                          : "vocab_size");
+    const std::vector<std::string> &archKeys =
+        modelJsonKeys(module.kind == ModuleKind::Encoder
+                          ? "/modules/N/arch (encoder)"
+                          : "/modules/N/arch (language)");
     if (v.object(*arch, archPointer, archKeys,
                  "the architecture of module '" + module.name + "'")) {
       auto field = [&](const char *key, const char *meaning, int64_t maximum) {
@@ -307,9 +344,7 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
   const json *batch = v.member(root, "", "batch", true,
                                "micro-batch size, microbatch count and "
                                "sequence length");
-  if (!batch || !v.object(*batch, "/batch",
-                          {"micro_batch_size", "num_microbatches", "seq_length",
-                           "packing", "attention_mask"},
+  if (!batch || !v.object(*batch, "/batch", modelJsonKeys("/batch"),
                           "the batch settings"))
     return;
   BatchConfig &b = config.batch;
@@ -347,10 +382,8 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
     if (module.kind == ModuleKind::Encoder && !module.name.empty())
       encoders.push_back(module.name);
   std::map<std::string, TokenRange> ranges;
-  if (it != root.end() && v.object(*it, "/data",
-                                   {"source", "path", "eval_path",
-                                    "tokens_per_sample", "text_only_fraction"},
-                                   "the data settings")) {
+  if (it != root.end() &&
+      v.object(*it, "/data", modelJsonKeys("/data"), "the data settings")) {
     const json &dataJson = *it;
     if (auto source = v.choice(dataJson, "/data", "source", false,
                                {"synthetic", "jsonl", "indexed"},
@@ -458,9 +491,7 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
 void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   auto it = root.find("train");
   if (it == root.end() ||
-      !v.object(*it, "/train",
-                {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
-                 "clip_grad", "lr_schedule", "eval_every", "eval_steps"},
+      !v.object(*it, "/train", modelJsonKeys("/train"),
                 "the training settings"))
     return;
   const json &train = *it;
@@ -500,7 +531,7 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   auto schedule = train.find("lr_schedule");
   if (schedule != train.end() &&
       v.object(*schedule, "/train/lr_schedule",
-               {"warmup_steps", "decay", "decay_steps", "min_lr"},
+               modelJsonKeys("/train/lr_schedule"),
                "the learning-rate schedule")) {
     LrSchedule &s = t.lrSchedule;
     const std::string p = "/train/lr_schedule";
@@ -599,6 +630,14 @@ void checkProducts(Validator &v, const ModelConfig &config) {
 
 ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   Validator v;
+  v.placeOf = [](const std::string &key) -> std::string {
+    for (const ModelJsonObject &object : modelJsonObjects())
+      for (const std::string &name : object.keys)
+        if (name == key) // "/modules/N/arch (encoder)" -> "/modules/N/arch"
+          return object.pointer.substr(0, object.pointer.find(" (")) + "/" +
+                 key;
+    return "";
+  };
   ModelConfig config;
   if (root.is_object() && root.contains("format") &&
       root["format"] == "mimo-plan") {
@@ -608,10 +647,7 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
                        "came from");
     return ParseResult{std::nullopt, std::move(v.diagnostics)};
   }
-  if (!v.object(root, "",
-                {"version", "name", "seed", "precision", "world_size", "batch",
-                 "modules", "data", "train"},
-                "a model description")) {
+  if (!v.object(root, "", modelJsonKeys(""), "a model description")) {
     return ParseResult{std::nullopt, std::move(v.diagnostics)};
   }
   if (auto version = v.integer(root, "", "version", true, 1,

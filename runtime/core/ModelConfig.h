@@ -119,6 +119,18 @@ struct ParseResult {
   std::vector<Diagnostic> diagnostics;
 };
 
+/// One kind of model.json object and the keys it takes. The parser checks
+/// each object against its list; docs/model-json.md documents every key
+/// (a unit test holds the two together).
+struct ModelJsonObject {
+  std::string pointer; // "/batch", "/modules/N/arch (encoder)", ...
+  std::vector<std::string> keys;
+};
+const std::vector<ModelJsonObject> &modelJsonObjects();
+
+/// The keys of the object at `pointer` (one of modelJsonObjects()).
+const std::vector<std::string> &modelJsonKeys(std::string_view pointer);
+
 /// Parses and validates model.json text. `fileName` supplies the default
 /// model name (its stem).
 ParseResult parseModelConfig(std::string_view text, std::string_view fileName);

@@ -16,7 +16,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 
-compile() { "$bin/mimoc" compile "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
+compile() { "$bin/mimoc" compile -q "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
 
 # 1. Local and MPI runs match the reference.
 for name in vlm-fan-in lm-cp2-sp; do

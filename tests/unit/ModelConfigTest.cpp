@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+
 using namespace mimo;
 using json = nlohmann::json;
 
@@ -208,5 +212,59 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<FieldCase> &info) {
       return std::string(info.param.name);
     });
+
+/// docs/model-json.md documents every key the parser accepts, and every key
+/// in its tables is one the parser accepts.
+TEST(ModelConfigTest, EveryKeyIsDocumented) {
+  std::ifstream in(std::string(MIMO_DOCS_DIR) + "/model-json.md");
+  ASSERT_TRUE(in) << "docs/model-json.md is missing";
+  std::string doc((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  // The keys' tables end where the names of other frameworks begin.
+  std::string tables = doc.substr(0, doc.find("## Names from other"));
+  std::set<std::string> accepted;
+  for (const ModelJsonObject &object : modelJsonObjects())
+    for (const std::string &key : object.keys) {
+      accepted.insert(key);
+      EXPECT_NE(tables.find("| `" + key + "` |"), std::string::npos)
+          << "'" << key << "' of " << (object.pointer.empty() ? "/" : "")
+          << object.pointer << " has no row in docs/model-json.md";
+    }
+  std::istringstream lines(tables);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| `", 0) != 0)
+      continue;
+    size_t end = line.find("` |");
+    ASSERT_NE(end, std::string::npos) << line;
+    std::string key = line.substr(3, end - 3);
+    EXPECT_TRUE(accepted.count(key))
+        << "docs/model-json.md documents '" << key
+        << "', which the parser does not accept";
+    ++rows;
+  }
+  EXPECT_GE(rows, static_cast<int>(accepted.size()));
+}
+
+/// The parser checks each object against modelJsonObjects(): a key of one
+/// object is unknown in another.
+TEST(ModelConfigTest, KeyTablesAreTheParsers) {
+  json m = test::baseModel();
+  m["batch"]["lr"] = 1;
+  m["train"]["seq_length"] = 2;
+  ParseResult result = parse(m);
+  ASSERT_FALSE(result.config);
+  ASSERT_EQ(result.diagnostics.size(), 2u);
+  EXPECT_EQ(result.diagnostics[0].pointer, "/batch/lr");
+  EXPECT_EQ(result.diagnostics[1].pointer, "/train/seq_length");
+  EXPECT_NE(result.diagnostics[1].message.find("it belongs in "
+                                               "/batch/seq_length"),
+            std::string::npos)
+      << result.diagnostics[1].message;
+  EXPECT_EQ(modelJsonKeys("/nowhere").size(), 0u);
+  EXPECT_EQ(modelJsonKeys("/train/lr_schedule"),
+            (std::vector<std::string>{"warmup_steps", "decay", "decay_steps",
+                                      "min_lr"}));
+}
 
 } // namespace
