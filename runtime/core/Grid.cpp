@@ -207,4 +207,15 @@ LayoutResult classifyLayout(const std::vector<RankSpan> &spans) {
   return result;
 }
 
+std::pair<int64_t, int64_t>
+Grid::groupKey(int64_t rank, std::initializer_list<Dim> dims) const {
+  Coords coords = coordsOf(rank);
+  int64_t members = 1;
+  for (Dim dim : dims) {
+    coords[dim] = 0;
+    members *= size(dim);
+  }
+  return {rankOf(coords), members};
+}
+
 } // namespace mimo

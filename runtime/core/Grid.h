@@ -11,9 +11,11 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mimo {
@@ -77,6 +79,11 @@ public:
   /// Requires contains(rank).
   Coords coordsOf(int64_t rank) const;
 
+  /// The data-parallel lane of `rank`.
+  int64_t laneOf(int64_t rank) const { return coordsOf(rank).dp; }
+  /// The group over `dims` holding `rank`, as its smallest member and size.
+  std::pair<int64_t, int64_t> groupKey(int64_t rank,
+                                       std::initializer_list<Dim> dims) const;
   bool isFirstStage(int64_t rank) const { return coordsOf(rank).pp == 0; }
   bool isLastStage(int64_t rank) const {
     return coordsOf(rank).pp == sizes.pp - 1;

@@ -57,6 +57,18 @@ struct BridgeTopology {
   std::vector<std::vector<int64_t>> gatherGroups;
 };
 
+/// Whether `rank` (of the bridge's source grid) is its lane's source
+/// leader, or (of the destination grid) its lane's destination leader.
+bool isSourceLeader(const BridgeTopology &bridge, const Grid &grid,
+                    int64_t rank);
+bool isDestinationLeader(const BridgeTopology &bridge, const Grid &grid,
+                         int64_t rank);
+
+/// The colocated gather group holding `rank` (its wide-side lanes that make
+/// one lane of the narrow side), or nullptr.
+const std::vector<int64_t> *gatherGroupOf(const BridgeTopology &bridge,
+                                          int64_t rank);
+
 /// One pipeline stage of one module in the global 1F1B order.
 struct StageTopology {
   size_t module = 0;

@@ -70,17 +70,29 @@ bridgeRoutes(const std::vector<int64_t> &sources,
   if (ns == 0 || nd == 0)
     return routes;
   if (ns >= nd && ns % nd == 0) {
-    int64_t k = ns / nd;
-    for (int64_t i = 0; i < nd; ++i)
-      for (int64_t j = i * k; j < (i + 1) * k; ++j)
+    for (int64_t i = 0; i < nd; ++i) {
+      auto [begin, end] = peerLanes(nd, ns, i);
+      for (int64_t j = begin; j < end; ++j)
         routes.push_back({sources[j], destinations[i]});
+    }
   } else if (nd % ns == 0) {
-    int64_t k = nd / ns;
-    for (int64_t i = 0; i < ns; ++i)
-      for (int64_t j = i * k; j < (i + 1) * k; ++j)
+    for (int64_t i = 0; i < ns; ++i) {
+      auto [begin, end] = peerLanes(ns, nd, i);
+      for (int64_t j = begin; j < end; ++j)
         routes.push_back({sources[i], destinations[j]});
+    }
   }
   return routes;
+}
+
+std::pair<int64_t, int64_t> peerLanes(int64_t ownLanes, int64_t otherLanes,
+                                      int64_t lane) {
+  if (ownLanes >= otherLanes) {
+    int64_t k = ownLanes / otherLanes;
+    return {lane / k, lane / k + 1};
+  }
+  int64_t k = otherLanes / ownLanes;
+  return {lane * k, (lane + 1) * k};
 }
 
 std::optional<std::vector<int64_t>>

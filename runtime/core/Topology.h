@@ -53,6 +53,13 @@ struct BridgeRoute {
   }
 };
 
+/// The lanes [begin, end) of the other side of a bridge that lane `lane` of
+/// one side (of `ownLanes`) meets, the other side having `otherLanes`
+/// (one divides the other): k = ratio consecutive lanes on the wider side,
+/// one on the narrower. The one formula of a bridge's lane pairs.
+std::pair<int64_t, int64_t> peerLanes(int64_t ownLanes, int64_t otherLanes,
+                                      int64_t lane);
+
 /// Routes between leader lists whose sizes divide (SPEC §4.3): fan-in gives
 /// destination lane i the source lanes [i·k, (i+1)·k); fan-out sends source
 /// lane i to destination lanes [i·k, (i+1)·k). Ordered by destination lane
@@ -66,6 +73,13 @@ std::vector<BridgeRoute> bridgeRoutes(const std::vector<int64_t> &sources,
 std::optional<std::vector<int64_t>>
 foldSplitSizes(const std::vector<int64_t> &sizes, int64_t pieces, int64_t rows,
                std::string *error = nullptr);
+
+/// Whether the language first stage holds only part of the sequence (CP, or
+/// SP over tp > 1), so the input-embedding gradient must be gathered after
+/// the backward (the `unshard` instruction).
+inline bool needsUnshard(int64_t cp, int64_t tp, bool sequenceParallel) {
+  return cp > 1 || (sequenceParallel && tp > 1);
+}
 
 /// What `seq_length` must be a multiple of for the language module's CP
 /// zigzag and SP scatter (SPEC §4.5): 2·cp·tp with CP and SP, 2·cp with CP,

@@ -672,16 +672,19 @@ private:
     if (fromLanes == toLanes) {
       out = std::move(in);
     } else if (fromLanes > toLanes) {
-      // Gather the lanes that make up this rank's wider lane.
-      int64_t k = fromLanes / toLanes;
-      Coords c = from.coordsOf(rank);
-      std::vector<int64_t> group, counts;
-      for (int64_t w = (c.dp / k) * k; w < (c.dp / k + 1) * k; ++w) {
-        group.push_back(from.rankOf({c.tp, c.cp, w, 0}));
-        counts.push_back(laneRowsOf(bridge.src, from, w, mb) * H);
-      }
+      // Gather the lanes that make up this rank's wider lane: the plan's
+      // gather group.
+      const std::vector<int64_t> *group = gatherGroupOf(bridge, rank);
+      if (!group)
+        throw std::runtime_error("rank " + std::to_string(rank) +
+                                 " is in no gather group of its colocated "
+                                 "bridge");
+      std::vector<int64_t> counts;
+      for (int64_t member : *group)
+        counts.push_back(laneRowsOf(bridge.src, from, from.laneOf(member), mb) *
+                         H);
       out = Tensor::empty(laneRowsOf(bridge.src, to, toLane, mb) * H);
-      comm.allGatherV(group, in.data(), counts, out.data());
+      comm.allGatherV(*group, in.data(), counts, out.data());
     } else {
       // Narrow to this rank's lane's samples.
       auto [fb, fe] = laneSamples(topo.microBatchSize, fromLanes, fromLane);

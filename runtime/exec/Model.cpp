@@ -549,7 +549,7 @@ LanguageStage::~LanguageStage() = default;
 void LanguageStage::dropCaches() { caches.clear(); }
 
 bool LanguageStage::needsUnshard() const {
-  return ctx.cp > 1 || (ctx.sequenceParallel && ctx.tp > 1);
+  return mimo::needsUnshard(ctx.cp, ctx.tp, ctx.sequenceParallel);
 }
 
 LaneTokens LanguageStage::tokensOf(const LanguageLane &lane, int64_t cpRank,
