@@ -30,7 +30,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       loc(""), builder.getStringAttr(config.name), i64(config.version),
       i64(config.seed), builder.getStringAttr(config.precision),
       config.worldSize ? i64(*config.worldSize) : mlir::IntegerAttr(),
-      mlir::StringAttr(), mlir::IntegerAttr());
+      LayoutKindAttr(), mlir::IntegerAttr());
   builder.setInsertionPointToEnd(&model.getBody().emplaceBlock());
 
   std::vector<mlir::Value> grids;
@@ -66,7 +66,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
   auto batch = builder.create<MicrobatchOp>(
       loc("/batch"), BatchType::get(context), source, i64(b.microBatchSize),
       i64(b.numMicrobatches), i64(b.seqLength), builder.getBoolAttr(b.packing),
-      builder.getStringAttr(b.attentionMask));
+      AttentionMaskKindAttr::get(context,
+                                 symbolizeAttentionMaskKind(b.attentionMask)
+                                     .value_or(AttentionMaskKind::Causal)));
 
   const ModuleConfig &language = config.language();
   auto tokensType = TokensType::get(context, language.hiddenSize);

@@ -4,6 +4,55 @@
 #define MIMO_ATTRS_TD
 
 include "ir/MimoDialect.td"
+include "mlir/IR/EnumAttr.td"
+
+//===----------------------------------------------------------------------===//
+// Enumerations: each choice the passes record is one of a closed set, printed
+// as #mimo<bridge_mode fan_in>, never a free string.
+//===----------------------------------------------------------------------===//
+
+def Mimo_BridgeModeEnum : I32EnumAttr<"BridgeModeKind",
+    "how the data-parallel lanes of a bridge's two sides meet", [
+      I32EnumAttrCase<"FanIn", 0, "fan_in">,
+      I32EnumAttrCase<"FanOut", 1, "fan_out">,
+      I32EnumAttrCase<"OneToOne", 2, "one_to_one">,
+      I32EnumAttrCase<"Colocated", 3, "colocated">]> {
+  let cppNamespace = "::mimo::ir";
+  let genSpecializedAttr = 0;
+}
+def Mimo_BridgeModeAttr : EnumAttr<Mimo_Dialect, Mimo_BridgeModeEnum,
+                                   "bridge_mode">;
+
+def Mimo_ColocatedDirectionEnum : I32EnumAttr<"ColocatedDirection",
+    "a colocated bridge: encoder lanes gathered into fewer language lanes, "
+    "narrowed into more, or equal", [
+      I32EnumAttrCase<"FanIn", 0, "fan_in">,
+      I32EnumAttrCase<"FanOut", 1, "fan_out">,
+      I32EnumAttrCase<"Equal", 2, "equal">]> {
+  let cppNamespace = "::mimo::ir";
+  let genSpecializedAttr = 0;
+}
+def Mimo_ColocatedDirectionAttr : EnumAttr<Mimo_Dialect,
+    Mimo_ColocatedDirectionEnum, "colocated_direction">;
+
+def Mimo_LayoutEnum : I32EnumAttr<"LayoutKind",
+    "whether the modules share their ranks", [
+      I32EnumAttrCase<"Colocated", 0, "colocated">,
+      I32EnumAttrCase<"NonColocated", 1, "non_colocated">]> {
+  let cppNamespace = "::mimo::ir";
+  let genSpecializedAttr = 0;
+}
+def Mimo_LayoutAttr : EnumAttr<Mimo_Dialect, Mimo_LayoutEnum, "layout">;
+
+def Mimo_AttentionMaskEnum : I32EnumAttr<"AttentionMaskKind",
+    "the language model's attention mask", [
+      I32EnumAttrCase<"Causal", 0, "causal">,
+      I32EnumAttrCase<"Dense", 1, "dense">]> {
+  let cppNamespace = "::mimo::ir";
+  let genSpecializedAttr = 0;
+}
+def Mimo_AttentionMaskAttr : EnumAttr<Mimo_Dialect, Mimo_AttentionMaskEnum,
+                                      "attention_mask">;
 
 class Mimo_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<Mimo_Dialect, name, traits> {

@@ -16,8 +16,48 @@ using namespace mimo::ir;
 #define GET_TYPEDEF_CLASSES
 #include "ir/MimoTypes.cpp.inc"
 
+#include "ir/MimoEnums.cpp.inc"
+
 #define GET_ATTRDEF_CLASSES
 #include "ir/MimoAttrs.cpp.inc"
+
+BridgeModeKind mimo::ir::toIR(mimo::BridgeMode mode) {
+  switch (mode) {
+  case mimo::BridgeMode::FanIn:
+    return BridgeModeKind::FanIn;
+  case mimo::BridgeMode::FanOut:
+    return BridgeModeKind::FanOut;
+  case mimo::BridgeMode::OneToOne:
+    return BridgeModeKind::OneToOne;
+  case mimo::BridgeMode::Colocated:
+    break;
+  }
+  return BridgeModeKind::Colocated;
+}
+
+mimo::BridgeMode mimo::ir::fromIR(BridgeModeKind mode) {
+  switch (mode) {
+  case BridgeModeKind::FanIn:
+    return mimo::BridgeMode::FanIn;
+  case BridgeModeKind::FanOut:
+    return mimo::BridgeMode::FanOut;
+  case BridgeModeKind::OneToOne:
+    return mimo::BridgeMode::OneToOne;
+  case BridgeModeKind::Colocated:
+    break;
+  }
+  return mimo::BridgeMode::Colocated;
+}
+
+LayoutKind mimo::ir::toIR(mimo::Layout layout) {
+  return layout == mimo::Layout::Colocated ? LayoutKind::Colocated
+                                           : LayoutKind::NonColocated;
+}
+
+mimo::Layout mimo::ir::fromIR(LayoutKind layout) {
+  return layout == LayoutKind::Colocated ? mimo::Layout::Colocated
+                                         : mimo::Layout::NonColocated;
+}
 
 void MimoDialect::initialize() {
   addOperations<

@@ -4,6 +4,7 @@
 #define MIMO_IR_MIMODIALECT_H
 
 #include "runtime/core/Grid.h"
+#include "runtime/core/Topology.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
@@ -12,6 +13,16 @@
 
 #define GET_TYPEDEF_CLASSES
 #include "ir/MimoTypes.h.inc"
+
+#include "ir/MimoEnums.h.inc"
+
+namespace mimo::ir {
+/// The IR's enumerations and the runtime's (runtime/core), one to one.
+BridgeModeKind toIR(BridgeMode mode);
+BridgeMode fromIR(BridgeModeKind mode);
+LayoutKind toIR(Layout layout);
+Layout fromIR(LayoutKind layout);
+} // namespace mimo::ir
 
 #define GET_ATTRDEF_CLASSES
 #include "ir/MimoAttrs.h.inc"

@@ -57,11 +57,6 @@ LogicalResult ModelOp::verify() {
   if (getWorldSize() && static_cast<int64_t>(*getWorldSize()) < 1)
     return emitOpError() << "world_size must be at least 1, found "
                          << static_cast<int64_t>(*getWorldSize());
-  if (getLayout() && *getLayout() != "colocated" &&
-      *getLayout() != "non_colocated")
-    return emitOpError() << "layout must be \"colocated\" or "
-                            "\"non_colocated\", found \""
-                         << *getLayout() << "\"";
   return success();
 }
 
@@ -172,11 +167,7 @@ LogicalResult MicrobatchOp::verify() {
   if (static_cast<int64_t>(getSeqLength()) < 2)
     return emitOpError() << "seq_length must be at least 2, found "
                          << static_cast<int64_t>(getSeqLength());
-  if (getAttentionMask() != "causal" && getAttentionMask() != "dense")
-    return emitOpError()
-           << "attention_mask must be \"causal\" or \"dense\", found \""
-           << getAttentionMask() << "\"";
-  if (getPacking() && getAttentionMask() == "dense")
+  if (getPacking() && getAttentionMask() == AttentionMaskKind::Dense)
     return emitOpError() << "packing restricts attention to each sample and "
                             "cannot take a dense attention_mask";
   return success();
@@ -297,12 +288,7 @@ static LogicalResult verifyGroups(Operation *op, ArrayAttr groups,
 }
 
 LogicalResult BridgeOp::verify() {
-  StringRef mode = getMode();
-  if (mode != "fan_in" && mode != "fan_out" && mode != "one_to_one" &&
-      mode != "colocated")
-    return emitOpError() << "mode must be fan_in, fan_out, one_to_one or "
-                            "colocated, found \""
-                         << mode << "\"";
+  bool colocated = getMode() == BridgeModeKind::Colocated;
   if (static_cast<int64_t>(getRatio()) < 1)
     return emitOpError() << "ratio must be at least 1";
   int64_t ndim = static_cast<int64_t>(getTensorNdim());
@@ -312,13 +298,10 @@ LogicalResult BridgeOp::verify() {
                             "(batch_dim 1)";
   if (getRoutes().size() % 2 != 0)
     return emitOpError() << "routes must hold from/to pairs";
-  if (mode == "colocated") {
+  if (colocated) {
     if (!getDirection() || !getGatherGroups())
       return emitOpError() << "a colocated bridge needs direction and "
                               "gather_groups";
-    StringRef direction = *getDirection();
-    if (direction != "fan_in" && direction != "fan_out" && direction != "equal")
-      return emitOpError() << "direction must be fan_in, fan_out or equal";
     if (failed(verifyGroups(*this, *getGatherGroups(), "gather_groups")))
       return failure();
   } else {

@@ -32,7 +32,7 @@ def Mimo_ModelOp : Mimo_Op<"model", [IsolatedFromAbove, Symbol, SymbolTable,
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$version,
                        I64Attr:$seed, StrAttr:$precision,
                        OptionalAttr<I64Attr>:$world_size,
-                       OptionalAttr<StrAttr>:$layout,
+                       OptionalAttr<Mimo_LayoutAttr>:$layout,
                        OptionalAttr<I64Attr>:$total_stages);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
@@ -99,12 +99,13 @@ def Mimo_MicrobatchOp : Mimo_Op<"microbatch", [Pure]> {
     ```mlir
     %batch = mimo.microbatch %source {micro_batch_size = 8 : i64,
         num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false,
-        attention_mask = "causal"}
+        attention_mask = #mimo<attention_mask causal>}
     ```
   }];
   let arguments = (ins Mimo_SourceType:$source, I64Attr:$micro_batch_size,
                        I64Attr:$num_microbatches, I64Attr:$seq_length,
-                       BoolAttr:$packing, StrAttr:$attention_mask);
+                       BoolAttr:$packing,
+                       Mimo_AttentionMaskAttr:$attention_mask);
   let results = (outs Mimo_BatchType:$batch);
   let assemblyFormat = "$source attr-dict";
   let hasVerifier = 1;
@@ -251,8 +252,9 @@ def Mimo_BridgeOp : Mimo_Op<"bridge", [Pure, AllTypesMatch<["input", "output"]>]
   let summary = "hands an encoder's tokens to the language module's grid";
   let description = [{
     Inserted by `mimo-insert-bridges` per encoder -> language edge (SPEC
-    §4.3, §4.4). `mode` is "fan_in", "fan_out", "one_to_one" or
-    "colocated"; `ratio` the lane ratio. Non-colocated bridges connect lane
+    §4.3, §4.4). `mode` is
+    `#mimo<bridge_mode fan_in|fan_out|one_to_one|colocated>`; `ratio` the
+    lane ratio. Non-colocated bridges connect lane
     leaders (`src_leaders`, `dst_leaders`) along `routes` (flattened
     from/to pairs) and broadcast over the boundary TP x CP groups; pieces
     are cut at sample boundaries by `%sizes`. Colocated bridges all-gather
@@ -260,7 +262,7 @@ def Mimo_BridgeOp : Mimo_Op<"bridge", [Pure, AllTypesMatch<["input", "output"]>]
 
     ```mlir
     %t = mimo.bridge %images, %sizes {src = @images, dst = @language,
-        mode = "fan_in", ratio = 4 : i64, tensor_ndim = 2 : i64,
+        mode = #mimo<bridge_mode fan_in>, ratio = 4 : i64, tensor_ndim = 2 : i64,
         batch_dim = 0 : i64, src_leaders = array<i64: 0, 1, 2, 3>,
         dst_leaders = array<i64: 4>, routes = array<i64: 0, 4, 1, 4, 2, 4, 3, 4>,
         src_broadcast_groups = [array<i64: 0>, ...],
@@ -269,13 +271,14 @@ def Mimo_BridgeOp : Mimo_Op<"bridge", [Pure, AllTypesMatch<["input", "output"]>]
   }];
   let arguments = (ins Mimo_TokensType:$input, Mimo_SplitSizesType:$sizes,
                        FlatSymbolRefAttr:$src, FlatSymbolRefAttr:$dst,
-                       StrAttr:$mode, I64Attr:$ratio, I64Attr:$tensor_ndim,
+                       Mimo_BridgeModeAttr:$mode, I64Attr:$ratio,
+                       I64Attr:$tensor_ndim,
                        I64Attr:$batch_dim, DenseI64ArrayAttr:$src_leaders,
                        DenseI64ArrayAttr:$dst_leaders,
                        DenseI64ArrayAttr:$routes,
                        ArrayAttr:$src_broadcast_groups,
                        ArrayAttr:$dst_broadcast_groups,
-                       OptionalAttr<StrAttr>:$direction,
+                       OptionalAttr<Mimo_ColocatedDirectionAttr>:$direction,
                        OptionalAttr<ArrayAttr>:$gather_groups);
   let results = (outs Mimo_TokensType:$output);
   let assemblyFormat = "$input `,` $sizes attr-dict `:` type($output)";

@@ -249,7 +249,9 @@ mlir::LogicalResult AssignGridsPass::assign(ir::ModelOp model) {
     return mlir::failure();
 
   mlir::Builder builder(model.getContext());
-  model.setLayout(layoutName(layout->layout));
+  model.setLayout(layout->layout == Layout::Colocated
+                      ? ir::LayoutKind::Colocated
+                      : ir::LayoutKind::NonColocated);
   model.setWorldSizeAttr(builder.getI64IntegerAttr(layout->worldSize));
   for (const ModuleView &module : modules) {
     RankSpan span = module.span();

@@ -95,7 +95,7 @@ private:
           encoder.getLoc(), operand.get().getType(), operand.get(), sizes,
           mlir::FlatSymbolRefAttr::get(&getContext(), encoder.getSymName()),
           mlir::FlatSymbolRefAttr::get(&getContext(), language.getSymName()),
-          builder.getStringAttr(bridgeModeName(bridge->mode)),
+          ir::BridgeModeKindAttr::get(&getContext(), ir::toIR(bridge->mode)),
           builder.getI64IntegerAttr(bridge->ratio),
           builder.getI64IntegerAttr(bridge->tensorNdim),
           builder.getI64IntegerAttr(bridge->batchDim),
@@ -104,8 +104,10 @@ private:
           builder.getDenseI64ArrayAttr(routes),
           groupsAttr(builder, bridge->srcBroadcastGroups),
           groupsAttr(builder, bridge->dstBroadcastGroups),
-          colocated ? builder.getStringAttr(bridge->direction)
-                    : mlir::StringAttr(),
+          colocated ? ir::ColocatedDirectionAttr::get(
+                          &getContext(),
+                          *ir::symbolizeColocatedDirection(bridge->direction))
+                    : ir::ColocatedDirectionAttr(),
           colocated ? groupsAttr(builder, bridge->gatherGroups)
                     : mlir::ArrayAttr());
       operand.set(op.getOutput());

@@ -46,7 +46,8 @@ mlir::LogicalResult checkSequenceSharding(ir::GridOp grid,
     diag.attachNote(grid.getLoc()) << "the language module's parallel grid";
     ok = false;
   }
-  if (p.getCp() > 1 && batch.getAttentionMask() == "dense") {
+  if (p.getCp() > 1 &&
+      batch.getAttentionMask() == ir::AttentionMaskKind::Dense) {
     mlir::InFlightDiagnostic diag =
         mlir::emitError(ir::fieldLoc(batch.getLoc(), "attention_mask"))
         << "attention_mask \"dense\" cannot be used with cp " << p.getCp()

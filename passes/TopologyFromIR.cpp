@@ -88,11 +88,7 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
                failure();
       bridge.src = static_cast<size_t>(src);
       bridge.dst = static_cast<size_t>(dst);
-      llvm::StringRef mode = op.getMode();
-      bridge.mode = mode == "fan_in"      ? BridgeMode::FanIn
-                    : mode == "fan_out"   ? BridgeMode::FanOut
-                    : mode == "colocated" ? BridgeMode::Colocated
-                                          : BridgeMode::OneToOne;
+      bridge.mode = ir::fromIR(op.getMode());
       bridge.ratio = static_cast<int64_t>(op.getRatio());
       bridge.tensorNdim = static_cast<int64_t>(op.getTensorNdim());
       bridge.batchDim = static_cast<int64_t>(op.getBatchDim());
@@ -104,7 +100,7 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
       bridge.srcBroadcastGroups = toGroups(op.getSrcBroadcastGroups());
       bridge.dstBroadcastGroups = toGroups(op.getDstBroadcastGroups());
       if (auto direction = op.getDirection())
-        bridge.direction = direction->str();
+        bridge.direction = ir::stringifyColocatedDirection(*direction).str();
       if (auto groups = op.getGatherGroups())
         bridge.gatherGroups = toGroups(*groups);
       // The peers of every rank follow from the leaders; they must be the

@@ -14,7 +14,7 @@ mimo.model @cp_sp attributes {version = 1 : i64, seed = 0 : i64, precision = "fp
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
   %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = true>
   %src = mimo.data_source "synthetic"
-  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = "causal"}
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
@@ -32,7 +32,7 @@ mimo.model @plain attributes {version = 1 : i64, seed = 0 : i64, precision = "fp
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
   %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"
-  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = "causal"}
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
@@ -47,7 +47,7 @@ mimo.model @packed attributes {version = 1 : i64, seed = 0 : i64, precision = "f
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
   %g1 = mimo.grid #mimo.parallel<tp = 1, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"
-  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 126 : i64, packing = true, attention_mask = "causal"}
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 126 : i64, packing = true, attention_mask = #mimo<attention_mask causal>}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
@@ -63,7 +63,7 @@ mimo.model @indivisible attributes {version = 1 : i64, seed = 0 : i64, precision
   %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = true>
   %src = mimo.data_source "synthetic"
   // expected-error @+1 {{seq_length 100 is not divisible by 8 (2*cp*tp with cp 2 and tp 2) for the sequence sharding of language module 'language'; use a multiple of 8 such as 104}}
-  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 100 : i64, packing = false, attention_mask = "causal"}
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 100 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
@@ -78,7 +78,7 @@ mimo.model @dense attributes {version = 1 : i64, seed = 0 : i64, precision = "fp
   %g1 = mimo.grid #mimo.parallel<tp = 1, cp = 2, pp = 1, dp = 1, rank_offset = 2, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"
   // expected-error @+1 {{attention_mask "dense" cannot be used with cp 2 of language module 'language' (context parallelism shards the sequence in zigzag chunks); use "causal" or packing, or set cp to 1}}
-  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = "dense"}
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false, attention_mask = #mimo<attention_mask dense>}
   %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 2, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
   %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}

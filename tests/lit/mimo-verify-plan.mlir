@@ -4,16 +4,16 @@
 // microbatch) verifies and passes through unchanged.
 // CHECK-LABEL: mimo.model @valid
 // CHECK: mimo.program "language/pp1"
-mimo.model @valid attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @valid attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
@@ -54,16 +54,16 @@ mimo.model @valid attributes {layout = "non_colocated", precision = "fp32", seed
 
 // Hand-edited: the first language stage waits for the gradient before it
 // sends the activation, while the last stage waits for that activation.
-mimo.model @deadlock attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @deadlock attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
@@ -105,16 +105,16 @@ mimo.model @deadlock attributes {layout = "non_colocated", precision = "fp32", s
 // -----
 
 // Hand-edited: the last stage never receives the activation.
-mimo.model @unmatched attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @unmatched attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
@@ -154,16 +154,16 @@ mimo.model @unmatched attributes {layout = "non_colocated", precision = "fp32", 
 // -----
 
 // Hand-edited: a microbatch the step does not have.
-mimo.model @wrong_microbatch attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @wrong_microbatch attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
@@ -204,16 +204,16 @@ mimo.model @wrong_microbatch attributes {layout = "non_colocated", precision = "
 // -----
 
 // Hand-edited: the last stage has no next stage to send to.
-mimo.model @not_applicable attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @not_applicable attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
@@ -255,16 +255,16 @@ mimo.model @not_applicable attributes {layout = "non_colocated", precision = "fp
 // -----
 
 // Hand-edited: the rank count of a role is wrong.
-mimo.model @miscounted attributes {layout = "non_colocated", precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
+mimo.model @miscounted attributes {layout = #mimo<layout non_colocated>, precision = "fp32", seed = 0 : i64, total_stages = 3 : i64, version = 1 : i64, world_size = 3 : i64} {
   %0 = mimo.grid <tp = 1, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 0, 1>}
   %1 = mimo.grid <tp = 1, cp = 1, pp = 2, dp = 1, rank_offset = 1, order = "tp-cp-dp-pp", sequence_parallel = false> {span = array<i64: 1, 3>}
   %2 = mimo.data_source "synthetic"
-  %3 = mimo.microbatch %2 {attention_mask = "causal", micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
+  %3 = mimo.microbatch %2 {attention_mask = #mimo<attention_mask causal>, micro_batch_size = 2 : i64, num_microbatches = 1 : i64, packing = false, seq_length = 16 : i64}
   %4 = mimo.split_sizes %3 {dst_lanes = 1 : i64, modality = @images, samples = 2 : i64, special_token_id = 100 : i64, src_lanes = 1 : i64}
   %5 = mimo.dp_slice %3 on %0 {lanes = 1 : i64, module = @images, samples_per_lane = 2 : i64}
   %6 = mimo.encoder @images(%5) on %0 {arch = #mimo.encoder_arch<feature_dim = 8, hidden_size = 16, num_layers = 1, num_heads = 2, ffn_hidden_size = 32>, special_token_id = 100 : i64} : <32>
   %7 = mimo.dp_slice %3 on %1 {lanes = 1 : i64, module = @language, samples_per_lane = 2 : i64}
-  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = "one_to_one", ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
+  %8 = mimo.bridge %6, %4 {batch_dim = 0 : i64, dst = @language, dst_broadcast_groups = [array<i64: 1>], dst_leaders = array<i64: 1>, mode = #mimo<bridge_mode one_to_one>, ratio = 1 : i64, routes = array<i64: 0, 1>, src = @images, src_broadcast_groups = [array<i64: 0>], src_leaders = array<i64: 0>, tensor_ndim = 2 : i64} : <32>
   %9 = mimo.embed %7, %8 : !mimo.tokens<32> on %1 {language = @language, modalities = ["images"]} : <32>
   %10 = mimo.targets %7 on %1
   %11 = mimo.language @language(%7) embeddings(%9 : !mimo.hidden<32>) targets(%10) on %1 {arch = #mimo.language_arch<vocab_size = 128, hidden_size = 32, num_layers = 2, num_heads = 2, ffn_hidden_size = 64>, modalities = ["images"]}
