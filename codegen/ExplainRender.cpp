@@ -30,11 +30,29 @@ namespace {
 /// elided ("0-6, 8-14, ..., 1016-1022 (128 blocks)").
 constexpr size_t kListChars = 44;
 
+void sortUnique(std::vector<int64_t> &values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+}
+
+/// `items` joined by `separator`; when longer than `maxChars` (and four or
+/// more), the first two, "...", the last and "(count noun)".
+std::string elided(const std::vector<std::string> &items,
+                   const std::string &separator, size_t maxChars, size_t count,
+                   const std::string &noun) {
+  std::string all;
+  for (const std::string &item : items)
+    all += (all.empty() ? "" : separator) + item;
+  if (all.size() <= maxChars || items.size() < 4)
+    return all;
+  return items[0] + separator + items[1] + separator + "..." + separator +
+         items.back() + " (" + std::to_string(count) + " " + noun + ")";
+}
+
 } // namespace
 
 std::string rangeList(std::vector<int64_t> values, size_t maxChars) {
-  std::sort(values.begin(), values.end());
-  values.erase(std::unique(values.begin(), values.end()), values.end());
+  sortUnique(values);
   std::vector<std::string> runs;
   bool singles = true;
   for (size_t i = 0; i < values.size();) {
@@ -47,14 +65,8 @@ std::string rangeList(std::vector<int64_t> values, size_t maxChars) {
     singles = singles && j == i;
     i = j + 1;
   }
-  std::string all;
-  for (const std::string &run : runs)
-    all += (all.empty() ? "" : ", ") + run;
-  if (all.size() <= maxChars || runs.size() < 4)
-    return all;
-  return runs[0] + ", " + runs[1] + ", ..., " + runs.back() + " (" +
-         std::to_string(singles ? values.size() : runs.size()) +
-         (singles ? " values)" : " blocks)");
+  return elided(runs, ", ", maxChars, singles ? values.size() : runs.size(),
+                singles ? "values" : "blocks");
 }
 
 namespace {
@@ -136,10 +148,8 @@ std::vector<RankGroup> rankGroups(const json &explanation) {
   }
   for (RankGroup &group : groups)
     for (auto &role : group.coords)
-      for (std::vector<int64_t> &values : role) {
-        std::sort(values.begin(), values.end());
-        values.erase(std::unique(values.begin(), values.end()), values.end());
-      }
+      for (std::vector<int64_t> &values : role)
+        sortUnique(values);
   return groups;
 }
 
@@ -158,14 +168,8 @@ std::string laneSummary(const json &bridge) {
       lanes.push_back("{" + rangeList(ranks, kListChars / 2) + "}");
     }
   }
-  std::string all;
-  for (const std::string &lane : lanes)
-    all += (all.empty() ? "" : " ") + lane;
-  if (all.size() <= kListChars || lanes.size() < 4)
-    return all;
-  return lanes[0] + " " + lanes[1] + " ... " + lanes.back() + " (" +
-         std::to_string(lanes.size()) +
-         (bridge["routes"].empty() ? " groups)" : " routes)");
+  return elided(lanes, " ", kListChars, lanes.size(),
+                bridge["routes"].empty() ? "groups" : "routes");
 }
 
 std::vector<int64_t> intList(const json &values) {
@@ -336,9 +340,9 @@ std::string renderExplainDot(const json &explanation,
   std::ostringstream os;
   os << "digraph " << dotQuote(modelName) << " {\n"
      << "  rankdir=LR;\n"
-     << "  label=" << dotQuote(modelName + ": " +
-                               number(explanation["world_size"]) + " ranks, " +
-                               explanation["layout"].get<std::string>())
+     << "  label="
+     << dotQuote(modelName + ": " + number(explanation["world_size"]) +
+                 " ranks, " + explanation["layout"].get<std::string>())
      << ";\n"
      << "  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
   for (size_t c = 0; c < clusterOrder.size(); ++c) {
@@ -358,8 +362,7 @@ std::string renderExplainDot(const json &explanation,
                     std::to_string(offset) + "-" +
                     std::to_string(offset + size - 1) + ", tp" +
                     number(module["tp"]) + " cp" + number(module["cp"]) +
-                    " pp" + number(module["pp"]) + " dp" +
-                    number(module["dp"]);
+                    " pp" + number(module["pp"]) + " dp" + number(module["dp"]);
       }
     os << "  subgraph cluster_" << c << " {\n"
        << "    label=" << dotQuote(gridText) << ";\n";
@@ -395,13 +398,13 @@ std::string renderExplainDot(const json &explanation,
       const json &rb = (*groups[b].first)["modules"];
       for (size_t x = 0; x < ra.size(); ++x)
         for (size_t y = 0; y < rb.size(); ++y) {
-          bool next = ra[x]["name"] == rb[y]["name"] &&
-                      rb[y]["pp"].get<int64_t>() ==
-                          ra[x]["pp"].get<int64_t>() + 1;
+          bool next =
+              ra[x]["name"] == rb[y]["name"] &&
+              rb[y]["pp"].get<int64_t>() == ra[x]["pp"].get<int64_t>() + 1;
           bool aligned = true;
           for (size_t d = 0; d < 3; ++d)
-            aligned = aligned && overlap(groups[a].coords[x][d],
-                                         groups[b].coords[y][d]);
+            aligned = aligned &&
+                      overlap(groups[a].coords[x][d], groups[b].coords[y][d]);
           if (next && aligned)
             pipeline.insert({a, b});
         }
@@ -424,12 +427,12 @@ std::string renderExplainDot(const json &explanation,
       for (const json &src : bridge["src_leaders"])
         for (const json &dst : bridge["dst_leaders"])
           join(src, dst);
-    std::string label = bridge["mode"].get<std::string>() + " x" +
-                        number(bridge["ratio"]) + ", " +
-                        std::to_string(bridge["routes"].empty()
-                                           ? bridge["src_leaders"].size()
-                                           : bridge["routes"].size()) +
-                        " lanes";
+    std::string label =
+        bridge["mode"].get<std::string>() + " x" + number(bridge["ratio"]) +
+        ", " +
+        std::to_string(bridge["routes"].empty() ? bridge["src_leaders"].size()
+                                                : bridge["routes"].size()) +
+        " lanes";
     for (const auto &[a, b] : edges)
       os << "  g" << a << " -> g" << b << " [label=" << dotQuote(label)
          << ", style=bold, color=\"#1f77b4\"];\n";

@@ -8,6 +8,8 @@
 
 #include "ir/MimoOps.h"
 
+#include "llvm/ADT/StringExtras.h"
+
 #include "ir/Locations.h"
 #include "runtime/core/Plan.h"
 
@@ -21,6 +23,8 @@
 
 using namespace mlir;
 using namespace mimo::ir;
+
+#include "ir/MimoInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "ir/MimoOps.cpp.inc"
@@ -356,43 +360,21 @@ LogicalResult StageOp::verify() {
   return success();
 }
 
-LogicalResult ExchangeOp::verify() {
-  for (Operation &op : getBody().front()) {
-    std::optional<mimo::InstrOp> kind =
-        mimo::parseInstrOp(op.getName().stripDialect());
-    if (!kind ||
-        !(mimo::instrInfo(*kind).isSend || mimo::instrInfo(*kind).isRecv))
-      return op.emitOpError()
-             << "cannot be posted in a mimo.exchange: only sends and "
-                "receives can";
+/// An instruction carries exactly the attributes its kind declares.
+template <typename OpT> static LogicalResult verifyInstruction(OpT op) {
+  llvm::ArrayRef<llvm::StringRef> declared = OpT::getAttributeNames();
+  for (NamedAttribute attribute : op->getAttrs()) {
+    llvm::StringRef name = attribute.getName().getValue();
+    if (!llvm::is_contained(declared, name)) {
+      InFlightDiagnostic diag = op.emitOpError()
+                                << "takes no attribute '" << name << "'";
+      if (declared.empty())
+        diag << " (it takes none)";
+      else
+        diag << " (it takes " << llvm::join(declared, ", ") << ")";
+      return diag;
+    }
   }
-  return success();
-}
-
-/// Every instruction: the operand its kind names (a module symbol or a
-/// bridge index) and, for per-microbatch kinds, `mb`.
-static LogicalResult verifyInstruction(Operation *op) {
-  std::optional<mimo::InstrOp> kind =
-      mimo::parseInstrOp(op->getName().stripDialect());
-  if (!kind)
-    return op->emitOpError() << "is not an instruction";
-  const mimo::InstrInfo &info = mimo::instrInfo(*kind);
-  bool hasModule = op->hasAttr("module"), hasBridge = op->hasAttr("bridge");
-  if (info.operand == mimo::InstrOperand::Module && (!hasModule || hasBridge))
-    return op->emitOpError() << "names a module (@name) and no bridge";
-  if (info.operand == mimo::InstrOperand::Bridge && (!hasBridge || hasModule))
-    return op->emitOpError() << "names a bridge (bridge = N) and no module";
-  if (info.operand == mimo::InstrOperand::None && (hasBridge || hasModule))
-    return op->emitOpError() << "names no module or bridge";
-  if (hasBridge && llvm::cast<IntegerAttr>(op->getAttr("bridge")).getInt() < 0)
-    return op->emitOpError() << "bridge must be non-negative";
-  auto mb = op->getAttrOfType<IntegerAttr>("mb");
-  if (info.hasMicrobatch != static_cast<bool>(mb))
-    return op->emitOpError()
-           << (info.hasMicrobatch ? "needs a microbatch (mb = N)"
-                                  : "takes no microbatch");
-  if (mb && mb.getInt() < 0)
-    return op->emitOpError() << "mb must be non-negative";
   return success();
 }
 
@@ -417,3 +399,15 @@ MIMO_INSTRUCTION_VERIFIER(ColocatedBackwardOp)
 MIMO_INSTRUCTION_VERIFIER(ReduceGradsOp)
 MIMO_INSTRUCTION_VERIFIER(OptimizerStepOp)
 #undef MIMO_INSTRUCTION_VERIFIER
+
+LogicalResult ExchangeOp::verify() {
+  for (Operation &op : getBody().front()) {
+    auto instr = llvm::dyn_cast<InstructionOp>(op);
+    if (!instr || !(mimo::instrInfo(instr.getInstr()).isSend ||
+                    mimo::instrInfo(instr.getInstr()).isRecv))
+      return op.emitOpError()
+             << "cannot be posted in a mimo.exchange: only sends and "
+                "receives can";
+  }
+  return success();
+}

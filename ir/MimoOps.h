@@ -4,6 +4,7 @@
 #define MIMO_IR_MIMOOPS_H
 
 #include "ir/MimoDialect.h"
+#include "runtime/core/Plan.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -19,6 +20,8 @@ class MicrobatchOp;
 class ProgramOp;
 class ExchangeOp;
 } // namespace mimo::ir
+
+#include "ir/MimoInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "ir/MimoOps.h.inc"

@@ -416,33 +416,75 @@ def Mimo_ExchangeOp : Mimo_Op<"exchange", [HasParent<"ProgramOp">,
   let hasVerifier = 1;
 }
 
-class Mimo_InstrOp<string mnemonic, string doc>
-    : Mimo_Op<mnemonic, [ParentOneOf<["ProgramOp", "ExchangeOp"]>]> {
+//===----------------------------------------------------------------------===//
+// Instructions: one op per kind of the runtime's InstrOp (runtime/core/Plan.h),
+// each with exactly the operands its kind names. The InstructionOp interface
+// maps an op to its kind; a unit test checks the two lists are the same.
+//===----------------------------------------------------------------------===//
+
+def Mimo_InstructionOpInterface : OpInterface<"InstructionOp"> {
+  let cppNamespace = "::mimo::ir";
+  let description = [{
+    An instruction of a rank's program (inside a `mimo.program` or a
+    `mimo.exchange`): `getInstr()` is the runtime instruction it lowers to.
+  }];
+  let methods = [
+    InterfaceMethod<"The runtime instruction kind.", "::mimo::InstrOp",
+                    "getInstr">,
+  ];
+}
+
+def Mimo_NonNegativeI64 : ConfinedAttr<I64Attr, [IntNonNegative]>;
+
+class Mimo_InstrOp<string mnemonic, string kind, string doc>
+    : Mimo_Op<mnemonic, [ParentOneOf<["ProgramOp", "ExchangeOp"]>,
+                         Mimo_InstructionOpInterface]> {
   let summary = doc;
-  let arguments = (ins OptionalAttr<FlatSymbolRefAttr>:$module,
-                       OptionalAttr<I64Attr>:$bridge,
-                       OptionalAttr<I64Attr>:$mb);
-  let assemblyFormat = "($module^)? attr-dict";
+  let extraClassDeclaration = [{
+    ::mimo::InstrOp getInstr() { return ::mimo::InstrOp::}] # kind # [{; }
+  }];
+  // Only the attributes its kind names (attr-dict would take any).
   let hasVerifier = 1;
 }
 
-def Mimo_ForwardOp : Mimo_InstrOp<"forward", "run this rank's stage of a module forward">;
-def Mimo_BackwardOp : Mimo_InstrOp<"backward", "run this rank's stage of a module backward">;
-def Mimo_ShardInstrOp : Mimo_InstrOp<"shard", "embed, place modality rows, CP/SP-shard the language input">;
-def Mimo_UnshardOp : Mimo_InstrOp<"unshard", "gather the input-embedding gradient over TP x CP">;
-def Mimo_SendActOp : Mimo_InstrOp<"send_act", "send activations to the next pipeline stage">;
-def Mimo_RecvActOp : Mimo_InstrOp<"recv_act", "receive activations from the previous stage">;
-def Mimo_SendGradOp : Mimo_InstrOp<"send_grad", "send gradients to the previous stage">;
-def Mimo_RecvGradOp : Mimo_InstrOp<"recv_grad", "receive gradients from the next stage">;
-def Mimo_BridgeSendOp : Mimo_InstrOp<"bridge_send", "source leader: send split pieces along the routes">;
-def Mimo_BridgeRecvOp : Mimo_InstrOp<"bridge_recv", "destination leader: receive and concatenate pieces">;
-def Mimo_BridgeBroadcastOp : Mimo_InstrOp<"bridge_broadcast", "broadcast the received tokens over the boundary group">;
-def Mimo_BridgeSendGradOp : Mimo_InstrOp<"bridge_send_grad", "destination leader: send gradient pieces back">;
-def Mimo_BridgeRecvGradOp : Mimo_InstrOp<"bridge_recv_grad", "source leader: receive and concatenate gradient pieces">;
-def Mimo_BridgeBroadcastGradOp : Mimo_InstrOp<"bridge_broadcast_grad", "broadcast the token gradient over the source boundary group">;
-def Mimo_ColocatedForwardOp : Mimo_InstrOp<"colocated_forward", "colocated bridge: all-gather (fan-in) or narrow (fan-out)">;
-def Mimo_ColocatedBackwardOp : Mimo_InstrOp<"colocated_backward", "colocated bridge adjoint">;
-def Mimo_ReduceGradsOp : Mimo_InstrOp<"reduce_grads", "sum a module's gradients over its DP x CP group">;
-def Mimo_OptimizerStepOp : Mimo_InstrOp<"optimizer_step", "global gradient norm, clipping and AdamW">;
+// A module's stage for microbatch `mb`: `mimo.forward @language {mb = 0}`.
+class Mimo_ModuleInstrOp<string mnemonic, string kind, string doc>
+    : Mimo_InstrOp<mnemonic, kind, doc> {
+  let arguments = (ins FlatSymbolRefAttr:$module, Mimo_NonNegativeI64:$mb);
+  let assemblyFormat = "$module attr-dict";
+}
+
+// A bridge (its index in model order) for microbatch `mb`:
+// `mimo.bridge_send {bridge = 0, mb = 0}`.
+class Mimo_BridgeInstrOp<string mnemonic, string kind, string doc>
+    : Mimo_InstrOp<mnemonic, kind, doc> {
+  let arguments = (ins Mimo_NonNegativeI64:$bridge, Mimo_NonNegativeI64:$mb);
+  let assemblyFormat = "attr-dict";
+}
+
+def Mimo_ForwardOp : Mimo_ModuleInstrOp<"forward", "Forward", "run this rank's stage of a module forward">;
+def Mimo_BackwardOp : Mimo_ModuleInstrOp<"backward", "Backward", "run this rank's stage of a module backward">;
+def Mimo_ShardInstrOp : Mimo_ModuleInstrOp<"shard", "Shard", "embed, place modality rows, CP/SP-shard the language input">;
+def Mimo_UnshardOp : Mimo_ModuleInstrOp<"unshard", "Unshard", "gather the input-embedding gradient over TP x CP">;
+def Mimo_SendActOp : Mimo_ModuleInstrOp<"send_act", "SendAct", "send activations to the next pipeline stage">;
+def Mimo_RecvActOp : Mimo_ModuleInstrOp<"recv_act", "RecvAct", "receive activations from the previous stage">;
+def Mimo_SendGradOp : Mimo_ModuleInstrOp<"send_grad", "SendGrad", "send gradients to the previous stage">;
+def Mimo_RecvGradOp : Mimo_ModuleInstrOp<"recv_grad", "RecvGrad", "receive gradients from the next stage">;
+def Mimo_BridgeSendOp : Mimo_BridgeInstrOp<"bridge_send", "BridgeSend", "source leader: send split pieces along the routes">;
+def Mimo_BridgeRecvOp : Mimo_BridgeInstrOp<"bridge_recv", "BridgeRecv", "destination leader: receive and concatenate pieces">;
+def Mimo_BridgeBroadcastOp : Mimo_BridgeInstrOp<"bridge_broadcast", "BridgeBroadcast", "broadcast the received tokens over the boundary group">;
+def Mimo_BridgeSendGradOp : Mimo_BridgeInstrOp<"bridge_send_grad", "BridgeSendGrad", "destination leader: send gradient pieces back">;
+def Mimo_BridgeRecvGradOp : Mimo_BridgeInstrOp<"bridge_recv_grad", "BridgeRecvGrad", "source leader: receive and concatenate gradient pieces">;
+def Mimo_BridgeBroadcastGradOp : Mimo_BridgeInstrOp<"bridge_broadcast_grad", "BridgeBroadcastGrad", "broadcast the token gradient over the source boundary group">;
+def Mimo_ColocatedForwardOp : Mimo_BridgeInstrOp<"colocated_forward", "ColocatedForward", "colocated bridge: all-gather (fan-in) or narrow (fan-out)">;
+def Mimo_ColocatedBackwardOp : Mimo_BridgeInstrOp<"colocated_backward", "ColocatedBackward", "colocated bridge adjoint">;
+
+def Mimo_ReduceGradsOp : Mimo_InstrOp<"reduce_grads", "ReduceGrads", "sum a module's gradients over its DP x CP group"> {
+  let arguments = (ins FlatSymbolRefAttr:$module);
+  let assemblyFormat = "$module attr-dict";
+}
+def Mimo_OptimizerStepOp : Mimo_InstrOp<"optimizer_step", "OptimizerStep", "global gradient norm, clipping and AdamW"> {
+  let assemblyFormat = "attr-dict";
+}
 
 #endif // MIMO_OPS_TD

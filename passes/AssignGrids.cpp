@@ -10,6 +10,7 @@
 
 #include "ir/Locations.h"
 #include "runtime/core/Grid.h"
+#include "runtime/core/ShapeRules.h"
 #include "runtime/core/Topology.h"
 
 #include "mlir/IR/Builders.h"
@@ -37,9 +38,7 @@ struct ModuleView {
     return ir::fieldLoc(grid.getLoc(), name);
   }
   std::string describe() const {
-    return (llvm::Twine(isEncoder ? "encoder '" : "language module '") + name +
-            "'")
-        .str();
+    return describeModule(name.str(), !isEncoder);
   }
   RankSpan span() const {
     mimo::Grid g = parallel.getGrid();
@@ -83,23 +82,19 @@ private:
 void AssignGridsPass::checkDivides(const ModuleView &module,
                                    llvm::StringRef quantity, int64_t value,
                                    llvm::StringRef dim, int64_t size) {
-  if (value % size == 0)
-    return;
-  error(module.field(dim)) << quantity << " " << value << " of "
-                           << module.describe() << " is not divisible by "
-                           << dim << " " << size << "; use a " << dim
-                           << " that divides " << value << " or change arch."
-                           << quantity;
+  std::string problem =
+      divisibleRule(module.describe(), quantity.str(), value, dim.str(), size);
+  if (!problem.empty())
+    error(module.field(dim)) << problem;
 }
 
 void AssignGridsPass::checkModule(const ModuleView &module,
                                   ir::MicrobatchOp batch) {
   ir::ParallelAttr p = module.parallel;
-  if (module.isEncoder && p.getCp() != 1)
-    error(module.field("cp"))
-        << module.describe() << " must have cp 1 (context parallelism "
-        << "applies to the language module only), found cp " << p.getCp()
-        << "; remove cp or set it to 1";
+  if (module.isEncoder)
+    if (std::string problem = encoderCpRule(module.describe(), p.getCp());
+        !problem.empty())
+      error(module.field("cp")) << problem;
   checkDivides(module, "num_heads", module.numHeads, "tp", p.getTp());
   checkDivides(module, "ffn_hidden_size", module.ffnHiddenSize, "tp",
                p.getTp());
@@ -108,12 +103,10 @@ void AssignGridsPass::checkModule(const ModuleView &module,
   checkDivides(module, "num_layers", module.numLayers, "pp", p.getPp());
 
   int64_t microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
-  if (microBatchSize % p.getDp() != 0) {
-    InFlightDiagnostic diag =
-        error(module.field("dp"))
-        << "micro_batch_size " << microBatchSize << " is not divisible by dp "
-        << p.getDp() << " of " << module.describe()
-        << "; use a micro_batch_size that is a multiple of " << p.getDp();
+  if (std::string problem =
+          microBatchRule(module.describe(), microBatchSize, p.getDp());
+      !problem.empty()) {
+    InFlightDiagnostic diag = error(module.field("dp")) << problem;
     diag.attachNote(ir::fieldLoc(batch.getLoc(), "micro_batch_size"))
         << "micro_batch_size is set here";
   }

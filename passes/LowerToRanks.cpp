@@ -19,6 +19,69 @@ namespace mimo {
 
 namespace {
 
+/// The typed op of one instruction, built through its builder.
+void createInstruction(mlir::OpBuilder &b, mlir::Location loc, const Instr &in,
+                       llvm::StringRef module) {
+  uint64_t mb = static_cast<uint64_t>(std::max<int32_t>(in.mb, 0));
+  uint64_t bridge = static_cast<uint64_t>(std::max<int32_t>(in.index, 0));
+  switch (in.op) {
+  case InstrOp::Forward:
+    b.create<ir::ForwardOp>(loc, module, mb);
+    return;
+  case InstrOp::Backward:
+    b.create<ir::BackwardOp>(loc, module, mb);
+    return;
+  case InstrOp::Shard:
+    b.create<ir::ShardInstrOp>(loc, module, mb);
+    return;
+  case InstrOp::Unshard:
+    b.create<ir::UnshardOp>(loc, module, mb);
+    return;
+  case InstrOp::SendAct:
+    b.create<ir::SendActOp>(loc, module, mb);
+    return;
+  case InstrOp::RecvAct:
+    b.create<ir::RecvActOp>(loc, module, mb);
+    return;
+  case InstrOp::SendGrad:
+    b.create<ir::SendGradOp>(loc, module, mb);
+    return;
+  case InstrOp::RecvGrad:
+    b.create<ir::RecvGradOp>(loc, module, mb);
+    return;
+  case InstrOp::BridgeSend:
+    b.create<ir::BridgeSendOp>(loc, bridge, mb);
+    return;
+  case InstrOp::BridgeRecv:
+    b.create<ir::BridgeRecvOp>(loc, bridge, mb);
+    return;
+  case InstrOp::BridgeBroadcast:
+    b.create<ir::BridgeBroadcastOp>(loc, bridge, mb);
+    return;
+  case InstrOp::BridgeSendGrad:
+    b.create<ir::BridgeSendGradOp>(loc, bridge, mb);
+    return;
+  case InstrOp::BridgeRecvGrad:
+    b.create<ir::BridgeRecvGradOp>(loc, bridge, mb);
+    return;
+  case InstrOp::BridgeBroadcastGrad:
+    b.create<ir::BridgeBroadcastGradOp>(loc, bridge, mb);
+    return;
+  case InstrOp::ColocatedForward:
+    b.create<ir::ColocatedForwardOp>(loc, bridge, mb);
+    return;
+  case InstrOp::ColocatedBackward:
+    b.create<ir::ColocatedBackwardOp>(loc, bridge, mb);
+    return;
+  case InstrOp::ReduceGrads:
+    b.create<ir::ReduceGradsOp>(loc, module);
+    return;
+  case InstrOp::OptimizerStep:
+    b.create<ir::OptimizerStepOp>(loc);
+    return;
+  }
+}
+
 class LowerToRanksPass : public impl::LowerToRanksBase<LowerToRanksPass> {
 public:
   void runOnOperation() override {
@@ -76,17 +139,10 @@ private:
             info.operand == InstrOperand::Module   ? moduleLocs[in.index]
             : info.operand == InstrOperand::Bridge ? bridgeLocs[in.index]
                                                    : model.getLoc();
-        mlir::OperationState state(loc,
-                                   (llvm::Twine("mimo.") + info.name).str());
-        if (info.operand == InstrOperand::Module)
-          state.addAttribute("module",
-                             mlir::FlatSymbolRefAttr::get(
-                                 context, topology->modules[in.index].name));
-        if (info.operand == InstrOperand::Bridge)
-          state.addAttribute("bridge", body.getI64IntegerAttr(in.index));
-        if (info.hasMicrobatch)
-          state.addAttribute("mb", body.getI64IntegerAttr(in.mb));
-        (inExchange ? exchangeBody : body).create(state);
+        llvm::StringRef module = info.operand == InstrOperand::Module
+                                     ? topology->modules[in.index].name
+                                     : llvm::StringRef();
+        createInstruction(inExchange ? exchangeBody : body, loc, in, module);
         if (!in.fused)
           inExchange = false;
       }

@@ -10,6 +10,7 @@
 #include "passes/Passes.h"
 
 #include "ir/Locations.h"
+#include "runtime/core/ShapeRules.h"
 #include "runtime/core/Topology.h"
 
 #include "mlir/IR/Builders.h"
@@ -27,22 +28,12 @@ mlir::LogicalResult checkSequenceSharding(ir::GridOp grid,
   ir::ParallelAttr p = grid.getParallel();
   bool ok = true;
   bool sequenceParallel = p.isSequenceParallel();
-  int64_t factor = sequenceShardFactor(p.getCp(), p.getTp(), sequenceParallel);
   int64_t seqLength = static_cast<int64_t>(batch.getSeqLength());
-  if (!batch.getPacking() && seqLength % factor != 0) {
-    std::string why =
-        p.getCp() > 1 && sequenceParallel
-            ? "2*cp*tp with cp " + std::to_string(p.getCp()) + " and tp " +
-                  std::to_string(p.getTp())
-        : p.getCp() > 1
-            ? "2*cp with cp " + std::to_string(p.getCp())
-            : "tp " + std::to_string(p.getTp()) + " with sequence parallelism";
-    int64_t next = (seqLength / factor + 1) * factor;
+  std::string problem = sequenceShardRule(module.str(), seqLength, p.getCp(),
+                                          p.getTp(), sequenceParallel);
+  if (!batch.getPacking() && !problem.empty()) {
     mlir::InFlightDiagnostic diag =
-        mlir::emitError(ir::fieldLoc(batch.getLoc(), "seq_length"))
-        << "seq_length " << seqLength << " is not divisible by " << factor
-        << " (" << why << ") for the sequence sharding of " << module
-        << "; use a multiple of " << factor << " such as " << next;
+        mlir::emitError(ir::fieldLoc(batch.getLoc(), "seq_length")) << problem;
     diag.attachNote(grid.getLoc()) << "the language module's parallel grid";
     ok = false;
   }
@@ -50,10 +41,7 @@ mlir::LogicalResult checkSequenceSharding(ir::GridOp grid,
       batch.getAttentionMask() == ir::AttentionMaskKind::Dense) {
     mlir::InFlightDiagnostic diag =
         mlir::emitError(ir::fieldLoc(batch.getLoc(), "attention_mask"))
-        << "attention_mask \"dense\" cannot be used with cp " << p.getCp()
-        << " of " << module
-        << " (context parallelism shards the sequence in zigzag chunks); use "
-           "\"causal\" or packing, or set cp to 1";
+        << denseMaskRule(module.str(), p.getCp());
     diag.attachNote(ir::fieldLoc(grid.getLoc(), "cp")) << "cp is set here";
     ok = false;
   }

@@ -8,6 +8,7 @@
 #include "passes/Passes.h"
 
 #include "ir/Locations.h"
+#include "runtime/core/ShapeRules.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -44,13 +45,11 @@ public:
           continue;
         int64_t lanes = grid.getParallel().getDp();
         mlir::Location loc = ir::fieldLoc(grid.getLoc(), "dp");
-        if (samples % lanes != 0) {
-          mlir::emitError(loc)
-              << "micro_batch_size " << samples << " is not divisible by '"
-              << name << "' dp = " << lanes
-              << "; every data-parallel lane takes an equal share of the "
-                 "global microbatch, so make micro_batch_size a multiple of "
-              << lanes;
+        if (std::string problem = microBatchRule(
+                describeModule(name.str(), llvm::isa<ir::LanguageOp>(op)),
+                samples, lanes);
+            !problem.empty()) {
+          mlir::emitError(loc) << problem;
           ok = false;
           continue;
         }

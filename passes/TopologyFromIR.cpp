@@ -160,11 +160,11 @@ mlir::FailureOr<ProgramsFromIR> readPrograms(ir::ModelOp model,
     p.role = program.getRole().str();
     std::vector<mlir::Operation *> ops;
     auto add = [&](mlir::Operation &op, bool fused) -> mlir::LogicalResult {
-      std::optional<InstrOp> kind = parseInstrOp(op.getName().stripDialect());
-      if (!kind)
+      auto instr = llvm::dyn_cast<ir::InstructionOp>(op);
+      if (!instr)
         return op.emitOpError("is not an instruction");
       Instr in;
-      in.op = *kind;
+      in.op = instr.getInstr();
       in.fused = fused;
       if (auto module = op.getAttrOfType<mlir::FlatSymbolRefAttr>("module")) {
         int64_t index = moduleIndex(topology, module.getValue());

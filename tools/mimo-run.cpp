@@ -5,7 +5,8 @@
 // The steps of a run, one function each: read the command line, choose the
 // backend and device, load and check the plan, check memory, checkpoints
 // and test hooks, then train, printing a line (and a metrics record) per
-// step. Exit codes: 0 success, 1 invalid input, 2 a rank failed.
+// step. Exit codes: 0 success, 1 invalid input, 2 a rank failed. About
+// 100 of its lines are the --help text.
 //
 //===----------------------------------------------------------------------===//
 

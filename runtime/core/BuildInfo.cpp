@@ -1,4 +1,4 @@
-//===- BuildInfo.cpp - What this build of mimo is ------------------------===//
+//===- BuildInfo.cpp - What this build of mimo is -------------------------===//
 
 #include "runtime/core/BuildInfo.h"
 

@@ -1,7 +1,8 @@
-//===- Instructions.cpp - The instruction set, declared once
-//----------------===//
+//===- Instructions.cpp - The instruction set, declared once --------------===//
 
 #include "runtime/core/Plan.h"
+
+#include <iterator>
 
 #include "runtime/core/Schedule.h"
 
@@ -22,7 +23,7 @@ namespace {
 constexpr InstrOperand M = InstrOperand::Module, B = InstrOperand::Bridge,
                        N = InstrOperand::None;
 // name, operand, microbatch, send, recv, grad
-const InstrInfo kInstrInfo[kNumInstrOps] = {
+const InstrInfo kInstrInfo[] = {
     {"forward", M, true, false, false, false},
     {"backward", M, true, false, false, true},
     {"shard", M, true, false, false, false},
@@ -42,6 +43,8 @@ const InstrInfo kInstrInfo[kNumInstrOps] = {
     {"reduce_grads", M, false, false, false, true},
     {"optimizer_step", N, false, false, false, false},
 };
+static_assert(std::size(kInstrInfo) == kNumInstrOps,
+              "one entry per InstrOp, in its order");
 } // namespace
 
 const InstrInfo &instrInfo(InstrOp op) {

@@ -6,6 +6,7 @@
 #include "runtime/core/JsonReader.h"
 #include "runtime/core/JsonValidator.h"
 #include "runtime/core/Limits.h"
+#include "runtime/core/ModelConfigParse.h"
 
 #include <nlohmann/json.hpp>
 
@@ -17,8 +18,9 @@ namespace mimo {
 
 const std::vector<ModelJsonObject> &modelJsonObjects() {
   static const std::vector<ModelJsonObject> objects = {
-      {"", {"version", "name", "seed", "precision", "world_size", "batch",
-            "modules", "data", "train"}},
+      {"",
+       {"version", "name", "seed", "precision", "world_size", "batch",
+        "modules", "data", "train"}},
       {"/batch",
        {"micro_batch_size", "num_microbatches", "seq_length", "packing",
         "attention_mask"}},
@@ -37,8 +39,8 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
        {"source", "path", "eval_path", "tokens_per_sample",
         "text_only_fraction"}},
       {"/train",
-       {"steps", "optimizer", "lr", "betas", "eps", "weight_decay",
-        "clip_grad", "lr_schedule", "eval_every", "eval_steps"}},
+       {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "clip_grad",
+        "lr_schedule", "eval_every", "eval_steps"}},
       {"/train/lr_schedule",
        {"warmup_steps", "decay", "decay_steps", "min_lr"}},
   };
@@ -62,19 +64,12 @@ size_t ModelConfig::languageIndex() const {
   return 0;
 }
 
+using detail::isIdentifier;
+using detail::parseModules;
+
 namespace {
 
 using Validator = JsonValidator;
-
-bool isIdentifier(const std::string &name) {
-  if (name.empty() ||
-      !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
-    return false;
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
-      return false;
-  return true;
-}
 
 std::string fileStem(std::string_view fileName) {
   std::string name(fileName);
@@ -85,259 +80,6 @@ std::string fileStem(std::string_view fileName) {
   if (dot != std::string::npos && dot > 0)
     name = name.substr(0, dot);
   return name.empty() ? "model" : name;
-}
-
-void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
-  std::string pointer = module.pointer + "/parallel";
-  auto it = moduleJson.find("parallel");
-  if (it == moduleJson.end())
-    return;
-  const json &parallel = *it;
-  if (!v.object(
-          parallel, pointer, modelJsonKeys("/modules/N/parallel"),
-          "the parallel grid of module '" + module.name + "'"))
-    return;
-  ParallelConfig &config = module.parallel;
-  if (auto value = v.integer(parallel, pointer, "tp", false, 1,
-                             "tensor-parallel size", kMaxRanks))
-    config.tp = *value;
-  if (auto value = v.integer(parallel, pointer, "cp", false, 1,
-                             "context-parallel size", kMaxRanks))
-    config.cp = *value;
-  if (auto value = v.integer(parallel, pointer, "pp", false, 1,
-                             "pipeline-parallel size", kMaxRanks))
-    config.pp = *value;
-  if (auto value = v.integer(parallel, pointer, "dp", false, 1,
-                             "data-parallel size", kMaxRanks))
-    config.dp = *value;
-  if (auto value = v.integer(parallel, pointer, "rank_offset", false, 0,
-                             "first global rank of the module", kMaxRanks))
-    config.rankOffset = *value;
-  // The grid's size and end, in 64 bits without overflow: each factor is at
-  // most kMaxRanks, so the product of two fits and is checked before the
-  // next factor.
-  int64_t ranks = 1;
-  for (int64_t size : {config.tp, config.cp, config.pp, config.dp})
-    ranks = ranks > kMaxRanks ? ranks : ranks * size;
-  if (ranks > kMaxRanks || config.rankOffset + ranks > kMaxRanks) {
-    v.error(pointer,
-            "expected a grid within mimo's " + std::to_string(kMaxRanks) +
-                " ranks, found tp*cp*pp*dp " +
-                (ranks > kMaxRanks ? "above " + std::to_string(kMaxRanks)
-                                   : std::to_string(ranks)) +
-                " from rank_offset " + std::to_string(config.rankOffset) +
-                "; use smaller parallel sizes");
-    config = ParallelConfig{};
-  }
-  if (auto value = v.boolean(parallel, pointer, "sequence_parallel",
-                             "sequence parallelism over the TP group")) {
-    if (*value && module.kind == ModuleKind::Encoder)
-      v.error(pointer + "/sequence_parallel",
-              "sequence_parallel applies to the language module only, found "
-              "true on encoder '" +
-                  module.name + "'; remove it");
-    else
-      config.sequenceParallel = *value;
-  }
-  auto order = parallel.find("order");
-  if (order != parallel.end()) {
-    std::vector<std::string> names;
-    bool allStrings = order->is_array();
-    if (allStrings)
-      for (const json &name : *order) {
-        allStrings = allStrings && name.is_string();
-        if (name.is_string())
-          names.push_back(name.get<std::string>());
-      }
-    std::string why;
-    std::optional<DimOrder> parsed;
-    if (allStrings)
-      parsed = parseOrder(names, &why);
-    else
-      why = "found " + describeJson(*order);
-    if (parsed)
-      config.order = *parsed;
-    else
-      v.error(pointer + "/order",
-              "expected a permutation of [\"tp\", \"cp\", \"dp\", \"pp\"] "
-              "(dimensions from fastest- to slowest-varying rank), " +
-                  why + "; list each of the four names exactly once");
-  }
-}
-
-void parseModule(Validator &v, const json &moduleJson, size_t index,
-                 ModelConfig &config, bool &ok) {
-  ModuleConfig module;
-  module.pointer = "/modules/" + std::to_string(index);
-  const std::string &pointer = module.pointer;
-  // Validate kind first: the allowed keys depend on it.
-  if (!moduleJson.is_object()) {
-    v.error(pointer, "expected a module (a JSON object with name, kind, arch "
-                     "and parallel), found " +
-                         describeJson(moduleJson) + "; write it as { ... }");
-    ok = false;
-    return;
-  }
-  std::optional<std::string> kind =
-      v.choice(moduleJson, pointer, "kind", true, {"encoder", "language"},
-               "what the module is");
-  module.kind =
-      kind && *kind == "language" ? ModuleKind::Language : ModuleKind::Encoder;
-  const std::vector<std::string> &keys =
-      modelJsonKeys(module.kind == ModuleKind::Encoder
-                        ? "/modules/N (encoder)"
-                        : "/modules/N (language)");
-  v.object(moduleJson, pointer, keys,
-           kind ? "a module of kind \"" + *kind + "\"" : "a module");
-  if (module.kind == ModuleKind::Language)
-    for (Diagnostic &diag : v.diagnostics)
-      if (diag.pointer == pointer + "/special_token_id")
-        diag.message += "; only encoders have a special_token_id (the "
-                        "language module embeds text tokens)";
-
-  if (auto name = v.string(moduleJson, pointer, "name", true,
-                           "the module's name; encoder names are modality "
-                           "names")) {
-    if (!isIdentifier(*name))
-      v.error(pointer + "/name",
-              "expected a name of letters, digits, '_' or '-' starting with a "
-              "letter or '_', found \"" +
-                  name->substr(0, 60) + "\"; rename the module");
-    module.name = *name;
-  }
-  if (module.kind == ModuleKind::Encoder)
-    if (auto id = v.integer(moduleJson, pointer, "special_token_id", true, 0,
-                            "the token id that marks this modality's "
-                            "positions in input_ids",
-                            kMaxVocab - 1))
-      module.specialTokenId = *id;
-
-  std::string archPointer = pointer + "/arch";
-  if (const json *arch = v.member(moduleJson, pointer, "arch", true,
-                                  "the module's architecture")) {
-    const std::vector<std::string> &archKeys =
-        modelJsonKeys(module.kind == ModuleKind::Encoder
-                          ? "/modules/N/arch (encoder)"
-                          : "/modules/N/arch (language)");
-    if (v.object(*arch, archPointer, archKeys,
-                 "the architecture of module '" + module.name + "'")) {
-      auto field = [&](const char *key, const char *meaning, int64_t maximum) {
-        return v.integer(*arch, archPointer, key, true, 1, meaning, maximum)
-            .value_or(0);
-      };
-      if (module.kind == ModuleKind::Encoder)
-        module.featureDim =
-            field("feature_dim", "size of each input feature row", kMaxWidth);
-      else
-        module.vocabSize =
-            field("vocab_size", "number of text token ids", kMaxVocab);
-      module.hiddenSize =
-          field("hidden_size", "width of the hidden states", kMaxWidth);
-      module.numLayers =
-          field("num_layers", "number of transformer layers", kMaxLayers);
-      module.numHeads =
-          field("num_heads", "number of attention heads", kMaxWidth);
-      module.ffnHiddenSize = field(
-          "ffn_hidden_size", "width of the feed-forward layer", kMaxFfnWidth);
-      if (module.hiddenSize > 0 && module.numHeads > 0) {
-        if (module.hiddenSize % module.numHeads != 0)
-          v.error(archPointer + "/num_heads",
-                  "expected num_heads to divide hidden_size " +
-                      std::to_string(module.hiddenSize) + ", found " +
-                      std::to_string(module.numHeads) +
-                      "; use a head count that divides the hidden size");
-        else if (module.kind == ModuleKind::Language &&
-                 (module.hiddenSize / module.numHeads) % 2 != 0)
-          v.error(archPointer + "/num_heads",
-                  "expected an even head size for rotary embeddings, found "
-                  "hidden_size " +
-                      std::to_string(module.hiddenSize) + " / num_heads " +
-                      std::to_string(module.numHeads) + " = " +
-                      std::to_string(module.hiddenSize / module.numHeads) +
-                      "; choose num_heads so that the head size is even");
-      }
-    }
-  }
-  parseParallel(v, moduleJson, module);
-  config.modules.push_back(std::move(module));
-}
-
-void parseModules(Validator &v, const json &root, ModelConfig &config) {
-  const json *modules =
-      v.member(root, "", "modules", true,
-               "the encoders and the language model, an array");
-  if (!modules)
-    return;
-  if (!modules->is_array() || modules->empty()) {
-    v.error("/modules", "expected a non-empty array of modules, found " +
-                            (modules->is_array() ? std::string("an empty array")
-                                                 : describeJson(*modules)) +
-                            "; list the encoders and one language module");
-    return;
-  }
-  if (modules->size() > static_cast<size_t>(kMaxModules)) {
-    v.error("/modules", "expected at most " + std::to_string(kMaxModules) +
-                            " modules, found " +
-                            std::to_string(modules->size()) +
-                            "; merge modalities into fewer encoders");
-    return;
-  }
-  bool ok = true;
-  for (size_t i = 0; i < modules->size(); ++i)
-    parseModule(v, (*modules)[i], i, config, ok);
-  if (!ok)
-    return;
-
-  std::map<std::string, size_t> names;
-  std::map<int64_t, size_t> tokenIds;
-  std::optional<size_t> language;
-  for (size_t i = 0; i < config.modules.size(); ++i) {
-    const ModuleConfig &module = config.modules[i];
-    if (!module.name.empty()) {
-      auto [it, inserted] = names.emplace(module.name, i);
-      if (!inserted)
-        v.error(module.pointer + "/name",
-                "expected unique module names, found '" + module.name +
-                    "' again (first at /modules/" + std::to_string(it->second) +
-                    "); rename one of them");
-    }
-    if (module.kind == ModuleKind::Language) {
-      if (language)
-        v.error(module.pointer + "/kind",
-                "expected exactly one module of kind \"language\", found a "
-                "second one ('" +
-                    module.name + "'; the first is '" +
-                    config.modules[*language].name + "' at /modules/" +
-                    std::to_string(*language) +
-                    "); make one of them an encoder or remove it");
-      else
-        language = i;
-    } else if (module.specialTokenId >= 0) {
-      auto [it, inserted] = tokenIds.emplace(module.specialTokenId, i);
-      if (!inserted)
-        v.error(module.pointer + "/special_token_id",
-                "expected a special_token_id unique to encoder '" +
-                    module.name + "', found " +
-                    std::to_string(module.specialTokenId) +
-                    ", which encoder '" + config.modules[it->second].name +
-                    "' also uses; give each modality its own token id");
-    }
-  }
-  if (!language) {
-    v.error("/modules", "expected exactly one module of kind \"language\", "
-                        "found none; add a language module");
-    return;
-  }
-  const ModuleConfig &lm = config.modules[*language];
-  for (const ModuleConfig &module : config.modules)
-    if (module.kind == ModuleKind::Encoder && lm.vocabSize > 0 &&
-        module.specialTokenId >= lm.vocabSize)
-      v.error(module.pointer + "/special_token_id",
-              "expected a token id below the language vocab_size " +
-                  std::to_string(lm.vocabSize) + ", found " +
-                  std::to_string(module.specialTokenId) +
-                  "; pick an id in [0, " + std::to_string(lm.vocabSize) +
-                  ") (it is reserved from synthetic text)");
 }
 
 void parseBatch(Validator &v, const json &root, ModelConfig &config) {
@@ -490,9 +232,8 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
 
 void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   auto it = root.find("train");
-  if (it == root.end() ||
-      !v.object(*it, "/train", modelJsonKeys("/train"),
-                "the training settings"))
+  if (it == root.end() || !v.object(*it, "/train", modelJsonKeys("/train"),
+                                    "the training settings"))
     return;
   const json &train = *it;
   TrainConfig &t = config.train;
@@ -529,10 +270,9 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
             "/data/eval_path; add \"eval_path\" to /data (a file like "
             "/data/path) or set eval_every to 0");
   auto schedule = train.find("lr_schedule");
-  if (schedule != train.end() &&
-      v.object(*schedule, "/train/lr_schedule",
-               modelJsonKeys("/train/lr_schedule"),
-               "the learning-rate schedule")) {
+  if (schedule != train.end() && v.object(*schedule, "/train/lr_schedule",
+                                          modelJsonKeys("/train/lr_schedule"),
+                                          "the learning-rate schedule")) {
     LrSchedule &s = t.lrSchedule;
     const std::string p = "/train/lr_schedule";
     if (auto w = v.integer(*schedule, p, "warmup_steps", false, 0,
@@ -694,84 +434,6 @@ ParseResult parseModelConfig(std::string_view text, std::string_view fileName) {
   if (!root)
     return ParseResult{std::nullopt, {syntax}};
   return validateModelConfig(*root, fileName);
-}
-
-json toJson(const ModelConfig &config) {
-  json modules = json::array();
-  for (const ModuleConfig &module : config.modules) {
-    json entry;
-    entry["name"] = module.name;
-    bool encoder = module.kind == ModuleKind::Encoder;
-    entry["kind"] = encoder ? "encoder" : "language";
-    if (encoder)
-      entry["special_token_id"] = module.specialTokenId;
-    json arch;
-    if (encoder)
-      arch["feature_dim"] = module.featureDim;
-    else
-      arch["vocab_size"] = module.vocabSize;
-    arch["hidden_size"] = module.hiddenSize;
-    arch["num_layers"] = module.numLayers;
-    arch["num_heads"] = module.numHeads;
-    arch["ffn_hidden_size"] = module.ffnHiddenSize;
-    entry["arch"] = arch;
-    const ParallelConfig &p = module.parallel;
-    json parallel = {{"tp", p.tp},
-                     {"cp", p.cp},
-                     {"pp", p.pp},
-                     {"dp", p.dp},
-                     {"rank_offset", p.rankOffset}};
-    if (!encoder)
-      parallel["sequence_parallel"] = p.sequenceParallel;
-    json order = json::array();
-    for (Dim dim : p.order)
-      order.push_back(dimName(dim));
-    parallel["order"] = order;
-    entry["parallel"] = parallel;
-    modules.push_back(entry);
-  }
-  json data = {{"source", config.data.source}};
-  if (config.data.source != "synthetic") {
-    data["path"] = config.data.path;
-    if (!config.data.evalPath.empty())
-      data["eval_path"] = config.data.evalPath;
-  } else {
-    json tokens = json::object();
-    for (const auto &[name, range] : config.data.tokensPerSample)
-      tokens[name] = {range.min, range.max};
-    data["tokens_per_sample"] = tokens;
-    data["text_only_fraction"] = config.data.textOnlyFraction;
-  }
-  json root = {{"version", config.version},
-               {"name", config.name},
-               {"seed", config.seed},
-               {"precision", config.precision},
-               {"batch",
-                {{"micro_batch_size", config.batch.microBatchSize},
-                 {"num_microbatches", config.batch.numMicrobatches},
-                 {"seq_length", config.batch.seqLength},
-                 {"packing", config.batch.packing},
-                 {"attention_mask", config.batch.attentionMask}}},
-               {"modules", modules},
-               {"data", data},
-               {"train",
-                {{"steps", config.train.steps},
-                 {"optimizer", config.train.optimizer},
-                 {"lr", config.train.lr},
-                 {"betas", {config.train.beta1, config.train.beta2}},
-                 {"eps", config.train.eps},
-                 {"weight_decay", config.train.weightDecay},
-                 {"clip_grad", config.train.clipGrad},
-                 {"lr_schedule",
-                  {{"warmup_steps", config.train.lrSchedule.warmupSteps},
-                   {"decay", config.train.lrSchedule.decay},
-                   {"decay_steps", config.train.lrSchedule.decaySteps},
-                   {"min_lr", config.train.lrSchedule.minLr}}},
-                 {"eval_every", config.train.evalEvery},
-                 {"eval_steps", config.train.evalSteps}}}};
-  if (config.worldSize)
-    root["world_size"] = *config.worldSize;
-  return root;
 }
 
 } // namespace mimo

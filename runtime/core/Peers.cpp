@@ -1,5 +1,4 @@
-//===- Peers.cpp - Who an instruction talks to, and what it moves
-//-----------===//
+//===- Peers.cpp - Who an instruction talks to, and what it moves ---------===//
 
 #include "runtime/core/Plan.h"
 

@@ -105,7 +105,8 @@ enum class InstrOp : uint8_t {
   ReduceGrads,         // module: sum gradients over its DP x CP group
   OptimizerStep,       // global gradient norm (world), clip, AdamW
 };
-inline constexpr int kNumInstrOps = 18;
+inline constexpr int kNumInstrOps =
+    static_cast<int>(InstrOp::OptimizerStep) + 1; // the last kind
 
 /// What an instruction names besides its kind.
 enum class InstrOperand : uint8_t { None, Module, Bridge };

@@ -2,6 +2,8 @@
 
 #include "runtime/core/PlanFile.h"
 
+#include "runtime/core/ShapeRules.h"
+
 #include "runtime/core/JsonReader.h"
 #include "runtime/core/Topology.h"
 
@@ -20,44 +22,36 @@ inline constexpr const char *kPlanFormat = "mimo-plan";
 
 std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
   std::vector<Diagnostic> errors;
-  auto divides = [&](const ModuleConfig &m, const char *what, int64_t value,
-                     const char *dim, int64_t size) {
-    if (value % size != 0)
-      errors.push_back(Diagnostic::error(
-          m.pointer + "/parallel/" + dim,
-          std::string(what) + " " + std::to_string(value) + " of '" + m.name +
-              "' is not divisible by " + dim + " " + std::to_string(size) +
-              "; use a " + dim + " that divides " + std::to_string(value)));
+  auto check = [&](std::string pointer, std::string problem) {
+    if (!problem.empty())
+      errors.push_back(
+          Diagnostic::error(std::move(pointer), std::move(problem)));
   };
   for (const ModuleConfig &m : config.modules) {
     const ParallelConfig &p = m.parallel;
     bool language = m.kind == ModuleKind::Language;
-    if (!language && p.cp != 1)
-      errors.push_back(Diagnostic::error(
-          m.pointer + "/parallel/cp",
-          "encoder '" + m.name + "' must have cp 1, found cp " +
-              std::to_string(p.cp) + "; set cp to 1"));
-    divides(m, "num_heads", m.numHeads, "tp", p.tp);
-    divides(m, "ffn_hidden_size", m.ffnHiddenSize, "tp", p.tp);
+    std::string module = describeModule(m.name, language);
+    std::string at = m.pointer + "/parallel/";
+    if (!language)
+      check(at + "cp", encoderCpRule(module, p.cp));
+    check(at + "tp",
+          divisibleRule(module, "num_heads", m.numHeads, "tp", p.tp));
+    check(at + "tp", divisibleRule(module, "ffn_hidden_size", m.ffnHiddenSize,
+                                   "tp", p.tp));
     if (language)
-      divides(m, "vocab_size", m.vocabSize, "tp", p.tp);
-    divides(m, "num_layers", m.numLayers, "pp", p.pp);
-    divides(m, "micro_batch_size", config.batch.microBatchSize, "dp", p.dp);
+      check(at + "tp",
+            divisibleRule(module, "vocab_size", m.vocabSize, "tp", p.tp));
+    check(at + "pp",
+          divisibleRule(module, "num_layers", m.numLayers, "pp", p.pp));
+    check(at + "dp", microBatchRule(module, config.batch.microBatchSize, p.dp));
     if (!language)
       continue;
-    int64_t factor = sequenceShardFactor(p.cp, p.tp, p.sequenceParallel);
-    if (!config.batch.packing && config.batch.seqLength % factor != 0)
-      errors.push_back(Diagnostic::error(
-          "/batch/seq_length",
-          "seq_length " + std::to_string(config.batch.seqLength) +
-              " is not divisible by " + std::to_string(factor) +
-              " (the CP zigzag and SP scatter of '" + m.name +
-              "'); use a multiple of " + std::to_string(factor)));
-    if (config.batch.attentionMask == "dense" && p.cp > 1)
-      errors.push_back(Diagnostic::error(
-          "/batch/attention_mask",
-          "a dense attention mask cannot be sharded over cp " +
-              std::to_string(p.cp) + "; use \"causal\" or packing"));
+    if (!config.batch.packing)
+      check("/batch/seq_length",
+            sequenceShardRule(module, config.batch.seqLength, p.cp, p.tp,
+                              p.sequenceParallel));
+    if (config.batch.attentionMask == "dense")
+      check("/batch/attention_mask", denseMaskRule(module, p.cp));
   }
   return errors;
 }

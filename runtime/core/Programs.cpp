@@ -1,5 +1,4 @@
-//===- Programs.cpp - Each role's instruction stream
-//------------------------===//
+//===- Programs.cpp - Each role's instruction stream ----------------------===//
 
 #include "runtime/core/Plan.h"
 
@@ -80,14 +79,25 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
       outgoing.push_back(b);
   }
 
-  auto recvForward = [&](int64_t mb) {
+  // The point-to-point side of a stage boundary: the pipeline message (when
+  // there is a neighbouring stage) and the bridge messages of the leaders.
+  auto messages = [&](bool pipeline, InstrOp pipelineOp,
+                      const std::vector<size_t> &boundary, bool source,
+                      InstrOp bridgeOp, int64_t mb) {
     std::vector<Instr> ops;
-    if (!first)
-      ops.push_back(instr(InstrOp::RecvAct, m, mb));
-    for (size_t b : incoming)
-      if (isDestinationLeader(topology.bridges[b], grid, rank))
-        ops.push_back(instr(InstrOp::BridgeRecv, b, mb));
+    if (pipeline)
+      ops.push_back(instr(pipelineOp, m, mb));
+    for (size_t b : boundary) {
+      const BridgeTopology &bridge = topology.bridges[b];
+      if (source ? isSourceLeader(bridge, grid, rank)
+                 : isDestinationLeader(bridge, grid, rank))
+        ops.push_back(instr(bridgeOp, b, mb));
+    }
     return ops;
+  };
+  auto recvForward = [&](int64_t mb) {
+    return messages(!first, InstrOp::RecvAct, incoming, false,
+                    InstrOp::BridgeRecv, mb);
   };
   ProgramBuilder emit(out);
   auto afterRecvForward = [&](int64_t mb) {
@@ -98,22 +108,12 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
       emit.add(InstrOp::Shard, m, mb);
   };
   auto sendForward = [&](int64_t mb) {
-    std::vector<Instr> ops;
-    if (!last)
-      ops.push_back(instr(InstrOp::SendAct, m, mb));
-    for (size_t b : outgoing)
-      if (isSourceLeader(topology.bridges[b], grid, rank))
-        ops.push_back(instr(InstrOp::BridgeSend, b, mb));
-    return ops;
+    return messages(!last, InstrOp::SendAct, outgoing, true,
+                    InstrOp::BridgeSend, mb);
   };
   auto recvBackward = [&](int64_t mb) {
-    std::vector<Instr> ops;
-    if (!last)
-      ops.push_back(instr(InstrOp::RecvGrad, m, mb));
-    for (size_t b : outgoing)
-      if (isSourceLeader(topology.bridges[b], grid, rank))
-        ops.push_back(instr(InstrOp::BridgeRecvGrad, b, mb));
-    return ops;
+    return messages(!last, InstrOp::RecvGrad, outgoing, true,
+                    InstrOp::BridgeRecvGrad, mb);
   };
   auto afterRecvBackward = [&](int64_t mb) {
     for (size_t b : outgoing)
@@ -126,13 +126,8 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
       emit.add(InstrOp::Unshard, m, mb);
   };
   auto sendBackward = [&](int64_t mb) {
-    std::vector<Instr> ops;
-    if (!first)
-      ops.push_back(instr(InstrOp::SendGrad, m, mb));
-    for (size_t b : incoming)
-      if (isDestinationLeader(topology.bridges[b], grid, rank))
-        ops.push_back(instr(InstrOp::BridgeSendGrad, b, mb));
-    return ops;
+    return messages(!first, InstrOp::SendGrad, incoming, false,
+                    InstrOp::BridgeSendGrad, mb);
   };
 
   // Multi-module 1F1B (reference §9.3): W warm-up forwards, R = M - W

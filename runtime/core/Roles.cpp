@@ -1,5 +1,4 @@
-//===- Roles.cpp - Topology queries, rank roles and 1F1B stages
-//-------------===//
+//===- Roles.cpp - Topology queries, rank roles and 1F1B stages -----------===//
 
 #include "runtime/core/Plan.h"
 

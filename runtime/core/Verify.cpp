@@ -1,5 +1,4 @@
-//===- Verify.cpp - Simulating every rank's stream
-//--------------------------===//
+//===- Verify.cpp - Simulating every rank's stream ------------------------===//
 
 #include "runtime/core/Plan.h"
 

@@ -8,6 +8,9 @@
 // kernels of cpu/Kernels.h (tests/unit/KernelBodiesTest.cpp), so the index
 // arithmetic and the math of every GPU kernel are checked on any machine.
 //
+// Over 600 lines for the same reason as cpu/Kernels.cpp, which it mirrors
+// op for op: one place to compare each GPU body with its reference.
+//
 // Each body follows its reference kernel's arithmetic: reductions and
 // transcendental functions in double, accumulations into outputs in the
 // element type and in the reference's order (a column body walks rows in

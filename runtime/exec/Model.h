@@ -10,6 +10,9 @@
 // and context parallelism (attention over the keys and values of every CP
 // rank, with the global positions each one holds).
 //
+// Defined in Model.cpp (a stage's flat parameter buffers), TransformerLayer.h
+// (the layer both modules stack), EncoderStage.cpp and LanguageStage.cpp.
+//
 // Parameters are pure functions of (seed, module, name, global index), so
 // every layout starts from the same model as the single-rank reference.
 // A stage's parameters, gradients and AdamW moments live in four flat

@@ -687,14 +687,14 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
 
 // -----
 
-// Instructions: operand
+// Instructions: each kind takes exactly its typed attributes
 mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
   %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   mimo.program "r" attributes {ranks = 1 : i64} {
-// expected-error @+1 {{'mimo.send_act' op names a module (@name) and no bridge}}
-    mimo.send_act {bridge = 0 : i64, mb = 0 : i64}
+// expected-error @+1 {{'mimo.send_act' op takes no attribute 'bridge' (it takes mb, module)}}
+    mimo.send_act @lm {bridge = 0 : i64, mb = 0 : i64}
   }
   %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
   mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
@@ -708,7 +708,7 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
   %src = mimo.data_source "synthetic"
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   mimo.program "r" attributes {ranks = 1 : i64} {
-// expected-error @+1 {{'mimo.bridge_send' op needs a microbatch (mb = N)}}
+// expected-error @+1 {{'mimo.bridge_send' op requires attribute 'mb'}}
     mimo.bridge_send {bridge = 0 : i64}
   }
   %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
@@ -723,7 +723,7 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
   %src = mimo.data_source "synthetic"
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   mimo.program "r" attributes {ranks = 1 : i64} {
-// expected-error @+1 {{'mimo.optimizer_step' op takes no microbatch}}
+// expected-error @+1 {{'mimo.optimizer_step' op takes no attribute 'mb' (it takes none)}}
     mimo.optimizer_step {mb = 0 : i64}
   }
   %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
@@ -739,4 +739,17 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
 // expected-error @+2 {{expected ::mimo::ir::AttentionMaskKind to be one of: causal, dense}}
 // expected-error @+1 {{failed to parse}}
   %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask sliding>}
+}
+
+// -----
+
+// Instructions: a microbatch index is non-negative
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+// expected-error @+1 {{'mimo.forward' op attribute 'mb' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
+    mimo.forward @lm {mb = -1 : i64}
+  }
 }

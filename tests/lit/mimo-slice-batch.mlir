@@ -39,7 +39,7 @@ mimo.model @idempotent attributes {version = 1 : i64, seed = 0 : i64, precision 
 
 // micro_batch_size 6 does not split over dp 4.
 mimo.model @indivisible attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
-  // expected-error @+1 {{micro_batch_size 6 is not divisible by 'images' dp = 4; every data-parallel lane takes an equal share of the global microbatch, so make micro_batch_size a multiple of 4}}
+  // expected-error @+1 {{micro_batch_size 6 is not divisible by dp 4 of encoder 'images'; use a micro_batch_size that is a multiple of 4 (it is the global micro-batch, shared by the data-parallel lanes)}}
   %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 4, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
   %g1 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 4, order = "tp-cp-dp-pp", sequence_parallel = false>
   %src = mimo.data_source "synthetic"

@@ -523,12 +523,13 @@ TEST(PlanFileTest, BadModelIsReportedUnderModel) {
 
 TEST(PlanFileTest, UntrainableModelShapesAreRejected) {
   // No derived section mentions num_layers or num_heads: the loader checks
-  // the model's shapes itself (SPEC §4.1, §4.5).
+  // the model's shapes itself, in the compiler's words (core/ShapeRules.h).
   json doc = examplePlan();
   doc["model"]["modules"][1]["arch"]["num_layers"] = 3;
   EXPECT_NE(firstError(doc).find(
                 "plan.json: /model/modules/1/parallel/pp: error: num_layers 3 "
-                "of 'language' is not divisible by pp 2"),
+                "of language module 'language' is not divisible by pp 2; use "
+                "a pp that divides 3 or change arch.num_layers"),
             std::string::npos)
       << firstError(doc);
   doc = examplePlan();
@@ -536,7 +537,8 @@ TEST(PlanFileTest, UntrainableModelShapesAreRejected) {
   doc["model"]["modules"][0]["parallel"]["tp"] = 2;
   doc["model"]["modules"][0]["parallel"]["dp"] = 2;
   EXPECT_NE(firstError(doc).find("/model/modules/0/parallel/tp: error: "
-                                 "ffn_hidden_size 255 of 'images'"),
+                                 "ffn_hidden_size 255 of encoder 'images' "
+                                 "is not divisible by tp 2"),
             std::string::npos)
       << firstError(doc);
   doc = examplePlan();

@@ -1,0 +1,77 @@
+//===- ModelOps.h - The model stages' building blocks -----------*- C++ -*-===//
+//
+// Internal to the model stages (Model.cpp, TransformerLayer.h,
+// EncoderStage.cpp, LanguageStage.cpp): GEMMs in the stages' [in, out]
+// weight layout, buffers, and the equal-piece collectives of TP, SP and CP.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_EXEC_MODELOPS_H
+#define MIMO_RUNTIME_EXEC_MODELOPS_H
+
+#include "runtime/comm/Comm.h"
+#include "runtime/device/Device.h"
+#include "runtime/device/Tensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mimo::exec::ops {
+
+/// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
+inline void matmul(Device &dev, const float *x, const float *w, float *y,
+                   int64_t M, int64_t K, int64_t N, float beta = 0.0f) {
+  dev.gemm(false, false, M, N, K, 1.0f, x, w, beta, y);
+}
+
+/// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
+inline void matmulBackward(Device &dev, const float *x, const float *w,
+                           const float *dy, float *dx, float *dw, int64_t M,
+                           int64_t K, int64_t N, float dxBeta = 0.0f) {
+  if (dx)
+    dev.gemm(false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
+  dev.gemm(true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
+}
+
+/// Buffers that are written whole before they are read, and buffers that
+/// are accumulated into.
+inline Tensor empty(int64_t n) { return Tensor::empty(n); }
+inline Tensor zeros(int64_t n, device::DType type = device::DType::F32) {
+  return Tensor::zeros(n, type);
+}
+
+/// Host index arrays (positions, segments, ids, row maps) on the device.
+inline Tensor indices(const std::vector<int64_t> &host) {
+  return Tensor::fromHost(host);
+}
+
+/// Equal-piece collectives over a group (identity for one member).
+inline Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
+                         const Tensor &local) {
+  if (group.size() <= 1)
+    return local.clone();
+  std::vector<int64_t> counts(group.size(), local.size());
+  Tensor out = empty(local.size() * static_cast<int64_t>(group.size()));
+  comm.allGatherV(group, local.data(), counts, out.data());
+  return out;
+}
+
+inline Tensor scatterRows(comm::Comm &comm, const std::vector<int64_t> &group,
+                          const Tensor &full) {
+  if (group.size() <= 1)
+    return full.clone();
+  int64_t piece = full.size() / static_cast<int64_t>(group.size());
+  std::vector<int64_t> counts(group.size(), piece);
+  Tensor out = empty(piece);
+  comm.reduceScatterV(group, full.data(), counts, out.data());
+  return out;
+}
+
+inline void reduceAll(comm::Comm &comm, const std::vector<int64_t> &group,
+                      Tensor &x) {
+  if (group.size() > 1)
+    comm.allReduceSum(group, x.data(), static_cast<int64_t>(x.size()));
+}
+
+} // namespace mimo::exec::ops
+
+#endif // MIMO_RUNTIME_EXEC_MODELOPS_H

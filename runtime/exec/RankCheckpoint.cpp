@@ -1,0 +1,66 @@
+//===- RankCheckpoint.cpp - A rank saves and loads its parameters ---------===//
+
+#include "runtime/exec/RankExecutor.h"
+
+#include "runtime/core/Flops.h"
+#include "runtime/core/LearningRate.h"
+#include "runtime/core/Limits.h"
+#include "runtime/device/Devices.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace mimo::exec {
+
+/// The parameters this rank holds and which of their blocks it writes to
+/// a checkpoint (one writer per block).
+HeldParams RankExecutor::heldParams() {
+  HeldParams held;
+  for (auto &m : modules)
+    if (m)
+      for (Param &p : m->stage->params()) {
+        held.params.push_back(&p);
+        held.owned.push_back(m->coords.dp == 0 && m->coords.cp == 0 &&
+                             (!p.replicatedOverTp || m->coords.tp == 0));
+      }
+  return held;
+}
+
+/// Restores parameters and moments from a checkpoint (any layout's).
+void RankExecutor::load(const Checkpoint &checkpoint) {
+  readCheckpointShards(checkpoint, heldParams());
+  dev.synchronize();
+}
+
+/// SPEC §12: every rank writes its blocks into step-N.tmp; rank 0 makes
+/// the files before and the checkpoint complete after (atomic).
+void RankExecutor::save(const std::string &dir, int64_t step,
+                        int64_t killDuringSave) {
+  CheckpointFiles files = checkpointFiles(plan.config);
+  currentInstr = kSaving;
+  stepIndex = step - 1;
+  barrier();
+  if (rank == 0)
+    beginCheckpoint(dir, step, files);
+  barrier();
+  writeCheckpointShards(dir, step, files, heldParams());
+  barrier();
+  if (rank == 0) {
+    if (step == killDuringSave)
+      std::_Exit(9); // as if killed: step-N.tmp stays incomplete
+    nlohmann::json modules = toJson(plan.config)["modules"];
+    nlohmann::json layout = {{"world_size", topo.worldSize},
+                             {"modules", nlohmann::json::array()}};
+    for (const nlohmann::json &m : modules)
+      layout["modules"].push_back(
+          {{"name", m["name"]}, {"parallel", m["parallel"]}});
+    finishCheckpoint(dir, step, plan.config, layout);
+  }
+  barrier();
+}
+
+} // namespace mimo::exec

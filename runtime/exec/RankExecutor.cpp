@@ -1,0 +1,306 @@
+//===- RankExecutor.cpp - Steps, evaluations, a step's state --------------===//
+
+#include "runtime/exec/RankExecutor.h"
+
+#include "runtime/core/Flops.h"
+#include "runtime/core/LearningRate.h"
+#include "runtime/core/Limits.h"
+#include "runtime/device/Devices.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace mimo::exec {
+
+RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
+                           Device &dev, const DataSource &data,
+                           const DataSource *evalData, Clock::time_point origin)
+    : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
+      data(data), evalData(evalData), active(&data), origin(origin),
+      encoders(encodersOf(plan.config)) {
+  for (int64_t r = 0; r < topo.worldSize; ++r)
+    world.push_back(r);
+  modules.resize(topo.modules.size());
+  for (size_t m : topo.modulesOf(rank))
+    modules[m] = makeModule(m);
+  program = &plan.programs[static_cast<size_t>(
+      plan.rankProgram[static_cast<size_t>(rank)])];
+  if (evalData)
+    evalProgram = forwardOnly(*program);
+}
+
+/// One training step (0-based `step`).
+StepMetrics RankExecutor::runStep(int64_t step, bool trace,
+                                  std::vector<TraceEvent> &events) {
+  auto start = Clock::now();
+  run(*program, step, trace, events);
+  StepMetrics metrics;
+  metrics.step = step + 1;
+  metrics.loss = stepLoss;
+  metrics.gradNorm = stepNorm;
+  metrics.lr = learningRate(plan.config.train, step + 1);
+  metrics.flops = stepFlops;
+  metrics.tokens = stepTokens;
+  metrics.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return metrics;
+}
+
+/// The loss of held-out batch `index` (the forward half of the program on
+/// the eval data; nothing is updated).
+double RankExecutor::evaluate(int64_t index, bool trace,
+                              std::vector<TraceEvent> &events) {
+  evaluating = true;
+  active = evalData;
+  try {
+    run(evalProgram, index, trace, events);
+  } catch (...) {
+    evaluating = false;
+    active = &data;
+    throw;
+  }
+  evaluating = false;
+  active = &data;
+  for (auto &m : modules)
+    if (m)
+      m->stage->dropCaches();
+  return stepLoss;
+}
+
+/// Runs one pass of `prog` over batch `step` of the active data.
+void RankExecutor::run(const Program &prog, int64_t step, bool trace,
+                       std::vector<TraceEvent> &events) {
+  stepIndex = step;
+  currentInstr = -1;
+  resetStep();
+  if (trace) // a marker at the start on every rank's track
+    events.push_back(
+        {rank,
+         (evaluating ? "eval batch " : "step ") + std::to_string(step + 1),
+         micros(), -1.0, ""});
+  const std::vector<Instr> &instrs = prog.instrs;
+  for (size_t i = 0; i < instrs.size();) {
+    size_t end = i;
+    while (end + 1 < instrs.size() && instrs[end].fused)
+      ++end;
+    currentInstr = static_cast<int64_t>(i);
+    comm.setContext("step " + std::to_string(step + 1) + ", instruction " +
+                    std::to_string(i) + " (" + describeInstr(topo, instrs[i]) +
+                    ")");
+    double t0 = micros();
+    exchanged.clear();
+    if (end == i && !instrInfo(instrs[i].op).isSend &&
+        !instrInfo(instrs[i].op).isRecv)
+      execute(instrs[i]);
+    else
+      exchange(instrs, i, end);
+    if (trace) {
+      double t1 = micros();
+      std::string name = describeInstr(topo, instrs[i]);
+      for (size_t j = i + 1; j <= end; ++j)
+        name += " + " + describeInstr(topo, instrs[j]);
+      events.push_back({rank, name, t0, t1 - t0, traceArgs(instrs[i])});
+    }
+    i = end + 1;
+  }
+}
+
+/// Every rank waits for every other.
+void RankExecutor::barrier() {
+  Tensor token = Tensor::zeros(dev, 1);
+  comm.allReduceSum(world, token.data(), 1);
+  dev.synchronize();
+}
+
+std::string RankExecutor::where() const {
+  if (currentInstr == kSaving)
+    return "saving the checkpoint of step " + std::to_string(stepIndex + 1);
+  if (currentInstr < 0)
+    return "the start of step " + std::to_string(stepIndex + 1);
+  return "step " + std::to_string(stepIndex + 1) + ", instruction " +
+         std::to_string(currentInstr) + " (" +
+         describeInstr(topo,
+                       program->instrs[static_cast<size_t>(currentInstr)]) +
+         ")";
+}
+
+double RankExecutor::micros() const {
+  return std::chrono::duration<double, std::micro>(Clock::now() - origin)
+      .count();
+}
+
+std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
+  auto state = std::make_unique<ModuleState>();
+  state->index = m;
+  state->topo = &topo.modules[m];
+  for (const ModuleConfig &mc : plan.config.modules)
+    if (mc.name == state->topo->name)
+      state->config = &mc;
+  const Grid &grid = state->topo->grid;
+  Coords c = grid.coordsOf(rank);
+  state->coords = c;
+  StageContext ctx;
+  ctx.comm = &comm;
+  ctx.dev = &dev;
+  ctx.seed = static_cast<uint64_t>(plan.config.seed);
+  ctx.tp = grid.size(Dim::TP);
+  ctx.cp = grid.size(Dim::CP);
+  ctx.pp = grid.size(Dim::PP);
+  ctx.tpRank = c.tp;
+  ctx.cpRank = c.cp;
+  ctx.ppRank = c.pp;
+  ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
+  ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
+  ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
+  ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
+  for (int64_t member : ctx.tpcpGroup) {
+    Coords mc = grid.coordsOf(member);
+    ctx.tpcpCoords.push_back({mc.tp, mc.cp});
+  }
+  state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
+  auto [b, e] = laneSamples(topo.microBatchSize, grid.size(Dim::DP), c.dp);
+  state->laneBegin = b;
+  state->laneEnd = e;
+  if (state->topo->isLanguage) {
+    state->language =
+        std::make_unique<LanguageStage>(*state->config, topo.shard, ctx);
+    state->stage = state->language.get();
+  } else {
+    state->encoder = std::make_unique<EncoderStage>(
+        *state->config, state->topo->outputHidden, ctx);
+    state->stage = state->encoder.get();
+  }
+  return state;
+}
+
+ModuleState &RankExecutor::module(size_t m) {
+  if (m >= modules.size() || !modules[m])
+    throw RankFailure(
+        "rank " + std::to_string(rank) + " does not hold module " +
+        (m < topo.modules.size() ? "'" + topo.modules[m].name + "'"
+                                 : std::to_string(m)));
+  return *modules[m];
+}
+
+void RankExecutor::resetStep() {
+  batches.clear();
+  lanes.clear();
+  actIn.clear();
+  actOut.clear();
+  gradIn.clear();
+  gradOut.clear();
+  encOut.clear();
+  encGrad.clear();
+  bridgeIn.clear();
+  bridgeGrad.clear();
+  stepLoss = 0;
+  // [sum of squares of the gradients, loss], accumulated on the device.
+  stepScalars = Tensor::zeros(dev, 2, device::DType::F64);
+  lossScalar = stepScalars.view(1, 1);
+  stepTokens = 0;
+  invN = 0;
+  // Every rank derives the whole global batch (SPEC §4.2); N, the loss
+  // normalizer, counts its loss tokens.
+  int64_t n = 0;
+  for (int64_t mb = 0; mb < topo.microbatches; ++mb)
+    for (const Sample &s : batch(mb).samples) {
+      stepTokens += s.length;
+      for (int64_t p = 0; p < s.length; ++p)
+        n += !lossMasked(s, encoders, p);
+    }
+  invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+  stepFlops = batchFlops();
+}
+
+/// Model FLOPs of this step's global batch (core/Flops.h).
+double RankExecutor::batchFlops() {
+  const ModelConfig &config = plan.config;
+  const ModuleConfig &language = config.language();
+  double tokens = 0, pairs = 0;
+  std::vector<double> rows(encoders.size(), 0), squares(encoders.size(), 0);
+  for (int64_t mb = 0; mb < topo.microbatches; ++mb)
+    for (const Sample &s : batch(mb).samples) {
+      double length = static_cast<double>(
+          topo.shard.packing ? s.length : config.batch.seqLength);
+      tokens += length;
+      pairs += length * (length + 1) / 2;
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        double c = static_cast<double>(s.counts[e]);
+        rows[e] += c;
+        squares[e] += c * c;
+      }
+    }
+  double forward = languageForwardFlops(language, tokens, pairs);
+  size_t e = 0;
+  for (const ModuleConfig &m : config.modules)
+    if (m.kind == ModuleKind::Encoder) {
+      forward +=
+          encoderForwardFlops(m, language.hiddenSize, rows[e], squares[e]);
+      ++e;
+    }
+  return 3.0 * forward;
+}
+
+const Microbatch &RankExecutor::batch(int64_t mb) {
+  auto it = batches.find(mb);
+  if (it == batches.end())
+    it = batches.emplace(mb, active->get(stepIndex, mb)).first;
+  return it->second;
+}
+
+const LanguageLane &RankExecutor::lane(const ModuleState &lm, int64_t mb) {
+  auto it = lanes.find(mb);
+  if (it == lanes.end())
+    it = lanes
+             .emplace(mb, languageLane(batch(mb), encoders, lm.laneBegin,
+                                       lm.laneEnd, topo.shard.packing,
+                                       topo.shard.padMultiple))
+             .first;
+  return it->second;
+}
+
+/// Whether this rank's output of encoder `m` leaves it: every rank's in
+/// a colocated bridge, a source leader's otherwise (its TP/CP peers hold
+/// copies and send nothing).
+bool RankExecutor::handsOn(size_t m) const {
+  for (const BridgeTopology &bridge : topo.bridges)
+    if (bridge.src == m &&
+        (bridge.mode == BridgeMode::Colocated ||
+         std::count(bridge.srcLeaders.begin(), bridge.srcLeaders.end(), rank)))
+      return true;
+  return false;
+}
+
+/// Whether this rank returns bridge `b`'s gradient (the adjoint).
+bool RankExecutor::takesBack(size_t b) const {
+  const BridgeTopology &bridge = topo.bridges[b];
+  return bridge.mode == BridgeMode::Colocated ||
+         std::count(bridge.dstLeaders.begin(), bridge.dstLeaders.end(), rank);
+}
+
+/// Rows of encoder `m`'s tokens in samples [begin, end) of microbatch mb.
+int64_t RankExecutor::rows(size_t m, int64_t mb, int64_t begin, int64_t end) {
+  return modalityRows(batch(mb), m, begin, end);
+}
+
+Tensor RankExecutor::take(std::map<Key, Tensor> &from, Key key,
+                          const char *what) {
+  auto it = from.find(key);
+  if (it == from.end())
+    throw RankFailure(std::string("no ") + what + " for microbatch " +
+                      std::to_string(key.second));
+  Tensor out = std::move(it->second);
+  from.erase(it);
+  return out;
+}
+
+int64_t RankExecutor::laneRowsOf(size_t encoder, const Grid &grid, int64_t lane,
+                                 int64_t mb) {
+  auto [b, e] = laneSamples(topo.microBatchSize, grid.size(Dim::DP), lane);
+  return rows(encoder, mb, b, e);
+}
+
+} // namespace mimo::exec

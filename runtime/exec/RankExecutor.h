@@ -1,0 +1,201 @@
+//===- RankExecutor.h - One rank's interpreter of its program --*- C++ -*-===//
+//
+// Internal to runtime/exec (Executor.cpp starts the ranks): a RankExecutor
+// runs its rank's instruction stream step after step. Its definitions are
+// split by concern: RankExecutor.cpp (steps, evaluation, the state of a
+// step), RankInstructions.cpp (what each instruction does),
+// RankCheckpoint.cpp (saving and loading).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
+#define MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
+
+#include "runtime/core/Limits.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/exec/Model.h"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mimo::exec {
+
+using Clock = std::chrono::steady_clock;
+using Key = std::pair<size_t, int64_t>; // (module or bridge, microbatch)
+
+/// Message tags: kind, module/bridge, microbatch.
+enum TagKind : int64_t { kAct = 1, kGrad = 2, kBridge = 3, kBridgeGrad = 4 };
+inline int64_t tagOf(TagKind kind, int64_t index, int64_t mb) {
+  static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384,
+                "the limits must fit the tag's 10 and 14 bits");
+  if (index >= kMaxModules || mb >= kMaxMicrobatches)
+    throw std::runtime_error("too many modules or microbatches for the tags");
+  return (static_cast<int64_t>(kind) << 24) | (index << 14) | mb;
+}
+
+/// A failure of this rank's own work (not a communication failure caused
+/// by another rank).
+class RankFailure : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModuleState {
+  size_t index = 0;
+  const ModuleTopology *topo = nullptr;
+  const ModuleConfig *config = nullptr;
+  Coords coords;
+  std::unique_ptr<EncoderStage> encoder;
+  std::unique_ptr<LanguageStage> language;
+  Stage *stage = nullptr;
+  std::vector<int64_t> dpcpGroup;
+  int64_t laneBegin = 0, laneEnd = 0;
+};
+
+class RankExecutor {
+public:
+  RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm, Device &dev,
+               const DataSource &data, const DataSource *evalData,
+               Clock::time_point origin);
+
+  /// One training step (0-based `step`).
+  StepMetrics runStep(int64_t step, bool trace,
+                      std::vector<TraceEvent> &events);
+
+  /// The loss of held-out batch `index` (the forward half of the program on
+  /// the eval data; nothing is updated).
+  double evaluate(int64_t index, bool trace, std::vector<TraceEvent> &events);
+
+  /// Runs one pass of `prog` over batch `step` of the active data.
+  void run(const Program &prog, int64_t step, bool trace,
+           std::vector<TraceEvent> &events);
+
+  /// The parameters this rank holds and which of their blocks it writes to
+  /// a checkpoint (one writer per block).
+  HeldParams heldParams();
+
+  /// Restores parameters and moments from a checkpoint (any layout's).
+  void load(const Checkpoint &checkpoint);
+
+  /// SPEC §12: every rank writes its blocks into step-N.tmp; rank 0 makes
+  /// the files before and the checkpoint complete after (atomic).
+  void save(const std::string &dir, int64_t step, int64_t killDuringSave);
+
+  /// Every rank waits for every other.
+  void barrier();
+
+  std::string where() const;
+
+private:
+  double micros() const;
+
+  std::unique_ptr<ModuleState> makeModule(size_t m);
+
+  ModuleState &module(size_t m);
+
+  void resetStep();
+
+  /// Model FLOPs of this step's global batch (core/Flops.h).
+  double batchFlops();
+
+  const Microbatch &batch(int64_t mb);
+
+  const LanguageLane &lane(const ModuleState &lm, int64_t mb);
+
+  /// Whether this rank's output of encoder `m` leaves it: every rank's in
+  /// a colocated bridge, a source leader's otherwise (its TP/CP peers hold
+  /// copies and send nothing).
+  bool handsOn(size_t m) const;
+  /// Whether this rank returns bridge `b`'s gradient (the adjoint).
+  bool takesBack(size_t b) const;
+
+  /// Rows of encoder `m`'s tokens in samples [begin, end) of microbatch mb.
+  int64_t rows(size_t m, int64_t mb, int64_t begin, int64_t end);
+
+  Tensor take(std::map<Key, Tensor> &from, Key key, const char *what);
+
+  /// The bytes of each point-to-point piece of a bridge between source
+  /// lane `s` and destination lane `d`: the samples both cover.
+  struct Piece {
+    int64_t srcOffset, dstOffset, rows;
+  };
+  Piece piece(const BridgeTopology &bridge, int64_t mb, int64_t s, int64_t d);
+
+  int64_t laneRowsOf(size_t encoder, const Grid &grid, int64_t lane,
+                     int64_t mb);
+
+  /// Values of a pipeline message of module m (both stages agree).
+  int64_t activationSize(ModuleState &m, int64_t mb);
+
+  Peers peersOf(const Instr &in);
+
+  /// A message of all of `t`'s bytes (a view, for a piece of a tensor).
+  static comm::P2POp op(bool send, int64_t peer, int64_t tag, const Tensor &t);
+
+  /// The trace arguments of an instruction: its microbatch and, for sends
+  /// and receives, the peers and bytes each way.
+  std::string traceArgs(const Instr &in) const;
+
+  /// Posts the point-to-point instructions [first, last] together.
+  void exchange(const std::vector<Instr> &instrs, size_t first, size_t last);
+
+  void execute(const Instr &in);
+
+  void forward(ModuleState &m, int64_t mb);
+
+  void backward(ModuleState &m, int64_t mb);
+
+  void shard(ModuleState &lm, int64_t mb);
+
+  void inputBackward(ModuleState &lm, int64_t mb, const Tensor &grad);
+
+  /// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
+  /// backward), narrow to this rank's lane (the other way), or identity.
+  void colocated(const BridgeTopology &bridge, Key key, bool forward);
+
+  /// The TP sum of SP-partial gradients (a prefix of the flat buffer),
+  /// then the DP x CP sum of all of them: one collective each.
+  void reduceGrads(ModuleState &m);
+
+  /// Global gradient norm and loss (one all-reduce of two doubles on the
+  /// device, one download), clipping folded into AdamW, one AdamW launch
+  /// per module.
+  void optimizerStep();
+
+  const Plan &plan;
+  const Topology &topo;
+  int64_t rank;
+  comm::Comm &comm;
+  Device &dev;
+  const DataSource &data;
+  /// Held-out data (null without evaluations) and the one being read.
+  const DataSource *evalData, *active;
+  bool evaluating = false;
+  /// The program's forward half, for evaluations.
+  Program evalProgram;
+  Clock::time_point origin;
+  std::vector<EncoderInfo> encoders;
+  std::vector<int64_t> world;
+  std::vector<std::unique_ptr<ModuleState>> modules;
+  const Program *program = nullptr;
+
+  /// currentInstr while writing a checkpoint.
+  static constexpr int64_t kSaving = -2;
+  int64_t stepIndex = 0, currentInstr = -1;
+  std::map<int64_t, Microbatch> batches;
+  std::map<int64_t, LanguageLane> lanes;
+  std::map<Key, Tensor> actIn, actOut, gradIn, gradOut, encOut, encGrad,
+      bridgeIn, bridgeGrad;
+  Tensor stepScalars, lossScalar;
+  /// The last exchange's messages (for the trace).
+  std::vector<comm::P2POp> exchanged;
+  double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
+  int64_t stepTokens = 0;
+};
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_EXEC_RANKEXECUTOR_H

@@ -1,0 +1,377 @@
+//===- RankInstructions.cpp - What each instruction does ------------------===//
+
+#include "runtime/exec/RankExecutor.h"
+
+#include "runtime/core/Flops.h"
+#include "runtime/core/LearningRate.h"
+#include "runtime/core/Limits.h"
+#include "runtime/device/Devices.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+namespace mimo::exec {
+
+RankExecutor::Piece RankExecutor::piece(const BridgeTopology &bridge,
+                                        int64_t mb, int64_t s, int64_t d) {
+  const Grid &src = topo.modules[bridge.src].grid;
+  const Grid &dst = topo.modules[bridge.dst].grid;
+  auto [sb, se] = laneSamples(topo.microBatchSize, src.size(Dim::DP), s);
+  auto [db, de] = laneSamples(topo.microBatchSize, dst.size(Dim::DP), d);
+  int64_t b = std::max(sb, db), e = std::min(se, de);
+  return {rows(bridge.src, mb, sb, b), rows(bridge.src, mb, db, b),
+          rows(bridge.src, mb, b, e)};
+}
+
+/// Values of a pipeline message of module m (both stages agree).
+int64_t RankExecutor::activationSize(ModuleState &m, int64_t mb) {
+  if (m.language)
+    return m.language->localTokens(lane(m, mb)) * m.language->hidden();
+  return rows(m.index, mb, m.laneBegin, m.laneEnd) * m.encoder->hidden();
+}
+
+Peers RankExecutor::peersOf(const Instr &in) {
+  std::string error;
+  std::optional<Peers> peers = resolvePeers(topo, rank, in, &error);
+  if (!peers)
+    throw RankFailure(error);
+  return *peers;
+}
+
+/// A message of all of `t`'s bytes (a view, for a piece of a tensor).
+comm::P2POp RankExecutor::op(bool send, int64_t peer, int64_t tag,
+                             const Tensor &t) {
+  return {send, peer, tag, const_cast<void *>(t.raw()), t.bytes()};
+}
+
+/// The trace arguments of an instruction: its microbatch and, for sends
+/// and receives, the peers and bytes each way.
+std::string RankExecutor::traceArgs(const Instr &in) const {
+  nlohmann::json args = nlohmann::json::object();
+  if (in.mb >= 0)
+    args["microbatch"] = in.mb;
+  if (!exchanged.empty()) {
+    nlohmann::json peers = nlohmann::json::array();
+    int64_t sent = 0, received = 0;
+    for (const comm::P2POp &op : exchanged) {
+      peers.push_back(op.peer);
+      (op.isSend ? sent : received) += op.bytes;
+    }
+    args["peers"] = peers;
+    args["bytes_sent"] = sent;
+    args["bytes_received"] = received;
+  }
+  return args.dump();
+}
+
+/// Posts the point-to-point instructions [first, last] together.
+void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
+                            size_t last) {
+  std::vector<comm::P2POp> ops;
+  std::vector<std::pair<std::map<Key, Tensor> *, Key>> consumed;
+  for (size_t i = first; i <= last; ++i) {
+    const Instr &in = instrs[i];
+    Peers peers = peersOf(in);
+    Key key{static_cast<size_t>(in.index), in.mb};
+    switch (in.op) {
+    case InstrOp::SendAct:
+    case InstrOp::SendGrad: {
+      auto &from = in.op == InstrOp::SendAct ? actOut : gradOut;
+      auto it = from.find(key);
+      if (it == from.end())
+        throw RankFailure("nothing to send for " + describeInstr(topo, in));
+      ops.push_back(
+          op(true, peers.ranks.at(0),
+             tagOf(in.op == InstrOp::SendAct ? kAct : kGrad, in.index, in.mb),
+             it->second));
+      consumed.push_back({&from, key});
+      break;
+    }
+    case InstrOp::RecvAct:
+    case InstrOp::RecvGrad: {
+      ModuleState &m = module(key.first);
+      Tensor &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
+      to = Tensor::empty(activationSize(m, in.mb));
+      ops.push_back(
+          op(false, peers.ranks.at(0),
+             tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
+             to));
+      break;
+    }
+    case InstrOp::BridgeSend:
+    case InstrOp::BridgeSendGrad:
+    case InstrOp::BridgeRecv:
+    case InstrOp::BridgeRecvGrad: {
+      // One piece per route: the samples both lanes hold, taken from (or
+      // written into) the rows of this lane's tensor that they cover.
+      const BridgeTopology &bridge = topo.bridges[key.first];
+      const InstrInfo &info = instrInfo(in.op);
+      bool send = info.isSend, grad = info.isGrad;
+      bool onSource = send != grad; // bridge_send, bridge_recv_grad
+      const Grid &src = topo.modules[bridge.src].grid;
+      const Grid &dst = topo.modules[bridge.dst].grid;
+      const Grid &own = onSource ? src : dst, &other = onSource ? dst : src;
+      int64_t H = topo.modules[bridge.src].outputHidden;
+      int64_t lane = own.coordsOf(rank).dp;
+      int64_t values = laneRowsOf(bridge.src, own, lane, in.mb) * H;
+      std::map<Key, Tensor> &map =
+          send ? (grad ? bridgeGrad : encOut) : (grad ? encGrad : bridgeIn);
+      Key bufferKey = onSource ? Key{bridge.src, in.mb} : key;
+      Tensor *buffer;
+      if (send) {
+        auto it = map.find(bufferKey);
+        if (it == map.end())
+          throw RankFailure("nothing to send for " + describeInstr(topo, in));
+        if (it->second.size() != values)
+          throw RankFailure(topo.modules[bridge.src].name + " microbatch " +
+                            std::to_string(in.mb) + ": " +
+                            std::to_string(it->second.size() / H) +
+                            " rows to send, but the lane's input_ids have " +
+                            std::to_string(values / H) + " modality tokens");
+        buffer = &it->second;
+        consumed.push_back({&map, bufferKey});
+      } else {
+        // The pieces (the samples each peer shares with this lane) tile
+        // the lane, so every row is received.
+        buffer = &(map[bufferKey] = Tensor::empty(values));
+      }
+      for (int64_t peer : peers.ranks) {
+        int64_t otherLane = other.coordsOf(peer).dp;
+        Piece p = onSource ? piece(bridge, in.mb, lane, otherLane)
+                           : piece(bridge, in.mb, otherLane, lane);
+        int64_t offset = onSource ? p.srcOffset : p.dstOffset;
+        ops.push_back(op(send, peer,
+                         tagOf(grad ? kBridgeGrad : kBridge, in.index, in.mb),
+                         buffer->view(offset * H, p.rows * H)));
+      }
+      break;
+    }
+    default:
+      throw RankFailure("instruction " + describeInstr(topo, in) +
+                        " cannot be posted with sends and receives");
+    }
+  }
+  comm.exchange(ops);
+  exchanged = ops;
+  for (auto &[map, key] : consumed)
+    map->erase(key);
+}
+
+void RankExecutor::execute(const Instr &in) {
+  Key key{static_cast<size_t>(in.index), in.mb};
+  switch (in.op) {
+  case InstrOp::Forward:
+    return forward(module(key.first), in.mb);
+  case InstrOp::Backward:
+    return backward(module(key.first), in.mb);
+  case InstrOp::Shard:
+    return shard(module(key.first), in.mb);
+  case InstrOp::Unshard: {
+    ModuleState &lm = module(key.first);
+    Tensor grad = take(gradOut, key, "input gradient to unshard");
+    return inputBackward(lm, in.mb, grad);
+  }
+  case InstrOp::BridgeBroadcast:
+  case InstrOp::BridgeBroadcastGrad: {
+    Peers peers = peersOf(in);
+    const BridgeTopology &bridge = topo.bridges[key.first];
+    bool forward = in.op == InstrOp::BridgeBroadcast;
+    const Grid &grid = topo.modules[forward ? bridge.dst : bridge.src].grid;
+    std::vector<int64_t> group = grid.groupOf(rank, {Dim::TP, Dim::CP});
+    Tensor &buffer = forward ? bridgeIn[key] : encGrad[{bridge.src, in.mb}];
+    int64_t H = topo.modules[bridge.src].outputHidden;
+    int64_t n = laneRowsOf(bridge.src, grid, grid.coordsOf(rank).dp, in.mb) * H;
+    if (rank == peers.root && buffer.size() != n)
+      throw RankFailure(topo.modules[bridge.src].name + " microbatch " +
+                        std::to_string(in.mb) + ": the leader holds " +
+                        std::to_string(buffer.size() / H) +
+                        " rows to broadcast, the lane's input_ids have " +
+                        std::to_string(n / H) + " modality tokens");
+    if (buffer.size() != n)
+      buffer = Tensor::empty(n);
+    comm.broadcast(group, peers.root, buffer.raw(), buffer.bytes());
+    return;
+  }
+  case InstrOp::ColocatedForward:
+  case InstrOp::ColocatedBackward:
+    return colocated(topo.bridges[key.first], key,
+                     in.op == InstrOp::ColocatedForward);
+  case InstrOp::ReduceGrads:
+    return reduceGrads(module(key.first));
+  case InstrOp::OptimizerStep:
+    return optimizerStep();
+  default:
+    throw RankFailure("unexpected instruction " + describeInstr(topo, in));
+  }
+}
+
+void RankExecutor::forward(ModuleState &m, int64_t mb) {
+  Key key{m.index, mb};
+  if (m.encoder) {
+    EncoderLane lane = encoderLane(batch(mb), m.index, m.config->featureDim,
+                                   m.laneBegin, m.laneEnd);
+    Tensor input = m.encoder->isFirst() ? Tensor::fromHost(lane.features)
+                                        : take(actIn, key, "activation");
+    Tensor out = m.encoder->forward(mb, input, lane.segment, lane.rows);
+    if (!m.encoder->isLast())
+      actOut[key] = std::move(out);
+    else if (handsOn(m.index))
+      encOut[key] = std::move(out);
+    return;
+  }
+  Tensor input = take(actIn, key, "input");
+  Tensor out =
+      m.language->forward(mb, lane(m, mb), std::move(input), invN, &lossScalar);
+  if (!m.language->isLast())
+    actOut[key] = std::move(out);
+}
+
+void RankExecutor::backward(ModuleState &m, int64_t mb) {
+  Key key{m.index, mb};
+  if (m.encoder) {
+    Tensor grad =
+        take(m.encoder->isLast() ? encGrad : gradIn, key, "output gradient");
+    Tensor dx = m.encoder->backward(mb, grad);
+    if (!m.encoder->isFirst())
+      gradOut[key] = std::move(dx);
+    return;
+  }
+  Tensor grad;
+  if (!m.language->isLast())
+    grad = take(gradIn, key, "output gradient");
+  Tensor dx = m.language->backward(mb, m.language->isLast() ? nullptr : &grad);
+  if (m.language->isFirst() && !m.language->needsUnshard())
+    inputBackward(m, mb, dx);
+  else
+    gradOut[key] = std::move(dx);
+}
+
+void RankExecutor::shard(ModuleState &lm, int64_t mb) {
+  std::vector<const Tensor *> modality(lm.index, nullptr);
+  std::vector<Key> used;
+  for (size_t b = 0; b < topo.bridges.size(); ++b) {
+    const BridgeTopology &bridge = topo.bridges[b];
+    if (bridge.dst != lm.index)
+      continue;
+    auto it = bridgeIn.find({b, mb});
+    if (it != bridgeIn.end())
+      modality[bridge.src] = &it->second;
+    used.push_back({b, mb});
+  }
+  actIn[{lm.index, mb}] = lm.language->shard(mb, lane(lm, mb), modality);
+  for (Key k : used)
+    bridgeIn.erase(k);
+}
+
+void RankExecutor::inputBackward(ModuleState &lm, int64_t mb,
+                                 const Tensor &grad) {
+  std::vector<Tensor> grads =
+      lm.language->inputBackward(mb, lane(lm, mb), grad, lm.index);
+  for (size_t b = 0; b < topo.bridges.size(); ++b)
+    if (topo.bridges[b].dst == lm.index)
+      if (takesBack(b))
+        bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
+}
+
+/// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
+/// backward), narrow to this rank's lane (the other way), or identity.
+void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
+                             bool forward) {
+  int64_t mb = key.second;
+  const Grid &src = topo.modules[bridge.src].grid;
+  const Grid &dst = topo.modules[bridge.dst].grid;
+  int64_t H = topo.modules[bridge.src].outputHidden;
+  Tensor in = forward ? take(encOut, {bridge.src, mb}, "encoder output")
+                      : take(bridgeGrad, key, "bridge gradient");
+  Tensor &out = forward ? bridgeIn[key] : encGrad[{bridge.src, mb}];
+  const Grid &from = forward ? src : dst, &to = forward ? dst : src;
+  int64_t fromLane = from.coordsOf(rank).dp, toLane = to.coordsOf(rank).dp;
+  int64_t fromLanes = from.size(Dim::DP), toLanes = to.size(Dim::DP);
+  if (fromLanes == toLanes) {
+    out = std::move(in);
+  } else if (fromLanes > toLanes) {
+    // Gather the lanes that make up this rank's wider lane: the plan's
+    // gather group.
+    const std::vector<int64_t> *group = gatherGroupOf(bridge, rank);
+    if (!group)
+      throw std::runtime_error("rank " + std::to_string(rank) +
+                               " is in no gather group of its colocated "
+                               "bridge");
+    std::vector<int64_t> counts;
+    for (int64_t member : *group)
+      counts.push_back(laneRowsOf(bridge.src, from, from.laneOf(member), mb) *
+                       H);
+    out = Tensor::empty(laneRowsOf(bridge.src, to, toLane, mb) * H);
+    comm.allGatherV(*group, in.data(), counts, out.data());
+  } else {
+    // Narrow to this rank's lane's samples.
+    auto [fb, fe] = laneSamples(topo.microBatchSize, fromLanes, fromLane);
+    auto [tb, te] = laneSamples(topo.microBatchSize, toLanes, toLane);
+    (void)fe;
+    int64_t offset = rows(bridge.src, mb, fb, tb) * H;
+    int64_t count = rows(bridge.src, mb, tb, te) * H;
+    out = in.view(offset, count);
+  }
+}
+
+/// The TP sum of SP-partial gradients (a prefix of the flat buffer),
+/// then the DP x CP sum of all of them: one collective each.
+void RankExecutor::reduceGrads(ModuleState &m) {
+  FlatParams &flat = m.stage->flat();
+  const StageContext &ctx = m.stage->context();
+  if (ctx.sequenceParallel && ctx.tp > 1 && flat.spPartial > 0)
+    comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.spPartial);
+  if (m.dpcpGroup.size() > 1)
+    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.total);
+}
+
+/// Global gradient norm and loss (one all-reduce of two doubles on the
+/// device, one download), clipping folded into AdamW, one AdamW launch
+/// per module.
+void RankExecutor::optimizerStep() {
+  double *sums = stepScalars.data<double>(); // [sum of squares, loss]
+  if (evaluating) { // the loss alone: no gradients, no update
+    comm.allReduceSum(world, sums, 2);
+    double host[2];
+    dev.download(host, sums, sizeof(host));
+    stepLoss = host[1];
+    return;
+  }
+  for (auto &m : modules) {
+    if (!m || m->coords.dp != 0 || m->coords.cp != 0)
+      continue;
+    // Each replica once: replicated parameters on TP rank 0 only.
+    FlatParams &flat = m->stage->flat();
+    int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
+    dev.sumSquaresInto(flat.grads.data() + from, flat.total - from, sums);
+  }
+  comm.allReduceSum(world, sums, 2);
+  double host[2];
+  dev.download(host, sums, sizeof(host));
+  stepNorm = std::sqrt(host[0]);
+  stepLoss = host[1];
+  const TrainConfig &train = plan.config.train;
+  device::AdamWStep adam;
+  adam.lr = learningRate(train, stepIndex + 1);
+  adam.beta1 = train.beta1;
+  adam.beta2 = train.beta2;
+  adam.eps = train.eps;
+  adam.weightDecay = train.weightDecay;
+  adam.step = stepIndex + 1;
+  if (train.clipGrad > 0 && stepNorm > train.clipGrad)
+    adam.gradScale = static_cast<float>(train.clipGrad / (stepNorm + 1e-6));
+  for (auto &m : modules) {
+    if (!m)
+      continue;
+    FlatParams &flat = m->stage->flat();
+    dev.adamw(flat.values.data(), flat.grads.data(), flat.m.data(),
+              flat.v.data(), flat.total, adam);
+    dev.fillZero(flat.grads.raw(), flat.grads.bytes());
+  }
+}
+
+} // namespace mimo::exec

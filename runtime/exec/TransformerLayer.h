@@ -1,0 +1,227 @@
+//===- TransformerLayer.h - One transformer layer ---------------*- C++ -*-===//
+//
+// Internal to the model stages: the pre-norm layer both modules stack
+// (language: RMSNorm, RoPE, causal attention, SwiGLU; encoder: LayerNorm,
+// bidirectional attention within a sample, GeLU), forward and backward,
+// with its TP, SP and CP collectives.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_EXEC_TRANSFORMERLAYER_H
+#define MIMO_RUNTIME_EXEC_TRANSFORMERLAYER_H
+
+#include "runtime/exec/Model.h"
+#include "runtime/exec/ModelOps.h"
+
+namespace mimo::exec {
+
+using namespace ops;
+
+/// Token metadata of one layer call; the index arrays on the device.
+struct LayerMeta {
+  int64_t localRows = 0, cpRows = 0, keyRows = 0;
+  Tensor qpos, qseg, kpos, kseg;
+  const int64_t *qposData() const { return qpos.data<int64_t>(); }
+};
+
+struct LayerCache {
+  Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
+      h2f, g, u, s;
+};
+
+class TransformerLayer {
+public:
+  /// language: RMSNorm, RoPE, causal, SwiGLU; encoder: LayerNorm, no RoPE,
+  /// bidirectional within a sample, GeLU MLP.
+  TransformerLayer(Stage &owner, std::vector<Param> &params, bool language,
+                   size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
+                   size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
+                   size_t w2, int64_t hidden, int64_t heads, int64_t ffn,
+                   const StageContext &ctx)
+      : params(params), language(language), norm1(norm1), norm1b(norm1b),
+        wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2), norm2b(norm2b), w1(w1),
+        w3(w3), w2(w2), H(hidden), ctx(ctx) {
+    (void)owner;
+    headsLocal = heads / ctx.tp;
+    headDim = hidden / heads;
+    Hl = headsLocal * headDim;
+    Fl = ffn / ctx.tp;
+  }
+
+  Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    c.x = std::move(x);
+    Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
+    c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
+    c.q = empty(Tc * Hl);
+    c.k = empty(Tc * Hl);
+    c.v = empty(Tc * Hl);
+    matmul(dev, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
+    matmul(dev, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
+    matmul(dev, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
+    if (language) {
+      dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
+      dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
+    }
+    if (ctx.cp > 1) {
+      c.keys = gatherRows(comm, ctx.cpGroup, c.k);
+      c.values = gatherRows(comm, ctx.cpGroup, c.v);
+    }
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    c.a = empty(Tc * Hl);
+    c.lse = empty(headsLocal * Tc);
+    if (Tc > 0)
+      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
+                           c.lse.data(), m.qpos.data<int64_t>(),
+                           m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
+                           m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim,
+                           language);
+    Tensor o = empty(Tc * H);
+    matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
+    o = rowParallelOut(std::move(o), sp);
+    c.x1 = c.x.clone();
+    dev.axpy(o.size(), 1.0f, o.data(), c.x1.data());
+
+    Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
+    c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
+    c.g = empty(Tc * Fl);
+    matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
+    c.s = empty(Tc * Fl);
+    if (language) {
+      c.u = empty(Tc * Fl);
+      matmul(dev, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
+      dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
+    } else {
+      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
+    }
+    Tensor mlp = empty(Tc * H);
+    matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
+    mlp = rowParallelOut(std::move(mlp), sp);
+    Tensor out = c.x1.clone();
+    dev.axpy(out.size(), 1.0f, mlp.data(), out.data());
+    return out;
+  }
+
+  Tensor backward(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    // MLP.
+    Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
+    Tensor ds = empty(Tc * Fl);
+    matmulBackward(dev, c.s.data(), P(w2), dmf.data(), ds.data(), G(w2), Tc, Fl,
+                   H);
+    Tensor dg = empty(Tc * Fl), dh2f = empty(Tc * H);
+    if (language) {
+      Tensor du = empty(Tc * Fl);
+      dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
+                         du.data(), Tc * Fl);
+      matmulBackward(dev, c.h2f.data(), P(w3), du.data(), dh2f.data(), G(w3),
+                     Tc, H, Fl);
+    } else {
+      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
+    }
+    matmulBackward(dev, c.h2f.data(), P(w1), dg.data(), dh2f.data(), G(w1), Tc,
+                   H, Fl, language ? 1.0f : 0.0f);
+    Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
+    Tensor dx1 = dout.clone();
+    normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
+    // Attention.
+    Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
+    Tensor da = empty(Tc * Hl);
+    matmulBackward(dev, c.a.data(), P(wo), dof.data(), da.data(), G(wo), Tc, Hl,
+                   H);
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    // Without queries no key gets a gradient.
+    Tensor dq = empty(Tc * Hl);
+    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    if (Tc > 0)
+      dev.attentionBackward(
+          c.q.data(), K.data(), V.data(), c.a.data(), c.lse.data(), da.data(),
+          dq.data(), dK.data(), dV.data(), m.qpos.data<int64_t>(),
+          m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
+          m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim, language);
+    Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
+    Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
+    if (language) {
+      dev.rope(dq.data(), m.qposData(), Tc, headsLocal, headDim, true);
+      dev.rope(dk.data(), m.qposData(), Tc, headsLocal, headDim, true);
+      // The saved q and k are rotated; the weight gradients need the
+      // inputs, which hf holds, so nothing else to undo.
+    }
+    Tensor dhf = empty(Tc * H);
+    matmulBackward(dev, c.hf.data(), P(wq), dq.data(), dhf.data(), G(wq), Tc, H,
+                   Hl);
+    matmulBackward(dev, c.hf.data(), P(wk), dk.data(), dhf.data(), G(wk), Tc, H,
+                   Hl, 1.0f);
+    matmulBackward(dev, c.hf.data(), P(wv), dv.data(), dhf.data(), G(wv), Tc, H,
+                   Hl, 1.0f);
+    Tensor dh = columnParallelIn(std::move(dhf), sp);
+    Tensor dx = std::move(dx1);
+    normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
+    c = LayerCache();
+    return dx;
+  }
+
+private:
+  float *P(size_t i) { return params[i].value.data(); }
+  float *G(size_t i) { return params[i].grad.data(); }
+
+  Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
+              int64_t rows) {
+    Tensor y = empty(rows * H);
+    rstd = empty(rows);
+    if (language) {
+      ctx.dev->rmsnormForward(x.data(), P(w), y.data(), rstd.data(), rows, H);
+    } else {
+      mean = empty(rows);
+      ctx.dev->layernormForward(x.data(), P(w), P(b), y.data(), mean.data(),
+                                rstd.data(), rows, H);
+    }
+    return y;
+  }
+
+  /// dx += norm backward of dy.
+  void normBackward(const Tensor &x, size_t w, size_t b, const Tensor &mean,
+                    const Tensor &rstd, const Tensor &dy, Tensor &dx,
+                    int64_t rows) {
+    Tensor d = empty(rows * H);
+    if (language)
+      ctx.dev->rmsnormBackward(x.data(), P(w), rstd.data(), dy.data(), d.data(),
+                               G(w), rows, H);
+    else
+      ctx.dev->layernormBackward(x.data(), P(w), mean.data(), rstd.data(),
+                                 dy.data(), d.data(), G(w), G(b), rows, H);
+    ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
+  }
+
+  /// The output of a row-parallel linear: partial sums over TP, reduced
+  /// (all-reduce) or reduce-scattered over the sequence (SP).
+  Tensor rowParallelOut(Tensor partial, bool sp) {
+    if (sp)
+      return scatterRows(*ctx.comm, ctx.tpGroup, partial);
+    reduceAll(*ctx.comm, ctx.tpGroup, partial);
+    return partial;
+  }
+  /// The input gradient of a column-parallel linear (the adjoint of its
+  /// identity / all-gather input).
+  Tensor columnParallelIn(Tensor partial, bool sp) {
+    return rowParallelOut(std::move(partial), sp);
+  }
+
+  std::vector<Param> &params;
+  bool language;
+  size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
+  int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
+  const StageContext &ctx;
+};
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_EXEC_TRANSFORMERLAYER_H
