@@ -92,8 +92,8 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
 
 std::string layoutSummary(const Plan &plan) {
   const Topology &t = plan.topology;
-  std::string text = "'" + plan.config.name + "': " +
-                     std::to_string(t.worldSize) + " ranks, " +
+  std::string text = "'" + plan.config.name +
+                     "': " + std::to_string(t.worldSize) + " ranks, " +
                      layoutName(t.layout) + ":";
   for (const ModuleConfig &config : plan.config.modules) {
     const Grid &g = gridOf(t, config.name);
@@ -102,8 +102,10 @@ std::string layoutSummary(const Plan &plan) {
       if (g.size(dim) > 1)
         grid += (grid.empty() ? "" : " ") + std::string(dimName(dim)) +
                 std::to_string(g.size(dim));
-    text += " " + config.name + " " + std::to_string(g.rankOffset()) + "-" +
-            std::to_string(g.endRank() - 1) + " (" +
+    std::string ranks = g.size() == 1 ? std::to_string(g.rankOffset())
+                                      : std::to_string(g.rankOffset()) + "-" +
+                                            std::to_string(g.endRank() - 1);
+    text += " " + config.name + " " + ranks + " (" +
             (grid.empty() ? "1 rank" : grid) + ");";
   }
   text += " " + std::to_string(t.microbatches) + " microbatches over " +

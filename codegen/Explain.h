@@ -18,7 +18,9 @@
 
 namespace mimo {
 
-/// {world_size, layout, modules[], ranks[], bridges[], shards}. With
+/// {world_size, layout, modules[] (with flops_per_step and flops_per_rank),
+/// model_flops_per_step, ranks[] (with memory), bridges[], shards[],
+/// total_stages, microbatches, pipeline_bubble, warnings[]}. With
 /// `onlyRank`, ranks[] and shards hold just that rank.
 nlohmann::ordered_json explainPlan(const Plan &plan,
                                    std::optional<int64_t> onlyRank = {});

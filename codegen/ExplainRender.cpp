@@ -95,6 +95,13 @@ std::string table(const std::vector<std::vector<std::string>> &rows) {
   return os.str();
 }
 
+/// "4-7", or "4" for one rank.
+std::string spanText(int64_t offset, int64_t size) {
+  return size == 1
+             ? std::to_string(offset)
+             : std::to_string(offset) + "-" + std::to_string(offset + size - 1);
+}
+
 std::string number(const json &value) {
   return std::to_string(value.get<int64_t>());
 }
@@ -208,9 +215,8 @@ std::string renderExplainText(const json &explanation,
       order += (order.empty() ? "" : "-") + dim.get<std::string>();
     modules.push_back(
         {module["name"].get<std::string>(), module["kind"].get<std::string>(),
-         std::to_string(offset) + "-" + std::to_string(offset + size - 1),
-         number(module["tp"]), number(module["cp"]), number(module["pp"]),
-         number(module["dp"]), order,
+         spanText(offset, size), number(module["tp"]), number(module["cp"]),
+         number(module["pp"]), number(module["dp"]), order,
          flopsText(module["flops_per_rank"].get<double>())});
   }
   os << table(modules) << "\n";
@@ -260,7 +266,6 @@ std::string renderExplainText(const json &explanation,
   }
 
   // Ranks holding the same sequence positions, one row each.
-  os << "\n";
   std::vector<std::vector<std::string>> shards = {
       {"ranks", "sequence positions (language first stage)"}};
   std::vector<std::pair<std::string, std::vector<int64_t>>> byPositions;
@@ -279,7 +284,8 @@ std::string renderExplainText(const json &explanation,
   }
   for (const auto &[positions, members] : byPositions)
     shards.push_back({rangeList(members, kListChars), positions});
-  os << table(shards);
+  if (shards.size() > 1)
+    os << "\n" << table(shards);
 
   if (!explanation["warnings"].empty()) {
     os << "\n";
@@ -359,10 +365,9 @@ std::string renderExplainDot(const json &explanation,
             module["pp"].get<int64_t>() * module["dp"].get<int64_t>();
         gridText += (gridText.empty() ? "" : "\n") +
                     module["name"].get<std::string>() + ": ranks " +
-                    std::to_string(offset) + "-" +
-                    std::to_string(offset + size - 1) + ", tp" +
-                    number(module["tp"]) + " cp" + number(module["cp"]) +
-                    " pp" + number(module["pp"]) + " dp" + number(module["dp"]);
+                    spanText(offset, size) + ", tp" + number(module["tp"]) +
+                    " cp" + number(module["cp"]) + " pp" +
+                    number(module["pp"]) + " dp" + number(module["dp"]);
       }
     os << "  subgraph cluster_" << c << " {\n"
        << "    label=" << dotQuote(gridText) << ";\n";
@@ -389,8 +394,9 @@ std::string renderExplainDot(const json &explanation,
     os << "  }\n";
   }
 
-  // Pipeline edges: a module's stage p to p + 1, between ranks at the same
-  // tp, cp and dp coordinates.
+  // Pipeline edges: a module's stage p to p + 1, between roles whose tp, cp
+  // and dp ranges overlap (each dimension alone: a drawing, not a route
+  // table; `--rank R` gives a rank's exact peers).
   std::set<std::pair<size_t, size_t>> pipeline;
   for (size_t a = 0; a < groups.size(); ++a)
     for (size_t b = 0; b < groups.size(); ++b) {
@@ -423,16 +429,23 @@ std::string renderExplainDot(const json &explanation,
     };
     for (const json &route : bridge["routes"])
       join(route["from"], route["to"]);
-    if (bridge["routes"].empty())
-      for (const json &src : bridge["src_leaders"])
-        for (const json &dst : bridge["dst_leaders"])
-          join(src, dst);
+    // A colocated bridge gathers within its groups: an edge from each
+    // member's role to the first member's (a loop when they share one).
+    size_t gathers = 0;
+    if (bridge.contains("gather_groups"))
+      for (const json &group : bridge["gather_groups"]) {
+        ++gathers;
+        for (const json &member : group)
+          join(member, group.front());
+      }
+    std::string mode = bridge["mode"].get<std::string>();
+    if (bridge.contains("direction"))
+      mode += " (" + bridge["direction"].get<std::string>() + ")";
     std::string label =
-        bridge["mode"].get<std::string>() + " x" + number(bridge["ratio"]) +
-        ", " +
-        std::to_string(bridge["routes"].empty() ? bridge["src_leaders"].size()
-                                                : bridge["routes"].size()) +
-        " lanes";
+        mode + " x" + number(bridge["ratio"]) + ", " +
+        (bridge["routes"].empty()
+             ? std::to_string(gathers) + " gather groups"
+             : std::to_string(bridge["routes"].size()) + " lanes");
     for (const auto &[a, b] : edges)
       os << "  g" << a << " -> g" << b << " [label=" << dotQuote(label)
          << ", style=bold, color=\"#1f77b4\"];\n";

@@ -53,32 +53,28 @@ struct KeySynonym {
 constexpr KeySynonym kSynonyms[] = {
     {"num_attention_heads", "num_heads", "/modules/N/arch/num_heads",
      "Megatron"},
-    {"n_heads", "num_heads", "/modules/N/arch/num_heads", "Megatron"},
+    {"n_heads", "num_heads", "/modules/N/arch/num_heads", "Llama"},
     {"num_hidden_layers", "num_layers", "/modules/N/arch/num_layers",
      "Hugging Face"},
     {"n_layers", "num_layers", "/modules/N/arch/num_layers", "Llama"},
-    {"intermediate_size", "ffn_hidden_size",
-     "/modules/N/arch/ffn_hidden_size", "Hugging Face"},
+    {"intermediate_size", "ffn_hidden_size", "/modules/N/arch/ffn_hidden_size",
+     "Hugging Face"},
     {"padded_vocab_size", "vocab_size", "/modules/N/arch/vocab_size",
      "Megatron"},
-    {"tensor_model_parallel_size", "tp", "/modules/N/parallel/tp",
-     "Megatron"},
+    {"tensor_model_parallel_size", "tp", "/modules/N/parallel/tp", "Megatron"},
     {"pipeline_model_parallel_size", "pp", "/modules/N/parallel/pp",
      "Megatron"},
     {"context_parallel_size", "cp", "/modules/N/parallel/cp", "Megatron"},
     {"data_parallel_size", "dp", "/modules/N/parallel/dp", "Megatron"},
-    {"seq_len", "seq_length", "/batch/seq_length", "Megatron"},
-    {"max_position_embeddings", "seq_length", "/batch/seq_length",
-     "Megatron"},
+    {"seq_len", "seq_length", "/batch/seq_length", ""},
+    {"max_position_embeddings", "seq_length", "/batch/seq_length", "Megatron"},
     {"train_iters", "steps", "/train/steps", "Megatron"},
     {"lr_warmup_iters", "warmup_steps", "/train/lr_schedule/warmup_steps",
      "Megatron"},
-    {"lr_warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps",
-     ""},
+    {"lr_warmup_steps", "warmup_steps", "/train/lr_schedule/warmup_steps", ""},
     {"lr_decay_style", "decay", "/train/lr_schedule/decay", "Megatron"},
     {"lr_decay_iters", "decay_steps", "/train/lr_schedule/decay_steps",
      "Megatron"},
-    {"min_lr", "min_lr", "/train/lr_schedule/min_lr", "Megatron"},
     {"adam_beta1", "betas", "/train/betas (as [beta1, beta2])", "Megatron"},
     {"adam_beta2", "betas", "/train/betas (as [beta1, beta2])", "Megatron"},
     {"adam_eps", "eps", "/train/eps", "Megatron"},
@@ -141,8 +137,9 @@ bool JsonValidator::object(const json &value, const std::string &pointer,
     // Another framework's name first (edit distance would offer 'lr' for
     // 'lr_warmup_steps'), then a key of another object, then a typo.
     const KeySynonym *synonym = synonymOf(item.key());
-    std::string place = placeOf ? placeOf(item.key()) : "";
-    if (place == genericPointer(pointer) + "/" + item.key())
+    std::string where = genericPointer(pointer);
+    std::string place = placeOf ? placeOf(where, item.key()) : "";
+    if (place == where + "/" + item.key())
       place.clear(); // allowed here in other cases, not in this one
     std::string suggestion = closestMatch(key, known);
     bool here = synonym && std::find(known.begin(), known.end(),
@@ -152,8 +149,11 @@ bool JsonValidator::object(const json &value, const std::string &pointer,
             ? std::string(" (") + synonym->origin + "'s name for it)"
             : "";
     if (here)
-      message += "; did you mean '" + std::string(synonym->key) + "'" +
-                 origin + "?";
+      message +=
+          "; did you mean '" + std::string(synonym->key) + "'" + origin + "?";
+    else if (synonym && !*synonym->key) // no single mimo key means it
+      message += "; " + std::string(synonym->origin) + "'s '" + item.key() +
+                 "' is " + synonym->where + " in mimo";
     else if (synonym)
       message += "; did you mean " + std::string(synonym->where) + origin + "?";
     else if (!place.empty())

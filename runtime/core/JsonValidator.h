@@ -36,9 +36,11 @@ public:
 
   std::vector<Diagnostic> diagnostics;
 
-  /// Where else in the document a key is allowed ("/batch/seq_length"), or
-  /// "": an unknown key found there is reported as out of place.
-  std::function<std::string(const std::string &key)> placeOf;
+  /// Where else in the document `key`, found unknown in the object at
+  /// `where` (array indices written N), is allowed ("/batch/seq_length"),
+  /// or "": it is then reported as out of place.
+  std::function<std::string(const std::string &where, const std::string &key)>
+      placeOf;
 
   void error(std::string pointer, std::string message);
 

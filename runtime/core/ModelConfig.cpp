@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -370,13 +371,28 @@ void checkProducts(Validator &v, const ModelConfig &config) {
 
 ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   Validator v;
-  v.placeOf = [](const std::string &key) -> std::string {
-    for (const ModelJsonObject &object : modelJsonObjects())
-      for (const std::string &name : object.keys)
-        if (name == key) // "/modules/N/arch (encoder)" -> "/modules/N/arch"
-          return object.pointer.substr(0, object.pointer.find(" (")) + "/" +
-                 key;
-    return "";
+  // Of the objects that take the key, the one nearest to where it was found
+  // (a stray "name" in /modules/0/arch is the module's, not the model's).
+  v.placeOf = [](const std::string &where,
+                 const std::string &key) -> std::string {
+    std::string best;
+    size_t bestShared = 0;
+    for (const ModelJsonObject &object : modelJsonObjects()) {
+      if (std::find(object.keys.begin(), object.keys.end(), key) ==
+          object.keys.end())
+        continue;
+      // "/modules/N/arch (encoder)" -> "/modules/N/arch"
+      std::string place = object.pointer.substr(0, object.pointer.find(" ("));
+      size_t shared = 0;
+      while (shared < place.size() && shared < where.size() &&
+             place[shared] == where[shared])
+        ++shared;
+      if (best.empty() || shared > bestShared) {
+        best = place + "/" + key;
+        bestShared = shared;
+      }
+    }
+    return best;
   };
   ModelConfig config;
   if (root.is_object() && root.contains("format") &&

@@ -64,10 +64,11 @@ bool isSourceLeader(const BridgeTopology &bridge, const Grid &grid,
 bool isDestinationLeader(const BridgeTopology &bridge, const Grid &grid,
                          int64_t rank);
 
-/// The colocated gather group holding `rank` (its wide-side lanes that make
-/// one lane of the narrow side), or nullptr.
-const std::vector<int64_t> *gatherGroupOf(const BridgeTopology &bridge,
-                                          int64_t rank);
+/// A colocated bridge's gather group holding `rank` of its wide side (the
+/// side with more lanes): the ranks at its tp and cp whose lanes are the
+/// `ratio` consecutive lanes that make one lane of the narrow side. The one
+/// formula behind the plan's gather_groups, the verifier and the executor.
+std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio, int64_t rank);
 
 /// One pipeline stage of one module in the global 1F1B order.
 struct StageTopology {

@@ -58,12 +58,13 @@ bool isDestinationLeader(const BridgeTopology &bridge, const Grid &grid,
   return c.pp == 0 && bridge.dstLeaders[static_cast<size_t>(c.dp)] == rank;
 }
 
-const std::vector<int64_t> *gatherGroupOf(const BridgeTopology &bridge,
-                                          int64_t rank) {
-  for (const std::vector<int64_t> &group : bridge.gatherGroups)
-    if (std::find(group.begin(), group.end(), rank) != group.end())
-      return &group;
-  return nullptr;
+std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio,
+                                 int64_t rank) {
+  Coords c = wide.coordsOf(rank);
+  std::vector<int64_t> group;
+  for (int64_t w = c.dp / ratio * ratio; w < (c.dp / ratio + 1) * ratio; ++w)
+    group.push_back(wide.rankOf({c.tp, c.cp, w, c.pp}));
+  return group;
 }
 
 bool colocatedPipeline(const Topology &topology) {
@@ -173,12 +174,9 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
     int64_t narrow = std::min(sdp, ddp);
     for (int64_t iter = 0; iter < narrow; ++iter)
       for (int64_t t = 0; t < wide.size(Dim::TP); ++t)
-        for (int64_t cp = 0; cp < wide.size(Dim::CP); ++cp) {
-          std::vector<int64_t> group;
-          for (int64_t w = iter * scale; w < (iter + 1) * scale; ++w)
-            group.push_back(wide.rankOf({t, cp, w, 0}));
-          bridge.gatherGroups.push_back(std::move(group));
-        }
+        for (int64_t cp = 0; cp < wide.size(Dim::CP); ++cp)
+          bridge.gatherGroups.push_back(
+              gatherGroup(wide, scale, wide.rankOf({t, cp, iter * scale, 0})));
   }
   return bridge;
 }

@@ -262,16 +262,13 @@ private:
       return topology.modules[topology.bridges[in.index].src].grid.groupKey(
           rank, {Dim::TP, Dim::CP});
     default: {
-      // Colocated gathers: `ratio` consecutive lanes of the wide side that
-      // share a TP index.
+      // Colocated gathers over the wide side's gather group.
       const BridgeTopology &bridge = topology.bridges[in.index];
       const Grid &wide =
           topology
               .modules[bridge.direction == "fan_in" ? bridge.src : bridge.dst]
               .grid;
-      Coords c = wide.coordsOf(rank);
-      c.dp = c.dp / bridge.ratio * bridge.ratio;
-      return {wide.rankOf(c), bridge.ratio};
+      return {gatherGroup(wide, bridge.ratio, rank).front(), bridge.ratio};
     }
     }
   }

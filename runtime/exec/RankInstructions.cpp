@@ -294,19 +294,15 @@ void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
   if (fromLanes == toLanes) {
     out = std::move(in);
   } else if (fromLanes > toLanes) {
-    // Gather the lanes that make up this rank's wider lane: the plan's
-    // gather group.
-    const std::vector<int64_t> *group = gatherGroupOf(bridge, rank);
-    if (!group)
-      throw std::runtime_error("rank " + std::to_string(rank) +
-                               " is in no gather group of its colocated "
-                               "bridge");
+    // Gather the lanes that make up this rank's wider lane (the plan's
+    // gather group).
+    std::vector<int64_t> group = gatherGroup(from, fromLanes / toLanes, rank);
     std::vector<int64_t> counts;
-    for (int64_t member : *group)
+    for (int64_t member : group)
       counts.push_back(laneRowsOf(bridge.src, from, from.laneOf(member), mb) *
                        H);
     out = Tensor::empty(laneRowsOf(bridge.src, to, toLane, mb) * H);
-    comm.allGatherV(*group, in.data(), counts, out.data());
+    comm.allGatherV(group, in.data(), counts, out.data());
   } else {
     // Narrow to this rank's lane's samples.
     auto [fb, fe] = laneSamples(topo.microBatchSize, fromLanes, fromLane);

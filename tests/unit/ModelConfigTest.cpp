@@ -238,9 +238,8 @@ TEST(ModelConfigTest, EveryKeyIsDocumented) {
     size_t end = line.find("` |");
     ASSERT_NE(end, std::string::npos) << line;
     std::string key = line.substr(3, end - 3);
-    EXPECT_TRUE(accepted.count(key))
-        << "docs/model-json.md documents '" << key
-        << "', which the parser does not accept";
+    EXPECT_TRUE(accepted.count(key)) << "docs/model-json.md documents '" << key
+                                     << "', which the parser does not accept";
     ++rows;
   }
   EXPECT_GE(rows, static_cast<int>(accepted.size()));
@@ -259,6 +258,21 @@ TEST(ModelConfigTest, KeyTablesAreTheParsers) {
   EXPECT_EQ(result.diagnostics[1].pointer, "/train/seq_length");
   EXPECT_NE(result.diagnostics[1].message.find("it belongs in "
                                                "/batch/seq_length"),
+            std::string::npos)
+      << result.diagnostics[1].message;
+  // A key some other object takes: the nearest such object is named.
+  m = test::baseModel();
+  m["modules"][0]["arch"]["name"] = "x";
+  m["batch"]["global_batch_size"] = 32;
+  result = parse(m);
+  ASSERT_EQ(result.diagnostics.size(), 2u);
+  EXPECT_NE(result.diagnostics[0].message.find(
+                "; Megatron's 'global_batch_size' is /batch/micro_batch_size x "
+                "/batch/num_microbatches"),
+            std::string::npos)
+      << result.diagnostics[0].message;
+  EXPECT_EQ(result.diagnostics[1].pointer, "/modules/0/arch/name");
+  EXPECT_NE(result.diagnostics[1].message.find("it belongs in /modules/N/name"),
             std::string::npos)
       << result.diagnostics[1].message;
   EXPECT_EQ(modelJsonKeys("/nowhere").size(), 0u);
