@@ -49,12 +49,14 @@ const char *kHelp =
     "  --steps N            train N steps (default: the model's train.steps);\n"
     "                       with --load, N counts from step 0\n"
     "  --backend B          local: every rank a thread of this process (the\n"
-    "                       default without mpirun); mpi: one process per rank\n"
+    "                       default without mpirun); mpi: one process per "
+    "rank\n"
     "                       (the default under mpirun); nccl: not in this\n"
     "                       version\n"
     "  --device D           cuda (the default when a GPU is usable, local\n"
     "                       backend: rank r on GPU r mod visible GPUs) or cpu\n"
-    "  --threads N          CPU threads per rank (default: the cores shared by\n"
+    "  --threads N          CPU threads per rank (default: the cores shared "
+    "by\n"
     "                       the ranks on this machine); results do not depend\n"
     "                       on it\n"
     "  --reference          train the same model, data and seed on one rank\n"
@@ -221,8 +223,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
     } else if (cli.planPath.empty()) {
       cli.planPath = arg;
     } else {
-      return usageError("more than one plan given ('" + cli.planPath +
-                        "', '" + arg + "')");
+      return usageError("more than one plan given ('" + cli.planPath + "', '" +
+                        arg + "')");
     }
   }
   if (cli.planPath.empty())
@@ -289,22 +291,15 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
     return std::nullopt;
   }
   Plan plan = std::move(*loaded.plan);
-  if (plan.config.precision != "fp32") {
-    error = "mimo-run: " + path + ": /model/precision: error: precision \"" +
-            plan.config.precision +
-            "\" is not supported by this version of mimo-run, which trains "
-            "in fp32 on every device: set \"precision\": \"fp32\"";
-    return std::nullopt;
-  }
   if (kind == device::DeviceKind::Cuda)
     for (size_t i = 0; i < plan.config.modules.size(); ++i) {
       const ModuleConfig &m = plan.config.modules[i];
       int64_t headDim = m.numHeads > 0 ? m.hiddenSize / m.numHeads : 0;
       if (headDim > device::maxCudaHeadDim()) {
         std::string most = std::to_string(device::maxCudaHeadDim());
-        error = "mimo-run: " + path + ": /model/modules/" +
-                std::to_string(i) + "/arch/num_heads: error: module '" +
-                m.name + "' has attention heads of dimension " +
+        error = "mimo-run: " + path + ": /model/modules/" + std::to_string(i) +
+                "/arch/num_heads: error: module '" + m.name +
+                "' has attention heads of dimension " +
                 std::to_string(headDim) +
                 "; the CUDA attention kernel takes at most " + most +
                 ": use more heads (hidden_size / num_heads <= " + most +
@@ -429,8 +424,8 @@ bool prepareRun(const CommandLine &cli, const Plan &plan,
 class StepReporter {
 public:
   StepReporter(int64_t total, int64_t world, double peakTflops, bool terminal)
-      : total(total), world(world), peakTflops(peakTflops),
-        terminal(terminal) {}
+      : total(total), world(world), peakTflops(peakTflops), terminal(terminal) {
+  }
 
   /// Opens the metrics file before training, so a bad path fails at once
   /// and a run that fails keeps each completed step.
@@ -557,18 +552,17 @@ int run(int argc, char **argv) {
                                                      : plan.topology.worldSize);
   options.timeoutSeconds = cli.timeout;
   options.planFile = cli.planPath;
-  options.baseDir =
-      std::filesystem::path(cli.planPath).parent_path().string();
+  options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();
   options.collectTrace = !cli.tracePath.empty();
   if (!prepareRun(cli, plan, options, printer, error))
     return fail(error);
 
   int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
   const device::CudaStatus &cuda = device::cudaStatus();
-  StepReporter reporter(
-      total, plan.topology.worldSize,
-      kind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops : 0.0,
-      printer && isatty(STDERR_FILENO));
+  StepReporter reporter(total, plan.topology.worldSize,
+                        kind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops
+                                                         : 0.0,
+                        printer && isatty(STDERR_FILENO));
   if (printer && !cli.metricsPath.empty() &&
       !reporter.openMetrics(cli.metricsPath))
     return fail("mimo-run: error: cannot write the metrics file '" +

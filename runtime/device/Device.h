@@ -102,6 +102,9 @@ public:
                         const int64_t *srcRows, int64_t count,
                         int64_t cols) = 0;
   virtual void scale(float *data, float alpha, int64_t n) = 0;
+  /// Rounds values to bfloat16 in place (round to nearest even), kept as
+  /// floats: what `precision: "bf16"` stores (core/KernelBodies.h).
+  virtual void roundToBf16(float *data, int64_t n) = 0;
   /// y += alpha * x.
   virtual void axpy(int64_t n, float alpha, const float *x, float *y) = 0;
   /// out = a + b elementwise (f32 or f64; out may alias a or b).

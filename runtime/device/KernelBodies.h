@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define MIMO_HD __host__ __device__
@@ -59,6 +60,29 @@ MIMO_HD inline bool attends(int64_t qp, int64_t qs, int64_t kp, int64_t ks,
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
+
+/// `x` rounded to the nearest bfloat16 (ties to even), kept as a float: the
+/// value a bf16 store and load give. NaN stays NaN, infinities stay.
+MIMO_HD inline float roundToBf16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0)
+    bits |= 0x00400000u; // a quiet NaN keeps its sign
+  else
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  float y;
+  memcpy(&y, &bits, sizeof(y));
+  return y;
+}
+
+/// Values rounded to bfloat16 in place (the bf16 emulation's stores).
+struct RoundBf16 {
+  float *data;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const { data[i] = roundToBf16(data[i]); }
+};
 
 template <typename T> struct Fill {
   T *out;

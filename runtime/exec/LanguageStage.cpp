@@ -104,9 +104,10 @@ Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
   int64_t vb = ctx.tpRank * vocabLocal;
   Tensor deviceIds = indices(ids);
   ctx.dev->embeddingForward(deviceIds.data<int64_t>(), Tc,
-                            parameters[embedding].value.data(), vb,
+                            parameters[embedding].work.data(), vb,
                             vb + vocabLocal, H, E.data());
   reduceAll(*ctx.comm, ctx.tpGroup, E);
+  store(E);
   for (size_t e = 0; e < lane.modalityRow.size(); ++e) {
     int64_t rows = lane.modalityRows[e];
     if (rows == 0)
@@ -193,12 +194,14 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   c.xf = std::move(x);
   Tensor hN = empty(Tl * H);
   c.rstdF = empty(Tl);
-  dev.rmsnormForward(c.xf.data(), parameters[finalNorm].value.data(), hN.data(),
+  dev.rmsnormForward(c.xf.data(), parameters[finalNorm].work.data(), hN.data(),
                      c.rstdF.data(), Tl, H);
+  store(hN);
   c.hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
   c.logits = empty(Tc * Vl);
-  matmul(dev, c.hNf.data(), parameters[head].value.data(), c.logits.data(), Tc,
+  matmul(dev, c.hNf.data(), parameters[head].work.data(), c.logits.data(), Tc,
          H, Vl);
+  store(c.logits); // bf16 logits; the softmax and loss in fp32
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {
@@ -249,7 +252,7 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
                              ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
                              c.scale.data(), dlogits.data());
     Tensor dhNf = empty(Tc * H);
-    matmulBackward(dev, c.hNf.data(), parameters[head].value.data(),
+    matmulBackward(dev, c.hNf.data(), parameters[head].work.data(),
                    dlogits.data(), dhNf.data(), parameters[head].grad.data(),
                    Tc, H, Vl);
     Tensor dhN;
@@ -260,7 +263,7 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
       dhN = std::move(dhNf);
     }
     dx = empty(Tl * H);
-    dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].value.data(),
+    dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].work.data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
   } else {

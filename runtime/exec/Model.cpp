@@ -102,14 +102,26 @@ void Stage::finalizeParameters() {
   f.grads = zeros(at);
   f.m = zeros(at);
   f.v = zeros(at);
+  if (ctx.bf16)
+    f.working = Tensor::empty(at);
   for (size_t i = 0; i < parameters.size(); ++i) {
     Param &p = parameters[i];
     p.value = f.values.view(offset[i], p.size());
+    p.work = (ctx.bf16 ? f.working : f.values).view(offset[i], p.size());
     p.grad = f.grads.view(offset[i], p.size());
     p.m = f.m.view(offset[i], p.size());
     p.v = f.v.view(offset[i], p.size());
   }
   initialValues.clear();
+  refreshWorking();
+}
+
+void Stage::refreshWorking() {
+  if (!ctx.bf16)
+    return;
+  ctx.dev->copy(flatParams.working.raw(), flatParams.values.raw(),
+                flatParams.values.bytes());
+  ctx.dev->roundToBf16(flatParams.working.data(), flatParams.total);
 }
 
 } // namespace mimo::exec

@@ -51,8 +51,10 @@ struct Param {
   /// global [globalRows, globalCols] parameter.
   int64_t rowBegin = 0, rowEnd = 0, colBegin = 0, colEnd = 0;
   int64_t globalRows = 0, globalCols = 0;
-  /// Views of the stage's flat buffers.
-  Tensor value, grad, m, v;
+  /// Views of the stage's flat buffers. `work` is what the forward and
+  /// backward compute with: `value` itself in fp32, its bf16-rounded copy
+  /// in bf16 (the master weights and AdamW stay fp32).
+  Tensor value, work, grad, m, v;
   /// Identical on every TP rank of the module (counted once in the norm).
   bool replicatedOverTp = false;
   /// Under SP, each TP rank's gradient covers its sequence shard only and
@@ -67,6 +69,8 @@ struct Param {
 /// ones a suffix (each TP rank's own share of the norm).
 struct FlatParams {
   Tensor values, grads, m, v;
+  /// bf16 only: the working weights, `values` rounded to bfloat16.
+  Tensor working;
   int64_t spPartial = 0, replicated = 0, total = 0;
 };
 
@@ -77,6 +81,9 @@ struct StageContext {
   uint64_t seed = 0;
   int64_t tp = 1, tpRank = 0, cp = 1, cpRank = 0, pp = 1, ppRank = 0;
   bool sequenceParallel = false;
+  /// precision "bf16": working weights and stored activations rounded to
+  /// bfloat16 (fp32 arithmetic, fp32 master weights, gradients and AdamW).
+  bool bf16 = false;
   std::vector<int64_t> tpGroup, cpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
@@ -103,6 +110,14 @@ public:
   bool isFirst() const { return ctx.ppRank == 0; }
   bool isLast() const { return ctx.ppRank == ctx.pp - 1; }
   const StageContext &context() const { return ctx; }
+  /// bf16: the working weights from the master weights (after they change:
+  /// the optimizer step, a checkpoint load).
+  void refreshWorking();
+  /// bf16: `t` rounded to bfloat16 in place, as the GPU stores it.
+  void store(Tensor &t) const {
+    if (ctx.bf16 && t.size() > 0)
+      ctx.dev->roundToBf16(t.data(), t.size());
+  }
   /// Forgets what forwards saved for their backwards (after an evaluation,
   /// which runs no backward).
   virtual void dropCaches() = 0;

@@ -33,6 +33,9 @@ HeldParams RankExecutor::heldParams() {
 /// Restores parameters and moments from a checkpoint (any layout's).
 void RankExecutor::load(const Checkpoint &checkpoint) {
   readCheckpointShards(checkpoint, heldParams());
+  for (auto &m : modules)
+    if (m)
+      m->stage->refreshWorking();
   dev.synchronize();
 }
 

@@ -153,6 +153,7 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
   ctx.cpRank = c.cp;
   ctx.ppRank = c.pp;
   ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
+  ctx.bf16 = plan.config.precision == "bf16";
   ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
   ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
   ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});

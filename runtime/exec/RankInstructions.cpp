@@ -367,6 +367,7 @@ void RankExecutor::optimizerStep() {
     dev.adamw(flat.values.data(), flat.grads.data(), flat.m.data(),
               flat.v.data(), flat.total, adam);
     dev.fillZero(flat.grads.raw(), flat.grads.bytes());
+    m->stage->refreshWorking();
   }
 }
 

@@ -54,6 +54,7 @@ public:
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
     Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
+    store(h);
     c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
     c.q = empty(Tc * Hl);
     c.k = empty(Tc * Hl);
@@ -65,6 +66,9 @@ public:
       dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
       dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
     }
+    store(c.q);
+    store(c.k);
+    store(c.v);
     if (ctx.cp > 1) {
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
       c.values = gatherRows(comm, ctx.cpGroup, c.v);
@@ -79,29 +83,38 @@ public:
                            m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
                            m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim,
                            language);
+    store(c.a);
     Tensor o = empty(Tc * H);
     matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
+    store(o);
     c.x1 = c.x.clone();
     dev.axpy(o.size(), 1.0f, o.data(), c.x1.data());
+    store(c.x1);
 
     Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
+    store(h2);
     c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
     c.g = empty(Tc * Fl);
     matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
+    store(c.g);
     c.s = empty(Tc * Fl);
     if (language) {
       c.u = empty(Tc * Fl);
       matmul(dev, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
+      store(c.u);
       dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
+    store(c.s);
     Tensor mlp = empty(Tc * H);
     matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
+    store(mlp);
     Tensor out = c.x1.clone();
     dev.axpy(out.size(), 1.0f, mlp.data(), out.data());
+    store(out);
     return out;
   }
 
@@ -170,7 +183,12 @@ public:
   }
 
 private:
-  float *P(size_t i) { return params[i].value.data(); }
+  /// bf16: a stored activation, rounded to bfloat16.
+  void store(Tensor &t) const {
+    if (ctx.bf16 && t.size() > 0)
+      ctx.dev->roundToBf16(t.data(), t.size());
+  }
+  float *P(size_t i) { return params[i].work.data(); }
   float *G(size_t i) { return params[i].grad.data(); }
 
   Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,

@@ -277,6 +277,28 @@ int main() {
                      : describe(again[i]));
   }
 
+  // bf16 (emulated: bf16-rounded working weights and activations over fp32
+  // arithmetic) on cuda follows the cpu bf16 reference (SPEC §11, 1e-2).
+  {
+    nlohmann::json model = test::example("vlm-fan-in.json");
+    model["precision"] = "bf16";
+    std::string error;
+    std::optional<Plan> plan = planOf(model, &error);
+    std::optional<Plan> reference =
+        plan ? exec::referencePlan(plan->config, &error) : std::nullopt;
+    if (!plan || !reference) {
+      report.check(false, "bf16: plan", error);
+    } else {
+      exec::RunResult onGpu = train(*plan, kind);
+      exec::RunResult onCpu = train(*reference, device::DeviceKind::Cpu);
+      std::printf("bf16 vlm-fan-in: cuda %s; cpu bf16 reference %s\n",
+                  describe(onGpu).c_str(), describe(onCpu).c_str());
+      report.close(worstDifference(onGpu, onCpu), 1e-2,
+                   "bf16 vlm-fan-in: 8 ranks on cuda vs the cpu bf16 "
+                   "reference");
+    }
+  }
+
   // A rank that fails stops every rank (SPEC §7 on GPUs too).
   {
     std::string error;

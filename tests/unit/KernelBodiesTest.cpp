@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -110,6 +112,42 @@ TYPED_TEST(KernelBodies, ElementwiseAndRows) {
     for (int64_t c = 0; c < cols; ++c)
       ASSERT_EQ(dst[to[r] * cols + c], x[from[r] * cols + c]);
   ASSERT_EQ(dst[1 * cols], y[1 * cols]); // untouched row
+}
+
+/// bfloat16 keeps float's exponent and the top 7 mantissa bits: rounding
+/// is to the nearest representable value, ties to the even one.
+TEST(KernelBodiesBf16, RoundsToNearestEven) {
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  auto fromBits = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  EXPECT_EQ(b::roundToBf16(1.0f), 1.0f);
+  EXPECT_EQ(b::roundToBf16(-2.5f), -2.5f);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties to the even (1).
+  EXPECT_EQ(b::roundToBf16(1.0f + 0x1.0p-8f), 1.0f);
+  // 1 + 3 * 2^-8: halfway between 1 + 2^-7 and 1 + 2^-6, even is 1 + 2^-6.
+  EXPECT_EQ(b::roundToBf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);
+  // Just above halfway rounds up, just below rounds down.
+  EXPECT_EQ(b::roundToBf16(fromBits(0x3f808001u)), fromBits(0x3f810000u));
+  EXPECT_EQ(b::roundToBf16(fromBits(0x3f807fffu)), 1.0f);
+  // The low 16 bits are always zero; infinities and NaNs survive; the
+  // largest float rounds up to infinity, as a bf16 store would.
+  EXPECT_EQ(bits(b::roundToBf16(3.14159f)) & 0xffffu, 0u);
+  EXPECT_EQ(b::roundToBf16(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(b::roundToBf16(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(b::roundToBf16(-std::nanf(""))));
+  EXPECT_EQ(b::roundToBf16(3.4028235e38f), INFINITY);
+  std::vector<float> x = {1.0f + 0x1.0p-8f, 3.14159f, -0.1f};
+  runAll(b::RoundBf16{x.data(), 3});
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_EQ(x[1], b::roundToBf16(3.14159f));
+  EXPECT_NEAR(x[2], -0.1f, 0.1f * 0x1.0p-8f);
 }
 
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {

@@ -11,6 +11,7 @@
 
 #include "runtime/device/Device.h"
 #include "runtime/device/Devices.h"
+#include "runtime/device/KernelBodies.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/FastKernels.h"
 #include "runtime/device/cpu/Kernels.h"
@@ -148,6 +149,10 @@ public:
     for (int64_t i = 0; i < count; ++i)
       std::memcpy(dst + dstRows[i] * cols, src + srcRows[i] * cols,
                   static_cast<size_t>(cols) * sizeof(float));
+  }
+  void roundToBf16(float *data, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      data[i] = bodies::roundToBf16(data[i]);
   }
   void scale(float *data, float alpha, int64_t n) override {
     for (int64_t i = 0; i < n; ++i)

@@ -257,6 +257,9 @@ public:
     launch("copy_rows",
            b::CopyRows<float>{dst, dstRows, src, srcRows, count, cols});
   }
+  void roundToBf16(float *data, int64_t n) override {
+    launch("round_bf16", b::RoundBf16{data, n});
+  }
   void scale(float *data, float alpha, int64_t n) override {
     launch("scale", b::Scale<float>{data, alpha, n});
   }
