@@ -65,9 +65,9 @@ cl::list<std::string>
                  cl::value_desc("PASS"), cl::CommaSeparated,
                  cl::sub(compileCommand), cl::cat(compileCategory));
 cl::opt<bool> quiet("quiet",
-                   cl::desc("Print nothing on success (by default the "
-                            "layout and its warnings go to stderr)"),
-                   cl::sub(compileCommand), cl::cat(compileCategory));
+                    cl::desc("Print nothing on success (by default the "
+                             "layout and its warnings go to stderr)"),
+                    cl::sub(compileCommand), cl::cat(compileCategory));
 cl::alias quietShort("q", cl::desc("Same as --quiet"), cl::aliasopt(quiet),
                      cl::cat(compileCategory));
 cl::opt<std::string> dumpIrDir("dump-ir-dir",

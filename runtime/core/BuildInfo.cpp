@@ -49,8 +49,8 @@ std::string versionText(const std::string &tool) {
 #else
   feature(false, "OpenMP");
 #endif
-  text += "  built with:    " + (with.empty() ? "nothing optional" : with) +
-          "\n";
+  text +=
+      "  built with:    " + (with.empty() ? "nothing optional" : with) + "\n";
   if (!without.empty())
     text += "  built without: " + without + "\n";
 #if defined(__clang__)

@@ -47,8 +47,7 @@ TEST(ExplainTest, FanInExample) {
   double language = e["modules"][1]["flops_per_step"];
   EXPECT_NEAR(images + language, e["model_flops_per_step"].get<double>(),
               1e-9 * language);
-  EXPECT_DOUBLE_EQ(e["modules"][0]["flops_per_rank"].get<double>(),
-                   images / 4);
+  EXPECT_DOUBLE_EQ(e["modules"][0]["flops_per_rank"].get<double>(), images / 4);
   e["modules"][0].erase("flops_per_step");
   e["modules"][0].erase("flops_per_rank");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
