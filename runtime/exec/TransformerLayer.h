@@ -37,10 +37,9 @@ public:
                    size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
                    size_t w2, int64_t hidden, int64_t heads, int64_t ffn,
                    const StageContext &ctx)
-      : params(params), language(language), norm1(norm1), norm1b(norm1b),
-        wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2), norm2b(norm2b), w1(w1),
-        w3(w3), w2(w2), H(hidden), ctx(ctx) {
-    (void)owner;
+      : owner(owner), params(params), language(language), norm1(norm1),
+        norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
+        norm2b(norm2b), w1(w1), w3(w3), w2(w2), H(hidden), ctx(ctx) {
     headsLocal = heads / ctx.tp;
     headDim = hidden / heads;
     Hl = headsLocal * headDim;
@@ -183,11 +182,8 @@ public:
   }
 
 private:
-  /// bf16: a stored activation, rounded to bfloat16.
-  void store(Tensor &t) const {
-    if (ctx.bf16 && t.size() > 0)
-      ctx.dev->roundToBf16(t.data(), t.size());
-  }
+  /// bf16: a stored activation, rounded as the owning stage stores.
+  void store(Tensor &t) const { owner.store(t); }
   float *P(size_t i) { return params[i].work.data(); }
   float *G(size_t i) { return params[i].grad.data(); }
 
@@ -233,6 +229,7 @@ private:
     return rowParallelOut(std::move(partial), sp);
   }
 
+  const Stage &owner;
   std::vector<Param> &params;
   bool language;
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;

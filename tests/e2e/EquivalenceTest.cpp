@@ -51,8 +51,10 @@ void runWithReference(const Plan &plan, const exec::RunOptions &options,
 }
 
 /// Trains `model` distributed and as the reference for 3 steps and
-/// compares every step.
-void expectMatchesReference(const json &model, int64_t expectedWorld) {
+/// compares every step (relative `tolerance`: 1e-5 in fp32, SPEC §8; 1e-2
+/// in bf16, SPEC §11).
+void expectMatchesReference(const json &model, int64_t expectedWorld,
+                            double tolerance = 1e-5) {
   Plan plan = planOf(model);
   ASSERT_EQ(plan.topology.worldSize, expectedWorld);
   exec::RunOptions options;
@@ -66,10 +68,10 @@ void expectMatchesReference(const json &model, int64_t expectedWorld) {
   for (size_t s = 0; s < 3; ++s) {
     const exec::StepMetrics &d = distributed.steps[s], &r = reference.steps[s];
     EXPECT_TRUE(std::isfinite(d.loss) && d.loss > 0) << d.loss;
-    EXPECT_LE(relative(d.loss, r.loss), 1e-5)
+    EXPECT_LE(relative(d.loss, r.loss), tolerance)
         << "step " << s + 1 << ": loss " << d.loss << " vs reference "
         << r.loss;
-    EXPECT_LE(relative(d.gradNorm, r.gradNorm), 1e-5)
+    EXPECT_LE(relative(d.gradNorm, r.gradNorm), tolerance)
         << "step " << s + 1 << ": grad norm " << d.gradNorm << " vs reference "
         << r.gradNorm;
     EXPECT_EQ(d.tokens, r.tokens);
@@ -100,28 +102,14 @@ INSTANTIATE_TEST_SUITE_P(
 /// their bf16 reference within 1e-2 over 3 steps, and bf16 follows fp32
 /// within 2e-2 over the first 10 steps, without being fp32.
 TEST(Bf16, LayoutsMatchTheirReferenceAndFollowFp32) {
-  for (const char *name :
-       {"vlm-fan-in.json", "lm-cp2-sp.json", "vlm-colocated.json"}) {
+  for (auto [name, world] :
+       {std::pair<const char *, int64_t>{"vlm-fan-in.json", 8},
+        {"lm-cp2-sp.json", 6},
+        {"vlm-colocated.json", 8}}) {
     SCOPED_TRACE(name);
     json model = example(name);
     model["precision"] = "bf16";
-    Plan plan = planOf(model);
-    exec::RunOptions options;
-    options.steps = 3;
-    options.timeoutSeconds = 120;
-    exec::RunResult distributed, reference;
-    ASSERT_NO_FATAL_FAILURE(
-        runWithReference(plan, options, distributed, reference));
-    ASSERT_EQ(distributed.steps.size(), 3u);
-    for (size_t s = 0; s < 3; ++s) {
-      EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
-                1e-2)
-          << "step " << s + 1;
-      EXPECT_LE(
-          relative(distributed.steps[s].gradNorm, reference.steps[s].gradNorm),
-          1e-2)
-          << "step " << s + 1;
-    }
+    expectMatchesReference(model, world, 1e-2);
   }
   json model = example("vlm-fan-in.json");
   exec::RunOptions options;
