@@ -102,11 +102,8 @@ std::string layoutSummary(const Plan &plan) {
       if (g.size(dim) > 1)
         grid += (grid.empty() ? "" : " ") + std::string(dimName(dim)) +
                 std::to_string(g.size(dim));
-    std::string ranks = g.size() == 1 ? std::to_string(g.rankOffset())
-                                      : std::to_string(g.rankOffset()) + "-" +
-                                            std::to_string(g.endRank() - 1);
-    text += " " + config.name + " " + ranks + " (" +
-            (grid.empty() ? "1 rank" : grid) + ");";
+    text += " " + config.name + " " + spanText(g.rankOffset(), g.size()) +
+            " (" + (grid.empty() ? "1 rank" : grid) + ");";
   }
   text += " " + std::to_string(t.microbatches) + " microbatches over " +
           std::to_string(t.totalStages) +

@@ -43,6 +43,9 @@ std::string renderExplainText(const nlohmann::ordered_json &explanation,
 std::string renderExplainDot(const nlohmann::ordered_json &explanation,
                              const std::string &modelName);
 
+/// Ranks [offset, offset + size) as "4-7", or "4" for one rank.
+std::string spanText(int64_t offset, int64_t size);
+
 /// Sorted distinct values as runs, "0-6, 8-14, 16": when longer than
 /// `maxChars`, the first two runs, "...", the last and how many there are.
 std::string rangeList(std::vector<int64_t> values, size_t maxChars);

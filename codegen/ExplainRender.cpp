@@ -51,6 +51,12 @@ std::string elided(const std::vector<std::string> &items,
 
 } // namespace
 
+std::string spanText(int64_t offset, int64_t size) {
+  return size == 1
+             ? std::to_string(offset)
+             : std::to_string(offset) + "-" + std::to_string(offset + size - 1);
+}
+
 std::string rangeList(std::vector<int64_t> values, size_t maxChars) {
   sortUnique(values);
   std::vector<std::string> runs;
@@ -93,13 +99,6 @@ std::string table(const std::vector<std::vector<std::string>> &rows) {
     os << line << "\n";
   }
   return os.str();
-}
-
-/// "4-7", or "4" for one rank.
-std::string spanText(int64_t offset, int64_t size) {
-  return size == 1
-             ? std::to_string(offset)
-             : std::to_string(offset) + "-" + std::to_string(offset + size - 1);
 }
 
 std::string number(const json &value) {
