@@ -14,6 +14,7 @@
 #include "runtime/core/BuildInfo.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
+#include "runtime/exec/Calibrate.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MemoryCheck.h"
 
@@ -37,6 +38,7 @@ const char *kUsage =
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
     "                [--timeout SECONDS]\n"
+    "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
 const char *kHelp =
@@ -70,6 +72,10 @@ const char *kHelp =
     "                       (GPU), eval_loss\n"
     "  --trace FILE         a Chrome/Perfetto trace, one track per rank\n"
     "  --timeout SECONDS    a rank waiting longer fails the run (default 300)\n"
+    "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
+    "                       attention, memory bandwidth, kernel overhead and\n"
+    "                       messages, and write the profile mimoc simulate\n"
+    "                       and mimoc tune take (--profile FILE)\n"
     "  --help, --version\n"
     "\n"
     "EXIT CODES\n"
@@ -123,7 +129,8 @@ std::string progressBar(int64_t done, int64_t total, double eta) {
 /// What the command line asked for.
 struct CommandLine {
   std::string planPath, backend, device, metricsPath, tracePath, saveDir,
-      loadPath;
+      loadPath, calibrateOutput;
+  bool calibrate = false;
   int64_t saveEvery = 0;
   int64_t steps = -1;
   int threads = 0;
@@ -218,6 +225,14 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
         return usageError("--timeout expects a number of seconds > 0");
     } else if (arg == "--reference") {
       cli.reference = true;
+    } else if (arg == "--calibrate") {
+      cli.calibrate = true;
+    } else if (is("-o")) {
+      auto v = value("-o");
+      if (!v || v->empty())
+        return usageError("-o expects a file name (mimo-run --calibrate -o "
+                          "profile.json)");
+      cli.calibrateOutput = *v;
     } else if (!arg.empty() && arg[0] == '-') {
       return usageError("unknown option '" + arg + "'; see mimo-run --help");
     } else if (cli.planPath.empty()) {
@@ -227,6 +242,17 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
                         arg + "')");
     }
   }
+  if (cli.calibrate) {
+    if (cli.calibrateOutput.empty())
+      return usageError("--calibrate needs -o FILE: where to write the "
+                        "profile");
+    if (!cli.planPath.empty())
+      return usageError("--calibrate measures the device and trains "
+                        "nothing; give no plan");
+    return std::nullopt;
+  }
+  if (!cli.calibrateOutput.empty())
+    return usageError("-o is for --calibrate; see mimo-run --help");
   if (cli.planPath.empty())
     return usageError("no plan given (compile one with mimoc compile "
                       "MODEL.json -o PLAN.json)");
@@ -511,6 +537,29 @@ std::string runBanner(const Plan &plan, const CommandLine &cli,
          std::to_string(total) + " steps";
 }
 
+/// mimo-run --calibrate -o FILE: measures the device's profile.
+int runCalibrate(const CommandLine &cli, device::DeviceKind kind) {
+  std::cerr << "mimo-run: calibrating " << cli.device << " ...\n";
+  DeviceProfile profile;
+  try {
+    profile = exec::calibrate(kind, [](const std::string &what) {
+      std::cerr << "  " << what << "\n";
+    });
+  } catch (const device::DeviceError &e) {
+    std::cerr << "mimo-run: error: the device failed while calibrating: "
+              << e.what() << "\n";
+    return 2;
+  }
+  if (!writeFile(cli.calibrateOutput, profileToJson(profile).dump(2) + "\n")) {
+    std::cerr << cli.calibrateOutput << ": error: cannot write the profile\n";
+    return 1;
+  }
+  std::cerr << "mimo-run: wrote the profile of " << profile.device << " to "
+            << cli.calibrateOutput << " (use it with mimoc simulate/tune "
+            << "--profile)\n";
+  return 0;
+}
+
 int run(int argc, char **argv) {
   CommandLine cli;
   if (std::optional<int> code = parseCommandLine(argc, argv, cli))
@@ -518,6 +567,8 @@ int run(int argc, char **argv) {
   device::DeviceKind kind = device::DeviceKind::Cpu;
   if (std::optional<int> code = chooseBackendAndDevice(cli, kind))
     return *code;
+  if (cli.calibrate)
+    return runCalibrate(cli, kind);
 
   std::unique_ptr<comm::Comm> mpi;
   if (cli.backend == "mpi") {

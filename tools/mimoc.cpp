@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/Explain.h"
+#include "codegen/SimulateReport.h"
+#include "codegen/Tune.h"
 #include "runtime/core/BuildInfo.h"
 #include "runtime/core/JsonReader.h"
 #include "tools/driver/Driver.h"
@@ -99,6 +101,71 @@ cl::opt<int64_t> explainRank("rank",
                              cl::desc("Show only rank R, with its program"),
                              cl::value_desc("R"), cl::init(-1),
                              cl::sub(explainCommand), cl::cat(explainCategory));
+
+cl::SubCommand simulateCommand(
+    "simulate", "Predict a training step: every rank's stream replayed with "
+                "a device profile's and a cluster's costs");
+cl::SubCommand
+    tuneCommand("tune",
+                "Search every module's grid, the rank split and the microbatch "
+                "count for the fastest predicted step");
+
+cl::OptionCategory simulateCategory("simulate and tune options");
+cl::opt<std::string> simulateInput(cl::Positional, cl::Required,
+                                   cl::desc("<PLAN.json|MODEL.json>"),
+                                   cl::sub(simulateCommand));
+cl::opt<std::string> tuneInput(cl::Positional, cl::Required,
+                               cl::desc("<MODEL.json>"), cl::sub(tuneCommand));
+cl::opt<std::string>
+    profileOption("profile",
+                  cl::desc("The device: a profile from mimo-run --calibrate "
+                           "-o FILE, or an estimate: cpu, h100, h200 "
+                           "(default cpu)"),
+                  cl::value_desc("FILE|NAME"), cl::init("cpu"),
+                  cl::sub(simulateCommand), cl::sub(tuneCommand),
+                  cl::cat(simulateCategory));
+cl::opt<std::string>
+    clusterOption("cluster",
+                  cl::desc("GPUs per node, nodes and link speeds "
+                           "(docs/tune.md); default: the profile's one host "
+                           "(CPU) or nodes of 8 GPUs"),
+                  cl::value_desc("FILE"), cl::sub(simulateCommand),
+                  cl::sub(tuneCommand), cl::cat(simulateCategory));
+cl::opt<std::string> traceOption("trace",
+                                 cl::desc("Write a Chrome/Perfetto trace of "
+                                          "the predicted step to FILE"),
+                                 cl::value_desc("FILE"),
+                                 cl::sub(simulateCommand),
+                                 cl::cat(simulateCategory));
+enum class ReportFormat { Text, Json };
+cl::opt<ReportFormat> reportFormat(
+    "format", cl::desc("How to print the result"), cl::init(ReportFormat::Text),
+    cl::values(clEnumValN(ReportFormat::Text, "text", "a report (default)"),
+               clEnumValN(ReportFormat::Json, "json", "one JSON object")),
+    cl::sub(simulateCommand), cl::sub(tuneCommand), cl::cat(simulateCategory));
+cl::opt<int64_t> tuneWorld("world", cl::desc("The ranks to lay out"),
+                           cl::value_desc("N"), cl::Required,
+                           cl::sub(tuneCommand), cl::cat(simulateCategory));
+cl::opt<double>
+    tuneMemory("memory",
+               cl::desc("GiB one rank may use (default: the profile's device "
+                        "memory over the ranks sharing a device)"),
+               cl::value_desc("GiB"), cl::init(0), cl::sub(tuneCommand),
+               cl::cat(simulateCategory));
+cl::opt<unsigned> tuneTop("top", cl::desc("Layouts to list (default 10)"),
+                          cl::value_desc("K"), cl::init(10),
+                          cl::sub(tuneCommand), cl::cat(simulateCategory));
+cl::opt<unsigned>
+    tuneSimulate("simulate",
+                 cl::desc("Simulate the K analytically best layouts (default "
+                          "48; 0: every valid layout)"),
+                 cl::value_desc("K"), cl::init(48), cl::sub(tuneCommand),
+                 cl::cat(simulateCategory));
+cl::opt<std::string> tuneOutput("o",
+                                cl::desc("Write the best layout's model.json "
+                                         "to FILE"),
+                                cl::value_desc("FILE"), cl::sub(tuneCommand),
+                                cl::cat(simulateCategory));
 
 /// Compiles `path`, printing diagnostics; fails with nothing on error.
 mimo::CompileResult compile(mlir::MLIRContext &context, StringRef path,
@@ -238,6 +305,113 @@ int runExplain() {
   return 0;
 }
 
+/// Reads --profile and --cluster.
+bool loadCostInputs(mimo::DeviceProfile &profile,
+                    mimo::ClusterConfig &cluster) {
+  std::string error;
+  std::optional<mimo::DeviceProfile> p =
+      mimo::loadProfile(profileOption, &error);
+  if (!p) {
+    errs() << error << "\n";
+    return false;
+  }
+  std::optional<mimo::ClusterConfig> c =
+      mimo::loadCluster(clusterOption, *p, &error);
+  if (!c) {
+    errs() << error << "\n";
+    return false;
+  }
+  profile = *p;
+  cluster = *c;
+  return true;
+}
+
+/// Writes `text` to `path` through a temporary file.
+bool writeText(StringRef path, const std::string &text) {
+  if (Error error = writeToOutput(path, [&](raw_ostream &out) {
+        out << text;
+        return Error::success();
+      })) {
+    errs() << path
+           << ": error: cannot write the output: " << toString(std::move(error))
+           << "\n";
+    return false;
+  }
+  return true;
+}
+
+int runSimulate() {
+  mlir::MLIRContext context;
+  std::optional<mimo::Plan> plan = planOf(context, simulateInput);
+  if (!plan)
+    return 1;
+  mimo::DeviceProfile profile;
+  mimo::ClusterConfig cluster;
+  if (!loadCostInputs(profile, cluster))
+    return 1;
+  mimo::CostModel costs(plan->topology, plan->config, profile, cluster);
+  mimo::Simulation sim = mimo::simulateStep(plan->topology, plan->programs,
+                                            plan->rankProgram, costs);
+  nlohmann::ordered_json report = mimo::simulationJson(*plan, sim, costs);
+  if (!traceOption.empty() && sim.problem.empty() &&
+      !writeText(traceOption,
+                 mimo::simulationTrace(sim, plan->topology, plan->programs,
+                                       plan->rankProgram)
+                     .dump())) {
+    return 1;
+  }
+  if (reportFormat == ReportFormat::Json)
+    outs() << report.dump(2) << "\n";
+  else
+    outs() << mimo::renderSimulationText(report);
+  if (!sim.problem.empty()) {
+    errs() << simulateInput << ": error: " << sim.problem << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int runTune() {
+  mlir::MLIRContext context;
+  // The model must compile as given: its architecture, batch and data are
+  // what the search keeps.
+  std::optional<mimo::Plan> plan = planOf(context, tuneInput);
+  if (!plan)
+    return 1;
+  if (tuneWorld < 1 || tuneWorld > (1 << 20)) {
+    errs() << "mimoc: error: --world " << tuneWorld
+           << " is out of range; give the ranks to lay out, 1 to 1048576\n";
+    return 1;
+  }
+  if (tuneMemory < 0) {
+    errs() << "mimoc: error: --memory must be > 0 GiB\n";
+    return 1;
+  }
+  mimo::TuneOptions options;
+  if (!loadCostInputs(options.profile, options.cluster))
+    return 1;
+  options.worldSize = tuneWorld;
+  options.memoryBytes = tuneMemory * double(1ull << 30);
+  options.simulate = tuneSimulate;
+  mimo::TuneResult result = mimo::tuneLayouts(plan->config, options);
+  if (reportFormat == ReportFormat::Json)
+    outs() << mimo::tuneJson(result, options, tuneTop).dump(2) << "\n";
+  else
+    outs() << mimo::renderTuneText(result, options, tuneTop);
+  if (result.ranked.empty()) {
+    errs() << tuneInput << ": error: " << result.problem << "\n";
+    return 1;
+  }
+  if (!tuneOutput.empty()) {
+    if (!writeText(tuneOutput,
+                   mimo::toJson(result.ranked.front().config).dump(2) + "\n"))
+      return 1;
+    if (reportFormat == ReportFormat::Text)
+      outs() << "\nwrote the best layout to " << tuneOutput << "\n";
+  }
+  return 0;
+}
+
 } // namespace
 
 const char *kOverview =
@@ -255,6 +429,13 @@ const char *kOverview =
     "  mimoc explain MODEL.json|PLAN.json [--format=text|json|dot] [--rank R]\n"
     "      the layout, every role's ranks, stages, warm-ups and memory, the\n"
     "      bridges and sequence shards; --rank R: one rank and its program\n"
+    "  mimoc simulate MODEL.json|PLAN.json [--profile FILE|cpu|h100|h200]\n"
+    "                 [--cluster FILE] [--trace FILE] [--format=text|json]\n"
+    "      predict a step: time, idle share, MFU, busy ranks, critical path\n"
+    "  mimoc tune MODEL.json --world N [--memory GiB] [--profile P]\n"
+    "             [--cluster C] [--top K] [-o BEST.json]\n"
+    "      search every module's grid, the rank split and the microbatch\n"
+    "      count; list the fastest predicted layouts, write the best\n"
     "\n"
     "  Exit codes: 0 success; 1 invalid input (FILE: JSON-POINTER: error:\n"
     "  ... on stderr, nothing written).\n"
@@ -265,11 +446,17 @@ const char *kOverview =
     "  mimoc explain vlm.plan.json --format=dot | dot -Tsvg > vlm.svg\n"
     "  mimo-run vlm.plan.json\n"
     "\n"
-    "  The model.json format: docs/model-json.md; the plan: docs/plan.md.\n";
+    "  mimo-run --calibrate -o my.profile.json\n"
+    "  mimoc tune examples/vlm-fan-in.json --world 8 --profile "
+    "my.profile.json\n"
+    "\n"
+    "  The model.json format: docs/model-json.md; the plan: docs/plan.md;\n"
+    "  the cost model and search: docs/tune.md.\n";
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions({&compileCategory, &explainCategory});
+  cl::HideUnrelatedOptions(
+      {&compileCategory, &explainCategory, &simulateCategory});
   cl::SetVersionPrinter(
       [](raw_ostream &os) { os << mimo::versionText("mimoc"); });
   cl::ParseCommandLineOptions(argc, argv, kOverview);
@@ -277,7 +464,11 @@ int main(int argc, char **argv) {
     return runCompile();
   if (explainCommand)
     return runExplain();
-  errs() << "mimoc: error: expected a command, 'compile' or 'explain'; see "
-            "mimoc --help\n";
+  if (simulateCommand)
+    return runSimulate();
+  if (tuneCommand)
+    return runTune();
+  errs() << "mimoc: error: expected a command: compile, explain, simulate or "
+            "tune; see mimoc --help\n";
   return 1;
 }

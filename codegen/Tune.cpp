@@ -1,0 +1,442 @@
+//===- Tune.cpp - Searching every module's grid ---------------------------===//
+
+#include "codegen/Tune.h"
+
+#include "codegen/Explain.h"
+#include "codegen/SimulateReport.h"
+#include "runtime/core/Flops.h"
+#include "runtime/core/MemoryPlan.h"
+#include "runtime/core/Parameters.h"
+#include "runtime/core/PlanFile.h"
+#include "runtime/core/Simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace mimo {
+
+namespace {
+
+struct ModuleGrid {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+  bool sp = false;
+  int64_t size() const { return tp * cp * pp * dp; }
+  /// Analytic seconds of one microbatch's forward and backward on one
+  /// stage, the step's gradient reduction and optimizer, and the core-
+  /// seconds of compute the whole module does per step.
+  double stage = 0, tail = 0, work = 0;
+};
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0)
+      d.push_back(i);
+  return d;
+}
+
+/// The analytic costs of the search, from core/CostModel.h's stage costs.
+class Estimator {
+public:
+  Estimator(const ModelConfig &model, const TuneOptions &options)
+      : model(model), options(options) {
+    const ClusterConfig &c = options.cluster;
+    devices = c.nodes > 0
+                  ? std::min(c.nodes * c.devicesPerNode, options.worldSize)
+                  : options.worldSize;
+    devices = std::max<int64_t>(devices, 1);
+    ranksPerDevice = (options.worldSize + devices - 1) / devices;
+    double cores = static_cast<double>(options.profile.cores);
+    double threads =
+        std::max(1.0, std::floor(cores / static_cast<double>(ranksPerDevice)));
+    // Every rank busy: a device's cores shared by all its ranks.
+    speed =
+        threads *
+        std::min(1.0, cores / (threads * static_cast<double>(ranksPerDevice)));
+    for (const ModuleConfig &m : model.modules) {
+      double values = 0;
+      for (const ParamSpec &spec :
+           stageParameters(m, model.language().hiddenSize, false, 1, 0))
+        values += static_cast<double>(spec.size());
+      parameters.push_back(values);
+    }
+  }
+
+  /// Seconds of an exchange over `members` ranks spanning `span`
+  /// consecutive ranks, each sending `bytes`.
+  double exchange(int64_t members, int64_t span, double bytes) const {
+    if (members < 2)
+      return 0;
+    int64_t deviceSpan = (span + ranksPerDevice - 1) / ranksPerDevice;
+    const ClusterConfig &c = options.cluster;
+    LinkCost link =
+        deviceSpan <= 1
+            ? sharedDeviceLink(options.profile, c.sameDevice, ranksPerDevice)
+        : deviceSpan <= c.devicesPerNode ? c.sameNode
+                                         : c.crossNode;
+    double n = static_cast<double>(members);
+    return link.latencyUs * 1e-6 * std::ceil(std::log2(n)) +
+           (n - 1) * bytes / (link.bandwidthGBs * 1e9);
+  }
+
+  void cost(size_t module, size_t encoder, ModuleGrid &g,
+            int64_t microBatchSize, int64_t microbatches) const {
+    ModuleConfig m = model.modules[module];
+    m.parallel.tp = g.tp;
+    m.parallel.cp = g.cp;
+    m.parallel.pp = g.pp;
+    m.parallel.dp = g.dp;
+    double outputHidden = static_cast<double>(model.language().hiddenSize);
+    g.stage = 0;
+    double work = 0;
+    for (int64_t stage : {int64_t(0), g.pp - 1}) {
+      StageShape shape =
+          stageShape(model, m, encoder, microBatchSize, stage, g.sp);
+      double seconds = 0, compute = 0;
+      for (bool backward : {false, true}) {
+        StageWork w =
+            stageWork(m, shape, backward, options.profile, outputHidden);
+        compute += w.compute;
+        seconds += w.tpExchanges * exchange(g.tp, g.tp, w.tpBytes) +
+                   w.cpExchanges * exchange(g.cp, g.tp * g.cp, w.cpBytes) +
+                   w.logitExchanges * exchange(g.tp, g.tp, w.logitBytes);
+      }
+      g.stage = std::max(g.stage, seconds + compute / speed);
+      work = std::max(work, compute);
+    }
+    g.work = work * static_cast<double>(g.size() * microbatches);
+    double local = 4.0 * parameters[module] / static_cast<double>(g.tp * g.pp);
+    g.tail = exchange(g.dp * g.cp, g.size(), local) +
+             memorySeconds(options.profile, 8 * local) / speed;
+  }
+
+  double devicesCores() const {
+    return static_cast<double>(devices * options.profile.cores);
+  }
+
+private:
+  const ModelConfig &model;
+  const TuneOptions &options;
+  int64_t devices = 1, ranksPerDevice = 1;
+  double speed = 1;
+  std::vector<double> parameters;
+};
+
+/// Every grid of `module` within `maxSize` ranks whose dp divides
+/// `microBatchSize`, under the rules of core/ShapeRules.h.
+std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
+                                    const ModuleConfig &m, int64_t maxSize,
+                                    int64_t microBatchSize, bool colocated) {
+  std::vector<ModuleGrid> grids;
+  bool language = m.kind == ModuleKind::Language;
+  int64_t S = model.batch.seqLength;
+  for (int64_t tp : divisors(m.numHeads)) {
+    if (m.ffnHiddenSize % tp || (language && m.vocabSize % tp))
+      continue;
+    for (int64_t cp = 1; cp <= (language ? maxSize : 1); ++cp) {
+      if (cp > 1 && (S % (2 * cp) || model.batch.attentionMask == "dense"))
+        continue;
+      for (int64_t pp : divisors(m.numLayers)) {
+        if (colocated && !language && pp > 1)
+          continue;
+        for (int64_t dp : divisors(microBatchSize)) {
+          ModuleGrid g{tp, cp, pp, dp};
+          if (g.size() > maxSize)
+            continue;
+          g.sp = language && tp > 1 && S % (tp * (cp > 1 ? 2 * cp : 1)) == 0;
+          grids.push_back(g);
+        }
+      }
+    }
+  }
+  return grids;
+}
+
+struct Candidate {
+  bool colocated = false;
+  int64_t microbatches = 1;
+  std::vector<ModuleGrid> grids;
+  double estimate = 0;
+};
+
+/// The 1F1B estimate of a layout (Tune.h, step 2).
+double estimate(const ModelConfig &model, const Candidate &layout,
+                double cores) {
+  double M = static_cast<double>(layout.microbatches);
+  double slowest = 0, encoderPath = 0, encoderSum = 0, tail = 0, work = 0;
+  double languageStage = 0, languagePp = 1;
+  for (size_t i = 0; i < model.modules.size(); ++i) {
+    const ModuleGrid &g = layout.grids[i];
+    tail = std::max(tail, g.tail);
+    work += g.work;
+    if (model.modules[i].kind == ModuleKind::Language) {
+      languageStage = g.stage;
+      languagePp = static_cast<double>(g.pp);
+    } else {
+      encoderPath = std::max(encoderPath, static_cast<double>(g.pp) * g.stage);
+      encoderSum += M * g.stage;
+    }
+    slowest = std::max(slowest, g.stage);
+  }
+  double pipeline =
+      layout.colocated
+          ? encoderSum + (M - 1) * languageStage + languagePp * languageStage
+          : (M - 1) * slowest + encoderPath + languagePp * languageStage;
+  return std::max(pipeline, work / cores) + tail;
+}
+
+ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
+                       int64_t world) {
+  ModelConfig config = model;
+  int64_t global = model.batch.microBatchSize * model.batch.numMicrobatches;
+  config.batch.numMicrobatches = layout.microbatches;
+  config.batch.microBatchSize = global / layout.microbatches;
+  config.worldSize = world;
+  int64_t offset = 0;
+  for (size_t i = 0; i < config.modules.size(); ++i) {
+    const ModuleGrid &g = layout.grids[i];
+    ParallelConfig &p = config.modules[i].parallel;
+    p.tp = g.tp;
+    p.cp = g.cp;
+    p.pp = g.pp;
+    p.dp = g.dp;
+    p.sequenceParallel = g.sp;
+    p.order = kDefaultOrder;
+    p.rankOffset = layout.colocated ? 0 : offset;
+    offset += g.size();
+  }
+  return config;
+}
+
+std::string summarize(const ModelConfig &config, bool colocated) {
+  std::ostringstream os;
+  os << (colocated ? "colocated: " : "non-colocated: ");
+  for (size_t i = 0; i < config.modules.size(); ++i) {
+    const ModuleConfig &m = config.modules[i];
+    const ParallelConfig &p = m.parallel;
+    os << (i ? " | " : "") << m.name << " tp" << p.tp;
+    if (p.cp > 1)
+      os << " cp" << p.cp;
+    os << " pp" << p.pp << " dp" << p.dp << (p.sequenceParallel ? " sp" : "");
+    if (!colocated)
+      os << " [" << spanText(p.rankOffset, p.tp * p.cp * p.pp * p.dp) << "]";
+  }
+  os << "; " << config.batch.numMicrobatches << " x mb "
+     << config.batch.microBatchSize;
+  return os.str();
+}
+
+bool lanesDivide(int64_t a, int64_t b) { return a % b == 0 || b % a == 0; }
+
+} // namespace
+
+TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options) {
+  TuneResult result;
+  const int64_t world = options.worldSize;
+  const size_t n = model.modules.size();
+  const size_t language = model.languageIndex();
+  std::vector<size_t> encoderOf(n, 0);
+  for (size_t i = 0, e = 0; i < n; ++i)
+    if (model.modules[i].kind == ModuleKind::Encoder)
+      encoderOf[i] = e++;
+  Estimator estimator(model, options);
+  double cores = estimator.devicesCores();
+  // Module spans move in steps of `step` ranks above 64 ranks.
+  int64_t step = 1;
+  if (world > 64)
+    for (int64_t s = world / 64; s >= 1; --s)
+      if (world % s == 0) {
+        step = s;
+        break;
+      }
+  const int64_t global =
+      model.batch.microBatchSize * model.batch.numMicrobatches;
+  std::vector<Candidate> layouts;
+  for (int64_t M : divisors(global)) {
+    int64_t B = global / M;
+    for (bool colocated : {true, false}) {
+      // Each module's grids, costed; non-colocated keeps the fastest per
+      // (span, dp) above 64 ranks (the rest cannot beat it in a layout).
+      std::vector<std::map<int64_t, std::vector<ModuleGrid>>> bySize(n);
+      for (size_t i = 0; i < n; ++i) {
+        for (ModuleGrid g :
+             moduleGrids(model, model.modules[i], world, B, colocated)) {
+          if (colocated ? g.size() != world : g.size() % step != 0)
+            continue;
+          ++result.enumerated;
+          estimator.cost(i, encoderOf[i], g, B, M);
+          std::vector<ModuleGrid> &list = bySize[i][g.size()];
+          if (world > 64 && !colocated) {
+            auto same = std::find_if(list.begin(), list.end(),
+                                     [&](auto &o) { return o.dp == g.dp; });
+            if (same != list.end()) {
+              if (g.stage < same->stage)
+                *same = g;
+              continue;
+            }
+          }
+          list.push_back(g);
+        }
+      }
+      // Combine: colocated, every module all ranks; non-colocated, spans
+      // in model order summing to the world.
+      Candidate layout;
+      layout.colocated = colocated;
+      layout.microbatches = M;
+      layout.grids.resize(n);
+      std::function<void(size_t, int64_t)> place = [&](size_t i, int64_t left) {
+        if (i == n) {
+          if (!colocated && left != 0)
+            return;
+          int64_t lmDp = layout.grids[language].dp;
+          for (size_t k = 0; k < n; ++k)
+            if (k != language && !lanesDivide(layout.grids[k].dp, lmDp))
+              return;
+          ++result.valid;
+          layout.estimate = estimate(model, layout, cores);
+          layouts.push_back(layout);
+          return;
+        }
+        int64_t later = static_cast<int64_t>(n - i - 1) * step;
+        for (const auto &[size, grids] : bySize[i]) {
+          if (!colocated &&
+              (size > left - later || (i + 1 == n && size != left)))
+            continue;
+          for (const ModuleGrid &g : grids) {
+            layout.grids[i] = g;
+            place(i + 1, colocated ? left : left - size);
+          }
+        }
+      };
+      place(0, world);
+    }
+  }
+  if (layouts.empty()) {
+    result.problem =
+        "no layout of " + std::to_string(world) +
+        " ranks fits the model's divisibility rules (heads, ffn and "
+        "vocabulary by tp, layers by pp, the global batch of " +
+        std::to_string(global) +
+        " samples by every dp, bridge lanes dividing each other)";
+    return result;
+  }
+  std::sort(layouts.begin(), layouts.end(),
+            [](const Candidate &a, const Candidate &b) {
+              return a.estimate < b.estimate;
+            });
+  // Simulate the best that fit in memory.
+  const DeviceProfile &profile = options.profile;
+  result.memoryLimit = options.memoryBytes;
+  if (result.memoryLimit <= 0) {
+    ClusterConfig c = options.cluster;
+    int64_t devices = c.nodes > 0 ? c.nodes * c.devicesPerNode : world;
+    int64_t sharing = (world + devices - 1) / std::max<int64_t>(devices, 1);
+    result.memoryLimit = profile.memoryBytes / static_cast<double>(sharing);
+  }
+  for (const Candidate &layout : layouts) {
+    if (options.simulate && result.ranked.size() >= options.simulate)
+      break;
+    TuneCandidate c;
+    c.config = withLayout(model, layout, world);
+    c.summary = summarize(c.config, layout.colocated);
+    c.estimateSeconds = layout.estimate;
+    std::string error;
+    std::optional<Plan> plan;
+    if (modelShapeErrors(c.config).empty())
+      plan = buildPlan(c.config, &error);
+    if (!plan) {
+      --result.valid; // the search's rules let through what the plan refuses
+      continue;
+    }
+    for (const RankMemory &r : memoryPlan(plan->topology, plan->config))
+      c.peakBytes = std::max(c.peakBytes, r.totalBytes);
+    if (result.memoryLimit > 0 &&
+        static_cast<double>(c.peakBytes) > result.memoryLimit) {
+      ++result.overMemory;
+      continue;
+    }
+    CostModel costs(plan->topology, plan->config, profile, options.cluster);
+    Simulation sim =
+        simulateStep(plan->topology, plan->programs, plan->rankProgram, costs);
+    if (!sim.problem.empty())
+      continue;
+    ++result.simulated;
+    c.stepSeconds = sim.stepSeconds;
+    c.idleShare = sim.idleShare();
+    c.mfu = predictedMfu(plan->config, world, sim.stepSeconds, profile);
+    result.ranked.push_back(std::move(c));
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const TuneCandidate &a, const TuneCandidate &b) {
+                     return a.stepSeconds < b.stepSeconds;
+                   });
+  if (result.ranked.empty())
+    result.problem = std::to_string(result.overMemory) +
+                     " valid layouts were tried and none fits in " +
+                     formatBytes(result.memoryLimit) +
+                     " per rank; give more ranks or memory (--memory GiB)";
+  return result;
+}
+
+nlohmann::ordered_json tuneJson(const TuneResult &result,
+                                const TuneOptions &options, size_t top) {
+  nlohmann::ordered_json out;
+  out["world_size"] = options.worldSize;
+  out["profile"] = {{"device", options.profile.device},
+                    {"measured", options.profile.measured}};
+  out["cluster"] = options.cluster.name;
+  out["memory_limit_bytes"] = result.memoryLimit;
+  out["enumerated"] = result.enumerated;
+  out["valid"] = result.valid;
+  out["over_memory"] = result.overMemory;
+  out["simulated"] = result.simulated;
+  if (!result.problem.empty())
+    out["problem"] = result.problem;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < result.ranked.size() && (top == 0 || i < top); ++i) {
+    const TuneCandidate &c = result.ranked[i];
+    list.push_back({{"summary", c.summary},
+                    {"step_seconds", c.stepSeconds},
+                    {"mfu", c.mfu},
+                    {"idle_share", c.idleShare},
+                    {"peak_bytes", c.peakBytes},
+                    {"estimate_seconds", c.estimateSeconds},
+                    {"model", toJson(c.config)}});
+  }
+  out["layouts"] = list;
+  return out;
+}
+
+std::string renderTuneText(const TuneResult &result, const TuneOptions &options,
+                           size_t top) {
+  std::ostringstream os;
+  os << "device: " << options.profile.device
+     << (options.profile.measured ? " (measured)" : "") << "\n";
+  if (!options.profile.measured)
+    os << "  note: this profile is an estimate (" << options.profile.source
+       << ")\n";
+  os << "cluster: " << options.cluster.name << "\n";
+  os << options.worldSize << " ranks: " << result.enumerated
+     << " module grids costed, " << result.valid << " valid layouts, "
+     << result.overMemory << " over " << formatBytes(result.memoryLimit)
+     << " per rank, " << result.simulated << " simulated\n\n";
+  if (result.ranked.empty())
+    return os.str(); // mimoc reports the problem on stderr
+  os << "  #  step       MFU     idle   memory/rank  layout\n";
+  for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
+    const TuneCandidate &c = result.ranked[i];
+    char line[128];
+    std::snprintf(line, sizeof(line),
+                  "%3zu  %8.2f ms %5.1f%%  %5.1f%%  %-11s  ", i + 1,
+                  c.stepSeconds * 1e3, c.mfu * 100, c.idleShare * 100,
+                  formatBytes(static_cast<double>(c.peakBytes)).c_str());
+    os << line << c.summary << "\n";
+  }
+  return os.str();
+}
+
+} // namespace mimo

@@ -1,0 +1,215 @@
+//===- CostModel.h - What an instruction costs on a device -----*- C++ -*-===//
+//
+// The one cost model behind `mimoc simulate` and `mimoc tune`
+// (docs/tune.md):
+//
+//  * A device profile: GEMM throughput as a function of the GEMM's size,
+//    attention throughput (forward, backward) as a function of the
+//    attended span, memory bandwidth and a per-kernel overhead, plus how
+//    many cores the ranks of one device share (a CPU's cores; 1 for a GPU).
+//    `mimo-run --calibrate` measures one; built-in profiles are estimates.
+//  * A cluster: devices per node, nodes, and a latency and bandwidth per
+//    link class (same device, same node, across nodes).
+//
+// An instruction's cost has two parts: `compute`, in seconds of one core of
+// the device (the simulator shares a device's cores among the ranks that
+// compute on it at once), and `comm`, seconds of communication that occupy
+// no core (the collectives inside a stage, the gradient reduction).
+// Point-to-point messages cost latency + bytes / bandwidth of their link.
+//
+// Work counts follow core/Flops.h (the same matrix products, split into
+// their GEMMs by shape) plus the elementwise traffic and kernel launches
+// of exec/Model.cpp's layers, as documented in docs/tune.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CORE_COSTMODEL_H
+#define MIMO_RUNTIME_CORE_COSTMODEL_H
+
+#include "runtime/core/Diagnostic.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Plan.h"
+
+#include "nlohmann/json.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mimo {
+
+/// A measured or estimated rate at one size: (size, TFLOP/s).
+struct RatePoint {
+  double size = 0, tflops = 0;
+};
+
+/// Interpolates `points` (ascending sizes) at `size`, linearly in
+/// log(size); clamped at both ends. 0 when there are no points.
+double rateAt(const std::vector<RatePoint> &points, double size);
+
+struct LinkCost {
+  double latencyUs = 0, bandwidthGBs = 1;
+  /// Seconds to move `bytes` over the link.
+  double seconds(double bytes) const {
+    return latencyUs * 1e-6 + bytes / (bandwidthGBs * 1e9);
+  }
+};
+
+struct DeviceProfile {
+  /// "cpu (2 cores)", "NVIDIA H100 80GB HBM3".
+  std::string device;
+  /// "cpu" or "cuda".
+  std::string kind = "cpu";
+  /// Whether mimo-run --calibrate measured it (false: an estimate).
+  bool measured = false;
+  /// How it was made ("mimo-run --calibrate, 2026-11-23", "estimate: ...").
+  std::string source;
+  /// Cores the ranks of one device share (a GPU: 1).
+  int64_t cores = 1;
+  /// Memory of one device (tune's default --memory).
+  double memoryBytes = 0;
+  /// Peak rates, for MFU (the fp32 peak also stands for bf16 until the
+  /// device has bf16 GEMMs).
+  double peakTflops = 0;
+  /// GEMM TFLOP/s of one core by size = cbrt(M N K).
+  std::vector<RatePoint> gemm;
+  /// Attention TFLOP/s of one core by the attended span (keys per query).
+  std::vector<RatePoint> attentionForward, attentionBackward;
+  double memoryGBs = 10;
+  double kernelOverheadUs = 1;
+  /// Measured / kernel-predicted time of a real layer's forward and
+  /// backward (mimo-run --calibrate runs a small model): what the kernel
+  /// rates miss (shapes, transposes, small elementwise kernels, buffers).
+  double computeScale = 1;
+  /// Fixed seconds per layer and pass (forward 1, backward 2) that do not
+  /// shrink with the layer's size (launches, buffers, threads), fitted by
+  /// mimo-run --calibrate with computeScale from two batch sizes.
+  double layerOverheadUs = 0;
+  /// Point-to-point between two ranks of this device (calibrated on the
+  /// local backend).
+  LinkCost link{20, 5};
+};
+
+/// Reads a profile document; `file` names it in diagnostics.
+std::optional<DeviceProfile> parseProfile(const nlohmann::json &document,
+                                          std::vector<Diagnostic> &errors);
+nlohmann::ordered_json profileToJson(const DeviceProfile &profile);
+/// The built-in estimates: "cpu", "h100", "h200".
+std::optional<DeviceProfile> builtinProfile(const std::string &name);
+std::vector<std::string> builtinProfileNames();
+
+struct ClusterConfig {
+  std::string name;
+  int64_t devicesPerNode = 1;
+  /// 0: as many nodes as the world needs (one rank per device).
+  int64_t nodes = 0;
+  LinkCost sameDevice, sameNode, crossNode;
+  bool measured = false;
+};
+
+std::optional<ClusterConfig> parseCluster(const nlohmann::json &document,
+                                          std::vector<Diagnostic> &errors);
+nlohmann::ordered_json clusterToJson(const ClusterConfig &cluster);
+/// A link between ranks of one device when `ranksOnDevice` share it: on a
+/// CPU every message wakes a thread that waits for a core, so the latency
+/// grows with the ranks per core (the calibration measures 2 ranks).
+LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
+                          int64_t ranksOnDevice);
+
+/// The cluster a profile implies when none is given: a CPU is one host
+/// whose ranks all share it; a GPU profile, nodes of 8 GPUs (NVLink within,
+/// 400 Gb/s between), one rank per GPU.
+ClusterConfig defaultCluster(const DeviceProfile &profile);
+
+/// The cost of one instruction on one rank.
+struct Work {
+  /// Seconds of one core of the rank's device.
+  double compute = 0;
+  /// Seconds of communication inside the instruction (no core).
+  double comm = 0;
+};
+
+/// Seconds of one core for a GEMM [m, k] x [k, n], attention of `flops`
+/// over spans of `span` keys, moving `bytes` through memory, launching
+/// `kernels` kernels.
+double gemmSeconds(const DeviceProfile &profile, double m, double n, double k);
+double attentionSeconds(const DeviceProfile &profile, double flops, double span,
+                        bool backward);
+double memorySeconds(const DeviceProfile &profile, double bytes);
+double kernelSeconds(const DeviceProfile &profile, double kernels);
+
+/// One pipeline stage of a module on one rank, as its layout shapes it.
+struct StageShape {
+  bool language = false, first = false, last = false;
+  bool sequenceParallel = false;
+  double tp = 1, cp = 1, samples = 1, layers = 1;
+  /// Rows (tokens) one rank computes, the (query, key) pairs it attends
+  /// and the mean span of keys per query.
+  double rows = 0, pairs = 0, span = 1;
+};
+/// `stage` of `module` (the `encoder`-th encoder, or the language module)
+/// under `microBatchSize` (the global micro-batch) and its own parallel
+/// settings.
+StageShape stageShape(const ModelConfig &config, const ModuleConfig &module,
+                      size_t encoder, int64_t microBatchSize, int64_t stage,
+                      bool sequenceParallel);
+
+/// A stage's forward or backward: compute in seconds of one core, and the
+/// collectives inside it (how many, and the bytes each member sends).
+struct StageWork {
+  double compute = 0;
+  double tpExchanges = 0, tpBytes = 0;       // TP all-reduces (SP: gathers)
+  double cpExchanges = 0, cpBytes = 0;       // CP key/value gathers
+  double logitExchanges = 0, logitBytes = 0; // vocab-parallel loss
+};
+StageWork stageWork(const ModuleConfig &module, const StageShape &shape,
+                    bool backward, const DeviceProfile &profile,
+                    double outputHidden);
+
+/// Costs of a topology's instructions on a profile and cluster.
+class CostModel {
+public:
+  CostModel(const Topology &topology, const ModelConfig &config,
+            const DeviceProfile &profile, const ClusterConfig &cluster);
+
+  /// The compute and collective cost of `instr` on `rank` (sends and
+  /// receives: 0; see messageSeconds).
+  Work work(int64_t rank, const Instr &instr) const;
+  /// Seconds for the message of the point-to-point `instr` between `rank`
+  /// and `peer` (either end gives the same).
+  double messageSeconds(int64_t rank, int64_t peer, const Instr &instr) const;
+  /// Bytes of that message.
+  double messageBytes(int64_t rank, int64_t peer, const Instr &instr) const;
+
+  /// The device a rank computes on, and the cores it uses alone.
+  int64_t deviceOf(int64_t rank) const;
+  int64_t nodeOf(int64_t rank) const;
+  double threadsOf(int64_t rank) const;
+  double coresPerDevice() const { return static_cast<double>(profile.cores); }
+  LinkCost linkBetween(int64_t a, int64_t b) const;
+  /// Seconds of a collective moving `bytes` per member over `group`
+  /// (ascending ranks): the exchange mimo's communicators run, every member
+  /// sending its piece to the others.
+  double exchangeSeconds(const std::vector<int64_t> &group, double bytes) const;
+
+  const DeviceProfile &deviceProfile() const { return profile; }
+  const ClusterConfig &clusterConfig() const { return cluster; }
+
+private:
+  const Topology &topology;
+  const ModelConfig &config;
+  DeviceProfile profile;
+  ClusterConfig cluster;
+  std::vector<const ModuleConfig *> moduleConfigs; // by topology module
+  std::vector<size_t> encoderIndex;                // model-order encoder
+  std::vector<int64_t> ranksOnDevice;
+  mutable std::map<std::tuple<int, int32_t, int64_t, int64_t>, Work> cache;
+
+  Work compute(int64_t rank, const Instr &instr) const;
+  std::vector<int64_t> group(int64_t rank, const Grid &grid,
+                             std::initializer_list<Dim> dims) const;
+};
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CORE_COSTMODEL_H

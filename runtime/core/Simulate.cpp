@@ -1,0 +1,368 @@
+//===- Simulate.cpp - A predicted step of every rank's stream -------------===//
+
+#include "runtime/core/Simulate.h"
+
+#include "runtime/core/StreamMatching.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+
+namespace mimo {
+
+double Simulation::idleShare() const {
+  if (stepSeconds <= 0 || busySeconds.empty())
+    return 0;
+  double busy = 0;
+  for (double b : busySeconds)
+    busy += b;
+  return 1.0 - busy / (stepSeconds * static_cast<double>(busySeconds.size()));
+}
+
+namespace {
+
+class TimedSimulator {
+public:
+  TimedSimulator(const Topology &topology, const std::vector<Program> &programs,
+                 const std::vector<int32_t> &rankProgram,
+                 const CostModel &costs)
+      : topology(topology), programs(programs), rankProgram(rankProgram),
+        costs(costs) {}
+
+  Simulation run() {
+    size_t world = static_cast<size_t>(topology.worldSize);
+    ranks.assign(world, {});
+    result.busySeconds.assign(world, 0);
+    result.finishSeconds.assign(world, 0);
+    for (int64_t r = 0; r < topology.worldSize; ++r)
+      push(0, Event::Post, r, 0, 0);
+    while (!events.empty()) {
+      Event e = events.top();
+      events.pop();
+      now = e.time;
+      switch (e.kind) {
+      case Event::Post:
+        post(e.rank);
+        break;
+      case Event::Done:
+        done(e.rank, static_cast<size_t>(e.entry));
+        break;
+      case Event::Compute:
+        computeDone(e.rank, e.version);
+        break;
+      }
+    }
+    size_t finished = 0;
+    for (size_t r = 0; r < world; ++r)
+      finished += ranks[r].finished;
+    if (finished != world) {
+      result.problem = std::to_string(world - finished) + " of " +
+                       std::to_string(world) +
+                       " ranks never finish their streams: the plan deadlocks "
+                       "(mimoc compile's verifier reports where)";
+      return std::move(result);
+    }
+    for (double f : result.finishSeconds)
+      result.stepSeconds = std::max(result.stepSeconds, f);
+    criticalPath();
+    return std::move(result);
+  }
+
+private:
+  struct Event {
+    enum Kind : uint8_t { Post, Done, Compute };
+    double time;
+    uint64_t seq;
+    Kind kind;
+    int64_t rank;  // Compute: the device
+    int64_t entry; // Done: the instruction entry
+    uint64_t version;
+    bool operator>(const Event &o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  struct RankState {
+    int32_t pc = 0;
+    int64_t outstanding = 0;
+    double runPost = 0, runReady = 0;
+    int64_t last = -1; // the entry that ended the previous run
+    std::vector<size_t> run;
+    bool finished = false;
+  };
+  struct Task {
+    int64_t rank;
+    size_t entry;
+    double remaining, demand, rate, comm;
+  };
+  struct DeviceState {
+    std::vector<Task> tasks;
+    double updated = 0;
+    uint64_t version = 0;
+  };
+  struct Waiting {
+    int64_t rank;
+    size_t entry;
+  };
+  struct Arrivals {
+    int64_t count = 0;
+    std::vector<Waiting> members;
+  };
+
+  const Topology &topology;
+  const std::vector<Program> &programs;
+  const std::vector<int32_t> &rankProgram;
+  const CostModel &costs;
+  Simulation result;
+  std::vector<RankState> ranks;
+  std::unordered_map<int64_t, DeviceState> devices;
+  std::unordered_map<MessageKey, Waiting, MessageKeyHash> sends, recvs;
+  std::unordered_map<CollectiveKey, Arrivals, CollectiveKeyHash> arrivals;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  uint64_t sequence = 0;
+  double now = 0;
+
+  void push(double time, Event::Kind kind, int64_t rank, int64_t entry,
+            uint64_t version) {
+    events.push({time, sequence++, kind, rank, entry, version});
+  }
+
+  const std::vector<Instr> &streamOf(int64_t rank) const {
+    return programs[static_cast<size_t>(rankProgram[rank])].instrs;
+  }
+
+  /// Marks `entry` ready at `now`, made ready by `cause`.
+  void ready(size_t entry, int64_t cause) {
+    SimulatedInstr &s = result.instrs[entry];
+    if (now > s.ready || s.cause < 0) {
+      s.ready = now;
+      s.cause = cause;
+    }
+  }
+
+  void post(int64_t rank) {
+    RankState &st = ranks[static_cast<size_t>(rank)];
+    const std::vector<Instr> &stream = streamOf(rank);
+    if (static_cast<size_t>(st.pc) >= stream.size()) {
+      st.finished = true;
+      result.finishSeconds[static_cast<size_t>(rank)] = now;
+      return;
+    }
+    int32_t end = st.pc;
+    while (stream[end].fused && static_cast<size_t>(end + 1) < stream.size())
+      ++end;
+    ++end;
+    st.run.clear();
+    st.runPost = st.runReady = now;
+    // Count first: matches found while posting must not end the run early.
+    for (int32_t i = st.pc; i < end; ++i) {
+      Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
+      st.outstanding += peers.ranks.empty() || peers.collective
+                            ? 1
+                            : static_cast<int64_t>(peers.ranks.size());
+    }
+    for (int32_t i = st.pc; i < end; ++i) {
+      const Instr &in = stream[i];
+      size_t entry = result.instrs.size();
+      result.instrs.push_back({rank, i, now, now, now, -1});
+      st.run.push_back(entry);
+      const InstrInfo &info = instrInfo(in.op);
+      Peers peers = *resolvePeers(topology, rank, in, nullptr);
+      if (peers.collective) {
+        auto [group, size] = collectiveGroup(topology, rank, in);
+        CollectiveKey key{uint8_t(in.op), in.index, in.mb, group};
+        Arrivals &a = arrivals[key];
+        a.members.push_back({rank, entry});
+        if (++a.count == size) {
+          std::vector<Waiting> members = std::move(a.members);
+          arrivals.erase(key);
+          for (const Waiting &w : members) {
+            ready(w.entry, st.last);
+            start(w.rank, w.entry);
+          }
+        }
+        continue;
+      }
+      if (!info.isSend && !info.isRecv) {
+        ready(entry, st.last);
+        start(rank, entry);
+        continue;
+      }
+      for (int64_t peer : peers.ranks) {
+        MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
+                       in.mb, info.isGrad, channelOf(in)};
+        auto &mine = info.isSend ? sends : recvs;
+        auto &theirs = info.isSend ? recvs : sends;
+        auto it = theirs.find(key);
+        if (it == theirs.end()) {
+          mine.emplace(key, Waiting{rank, entry});
+          continue;
+        }
+        Waiting other = it->second;
+        theirs.erase(it);
+        ready(entry, st.last);
+        ready(other.entry, st.last);
+        double end = now + costs.messageSeconds(rank, peer, in);
+        push(end, Event::Done, rank, static_cast<int64_t>(entry), 0);
+        push(end, Event::Done, other.rank, static_cast<int64_t>(other.entry),
+             0);
+      }
+    }
+    st.pc = end;
+  }
+
+  /// Starts the work of a ready instruction.
+  void start(int64_t rank, size_t entry) {
+    const SimulatedInstr &s = result.instrs[entry];
+    Work w = costs.work(rank, streamOf(rank)[s.instr]);
+    if (w.compute <= 0) {
+      push(now + w.comm, Event::Done, rank, static_cast<int64_t>(entry), 0);
+      return;
+    }
+    int64_t device = costs.deviceOf(rank);
+    DeviceState &d = devices[device];
+    advance(d);
+    d.tasks.push_back(
+        {rank, entry, w.compute, costs.threadsOf(rank), 0, w.comm});
+    reschedule(device, d);
+  }
+
+  /// Brings every task's remaining work on `d` up to `now`.
+  void advance(DeviceState &d) {
+    double elapsed = now - d.updated;
+    if (elapsed > 0)
+      for (Task &t : d.tasks)
+        t.remaining -= t.rate * elapsed;
+    d.updated = now;
+  }
+
+  /// Shares the device's cores among its tasks and schedules the next end.
+  void reschedule(int64_t device, DeviceState &d) {
+    ++d.version;
+    if (d.tasks.empty())
+      return;
+    double demand = 0;
+    for (const Task &t : d.tasks)
+      demand += t.demand;
+    double share = std::min(1.0, costs.coresPerDevice() / demand);
+    double next = -1;
+    for (Task &t : d.tasks) {
+      t.rate = t.demand * share;
+      double left = std::max(0.0, t.remaining) / t.rate;
+      if (next < 0 || left < next)
+        next = left;
+    }
+    push(now + next, Event::Compute, device, 0, d.version);
+  }
+
+  void computeDone(int64_t device, uint64_t version) {
+    DeviceState &d = devices[device];
+    if (version != d.version)
+      return; // superseded by a later change of the device's tasks
+    advance(d);
+    std::vector<Task> left;
+    for (Task &t : d.tasks) {
+      if (t.remaining <= 1e-12 + 1e-9 * t.rate)
+        push(now + t.comm, Event::Done, t.rank, static_cast<int64_t>(t.entry),
+             0);
+      else
+        left.push_back(t);
+    }
+    d.tasks = std::move(left);
+    reschedule(device, d);
+  }
+
+  void done(int64_t rank, size_t entry) {
+    SimulatedInstr &s = result.instrs[entry];
+    s.end = std::max(s.end, now);
+    RankState &st = ranks[static_cast<size_t>(rank)];
+    if (--st.outstanding > 0)
+      return;
+    // The run ends: it worked from its last arrival to now.
+    double readyAt = st.runPost;
+    size_t last = st.run.front();
+    for (size_t e : st.run) {
+      readyAt = std::max(readyAt, result.instrs[e].ready);
+      if (result.instrs[e].end >= result.instrs[last].end)
+        last = e;
+    }
+    result.busySeconds[static_cast<size_t>(rank)] += now - readyAt;
+    st.last = static_cast<int64_t>(last);
+    post(rank);
+  }
+
+  void criticalPath() {
+    if (result.instrs.empty())
+      return;
+    size_t last = 0;
+    for (size_t i = 0; i < result.instrs.size(); ++i)
+      if (result.instrs[i].end > result.instrs[last].end)
+        last = i;
+    std::vector<size_t> path;
+    for (int64_t at = static_cast<int64_t>(last); at >= 0;
+         at = result.instrs[static_cast<size_t>(at)].cause) {
+      path.push_back(static_cast<size_t>(at));
+      if (path.size() > result.instrs.size())
+        break; // never: causes point back in time
+    }
+    std::reverse(path.begin(), path.end());
+    result.criticalPath = std::move(path);
+  }
+};
+
+} // namespace
+
+Simulation simulateStep(const Topology &topology,
+                        const std::vector<Program> &programs,
+                        const std::vector<int32_t> &rankProgram,
+                        const CostModel &costs) {
+  return TimedSimulator(topology, programs, rankProgram, costs).run();
+}
+
+nlohmann::ordered_json
+simulationTrace(const Simulation &sim, const Topology &topology,
+                const std::vector<Program> &programs,
+                const std::vector<int32_t> &rankProgram) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (int64_t r = 0; r < topology.worldSize; ++r)
+    events.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", 0},
+         {"tid", r},
+         {"args",
+          {{"name", "rank " + std::to_string(r) + " " +
+                        programs[static_cast<size_t>(rankProgram[r])].role}}}});
+  std::vector<bool> critical(sim.instrs.size(), false);
+  for (size_t i : sim.criticalPath)
+    critical[i] = true;
+  for (size_t i = 0; i < sim.instrs.size(); ++i) {
+    const SimulatedInstr &s = sim.instrs[i];
+    const Instr &in =
+        programs[static_cast<size_t>(rankProgram[s.rank])].instrs[s.instr];
+    if (s.ready > s.post)
+      events.push_back({{"name", "wait"},
+                        {"cat", "wait"},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", s.rank},
+                        {"ts", s.post * 1e6},
+                        {"dur", (s.ready - s.post) * 1e6}});
+    events.push_back({{"name", describeInstr(topology, in)},
+                      {"cat", critical[i] ? "critical" : "instruction"},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", s.rank},
+                      {"ts", s.ready * 1e6},
+                      {"dur", (s.end - s.ready) * 1e6},
+                      {"args",
+                       {{"instruction", s.instr},
+                        {"critical_path", static_cast<bool>(critical[i])}}}});
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ms"},
+          {"otherData",
+           {{"predicted_step_seconds", sim.stepSeconds},
+            {"generator", "mimoc simulate"}}}};
+}
+
+} // namespace mimo

@@ -1,0 +1,318 @@
+//===- Calibrate.cpp - Measuring a device profile -------------------------===//
+
+#include "runtime/exec/Calibrate.h"
+
+#include "runtime/comm/Comm.h"
+#include "runtime/core/PlanFile.h"
+#include "runtime/device/Devices.h"
+#include "runtime/exec/Executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <thread>
+#include <vector>
+
+namespace mimo::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Seconds per call of `body`: repeated until `budget` seconds have passed
+/// (after one warm-up call), the device synchronised around the timing.
+double timePerCall(device::Device &dev, const std::function<void()> &body,
+                   double budget) {
+  body();
+  dev.synchronize();
+  int64_t calls = 0;
+  Clock::time_point start = Clock::now();
+  double elapsed = 0;
+  do {
+    int64_t batch = std::max<int64_t>(1, calls);
+    for (int64_t i = 0; i < batch; ++i)
+      body();
+    dev.synchronize();
+    calls += batch;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < budget);
+  return elapsed / static_cast<double>(calls);
+}
+
+/// A device buffer of `n` floats filled with small values.
+struct Buffer {
+  device::Device &dev;
+  float *data;
+  Buffer(device::Device &dev, int64_t n) : dev(dev) {
+    data = static_cast<float *>(dev.allocate(std::max<int64_t>(n, 1) * 4));
+    std::vector<float> host(static_cast<size_t>(std::max<int64_t>(n, 1)));
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = 0.01f * static_cast<float>(static_cast<int64_t>(i % 17) - 8);
+    dev.upload(data, host.data(), static_cast<int64_t>(host.size()) * 4);
+  }
+  ~Buffer() { dev.release(data); }
+};
+
+struct IndexBuffer {
+  device::Device &dev;
+  int64_t *data;
+  IndexBuffer(device::Device &dev, const std::vector<int64_t> &host)
+      : dev(dev) {
+    data = static_cast<int64_t *>(dev.allocate(
+        static_cast<int64_t>(std::max<size_t>(host.size(), 1)) * 8));
+    dev.upload(data, host.data(), static_cast<int64_t>(host.size()) * 8);
+  }
+  ~IndexBuffer() { dev.release(data); }
+};
+
+std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu) {
+  std::vector<RatePoint> points;
+  std::vector<int64_t> sizes = {16, 32, 64, 128, 256, 512, 1024};
+  if (gpu) {
+    sizes.push_back(2048);
+    sizes.push_back(4096);
+  }
+  for (int64_t n : sizes) {
+    Buffer a(dev, n * n), b(dev, n * n), c(dev, n * n);
+    double seconds = timePerCall(
+        dev,
+        [&] {
+          dev.gemm(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f, c.data);
+        },
+        gpu ? 0.05 : 0.1);
+    double flops = 2.0 * static_cast<double>(n * n * n);
+    points.push_back({static_cast<double>(n), flops / seconds / 1e12});
+  }
+  return points;
+}
+
+/// Causal attention over samples of `span` tokens, about 1024 tokens in
+/// all (4096 on a GPU), 4 heads of 32.
+void measureAttention(device::Device &dev, bool gpu,
+                      std::vector<RatePoint> &forward,
+                      std::vector<RatePoint> &backward) {
+  const int64_t heads = 4, d = 32, H = heads * d;
+  for (int64_t span : {16, 64, 128, 256, 512, 1024}) {
+    int64_t tokens = std::max<int64_t>(span, gpu ? 4096 : 1024);
+    int64_t samples = tokens / span;
+    tokens = samples * span;
+    std::vector<int64_t> pos(static_cast<size_t>(tokens)),
+        seg(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; ++t) {
+      pos[static_cast<size_t>(t)] = t % span;
+      seg[static_cast<size_t>(t)] = t / span;
+    }
+    IndexBuffer p(dev, pos), s(dev, seg);
+    Buffer q(dev, tokens * H), k(dev, tokens * H), v(dev, tokens * H),
+        o(dev, tokens * H), lse(dev, tokens * heads), dout(dev, tokens * H),
+        dq(dev, tokens * H), dk(dev, tokens * H), dv(dev, tokens * H);
+    double budget = gpu ? 0.05 : 0.1;
+    double fwd = timePerCall(
+        dev,
+        [&] {
+          dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, p.data,
+                               s.data, p.data, s.data, tokens, tokens, heads, d,
+                               true);
+        },
+        budget);
+    double bwd = timePerCall(
+        dev,
+        [&] {
+          dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
+                                dout.data, dq.data, dk.data, dv.data, p.data,
+                                s.data, p.data, s.data, tokens, tokens, heads,
+                                d, true);
+        },
+        budget);
+    // core/CostModel.h counts 4 H FLOPs per attended (query, key) pair.
+    double pairs = static_cast<double>(samples) *
+                   static_cast<double>(span * (span + 1) / 2);
+    double flops = 4.0 * static_cast<double>(H) * pairs;
+    forward.push_back({static_cast<double>(span), flops / fwd / 1e12});
+    backward.push_back({static_cast<double>(span), flops / bwd / 1e12});
+  }
+}
+
+/// Round trip and bandwidth between two ranks of the local backend.
+LinkCost measureLink(device::DeviceKind kind) {
+  auto world = comm::makeLocalWorld(2);
+  const int64_t big = int64_t(16) << 20;
+  double latency = 0, transfer = 0;
+  auto body = [&](int64_t rank) {
+    std::unique_ptr<device::Device> dev = device::makeDevice(kind, rank, 1);
+    std::unique_ptr<comm::Comm> c = comm::makeLocalComm(world, rank);
+    c->setDevice(dev.get());
+    void *small = dev->allocate(8);
+    void *large = dev->allocate(big);
+    dev->fillZero(small, 8);
+    dev->fillZero(large, big);
+    dev->synchronize();
+    auto pingPong = [&](void *data, int64_t bytes, int rounds) {
+      Clock::time_point start = Clock::now();
+      for (int i = 0; i < rounds; ++i) {
+        if (rank == 0) {
+          c->send(1, 1, data, bytes);
+          c->recv(1, 2, data, bytes);
+        } else {
+          c->recv(0, 1, data, bytes);
+          c->send(0, 2, data, bytes);
+        }
+      }
+      dev->synchronize();
+      return std::chrono::duration<double>(Clock::now() - start).count() /
+             (2.0 * rounds);
+    };
+    pingPong(small, 8, 20);
+    double l = pingPong(small, 8, 400);
+    pingPong(large, big, 2);
+    double t = pingPong(large, big, 8);
+    if (rank == 0) {
+      latency = l;
+      transfer = t;
+    }
+    dev->release(small);
+    dev->release(large);
+  };
+  std::thread other(body, 1);
+  body(0);
+  other.join();
+  LinkCost link;
+  link.latencyUs = latency * 1e6;
+  double payload = std::max(transfer - latency, 1e-9);
+  link.bandwidthGBs = static_cast<double>(big) / payload / 1e9;
+  return link;
+}
+
+/// The small model whose real forward and backward times set the
+/// profile's compute_scale: an encoder and a language model, one rank.
+const char *kCalibrationModel = R"({
+  "version": 1, "name": "calibration", "seed": 1,
+  "batch": {"micro_batch_size": 4, "num_microbatches": 2, "seq_length": 128},
+  "modules": [
+    {"name": "images", "kind": "encoder", "special_token_id": 1000,
+     "arch": {"feature_dim": 48, "hidden_size": 64, "num_layers": 2,
+              "num_heads": 4, "ffn_hidden_size": 256}},
+    {"name": "language", "kind": "language",
+     "arch": {"vocab_size": 1024, "hidden_size": 128, "num_layers": 2,
+              "num_heads": 4, "ffn_hidden_size": 512}}],
+  "data": {"source": "synthetic", "tokens_per_sample": {"images": [16, 32]}},
+  "train": {"steps": 3}
+})";
+
+/// The seconds of the calibration model's forwards and backwards in its
+/// last step (one rank, one thread), and the cost model's prediction of
+/// them under `profile`.
+std::pair<double, double> layerTimes(device::DeviceKind kind,
+                                     const DeviceProfile &profile,
+                                     int64_t microBatchSize) {
+  ParseResult parsed = parseModelConfig(kCalibrationModel, "calibration");
+  std::string error;
+  if (!parsed.config)
+    throw device::DeviceError("the calibration model does not parse");
+  parsed.config->batch.microBatchSize = microBatchSize;
+  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+  if (!plan)
+    throw device::DeviceError("the calibration model does not build: " + error);
+  RunOptions options;
+  options.steps = 3;
+  options.device = kind;
+  options.threads = 1;
+  options.collectTrace = true;
+  RunResult run = runLocal(*plan, options);
+  if (run.exitCode != 0)
+    throw device::DeviceError("the calibration model failed: " + run.error);
+  // The last step: the events after the second optimizer step.
+  int optimizerSteps = 0;
+  double measured = 0;
+  for (const TraceEvent &e : run.trace) {
+    if (e.name.rfind("optimizer_step", 0) == 0)
+      ++optimizerSteps;
+    else if (optimizerSteps == 2 && (e.name.rfind("forward ", 0) == 0 ||
+                                     e.name.rfind("backward ", 0) == 0))
+      measured += e.durationUs * 1e-6;
+  }
+  CostModel costs(plan->topology, plan->config, profile,
+                  defaultCluster(profile));
+  double predicted = 0;
+  for (const Instr &in : plan->programs[plan->rankProgram[0]].instrs)
+    if (in.op == InstrOp::Forward || in.op == InstrOp::Backward)
+      predicted += costs.work(0, in).compute;
+  return {measured, predicted};
+}
+
+/// Fits measured = scale x predicted + overhead x (layer passes) over the
+/// calibration model at two batch sizes (docs/tune.md).
+void fitLayerCosts(device::DeviceKind kind, DeviceProfile &p) {
+  p.computeScale = 1;
+  p.layerOverheadUs = 0;
+  auto [bigMeasured, bigPredicted] = layerTimes(kind, p, 8);
+  auto [smallMeasured, smallPredicted] = layerTimes(kind, p, 1);
+  DeviceProfile unit = p;
+  unit.layerOverheadUs = 1e6; // one second per layer pass
+  double passes = layerTimes(kind, unit, 1).second - smallPredicted;
+  double scale =
+      (bigMeasured - smallMeasured) / (bigPredicted - smallPredicted);
+  double overhead = (smallMeasured - scale * smallPredicted) / passes;
+  if (!(scale > 0) || !(overhead >= 0) || !(passes > 0)) {
+    scale = bigPredicted > 0 ? bigMeasured / bigPredicted : 1;
+    overhead = 0;
+  }
+  p.computeScale = scale;
+  p.layerOverheadUs = overhead * 1e6;
+}
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+} // namespace
+
+DeviceProfile
+calibrate(device::DeviceKind kind,
+          const std::function<void(const std::string &)> &progress) {
+  const bool gpu = kind == device::DeviceKind::Cuda;
+  // One thread: CPU rates are per core.
+  device::setCpuBlasThreads(1);
+  std::unique_ptr<device::Device> dev = device::makeDevice(kind, 0, 1);
+  DeviceProfile p;
+  p.kind = gpu ? "cuda" : "cpu";
+  p.measured = true;
+  p.cores = gpu ? 1 : device::defaultThreads(1);
+  p.device = gpu ? dev->name() : "cpu (" + std::to_string(p.cores) + " cores)";
+  p.source = "mimo-run --calibrate, " + today();
+  p.memoryBytes =
+      static_cast<double>(device::availableBytes(kind, gpu ? 0 : -1));
+  progress("GEMM throughput");
+  p.gemm = measureGemm(*dev, gpu);
+  progress("attention forward and backward");
+  measureAttention(*dev, gpu, p.attentionForward, p.attentionBackward);
+  progress("memory bandwidth and kernel overhead");
+  {
+    const int64_t n = int64_t(16) << 20; // 64 MiB per operand
+    Buffer a(*dev, n), b(*dev, n), c(*dev, n);
+    double seconds = timePerCall(
+        *dev, [&] { dev->add(device::DType::F32, c.data, a.data, b.data, n); },
+        0.2);
+    p.memoryGBs = 3.0 * 4.0 * static_cast<double>(n) / seconds / 1e9;
+    Buffer one(*dev, 1);
+    p.kernelOverheadUs =
+        1e6 * timePerCall(*dev, [&] { dev->scale(one.data, 1.0f, 1); }, 0.05);
+  }
+  progress("a small model's forward and backward");
+  fitLayerCosts(kind, p);
+  progress("messages between two ranks");
+  p.link = measureLink(kind);
+  double best = 0;
+  for (const RatePoint &r : p.gemm)
+    best = std::max(best, r.tflops);
+  // A CPU has no published peak here: the best GEMM rate of all cores.
+  p.peakTflops = gpu && device::cudaStatus().peakFp32Tflops > 0
+                     ? device::cudaStatus().peakFp32Tflops
+                     : best * static_cast<double>(p.cores);
+  return p;
+}
+
+} // namespace mimo::exec

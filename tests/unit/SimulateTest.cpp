@@ -1,0 +1,233 @@
+//===- SimulateTest.cpp - Cost model, timed simulation and tune -----------===//
+
+#include "TestModels.h"
+
+#include "codegen/SimulateReport.h"
+#include "codegen/Tune.h"
+#include "runtime/core/CostModel.h"
+#include "runtime/core/MemoryPlan.h"
+#include "runtime/core/Schedule.h"
+#include "runtime/core/Simulate.h"
+
+#include <gtest/gtest.h>
+
+using namespace mimo;
+using namespace mimo::test;
+using json = nlohmann::json;
+
+namespace {
+
+/// A profile with flat rates: a GEMM of any size at 1 TFLOP/s, no
+/// elementwise, kernel or link costs, `cores` cores per device.
+DeviceProfile flatProfile(int64_t cores, std::string kind = "cuda") {
+  DeviceProfile p;
+  p.device = "test";
+  p.kind = kind;
+  p.cores = cores;
+  p.peakTflops = 1;
+  p.gemm = {{1, 1}};
+  p.attentionForward = {{1, 1}};
+  p.attentionBackward = {{1, 1}};
+  p.memoryGBs = 1e12;
+  p.kernelOverheadUs = 0;
+  p.link = {0, 1e12};
+  return p;
+}
+
+ClusterConfig freeLinks(int64_t devicesPerNode, int64_t nodes) {
+  ClusterConfig c;
+  c.name = "test";
+  c.devicesPerNode = devicesPerNode;
+  c.nodes = nodes;
+  c.sameDevice = c.sameNode = c.crossNode = {0, 1e12};
+  return c;
+}
+
+/// A language-only model of `pp` stages and `microbatches` microbatches on
+/// pp ranks; the head's share kept small so that stages cost about the same.
+ModelConfig pipelineModel(int64_t pp, int64_t microbatches) {
+  json model = baseModel();
+  model["modules"].erase(0);
+  model["data"].erase("tokens_per_sample");
+  model["data"]["text_only_fraction"] = 1.0;
+  model["batch"]["num_microbatches"] = microbatches;
+  json &lm = model["modules"][0];
+  lm["arch"]["num_layers"] = 4 * pp;
+  lm["arch"]["vocab_size"] = 64;
+  lm["parallel"] = {{"tp", 1}, {"pp", pp}, {"dp", 1}, {"rank_offset", 0}};
+  return requireConfig(parseModelConfig(model.dump(), "pipeline.json"));
+}
+
+} // namespace
+
+TEST(CostModel, RatesInterpolateInLogSizeAndClamp) {
+  std::vector<RatePoint> points = {{16, 1}, {64, 3}, {256, 4}};
+  EXPECT_DOUBLE_EQ(rateAt(points, 4), 1);
+  EXPECT_DOUBLE_EQ(rateAt(points, 16), 1);
+  EXPECT_DOUBLE_EQ(rateAt(points, 32), 2); // halfway in log(size)
+  EXPECT_DOUBLE_EQ(rateAt(points, 128), 3.5);
+  EXPECT_DOUBLE_EQ(rateAt(points, 4096), 4);
+  EXPECT_DOUBLE_EQ(rateAt({}, 10), 0);
+}
+
+TEST(CostModel, GemmSecondsCountTwoFlopsPerMultiplyAdd) {
+  DeviceProfile p = flatProfile(1);
+  EXPECT_DOUBLE_EQ(gemmSeconds(p, 1000, 1000, 1000), 2e9 / 1e12);
+}
+
+TEST(CostModel, ProfilesRoundTripAndBadOnesNameTheirPointer) {
+  DeviceProfile p = *builtinProfile("h100");
+  p.computeScale = 1.25;
+  std::vector<Diagnostic> errors;
+  std::optional<DeviceProfile> back =
+      parseProfile(json::parse(profileToJson(p).dump()), errors);
+  ASSERT_TRUE(back) << (errors.empty() ? "" : errors[0].message);
+  EXPECT_EQ(back->device, p.device);
+  EXPECT_DOUBLE_EQ(back->computeScale, 1.25);
+  EXPECT_EQ(back->gemm.size(), p.gemm.size());
+  EXPECT_FALSE(back->measured);
+
+  json bad = json::parse(profileToJson(p).dump());
+  bad["gemm_tflops"][1] = {8, 1}; // sizes must ascend
+  bad["memory_gbs"] = -1;
+  bad["cores_"] = 2;
+  errors.clear();
+  EXPECT_FALSE(parseProfile(bad, errors));
+  std::vector<std::string> pointers;
+  for (const Diagnostic &d : errors)
+    pointers.push_back(d.pointer);
+  EXPECT_NE(std::find(pointers.begin(), pointers.end(), "/gemm_tflops/1"),
+            pointers.end());
+  EXPECT_NE(std::find(pointers.begin(), pointers.end(), "/memory_gbs"),
+            pointers.end());
+  EXPECT_NE(std::find(pointers.begin(), pointers.end(), "/cores_"),
+            pointers.end());
+}
+
+TEST(CostModel, ClustersPlaceRanksOnDevicesAndNodes) {
+  Plan plan = requirePlan(requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
+  CostModel costs(plan.topology, plan.config, flatProfile(1), freeLinks(2, 0));
+  EXPECT_EQ(costs.deviceOf(5), 5); // one rank per device
+  EXPECT_EQ(costs.nodeOf(5), 2);
+  CostModel shared(plan.topology, plan.config, flatProfile(4, "cpu"),
+                   freeLinks(1, 1));
+  EXPECT_EQ(shared.deviceOf(7), 0);
+  EXPECT_DOUBLE_EQ(shared.threadsOf(7), 1); // 4 cores over 8 ranks
+}
+
+TEST(Simulate, EqualStagesGiveTheOneFOneBBubble) {
+  for (auto [pp, m] : {std::pair<int64_t, int64_t>{4, 8}, {2, 4}, {4, 4}}) {
+    Plan plan = requirePlan(pipelineModel(pp, m));
+    CostModel costs(plan.topology, plan.config, flatProfile(1),
+                    freeLinks(8, 0));
+    Simulation sim =
+        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+    ASSERT_TRUE(sim.problem.empty()) << sim.problem;
+    // (P - 1) / (M + P - 1) of every rank's time idles; the head and the
+    // optimizer make stages a little unequal.
+    EXPECT_NEAR(sim.idleShare(), pipelineBubble(pp, m), 0.05)
+        << "pp " << pp << " microbatches " << m;
+    // The critical path ends at the step's end and runs back to time 0.
+    ASSERT_FALSE(sim.criticalPath.empty());
+    EXPECT_DOUBLE_EQ(sim.instrs[sim.criticalPath.back()].end, sim.stepSeconds);
+    EXPECT_DOUBLE_EQ(sim.instrs[sim.criticalPath.front()].post, 0);
+  }
+}
+
+TEST(Simulate, RanksOnOneDeviceShareItsCores) {
+  Plan plan = requirePlan(requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
+  auto step = [&](int64_t cores, ClusterConfig cluster) {
+    CostModel costs(plan.topology, plan.config, flatProfile(cores), cluster);
+    Simulation sim =
+        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+    return sim;
+  };
+  Simulation own = step(1, freeLinks(8, 0));    // one device per rank
+  Simulation shared = step(1, freeLinks(1, 1)); // all on one core
+  // One core does every rank's work: the step is at least the sum of it.
+  double work = 0;
+  CostModel costs(plan.topology, plan.config, flatProfile(1), freeLinks(1, 1));
+  for (int64_t r = 0; r < plan.topology.worldSize; ++r)
+    for (const Instr &in : plan.programs[plan.rankProgram[r]].instrs)
+      work += costs.work(r, in).compute;
+  EXPECT_GE(shared.stepSeconds, work * (1 - 1e-9));
+  EXPECT_LT(own.stepSeconds, shared.stepSeconds);
+  // Eight cores on the one device give every rank its own core back.
+  Simulation wide = step(8, freeLinks(1, 1));
+  EXPECT_NEAR(wide.stepSeconds, own.stepSeconds, 1e-9 * own.stepSeconds);
+}
+
+TEST(Simulate, ReportAndTraceNameTheCriticalPath) {
+  Plan plan = requirePlan(requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
+  CostModel costs(plan.topology, plan.config, *builtinProfile("cpu"),
+                  defaultCluster(*builtinProfile("cpu")));
+  Simulation sim =
+      simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+  json report = json::parse(simulationJson(plan, sim, costs).dump());
+  EXPECT_GT(report["step_seconds"].get<double>(), 0);
+  EXPECT_EQ(report["ranks"].size(), 8u);
+  EXPECT_FALSE(report["critical_path"].empty());
+  EXPECT_EQ(report["critical_path"].back()["last"], "optimizer_step");
+  json trace = json::parse(
+      simulationTrace(sim, plan.topology, plan.programs, plan.rankProgram)
+          .dump());
+  size_t critical = 0;
+  for (const json &e : trace["traceEvents"])
+    critical += e.value("cat", "") == "critical";
+  EXPECT_EQ(critical, sim.criticalPath.size());
+  std::string text = renderSimulationText(report);
+  EXPECT_NE(text.find("predicted step"), std::string::npos);
+  EXPECT_NE(text.find("is an estimate"), std::string::npos);
+}
+
+TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
+  ModelConfig model = requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json"));
+  TuneOptions options;
+  options.worldSize = 4;
+  options.profile = *builtinProfile("h100");
+  options.cluster = defaultCluster(options.profile);
+  options.simulate = 0; // every valid layout
+  TuneResult result = tuneLayouts(model, options);
+  ASSERT_FALSE(result.ranked.empty()) << result.problem;
+  EXPECT_EQ(static_cast<int64_t>(result.ranked.size()), result.simulated);
+  EXPECT_EQ(result.simulated + result.overMemory, result.valid);
+  for (size_t i = 1; i < result.ranked.size(); ++i)
+    EXPECT_LE(result.ranked[i - 1].stepSeconds, result.ranked[i].stepSeconds);
+  // Both placements are searched, and the global batch is kept.
+  bool colocated = false, separate = false;
+  for (const TuneCandidate &c : result.ranked) {
+    colocated |= c.summary.rfind("colocated", 0) == 0;
+    separate |= c.summary.rfind("non-colocated", 0) == 0;
+    EXPECT_EQ(c.config.batch.microBatchSize * c.config.batch.numMicrobatches,
+              model.batch.microBatchSize * model.batch.numMicrobatches);
+  }
+  EXPECT_TRUE(colocated && separate);
+  // The best is a model that plans on 4 ranks, within the memory limit.
+  const TuneCandidate &best = result.ranked.front();
+  Plan plan = requirePlan(best.config);
+  EXPECT_EQ(plan.topology.worldSize, 4);
+  for (const RankMemory &r : memoryPlan(plan.topology, plan.config))
+    EXPECT_LE(static_cast<double>(r.totalBytes), result.memoryLimit);
+  // A limit below every layout's memory leaves none, and says why.
+  options.memoryBytes = 1024;
+  TuneResult none = tuneLayouts(model, options);
+  EXPECT_TRUE(none.ranked.empty());
+  EXPECT_NE(none.problem.find("none fits"), std::string::npos);
+}
+
+TEST(Tune, ImpossibleWorldsSayWhy) {
+  ModelConfig model = requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json"));
+  TuneOptions options;
+  options.worldSize = 1024; // more ranks than the global batch of 32 allows
+  options.profile = *builtinProfile("cpu");
+  options.cluster = defaultCluster(options.profile);
+  TuneResult result = tuneLayouts(model, options);
+  EXPECT_TRUE(result.ranked.empty());
+  EXPECT_NE(result.problem.find("divisibility"), std::string::npos);
+}
