@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of the cost model's tools (docs/tune.md):
+#   mimo-run --calibrate -> mimoc simulate --profile -> mimoc tune -o BEST ->
+#   mimoc compile BEST -> mimo-run trains it; bad input exits 1 naming it.
+# Timings are not asserted here (bench/simulate_vs_measured.sh does that).
+# usage: mimoc_tune_cli.sh BIN_DIR EXAMPLES_DIR
+set -uo pipefail
+bin=$(cd "$1" && pwd) examples=$(cd "$2" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# 1. Calibrate this machine's CPU.
+"$bin/mimo-run" --calibrate -o "$work/cpu.json" --device cpu 2>"$work/cal.err" &&
+  python3 - "$work/cpu.json" <<'PY' && pass "mimo-run --calibrate writes a measured profile" || { cat "$work/cal.err"; fail "calibrate"; }
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["format"] == "mimo-profile" and p["measured"] is True, p
+assert len(p["gemm_tflops"]) >= 5 and all(r > 0 for _, r in p["gemm_tflops"])
+assert p["memory_gbs"] > 0 and p["link"]["bandwidth_gbs"] > 0
+assert p["compute_scale"] > 0
+PY
+
+# 2. Simulate an example with it: report, JSON and trace.
+"$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/vlm.plan.json" || fail "compile"
+"$bin/mimoc" simulate "$work/vlm.plan.json" --profile "$work/cpu.json" \
+  --trace "$work/sim.trace.json" >"$work/sim.out" 2>&1 &&
+  grep -q "predicted step:" "$work/sim.out" && grep -q "(measured)" "$work/sim.out" &&
+  grep -q "critical path" "$work/sim.out" &&
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1])); \
+assert any(e.get('cat')=='critical' for e in t['traceEvents'])" "$work/sim.trace.json" &&
+  pass "mimoc simulate --profile --trace" || { cat "$work/sim.out"; fail "simulate"; }
+
+# 3. Tune for 4 ranks; the best layout compiles and trains.
+"$bin/mimoc" tune "$examples/vlm-fan-in.json" --world 4 --profile "$work/cpu.json" \
+  -o "$work/best.json" >"$work/tune.out" 2>&1 && grep -q "^  1 " "$work/tune.out" &&
+  "$bin/mimoc" compile -q "$work/best.json" -o "$work/best.plan.json" &&
+  "$bin/mimo-run" "$work/best.plan.json" --device cpu --steps 2 >"$work/best.out" 2>&1 &&
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" \
+    "$work/best.plan.json" | grep -qx 4 &&
+  pass "mimoc tune -o BEST: it compiles to 4 ranks and trains" ||
+  { cat "$work/tune.out" "$work/best.out"; fail "tune"; }
+
+# 4. Bad input: exit 1 with the file and what to do.
+"$bin/mimoc" simulate "$work/vlm.plan.json" --profile nosuch >/dev/null 2>"$work/e1"
+[ $? -eq 1 ] && grep -q "nosuch: error: no such profile" "$work/e1" &&
+  pass "an unknown profile: exit 1" || { cat "$work/e1"; fail "unknown profile"; }
+python3 - "$work/cpu.json" "$work/bad.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["gemm_tflops"][1][0] = 1
+p["memory_gbs"] = "fast"
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$bin/mimoc" simulate "$work/vlm.plan.json" --profile "$work/bad.json" >/dev/null 2>"$work/e2"
+[ $? -eq 1 ] && grep -q "bad.json: /gemm_tflops/1: error: sizes must ascend" "$work/e2" &&
+  grep -q "bad.json: /memory_gbs: error" "$work/e2" &&
+  pass "a bad profile: exit 1 naming each pointer" || { cat "$work/e2"; fail "bad profile"; }
+echo '{"format": "mimo-cluster", "version": 1, "devices_per_node": 0, "links": {}}' >"$work/c.json"
+"$bin/mimoc" tune "$examples/vlm-fan-in.json" --world 4 --cluster "$work/c.json" >/dev/null 2>"$work/e3"
+[ $? -eq 1 ] && grep -q "c.json: /devices_per_node: error" "$work/e3" &&
+  grep -q "c.json: /links/same_device: error: missing required key" "$work/e3" &&
+  pass "a bad cluster: exit 1 naming each pointer" || { cat "$work/e3"; fail "bad cluster"; }
+"$bin/mimoc" tune "$examples/vlm-fan-in.json" --world 1024 >/dev/null 2>"$work/e4"
+[ $? -eq 1 ] && grep -q "vlm-fan-in.json: error: no layout of 1024 ranks" "$work/e4" &&
+  pass "an impossible world: exit 1 saying why" || { cat "$work/e4"; fail "impossible world"; }
+"$bin/mimo-run" --calibrate >/dev/null 2>"$work/e5"
+[ $? -eq 1 ] && grep -q "needs -o FILE" "$work/e5" &&
+  pass "--calibrate without -o: exit 1" || { cat "$work/e5"; fail "calibrate without -o"; }
+
+echo "$failures failure(s)"
+[ $failures -eq 0 ]
