@@ -66,11 +66,9 @@ public:
     }
   }
 
-  /// Seconds of an exchange over `members` ranks spanning `span`
-  /// consecutive ranks, each sending `bytes`.
-  double exchange(int64_t members, int64_t span, double bytes) const {
-    if (members < 2)
-      return 0;
+  /// An exchange over `members` ranks spanning `span` consecutive ranks,
+  /// each sending `bytes`.
+  Work exchange(int64_t members, int64_t span, double bytes) const {
     int64_t deviceSpan = (span + ranksPerDevice - 1) / ranksPerDevice;
     const ClusterConfig &c = options.cluster;
     LinkCost link =
@@ -78,9 +76,7 @@ public:
             ? sharedDeviceLink(options.profile, c.sameDevice, ranksPerDevice)
         : deviceSpan <= c.devicesPerNode ? c.sameNode
                                          : c.crossNode;
-    double n = static_cast<double>(members);
-    return link.latencyUs * 1e-6 * std::ceil(std::log2(n)) +
-           (n - 1) * bytes / (link.bandwidthGBs * 1e9);
+    return exchangeWork(options.profile, link, members, bytes);
   }
 
   void cost(size_t module, size_t encoder, ModuleGrid &g,
@@ -96,22 +92,24 @@ public:
     for (int64_t stage : {int64_t(0), g.pp - 1}) {
       StageShape shape =
           stageShape(model, m, encoder, microBatchSize, stage, g.sp);
-      double seconds = 0, compute = 0;
+      Work total;
       for (bool backward : {false, true}) {
         StageWork w =
             stageWork(m, shape, backward, options.profile, outputHidden);
-        compute += w.compute;
-        seconds += w.tpExchanges * exchange(g.tp, g.tp, w.tpBytes) +
-                   w.cpExchanges * exchange(g.cp, g.tp * g.cp, w.cpBytes) +
-                   w.logitExchanges * exchange(g.tp, g.tp, w.logitBytes);
+        total.compute += w.compute;
+        total += exchange(g.tp, g.tp, w.tpBytes) * w.tpExchanges;
+        total += exchange(g.cp, g.tp * g.cp, w.cpBytes) * w.cpExchanges;
+        total += exchange(g.tp, g.tp, w.logitBytes) * w.logitExchanges;
       }
-      g.stage = std::max(g.stage, seconds + compute / speed);
-      work = std::max(work, compute);
+      g.stage = std::max(g.stage, total.comm + total.compute / speed);
+      work = std::max(work, total.compute);
     }
     g.work = work * static_cast<double>(g.size() * microbatches);
     double local = 4.0 * parameters[module] / static_cast<double>(g.tp * g.pp);
-    g.tail = exchange(g.dp * g.cp, g.size(), local) +
-             memorySeconds(options.profile, 8 * local) / speed;
+    Work reduce = exchange(g.dp * g.cp, g.size(), local);
+    g.tail =
+        reduce.comm +
+        (reduce.compute + memorySeconds(options.profile, 8 * local)) / speed;
   }
 
   double devicesCores() const {

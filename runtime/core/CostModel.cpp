@@ -399,15 +399,25 @@ LinkCost CostModel::linkBetween(int64_t a, int64_t b) const {
   return cluster.crossNode;
 }
 
-double CostModel::exchangeSeconds(const std::vector<int64_t> &group,
-                                  double bytes) const {
+Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
+                  int64_t members, double bytes) {
+  if (members < 2)
+    return {};
+  double n = static_cast<double>(members);
+  double latency = link.latencyUs * 1e-6 * std::ceil(std::log2(n));
+  double transfer = (n - 1) * bytes / (link.bandwidthGBs * 1e9);
+  if (profile.kind == "cpu")
+    return {transfer, latency};
+  return {0, latency + transfer};
+}
+
+Work CostModel::exchange(const std::vector<int64_t> &group,
+                         double bytes) const {
   if (group.size() < 2)
-    return 0;
-  // The farthest pair sets the link; every member receives n - 1 pieces.
-  LinkCost link = linkBetween(group.front(), group.back());
-  double n = static_cast<double>(group.size());
-  return link.latencyUs * 1e-6 * std::ceil(std::log2(n)) +
-         (n - 1) * bytes / (link.bandwidthGBs * 1e9);
+    return {};
+  // The farthest pair sets the link.
+  return exchangeWork(profile, linkBetween(group.front(), group.back()),
+                      static_cast<int64_t>(group.size()), bytes);
 }
 
 double gemmSeconds(const DeviceProfile &p, double m, double n, double k) {
@@ -447,11 +457,11 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
   shape.first = stage == 0;
   shape.last = stage == par.pp - 1;
   shape.sequenceParallel = shape.language && sequenceParallel && par.tp > 1;
-  const double S = static_cast<double>(config.batch.seqLength);
   if (shape.language) {
-    shape.rows = shape.samples * S / shape.cp;
-    shape.pairs = shape.samples * S * (S + 1) / 2 / shape.cp;
-    shape.span = S;
+    TokenMoments length = expectedSampleLength(config);
+    shape.rows = shape.samples * length.mean / shape.cp;
+    shape.pairs = shape.samples * (length.square + length.mean) / 2 / shape.cp;
+    shape.span = length.square / length.mean;
   } else {
     TokenMoments t = expectedModalityTokens(config, encoder);
     shape.rows = shape.samples * t.mean;
@@ -573,9 +583,9 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
     const std::vector<int64_t> tpGroup = group(rank, grid, {Dim::TP});
     const std::vector<int64_t> cpGroup = group(rank, grid, {Dim::CP});
     w.compute = sw.compute;
-    w.comm = sw.tpExchanges * exchangeSeconds(tpGroup, sw.tpBytes) +
-             sw.cpExchanges * exchangeSeconds(cpGroup, sw.cpBytes) +
-             sw.logitExchanges * exchangeSeconds(tpGroup, sw.logitBytes);
+    w += exchange(tpGroup, sw.tpBytes) * sw.tpExchanges;
+    w += exchange(cpGroup, sw.cpBytes) * sw.cpExchanges;
+    w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
   };
   auto localValues = [&](size_t mi) {
     const ModuleTopology &topo = topology.modules[mi];
@@ -606,8 +616,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
     w.compute = memorySeconds(profile, 3 * lane) + kernelSeconds(profile, 6);
     std::vector<int64_t> members = group(rank, grid, {Dim::TP, Dim::CP});
     double pieces = static_cast<double>(members.size());
-    w.comm = exchangeSeconds(members,
-                             in.op == InstrOp::Shard ? lane : lane / pieces);
+    w += exchange(members, in.op == InstrOp::Shard ? lane : lane / pieces);
     return w;
   }
   case InstrOp::ReduceGrads: {
@@ -617,7 +626,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
     double n = static_cast<double>(members.size());
     if (members.size() > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
-    w.comm = exchangeSeconds(members, bytes);
+    w += exchange(members, bytes);
     return w;
   }
   case InstrOp::OptimizerStep: {
@@ -647,7 +656,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
     double bytes =
         kFloat * samples * t.mean *
         static_cast<double>(topology.modules[bridge.src].outputHidden);
-    w.comm = exchangeSeconds(members, bytes);
+    w += exchange(members, bytes);
     return w;
   }
   case InstrOp::ColocatedForward:
@@ -670,7 +679,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
                          ? bridge.direction == "fan_in"
                          : bridge.direction == "fan_out";
       if (gathers)
-        w.comm = exchangeSeconds(members, piece);
+        w += exchange(members, piece);
     }
     return w;
   }

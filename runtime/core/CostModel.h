@@ -127,7 +127,21 @@ struct Work {
   double compute = 0;
   /// Seconds of communication inside the instruction (no core).
   double comm = 0;
+  Work &operator+=(const Work &o) {
+    compute += o.compute;
+    comm += o.comm;
+    return *this;
+  }
+  Work operator*(double k) const { return {compute * k, comm * k}; }
 };
+
+/// An exchange over `members` ranks joined by `link`, each sending `bytes`
+/// (mimo's collectives: every member sends its piece to every other):
+/// latency x ceil(log2 n), plus (n - 1) x bytes over the link's bandwidth,
+/// which on a CPU is the cores copying (compute) and elsewhere the link
+/// (comm).
+Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
+                  int64_t members, double bytes);
 
 /// Seconds of one core for a GEMM [m, k] x [k, n], attention of `flops`
 /// over spans of `span` keys, moving `bytes` through memory, launching
@@ -190,7 +204,7 @@ public:
   /// Seconds of a collective moving `bytes` per member over `group`
   /// (ascending ranks): the exchange mimo's communicators run, every member
   /// sending its piece to the others.
-  double exchangeSeconds(const std::vector<int64_t> &group, double bytes) const;
+  Work exchange(const std::vector<int64_t> &group, double bytes) const;
 
   const DeviceProfile &deviceProfile() const { return profile; }
   const ClusterConfig &clusterConfig() const { return cluster; }

@@ -26,6 +26,23 @@ double encoderForwardFlops(const ModuleConfig &m, int64_t outputHidden,
   return tokens * perToken + L * squares * 4.0 * H;
 }
 
+TokenMoments uniformMoments(int64_t min, int64_t max) {
+  double a = static_cast<double>(min), b = static_cast<double>(max);
+  double n = b - a + 1;
+  TokenMoments m;
+  m.mean = (a + b) / 2;
+  m.square = ((b * (b + 1) * (2 * b + 1) - (a - 1) * a * (2 * a - 1)) / 6) / n;
+  return m;
+}
+
+TokenMoments expectedSampleLength(const ModelConfig &config) {
+  int64_t S = config.batch.seqLength;
+  if (config.batch.packing && config.data.source == "synthetic")
+    return uniformMoments(std::max<int64_t>(S / 4, 2), S);
+  double s = static_cast<double>(S);
+  return {s, s * s};
+}
+
 TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
   TokenMoments m;
   m.mean = static_cast<double>(config.batch.seqLength) / 8;
@@ -33,12 +50,10 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
   if (config.data.source == "synthetic" &&
       encoder < config.data.tokensPerSample.size()) {
     const TokenRange &r = config.data.tokensPerSample[encoder].second;
-    double a = static_cast<double>(r.min), b = static_cast<double>(r.max);
-    double n = b - a + 1, keep = 1.0 - config.data.textOnlyFraction;
-    m.mean = keep * (a + b) / 2;
-    m.square = keep *
-               ((b * (b + 1) * (2 * b + 1) - (a - 1) * a * (2 * a - 1)) / 6) /
-               n;
+    TokenMoments uniform = uniformMoments(r.min, r.max);
+    double keep = 1.0 - config.data.textOnlyFraction;
+    m.mean = keep * uniform.mean;
+    m.square = keep * uniform.square;
   }
   return m;
 }

@@ -43,6 +43,15 @@ struct TokenMoments {
 };
 TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder);
 
+/// E[x] and E[x^2] of x uniform over the integers [min, max].
+TokenMoments uniformMoments(int64_t min, int64_t max);
+
+/// E[L] and E[L^2] of a language sample's length L in tokens: packed
+/// synthetic samples are uniform in [seq_length / 4, seq_length] (exec/
+/// Data.cpp) and a packed row holds only their tokens; otherwise every
+/// sample is seq_length long (the padding computed too).
+TokenMoments expectedSampleLength(const ModelConfig &config);
+
 /// Each module's training FLOPs of a step (model order), counted as
 /// modelFlopsPerStep counts them; they sum to it.
 std::vector<double> moduleFlopsPerStep(const ModelConfig &config);
