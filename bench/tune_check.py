@@ -129,10 +129,10 @@ def spearman(a, b):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--model",
-                        default=os.path.join(ROOT, "examples", "vlm-fan-in.json"))
+                        default=os.path.join(ROOT, "bench", "models", "tune-small.json"))
     parser.add_argument("--out")
     parser.add_argument("checks", nargs="*", default=["simulate", "tune"])
     args = parser.parse_args()

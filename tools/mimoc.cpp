@@ -15,14 +15,17 @@
 #include "codegen/Tune.h"
 #include "runtime/core/BuildInfo.h"
 #include "runtime/core/JsonReader.h"
+#include "runtime/exec/Data.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -371,12 +374,43 @@ int runSimulate() {
   return 0;
 }
 
+/// The model of a model.json for tune: checked like mimoc compile checks
+/// it, but its layout may be anything (tune replaces it). Data paths become
+/// absolute so that the written model works from any directory.
+std::optional<mimo::ModelConfig> modelOf(StringRef path) {
+  auto buffer = MemoryBuffer::getFile(path);
+  if (!buffer) {
+    errs() << path
+           << ": error: cannot read the file: " << buffer.getError().message()
+           << "\n";
+    return std::nullopt;
+  }
+  StringRef text = (*buffer)->getBuffer();
+  mimo::ParseResult parsed = mimo::parseModelConfig(
+      std::string_view(text.data(), text.size()), path.str());
+  if (!parsed.config) {
+    mimo::printDiagnostics(errs(), path, parsed.diagnostics);
+    return std::nullopt;
+  }
+  std::vector<mimo::Diagnostic> data = mimo::exec::resolveDataPaths(
+      *parsed.config, sys::path::parent_path(path).str());
+  if (!data.empty()) {
+    mimo::printDiagnostics(errs(), path, data);
+    return std::nullopt;
+  }
+  for (std::string *file :
+       {&parsed.config->data.path, &parsed.config->data.evalPath}) {
+    SmallString<256> absolute(*file);
+    if (!file->empty() && !sys::fs::make_absolute(absolute))
+      *file = absolute.str().str();
+  }
+  return std::move(parsed.config);
+}
+
 int runTune() {
-  mlir::MLIRContext context;
-  // The model must compile as given: its architecture, batch and data are
-  // what the search keeps.
-  std::optional<mimo::Plan> plan = planOf(context, tuneInput);
-  if (!plan)
+  // The model's architecture, batch and data are what the search keeps.
+  std::optional<mimo::ModelConfig> model = modelOf(tuneInput);
+  if (!model)
     return 1;
   if (tuneWorld < 1 || tuneWorld > (1 << 20)) {
     errs() << "mimoc: error: --world " << tuneWorld
@@ -393,7 +427,7 @@ int runTune() {
   options.worldSize = tuneWorld;
   options.memoryBytes = tuneMemory * double(1ull << 30);
   options.simulate = tuneSimulate;
-  mimo::TuneResult result = mimo::tuneLayouts(plan->config, options);
+  mimo::TuneResult result = mimo::tuneLayouts(*model, options);
   if (reportFormat == ReportFormat::Json)
     outs() << mimo::tuneJson(result, options, tuneTop).dump(2) << "\n";
   else
