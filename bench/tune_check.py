@@ -146,7 +146,9 @@ def main():
         report = ["# mimo's cost model against real runs (CPU)", "",
                   f"{time.strftime('%Y-%m-%d')}, {platform.node() or 'this machine'}: "
                   f"{p['device']}, profile from `mimo-run --calibrate` in the "
-                  f"same run (compute_scale {p['compute_scale']:.2f}, GEMM "
+                  f"same run (compute_scale {p['compute_scale']:.2f}, layer overhead "
+                  f"{p['layer_overhead_us']:.0f} us, sharing efficiency "
+                  f"{p['sharing_efficiency']:.2f}, GEMM "
                   f"{max(r for _, r in p['gemm_tflops']) * 1e3:.0f} GFLOP/s "
                   "per core at best). Command: `python3 bench/tune_check.py "
                   + " ".join(sys.argv[1:]) + "`.", ""]

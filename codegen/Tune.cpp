@@ -54,9 +54,9 @@ public:
     double threads =
         std::max(1.0, std::floor(cores / static_cast<double>(ranksPerDevice)));
     // Every rank busy: a device's cores shared by all its ranks.
-    speed =
-        threads *
-        std::min(1.0, cores / (threads * static_cast<double>(ranksPerDevice)));
+    demand = threads * static_cast<double>(ranksPerDevice);
+    speed = threads *
+            std::min(1.0, deviceCapacity(options.profile, demand) / demand);
     for (const ModuleConfig &m : model.modules) {
       double values = 0;
       for (const ParamSpec &spec :
@@ -112,15 +112,17 @@ public:
         (reduce.compute + memorySeconds(options.profile, 8 * local)) / speed;
   }
 
+  /// The cores of every device, as busy ranks get them.
   double devicesCores() const {
-    return static_cast<double>(devices * options.profile.cores);
+    return static_cast<double>(devices) *
+           deviceCapacity(options.profile, demand);
   }
 
 private:
   const ModelConfig &model;
   const TuneOptions &options;
   int64_t devices = 1, ranksPerDevice = 1;
-  double speed = 1;
+  double speed = 1, demand = 1;
   std::vector<double> parameters;
 };
 

@@ -4,8 +4,10 @@
 # every example and test layout on --device cuda against the CPU and CUDA
 # references, bitwise reproducibility, faults), runs mimo-run itself on
 # every example plan on cuda against --reference, runs the GPU benchmarks,
-# and writes bench/results/gpu-<device>.md (device, driver, date, commit,
-# every figure). About 10 minutes on one H100.
+# measures the device profile (mimo-run --calibrate: bench/results/
+# profile-<device>.json, for mimoc simulate/tune), and writes
+# bench/results/gpu-<device>.md (device, driver, date, commit, every
+# figure). About 10 minutes on one H100.
 #
 # usage: scripts/gpu-check.sh [PHASE ...]
 #   phases: build tests examples bench report (default: all, in order).
@@ -149,6 +151,10 @@ if has_phase bench && [ "$gpu" != cpu ]; then
   keep "$logs/bench.md"
   cat "$logs/bench.md"
   [ $rc -eq 0 ] || { status=1; note "benchmarks failed"; }
+  # The device profile mimoc simulate and mimoc tune take (docs/tune.md).
+  "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
+    { status=1; note "mimo-run --calibrate failed"; }
+  keep "$logs/profile.json"
 fi
 
 if has_phase report; then
@@ -162,6 +168,10 @@ if has_phase report; then
   commit=$(git rev-parse --short HEAD 2>/dev/null || cat .gpu-bundle/commit 2>/dev/null || echo unknown)
   report=bench/results/gpu-$slug.md
   [ "$gpu" = cpu ] && report=$logs/gpu-dry-run.md # not a GPU's figures
+  if [ "$gpu" != cpu ] && [ -f "$logs/profile.json" ]; then
+    cp "$logs/profile.json" "bench/results/profile-$slug.json"
+    keep "bench/results/profile-$slug.json"
+  fi
   mkdir -p "$(dirname "$report")"
   phase_line() {
     local f=$logs/$1.status
@@ -202,6 +212,12 @@ if has_phase report; then
     echo '```'
     echo
     [ -f "$logs/bench.md" ] && cat "$logs/bench.md" || echo "Benchmarks: not run"
+    echo
+    if [ -f "$logs/profile.json" ]; then
+      echo "Device profile for \`mimoc simulate/tune --profile\`: bench/results/profile-$slug.json"
+    else
+      echo "Device profile: not measured"
+    fi
   } >"$report"
   note "wrote $report"
   if [ -n "${OUT:-}" ]; then

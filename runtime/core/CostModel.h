@@ -1,15 +1,7 @@
 //===- CostModel.h - What an instruction costs on a device -----*- C++ -*-===//
 //
 // The one cost model behind `mimoc simulate` and `mimoc tune`
-// (docs/tune.md):
-//
-//  * A device profile: GEMM throughput as a function of the GEMM's size,
-//    attention throughput (forward, backward) as a function of the
-//    attended span, memory bandwidth and a per-kernel overhead, plus how
-//    many cores the ranks of one device share (a CPU's cores; 1 for a GPU).
-//    `mimo-run --calibrate` measures one; built-in profiles are estimates.
-//  * A cluster: devices per node, nodes, and a latency and bandwidth per
-//    link class (same device, same node, across nodes).
+// (docs/tune.md), on a device profile and a cluster (core/DeviceProfile.h).
 //
 // An instruction's cost has two parts: `compute`, in seconds of one core of
 // the device (the simulator shares a device's cores among the ranks that
@@ -25,101 +17,26 @@
 #ifndef MIMO_RUNTIME_CORE_COSTMODEL_H
 #define MIMO_RUNTIME_CORE_COSTMODEL_H
 
-#include "runtime/core/Diagnostic.h"
+#include "runtime/core/DeviceProfile.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Plan.h"
 
-#include "nlohmann/json.hpp"
-
 #include <map>
-#include <optional>
-#include <string>
+#include <tuple>
 #include <vector>
 
 namespace mimo {
 
-/// A measured or estimated rate at one size: (size, TFLOP/s).
-struct RatePoint {
-  double size = 0, tflops = 0;
-};
-
-/// Interpolates `points` (ascending sizes) at `size`, linearly in
-/// log(size); clamped at both ends. 0 when there are no points.
-double rateAt(const std::vector<RatePoint> &points, double size);
-
-struct LinkCost {
-  double latencyUs = 0, bandwidthGBs = 1;
-  /// Seconds to move `bytes` over the link.
-  double seconds(double bytes) const {
-    return latencyUs * 1e-6 + bytes / (bandwidthGBs * 1e9);
-  }
-};
-
-struct DeviceProfile {
-  /// "cpu (2 cores)", "NVIDIA H100 80GB HBM3".
-  std::string device;
-  /// "cpu" or "cuda".
-  std::string kind = "cpu";
-  /// Whether mimo-run --calibrate measured it (false: an estimate).
-  bool measured = false;
-  /// How it was made ("mimo-run --calibrate, 2026-11-23", "estimate: ...").
-  std::string source;
-  /// Cores the ranks of one device share (a GPU: 1).
-  int64_t cores = 1;
-  /// Memory of one device (tune's default --memory).
-  double memoryBytes = 0;
-  /// Peak rates, for MFU (the fp32 peak also stands for bf16 until the
-  /// device has bf16 GEMMs).
-  double peakTflops = 0;
-  /// GEMM TFLOP/s of one core by size = cbrt(M N K).
-  std::vector<RatePoint> gemm;
-  /// Attention TFLOP/s of one core by the attended span (keys per query).
-  std::vector<RatePoint> attentionForward, attentionBackward;
-  double memoryGBs = 10;
-  double kernelOverheadUs = 1;
-  /// Measured / kernel-predicted time of a real layer's forward and
-  /// backward (mimo-run --calibrate runs a small model): what the kernel
-  /// rates miss (shapes, transposes, small elementwise kernels, buffers).
-  double computeScale = 1;
-  /// Fixed seconds per layer and pass (forward 1, backward 2) that do not
-  /// shrink with the layer's size (launches, buffers, threads), fitted by
-  /// mimo-run --calibrate with computeScale from two batch sizes.
-  double layerOverheadUs = 0;
-  /// Point-to-point between two ranks of this device (calibrated on the
-  /// local backend).
-  LinkCost link{20, 5};
-};
-
-/// Reads a profile document; `file` names it in diagnostics.
-std::optional<DeviceProfile> parseProfile(const nlohmann::json &document,
-                                          std::vector<Diagnostic> &errors);
-nlohmann::ordered_json profileToJson(const DeviceProfile &profile);
-/// The built-in estimates: "cpu", "h100", "h200".
-std::optional<DeviceProfile> builtinProfile(const std::string &name);
-std::vector<std::string> builtinProfileNames();
-
-struct ClusterConfig {
-  std::string name;
-  int64_t devicesPerNode = 1;
-  /// 0: as many nodes as the world needs (one rank per device).
-  int64_t nodes = 0;
-  LinkCost sameDevice, sameNode, crossNode;
-  bool measured = false;
-};
-
-std::optional<ClusterConfig> parseCluster(const nlohmann::json &document,
-                                          std::vector<Diagnostic> &errors);
-nlohmann::ordered_json clusterToJson(const ClusterConfig &cluster);
 /// A link between ranks of one device when `ranksOnDevice` share it: on a
 /// CPU every message wakes a thread that waits for a core, so the latency
 /// grows with the ranks per core (the calibration measures 2 ranks).
 LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
                           int64_t ranksOnDevice);
 
-/// The cluster a profile implies when none is given: a CPU is one host
-/// whose ranks all share it; a GPU profile, nodes of 8 GPUs (NVLink within,
-/// 400 Gb/s between), one rank per GPU.
-ClusterConfig defaultCluster(const DeviceProfile &profile);
+/// The cores a device gives ranks whose threads want `demand` cores: all of
+/// them, times the profile's sharing efficiency once more threads than
+/// cores time-share them.
+double deviceCapacity(const DeviceProfile &profile, double demand);
 
 /// The cost of one instruction on one rank.
 struct Work {
@@ -199,7 +116,6 @@ public:
   int64_t deviceOf(int64_t rank) const;
   int64_t nodeOf(int64_t rank) const;
   double threadsOf(int64_t rank) const;
-  double coresPerDevice() const { return static_cast<double>(profile.cores); }
   LinkCost linkBetween(int64_t a, int64_t b) const;
   /// Seconds of a collective moving `bytes` per member over `group`
   /// (ascending ranks): the exchange mimo's communicators run, every member
