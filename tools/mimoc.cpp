@@ -238,16 +238,24 @@ int runCompile() {
   return 0;
 }
 
-/// Reads a plan file, or compiles a model.json, into a plan.
-std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
+/// The bytes of `path`, or null after saying why they cannot be read.
+std::unique_ptr<MemoryBuffer> readInput(StringRef path) {
   auto buffer = MemoryBuffer::getFile(path);
   if (!buffer) {
     errs() << path
            << ": error: cannot read the file: " << buffer.getError().message()
            << "\n";
-    return std::nullopt;
+    return nullptr;
   }
-  StringRef text = (*buffer)->getBuffer();
+  return std::move(*buffer);
+}
+
+/// Reads a plan file, or compiles a model.json, into a plan.
+std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
+  std::unique_ptr<MemoryBuffer> buffer = readInput(path);
+  if (!buffer)
+    return std::nullopt;
+  StringRef text = buffer->getBuffer();
   mimo::Diagnostic syntax;
   std::optional<nlohmann::json> parsed =
       mimo::parseJsonText(std::string_view(text.data(), text.size()), syntax);
@@ -378,14 +386,10 @@ int runSimulate() {
 /// it, but its layout may be anything (tune replaces it). Data paths become
 /// absolute so that the written model works from any directory.
 std::optional<mimo::ModelConfig> modelOf(StringRef path) {
-  auto buffer = MemoryBuffer::getFile(path);
-  if (!buffer) {
-    errs() << path
-           << ": error: cannot read the file: " << buffer.getError().message()
-           << "\n";
+  std::unique_ptr<MemoryBuffer> buffer = readInput(path);
+  if (!buffer)
     return std::nullopt;
-  }
-  StringRef text = (*buffer)->getBuffer();
+  StringRef text = buffer->getBuffer();
   mimo::ParseResult parsed = mimo::parseModelConfig(
       std::string_view(text.data(), text.size()), path.str());
   if (!parsed.config) {

@@ -103,10 +103,6 @@ private:
     int64_t rank;
     size_t entry;
   };
-  struct Arrivals {
-    int64_t count = 0;
-    std::vector<Waiting> members;
-  };
 
   const Topology &topology;
   const std::vector<Program> &programs;
@@ -115,8 +111,7 @@ private:
   Simulation result;
   std::vector<RankState> ranks;
   std::unordered_map<int64_t, DeviceState> devices;
-  std::unordered_map<MessageKey, Waiting, MessageKeyHash> sends, recvs;
-  std::unordered_map<CollectiveKey, Arrivals, CollectiveKeyHash> arrivals;
+  Rendezvous<Waiting> posted;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   uint64_t sequence = 0;
   double now = 0;
@@ -168,18 +163,11 @@ private:
       const InstrInfo &info = instrInfo(in.op);
       Peers peers = *resolvePeers(topology, rank, in, nullptr);
       if (peers.collective) {
-        auto [group, size] = collectiveGroup(topology, rank, in);
-        CollectiveKey key{uint8_t(in.op), in.index, in.mb, group};
-        Arrivals &a = arrivals[key];
-        a.members.push_back({rank, entry});
-        if (++a.count == size) {
-          std::vector<Waiting> members = std::move(a.members);
-          arrivals.erase(key);
-          for (const Waiting &w : members) {
+        if (auto members = posted.arrive(topology, rank, in, {rank, entry}))
+          for (const Waiting &w : *members) {
             ready(w.entry, st.last);
             start(w.rank, w.entry);
           }
-        }
         continue;
       }
       if (!info.isSend && !info.isRecv) {
@@ -188,17 +176,11 @@ private:
         continue;
       }
       for (int64_t peer : peers.ranks) {
-        MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                       in.mb, info.isGrad, channelOf(in)};
-        auto &mine = info.isSend ? sends : recvs;
-        auto &theirs = info.isSend ? recvs : sends;
-        auto it = theirs.find(key);
-        if (it == theirs.end()) {
-          mine.emplace(key, Waiting{rank, entry});
+        std::optional<Waiting> met =
+            posted.message(rank, peer, in, {rank, entry});
+        if (!met)
           continue;
-        }
-        Waiting other = it->second;
-        theirs.erase(it);
+        Waiting other = *met;
         ready(entry, st.last);
         ready(other.entry, st.last);
         double end = now + costs.messageSeconds(rank, peer, in);

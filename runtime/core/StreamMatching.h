@@ -12,7 +12,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace mimo {
 
@@ -88,6 +91,78 @@ collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
   }
   }
 }
+
+/// The message a point-to-point instruction of `rank` moves with `peer`.
+inline MessageKey messageKey(int64_t rank, int64_t peer, const Instr &in) {
+  const InstrInfo &info = instrInfo(in.op);
+  return {info.isSend ? rank : peer, info.isSend ? peer : rank, in.mb,
+          info.isGrad, channelOf(in)};
+}
+
+/// The collective instance a collective instruction of `rank` joins, and
+/// the size of its group.
+inline std::pair<CollectiveKey, int64_t>
+collectiveKey(const Topology &topology, int64_t rank, const Instr &in) {
+  auto [group, size] = collectiveGroup(topology, rank, in);
+  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group}, size};
+}
+
+/// The ends of messages and the members of collectives that have been
+/// posted and not yet met, each kept as a `Posting` (who, which
+/// instruction).
+template <typename Posting> struct Rendezvous {
+  std::unordered_map<MessageKey, Posting, MessageKeyHash> sends, recvs;
+  struct Arrivals {
+    int64_t size = 0;
+    std::vector<Posting> members;
+  };
+  std::unordered_map<CollectiveKey, Arrivals, CollectiveKeyHash> collectives;
+
+  /// Posts `rank`'s end of its message with `peer`: the other end when it
+  /// was already posted (the message is met and forgotten), else nothing
+  /// (this end waits).
+  std::optional<Posting> message(int64_t rank, int64_t peer, const Instr &in,
+                                 Posting posting) {
+    bool send = instrInfo(in.op).isSend;
+    MessageKey key = messageKey(rank, peer, in);
+    auto &theirs = send ? recvs : sends;
+    auto it = theirs.find(key);
+    if (it == theirs.end()) {
+      (send ? sends : recvs).emplace(key, posting);
+      return std::nullopt;
+    }
+    Posting other = it->second;
+    theirs.erase(it);
+    return other;
+  }
+  /// Whether `rank`'s end of its message with `peer` is still waiting.
+  bool waiting(int64_t rank, int64_t peer, const Instr &in) const {
+    const auto &mine = instrInfo(in.op).isSend ? sends : recvs;
+    auto it = mine.find(messageKey(rank, peer, in));
+    return it != mine.end() && it->second.rank == rank;
+  }
+
+  /// `rank` arrives at its collective: every member's posting once the
+  /// whole group is there (the collective is then forgotten), else nothing.
+  std::optional<std::vector<Posting>> arrive(const Topology &topology,
+                                             int64_t rank, const Instr &in,
+                                             Posting posting) {
+    auto [key, size] = collectiveKey(topology, rank, in);
+    Arrivals &a = collectives[key];
+    a.members.push_back(posting);
+    if (static_cast<int64_t>(a.members.size()) < size)
+      return std::nullopt;
+    std::vector<Posting> members = std::move(a.members);
+    collectives.erase(key);
+    return members;
+  }
+  /// The members already at `rank`'s collective (null when none is).
+  const std::vector<Posting> *arrived(const Topology &topology, int64_t rank,
+                                      const Instr &in) const {
+    auto it = collectives.find(collectiveKey(topology, rank, in).first);
+    return it == collectives.end() ? nullptr : &it->second.members;
+  }
+};
 
 } // namespace mimo
 

@@ -130,9 +130,7 @@ private:
           continue;
         Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
         for (int64_t peer : peers.ranks) {
-          MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                         stream[i].mb, info.isGrad, channelOf(stream[i])};
-          Ends &ends = messages[key];
+          Ends &ends = messages[messageKey(rank, peer, stream[i])];
           (info.isSend ? ends.sends : ends.recvs).push_back({rank, int32_t(i)});
         }
       }
@@ -213,13 +211,8 @@ private:
       int32_t pc = 0, end = 0, pending = 0;
       bool posted = false;
     };
-    struct Arrivals {
-      int64_t count = 0;
-      std::vector<Posting> waiting;
-    };
     std::vector<State> state(static_cast<size_t>(topology.worldSize));
-    std::unordered_map<MessageKey, Posting, MessageKeyHash> sends, recvs;
-    std::unordered_map<CollectiveKey, Arrivals, CollectiveKeyHash> arrivals;
+    Rendezvous<Posting> posted;
     std::vector<int64_t> ready;
     for (int64_t rank = topology.worldSize; rank-- > 0;)
       ready.push_back(rank);
@@ -258,34 +251,22 @@ private:
         ++s.pending;
         for (auto &[i, peers] : ops) {
           const Instr &in = stream[i];
-          const InstrInfo &info = instrInfo(in.op);
           if (peers.collective) {
-            auto [group, size] = collectiveGroup(rank, in);
-            CollectiveKey key{uint8_t(in.op), in.index, in.mb, group};
-            Arrivals &a = arrivals[key];
-            a.waiting.push_back({rank, i});
-            if (++a.count == size) {
-              for (const Posting &p : a.waiting)
+            if (auto members = posted.arrive(topology, rank, in, {rank, i})) {
+              for (const Posting &p : *members)
                 if (p.rank != rank)
                   release(p.rank);
                 else
                   --s.pending;
-              arrivals.erase(key);
             }
             continue;
           }
           for (int64_t peer : peers.ranks) {
-            MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                           in.mb, info.isGrad, channelOf(in)};
-            auto &mine = info.isSend ? sends : recvs;
-            auto &theirs = info.isSend ? recvs : sends;
-            auto it = theirs.find(key);
-            if (it == theirs.end()) {
-              mine.emplace(key, Posting{rank, i});
+            std::optional<Posting> met =
+                posted.message(rank, peer, in, {rank, i});
+            if (!met)
               continue;
-            }
-            int64_t other = it->second.rank;
-            theirs.erase(it);
+            int64_t other = met->rank;
             --s.pending;
             if (other != rank)
               release(other);
@@ -298,12 +279,12 @@ private:
     }
     if (finished == static_cast<size_t>(topology.worldSize))
       return;
-    reportDeadlock(state, sends, recvs, arrivals);
+    reportDeadlock(state, posted);
   }
 
-  template <typename StateVec, typename MessageMap, typename CollectiveMap>
-  void reportDeadlock(const StateVec &state, const MessageMap &sends,
-                      const MessageMap &recvs, const CollectiveMap &arrivals) {
+  template <typename StateVec>
+  void reportDeadlock(const StateVec &state,
+                      const Rendezvous<Posting> &posted) {
     // What each blocked rank waits for: the first operation of its posted
     // run that has not completed.
     auto waitsFor = [&](int64_t rank) -> std::pair<int64_t, int32_t> {
@@ -311,17 +292,16 @@ private:
       const std::vector<Instr> &stream = streamOf(rank);
       for (int32_t i = s.pc; i < s.end; ++i) {
         const Instr &in = stream[i];
-        const InstrInfo &info = instrInfo(in.op);
         Peers peers = *resolvePeers(topology, rank, in, nullptr);
         if (peers.collective) {
-          auto [group, size] = collectiveGroup(rank, in);
-          auto it = arrivals.find(
-              CollectiveKey{uint8_t(in.op), in.index, in.mb, group});
-          if (it == arrivals.end())
+          const std::vector<Posting> *members =
+              posted.arrived(topology, rank, in);
+          if (!members)
             continue;
+          int64_t group = collectiveGroup(rank, in).first;
           // The smallest member that has not arrived.
           std::vector<int64_t> arrived;
-          for (const Posting &p : it->second.waiting)
+          for (const Posting &p : *members)
             arrived.push_back(p.rank);
           std::sort(arrived.begin(), arrived.end());
           for (int64_t member = group; member < topology.worldSize; ++member)
@@ -330,14 +310,9 @@ private:
               return {member, i};
           continue;
         }
-        for (int64_t peer : peers.ranks) {
-          MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank,
-                         in.mb, info.isGrad, channelOf(in)};
-          const auto &mine = info.isSend ? sends : recvs;
-          auto it = mine.find(key);
-          if (it != mine.end() && it->second.rank == rank)
+        for (int64_t peer : peers.ranks)
+          if (posted.waiting(rank, peer, in))
             return {peer, i};
-        }
       }
       return {-1, s.pc};
     };
