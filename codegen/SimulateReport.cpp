@@ -218,13 +218,16 @@ std::string renderSimulationText(const nlohmann::ordered_json &r) {
      << " of rank time waiting or done early\n";
   os << "predicted MFU:   " << percent(r["mfu"].get<double>()) << "\n";
   os << "\nbusy by role:\n";
-  size_t width = 4;
-  for (const auto &role : r["roles"])
+  size_t width = 4, ranksWidth = 1;
+  for (const auto &role : r["roles"]) {
     width = std::max(width, role["role"].get<std::string>().size());
+    ranksWidth = std::max(ranksWidth, role["ranks"].get<std::string>().size());
+  }
   for (const auto &role : r["roles"]) {
     std::string name = role["role"].get<std::string>();
+    std::string ranks = role["ranks"].get<std::string>();
     os << "  " << name << std::string(width - name.size() + 2, ' ') << "ranks "
-       << role["ranks"].get<std::string>() << "  busy "
+       << ranks << std::string(ranksWidth - ranks.size(), ' ') << "  busy "
        << percent(role["busy_fraction"].get<double>()) << "  done at "
        << milliseconds(role["finish_seconds"].get<double>()) << "\n";
   }
