@@ -91,8 +91,12 @@ Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
   double n = static_cast<double>(members);
   double latency = link.latencyUs * 1e-6 * std::ceil(std::log2(n));
   double transfer = (n - 1) * bytes / (link.bandwidthGBs * 1e9);
-  if (profile.kind == "cpu")
+  if (profile.kind == "cpu") {
+    // The cores copy and sum: at the calibrated all-reduce rate.
+    if (profile.collectiveGBs > 0)
+      transfer = (n - 1) * bytes / (profile.collectiveGBs * 1e9);
     return {transfer, latency};
+  }
   return {0, latency + transfer};
 }
 

@@ -55,8 +55,8 @@ struct Work {
 /// An exchange over `members` ranks joined by `link`, each sending `bytes`
 /// (mimo's collectives: every member sends its piece to every other):
 /// latency x ceil(log2 n), plus (n - 1) x bytes over the link's bandwidth,
-/// which on a CPU is the cores copying (compute) and elsewhere the link
-/// (comm).
+/// which on a CPU is the cores copying and summing (compute, at the
+/// profile's calibrated all-reduce rate) and elsewhere the link (comm).
 Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
                   int64_t members, double bytes);
 

@@ -128,6 +128,7 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
                                          "compute_scale",
                                          "layer_overhead_us",
                                          "sharing_efficiency",
+                                         "collective_gbs",
                                          "link"};
   DeviceProfile p;
   if (v.object(doc, "", keys, "a device profile") &&
@@ -180,6 +181,10 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
       if (auto e = v.number(doc, "", "sharing_efficiency", 0, true, 1, false,
                             "the useful share of time-shared cores"))
         p.sharingEfficiency = *e;
+    if (doc.contains("collective_gbs"))
+      if (auto c = v.number(doc, "", "collective_gbs", 0, false, 1e9, false,
+                            "the all-reduce bytes per second in GB/s"))
+        p.collectiveGBs = *c;
     p.link = readLink(v, doc, "", "link", true, p.link);
   }
   if (!v.diagnostics.empty()) {
@@ -208,6 +213,7 @@ nlohmann::ordered_json profileToJson(const DeviceProfile &p) {
           {"compute_scale", p.computeScale},
           {"layer_overhead_us", p.layerOverheadUs},
           {"sharing_efficiency", p.sharingEfficiency},
+          {"collective_gbs", p.collectiveGBs},
           {"link", linkJson(p.link)}};
 }
 

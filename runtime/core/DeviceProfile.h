@@ -81,6 +81,10 @@ struct DeviceProfile {
   /// cores time-share them (switches, caches), fitted by mimo-run
   /// --calibrate from an oversubscribed run of a small model.
   double sharingEfficiency = 1;
+  /// CPU: the bytes per second one member of a two-rank all-reduce gets
+  /// through (copies, the sum, staging), as mimo's communicators run it (0:
+  /// the link's bandwidth).
+  double collectiveGBs = 0;
   /// Point-to-point between two ranks of this device (calibrated on the
   /// local backend).
   LinkCost link{20, 5};

@@ -314,6 +314,40 @@ double measureSharing(device::DeviceKind kind, const DeviceProfile &profile) {
   return std::clamp(sim.stepSeconds / measured, 0.05, 1.0);
 }
 
+/// Bytes per second one member of a two-rank all-reduce (1 MiB each) gets
+/// through on the local backend: the copies, the sum and the staging of
+/// mimo's collectives (CPU only).
+double measureCollective(device::DeviceKind kind) {
+  if (kind != device::DeviceKind::Cpu)
+    return 0;
+  auto world = comm::makeLocalWorld(2);
+  const int64_t count = int64_t(1) << 18; // floats: 1 MiB
+  double seconds = 0;
+  auto body = [&](int64_t rank) {
+    std::unique_ptr<device::Device> dev = device::makeDevice(kind, rank, 1);
+    std::unique_ptr<comm::Comm> c = comm::makeLocalComm(world, rank);
+    c->setDevice(dev.get());
+    Buffer data(*dev, count);
+    std::vector<int64_t> group = {0, 1};
+    std::vector<double> times;
+    for (int batch = 0; batch < 8; ++batch) {
+      Clock::time_point start = Clock::now();
+      for (int i = 0; i < 5; ++i)
+        c->allReduceSum(group, data.data, count);
+      dev->synchronize();
+      times.push_back(
+          std::chrono::duration<double>(Clock::now() - start).count() / 5);
+    }
+    std::sort(times.begin() + 1, times.end()); // the first warms up
+    if (rank == 0)
+      seconds = times[1 + (times.size() - 1) / 2];
+  };
+  std::thread other(body, 1);
+  body(0);
+  other.join();
+  return seconds > 0 ? 4.0 * static_cast<double>(count) / seconds / 1e9 : 0;
+}
+
 std::string today() {
   std::time_t now = std::time(nullptr);
   char text[32];
@@ -360,6 +394,7 @@ calibrate(device::DeviceKind kind,
   p.sharingEfficiency = measureSharing(kind, p);
   progress("messages between two ranks");
   p.link = measureLink(kind);
+  p.collectiveGBs = measureCollective(kind);
   double best = 0;
   for (const RatePoint &r : p.gemm)
     best = std::max(best, r.tflops);
