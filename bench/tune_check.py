@@ -8,7 +8,7 @@
             a model, each compiled and trained; the target is that tune's
             top choice measures fastest, or within 10% of the fastest.
 
-usage: bench/tune_check.py [--build DIR] [--steps N] [--world N]
+usage: bench/tune_check.py [--build DIR] [--steps N] [--world N] [--rounds N]
                            [--model MODEL.json] [--out FILE.md]
                            [simulate] [tune]
 Prints a Markdown report (and writes it to --out).
@@ -48,26 +48,38 @@ def predicted(bin_dir, plan, profile):
     return json.loads(out)["step_seconds"]
 
 
-def check_simulate(bin_dir, profile, steps, work):
+def check_simulate(bin_dir, profile, steps, work, rounds):
     lines = ["| example | ranks | predicted | measured | predicted / measured |",
              "|---|---:|---:|---:|---:|"]
     worst = 0.0
+    plans = {}
     for name in EXAMPLES:
-        plan = os.path.join(work, name + ".plan.json")
+        plans[name] = os.path.join(work, name + ".plan.json")
         run(os.path.join(bin_dir, "mimoc"), "compile", "-q",
-            os.path.join(ROOT, "examples", name + ".json"), "-o", plan)
+            os.path.join(ROOT, "examples", name + ".json"), "-o", plans[name])
+    # Round-robin: a busy moment of this shared machine hits one round of
+    # one example, and the median over rounds drops it.
+    times = {name: [] for name in EXAMPLES}
+    for _ in range(rounds):
+        for name in EXAMPLES:
+            times[name].append(measured_step(bin_dir, plans[name], steps, work))
+    for name in EXAMPLES:
+        plan = plans[name]
         world = json.load(open(plan))["world_size"]
         p = predicted(bin_dir, plan, profile)
-        m = measured_step(bin_dir, plan, steps, work)
+        m = statistics.median(times[name])
         worst = max(worst, abs(p / m - 1))
         lines.append(f"| {name} | {world} | {p * 1e3:.1f} ms | {m * 1e3:.1f} ms "
                      f"| {p / m:.2f} |")
+    lines.append("")
+    lines.append(f"Measured: the median over {rounds} rounds (examples in turn) "
+                 f"of each run's median step after two warm-up steps.")
     lines.append("")
     lines.append(f"Largest error: {worst * 100:.0f}% (target: within 25%).")
     return lines, worst <= 0.25
 
 
-def check_tune(bin_dir, profile, steps, world, model, work):
+def check_tune(bin_dir, profile, steps, world, model, work, rounds):
     out = run(os.path.join(bin_dir, "mimoc"), "tune", model, "--world", world,
               "--profile", profile, "--simulate", "0", "--top", "0",
               "--format", "json").stdout
@@ -78,16 +90,28 @@ def check_tune(bin_dir, profile, steps, world, model, work):
         json.dump(layout["model"], open(path, "w"))
         plan = os.path.join(work, f"layout{i}.plan.json")
         run(os.path.join(bin_dir, "mimoc"), "compile", "-q", path, "-o", plan)
-        rows.append((i, layout, measured_step(bin_dir, plan, steps, work)))
+        rows.append([i, layout, measured_step(bin_dir, plan, steps, work), plan])
         print(f"  {i + 1}/{len(layouts)} {rows[-1][2] * 1e3:.1f} ms "
               f"{layout['summary']}", file=sys.stderr)
+    # Confirm the contenders (tune's choice and the five fastest measured)
+    # in turn, so that one busy moment decides nothing: each keeps the
+    # median of its sweep run and the confirmation rounds.
+    contenders = {0} | {r[0] for r in sorted(rows, key=lambda r: r[2])[:5]}
+    again = {i: [rows[i][2]] for i in contenders}
+    for _ in range(rounds):
+        for i in sorted(contenders):
+            again[i].append(measured_step(bin_dir, rows[i][3], steps, work))
+    for i in contenders:
+        rows[i][2] = statistics.median(again[i])
     fastest = min(rows, key=lambda r: r[2])
     top = rows[0]
     ratio = top[2] / fastest[2]
     by_measured = sorted(rows, key=lambda r: r[2])
     lines = [f"{len(rows)} valid layouts of `{os.path.relpath(model, ROOT)}` "
              f"on {world} ranks, each trained {steps} steps (median step "
-             "after two warm-up steps).", "",
+             "after two warm-up steps; tune's choice and the five fastest "
+             f"then measured {rounds} more times in turn, keeping the median).",
+             "",
              f"- tune's top choice: {top[1]['summary']}: predicted "
              f"{top[1]['step_seconds'] * 1e3:.1f} ms, measured "
              f"{top[2] * 1e3:.1f} ms (measured rank "
@@ -99,7 +123,7 @@ def check_tune(bin_dir, profile, steps, world, model, work):
              "|---:|---:|---:|---|"]
     shown = set(range(5)) | {fastest[0], len(rows) - 1} | \
         {r[0] for r in by_measured[:5]}
-    for i, layout, m in rows:
+    for i, layout, m, _ in rows:
         if i in shown:
             lines.append(f"| {i + 1} | {layout['step_seconds'] * 1e3:.1f} ms | "
                          f"{m * 1e3:.1f} ms | {layout['summary']} |")
@@ -133,6 +157,7 @@ def main():
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--model",
                         default=os.path.join(ROOT, "bench", "models", "tune-small.json"))
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out")
     parser.add_argument("checks", nargs="*", default=["simulate", "tune"])
     args = parser.parse_args()
@@ -153,13 +178,14 @@ def main():
                   "per core at best). Command: `python3 bench/tune_check.py "
                   + " ".join(sys.argv[1:]) + "`.", ""]
         if "simulate" in args.checks:
-            lines, good = check_simulate(bin_dir, profile, args.steps, work)
+            lines, good = check_simulate(bin_dir, profile, args.steps, work,
+                                         args.rounds)
             report += ["## mimoc simulate: predicted vs measured step", ""] + \
                 lines + [""]
             ok &= good
         if "tune" in args.checks:
             lines, good = check_tune(bin_dir, profile, args.steps, args.world,
-                                     args.model, work)
+                                     args.model, work, args.rounds)
             report += ["## mimoc tune: its top choice vs every valid layout",
                        ""] + lines + [""]
             ok &= good
