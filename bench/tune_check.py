@@ -93,24 +93,26 @@ def check_tune(bin_dir, profile, steps, world, model, work, rounds):
         rows.append([i, layout, measured_step(bin_dir, plan, steps, work), plan])
         print(f"  {i + 1}/{len(layouts)} {rows[-1][2] * 1e3:.1f} ms "
               f"{layout['summary']}", file=sys.stderr)
-    # Confirm the contenders (tune's choice and the five fastest measured)
-    # in turn, so that one busy moment decides nothing: each keeps the
-    # median of its sweep run and the confirmation rounds.
-    contenders = {0} | {r[0] for r in sorted(rows, key=lambda r: r[2])[:5]}
-    again = {i: [rows[i][2]] for i in contenders}
+    # The sweep finds the contenders (the eight fastest measured, and
+    # tune's choice); they are then measured again in turn, `rounds` times,
+    # and compared on those rounds alone: measured in the same minutes, so
+    # that a busy moment of this shared machine decides nothing.
+    contenders = {0} | {r[0] for r in sorted(rows, key=lambda r: r[2])[:8]}
+    again = {i: [] for i in contenders}
     for _ in range(rounds):
         for i in sorted(contenders):
             again[i].append(measured_step(bin_dir, rows[i][3], steps, work))
     for i in contenders:
         rows[i][2] = statistics.median(again[i])
-    fastest = min(rows, key=lambda r: r[2])
+    fastest = min((rows[i] for i in contenders), key=lambda r: r[2])
     top = rows[0]
     ratio = top[2] / fastest[2]
     by_measured = sorted(rows, key=lambda r: r[2])
     lines = [f"{len(rows)} valid layouts of `{os.path.relpath(model, ROOT)}` "
              f"on {world} ranks, each trained {steps} steps (median step "
-             "after two warm-up steps; tune's choice and the five fastest "
-             f"then measured {rounds} more times in turn, keeping the median).",
+             "after two warm-up steps). Tune's choice and the eight fastest of "
+             f"that sweep were then measured {rounds} more times in turn; "
+             "they are compared on the median of those rounds.",
              "",
              f"- tune's top choice: {top[1]['summary']}: predicted "
              f"{top[1]['step_seconds'] * 1e3:.1f} ms, measured "
@@ -172,8 +174,8 @@ def main():
                   f"{time.strftime('%Y-%m-%d')}, {platform.node() or 'this machine'}: "
                   f"{p['device']}, profile from `mimo-run --calibrate` in the "
                   f"same run (compute_scale {p['compute_scale']:.2f}, layer overhead "
-                  f"{p['layer_overhead_us']:.0f} us, sharing efficiency "
-                  f"{p['sharing_efficiency']:.2f}, GEMM "
+                  f"{p['layer_overhead_us']:.0f} us, all-reduce "
+                  f"{p['collective_gbs']:.1f} GB/s, GEMM "
                   f"{max(r for _, r in p['gemm_tflops']) * 1e3:.0f} GFLOP/s "
                   "per core at best). Command: `python3 bench/tune_check.py "
                   + " ".join(sys.argv[1:]) + "`.", ""]

@@ -54,9 +54,9 @@ public:
     double threads =
         std::max(1.0, std::floor(cores / static_cast<double>(ranksPerDevice)));
     // Every rank busy: a device's cores shared by all its ranks.
-    demand = threads * static_cast<double>(ranksPerDevice);
-    speed = threads *
-            std::min(1.0, deviceCapacity(options.profile, demand) / demand);
+    speed =
+        threads *
+        std::min(1.0, cores / (threads * static_cast<double>(ranksPerDevice)));
     for (const ModuleConfig &m : model.modules) {
       double values = 0;
       for (const ParamSpec &spec :
@@ -115,14 +115,14 @@ public:
   /// The cores of every device, as busy ranks get them.
   double devicesCores() const {
     return static_cast<double>(devices) *
-           deviceCapacity(options.profile, demand);
+           static_cast<double>(options.profile.cores);
   }
 
 private:
   const ModelConfig &model;
   const TuneOptions &options;
   int64_t devices = 1, ranksPerDevice = 1;
-  double speed = 1, demand = 1;
+  double speed = 1;
   std::vector<double> parameters;
 };
 

@@ -59,12 +59,6 @@ double CostModel::threadsOf(int64_t rank) const {
                       static_cast<double>(std::max<int64_t>(sharing, 1))));
 }
 
-double deviceCapacity(const DeviceProfile &profile, double demand) {
-  double cores = static_cast<double>(std::max<int64_t>(profile.cores, 1));
-  return demand > cores * (1 + 1e-9) ? cores * profile.sharingEfficiency
-                                     : cores;
-}
-
 LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
                           int64_t ranksOnDevice) {
   LinkCost shared = link;

@@ -33,11 +33,6 @@ namespace mimo {
 LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
                           int64_t ranksOnDevice);
 
-/// The cores a device gives ranks whose threads want `demand` cores: all of
-/// them, times the profile's sharing efficiency once more threads than
-/// cores time-share them.
-double deviceCapacity(const DeviceProfile &profile, double demand);
-
 /// The cost of one instruction on one rank.
 struct Work {
   /// Seconds of one core of the rank's device.

@@ -127,7 +127,6 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
                                          "kernel_overhead_us",
                                          "compute_scale",
                                          "layer_overhead_us",
-                                         "sharing_efficiency",
                                          "collective_gbs",
                                          "link"};
   DeviceProfile p;
@@ -177,10 +176,6 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
       if (auto o = v.number(doc, "", "layer_overhead_us", 0, false, 1e9, false,
                             "the fixed microseconds per layer and pass"))
         p.layerOverheadUs = *o;
-    if (doc.contains("sharing_efficiency"))
-      if (auto e = v.number(doc, "", "sharing_efficiency", 0, true, 1, false,
-                            "the useful share of time-shared cores"))
-        p.sharingEfficiency = *e;
     if (doc.contains("collective_gbs"))
       if (auto c = v.number(doc, "", "collective_gbs", 0, false, 1e9, false,
                             "the all-reduce bytes per second in GB/s"))
@@ -212,7 +207,6 @@ nlohmann::ordered_json profileToJson(const DeviceProfile &p) {
           {"kernel_overhead_us", p.kernelOverheadUs},
           {"compute_scale", p.computeScale},
           {"layer_overhead_us", p.layerOverheadUs},
-          {"sharing_efficiency", p.sharingEfficiency},
           {"collective_gbs", p.collectiveGBs},
           {"link", linkJson(p.link)}};
 }

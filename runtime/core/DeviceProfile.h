@@ -77,10 +77,6 @@ struct DeviceProfile {
   /// shrink with the layer's size (launches, buffers, threads), fitted by
   /// mimo-run --calibrate with computeScale from two batch sizes.
   double layerOverheadUs = 0;
-  /// The share of the cores that does useful work when more threads than
-  /// cores time-share them (switches, caches), fitted by mimo-run
-  /// --calibrate from an oversubscribed run of a small model.
-  double sharingEfficiency = 1;
   /// CPU: the bytes per second one member of a two-rank all-reduce gets
   /// through (copies, the sum, staging), as mimo's communicators run it (0:
   /// the link's bandwidth).

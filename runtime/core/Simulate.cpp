@@ -225,8 +225,8 @@ private:
     double demand = 0;
     for (const Task &t : d.tasks)
       demand += t.demand;
-    double share =
-        std::min(1.0, deviceCapacity(costs.deviceProfile(), demand) / demand);
+    double share = std::min(
+        1.0, static_cast<double>(costs.deviceProfile().cores) / demand);
     double next = -1;
     for (Task &t : d.tasks) {
       t.rate = t.demand * share;

@@ -4,7 +4,6 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
-#include "runtime/core/Simulate.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Executor.h"
 
@@ -273,47 +272,6 @@ void fitLayerCosts(device::DeviceKind kind, DeviceProfile &p) {
   p.layerOverheadUs = overhead * 1e6;
 }
 
-/// Predicted over measured step of the calibration model with twice as
-/// many ranks as cores (colocated, data parallel), capped at 1: how much
-/// of the cores time-sharing ranks keep for work (CPU only).
-double measureSharing(device::DeviceKind kind, const DeviceProfile &profile) {
-  if (kind != device::DeviceKind::Cpu)
-    return 1;
-  int64_t ranks = 2 * profile.cores;
-  ParseResult parsed = parseModelConfig(kCalibrationModel, "calibration");
-  if (!parsed.config)
-    throw device::DeviceError("the calibration model does not parse");
-  ModelConfig &config = *parsed.config;
-  config.batch.microBatchSize = 2 * ranks;
-  for (ModuleConfig &m : config.modules)
-    m.parallel.dp = ranks;
-  std::string error;
-  std::optional<Plan> plan = buildPlan(config, &error);
-  if (!plan)
-    throw device::DeviceError("the sharing model does not build: " + error);
-  RunOptions options;
-  options.steps = 6;
-  options.device = kind;
-  RunResult run = runLocal(*plan, options);
-  if (run.exitCode != 0)
-    throw device::DeviceError("the sharing model failed: " + run.error);
-  std::vector<double> seconds;
-  for (size_t i = 2; i < run.steps.size(); ++i)
-    seconds.push_back(run.steps[i].seconds);
-  if (seconds.empty())
-    return 1;
-  std::sort(seconds.begin(), seconds.end());
-  double measured = seconds[seconds.size() / 2];
-  DeviceProfile whole = profile;
-  whole.sharingEfficiency = 1;
-  CostModel costs(plan->topology, plan->config, whole, defaultCluster(whole));
-  Simulation sim =
-      simulateStep(plan->topology, plan->programs, plan->rankProgram, costs);
-  if (!sim.problem.empty() || measured <= 0)
-    return 1;
-  return std::clamp(sim.stepSeconds / measured, 0.05, 1.0);
-}
-
 /// Bytes per second one member of a two-rank all-reduce (1 MiB each) gets
 /// through on the local backend: the copies, the sum and the staging of
 /// mimo's collectives (CPU only).
@@ -390,8 +348,6 @@ calibrate(device::DeviceKind kind,
   }
   progress("a small model's forward and backward");
   fitLayerCosts(kind, p);
-  progress("ranks time-sharing the cores");
-  p.sharingEfficiency = measureSharing(kind, p);
   progress("messages between two ranks");
   p.link = measureLink(kind);
   p.collectiveGBs = measureCollective(kind);
