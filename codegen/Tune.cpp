@@ -427,7 +427,7 @@ std::string renderTuneText(const TuneResult &result, const TuneOptions &options,
   if (result.ranked.empty())
     return os.str(); // mimoc reports the problem on stderr
   os << "  #  step       MFU     idle   memory/rank  layout\n";
-  for (size_t i = 0; i < result.ranked.size() && i < top; ++i) {
+  for (size_t i = 0; i < result.ranked.size() && (top == 0 || i < top); ++i) {
     const TuneCandidate &c = result.ranked[i];
     char line[128];
     std::snprintf(line, sizeof(line),

@@ -155,7 +155,8 @@ cl::opt<double>
                         "memory over the ranks sharing a device)"),
                cl::value_desc("GiB"), cl::init(0), cl::sub(tuneCommand),
                cl::cat(simulateCategory));
-cl::opt<unsigned> tuneTop("top", cl::desc("Layouts to list (default 10)"),
+cl::opt<unsigned> tuneTop("top",
+                          cl::desc("Layouts to list (default 10; 0: all)"),
                           cl::value_desc("K"), cl::init(10),
                           cl::sub(tuneCommand), cl::cat(simulateCategory));
 cl::opt<unsigned>
