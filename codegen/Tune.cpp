@@ -214,7 +214,8 @@ ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
 
 std::string summarize(const ModelConfig &config, bool colocated) {
   std::ostringstream os;
-  os << (colocated ? "colocated: " : "non-colocated: ");
+  if (config.modules.size() > 1)
+    os << (colocated ? "colocated: " : "non-colocated: ");
   for (size_t i = 0; i < config.modules.size(); ++i) {
     const ModuleConfig &m = config.modules[i];
     const ParallelConfig &p = m.parallel;
@@ -259,6 +260,9 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options) {
   for (int64_t M : divisors(global)) {
     int64_t B = global / M;
     for (bool colocated : {true, false}) {
+      // One module spans every rank either way: one placement, not two.
+      if (colocated && n == 1)
+        continue;
       // Each module's grids, costed; non-colocated keeps the fastest per
       // (span, dp) above 64 ranks (the rest cannot beat it in a layout).
       std::vector<std::map<int64_t, std::vector<ModuleGrid>>> bySize(n);

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace mimo;
 using namespace mimo::test;
 using json = nlohmann::json;
@@ -218,6 +220,21 @@ TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
   TuneResult none = tuneLayouts(model, options);
   EXPECT_TRUE(none.ranked.empty());
   EXPECT_NE(none.problem.find("none fits"), std::string::npos);
+}
+
+TEST(Tune, OneModuleHasOnePlacement) {
+  TuneOptions options;
+  options.worldSize = 4;
+  options.profile = *builtinProfile("h100");
+  options.cluster = defaultCluster(options.profile);
+  options.simulate = 0;
+  TuneResult result = tuneLayouts(pipelineModel(2, 4), options);
+  ASSERT_FALSE(result.ranked.empty()) << result.problem;
+  std::set<std::string> seen;
+  for (const TuneCandidate &c : result.ranked) {
+    EXPECT_TRUE(seen.insert(c.summary).second) << "twice: " << c.summary;
+    EXPECT_EQ(c.summary.rfind("language tp", 0), 0u) << c.summary;
+  }
 }
 
 TEST(Tune, ImpossibleWorldsSayWhy) {
