@@ -39,20 +39,23 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+/// The most ranks on one device (rank r on device r mod the devices).
+int64_t ranksSharingADevice(const TuneOptions &options) {
+  int64_t devices = options.cluster.devices(options.worldSize);
+  return (options.worldSize + devices - 1) / devices;
+}
+
 /// The analytic costs of the search, from core/CostModel.h's stage costs.
 class Estimator {
 public:
   Estimator(const ModelConfig &model, const TuneOptions &options)
       : model(model), options(options) {
-    const ClusterConfig &c = options.cluster;
-    devices = c.nodes > 0
-                  ? std::min(c.nodes * c.devicesPerNode, options.worldSize)
-                  : options.worldSize;
-    devices = std::max<int64_t>(devices, 1);
-    ranksPerDevice = (options.worldSize + devices - 1) / devices;
+    devices =
+        std::min(options.cluster.devices(options.worldSize), options.worldSize);
+    ranksPerDevice = ranksSharingADevice(options);
     double cores = static_cast<double>(options.profile.cores);
-    double threads =
-        std::max(1.0, std::floor(cores / static_cast<double>(ranksPerDevice)));
+    double threads = static_cast<double>(
+        threadsPerRank(options.profile.cores, ranksPerDevice));
     // Every rank busy: a device's cores shared by all its ranks.
     speed =
         threads *
@@ -336,10 +339,8 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options) {
   const DeviceProfile &profile = options.profile;
   result.memoryLimit = options.memoryBytes;
   if (result.memoryLimit <= 0) {
-    ClusterConfig c = options.cluster;
-    int64_t devices = c.nodes > 0 ? c.nodes * c.devicesPerNode : world;
-    int64_t sharing = (world + devices - 1) / std::max<int64_t>(devices, 1);
-    result.memoryLimit = profile.memoryBytes / static_cast<double>(sharing);
+    result.memoryLimit =
+        profile.memoryBytes / static_cast<double>(ranksSharingADevice(options));
   }
   for (const Candidate &layout : layouts) {
     if (options.simulate && result.ranked.size() >= options.simulate)

@@ -34,17 +34,14 @@ CostModel::CostModel(const Topology &topology, const ModelConfig &config,
     moduleConfigs.push_back(found);
     encoderIndex.push_back(encoder);
   }
-  int64_t devices = cluster.nodes > 0 ? cluster.nodes * cluster.devicesPerNode
-                                      : topology.worldSize;
-  ranksOnDevice.assign(static_cast<size_t>(std::max<int64_t>(devices, 1)), 0);
+  ranksOnDevice.assign(static_cast<size_t>(cluster.devices(topology.worldSize)),
+                       0);
   for (int64_t r = 0; r < topology.worldSize; ++r)
     ++ranksOnDevice[static_cast<size_t>(deviceOf(r))];
 }
 
 int64_t CostModel::deviceOf(int64_t rank) const {
-  int64_t devices = cluster.nodes > 0 ? cluster.nodes * cluster.devicesPerNode
-                                      : topology.worldSize;
-  return devices > 0 ? rank % devices : 0;
+  return rank % cluster.devices(topology.worldSize);
 }
 
 int64_t CostModel::nodeOf(int64_t rank) const {
@@ -52,11 +49,8 @@ int64_t CostModel::nodeOf(int64_t rank) const {
 }
 
 double CostModel::threadsOf(int64_t rank) const {
-  // core/Devices defaultThreads: the device's cores shared by its ranks.
-  int64_t sharing = ranksOnDevice[static_cast<size_t>(deviceOf(rank))];
-  return std::max<double>(
-      1.0, std::floor(static_cast<double>(profile.cores) /
-                      static_cast<double>(std::max<int64_t>(sharing, 1))));
+  return static_cast<double>(threadsPerRank(
+      profile.cores, ranksOnDevice[static_cast<size_t>(deviceOf(rank))]));
 }
 
 LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
@@ -219,71 +213,57 @@ std::vector<int64_t> CostModel::group(int64_t rank, const Grid &grid,
   return members;
 }
 
-Work CostModel::work(int64_t rank, const Instr &in) const {
-  const InstrInfo &info = instrInfo(in.op);
-  if (info.isSend || info.isRecv)
-    return {};
-  // Ranks of one stage (same tp) cost the same: cache by stage and op.
-  int64_t stage = -1, tpRank = -1;
-  if (info.operand == InstrOperand::Module) {
-    Coords c = topology.modules[in.index].grid.coordsOf(rank);
-    stage = c.pp;
-    tpRank = c.tp;
-  }
-  auto key =
-      std::make_tuple(static_cast<int>(in.op), in.index, stage,
-                      info.operand == InstrOperand::Module
-                          ? tpRank
-                          : (in.op == InstrOp::OptimizerStep ? rank : -2));
-  // Collective costs depend on where the group's members are; only cache
-  // what is the same for every rank of the stage.
-  bool cacheable =
-      info.operand == InstrOperand::Module && in.op != InstrOp::ReduceGrads;
-  if (cacheable) {
-    auto it = cache.find(key);
-    if (it != cache.end())
-      return it->second;
-  }
-  Work w = compute(rank, in);
-  if (cacheable)
-    cache.emplace(key, w);
-  return w;
+const StageWork &CostModel::stageWorkOf(size_t module, int64_t stage,
+                                        bool backward) const {
+  auto key = std::make_tuple(module, stage, backward);
+  auto it = stageCache.find(key);
+  if (it != stageCache.end())
+    return it->second;
+  const ModuleTopology &topo = topology.modules[module];
+  StageShape shape = stageShape(config, *moduleConfigs[module],
+                                encoderIndex[module], topology.microBatchSize,
+                                stage, topology.shard.sequenceParallel);
+  return stageCache
+      .emplace(key, stageWork(*moduleConfigs[module], shape, backward, profile,
+                              static_cast<double>(topo.outputHidden)))
+      .first->second;
 }
 
-Work CostModel::compute(int64_t rank, const Instr &in) const {
+double CostModel::localValues(size_t module, int64_t rank) const {
+  const ModuleTopology &topo = topology.modules[module];
+  const Grid &grid = topo.grid;
+  Coords c = grid.coordsOf(rank);
+  auto key = std::make_tuple(module, c.pp, c.tp);
+  auto it = valuesCache.find(key);
+  if (it != valuesCache.end())
+    return it->second;
+  bool sp = topo.isLanguage && topology.shard.sequenceParallel &&
+            grid.size(Dim::TP) > 1;
+  double values = 0;
+  for (const ParamSpec &spec :
+       stageParameters(*moduleConfigs[module],
+                       topology.modules[topology.languageIndex()].hidden, sp,
+                       grid.size(Dim::PP), c.pp))
+    values +=
+        static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
+  return valuesCache.emplace(key, values).first->second;
+}
+
+Work CostModel::work(int64_t rank, const Instr &in) const {
   Work w;
   const double B = static_cast<double>(topology.microBatchSize);
   const double S = static_cast<double>(topology.seqLength);
+  // A stage's compute is the same on every rank of it; its collectives
+  // depend on where the rank's groups lie.
   auto moduleWork = [&](size_t mi, bool backward) {
-    const ModuleTopology &topo = topology.modules[mi];
-    const Grid &grid = topo.grid;
-    int64_t stage = grid.coordsOf(rank).pp;
-    StageShape shape = stageShape(config, *moduleConfigs[mi], encoderIndex[mi],
-                                  topology.microBatchSize, stage,
-                                  topology.shard.sequenceParallel);
-    StageWork sw = stageWork(*moduleConfigs[mi], shape, backward, profile,
-                             static_cast<double>(topo.outputHidden));
+    const Grid &grid = topology.modules[mi].grid;
+    const StageWork &sw = stageWorkOf(mi, grid.coordsOf(rank).pp, backward);
     const std::vector<int64_t> tpGroup = group(rank, grid, {Dim::TP});
     const std::vector<int64_t> cpGroup = group(rank, grid, {Dim::CP});
     w.compute = sw.compute;
     w += exchange(tpGroup, sw.tpBytes) * sw.tpExchanges;
     w += exchange(cpGroup, sw.cpBytes) * sw.cpExchanges;
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
-  };
-  auto localValues = [&](size_t mi) {
-    const ModuleTopology &topo = topology.modules[mi];
-    const Grid &grid = topo.grid;
-    Coords c = grid.coordsOf(rank);
-    bool sp = topo.isLanguage && topology.shard.sequenceParallel &&
-              grid.size(Dim::TP) > 1;
-    double values = 0;
-    for (const ParamSpec &spec :
-         stageParameters(*moduleConfigs[mi],
-                         topology.modules[topology.languageIndex()].hidden, sp,
-                         grid.size(Dim::PP), c.pp))
-      values +=
-          static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
-    return values;
   };
   switch (in.op) {
   case InstrOp::Forward:
@@ -305,7 +285,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
   case InstrOp::ReduceGrads: {
     const Grid &grid = topology.modules[in.index].grid;
     std::vector<int64_t> members = group(rank, grid, {Dim::DP, Dim::CP});
-    double bytes = kFloat * localValues(static_cast<size_t>(in.index));
+    double bytes = kFloat * localValues(static_cast<size_t>(in.index), rank);
     double n = static_cast<double>(members.size());
     if (members.size() > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
@@ -315,7 +295,7 @@ Work CostModel::compute(int64_t rank, const Instr &in) const {
   case InstrOp::OptimizerStep: {
     double values = 0, tensors = 0;
     for (size_t mi : topology.modulesOf(rank)) {
-      values += localValues(mi);
+      values += localValues(mi, rank);
       tensors += 4 * static_cast<double>(moduleConfigs[mi]->numLayers + 2);
     }
     // AdamW reads parameter, gradient and both moments and writes three;
@@ -388,8 +368,8 @@ double CostModel::messageBytes(int64_t rank, int64_t peer,
 
 double CostModel::messageSeconds(int64_t rank, int64_t peer,
                                  const Instr &in) const {
-  return linkBetween(rank, peer).seconds(messageBytes(rank, peer, in)) +
-         memorySeconds(profile, messageBytes(rank, peer, in));
+  double bytes = messageBytes(rank, peer, in);
+  return linkBetween(rank, peer).seconds(bytes) + memorySeconds(profile, bytes);
 }
 
 } // namespace mimo

@@ -128,9 +128,14 @@ private:
   std::vector<const ModuleConfig *> moduleConfigs; // by topology module
   std::vector<size_t> encoderIndex;                // model-order encoder
   std::vector<int64_t> ranksOnDevice;
-  mutable std::map<std::tuple<int, int32_t, int64_t, int64_t>, Work> cache;
+  mutable std::map<std::tuple<size_t, int64_t, bool>, StageWork> stageCache;
+  mutable std::map<std::tuple<size_t, int64_t, int64_t>, double> valuesCache;
 
-  Work compute(int64_t rank, const Instr &instr) const;
+  /// The compute of `stage` of `module`, the same on each of its ranks.
+  const StageWork &stageWorkOf(size_t module, int64_t stage,
+                               bool backward) const;
+  /// The parameter values `rank` holds of `module`.
+  double localValues(size_t module, int64_t rank) const;
   std::vector<int64_t> group(int64_t rank, const Grid &grid,
                              std::initializer_list<Dim> dims) const;
 };

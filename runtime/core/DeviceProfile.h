@@ -23,6 +23,7 @@
 
 #include "nlohmann/json.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -101,7 +102,19 @@ struct ClusterConfig {
   int64_t nodes = 0;
   LinkCost sameDevice, sameNode, crossNode;
   bool measured = false;
+
+  /// The devices `worldSize` ranks run on: rank r on device r mod this.
+  int64_t devices(int64_t worldSize) const {
+    int64_t n = nodes > 0 ? nodes * devicesPerNode : worldSize;
+    return n > 0 ? n : 1;
+  }
 };
+
+/// Threads of one rank when `ranks` share a device of `cores` cores (what
+/// mimo-run runs with by default): an equal share, at least 1.
+inline int64_t threadsPerRank(int64_t cores, int64_t ranks) {
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, ranks));
+}
 
 std::optional<ClusterConfig> parseCluster(const nlohmann::json &document,
                                           std::vector<Diagnostic> &errors);

@@ -2,6 +2,7 @@
 
 #include "runtime/device/Devices.h"
 
+#include "runtime/core/DeviceProfile.h"
 #include "runtime/device/KernelBodies.h"
 
 #include <algorithm>
@@ -104,9 +105,8 @@ int deviceOrdinal(DeviceKind kind, int64_t rank) {
 }
 
 int defaultThreads(int64_t ranksHere) {
-  int64_t cores = std::thread::hardware_concurrency();
   return static_cast<int>(
-      std::max<int64_t>(1, cores / std::max<int64_t>(1, ranksHere)));
+      threadsPerRank(std::thread::hardware_concurrency(), ranksHere));
 }
 
 std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank, int threads) {
