@@ -20,7 +20,8 @@ p = json.load(open(sys.argv[1]))
 assert p["format"] == "mimo-profile" and p["measured"] is True, p
 assert len(p["gemm_tflops"]) >= 5 and all(r > 0 for _, r in p["gemm_tflops"])
 assert p["memory_gbs"] > 0 and p["link"]["bandwidth_gbs"] > 0
-assert p["compute_scale"] > 0
+assert p["compute_scale"] > 0 and p["layer_overhead_us"] >= 0
+assert p["collective_gbs"] > 0  # the CPU's all-reduce rate
 PY
 
 # 2. Simulate an example with it: report, JSON and trace.
@@ -43,7 +44,32 @@ assert any(e.get('cat')=='critical' for e in t['traceEvents'])" "$work/sim.trace
   pass "mimoc tune -o BEST: it compiles to 4 ranks and trains" ||
   { cat "$work/tune.out" "$work/best.out"; fail "tune"; }
 
-# 4. Bad input: exit 1 with the file and what to do.
+# 4. A model whose data file is relative to it: the best layout, written
+#    elsewhere, still finds the data (tune writes the path absolute).
+mkdir -p "$work/models" "$work/out"
+python3 - "$examples/vlm-fan-in.json" "$work/models" <<'PY'
+import json, random, sys
+model = json.load(open(sys.argv[1])); here = sys.argv[2]
+model["data"] = {"source": "jsonl", "path": "data.jsonl"}
+json.dump(model, open(f"{here}/jsonl.json", "w"))
+rnd = random.Random(5)
+with open(f"{here}/data.jsonl", "w") as f:
+    for i in range(16):
+        n = rnd.randint(0, 10)
+        ids = [rnd.randrange(1000) for _ in range(128)]
+        ids[5:5 + n] = [1000] * n
+        sample = {"input_ids": ids}
+        if n:
+            sample["images"] = {"features": [[rnd.uniform(-1, 1) for _ in range(48)] for _ in range(n)]}
+        f.write(json.dumps(sample) + "\n")
+PY
+(cd "$work" && "$bin/mimoc" tune models/jsonl.json --world 2 --profile h100 -o out/best.json \
+  >/dev/null 2>"$work/jt.err") &&
+  "$bin/mimoc" compile -q "$work/out/best.json" -o "$work/out/best.plan.json" 2>>"$work/jt.err" &&
+  "$bin/mimo-run" "$work/out/best.plan.json" --device cpu --steps 1 >/dev/null 2>>"$work/jt.err" &&
+  pass "tune -o elsewhere keeps the model's data file" || { cat "$work/jt.err"; fail "tune data path"; }
+
+# 5. Bad input: exit 1 with the file and what to do.
 "$bin/mimoc" simulate "$work/vlm.plan.json" --profile nosuch >/dev/null 2>"$work/e1"
 [ $? -eq 1 ] && grep -q "nosuch: error: no such profile" "$work/e1" &&
   pass "an unknown profile: exit 1" || { cat "$work/e1"; fail "unknown profile"; }
@@ -63,6 +89,9 @@ echo '{"format": "mimo-cluster", "version": 1, "devices_per_node": 0, "links": {
 [ $? -eq 1 ] && grep -q "c.json: /devices_per_node: error" "$work/e3" &&
   grep -q "c.json: /links/same_device: error: missing required key" "$work/e3" &&
   pass "a bad cluster: exit 1 naming each pointer" || { cat "$work/e3"; fail "bad cluster"; }
+"$bin/mimoc" tune "$examples/vlm-fan-in.json" --world 4 --memory 0.000001 >/dev/null 2>"$work/e6"
+[ $? -eq 1 ] && grep -q "none fits in" "$work/e6" && grep -q "(--memory GiB)" "$work/e6" &&
+  pass "--memory below every layout: exit 1 saying so" || { cat "$work/e6"; fail "--memory"; }
 "$bin/mimoc" tune "$examples/vlm-fan-in.json" --world 1024 >/dev/null 2>"$work/e4"
 [ $? -eq 1 ] && grep -q "vlm-fan-in.json: error: no layout of 1024 ranks" "$work/e4" &&
   pass "an impossible world: exit 1 saying why" || { cat "$work/e4"; fail "impossible world"; }

@@ -5,6 +5,7 @@
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
 #include "runtime/core/CostModel.h"
+#include "runtime/core/Flops.h"
 #include "runtime/core/MemoryPlan.h"
 #include "runtime/core/Schedule.h"
 #include "runtime/core/Simulate.h"
@@ -116,6 +117,68 @@ TEST(CostModel, ClustersPlaceRanksOnDevicesAndNodes) {
                    freeLinks(1, 1));
   EXPECT_EQ(shared.deviceOf(7), 0);
   EXPECT_DOUBLE_EQ(shared.threadsOf(7), 1); // 4 cores over 8 ranks
+}
+
+TEST(CostModel, OnACpuCollectivesAreCoreTimeElsewhereLinkTime) {
+  LinkCost link{10, 2}; // 10 us, 2 GB/s
+  DeviceProfile gpu = flatProfile(1), cpu = flatProfile(2, "cpu");
+  // 4 members: latency x log2 4, 3 pieces of 1 MB.
+  Work onGpu = exchangeWork(gpu, link, 4, 1e6);
+  EXPECT_DOUBLE_EQ(onGpu.compute, 0);
+  EXPECT_DOUBLE_EQ(onGpu.comm, 20e-6 + 3e6 / 2e9);
+  Work onCpu = exchangeWork(cpu, link, 4, 1e6);
+  EXPECT_DOUBLE_EQ(onCpu.compute, 3e6 / 2e9);
+  EXPECT_DOUBLE_EQ(onCpu.comm, 20e-6);
+  cpu.collectiveGBs = 1; // the calibrated all-reduce rate wins on a CPU
+  EXPECT_DOUBLE_EQ(exchangeWork(cpu, link, 4, 1e6).compute, 3e6 / 1e9);
+  EXPECT_DOUBLE_EQ(exchangeWork(cpu, link, 1, 1e6).compute, 0);
+  // A CPU's wake-ups wait for a core: latency x ranks per core.
+  EXPECT_DOUBLE_EQ(sharedDeviceLink(cpu, link, 8).latencyUs, 40);
+  EXPECT_DOUBLE_EQ(sharedDeviceLink(cpu, link, 2).latencyUs, 10);
+  EXPECT_DOUBLE_EQ(sharedDeviceLink(gpu, link, 8).latencyUs, 10);
+}
+
+TEST(CostModel, DevicesAndThreadsFollowTheCluster) {
+  ClusterConfig perRank = freeLinks(8, 0), host = freeLinks(1, 1);
+  EXPECT_EQ(perRank.devices(20), 20);
+  EXPECT_EQ(host.devices(20), 1);
+  EXPECT_EQ(freeLinks(8, 2).devices(20), 16);
+  EXPECT_EQ(threadsPerRank(16, 4), 4);
+  EXPECT_EQ(threadsPerRank(2, 8), 1);
+  EXPECT_EQ(threadsPerRank(2, 0), 2);
+}
+
+TEST(CostModel, PackedRowsHoldOnlyTheirSamplesTokens) {
+  json model = baseModel();
+  model["batch"]["packing"] = true;
+  ModelConfig packed =
+      requireConfig(parseModelConfig(model.dump(), "packed.json"));
+  // Synthetic packed samples are uniform over [S/4, S] = [32, 128].
+  TokenMoments length = expectedSampleLength(packed);
+  EXPECT_DOUBLE_EQ(length.mean, 80);
+  EXPECT_DOUBLE_EQ(length.square, uniformMoments(32, 128).square);
+  model["batch"]["packing"] = false;
+  ModelConfig padded =
+      requireConfig(parseModelConfig(model.dump(), "padded.json"));
+  EXPECT_DOUBLE_EQ(expectedSampleLength(padded).mean, 128);
+  // So a packed language stage computes on fewer rows.
+  const ModuleConfig &lm = packed.language();
+  EXPECT_LT(stageShape(packed, lm, 0, 8, 0, false).rows,
+            stageShape(padded, padded.language(), 0, 8, 0, false).rows);
+}
+
+TEST(Simulate, MessagesOnTheCriticalPathCostTheirLink) {
+  // Two stages, one microbatch: the activation and its gradient cross the
+  // link one after the other on the critical path.
+  Plan plan = requirePlan(pipelineModel(2, 1));
+  auto step = [&](double latencyUs) {
+    ClusterConfig cluster = freeLinks(8, 0);
+    cluster.sameNode.latencyUs = latencyUs;
+    CostModel costs(plan.topology, plan.config, flatProfile(1), cluster);
+    return simulateStep(plan.topology, plan.programs, plan.rankProgram, costs)
+        .stepSeconds;
+  };
+  EXPECT_GE(step(1000) - step(0), 2 * 1000e-6 * (1 - 1e-9));
 }
 
 TEST(Simulate, EqualStagesGiveTheOneFOneBBubble) {
