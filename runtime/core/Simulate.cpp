@@ -149,8 +149,10 @@ private:
     st.run.clear();
     st.runPost = st.runReady = now;
     // Count first: matches found while posting must not end the run early.
+    std::vector<Peers> runPeers;
     for (int32_t i = st.pc; i < end; ++i) {
-      Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
+      runPeers.push_back(*resolvePeers(topology, rank, stream[i], nullptr));
+      const Peers &peers = runPeers.back();
       st.outstanding += peers.ranks.empty() || peers.collective
                             ? 1
                             : static_cast<int64_t>(peers.ranks.size());
@@ -161,7 +163,7 @@ private:
       result.instrs.push_back({rank, i, now, now, now, -1});
       st.run.push_back(entry);
       const InstrInfo &info = instrInfo(in.op);
-      Peers peers = *resolvePeers(topology, rank, in, nullptr);
+      const Peers &peers = runPeers[static_cast<size_t>(i - st.pc)];
       if (peers.collective) {
         if (auto members = posted.arrive(topology, rank, in, {rank, entry}))
           for (const Waiting &w : *members) {
