@@ -37,7 +37,7 @@ const char *kUsage =
     "                [--device cpu|cuda] [--threads N] [--reference]\n"
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
-    "                [--timeout SECONDS]\n"
+    "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -70,8 +70,14 @@ const char *kHelp =
     "  --metrics FILE       one JSON object per step: step, loss, grad_norm,\n"
     "                       lr, tokens, seconds, tokens_per_s, tflops, mfu\n"
     "                       (GPU), eval_loss\n"
-    "  --trace FILE         a Chrome/Perfetto trace, one track per rank\n"
+    "  --trace FILE         a Chrome/Perfetto trace: per rank, its\n"
+    "                       instructions (compute) and its overlapped\n"
+    "                       gradient buckets (comm)\n"
     "  --timeout SECONDS    a rank waiting longer fails the run (default 300)\n"
+    "  --grad-bucket-mb MB  data-parallel gradient reduction in buckets of MB\n"
+    "                       MiB, each started as soon as the backward has\n"
+    "                       finished it, beside the compute (local backend;\n"
+    "                       default 25; 0: one all-reduce after the backward)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
     "                       messages, and write the profile mimoc simulate\n"
@@ -135,6 +141,7 @@ struct CommandLine {
   int64_t steps = -1;
   int threads = 0;
   double timeout = 300;
+  double gradBucketMb = 25;
   bool reference = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
@@ -217,6 +224,14 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       if (!v)
         return usageError("--trace expects a file name");
       cli.tracePath = *v;
+    } else if (is("--grad-bucket-mb")) {
+      auto v = value("--grad-bucket-mb");
+      char *end = nullptr;
+      cli.gradBucketMb = v ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || v->empty() || *end || !(cli.gradBucketMb >= 0) ||
+          cli.gradBucketMb > 1e6)
+        return usageError("--grad-bucket-mb expects a size in MiB from 0 "
+                          "(no overlap) to 1000000, e.g. 25 or 0.5");
     } else if (is("--timeout")) {
       auto v = value("--timeout");
       char *end = nullptr;
@@ -602,6 +617,8 @@ int run(int argc, char **argv) {
                         : device::defaultThreads(mpi ? comm::ranksOnThisNode()
                                                      : plan.topology.worldSize);
   options.timeoutSeconds = cli.timeout;
+  options.gradBucketBytes =
+      static_cast<int64_t>(cli.gradBucketMb * double(int64_t(1) << 20));
   options.planFile = cli.planPath;
   options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();
   options.collectTrace = !cli.tracePath.empty();

@@ -21,8 +21,7 @@ namespace mimo::comm {
 
 namespace {
 
-constexpr int64_t kCollectiveTagSpan = int64_t(1) << 20;
-static_assert(kCollectiveTagBase + kCollectiveTagSpan <=
+static_assert(kCollectiveTagBase + kMaxTagChannels * kCollectiveTagSpan <=
                   int64_t(std::numeric_limits<int32_t>::max()) + 1,
               "collective tags must stay below 2^31");
 
@@ -101,6 +100,13 @@ void Comm::checkCounts(const std::vector<int64_t> &group,
                  ": negative count " + std::to_string(c));
 }
 
+void Comm::setTagChannel(int64_t channel) {
+  if (channel < 0 || channel >= kMaxTagChannels)
+    throw CommError("tag channel " + std::to_string(channel) +
+                    " is outside 0.." + std::to_string(kMaxTagChannels - 1));
+  tagChannel = channel;
+}
+
 int64_t Comm::collectiveTag(const std::vector<int64_t> &group) {
   int64_t *counter = nullptr;
   for (auto &entry : collectiveCounters)
@@ -108,7 +114,7 @@ int64_t Comm::collectiveTag(const std::vector<int64_t> &group) {
       counter = &entry.second;
   if (!counter)
     counter = &collectiveCounters.emplace_back(group, 0).second;
-  int64_t tag = kCollectiveTagBase + *counter;
+  int64_t tag = kCollectiveTagBase + tagChannel * kCollectiveTagSpan + *counter;
   *counter = (*counter + 1) % kCollectiveTagSpan; // wraps modulo 2^20
   if (tag >= (int64_t(1) << 31))
     usageError("collective tag " + std::to_string(tag) +

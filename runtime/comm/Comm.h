@@ -95,6 +95,12 @@ public:
   /// The wait limit of every blocking operation.
   void setTimeout(std::chrono::duration<double> seconds) { timeout = seconds; }
   std::chrono::duration<double> getTimeout() const { return timeout; }
+  /// Collectives of this communicator take tags of their own range
+  /// `channel` (0..kMaxTagChannels-1; default 0), so that communicators of
+  /// one rank used from several threads (comm/Channel.h) never match each
+  /// other's messages.
+  void setTagChannel(int64_t channel);
+  int64_t getTagChannel() const { return tagChannel; }
   /// Describes what this rank is doing, for timeout messages
   /// ("instruction 12 (recv_act language mb 0)").
   void setContext(std::string what) { context = std::move(what); }
@@ -106,6 +112,7 @@ protected:
   device::Device *buffers = nullptr;
 
 private:
+  int64_t tagChannel = 0;
   /// Next tag for a collective over `group` (members call collectives in the
   /// same order, so their counters agree).
   int64_t collectiveTag(const std::vector<int64_t> &group);
@@ -131,8 +138,12 @@ private:
                      bool max);
 };
 
-/// Tags at or above this are reserved for collectives.
+/// Tags at or above this are reserved for collectives: channel c's
+/// collectives take [base + c * span, base + (c + 1) * span).
 inline constexpr int64_t kCollectiveTagBase = int64_t(1) << 28;
+inline constexpr int64_t kCollectiveTagSpan = int64_t(1) << 20;
+inline constexpr int64_t kMaxTagChannels =
+    ((int64_t(1) << 31) - kCollectiveTagBase) / kCollectiveTagSpan;
 
 /// The shared state of `size` ranks run as threads of this process.
 class LocalWorld;

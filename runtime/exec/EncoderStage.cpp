@@ -131,14 +131,15 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
     dx = empty(rows * H);
     matmulBackward(dev, c.last.data(), P[proj1W].work.data(), dy1.data(),
                    dx.data(), P[proj1W].grad.data(), rows, H, O);
+    gradsDone({proj1W, proj1B, proj2W, proj2B});
   }
-  for (size_t i = layers.size(); i-- > 0;)
-    dx = layers[i]->backward(c.layers[i], dx, c.meta);
+  dx = layersBackward(c.layers, std::move(dx), c.meta);
   if (isFirst()) {
     dev.biasBackward(dx.data(), parameters[patchB].grad.data(), rows, H);
     if (rows > 0)
       dev.gemm(true, false, featureDim, H, rows, 1.0f, c.input.data(),
                dx.data(), 1.0f, parameters[patchW].grad.data());
+    gradsDone({patchW, patchB});
     dx = Tensor();
   }
   caches.erase(it);

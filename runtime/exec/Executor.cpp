@@ -92,7 +92,8 @@ private:
 std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                     const DataSource &data, const DataSource *evalData,
                     const RunOptions &options, Clock::time_point origin,
-                    RunResult &result, std::vector<TraceEvent> &events) {
+                    RunResult &result, std::vector<TraceEvent> &events,
+                    const OverlapSetup &overlap = {}) {
   // Destroyed in reverse: the executor's tensors before the device.
   std::unique_ptr<Device> dev;
   std::optional<DeviceBinding> binding;
@@ -103,7 +104,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
     dev = device::makeDevice(options.device, rank, options.threads);
     binding.emplace(*dev, comm);
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
-                                              evalData, origin);
+                                              evalData, origin, overlap);
     const TrainConfig &train = plan.config.train;
     if (options.resume)
       executor->load(*options.resume);
@@ -201,11 +202,26 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   std::vector<std::thread> threads;
   for (int64_t rank = 0; rank < world; ++rank)
     threads.emplace_back([&, rank] {
+      auto timeout = std::chrono::duration<double>(options.timeoutSeconds);
       std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
-      c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+      c->setTimeout(timeout);
+      // Channels: a communicator of this rank with tags of their own and a
+      // device stream of their own (same thread count: creating a CPU
+      // device sets the creating thread's kernel threads).
+      OverlapSetup overlap;
+      overlap.bucketBytes = options.gradBucketBytes;
+      overlap.channels = [&, rank, timeout](int64_t tagChannel) {
+        std::unique_ptr<comm::Comm> channelComm =
+            comm::makeLocalComm(localWorld, rank);
+        channelComm->setTimeout(timeout);
+        channelComm->setTagChannel(tagChannel);
+        return std::make_unique<comm::Channel>(
+            std::move(channelComm),
+            device::makeDevice(local.device, rank, local.threads));
+      };
       failures[static_cast<size_t>(rank)] =
           runRank(plan, rank, *c, *data.train, data.eval.get(), local, origin,
-                  result, events[static_cast<size_t>(rank)]);
+                  result, events[static_cast<size_t>(rank)], overlap);
     });
   for (std::thread &t : threads)
     t.join();
@@ -306,21 +322,39 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
   std::set<int64_t> ranks;
   for (const TraceEvent &e : events)
     ranks.insert(e.rank);
-  for (int64_t rank : ranks)
-    list.push_back({{"name", "thread_name"},
+  // A process per rank, a thread per stream: its instructions (compute)
+  // and its channels' collectives (comm).
+  std::set<std::pair<int64_t, int>> streams;
+  for (const TraceEvent &e : events)
+    streams.insert({e.rank, e.stream});
+  for (int64_t rank : ranks) {
+    list.push_back({{"name", "process_name"},
                     {"ph", "M"},
-                    {"pid", 0},
-                    {"tid", rank},
+                    {"pid", rank},
                     {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    list.push_back({{"name", "process_sort_index"},
+                    {"ph", "M"},
+                    {"pid", rank},
+                    {"args", {{"sort_index", rank}}}});
+  }
+  for (auto [rank, stream] : streams)
+    list.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", rank},
+         {"tid", stream},
+         {"args", {{"name", stream == kCommStream ? "comm" : "compute"}}}});
   for (const TraceEvent &e : events) {
-    nlohmann::json event = {
-        {"name", e.name}, {"pid", 0}, {"tid", e.rank}, {"ts", e.startUs}};
+    nlohmann::json event = {{"name", e.name},
+                            {"pid", e.rank},
+                            {"tid", e.stream},
+                            {"ts", e.startUs}};
     if (e.durationUs < 0) { // a step's start
       event["cat"] = "step";
       event["ph"] = "i";
       event["s"] = "t";
     } else {
-      event["cat"] = "instruction";
+      event["cat"] = e.stream == kCommStream ? "comm" : "instruction";
       event["ph"] = "X";
       event["dur"] = e.durationUs;
     }

@@ -42,6 +42,10 @@ struct StepMetrics {
   double seconds = 0;
 };
 
+/// The trace's streams of a rank: its instructions, and the collectives
+/// its channels ran beside them (overlapped gradient buckets).
+inline constexpr int kComputeStream = 0, kCommStream = 1;
+
 /// One executed instruction (or, with durationUs < 0, a step's start),
 /// for --trace.
 struct TraceEvent {
@@ -51,6 +55,7 @@ struct TraceEvent {
   /// The instruction's arguments as a JSON object ("" for none):
   /// microbatch, peer ranks, bytes sent and received.
   std::string args;
+  int stream = kComputeStream;
 };
 
 struct RunOptions {
@@ -71,6 +76,11 @@ struct RunOptions {
   /// the shards are written, before the checkpoint is complete).
   int64_t killDuringSave = 0;
   double timeoutSeconds = 300;
+  /// SPEC §11 overlap: the DP x CP gradient reduction runs in buckets of
+  /// this many bytes, each posted as soon as the backward has finished its
+  /// gradients, on a channel beside the compute (local backend). 0: one
+  /// all-reduce per module at its ReduceGrads instruction.
+  int64_t gradBucketBytes = int64_t(25) << 20;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;
   /// Where jsonl data paths are resolved, and the plan's name in messages.

@@ -266,13 +266,13 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
     dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].work.data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
+    gradsDone({head, finalNorm});
   } else {
     if (!gradOutput)
       throw std::logic_error("language backward without an output gradient");
     dx = gradOutput->view(0, gradOutput->size());
   }
-  for (size_t i = layers.size(); i-- > 0;)
-    dx = layers[i]->backward(c.layers[i], dx, m);
+  dx = layersBackward(c.layers, std::move(dx), m);
   caches.erase(it);
   return dx;
 }
@@ -323,6 +323,7 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
   ctx.dev->embeddingBackward(deviceIds.data<int64_t>(), T, full.data(), vb,
                              vb + vocabLocal, H,
                              parameters[embedding].grad.data());
+  gradsDone({embedding});
   std::vector<Tensor> grads(encoders);
   for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {
     grads[e] = zeros(lane.modalityRows[e] * H);

@@ -18,6 +18,15 @@ using namespace ops;
 Stage::Stage(StageContext context) : ctx(std::move(context)) {}
 Stage::~Stage() = default;
 
+Tensor Stage::layersBackward(std::vector<LayerCache> &caches, Tensor dx,
+                             const LayerMeta &meta) {
+  for (size_t i = layers.size(); i-- > 0;) {
+    dx = layers[i]->backward(caches[i], dx, meta);
+    gradsDone(layers[i]->paramIndices());
+  }
+  return dx;
+}
+
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//
@@ -111,6 +120,8 @@ void Stage::finalizeParameters() {
     p.grad = f.grads.view(offset[i], p.size());
     p.m = f.m.view(offset[i], p.size());
     p.v = f.v.view(offset[i], p.size());
+    p.flatBegin = offset[i];
+    p.flatEnd = offset[i] + aligned(p.size());
   }
   initialValues.clear();
   refreshWorking();

@@ -34,6 +34,7 @@
 #include "runtime/exec/Data.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,6 +56,9 @@ struct Param {
   /// backward compute with: `value` itself in fp32, its bf16-rounded copy
   /// in bf16 (the master weights and AdamW stay fp32).
   Tensor value, work, grad, m, v;
+  /// Where its values lie in the flat buffers: [flatBegin, flatEnd), the
+  /// end padded to the next parameter's start.
+  int64_t flatBegin = 0, flatEnd = 0;
   /// Identical on every TP rank of the module (counted once in the norm).
   bool replicatedOverTp = false;
   /// Under SP, each TP rank's gradient covers its sequence shard only and
@@ -92,6 +96,7 @@ struct StageContext {
 
 class TransformerLayer;
 struct LayerCache;
+struct LayerMeta;
 
 /// Which positions of a lane's sequence one rank holds.
 struct LaneTokens {
@@ -121,6 +126,12 @@ public:
   /// Forgets what forwards saved for their backwards (after an evaluation,
   /// which runs no backward).
   virtual void dropCaches() = 0;
+  /// Called as a microbatch's backward finishes accumulating the
+  /// gradients of parameters (indices into params()): every parameter once
+  /// per microbatch, in backward order (what bucketed gradient reduction
+  /// starts from). Null: nobody listens.
+  using GradsDone = std::function<void(const std::vector<size_t> &)>;
+  void onGradsDone(GradsDone hook) { gradsDoneHook = std::move(hook); }
 
 protected:
   explicit Stage(StageContext ctx);
@@ -137,11 +148,23 @@ protected:
   void copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
                 const Tensor &src, const std::vector<int64_t> &srcRows,
                 int64_t cols);
+  /// Tells the listener (onGradsDone) that `params` are accumulated.
+  void gradsDone(const std::vector<size_t> &params) const {
+    if (gradsDoneHook)
+      gradsDoneHook(params);
+  }
+  /// Runs layers [end-1 .. 0]'s backward over `dx`, telling the listener
+  /// after each layer.
+  Tensor layersBackward(std::vector<LayerCache> &caches, Tensor dx,
+                        const LayerMeta &meta);
   StageContext ctx;
   std::vector<Param> parameters;
   std::vector<std::vector<float>> initialValues; // until finalized
   FlatParams flatParams;
   std::vector<std::unique_ptr<TransformerLayer>> layers;
+
+private:
+  GradsDone gradsDoneHook;
 };
 
 class EncoderStage final : public Stage {

@@ -18,7 +18,8 @@ namespace mimo::exec {
 
 RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
                            Device &dev, const DataSource &data,
-                           const DataSource *evalData, Clock::time_point origin)
+                           const DataSource *evalData, Clock::time_point origin,
+                           const OverlapSetup &overlap)
     : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
       data(data), evalData(evalData), active(&data), origin(origin),
       encoders(encodersOf(plan.config)) {
@@ -29,6 +30,9 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
     modules[m] = makeModule(m);
   program = &plan.programs[static_cast<size_t>(
       plan.rankProgram[static_cast<size_t>(rank)])];
+  for (auto &m : modules)
+    if (m)
+      setUpOverlap(*m, overlap);
   if (evalData)
     evalProgram = forwardOnly(*program);
 }
@@ -103,7 +107,16 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
       for (size_t j = i + 1; j <= end; ++j)
         name += " + " + describeInstr(topo, instrs[j]);
       events.push_back({rank, name, t0, t1 - t0, traceArgs(instrs[i])});
+      for (const BucketedReduction::Span &s : channelSpans) {
+        auto us = [&](Clock::time_point t) {
+          return std::chrono::duration<double, std::micro>(t - origin).count();
+        };
+        events.push_back({rank, s.name, us(s.start), us(s.end) - us(s.start),
+                          "{\"bytes\":" + std::to_string(s.bytes) + "}",
+                          kCommStream});
+      }
     }
+    channelSpans.clear();
     i = end + 1;
   }
 }
@@ -177,6 +190,38 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
   return state;
 }
 
+void RankExecutor::setUpOverlap(ModuleState &m, const OverlapSetup &overlap) {
+  if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
+    return;
+  int64_t microbatches = 0;
+  for (const Instr &in : program->instrs)
+    microbatches +=
+        in.op == InstrOp::Backward && in.index == static_cast<int64_t>(m.index);
+  std::vector<Param> &params = m.stage->params();
+  std::vector<ParamSlot> slots;
+  for (const Param &p : params)
+    slots.push_back({p.flatBegin, p.flatEnd,
+                     p.partialUnderSp     ? 0
+                     : p.replicatedOverTp ? 1
+                                          : 2});
+  FlatParams &flat = m.stage->flat();
+  int64_t values =
+      std::max<int64_t>(1, overlap.bucketBytes / int64_t(sizeof(float)));
+  std::vector<GradBucket> buckets =
+      planGradBuckets(slots, flat.spPartial, values);
+  if (microbatches == 0 || buckets.empty())
+    return;
+  m.channel = overlap.channels(1 + static_cast<int64_t>(m.index));
+  m.reduction = std::make_unique<BucketedReduction>(
+      std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
+      flat.grads.data(), m.topo->name);
+  BucketedReduction *reduction = m.reduction.get();
+  m.stage->onGradsDone([this, reduction](const std::vector<size_t> &done) {
+    if (!evaluating)
+      reduction->gradsDone(done, dev);
+  });
+}
+
 ModuleState &RankExecutor::module(size_t m) {
   if (m >= modules.size() || !modules[m])
     throw RankFailure(
@@ -187,6 +232,11 @@ ModuleState &RankExecutor::module(size_t m) {
 }
 
 void RankExecutor::resetStep() {
+  if (!evaluating)
+    for (auto &m : modules)
+      if (m && m->reduction)
+        m->reduction->startStep(stepIndex);
+  channelSpans.clear();
   batches.clear();
   lanes.clear();
   actIn.clear();

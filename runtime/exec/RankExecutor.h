@@ -12,9 +12,11 @@
 
 #include "runtime/core/Limits.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/GradBuckets.h"
 #include "runtime/exec/Model.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -53,13 +55,30 @@ struct ModuleState {
   Stage *stage = nullptr;
   std::vector<int64_t> dpcpGroup;
   int64_t laneBegin = 0, laneEnd = 0;
+  /// Bucketed DP x CP gradient reduction overlapped with the backward
+  /// (null: one all-reduce at ReduceGrads). Declared after the stage, so
+  /// destroyed before the gradients it writes.
+  std::unique_ptr<comm::Channel> channel;
+  std::unique_ptr<BucketedReduction> reduction;
+};
+
+/// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
+using ChannelFactory =
+    std::function<std::unique_ptr<comm::Channel>(int64_t tagChannel)>;
+
+/// How gradient reduction overlaps the backward.
+struct OverlapSetup {
+  /// Bucket size (0: no overlap).
+  int64_t bucketBytes = 0;
+  /// Null where the backend has no channels (mpi): no overlap.
+  ChannelFactory channels;
 };
 
 class RankExecutor {
 public:
   RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm, Device &dev,
                const DataSource &data, const DataSource *evalData,
-               Clock::time_point origin);
+               Clock::time_point origin, const OverlapSetup &overlap = {});
 
   /// One training step (0-based `step`).
   StepMetrics runStep(int64_t step, bool trace,
@@ -93,6 +112,9 @@ private:
   double micros() const;
 
   std::unique_ptr<ModuleState> makeModule(size_t m);
+  /// Gives module `m` its channel and buckets (when the setup allows and
+  /// its DP x CP group has more than one rank).
+  void setUpOverlap(ModuleState &m, const OverlapSetup &overlap);
 
   ModuleState &module(size_t m);
 
@@ -192,6 +214,8 @@ private:
   Tensor stepScalars, lossScalar;
   /// The last exchange's messages (for the trace).
   std::vector<comm::P2POp> exchanged;
+  /// Collectives the channels finished since the last trace event.
+  std::vector<BucketedReduction::Span> channelSpans;
   double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
   int64_t stepTokens = 0;
 };

@@ -315,14 +315,20 @@ void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
 }
 
 /// The TP sum of SP-partial gradients (a prefix of the flat buffer),
-/// then the DP x CP sum of all of them: one collective each.
+/// then the DP x CP sum of all of them: one collective, or the buckets
+/// the backward has posted, the rest and the prefix.
 void RankExecutor::reduceGrads(ModuleState &m) {
   FlatParams &flat = m.stage->flat();
   const StageContext &ctx = m.stage->context();
   if (ctx.sequenceParallel && ctx.tp > 1 && flat.spPartial > 0)
     comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.spPartial);
-  if (m.dpcpGroup.size() > 1)
+  if (m.reduction) {
+    std::vector<BucketedReduction::Span> spans =
+        m.reduction->finish(dev, flat.spPartial);
+    channelSpans.insert(channelSpans.end(), spans.begin(), spans.end());
+  } else if (m.dpcpGroup.size() > 1) {
     comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.total);
+  }
 }
 
 /// Global gradient norm and loss (one all-reduce of two doubles on the

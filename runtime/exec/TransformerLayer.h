@@ -12,6 +12,8 @@
 #include "runtime/exec/Model.h"
 #include "runtime/exec/ModelOps.h"
 
+#include <algorithm>
+
 namespace mimo::exec {
 
 using namespace ops;
@@ -179,6 +181,15 @@ public:
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
     c = LayerCache();
     return dx;
+  }
+
+  /// The indices of this layer's parameters in the stage's list.
+  std::vector<size_t> paramIndices() const {
+    std::vector<size_t> out;
+    for (size_t p : {norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2})
+      if (std::find(out.begin(), out.end(), p) == out.end())
+        out.push_back(p);
+    return out;
   }
 
 private:

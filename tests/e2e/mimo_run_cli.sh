@@ -31,7 +31,7 @@ for name in vlm-fan-in lm-cp2-sp; do
   grep -q '^step 3/3  loss' "$work/$name.local.out" || fail "$name: no per-step line"
   python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['traceEvents']; \
 assert any(e.get('name','').startswith('forward') for e in t); \
-assert len({e['tid'] for e in t}) >= 6" "$work/$name.trace.json" &&
+assert len({e['pid'] for e in t}) >= 6" "$work/$name.trace.json" &&
     pass "$name trace has every rank's instructions" || fail "$name trace"
   world=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$plan")
   mpirun -np "$world" "$bin/mimo-run" "$plan" --steps 3 --metrics "$work/$name.mpi.jsonl" \

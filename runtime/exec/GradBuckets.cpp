@@ -1,0 +1,137 @@
+//===- GradBuckets.cpp - Data-parallel gradient reduction in buckets ------===//
+
+#include "runtime/exec/GradBuckets.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace mimo::exec {
+
+namespace {
+constexpr size_t kNoBucket = std::numeric_limits<size_t>::max();
+} // namespace
+
+std::vector<GradBucket> planGradBuckets(const std::vector<ParamSlot> &slots,
+                                        int64_t from, int64_t bucketValues) {
+  std::vector<GradBucket> buckets;
+  if (bucketValues <= 0)
+    return buckets;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i].begin >= from && slots[i].end > slots[i].begin)
+      order.push_back(i);
+  // From the end of the buffer: the backward finishes the last layers
+  // first.
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return slots[a].begin > slots[b].begin;
+  });
+  int region = 0;
+  for (size_t i : order) {
+    const ParamSlot &slot = slots[i];
+    bool extend = !buckets.empty() && region == slot.region &&
+                  slot.end == buckets.back().begin &&
+                  buckets.back().end - buckets.back().begin < bucketValues;
+    if (!extend) {
+      buckets.push_back({slot.begin, slot.end, {}});
+      region = slot.region;
+    }
+    buckets.back().begin = slot.begin;
+    buckets.back().params.push_back(i);
+  }
+  // A bucket is complete once its earliest-declared parameter is: those
+  // with later parameters come first.
+  auto firstParam = [](const GradBucket &b) {
+    return *std::min_element(b.params.begin(), b.params.end());
+  };
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [&](const GradBucket &a, const GradBucket &b) {
+                     size_t fa = firstParam(a), fb = firstParam(b);
+                     if (fa != fb)
+                       return fa > fb;
+                     return a.begin > b.begin;
+                   });
+  return buckets;
+}
+
+BucketedReduction::BucketedReduction(std::vector<GradBucket> bucketsIn,
+                                     size_t params, int64_t microbatches,
+                                     comm::Channel &channel,
+                                     std::vector<int64_t> group, float *grads,
+                                     std::string module)
+    : buckets(std::move(bucketsIn)), bucketOf(params, kNoBucket),
+      counts(params, 0), microbatches(microbatches), channel(channel),
+      group(std::move(group)), grads(grads), module(std::move(module)) {
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (size_t p : buckets[b].params) {
+      if (p >= params || bucketOf[p] != kNoBucket)
+        throw std::logic_error("gradient buckets: parameter " +
+                               std::to_string(p) +
+                               " is out of range or in "
+                               "two buckets");
+      bucketOf[p] = b;
+    }
+  startStep(0);
+}
+
+void BucketedReduction::startStep(int64_t stepIndex) {
+  if (!posted.empty())
+    throw std::logic_error("gradient buckets of " + module +
+                           " are still in flight at a new step");
+  step = stepIndex;
+  std::fill(counts.begin(), counts.end(), 0);
+  missing.assign(buckets.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b)
+    missing[b] = buckets[b].params.size();
+  next = 0;
+  early = 0;
+}
+
+void BucketedReduction::gradsDone(const std::vector<size_t> &params,
+                                  device::Device &dev) {
+  for (size_t p : params) {
+    if (p >= bucketOf.size() || bucketOf[p] == kNoBucket)
+      continue;
+    if (++counts[p] == microbatches)
+      --missing[bucketOf[p]];
+  }
+  while (next < buckets.size() && missing[next] == 0) {
+    post(next++, dev);
+    ++early;
+  }
+}
+
+void BucketedReduction::post(size_t b, device::Device &dev) {
+  const GradBucket &bucket = buckets[b];
+  std::string name = "grad bucket " + std::to_string(b + 1) + "/" +
+                     std::to_string(buckets.size()) + " " + module;
+  int64_t count = bucket.end - bucket.begin;
+  posted.push_back(
+      {name, count * static_cast<int64_t>(sizeof(float)),
+       channel.allReduceSum(group, grads + bucket.begin, count, dev.record(),
+                            "step " + std::to_string(step + 1) + ", " + name)});
+}
+
+std::vector<BucketedReduction::Span>
+BucketedReduction::finish(device::Device &dev, int64_t prefix) {
+  while (next < buckets.size())
+    post(next++, dev);
+  if (prefix > 0) {
+    std::string name = "grad prefix " + module;
+    posted.push_back(
+        {name, prefix * static_cast<int64_t>(sizeof(float)),
+         channel.allReduceSum(group, grads, prefix, dev.record(),
+                              "step " + std::to_string(step + 1) + ", " + name +
+                                  " (SP-partial gradients)")});
+  }
+  std::vector<Posted> waiting = std::move(posted);
+  posted.clear();
+  std::vector<Span> spans;
+  for (Posted &p : waiting) {
+    p.request->wait(dev);
+    spans.push_back({p.name, p.request->started, p.request->finished, p.bytes});
+  }
+  return spans;
+}
+
+} // namespace mimo::exec

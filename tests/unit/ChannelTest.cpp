@@ -1,0 +1,235 @@
+//===- ChannelTest.cpp - Collectives beside the compute, gradient buckets -===//
+//
+// comm/Channel.h: collectives posted on a rank's channel complete in the
+// background, bit-identical to the blocking ones, while the rank's main
+// communicator keeps exchanging with the same peers (tags of their own);
+// failures and timeouts reach wait() as CommError, never a hang.
+// exec/GradBuckets.h: the bucket plan (contiguous whole parameters, the
+// prefix left out, later layers first) and the reduction posting buckets in
+// planned order as the backward reports parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/comm/Channel.h"
+#include "runtime/device/Devices.h"
+#include "runtime/device/Tensor.h"
+#include "runtime/exec/GradBuckets.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+using namespace mimo;
+using namespace mimo::comm;
+
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+/// Runs `body(rank, main comm, channel)` on every rank of a world of `n`,
+/// one thread each; returns each rank's error text ("" when it returned).
+std::vector<std::string> runWithChannels(
+    int64_t n,
+    const std::function<void(int64_t, Comm &, Channel &, device::Device &)>
+        &body,
+    Seconds timeout = Seconds(30)) {
+  std::shared_ptr<LocalWorld> world = makeLocalWorld(n);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<device::Device> dev =
+          device::makeDevice(device::DeviceKind::Cpu, r);
+      device::setCurrentDevice(dev.get());
+      std::unique_ptr<Comm> comm = makeLocalComm(world, r);
+      comm->setTimeout(timeout);
+      comm->setDevice(dev.get());
+      std::unique_ptr<Comm> side = makeLocalComm(world, r);
+      side->setTimeout(timeout);
+      side->setTagChannel(1);
+      try {
+        Channel channel(std::move(side),
+                        device::makeDevice(device::DeviceKind::Cpu, r));
+        body(r, *comm, channel, *dev);
+      } catch (const std::exception &e) {
+        errors[static_cast<size_t>(r)] = e.what();
+        comm->fail(e.what());
+      }
+      device::setCurrentDevice(nullptr);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  return errors;
+}
+
+TEST(Channel, AllReduceBesideMainMessagesToTheSamePeers) {
+  constexpr int64_t n = 3, count = 1000;
+  std::vector<std::vector<float>> results(n);
+  std::vector<std::string> errors = runWithChannels(
+      n, [&](int64_t r, Comm &comm, Channel &channel, device::Device &) {
+        std::vector<float> data(count);
+        for (int64_t i = 0; i < count; ++i)
+          data[static_cast<size_t>(i)] = 0.1f * float(r + 1) + float(i);
+        std::vector<int64_t> world = {0, 1, 2};
+        // Posted, then the main communicator runs its own collectives and
+        // messages over the same group while the channel works.
+        std::vector<std::shared_ptr<Request>> requests;
+        for (int64_t k = 0; k < 4; ++k)
+          requests.push_back(channel.allReduceSum(world, data.data() + k * 250,
+                                                  250, nullptr, "bucket"));
+        for (int round = 0; round < 20; ++round) {
+          float token = float(r * 100 + round);
+          comm.allReduceSum(world, &token, 1);
+          EXPECT_EQ(token, float(300 + 3 * round));
+          int64_t next = (r + 1) % n, prev = (r + n - 1) % n;
+          float out = float(r), in = -1;
+          std::vector<P2POp> ops = {{true, next, 5, &out, sizeof(float)},
+                                    {false, prev, 5, &in, sizeof(float)}};
+          comm.exchange(ops);
+          EXPECT_EQ(in, float(prev));
+        }
+        device::Device &host = device::hostDevice();
+        for (auto &request : requests)
+          request->wait(host);
+        EXPECT_TRUE(requests.back()->done());
+        results[static_cast<size_t>(r)] = data;
+      });
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  for (int64_t i = 0; i < count; ++i) {
+    // The blocking collective's order: ((p0 + p1) + p2).
+    float expected = (0.1f + float(i)) + (0.2f + float(i));
+    expected = expected + (0.3f + float(i));
+    for (int64_t r = 0; r < n; ++r)
+      ASSERT_EQ(results[static_cast<size_t>(r)][static_cast<size_t>(i)],
+                expected)
+          << "rank " << r << " value " << i;
+  }
+}
+
+TEST(Channel, AMissingPeerTimesOutAndLaterRequestsFailToo) {
+  std::vector<std::string> errors = runWithChannels(
+      2,
+      [&](int64_t r, Comm &, Channel &channel, device::Device &dev) {
+        if (r == 1)
+          return; // never posts
+        float a = 1, b = 2;
+        auto first =
+            channel.allReduceSum({0, 1}, &a, 1, nullptr, "step 1, bucket 1");
+        auto second =
+            channel.allReduceSum({0, 1}, &b, 1, nullptr, "step 1, bucket 2");
+        EXPECT_THROW(first->wait(dev), CommError);
+        try {
+          second->wait(dev);
+          ADD_FAILURE() << "the second request did not fail";
+        } catch (const CommError &e) {
+          EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos)
+              << e.what();
+          EXPECT_NE(std::string(e.what()).find("bucket 1"), std::string::npos)
+              << e.what();
+        }
+        throw CommError("done");
+      },
+      Seconds(0.3));
+  EXPECT_EQ(errors[0], "done");
+}
+
+TEST(Channel, AFailedWorldReleasesAWaitingRequest) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors = runWithChannels(
+      2, [&](int64_t r, Comm &comm, Channel &channel, device::Device &dev) {
+        if (r == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          comm.fail("rank 1 failed on purpose");
+          return;
+        }
+        float a = 1;
+        channel.allReduceSum({0, 1}, &a, 1, nullptr, "bucket")->wait(dev);
+      });
+  EXPECT_NE(errors[0].find("rank 1 failed on purpose"), std::string::npos)
+      << errors[0];
+  EXPECT_LT(Seconds(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
+TEST(Channel, TagChannelsOutOfRangeAreRefused) {
+  std::shared_ptr<LocalWorld> world = makeLocalWorld(1);
+  std::unique_ptr<Comm> comm = makeLocalComm(world, 0);
+  EXPECT_THROW(comm->setTagChannel(-1), CommError);
+  EXPECT_THROW(comm->setTagChannel(kMaxTagChannels), CommError);
+  comm->setTagChannel(kMaxTagChannels - 1);
+  EXPECT_EQ(comm->getTagChannel(), kMaxTagChannels - 1);
+}
+
+TEST(GradBuckets, ContiguousWholeParametersLaterLayersFirst) {
+  using exec::ParamSlot;
+  // Declaration order: a prefix parameter, then two regions.
+  std::vector<ParamSlot> slots = {
+      {0, 64, 0},     // 0: SP-partial prefix: never bucketed
+      {64, 128, 1},   // 1: replicated, layer 0
+      {128, 192, 1},  // 2: replicated, layer 1
+      {192, 320, 2},  // 3: sharded, layer 0
+      {320, 448, 2},  // 4: sharded, layer 1
+      {448, 1024, 2}, // 5: sharded, head
+  };
+  std::vector<exec::GradBucket> buckets = exec::planGradBuckets(slots, 64, 128);
+  ASSERT_EQ(buckets.size(), 4u);
+  // The head alone (>= 128 values), layer 1's sharded, layer 0's sharded,
+  // then the replicated region as one (two 64-value parameters).
+  EXPECT_EQ(buckets[0].begin, 448);
+  EXPECT_EQ(buckets[0].end, 1024);
+  EXPECT_EQ(buckets[1].begin, 320);
+  EXPECT_EQ(buckets[2].begin, 192);
+  EXPECT_EQ(buckets[3].begin, 64);
+  EXPECT_EQ(buckets[3].end, 192);
+  EXPECT_EQ(buckets[3].params, (std::vector<size_t>{2, 1}));
+  // Every bucketed value once.
+  int64_t covered = 0;
+  for (const auto &b : buckets)
+    covered += b.end - b.begin;
+  EXPECT_EQ(covered, 1024 - 64);
+  // One bucket per region when they are large; none when turned off.
+  EXPECT_EQ(exec::planGradBuckets(slots, 64, 1 << 20).size(), 2u);
+  EXPECT_TRUE(exec::planGradBuckets(slots, 64, 0).empty());
+  EXPECT_EQ(exec::planGradBuckets(slots, 0, 1 << 20).size(), 3u);
+}
+
+TEST(GradBuckets, PostedInPlannedOrderAsTheBackwardReports) {
+  using exec::ParamSlot;
+  std::vector<ParamSlot> slots = {{0, 4, 2}, {4, 8, 2}, {8, 12, 2}};
+  std::vector<std::vector<float>> results(2);
+  std::vector<size_t> early(2);
+  std::vector<std::string> errors = runWithChannels(
+      2, [&](int64_t r, Comm &, Channel &channel, device::Device &dev) {
+        std::vector<float> grads(12);
+        for (size_t i = 0; i < grads.size(); ++i)
+          grads[i] = float(r + 1) * float(i);
+        exec::BucketedReduction reduction(exec::planGradBuckets(slots, 0, 4), 3,
+                                          2, channel, {0, 1}, grads.data(),
+                                          "m");
+        ASSERT_EQ(reduction.bucketCount(), 3u);
+        // Two microbatches; parameter 0 (the earliest layer) finishes last.
+        reduction.gradsDone({2, 1, 0}, dev);
+        reduction.gradsDone({2}, dev); // bucket of 2 complete: posted
+        EXPECT_EQ(reduction.postedEarly(), 1u);
+        reduction.gradsDone({0}, dev); // complete, but waits for 1's bucket
+        EXPECT_EQ(reduction.postedEarly(), 1u);
+        reduction.gradsDone({1}, dev);
+        EXPECT_EQ(reduction.postedEarly(), 3u);
+        auto spans = reduction.finish(dev, 0);
+        EXPECT_EQ(spans.size(), 3u);
+        EXPECT_EQ(spans[0].name, "grad bucket 1/3 m");
+        early[static_cast<size_t>(r)] = reduction.postedEarly();
+        results[static_cast<size_t>(r)] = grads;
+        reduction.startStep(1);
+        EXPECT_EQ(reduction.postedEarly(), 0u);
+      });
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(results[0][i], 3.0f * float(i));
+    EXPECT_EQ(results[1][i], 3.0f * float(i));
+  }
+}
+
+} // namespace
