@@ -14,6 +14,7 @@
 
 #include "runtime/device/Tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -46,6 +47,12 @@ std::vector<int64_t> offsetsOf(const std::vector<int64_t> &counts) {
 }
 
 } // namespace
+
+void canonicalOrder(std::vector<P2POp> &ops) {
+  std::stable_sort(ops.begin(), ops.end(), [](const P2POp &a, const P2POp &b) {
+    return a.peer != b.peer ? a.peer < b.peer : a.tag < b.tag;
+  });
+}
 
 void Comm::send(int64_t peer, int64_t tag, const void *data, int64_t bytes) {
   std::vector<P2POp> ops(1);

@@ -145,9 +145,25 @@ inline constexpr int64_t kCollectiveTagSpan = int64_t(1) << 20;
 inline constexpr int64_t kMaxTagChannels =
     ((int64_t(1) << 31) - kCollectiveTagBase) / kCollectiveTagSpan;
 
+/// How a backend pairs a send with a receive. ByTag: the oldest message of
+/// the receive's (source, tag) (local, mpi). InPostingOrder: the oldest
+/// message of the source on the same tag channel, whatever its tag, as
+/// NCCL pairs them (it has no tags); each batch is posted in
+/// canonicalOrder, and a receive whose message has another tag fails, so
+/// a plan that runs this way on the CPU pairs every message right under
+/// NCCL.
+enum class Matching { ByTag, InPostingOrder };
+
+/// Sorts a batch into the order backends without tags post it: by peer,
+/// then tag, messages with equal (peer, tag) in their order in the batch.
+/// Both ends of every message then post it at the same place of their
+/// stream to that peer.
+void canonicalOrder(std::vector<P2POp> &ops);
+
 /// The shared state of `size` ranks run as threads of this process.
 class LocalWorld;
-std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size);
+std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size,
+                                           Matching matching = Matching::ByTag);
 /// The communicator of `rank` in `world` (one per thread).
 std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,
                                     int64_t rank);

@@ -12,6 +12,12 @@
 // their messages arrive, then waits for its sends to be consumed, so no
 // batch order can deadlock.
 //
+// With Matching::InPostingOrder a receiver's queue per source holds every
+// tag (of one tag channel) and each batch is posted in canonicalOrder:
+// messages pair as NCCL pairs them, and a tag that differs from the
+// receive's is an error naming both, so the CPU proves a plan's message
+// order right for the nccl backend.
+//
 // Every wait wakes at least every 50 ms and gives up when any rank has
 // failed (CommError with the first failure) or when nothing has progressed
 // for the timeout (this rank then fails the world with a message naming
@@ -64,8 +70,8 @@ std::string secondsText(std::chrono::duration<double> d) {
 /// The shared state of the ranks of one process.
 class LocalWorld {
 public:
-  explicit LocalWorld(int64_t size)
-      : size(size), wake(static_cast<size_t>(size)),
+  LocalWorld(int64_t size, Matching matching)
+      : size(size), matching(matching), wake(static_cast<size_t>(size)),
         inbox(static_cast<size_t>(size)) {}
 
   /// Records the first failure and wakes every waiter. Needs `mutex`.
@@ -79,11 +85,13 @@ public:
   }
 
   const int64_t size;
+  const Matching matching;
   mutable std::mutex mutex;
   /// wake[r]: rank r waits here (for a message to arrive for it or for one
   /// of its messages to be consumed).
   std::vector<std::condition_variable> wake;
-  /// inbox[dst][(src, tag)]: posted, unclaimed messages, oldest first.
+  /// inbox[dst][(src, key)]: posted, unclaimed messages, oldest first; the
+  /// key is the tag (ByTag) or the sender's tag channel (InPostingOrder).
   std::vector<std::map<std::pair<int64_t, int64_t>, std::deque<Message *>>>
       inbox;
   bool failed = false;
@@ -143,6 +151,10 @@ private:
         lock, std::min<Clock::duration>(left, kWaitSlice));
   }
   [[noreturn]] void timedOut(const P2POp &op, bool sending);
+  /// The inbox key of messages with `tag` of this communicator.
+  int64_t keyOf(int64_t tag) const {
+    return world->matching == Matching::ByTag ? tag : getTagChannel();
+  }
   void validate(const std::vector<P2POp> &ops);
   void receiveAll(std::vector<P2POp> &ops, std::unique_lock<std::mutex> &lock);
   void awaitSends(std::vector<Message> &sends,
@@ -187,6 +199,8 @@ void LocalComm::validate(const std::vector<P2POp> &ops) {
 
 void LocalComm::exchange(std::vector<P2POp> &ops) {
   validate(ops);
+  if (world->matching == Matching::InPostingOrder)
+    canonicalOrder(ops);
   std::vector<Message> sends;
   sends.reserve(ops.size()); // never reallocates: the queues point into it
   device::EventPtr ready;
@@ -207,7 +221,8 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
     m.dst = op.peer;
     m.tag = op.tag;
     m.ready = ready;
-    world->inbox[static_cast<size_t>(op.peer)][{self, op.tag}].push_back(&m);
+    world->inbox[static_cast<size_t>(op.peer)][{self, keyOf(op.tag)}].push_back(
+        &m);
     world->wake[static_cast<size_t>(op.peer)].notify_all();
   }
   try {
@@ -242,7 +257,7 @@ void LocalComm::receiveAll(std::vector<P2POp> &ops,
         queue;
     for (auto it = pending.begin(); it != pending.end(); ++it) {
       const P2POp &op = ops[*it];
-      queue = inbox.find({op.peer, op.tag});
+      queue = inbox.find({op.peer, keyOf(op.tag)});
       if (queue != inbox.end() && !queue->second.empty()) {
         ready = it;
         break;
@@ -256,6 +271,16 @@ void LocalComm::receiveAll(std::vector<P2POp> &ops,
     }
     P2POp &op = ops[*ready];
     Message *m = queue->second.front();
+    if (m->tag != op.tag)
+      failAndThrow("rank " + std::to_string(self) +
+                   " posted a receive with "
+                   "tag " +
+                   std::to_string(op.tag) + " from rank " +
+                   std::to_string(op.peer) + " where rank " +
+                   std::to_string(op.peer) + " posted tag " +
+                   std::to_string(m->tag) + inContext() +
+                   ": a backend that pairs messages in posting order "
+                   "(NCCL) would pair them wrongly");
     if (m->bytes != op.bytes)
       failAndThrow("rank " + std::to_string(self) + " expected " +
                    std::to_string(op.bytes) + " bytes from rank " +
@@ -336,7 +361,7 @@ void LocalComm::withdraw(std::vector<Message> &sends,
     if (m.claimed)
       continue;
     auto &inbox = world->inbox[static_cast<size_t>(m.dst)];
-    auto queue = inbox.find({m.src, m.tag});
+    auto queue = inbox.find({m.src, keyOf(m.tag)});
     if (queue == inbox.end())
       continue;
     auto &q = queue->second;
@@ -362,11 +387,11 @@ void LocalComm::withdraw(std::vector<Message> &sends,
 
 } // namespace
 
-std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size) {
+std::shared_ptr<LocalWorld> makeLocalWorld(int64_t size, Matching matching) {
   if (size < 1)
     throw CommError("a local world needs at least one rank, not " +
                     std::to_string(size));
-  return std::make_shared<LocalWorld>(size);
+  return std::make_shared<LocalWorld>(size, matching);
 }
 
 std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,

@@ -195,7 +195,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   if (local.threads <= 0)
     local.threads = device::defaultThreads(world);
   device::setCpuBlasThreads(local.threads);
-  auto localWorld = comm::makeLocalWorld(world);
+  auto localWorld = comm::makeLocalWorld(world, options.matching);
   std::vector<std::string> failures(static_cast<size_t>(world));
   std::vector<std::vector<TraceEvent>> events(static_cast<size_t>(world));
   Clock::time_point origin = Clock::now();

@@ -81,6 +81,10 @@ struct RunOptions {
   /// gradients, on a channel beside the compute (local backend). 0: one
   /// all-reduce per module at its ReduceGrads instruction.
   int64_t gradBucketBytes = int64_t(25) << 20;
+  /// How the local backend pairs messages: by tag, or in posting order per
+  /// peer as NCCL does (comm::Matching; tests use it to check that every
+  /// layout's messages pair right under the nccl backend).
+  comm::Matching matching = comm::Matching::ByTag;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;
   /// Where jsonl data paths are resolved, and the plan's name in messages.

@@ -339,6 +339,32 @@ TEST(Overlap, BucketsTrainBitIdenticallyAndStartDuringTheBackward) {
   }
 }
 
+/// SPEC §11 nccl: NCCL pairs a send with a receive by posting order per
+/// peer, not by tag. Every layout runs with the local backend pairing
+/// messages that way (each batch in canonical order, a differing tag is an
+/// error), with overlapped buckets on their own channels, and trains bit-
+/// identically to tag matching.
+TEST(NcclOrder, EveryLayoutPairsItsMessagesInPostingOrder) {
+  for (const test::Layout &layout : test::equivalenceLayouts()) {
+    SCOPED_TRACE(layout.name);
+    Plan plan = planOf(layout.model);
+    exec::RunOptions options;
+    options.steps = 2;
+    options.timeoutSeconds = 120;
+    exec::RunResult byTag = exec::runLocal(plan, options);
+    ASSERT_EQ(byTag.exitCode, 0) << byTag.error;
+    options.matching = comm::Matching::InPostingOrder;
+    options.gradBucketBytes = 4096;
+    exec::RunResult inOrder = exec::runLocal(plan, options);
+    ASSERT_EQ(inOrder.exitCode, 0) << inOrder.error;
+    ASSERT_EQ(inOrder.steps.size(), 2u);
+    for (size_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(inOrder.steps[s].loss, byTag.steps[s].loss);
+      EXPECT_EQ(inOrder.steps[s].gradNorm, byTag.steps[s].gradNorm);
+    }
+  }
+}
+
 TEST(Runtime, InjectedFaultStopsEveryRank) {
   exec::RunOptions options;
   options.steps = 4;

@@ -37,8 +37,9 @@ struct Outcome {
 std::vector<Outcome> runRanks(int64_t n,
                               const std::function<void(Comm &)> &body,
                               Seconds timeout = Seconds(30),
-                              std::shared_ptr<LocalWorld> *worldOut = nullptr) {
-  std::shared_ptr<LocalWorld> world = makeLocalWorld(n);
+                              std::shared_ptr<LocalWorld> *worldOut = nullptr,
+                              Matching matching = Matching::ByTag) {
+  std::shared_ptr<LocalWorld> world = makeLocalWorld(n, matching);
   std::vector<Outcome> outcomes(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < n; ++r)
@@ -565,6 +566,53 @@ TEST(LocalCommFailure, BadPeerIsCommError) {
   ASSERT_TRUE(outcomes[0].threw);
   EXPECT_NE(outcomes[0].what.find("outside the world"), std::string::npos);
   EXPECT_THROW(makeLocalComm(makeLocalWorld(2), 2), CommError);
+}
+
+/// NCCL's pairing (Matching::InPostingOrder): a batch posted in any order
+/// pairs by canonical order; a receive meeting another tag first fails,
+/// naming both tags.
+TEST(LocalCommInPostingOrder, BatchesPairCanonicallyAndMisorderFails) {
+  auto outcomes = runRanks(
+      2,
+      [&](Comm &c) {
+        std::vector<unsigned char> a = message(0, 1, 9, 40),
+                                   b = message(0, 1, 3, 24);
+        if (c.rank() == 0) {
+          std::vector<P2POp> ops = {{true, 1, 9, a.data(), 40},
+                                    {true, 1, 3, b.data(), 24}};
+          c.exchange(ops);
+        } else {
+          std::vector<unsigned char> x(24), y(40);
+          std::vector<P2POp> ops = {{false, 0, 3, x.data(), 24},
+                                    {false, 0, 9, y.data(), 40}};
+          c.exchange(ops);
+          EXPECT_EQ(x, b);
+          EXPECT_EQ(y, a);
+        }
+      },
+      Seconds(30), nullptr, Matching::InPostingOrder);
+  expectAllOk(outcomes);
+
+  outcomes = runRanks(
+      2,
+      [&](Comm &c) {
+        char byte = 0;
+        if (c.rank() == 0) {
+          c.send(1, 5, &byte, 1);
+          c.send(1, 6, &byte, 1);
+        } else {
+          c.recv(0, 6, &byte, 1);
+          c.recv(0, 5, &byte, 1);
+        }
+      },
+      Seconds(30), nullptr, Matching::InPostingOrder);
+  ASSERT_TRUE(outcomes[1].threw);
+  EXPECT_NE(outcomes[1].what.find("posted a receive with tag 6 from rank 0 "
+                                  "where rank 0 posted tag 5"),
+            std::string::npos)
+      << outcomes[1].what;
+  EXPECT_NE(outcomes[1].what.find("NCCL"), std::string::npos);
+  EXPECT_TRUE(outcomes[0].threw); // released, not hung
 }
 
 } // namespace
