@@ -74,6 +74,15 @@ void Comm::usageError(const std::string &message) {
   throw CommError(full);
 }
 
+void Comm::prepareGroups(
+    const std::vector<std::vector<std::vector<int64_t>>> &families) {
+  prepared.clear();
+  for (const auto &family : families)
+    prepared.insert(prepared.end(), family.begin(), family.end());
+  std::sort(prepared.begin(), prepared.end());
+  createGroups(families);
+}
+
 size_t Comm::checkGroup(const std::vector<int64_t> &group, const char *what) {
   int64_t self = rank();
   int64_t world = size();
@@ -92,6 +101,10 @@ size_t Comm::checkGroup(const std::vector<int64_t> &group, const char *what) {
   if (own == group.size())
     usageError(std::string(what) + " over group " + groupText(group) +
                ": this rank is not a member");
+  if (strictGroups && group.size() > 1 &&
+      !std::binary_search(prepared.begin(), prepared.end(), group))
+    usageError(std::string(what) + " over group " + groupText(group) +
+               ", which is not one of the prepared communicator groups");
   return own;
 }
 
@@ -157,10 +170,12 @@ void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
   size_t n = group.size();
   if (n == 1)
     return;
+  constexpr device::DType type = device::DTypeOf<T>::value;
+  if (nativeAllReduce(group, type, data, count, max))
+    return;
   // count == 0 still exchanges (empty) messages: a member that disagrees
   // about the count gets a size mismatch instead of a hang.
   int64_t tag = collectiveTag(group);
-  constexpr device::DType type = device::DTypeOf<T>::value;
   // received: every other member's buffer, in group order.
   device::Tensor received = device::Tensor::empty(
       device(), count * static_cast<int64_t>(n - 1), type);
@@ -203,6 +218,10 @@ void Comm::allGatherV(const std::vector<int64_t> &group, const float *in,
   checkCounts(group, counts, "allGatherV");
   size_t n = group.size();
   std::vector<int64_t> offsets = offsetsOf(counts);
+  bool equal = std::all_of(counts.begin(), counts.end(),
+                           [&](int64_t c) { return c == counts[0]; });
+  if (n > 1 && equal && nativeAllGather(group, in, counts[0], out))
+    return;
   if (n > 1) {
     int64_t tag = collectiveTag(group);
     std::vector<P2POp> ops;
@@ -234,6 +253,10 @@ void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
       device().copy(out, in, bytesOf<float>(mine));
     return;
   }
+  bool equal = std::all_of(counts.begin(), counts.end(),
+                           [&](int64_t c) { return c == counts[0]; });
+  if (equal && nativeReduceScatter(group, in, mine, out))
+    return;
   int64_t tag = collectiveTag(group);
   device::Tensor received = device::Tensor::empty(
       device(), mine * static_cast<int64_t>(n - 1), device::DType::F32);
@@ -269,6 +292,8 @@ void Comm::broadcast(const std::vector<int64_t> &group, int64_t root,
   if (bytes < 0)
     usageError("broadcast: negative size " + std::to_string(bytes));
   if (group.size() == 1)
+    return;
+  if (nativeBroadcast(group, rootIndex, data, bytes))
     return;
   int64_t tag = collectiveTag(group);
   std::vector<P2POp> ops;

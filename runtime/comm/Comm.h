@@ -82,6 +82,17 @@ public:
   void broadcast(const std::vector<int64_t> &group, int64_t root, void *data,
                  int64_t bytes);
 
+  /// The groups collectives will run over (core/Plan.h communicatorGroups),
+  /// family by family, the same list on every rank before any collective.
+  /// Backends with a communicator per group (nccl) create them here; the
+  /// others remember the list (requirePreparedGroups).
+  void
+  prepareGroups(const std::vector<std::vector<std::vector<int64_t>>> &families);
+  /// A collective over a group of more than one rank that was not prepared
+  /// fails with CommError (tests: the list is complete, so a backend with
+  /// communicators per group never falls back to point-to-point).
+  void requirePreparedGroups(bool require) { strictGroups = require; }
+
   /// Marks this rank failed with `message`; other ranks' waits fail with
   /// it (local), or the job is torn down (mpi). Does not return for mpi.
   virtual void fail(const std::string &message) = 0;
@@ -107,12 +118,46 @@ public:
   const std::string &getContext() const { return context; }
 
 protected:
+  /// Collectives of a backend's own (nccl): enqueue it on the device's
+  /// stream and return true; false (the default) runs the generic
+  /// implementation over exchange(). Called after the arguments were
+  /// checked, for groups of two or more ranks; `own` is this rank's index.
+  virtual bool nativeAllReduce(const std::vector<int64_t> &group,
+                               device::DType type, void *data, int64_t count,
+                               bool max) {
+    (void)group, (void)type, (void)data, (void)count, (void)max;
+    return false;
+  }
+  /// Equal counts only: `count` floats from every member.
+  virtual bool nativeAllGather(const std::vector<int64_t> &group,
+                               const float *in, int64_t count, float *out) {
+    (void)group, (void)in, (void)count, (void)out;
+    return false;
+  }
+  virtual bool nativeReduceScatter(const std::vector<int64_t> &group,
+                                   const float *in, int64_t count, float *out) {
+    (void)group, (void)in, (void)count, (void)out;
+    return false;
+  }
+  virtual bool nativeBroadcast(const std::vector<int64_t> &group,
+                               size_t rootIndex, void *data, int64_t bytes) {
+    (void)group, (void)rootIndex, (void)data, (void)bytes;
+    return false;
+  }
+  /// Creates what the backend needs per group (called by prepareGroups).
+  virtual void
+  createGroups(const std::vector<std::vector<std::vector<int64_t>>> &families) {
+    (void)families;
+  }
+
   std::chrono::duration<double> timeout{300.0};
   std::string context;
   device::Device *buffers = nullptr;
 
 private:
   int64_t tagChannel = 0;
+  std::vector<std::vector<int64_t>> prepared; // sorted
+  bool strictGroups = false;
   /// Next tag for a collective over `group` (members call collectives in the
   /// same order, so their counters agree).
   int64_t collectiveTag(const std::vector<int64_t> &group);

@@ -70,6 +70,17 @@ bool isDestinationLeader(const BridgeTopology &bridge, const Grid &grid,
 /// formula behind the plan's gather_groups, the verifier and the executor.
 std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio, int64_t rank);
 
+/// Every group the executor runs collectives over, as families of disjoint
+/// groups (each family partitions some ranks): the world; per module its
+/// TP, CP, TP x CP (bridge broadcasts, the input-gradient gather) and
+/// DP x CP (gradient reduction) groups; per colocated bridge its gather
+/// groups. Groups of one rank are left out, and a group already listed is
+/// not listed again. Backends with communicators per group (nccl) create
+/// theirs from this list, in this order, on every rank.
+struct Topology;
+std::vector<std::vector<std::vector<int64_t>>>
+communicatorGroups(const Topology &topology);
+
 /// One pipeline stage of one module in the global 1F1B order.
 struct StageTopology {
   size_t module = 0;

@@ -8,6 +8,7 @@
 #include <cassert>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -37,6 +38,31 @@ const StageTopology *Topology::stageOf(size_t module, int64_t pp) const {
     if (stage.module == module && stage.pp == pp)
       return &stage;
   return nullptr;
+}
+
+std::vector<std::vector<std::vector<int64_t>>>
+communicatorGroups(const Topology &topology) {
+  std::vector<std::vector<std::vector<int64_t>>> families;
+  std::set<std::vector<int64_t>> listed;
+  auto add = [&](const std::vector<std::vector<int64_t>> &groups) {
+    std::vector<std::vector<int64_t>> family;
+    for (const std::vector<int64_t> &group : groups)
+      if (group.size() > 1 && listed.insert(group).second)
+        family.push_back(group);
+    if (!family.empty())
+      families.push_back(std::move(family));
+  };
+  std::vector<int64_t> world(static_cast<size_t>(topology.worldSize));
+  for (int64_t r = 0; r < topology.worldSize; ++r)
+    world[static_cast<size_t>(r)] = r;
+  add({world});
+  for (const ModuleTopology &m : topology.modules)
+    for (std::vector<Dim> dims : std::vector<std::vector<Dim>>{
+             {Dim::TP}, {Dim::CP}, {Dim::TP, Dim::CP}, {Dim::DP, Dim::CP}})
+      add(m.grid.groups(dims));
+  for (const BridgeTopology &bridge : topology.bridges)
+    add(bridge.gatherGroups);
+  return families;
 }
 
 std::pair<int64_t, int64_t> laneSamples(int64_t batch, int64_t lanes,

@@ -95,6 +95,15 @@ public:
   /// Waits on the host until every enqueued call has finished; reports any
   /// asynchronous error.
   virtual void synchronize() = 0;
+  /// Whether the work before `event` has finished (null: yes), asked
+  /// without waiting (the CPU has always finished).
+  virtual bool finished(const EventPtr &event) {
+    (void)event;
+    return true;
+  }
+  /// The stream libraries enqueue their work on beside this device's
+  /// kernels (a cudaStream_t for NCCL); null for the CPU.
+  virtual void *nativeStream() { return nullptr; }
 
   //===--- Data movement and reductions -----------------------------------===//
   /// dst row dstRows[i] = src row srcRows[i] (rows of `cols` values).

@@ -196,6 +196,10 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
     local.threads = device::defaultThreads(world);
   device::setCpuBlasThreads(local.threads);
   auto localWorld = comm::makeLocalWorld(world, options.matching);
+  // NCCL's constraints, emulated: pairing in posting order, and every
+  // collective over one of the plan's communicator groups.
+  bool ncclLike = options.matching == comm::Matching::InPostingOrder;
+  const auto groups = communicatorGroups(plan.topology);
   std::vector<std::string> failures(static_cast<size_t>(world));
   std::vector<std::vector<TraceEvent>> events(static_cast<size_t>(world));
   Clock::time_point origin = Clock::now();
@@ -205,6 +209,8 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       auto timeout = std::chrono::duration<double>(options.timeoutSeconds);
       std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
       c->setTimeout(timeout);
+      c->prepareGroups(groups);
+      c->requirePreparedGroups(ncclLike);
       // Channels: a communicator of this rank with tags of their own and a
       // device stream of their own (same thread count: creating a CPU
       // device sets the creating thread's kernel threads).
@@ -215,6 +221,8 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
             comm::makeLocalComm(localWorld, rank);
         channelComm->setTimeout(timeout);
         channelComm->setTagChannel(tagChannel);
+        channelComm->prepareGroups(groups);
+        channelComm->requirePreparedGroups(ncclLike);
         return std::make_unique<comm::Channel>(
             std::move(channelComm),
             device::makeDevice(local.device, rank, local.threads));
@@ -255,6 +263,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   if (!data)
     return result;
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+  comm.prepareGroups(communicatorGroups(plan.topology));
   RunOptions local = options;
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
