@@ -5,6 +5,7 @@
 # and the driver library never (a binary linked to libcuda cannot even
 # start where no driver is installed).
 set(MIMO_HAVE_CUDA OFF)
+set(MIMO_HAVE_NCCL OFF)
 if(NOT MIMO_ENABLE_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "MIMO_ENABLE_CUDA is '${MIMO_ENABLE_CUDA}'; use AUTO, ON or OFF")
 endif()
@@ -29,6 +30,18 @@ if(NOT MIMO_ENABLE_CUDA STREQUAL "OFF")
     set(MIMO_HAVE_CUDA ON)
     message(STATUS "mimo: CUDA device on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
       "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+    # The nccl backend needs only NCCL's header here: libnccl is opened with
+    # dlopen when the backend starts (comm/NcclComm.cpp).
+    find_path(MIMO_NCCL_INCLUDE_DIR nccl.h
+      HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
+      PATH_SUFFIXES include)
+    if(MIMO_NCCL_INCLUDE_DIR)
+      set(MIMO_HAVE_NCCL ON)
+      message(STATUS "mimo: nccl backend on (${MIMO_NCCL_INCLUDE_DIR}/nccl.h)")
+    else()
+      message(STATUS "mimo: no nccl.h: the nccl backend is not built "
+        "(-DMIMO_NCCL_INCLUDE_DIR=DIR names its directory)")
+    endif()
   elseif(MIMO_ENABLE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MIMO_ENABLE_CUDA=ON but no CUDA compiler was found; "
       "install the CUDA toolkit, put nvcc on PATH (or set CUDACXX), or "

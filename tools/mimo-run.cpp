@@ -53,8 +53,9 @@ const char *kHelp =
     "  --backend B          local: every rank a thread of this process (the\n"
     "                       default without mpirun); mpi: one process per "
     "rank\n"
-    "                       (the default under mpirun); nccl: not in this\n"
-    "                       version\n"
+    "                       over MPI (the default under mpirun without a\n"
+    "                       GPU); nccl: one process and GPU per rank under\n"
+    "                       mpirun (the default there with a GPU)\n"
     "  --device D           cuda (the default when a GPU is usable, local\n"
     "                       backend: rank r on GPU r mod visible GPUs) or cpu\n"
     "  --threads N          CPU threads per rank (default: the cores shared "
@@ -281,8 +282,14 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
 std::optional<int> chooseBackendAndDevice(CommandLine &cli,
                                           device::DeviceKind &kind) {
   cli.underMpirun = comm::launchedByMpirun();
+  const device::CudaStatus &cuda = device::cudaStatus();
+  // Under mpirun: nccl on GPUs when this build has it and a GPU is usable
+  // (and --device cpu was not asked for), mpi on the CPU otherwise.
   if (cli.backend.empty())
-    cli.backend = cli.underMpirun ? "mpi" : "local";
+    cli.backend = !cli.underMpirun ? "local"
+                  : comm::ncclBuilt() && cuda.devices > 0 && cli.device != "cpu"
+                      ? "nccl"
+                      : "mpi";
   if (cli.backend == "local" && cli.underMpirun) {
     const char *size = std::getenv("OMPI_COMM_WORLD_SIZE");
     if (size && std::atoi(size) > 1)
@@ -290,15 +297,22 @@ std::optional<int> chooseBackendAndDevice(CommandLine &cli,
                         "process; run it without mpirun, or use --backend "
                         "mpi");
   }
-  if (cli.backend == "nccl")
-    return usageError("the nccl backend is not part of this version; run "
-                      "without mpirun (--backend local: every rank a thread, "
-                      "ranks sharing the visible GPUs)");
+  if (cli.backend == "nccl") {
+    std::string error;
+    if (!comm::ncclBuilt()) {
+      comm::makeNcclComm(nullptr, 0, &error);
+      return usageError("--backend nccl: " + error);
+    }
+    if (cli.device == "cpu")
+      return usageError("--backend nccl moves GPU memory: use --device cuda "
+                        "with it, or --backend mpi for ranks on the CPU");
+    if (cuda.devices <= 0)
+      return usageError("--backend nccl needs a GPU per rank: " + cuda.problem);
+  }
   // cuda by default when built with CUDA and a GPU is visible; the mpi
   // backend moves host memory, so it defaults to (and needs) cpu.
-  const device::CudaStatus &cuda = device::cudaStatus();
   if (cli.device.empty())
-    cli.device = cli.backend == "local" && cuda.devices > 0 ? "cuda" : "cpu";
+    cli.device = cli.backend != "mpi" && cuda.devices > 0 ? "cuda" : "cpu";
   kind = *device::parseKind(cli.device);
   if (kind == device::DeviceKind::Cuda) {
     if (cuda.devices <= 0)
@@ -366,8 +380,8 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
   if (mpi && mpi->size() != world) {
     std::string np = std::to_string(world);
     if (!cli.underMpirun)
-      error = "mimo-run: " + path + ": error: --backend mpi runs one " +
-              "process per rank and the plan has " + np +
+      error = "mimo-run: " + path + ": error: --backend " + cli.backend +
+              " runs one process per rank and the plan has " + np +
               " ranks: launch it as `mpirun -np " + np + " mimo-run " + path +
               "` (as root or with more ranks than cores add "
               "--allow-run-as-root --oversubscribe), or leave out --backend "
@@ -535,8 +549,7 @@ private:
 
 /// "mimo-run: vlm-fan-in: 8 ranks, local backend, cpu device (...), 30 steps".
 std::string runBanner(const Plan &plan, const CommandLine &cli,
-                      const exec::RunOptions &options, bool mpi,
-                      int64_t total) {
+                      const exec::RunOptions &options, int64_t total) {
   std::string deviceText = "cpu device (" + std::to_string(options.threads) +
                            " thread" + (options.threads > 1 ? "s" : "") +
                            " per rank)";
@@ -547,9 +560,8 @@ std::string runBanner(const Plan &plan, const CommandLine &cli,
   }
   return "mimo-run: " + plan.config.name + ": " +
          std::to_string(plan.topology.worldSize) +
-         (cli.reference ? " rank (reference)" : " ranks") + ", " +
-         (mpi ? "mpi" : "local") + " backend, " + deviceText + ", " +
-         std::to_string(total) + " steps";
+         (cli.reference ? " rank (reference)" : " ranks") + ", " + cli.backend +
+         " backend, " + deviceText + ", " + std::to_string(total) + " steps";
 }
 
 /// mimo-run --calibrate -o FILE: measures the device's profile.
@@ -585,19 +597,32 @@ int run(int argc, char **argv) {
   if (cli.calibrate)
     return runCalibrate(cli, kind);
 
-  std::unique_ptr<comm::Comm> mpi;
-  if (cli.backend == "mpi") {
+  // mpi: the world; nccl: its bootstrap under mpirun (and the host
+  // messages); `ranks` is the process's communicator (null: local).
+  std::unique_ptr<comm::Comm> mpi, nccl;
+  if (cli.backend == "mpi" || (cli.backend == "nccl" && cli.underMpirun)) {
     std::string error;
     mpi = comm::makeMpiComm(&error);
     if (!mpi)
       return usageError(error);
   }
-  bool printer = !mpi || mpi->rank() == 0;
   auto finish = [&](int code) {
+    nccl.reset();
     if (mpi)
       comm::finalizeMpi();
     return code;
   };
+  if (cli.backend == "nccl") {
+    std::string error;
+    nccl = comm::makeNcclComm(mpi.get(), comm::localRankOnThisNode(), &error);
+    if (!nccl) {
+      if (!mpi || mpi->rank() == 0)
+        std::cerr << "mimo-run: error: --backend nccl: " << error << "\n";
+      return finish(1);
+    }
+  }
+  comm::Comm *ranks = nccl ? nccl.get() : mpi.get();
+  bool printer = !ranks || ranks->rank() == 0;
   auto fail = [&](const std::string &error) {
     if (printer)
       std::cerr << error << "\n";
@@ -605,16 +630,16 @@ int run(int argc, char **argv) {
   };
 
   std::string error;
-  std::optional<Plan> loaded = loadRunnablePlan(cli, kind, mpi.get(), error);
+  std::optional<Plan> loaded = loadRunnablePlan(cli, kind, ranks, error);
   if (!loaded)
     return fail(error);
   const Plan &plan = *loaded;
   exec::RunOptions options;
   options.steps = cli.steps;
   options.device = kind;
-  options.threads = cli.threads > 0
-                        ? cli.threads
-                        : device::defaultThreads(mpi ? comm::ranksOnThisNode()
+  options.threads =
+      cli.threads > 0 ? cli.threads
+                      : device::defaultThreads(ranks ? comm::ranksOnThisNode()
                                                      : plan.topology.worldSize);
   options.timeoutSeconds = cli.timeout;
   options.gradBucketBytes =
@@ -638,11 +663,12 @@ int run(int argc, char **argv) {
                 "'; check the directory exists and is writable");
   options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
   if (printer)
-    std::cout << runBanner(plan, cli, options, mpi != nullptr, total)
-              << std::endl;
+    std::cout << runBanner(plan, cli, options, total) << std::endl;
 
-  exec::RunResult result = mpi ? exec::runOnComm(plan, *mpi, options)
-                               : exec::runLocal(plan, options);
+  if (nccl) // the GPU of this node-local rank (makeNcclComm chose it)
+    options.deviceIndex = comm::localRankOnThisNode();
+  exec::RunResult result = ranks ? exec::runOnComm(plan, *ranks, options)
+                                 : exec::runLocal(plan, options);
   reporter.clearProgress();
   // The trace is written on failure too: it shows where each rank was.
   bool traceWritten = true;

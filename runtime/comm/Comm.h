@@ -54,6 +54,9 @@ public:
   virtual int64_t rank() const = 0;
   virtual int64_t size() const = 0;
   virtual const char *backendName() const = 0;
+  /// The communicator for messages in host memory (the trace gathered at
+  /// the end): this one, or the nccl backend's MPI bootstrap.
+  virtual Comm &hostComm() { return *this; }
 
   /// Posts every operation, then waits for all of them. Messages between
   /// two ranks with the same tag arrive in the order they were posted.
@@ -219,9 +222,21 @@ std::string localWorldFailure(const LocalWorld &world);
 bool launchedByMpirun();
 /// Ranks that mpirun started on this node (1 when not under mpirun).
 int64_t ranksOnThisNode();
+/// This process's index among them (0 when not under mpirun).
+int64_t localRankOnThisNode();
 /// Initialises MPI (once) and returns the world communicator; nullptr with
 /// `error` set when mimo was built without MPI.
 std::unique_ptr<Comm> makeMpiComm(std::string *error);
+/// Whether mimo was built with the nccl backend (nccl.h found).
+bool ncclBuilt();
+/// The nccl backend's communicator of this process's rank: NCCL loaded
+/// (dlopen), the GPU of `localRank` made current, the unique id broadcast
+/// over `bootstrap` (the MPI world; null: a world of one rank) and the
+/// world communicator initialised. nullptr with `error` saying why (not
+/// built with NCCL, libnccl missing, no GPU, more ranks than GPUs on this
+/// node, NCCL's own failure); every rank of `bootstrap` fails together.
+std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
+                                   std::string *error);
 /// Finalises MPI if it was initialised.
 void finalizeMpi();
 /// Tears the whole MPI job down with `code` (MPI_Abort).

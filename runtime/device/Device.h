@@ -37,6 +37,9 @@ enum class DeviceKind { Cpu, Cuda };
 class Event {
 public:
   virtual ~Event() = default;
+  /// Whether the work before it has finished, asked without waiting (from
+  /// any thread; DeviceError when the device reports a fault).
+  virtual bool reached() const { return true; }
 };
 using EventPtr = std::shared_ptr<Event>;
 
@@ -95,12 +98,6 @@ public:
   /// Waits on the host until every enqueued call has finished; reports any
   /// asynchronous error.
   virtual void synchronize() = 0;
-  /// Whether the work before `event` has finished (null: yes), asked
-  /// without waiting (the CPU has always finished).
-  virtual bool finished(const EventPtr &event) {
-    (void)event;
-    return true;
-  }
   /// The stream libraries enqueue their work on beside this device's
   /// kernels (a cudaStream_t for NCCL); null for the CPU.
   virtual void *nativeStream() { return nullptr; }

@@ -101,7 +101,9 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
   int64_t step = options.resume ? options.resume->step : 0;
   try {
-    dev = device::makeDevice(options.device, rank, options.threads);
+    dev = device::makeDevice(
+        options.device, options.deviceIndex >= 0 ? options.deviceIndex : rank,
+        options.threads);
     binding.emplace(*dev, comm);
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
                                               evalData, origin, overlap);
@@ -280,18 +282,20 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
     return result;
   }
   if (options.collectTrace) {
-    // Gather the trace on rank 0: a count, then (start, duration) pairs and
-    // the names and arguments, one "name<TAB>args" line per event.
+    // Gather the trace on rank 0 (in host memory: the nccl backend's MPI
+    // bootstrap carries it): a count, then (start, duration) pairs and the
+    // names and arguments, one "name<TAB>args" line per event.
+    comm::Comm &host = comm.hostComm();
     if (comm.rank() == 0) {
       result.trace = events;
       for (int64_t r = 1; r < comm.size(); ++r) {
         int64_t sizes[2];
-        comm.recv(r, 1 << 27, sizes, sizeof(sizes));
+        host.recv(r, 1 << 27, sizes, sizeof(sizes));
         std::vector<double> times(static_cast<size_t>(2 * sizes[0]));
         std::string names(static_cast<size_t>(sizes[1]), '\0');
-        comm.recv(r, 1 << 27, times.data(),
+        host.recv(r, 1 << 27, times.data(),
                   static_cast<int64_t>(times.size() * sizeof(double)));
-        comm.recv(r, 1 << 27, names.data(), sizes[1]);
+        host.recv(r, 1 << 27, names.data(), sizes[1]);
         size_t at = 0;
         for (int64_t i = 0; i < sizes[0]; ++i) {
           size_t end = names.find('\n', at);
@@ -315,10 +319,10 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
       }
       int64_t sizes[2] = {static_cast<int64_t>(events.size()),
                           static_cast<int64_t>(names.size())};
-      comm.send(0, 1 << 27, sizes, sizeof(sizes));
-      comm.send(0, 1 << 27, times.data(),
+      host.send(0, 1 << 27, sizes, sizeof(sizes));
+      host.send(0, 1 << 27, times.data(),
                 static_cast<int64_t>(times.size() * sizeof(double)));
-      comm.send(0, 1 << 27, names.data(), sizes[1]);
+      host.send(0, 1 << 27, names.data(), sizes[1]);
     }
   }
   return result;

@@ -63,6 +63,9 @@ struct RunOptions {
   int64_t steps = -1;
   /// Where every rank computes (cuda: rank r on GPU r mod visible GPUs).
   device::DeviceKind device = device::DeviceKind::Cpu;
+  /// Which GPU a rank of runOnComm uses: GPU deviceIndex mod the visible
+  /// GPUs (the nccl backend: its node-local rank); -1: its rank's.
+  int64_t deviceIndex = -1;
   /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
   /// shared by the ranks of this process (or of this node under mpirun).
   int threads = 0;

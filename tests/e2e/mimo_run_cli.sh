@@ -174,8 +174,19 @@ else
 fi
 "$bin/mimo-run" "$plan" --steps 1 --backend nccl >/dev/null 2>"$work/nccl.err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "nccl backend is not part of this version" "$work/nccl.err" &&
-  pass "--backend nccl: exit 1, says what to use" || { cat "$work/nccl.err"; fail "nccl (rc $rc)"; }
+# No GPU here (CI): the nccl backend says why it cannot start (no GPU, or
+# a build without NCCL) and exits 1.
+[ $rc -eq 1 ] && grep -Eq "error: --backend nccl (needs a GPU per rank: |: mimo-run was built without NCCL)" "$work/nccl.err" &&
+  pass "--backend nccl without a GPU: exit 1, $(head -c 100 "$work/nccl.err")" ||
+  { cat "$work/nccl.err"; fail "nccl (rc $rc)"; }
+"$bin/mimo-run" "$plan" --steps 1 --backend nccl --device cpu >/dev/null 2>"$work/ncclcpu.err"
+rc=$?
+[ $rc -eq 1 ] && grep -Eq "moves GPU memory|built without NCCL" "$work/ncclcpu.err" &&
+  pass "--backend nccl --device cpu: exit 1" || { cat "$work/ncclcpu.err"; fail "nccl cpu (rc $rc)"; }
+"$bin/mimo-run" "$plan" --steps 1 --grad-bucket-mb -1 >/dev/null 2>"$work/bucket.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "grad-bucket-mb expects" "$work/bucket.err" &&
+  pass "--grad-bucket-mb -1: exit 1" || { cat "$work/bucket.err"; fail "bucket flag (rc $rc)"; }
 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1 --device cuda >"$work/mcuda.out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -q "error: --device cuda" "$work/mcuda.out" &&

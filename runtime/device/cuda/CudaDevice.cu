@@ -97,6 +97,15 @@ public:
     cudaEventDestroy(event);
     (void)cudaGetLastError(); // never blame a later call for this one
   }
+  bool reached() const override {
+    cudaError_t state = cudaEventQuery(event);
+    if (state == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    check(state, "cudaEventQuery");
+    return true;
+  }
   cudaEvent_t event = nullptr;
 };
 
@@ -233,22 +242,6 @@ public:
     }
     checkCall(cudaEventRecord(event->event, stream), "cudaEventRecord");
     return event;
-  }
-  bool finished(const EventPtr &event) override {
-    if (!event)
-      return true;
-    auto *cuda = dynamic_cast<CudaEvent *>(event.get());
-    if (!cuda)
-      throw DeviceError("a CUDA stream cannot query an event of another kind "
-                        "of device");
-    activate();
-    cudaError_t state = cudaEventQuery(cuda->event);
-    if (state == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    checkCall(state, "cudaEventQuery");
-    return true;
   }
   void *nativeStream() override { return stream; }
   void wait(const EventPtr &event) override {
