@@ -33,6 +33,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #ifdef MIMO_HAVE_NCCL
 #include <nccl.h>
@@ -451,30 +453,55 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
     problem = loadError;
   else if (cuda.devices == 0)
     problem = "the nccl backend needs a GPU per rank: " + cuda.problem;
-  else if (localRank >= cuda.devices)
-    problem = std::to_string(localRank + 1) +
-              " or more ranks on this node "
-              "share its " +
-              std::to_string(cuda.devices) +
-              " GPU(s), and NCCL refuses two ranks of one communicator on "
-              "one GPU (\"Duplicate GPU\"): start at most one rank per GPU, "
-              "or run every rank as a thread of one process with --backend "
-              "local, which shares a GPU among ranks";
+  int ordinal =
+      cuda.devices > 0 ? static_cast<int>(localRank % cuda.devices) : 0;
+  std::vector<int64_t> all(static_cast<size_t>(size));
+  for (int64_t r = 0; r < size; ++r)
+    all[static_cast<size_t>(r)] = r;
   if (bootstrap) {
     float bad = problem.empty() ? 0.0f : 1.0f;
-    std::vector<int64_t> all(static_cast<size_t>(size));
-    for (int64_t r = 0; r < size; ++r)
-      all[static_cast<size_t>(r)] = r;
     bootstrap->allReduceMax(all, &bad, 1);
     if (bad > 0 && problem.empty())
       problem = "another rank cannot start the nccl backend (it says why)";
+    if (problem.empty()) {
+      // NCCL refuses two ranks of one communicator on one GPU: rank 0
+      // compares every rank's GPU UUID (CUDA_VISIBLE_DEVICES may give each
+      // process a different GPU under the same ordinal) and tells all.
+      std::string uuid = device::gpuUuid(ordinal);
+      uuid.resize(32, '\0');
+      char verdict[512] = {};
+      if (rank == 0) {
+        std::vector<std::string> uuids(static_cast<size_t>(size));
+        uuids[0] = uuid;
+        for (int64_t r = 1; r < size; ++r) {
+          uuids[static_cast<size_t>(r)].resize(32);
+          bootstrap->recv(r, 7, uuids[static_cast<size_t>(r)].data(), 32);
+        }
+        for (int64_t a = 0; a < size && !verdict[0]; ++a)
+          for (int64_t b = a + 1; b < size && !verdict[0]; ++b)
+            if (uuids[static_cast<size_t>(a)][0] &&
+                uuids[static_cast<size_t>(a)] == uuids[static_cast<size_t>(b)])
+              std::snprintf(
+                  verdict, sizeof verdict,
+                  "ranks %lld and %lld would share one GPU, and NCCL refuses "
+                  "two ranks of one communicator on one GPU (\"Duplicate "
+                  "GPU\"): start at most one rank per GPU (mpirun -np <= the "
+                  "GPUs), or run every rank as a thread of one process with "
+                  "--backend local, which shares a GPU among ranks",
+                  static_cast<long long>(a), static_cast<long long>(b));
+      } else {
+        bootstrap->send(0, 7, uuid.data(), 32);
+      }
+      bootstrap->broadcast(all, 0, verdict, sizeof verdict);
+      problem = verdict;
+    }
   }
   if (!problem.empty())
     return failWith(problem);
   // The rank's GPU becomes this thread's current device (NCCL binds its
   // communicators to it); the executor's device takes the same ordinal.
   try {
-    device::makeDevice(device::DeviceKind::Cuda, localRank);
+    device::makeDevice(device::DeviceKind::Cuda, ordinal);
   } catch (const std::exception &e) {
     return failWith(std::string("cannot open the GPU of local rank ") +
                     std::to_string(localRank) + ": " + e.what());
@@ -486,12 +513,8 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
       return failWith(std::string("ncclGetUniqueId failed: ") +
                       api->getErrorString(r));
   }
-  if (bootstrap) {
-    std::vector<int64_t> all(static_cast<size_t>(size));
-    for (int64_t r = 0; r < size; ++r)
-      all[static_cast<size_t>(r)] = r;
+  if (bootstrap)
     bootstrap->broadcast(all, 0, &id, sizeof(id));
-  }
   ncclComm_t world = nullptr;
   ncclResult_t r = api->commInitRank(&world, static_cast<int>(size), id,
                                      static_cast<int>(rank));

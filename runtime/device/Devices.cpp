@@ -44,6 +44,15 @@ std::optional<DeviceKind> parseKind(const std::string &name) {
 
 int64_t maxCudaHeadDim() { return bodies::kMaxHeadDim; }
 
+std::string gpuUuid(int ordinal) {
+#ifdef MIMO_HAVE_CUDA
+  if (cudaStatus().devices > 0)
+    return cuda::uuidOf(ordinal);
+#endif
+  (void)ordinal;
+  return "";
+}
+
 namespace {
 
 /// A number from the first line of a file (-1 if absent or "max").

@@ -57,6 +57,10 @@ int64_t availableBytes(DeviceKind kind, int ordinal);
 /// The largest attention head dimension the CUDA device takes.
 int64_t maxCudaHeadDim();
 
+/// The UUID of GPU `ordinal` (hex; "" without CUDA or when unreadable):
+/// the same physical GPU seen by two processes has the same one.
+std::string gpuUuid(int ordinal);
+
 /// The GPU of `rank` when `kind` is Cuda (-1 for the CPU).
 int deviceOrdinal(DeviceKind kind, int64_t rank);
 

@@ -265,7 +265,16 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   if (!data)
     return result;
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
-  comm.prepareGroups(communicatorGroups(plan.topology));
+  try {
+    comm.prepareGroups(communicatorGroups(plan.topology));
+  } catch (const std::exception &e) {
+    std::string message = "rank " + std::to_string(comm.rank()) +
+                          " could not create its communicators: " + e.what();
+    comm.fail(message);
+    result.exitCode = 2;
+    result.error = message;
+    return result;
+  }
   RunOptions local = options;
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());

@@ -18,6 +18,8 @@ CudaStatus probe();
 
 /// Free bytes of GPU `ordinal` (-1 when it cannot be asked).
 int64_t freeBytes(int ordinal);
+/// GPU `ordinal`'s UUID in hex ("" when it cannot be read).
+std::string uuidOf(int ordinal);
 
 /// The CUDA device on GPU `ordinal`: its own stream, cuBLASLt handle and
 /// workspace, memory from the GPU's stream-ordered pool. Create and use it

@@ -48,6 +48,22 @@ int64_t freeBytes(int ordinal) {
   return static_cast<int64_t>(free);
 }
 
+std::string uuidOf(int ordinal) {
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  static const char *hex = "0123456789abcdef";
+  std::string text;
+  for (char byte : props.uuid.bytes) {
+    unsigned char b = static_cast<unsigned char>(byte);
+    text += hex[b >> 4];
+    text += hex[b & 15];
+  }
+  return text;
+}
+
 CudaStatus probe() {
   CudaStatus status;
   status.built = true;
