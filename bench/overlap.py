@@ -11,6 +11,11 @@ from each run's trace.
 
 usage: bench/overlap.py [--build DIR] [--device cpu|cuda] [--steps N]
                         [--rounds N] [--bucket-mb MB] [--out FILE.md]
+                        [--write-plans DIR | --plans DIR]
+  --write-plans DIR  compile the layouts' plans into DIR and stop (on a
+                     machine with mimoc: scripts/gpu-bundle.sh);
+  --plans DIR        measure plans compiled before (a GPU machine has no
+                     mimoc).
 """
 import argparse
 import json
@@ -67,6 +72,17 @@ def measure(bin_dir, plan, device, steps, bucket, work):
             comm / per / 1e3)
 
 
+def commit():
+    try:
+        return run("git", "-C", ROOT, "rev-parse", "--short",
+                   "HEAD").stdout.strip()
+    except (subprocess.CalledProcessError, OSError):
+        try:
+            return open(os.path.join(ROOT, ".gpu-bundle", "commit")).read().strip()
+        except OSError:
+            return "unknown"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -75,17 +91,25 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bucket-mb", default="0.25")
     parser.add_argument("--out")
+    parser.add_argument("--write-plans")
+    parser.add_argument("--plans")
     args = parser.parse_args()
     bin_dir = os.path.join(args.build, "bin")
     rows = []
+    if args.write_plans:
+        os.makedirs(args.write_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         for name, model in layouts():
-            path = os.path.join(work, name + ".json")
-            with open(path, "w") as f:
-                json.dump(model, f)
-            plan = os.path.join(work, name + ".plan.json")
-            run(os.path.join(bin_dir, "mimoc"), "compile", "-q", path, "-o",
-                plan)
+            plan = os.path.join(args.plans or args.write_plans or work,
+                                name + ".plan.json")
+            if not args.plans:
+                path = os.path.join(work, name + ".json")
+                with open(path, "w") as f:
+                    json.dump(model, f)
+                run(os.path.join(bin_dir, "mimoc"), "compile", "-q", path,
+                    "-o", plan)
+            if args.write_plans:
+                continue
             results = {"0": [], args.bucket_mb: []}
             for _ in range(args.rounds):  # alternating: noise hits both
                 for bucket in results:
@@ -95,6 +119,8 @@ def main():
             on = [statistics.median(x) for x in zip(*results[args.bucket_mb])]
             world = json.load(open(plan))["world_size"]
             rows.append((name, world, off, on))
+    if args.write_plans:
+        return
     lines = [
         "# Overlapped gradient reduction",
         "",
@@ -102,8 +128,7 @@ def main():
         "--bucket-mb %s` on %s, %s, commit %s." % (
             args.device, args.steps, args.rounds, args.bucket_mb,
             platform.node() or "this machine", time.strftime("%Y-%m-%d"),
-            run("git", "-C", ROOT, "rev-parse", "--short",
-                "HEAD").stdout.strip()),
+            commit()),
         "",
         "Step: the median over rounds of each run's median step (step 1 "
         "left out). Exposed reduction: ms per rank and step inside "

@@ -15,6 +15,17 @@ for model in examples/*.json; do
   name=$(basename "$model" .json)
   build/bin/mimoc compile "$model" -o "$bundle/plans/$name.plan.json"
 done
+# The nccl check's one-rank plan, and the overlap benchmark's layouts.
+mkdir -p "$bundle/nccl"
+python3 - "$bundle/nccl/single.json" <<'PY'
+import json, sys
+model = json.load(open("examples/vlm-fan-in.json"))
+for module in model["modules"]:
+    module["parallel"] = {}
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/nccl/single.json" -o "$bundle/nccl/single.plan.json"
+python3 bench/overlap.py --write-plans "$bundle/overlap"
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+uncommitted" || true)
 echo "$(git rev-parse --short HEAD)$dirty" >"$bundle/commit"
 echo "gpu-bundle: $(du -sh "$bundle" | cut -f1) in $bundle (carry it to the GPU machine)"

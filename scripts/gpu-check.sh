@@ -10,7 +10,10 @@
 # figure). About 10 minutes on one H100.
 #
 # usage: scripts/gpu-check.sh [PHASE ...]
-#   phases: build tests examples bench report (default: all, in order).
+#   phases: build tests examples nccl bench report (default: all, in
+#   order). nccl: a one-rank plan on --backend nccl against --reference,
+#   and an injected fault's exit 2 (NCCL from the CUDA toolkit, or the
+#   nvidia-nccl Python package PyTorch brings).
 #   Each phase logs to $MIMO_GPU_BUILD/gpu-check/ (default build-gpu/), so
 #   the phases can run in separate commands on a machine that stays up
 #   (e.g. "build tests", then "examples bench report"); `report` assembles
@@ -33,7 +36,7 @@ build=${MIMO_GPU_BUILD:-build-gpu}
 logs=$build/gpu-check
 mkdir -p "$logs"
 phases=("$@")
-[ ${#phases[@]} -gt 0 ] || phases=(build tests examples bench report)
+[ ${#phases[@]} -gt 0 ] || phases=(build tests examples nccl bench report)
 jobs=$(nproc 2>/dev/null || echo 4)
 gpu=${MIMO_GPU_CHECK_DEVICE:-cuda}
 status=0
@@ -44,10 +47,20 @@ keep() { [ -n "${OUT:-}" ] && cp "$@" "$OUT/" 2>/dev/null; return 0; }
 has_phase() { local p; for p in "${phases[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 elapsed() { echo $(( $(date +%s) - $1 )); }
 
+# NCCL: the toolkit's, else the one of the nvidia-nccl Python package
+# (header for the build, library for the runs: mimo opens it with dlopen).
+ncclroot=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
+if [ -n "$ncclroot" ] && [ -d "$ncclroot/lib" ]; then
+  export LD_LIBRARY_PATH="$ncclroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
 if has_phase build; then
   t0=$(date +%s)
   json=()
   [ -f /usr/include/nlohmann/json.hpp ] || json=(-DMIMO_JSON_INCLUDE_DIR="$root/.gpu-bundle/include")
+  if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -f "$ncclroot/include/nccl.h" ]; then
+    json+=(-DMIMO_NCCL_INCLUDE_DIR="$ncclroot/include")
+  fi
   # Warnings stay warnings here: the GPU machine's host compiler may be
   # newer than the development machines' (where they are errors).
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -143,6 +156,48 @@ for l in map(json.loads, open(sys.argv[1])):
   cat "$logs/examples.log"
 fi
 
+if has_phase nccl; then
+  # SPEC §11 nccl at world size 1 (a machine with one GPU cannot hold two
+  # ranks of one NCCL communicator): the one-rank plan trains like its
+  # reference, and an injected fault ends the run with exit 2.
+  t0=$(date +%s)
+  out="$logs/nccl"
+  mkdir -p "$out"
+  plan=.gpu-bundle/nccl/single.plan.json
+  rc=0
+  if [ "$gpu" = cpu ]; then
+    echo "dry run: the nccl backend needs a GPU; not run" >"$logs/nccl.log"
+  elif [ ! -f "$plan" ]; then
+    echo "FAIL no $plan (run scripts/gpu-bundle.sh)" >"$logs/nccl.log"; rc=1
+  else
+    : >"$logs/nccl.log"
+    "$build/bin/mimo-run" "$plan" --steps 3 --device cpu --reference \
+      --metrics "$out/ref.jsonl" >"$out/ref.out" 2>&1
+    "$build/bin/mimo-run" "$plan" --steps 3 --backend nccl \
+      --metrics "$out/nccl.jsonl" --trace "$out/nccl.trace.json" >"$out/nccl.out" 2>&1
+    r=$?
+    if [ $r -eq 0 ] && python3 tests/e2e/compare_metrics.py "$out/nccl.jsonl" "$out/ref.jsonl" 3 1e-4 \
+        >>"$logs/nccl.log" 2>&1; then
+      echo "ok   one rank on --backend nccl matches --reference: $(grep -o 'step 3/3.*' "$out/nccl.out")" >>"$logs/nccl.log"
+    else
+      rc=1; { echo "FAIL --backend nccl (rc $r)"; tail -5 "$out/nccl.out"; } >>"$logs/nccl.log"
+    fi
+    MIMO_INJECT_FAULT=0:2 "$build/bin/mimo-run" "$plan" --steps 3 --backend nccl \
+      >"$out/fault.out" 2>&1
+    r=$?
+    if [ $r -eq 2 ] && grep -q "injected fault" "$out/fault.out"; then
+      echo "ok   injected fault under nccl: exit 2, $(grep -o 'rank 0 failed.*' "$out/fault.out" | head -1)" >>"$logs/nccl.log"
+    else
+      rc=1; { echo "FAIL injected fault under nccl (rc $r)"; tail -5 "$out/fault.out"; } >>"$logs/nccl.log"
+    fi
+  fi
+  # A dry run leaves the phase "not run" in the report.
+  [ "$gpu" = cpu ] || echo "$rc $(elapsed $t0)" >"$logs/nccl.status"
+  [ $rc -eq 0 ] || status=1
+  keep "$logs/nccl.log"
+  cat "$logs/nccl.log"
+fi
+
 if has_phase bench && [ "$gpu" != cpu ]; then
   t0=$(date +%s)
   "$build/bin/gpu_bench" >"$logs/bench.md" 2>&1
@@ -151,6 +206,11 @@ if has_phase bench && [ "$gpu" != cpu ]; then
   keep "$logs/bench.md"
   cat "$logs/bench.md"
   [ $rc -eq 0 ] || { status=1; note "benchmarks failed"; }
+  # Overlapped gradient buckets against one all-reduce after the backward.
+  python3 bench/overlap.py --build "$build" --device cuda --plans .gpu-bundle/overlap \
+    --out "$logs/overlap.md" >"$logs/overlap.log" 2>&1 ||
+    { status=1; note "overlap benchmark failed"; tail -5 "$logs/overlap.log"; }
+  keep "$logs/overlap.md"
   # The device profile mimoc simulate and mimoc tune take (docs/tune.md).
   "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
     { status=1; note "mimo-run --calibrate failed"; }
@@ -191,7 +251,7 @@ if has_phase report; then
     echo
     echo "## Phases"
     echo
-    for p in build tests examples bench; do phase_line $p; done
+    for p in build tests examples nccl bench; do phase_line $p; done
     echo
     echo "## GPU tests (\`ctest -L gpu\`)"
     echo
@@ -211,7 +271,15 @@ if has_phase report; then
     [ -f "$logs/examples.log" ] && cat "$logs/examples.log" || echo "not run"
     echo '```'
     echo
+    echo "## nccl backend (one rank)"
+    echo
+    echo '```'
+    [ -f "$logs/nccl.log" ] && cat "$logs/nccl.log" || echo "not run"
+    echo '```'
+    echo
     [ -f "$logs/bench.md" ] && cat "$logs/bench.md" || echo "Benchmarks: not run"
+    echo
+    [ -f "$logs/overlap.md" ] && sed 's/^# /## /' "$logs/overlap.md" || echo "Overlap benchmark: not run"
     echo
     if [ -f "$logs/profile.json" ]; then
       echo "Device profile for \`mimoc simulate/tune --profile\`: bench/results/profile-$slug.json"
