@@ -37,7 +37,7 @@ const char *kUsage =
     "                [--device cpu|cuda] [--threads N] [--reference]\n"
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
-    "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
+    "                [--timeout SECONDS] [--grad-bucket-mb MB] [--no-overlap]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -79,6 +79,9 @@ const char *kHelp =
     "                       MiB, each started as soon as the backward has\n"
     "                       finished it, beside the compute (local backend;\n"
     "                       default 25; 0: one all-reduce after the backward)\n"
+    "  --no-overlap         every message and collective blocks its rank\n"
+    "                       until done (default: pipeline and bridge sends\n"
+    "                       and gradient buckets run beside the compute)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
     "                       messages, and write the profile mimoc simulate\n"
@@ -143,6 +146,7 @@ struct CommandLine {
   int threads = 0;
   double timeout = 300;
   double gradBucketMb = 25;
+  bool overlap = true;
   bool reference = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
@@ -225,6 +229,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       if (!v)
         return usageError("--trace expects a file name");
       cli.tracePath = *v;
+    } else if (arg == "--no-overlap") {
+      cli.overlap = false;
     } else if (is("--grad-bucket-mb")) {
       auto v = value("--grad-bucket-mb");
       char *end = nullptr;
@@ -644,6 +650,7 @@ int run(int argc, char **argv) {
   options.timeoutSeconds = cli.timeout;
   options.gradBucketBytes =
       static_cast<int64_t>(cli.gradBucketMb * double(int64_t(1) << 20));
+  options.overlap = cli.overlap;
   options.planFile = cli.planPath;
   options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();
   options.collectTrace = !cli.tracePath.empty();

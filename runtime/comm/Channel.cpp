@@ -50,6 +50,21 @@ std::shared_ptr<Request> Channel::allReduceSum(std::vector<int64_t> group,
                                                float *data, int64_t count,
                                                device::EventPtr ready,
                                                std::string what) {
+  return post([group = std::move(group), data,
+               count](Comm &c) { c.allReduceSum(group, data, count); },
+              std::move(ready), std::move(what));
+}
+
+std::shared_ptr<Request> Channel::exchange(std::vector<P2POp> ops,
+                                           device::EventPtr ready,
+                                           std::string what) {
+  return post([ops = std::move(ops)](Comm &c) mutable { c.exchange(ops); },
+              std::move(ready), std::move(what));
+}
+
+std::shared_ptr<Request> Channel::post(std::function<void(Comm &)> work,
+                                       device::EventPtr ready,
+                                       std::string what) {
   auto request = std::make_shared<Request>();
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -57,8 +72,8 @@ std::shared_ptr<Request> Channel::allReduceSum(std::vector<int64_t> group,
       finish(*request, failure, nullptr);
       return request;
     }
-    queue.push_back({std::move(group), data, count, std::move(ready),
-                     std::move(what), request});
+    queue.push_back(
+        {std::move(work), std::move(ready), std::move(what), request});
   }
   wake.notify_all();
   return request;
@@ -98,7 +113,7 @@ void Channel::run() {
     try {
       comm->setContext(task.what);
       dev->wait(task.ready);
-      comm->allReduceSum(task.group, task.data, task.count);
+      task.work(*comm);
       end = dev->record();
     } catch (...) {
       error = std::current_exception();

@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,18 +78,23 @@ public:
   std::shared_ptr<Request> allReduceSum(std::vector<int64_t> group, float *data,
                                         int64_t count, device::EventPtr ready,
                                         std::string what);
+  /// Posts a batch of messages (Comm::exchange), started after `ready`.
+  /// The buffers must stay valid until the request is done.
+  std::shared_ptr<Request> exchange(std::vector<P2POp> ops,
+                                    device::EventPtr ready, std::string what);
 
   Comm &communicator() { return *comm; }
 
 private:
   struct Task {
-    std::vector<int64_t> group;
-    float *data = nullptr;
-    int64_t count = 0;
+    /// What the worker runs with the channel's communicator.
+    std::function<void(Comm &)> work;
     device::EventPtr ready;
     std::string what;
     std::shared_ptr<Request> request;
   };
+  std::shared_ptr<Request> post(std::function<void(Comm &)> work,
+                                device::EventPtr ready, std::string what);
   void run();
   static void finish(Request &request, std::exception_ptr error,
                      device::EventPtr end);

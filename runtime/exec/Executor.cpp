@@ -217,7 +217,10 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // device stream of their own (same thread count: creating a CPU
       // device sets the creating thread's kernel threads).
       OverlapSetup overlap;
-      overlap.bucketBytes = options.gradBucketBytes;
+      overlap.bucketBytes = options.overlap ? options.gradBucketBytes : 0;
+      // NCCL's pairing follows each peer's posting order on one stream:
+      // the emulation keeps sends on the rank's own thread.
+      overlap.sendsAhead = options.overlap && !ncclLike;
       overlap.channels = [&, rank, timeout](int64_t tagChannel) {
         std::unique_ptr<comm::Comm> channelComm =
             comm::makeLocalComm(localWorld, rank);

@@ -96,12 +96,12 @@ void BucketedReduction::gradsDone(const std::vector<size_t> &params,
       --missing[bucketOf[p]];
   }
   while (next < buckets.size() && missing[next] == 0) {
-    post(next++, dev);
+    post(next++, dev, true);
     ++early;
   }
 }
 
-void BucketedReduction::post(size_t b, device::Device &dev) {
+void BucketedReduction::post(size_t b, device::Device &dev, bool ahead) {
   const GradBucket &bucket = buckets[b];
   std::string name = "grad bucket " + std::to_string(b + 1) + "/" +
                      std::to_string(buckets.size()) + " " + module;
@@ -109,27 +109,30 @@ void BucketedReduction::post(size_t b, device::Device &dev) {
   posted.push_back(
       {name, count * static_cast<int64_t>(sizeof(float)),
        channel.allReduceSum(group, grads + bucket.begin, count, dev.record(),
-                            "step " + std::to_string(step + 1) + ", " + name)});
+                            "step " + std::to_string(step + 1) + ", " + name),
+       ahead});
 }
 
 std::vector<BucketedReduction::Span>
 BucketedReduction::finish(device::Device &dev, int64_t prefix) {
   while (next < buckets.size())
-    post(next++, dev);
+    post(next++, dev, false);
   if (prefix > 0) {
     std::string name = "grad prefix " + module;
     posted.push_back(
         {name, prefix * static_cast<int64_t>(sizeof(float)),
          channel.allReduceSum(group, grads, prefix, dev.record(),
                               "step " + std::to_string(step + 1) + ", " + name +
-                                  " (SP-partial gradients)")});
+                                  " (SP-partial gradients)"),
+         false});
   }
   std::vector<Posted> waiting = std::move(posted);
   posted.clear();
   std::vector<Span> spans;
   for (Posted &p : waiting) {
     p.request->wait(dev);
-    spans.push_back({p.name, p.request->started, p.request->finished, p.bytes});
+    spans.push_back(
+        {p.name, p.request->started, p.request->finished, p.bytes, p.ahead});
   }
   return spans;
 }

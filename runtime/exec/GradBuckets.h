@@ -75,6 +75,9 @@ public:
     std::string name;
     std::chrono::steady_clock::time_point start, end;
     int64_t bytes = 0;
+    /// Posted before the instruction that waits for it (by the backward,
+    /// or a send posted ahead).
+    bool ahead = false;
   };
   /// Posts every bucket not yet posted, then [0, prefix) (already summed
   /// over TP), waits for all of them and returns their spans.
@@ -85,7 +88,7 @@ public:
   size_t postedEarly() const { return early; }
 
 private:
-  void post(size_t bucket, device::Device &dev);
+  void post(size_t bucket, device::Device &dev, bool ahead);
 
   std::vector<GradBucket> buckets;
   /// For each parameter, the buckets holding it (one).
@@ -104,6 +107,7 @@ private:
     std::string name;
     int64_t bytes;
     std::shared_ptr<comm::Request> request;
+    bool ahead;
   };
   std::vector<Posted> posted;
 };

@@ -33,6 +33,8 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
   for (auto &m : modules)
     if (m)
       setUpOverlap(*m, overlap);
+  if (overlap.sendsAhead && overlap.channels)
+    sendChannel = overlap.channels(kSendChannel);
   if (evalData)
     evalProgram = forwardOnly(*program);
 }
@@ -107,17 +109,33 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
       for (size_t j = i + 1; j <= end; ++j)
         name += " + " + describeInstr(topo, instrs[j]);
       events.push_back({rank, name, t0, t1 - t0, traceArgs(instrs[i])});
+    }
+    if (end + 1 == instrs.size() && !inFlight.empty())
+      awaitSends(); // the pass's end: nothing stays in flight
+    if (trace) {
       for (const BucketedReduction::Span &s : channelSpans) {
         auto us = [&](Clock::time_point t) {
           return std::chrono::duration<double, std::micro>(t - origin).count();
         };
-        events.push_back({rank, s.name, us(s.start), us(s.end) - us(s.start),
-                          "{\"bytes\":" + std::to_string(s.bytes) + "}",
-                          kCommStream});
+        events.push_back(
+            {rank, s.name, us(s.start), us(s.end) - us(s.start),
+             "{\"bytes\":" + std::to_string(s.bytes) +
+                 ",\"posted_ahead\":" + (s.ahead ? "true" : "false") + "}",
+             kCommStream});
       }
     }
     channelSpans.clear();
     i = end + 1;
+  }
+}
+
+void RankExecutor::awaitSends() {
+  std::vector<InFlight> waiting = std::move(inFlight);
+  inFlight.clear();
+  for (InFlight &f : waiting) {
+    f.request->wait(dev);
+    channelSpans.push_back(
+        {f.name, f.request->started, f.request->finished, f.bytes, true});
   }
 }
 

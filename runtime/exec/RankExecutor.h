@@ -68,11 +68,19 @@ using ChannelFactory =
 
 /// How gradient reduction overlaps the backward.
 struct OverlapSetup {
-  /// Bucket size (0: no overlap).
+  /// Gradient bucket size (0: one all-reduce at ReduceGrads).
   int64_t bucketBytes = 0;
+  /// Batches of sends only (pipeline and bridge sends) are posted on a
+  /// channel and the rank goes on computing; they are waited for at the
+  /// end of the pass.
+  bool sendsAhead = false;
   /// Null where the backend has no channels (mpi): no overlap.
   ChannelFactory channels;
 };
+
+/// The tag channel of a rank's send channel (its messages carry their own
+/// tags; it runs no collectives).
+inline constexpr int64_t kSendChannel = 0;
 
 class RankExecutor {
 public:
@@ -164,6 +172,9 @@ private:
   /// Posts the point-to-point instructions [first, last] together.
   void exchange(const std::vector<Instr> &instrs, size_t first, size_t last);
 
+  /// Waits for the sends posted ahead (their spans go to the trace).
+  void awaitSends();
+
   void execute(const Instr &in);
 
   void forward(ModuleState &m, int64_t mb);
@@ -216,6 +227,16 @@ private:
   std::vector<comm::P2POp> exchanged;
   /// Collectives the channels finished since the last trace event.
   std::vector<BucketedReduction::Span> channelSpans;
+  /// Sends posted ahead and the tensors they read (kept alive until they
+  /// are done). Declared before the channel, so destroyed after it.
+  struct InFlight {
+    std::shared_ptr<comm::Request> request;
+    std::vector<Tensor> buffers;
+    std::string name;
+    int64_t bytes = 0;
+  };
+  std::vector<InFlight> inFlight;
+  std::unique_ptr<comm::Channel> sendChannel;
   double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
   int64_t stepTokens = 0;
 };

@@ -155,10 +155,39 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
                         " cannot be posted with sends and receives");
     }
   }
-  comm.exchange(ops);
   exchanged = ops;
-  for (auto &[map, key] : consumed)
-    map->erase(key);
+  if (!sendChannel) {
+    comm.exchange(ops);
+    for (auto &[map, key] : consumed)
+      map->erase(key);
+    return;
+  }
+  // Sends go out ahead on the send channel, which waits for the receivers
+  // (the tensors they read stay alive with the request); the receives
+  // block here. Waiting only for less than the batch did never deadlocks.
+  std::vector<comm::P2POp> sends, receives;
+  for (const comm::P2POp &o : ops)
+    (o.isSend ? sends : receives).push_back(o);
+  if (!sends.empty()) {
+    InFlight f;
+    for (size_t j = first; j <= last; ++j)
+      if (instrInfo(instrs[j].op).isSend)
+        f.name +=
+            (f.name.empty() ? "" : " + ") + describeInstr(topo, instrs[j]);
+    for (const comm::P2POp &o : sends)
+      f.bytes += o.bytes;
+    for (auto &[map, key] : consumed) {
+      f.buffers.push_back(std::move(map->at(key)));
+      map->erase(key);
+    }
+    f.request = sendChannel->exchange(
+        std::move(sends), dev.record(),
+        "step " + std::to_string(stepIndex + 1) + ", instruction " +
+            std::to_string(first) + " (" + f.name + ")");
+    inFlight.push_back(std::move(f));
+  }
+  if (!receives.empty())
+    comm.exchange(receives);
 }
 
 void RankExecutor::execute(const Instr &in) {
