@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Step time with and without overlapped gradient reduction (SPEC §11).
+"""Step time with and without overlapped communication (SPEC §11).
 
-For each layout, `mimo-run --grad-bucket-mb 0` (one DP x CP all-reduce per
-module after the backward) and `--grad-bucket-mb MB` (buckets posted during
-the backward on each rank's channel) run in alternating rounds on the same
-device. Reported per layout: the median step of each, their ratio, and the
-exposed reduction: the time ranks spend in their reduce_grads instructions
-(what the compute stream waits for), the mean over ranks and steps, read
-from each run's trace.
+For each layout, `mimo-run --no-overlap` (every message and collective
+blocks its rank; one DP x CP all-reduce per module after the backward) and
+`mimo-run --grad-bucket-mb MB` (the default overlap: pipeline and bridge
+sends posted ahead, gradient buckets posted during the backward, each on a
+channel of the rank) run in alternating rounds on the same device.
+Reported per layout: the median step of each, their ratio, and the exposed
+reduction: the time ranks spend in their reduce_grads instructions (what
+the compute stream waits for), the mean over ranks and steps, read from
+each run's trace.
 
 usage: bench/overlap.py [--build DIR] [--device cpu|cuda] [--steps N]
                         [--rounds N] [--bucket-mb MB] [--out FILE.md]
@@ -58,7 +60,9 @@ def measure(bin_dir, plan, device, steps, bucket, work):
     metrics = os.path.join(work, "m.jsonl")
     trace = os.path.join(work, "t.json")
     run(os.path.join(bin_dir, "mimo-run"), plan, "--device", device,
-        "--steps", steps, "--grad-bucket-mb", bucket, "--metrics", metrics,
+        "--steps", steps,
+        *(["--no-overlap"] if bucket == "0" else ["--grad-bucket-mb", bucket]),
+        "--metrics", metrics,
         "--trace", trace)
     seconds = [json.loads(line)["seconds"] for line in open(metrics)]
     events = json.load(open(trace))["traceEvents"]
@@ -132,13 +136,13 @@ def main():
         "",
         "Step: the median over rounds of each run's median step (step 1 "
         "left out). Exposed reduction: ms per rank and step inside "
-        "reduce_grads (the compute stream waiting for gradients); bucket "
-        "time: ms per rank and step the channel spent in bucket "
-        "all-reduces (waiting for peers included).",
+        "reduce_grads (the compute stream waiting for gradients); comm "
+        "stream: ms per rank and step the channels spent on sends posted "
+        "ahead and bucket all-reduces (waiting for peers included).",
         "",
-        "| layout | ranks | step, no overlap | step, buckets of %s MiB | "
-        "ratio (overlap / none) | exposed reduction, none → overlap | "
-        "bucket time |" % args.bucket_mb,
+        "| layout | ranks | step, --no-overlap | step, overlap (buckets of "
+        "%s MiB) | ratio (overlap / none) | exposed reduction, none → "
+        "overlap | comm stream |" % args.bucket_mb,
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, world, off, on in rows:
