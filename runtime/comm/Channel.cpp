@@ -39,6 +39,13 @@ Channel::~Channel() {
   }
   wake.notify_all();
   worker.join();
+  // What the worker enqueued on its stream finishes before the buffers it
+  // reads or writes can be freed (a failure unwinding).
+  try {
+    dev->synchronize();
+  } catch (const std::exception &) {
+    // The device reports its own fault elsewhere.
+  }
   for (Task &task : queue)
     finish(*task.request,
            std::make_exception_ptr(CommError("the channel closed before " +

@@ -305,6 +305,17 @@ void Comm::broadcast(const std::vector<int64_t> &group, int64_t root,
   } else {
     ops.push_back({false, root, tag, data, bytes});
   }
+  if (strictGroups) {
+    // NCCL's broadcast is a collective every member enters: emulating it,
+    // each pair of members also meets (empty messages), so a plan that
+    // needs a member to leave before another arrives fails here too.
+    int64_t self = rank();
+    for (int64_t member : group)
+      if (member != self) {
+        ops.push_back({true, member, tag, nullptr, 0});
+        ops.push_back({false, member, tag, nullptr, 0});
+      }
+  }
   exchange(ops);
 }
 

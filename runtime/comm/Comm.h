@@ -22,6 +22,7 @@
 
 #include "runtime/device/Device.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -67,7 +68,9 @@ public:
 
   /// Collectives over `group`: ascending world ranks holding this rank.
   /// Every member calls them in the same order. Results are bit-identical
-  /// on every member (sums are taken in group order).
+  /// on every member (sums are taken in group order; the nccl backend's
+  /// collectives are NCCL's: identical on every member, summed in NCCL's
+  /// order).
   void allReduceSum(const std::vector<int64_t> &group, float *data,
                     int64_t count);
   void allReduceSum(const std::vector<int64_t> &group, double *data,
@@ -107,8 +110,13 @@ public:
   }
 
   /// The wait limit of every blocking operation.
-  void setTimeout(std::chrono::duration<double> seconds) { timeout = seconds; }
-  std::chrono::duration<double> getTimeout() const { return timeout; }
+  void setTimeout(std::chrono::duration<double> seconds) {
+    timeout.store(seconds.count());
+  }
+  std::chrono::duration<double> getTimeout() const {
+    return std::chrono::duration<double>(timeout.load());
+  }
+  double timeoutSeconds() const { return timeout.load(); }
   /// Collectives of this communicator take tags of their own range
   /// `channel` (0..kMaxTagChannels-1; default 0), so that communicators of
   /// one rank used from several threads (comm/Channel.h) never match each
@@ -153,7 +161,8 @@ protected:
     (void)families;
   }
 
-  std::chrono::duration<double> timeout{300.0};
+  /// Seconds; atomic: a backend's watchdog thread reads it.
+  std::atomic<double> timeout{300.0};
   std::string context;
   device::Device *buffers = nullptr;
 

@@ -161,9 +161,10 @@ std::string secondsText(std::chrono::duration<double> d) {
 
 class NcclComm final : public Comm {
 public:
-  NcclComm(const NcclApi &api, ncclComm_t world, int64_t rank, int64_t size,
+  /// Starts the watchdog; `initialize` then makes the world communicator.
+  NcclComm(const NcclApi &api, int ordinal, int64_t rank, int64_t size,
            Comm *bootstrap)
-      : api(api), world(world), self(rank), worldSize(size),
+      : api(api), ordinal(ordinal), self(rank), worldSize(size),
         bootstrap(bootstrap) {
     watchdog = std::thread([this] { watch(); });
   }
@@ -175,11 +176,36 @@ public:
     }
     wake.notify_all();
     watchdog.join();
-    if (aborted.load())
+    if (aborted.load() || !world)
       return;
+    // ncclCommDestroy waits for every operation issued: with one that never
+    // finished (a failure unwinding) that is forever, so abort instead.
+    bool quiet = true;
+    try {
+      for (const Pending &p : pending)
+        quiet = quiet && (!p.event || p.event->reached());
+    } catch (const std::exception &) {
+      quiet = false;
+    }
     for (auto &[group, c] : groups)
-      api.commDestroy(c);
-    api.commDestroy(world);
+      quiet ? api.commDestroy(c) : api.commAbort(c);
+    quiet ? api.commDestroy(world) : api.commAbort(world);
+  }
+
+  /// ncclCommInitRank of the world (blocking: the watchdog times it).
+  std::string initialize(const ncclUniqueId &id) {
+    ncclResult_t r;
+    {
+      HostCall call(*this, "ncclCommInitRank");
+      r = api.commInitRank(&world, static_cast<int>(worldSize), id,
+                           static_cast<int>(self));
+    }
+    if (r == ncclSuccess)
+      return "";
+    world = nullptr;
+    return std::string("ncclCommInitRank of rank ") + std::to_string(self) +
+           " of " + std::to_string(worldSize) +
+           " failed: " + api.getErrorString(r) + " (NCCL_DEBUG=WARN says more)";
   }
 
   int64_t rank() const override { return self; }
@@ -208,6 +234,8 @@ public:
     // batch in the same canonical order.
     canonicalOrder(ops);
     cudaStream_t s = stream();
+    // ncclGroupEnd may wait on the host for a peer to connect.
+    HostCall call(*this, "ncclGroupEnd of a batch of messages");
     check(api.groupStart(), "ncclGroupStart", nullptr);
     for (const P2POp &op : ops) {
       if (op.bytes == 0)
@@ -239,6 +267,7 @@ protected:
     if (!c || (type != device::DType::F32 && type != device::DType::F64))
       return false;
     if (count > 0) {
+      HostCall call(*this, "ncclAllReduce");
       check(
           api.allReduce(data, data, static_cast<size_t>(count),
                         type == device::DType::F32 ? ncclFloat32 : ncclFloat64,
@@ -254,6 +283,7 @@ protected:
     if (!c)
       return false;
     if (count > 0) {
+      HostCall call(*this, "ncclAllGather");
       check(api.allGather(in, out, static_cast<size_t>(count), ncclFloat32, c,
                           stream()),
             "ncclAllGather", c);
@@ -267,6 +297,7 @@ protected:
     if (!c)
       return false;
     if (count > 0) {
+      HostCall call(*this, "ncclReduceScatter");
       check(api.reduceScatter(in, out, static_cast<size_t>(count), ncclFloat32,
                               ncclSum, c, stream()),
             "ncclReduceScatter", c);
@@ -280,6 +311,7 @@ protected:
     if (!c)
       return false;
     if (bytes > 0) {
+      HostCall call(*this, "ncclBroadcast");
       check(api.broadcast(data, data, static_cast<size_t>(bytes), ncclUint8,
                           static_cast<int>(rootIndex), c, stream()),
             "ncclBroadcast", c);
@@ -304,8 +336,11 @@ protected:
           family[0].size() == static_cast<size_t>(worldSize))
         continue; // the world itself
       ncclComm_t split = nullptr;
-      check(api.commSplit(world, color, key, &split, nullptr), "ncclCommSplit",
-            world);
+      {
+        HostCall call(*this, "ncclCommSplit");
+        check(api.commSplit(world, color, key, &split, nullptr),
+              "ncclCommSplit", world);
+      }
       if (color != NCCL_SPLIT_NOCOLOR) {
         std::lock_guard<std::mutex> lock(mutex);
         groups[family[static_cast<size_t>(color)]] = split;
@@ -313,7 +348,31 @@ protected:
     }
   }
 
+  /// A usage error fails the job at once (not after the device's teardown
+  /// waits for operations the peers will never match).
+  void noteError(const std::string &message) override { fail(message); }
+
 private:
+  using TimePoint = Clock::time_point;
+
+  /// Marks a call that may block the host inside NCCL (communicator
+  /// creation, connection set-up at a group's end): the watchdog times it.
+  class HostCall {
+  public:
+    HostCall(NcclComm &comm, const char *what) : comm(comm) {
+      std::lock_guard<std::mutex> lock(comm.mutex);
+      comm.inCall = what;
+      comm.inCallSince = Clock::now();
+    }
+    ~HostCall() {
+      std::lock_guard<std::mutex> lock(comm.mutex);
+      comm.inCall = nullptr;
+    }
+
+  private:
+    NcclComm &comm;
+  };
+
   std::string inContext() const {
     return context.empty() ? std::string() : " in " + context;
   }
@@ -352,24 +411,27 @@ private:
         {std::move(event),
          std::string(what) + (context.empty() ? "" : " in ") + context,
          Clock::now()});
-    // Completed entries are dropped by the watchdog; keep the list short
-    // when it lags.
-    while (pending.size() > 4096)
-      pending.pop_front();
   }
 
+  /// Aborts every communicator (from the main thread only: NCCL forbids
+  /// using a communicator from two threads at once).
   void abortAll() {
     if (aborted.exchange(true))
       return;
     std::lock_guard<std::mutex> lock(mutex);
     for (auto &[group, c] : groups)
       api.commAbort(c);
-    api.commAbort(world);
+    if (world)
+      api.commAbort(world);
   }
 
-  /// Polls every 100 ms: drops finished operations, fails on a timeout or
-  /// an asynchronous NCCL error.
+  /// Polls every 100 ms: drops finished operations; on an operation or a
+  /// blocking call older than the timeout, or an asynchronous NCCL error,
+  /// prints the rank, what it waited for and why, and exits 2 (the
+  /// launcher ends the other ranks; each one's own watchdog would too).
   void watch() {
+    // Queries of this rank's events must not create a context on GPU 0.
+    cudaSetDevice(ordinal);
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {
       wake.wait_for(lock, std::chrono::milliseconds(100));
@@ -377,19 +439,26 @@ private:
         break;
       std::string problem;
       try {
-        while (!pending.empty() && pending.front().event &&
-               pending.front().event->reached())
-          pending.pop_front();
-        if (!pending.empty() && !pending.front().event)
+        while (!pending.empty() &&
+               (!pending.front().event || pending.front().event->reached()))
           pending.pop_front();
       } catch (const std::exception &e) {
         problem = std::string("the GPU reported a fault: ") + e.what();
       }
+      auto limit = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(timeoutSeconds()));
+      TimePoint now = Clock::now();
+      if (problem.empty() && inCall && now - inCallSince > limit)
+        problem = "timed out after " + secondsText(getTimeout()) +
+                  " s inside " + inCall + inContext() +
+                  " (a peer never joined it)";
       if (problem.empty() && !pending.empty() &&
-          Clock::now() - pending.front().posted > getTimeout())
+          now - pending.front().posted > limit)
         problem = "timed out after " + secondsText(getTimeout()) +
                   " s waiting for the peers of " + pending.front().what;
-      std::vector<ncclComm_t> all = {world};
+      std::vector<ncclComm_t> all;
+      if (world)
+        all.push_back(world);
       for (auto &[group, c] : groups)
         all.push_back(c);
       for (ncclComm_t c : all) {
@@ -403,18 +472,17 @@ private:
       }
       if (problem.empty())
         continue;
-      lock.unlock();
       std::fflush(stdout);
       std::fprintf(stderr, "mimo-run: rank %lld failed: %s\n",
                    static_cast<long long>(self), problem.c_str());
       std::fflush(stderr);
-      abortAll();
-      std::_Exit(2); // mpirun ends the other ranks
+      std::_Exit(2);
     }
   }
 
   const NcclApi &api;
-  ncclComm_t world;
+  int ordinal;
+  ncclComm_t world = nullptr;
   int64_t self, worldSize;
   Comm *bootstrap;
   std::map<std::vector<int64_t>, ncclComm_t> groups;
@@ -423,11 +491,13 @@ private:
   struct Pending {
     device::EventPtr event;
     std::string what;
-    Clock::time_point posted;
+    TimePoint posted;
   };
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Pending> pending;
+  const char *inCall = nullptr;
+  TimePoint inCallSince;
   bool stopping = false;
   std::thread watchdog;
 };
@@ -441,12 +511,17 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
       *error = text;
     return nullptr;
   };
-  std::string loadError;
-  const NcclApi *api = ncclApi(&loadError);
   int64_t rank = bootstrap ? bootstrap->rank() : 0;
   int64_t size = bootstrap ? bootstrap->size() : 1;
-  // Every rank agrees whether all can start before any enters NCCL (one
-  // that stops alone would leave the others waiting in ncclCommInitRank).
+  // After every rank agreed to start, a failure of one rank alone would
+  // leave the others inside NCCL: it ends the whole job (exit 2).
+  auto failAfterAgreement = [&](const std::string &text) {
+    if (bootstrap)
+      bootstrap->fail("rank " + std::to_string(rank) + ": " + text);
+    return failWith(text);
+  };
+  std::string loadError;
+  const NcclApi *api = ncclApi(&loadError);
   const device::CudaStatus &cuda = device::cudaStatus();
   std::string problem;
   if (!api)
@@ -455,32 +530,41 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
     problem = "the nccl backend needs a GPU per rank: " + cuda.problem;
   int ordinal =
       cuda.devices > 0 ? static_cast<int>(localRank % cuda.devices) : 0;
-  std::vector<int64_t> all(static_cast<size_t>(size));
-  for (int64_t r = 0; r < size; ++r)
-    all[static_cast<size_t>(r)] = r;
   if (bootstrap) {
-    float bad = problem.empty() ? 0.0f : 1.0f;
-    bootstrap->allReduceMax(all, &bad, 1);
-    if (bad > 0 && problem.empty())
-      problem = "another rank cannot start the nccl backend (it says why)";
-    if (problem.empty()) {
-      // NCCL refuses two ranks of one communicator on one GPU: rank 0
-      // compares every rank's GPU UUID (CUDA_VISIBLE_DEVICES may give each
-      // process a different GPU under the same ordinal) and tells all.
-      std::string uuid = device::gpuUuid(ordinal);
-      uuid.resize(32, '\0');
-      char verdict[512] = {};
+    // Every rank agrees whether all can start before any enters NCCL: rank
+    // 0 gathers each rank's problem and GPU UUID, finds the first problem
+    // or two ranks on one GPU (NCCL refuses two ranks of one communicator
+    // on one GPU; CUDA_VISIBLE_DEVICES may give each process a different
+    // GPU under the same ordinal), and tells every rank.
+    constexpr size_t kText = 512, kUuid = 32;
+    std::string mine = problem.substr(0, kText - 1);
+    mine.resize(kText, '\0');
+    std::string uuid = problem.empty() ? device::gpuUuid(ordinal) : "";
+    uuid.resize(kUuid, '\0');
+    std::string report = mine + uuid;
+    std::vector<int64_t> all(static_cast<size_t>(size));
+    for (int64_t r = 0; r < size; ++r)
+      all[static_cast<size_t>(r)] = r;
+    char verdict[kText] = {};
+    try {
       if (rank == 0) {
-        std::vector<std::string> uuids(static_cast<size_t>(size));
-        uuids[0] = uuid;
+        std::vector<std::string> reports(static_cast<size_t>(size));
+        reports[0] = report;
         for (int64_t r = 1; r < size; ++r) {
-          uuids[static_cast<size_t>(r)].resize(32);
-          bootstrap->recv(r, 7, uuids[static_cast<size_t>(r)].data(), 32);
+          reports[static_cast<size_t>(r)].resize(kText + kUuid);
+          bootstrap->recv(r, 7, reports[static_cast<size_t>(r)].data(),
+                          static_cast<int64_t>(kText + kUuid));
         }
+        for (int64_t r = 0; r < size && !verdict[0]; ++r)
+          if (reports[static_cast<size_t>(r)][0])
+            std::snprintf(verdict, sizeof verdict, "rank %lld: %s",
+                          static_cast<long long>(r),
+                          reports[static_cast<size_t>(r)].c_str());
         for (int64_t a = 0; a < size && !verdict[0]; ++a)
-          for (int64_t b = a + 1; b < size && !verdict[0]; ++b)
-            if (uuids[static_cast<size_t>(a)][0] &&
-                uuids[static_cast<size_t>(a)] == uuids[static_cast<size_t>(b)])
+          for (int64_t b = a + 1; b < size && !verdict[0]; ++b) {
+            std::string ua = reports[static_cast<size_t>(a)].substr(kText);
+            std::string ub = reports[static_cast<size_t>(b)].substr(kText);
+            if (ua[0] && ua == ub)
               std::snprintf(
                   verdict, sizeof verdict,
                   "ranks %lld and %lld would share one GPU, and NCCL refuses "
@@ -489,12 +573,16 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
                   "GPUs), or run every rank as a thread of one process with "
                   "--backend local, which shares a GPU among ranks",
                   static_cast<long long>(a), static_cast<long long>(b));
+          }
       } else {
-        bootstrap->send(0, 7, uuid.data(), 32);
+        bootstrap->send(0, 7, report.data(),
+                        static_cast<int64_t>(report.size()));
       }
       bootstrap->broadcast(all, 0, verdict, sizeof verdict);
-      problem = verdict;
+    } catch (const std::exception &e) {
+      return failWith(std::string("the MPI bootstrap failed: ") + e.what());
     }
+    problem = verdict;
   }
   if (!problem.empty())
     return failWith(problem);
@@ -503,27 +591,32 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
   try {
     device::makeDevice(device::DeviceKind::Cuda, ordinal);
   } catch (const std::exception &e) {
-    return failWith(std::string("cannot open the GPU of local rank ") +
-                    std::to_string(localRank) + ": " + e.what());
+    return failAfterAgreement(std::string("cannot open GPU ") +
+                              std::to_string(ordinal) + ": " + e.what());
   }
   ncclUniqueId id{};
   if (rank == 0) {
     ncclResult_t r = api->getUniqueId(&id);
     if (r != ncclSuccess)
-      return failWith(std::string("ncclGetUniqueId failed: ") +
-                      api->getErrorString(r));
+      return failAfterAgreement(std::string("ncclGetUniqueId failed: ") +
+                                api->getErrorString(r));
   }
-  if (bootstrap)
-    bootstrap->broadcast(all, 0, &id, sizeof(id));
-  ncclComm_t world = nullptr;
-  ncclResult_t r = api->commInitRank(&world, static_cast<int>(size), id,
-                                     static_cast<int>(rank));
-  if (r != ncclSuccess)
-    return failWith(std::string("ncclCommInitRank of rank ") +
-                    std::to_string(rank) + " of " + std::to_string(size) +
-                    " failed: " + api->getErrorString(r) +
-                    " (NCCL_DEBUG=WARN says more)");
-  return std::make_unique<NcclComm>(*api, world, rank, size, bootstrap);
+  if (bootstrap) {
+    std::vector<int64_t> all(static_cast<size_t>(size));
+    for (int64_t r = 0; r < size; ++r)
+      all[static_cast<size_t>(r)] = r;
+    try {
+      bootstrap->broadcast(all, 0, &id, sizeof(id));
+    } catch (const std::exception &e) {
+      return failAfterAgreement(std::string("the MPI bootstrap failed: ") +
+                                e.what());
+    }
+  }
+  auto comm = std::make_unique<NcclComm>(*api, ordinal, rank, size, bootstrap);
+  std::string failed = comm->initialize(id);
+  if (!failed.empty())
+    return failAfterAgreement(failed);
+  return comm;
 }
 
 #endif // MIMO_HAVE_NCCL

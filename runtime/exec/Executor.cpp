@@ -136,6 +136,9 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
       }
     }
   } catch (const comm::CommError &e) {
+    // Fail now, before the device's teardown waits for operations the
+    // peers will never match (nccl); the first failure wins (local).
+    comm.fail(e.what());
     return e.what();
   } catch (const std::exception &e) {
     std::string where = executor ? executor->where() : std::string("setup");

@@ -3,6 +3,7 @@
 #include "runtime/exec/GradBuckets.h"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <stdexcept>
 
@@ -129,11 +130,21 @@ BucketedReduction::finish(device::Device &dev, int64_t prefix) {
   std::vector<Posted> waiting = std::move(posted);
   posted.clear();
   std::vector<Span> spans;
+  std::exception_ptr first;
   for (Posted &p : waiting) {
-    p.request->wait(dev);
+    try {
+      p.request->wait(dev);
+    } catch (...) {
+      // Wait for the rest too: none may still write the gradients.
+      if (!first)
+        first = std::current_exception();
+      continue;
+    }
     spans.push_back(
         {p.name, p.request->started, p.request->finished, p.bytes, p.ahead});
   }
+  if (first)
+    std::rethrow_exception(first);
   return spans;
 }
 

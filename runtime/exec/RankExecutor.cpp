@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <set>
 
 namespace mimo::exec {
@@ -132,11 +133,20 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
 void RankExecutor::awaitSends() {
   std::vector<InFlight> waiting = std::move(inFlight);
   inFlight.clear();
+  std::exception_ptr first;
   for (InFlight &f : waiting) {
-    f.request->wait(dev);
+    try {
+      f.request->wait(dev);
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+      continue;
+    }
     channelSpans.push_back(
         {f.name, f.request->started, f.request->finished, f.bytes, true});
   }
+  if (first)
+    std::rethrow_exception(first);
 }
 
 /// Every rank waits for every other.
@@ -227,8 +237,8 @@ void RankExecutor::setUpOverlap(ModuleState &m, const OverlapSetup &overlap) {
       std::max<int64_t>(1, overlap.bucketBytes / int64_t(sizeof(float)));
   std::vector<GradBucket> buckets =
       planGradBuckets(slots, flat.spPartial, values);
-  if (microbatches == 0 || buckets.empty())
-    return;
+  if (buckets.empty())
+    return; // every member of the group decides alike
   m.channel = overlap.channels(1 + static_cast<int64_t>(m.index));
   m.reduction = std::make_unique<BucketedReduction>(
       std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
