@@ -5,13 +5,21 @@ Same architecture as mimo's language module (docs/runtime.md): token
 embedding, pre-norm layers (RMSNorm eps 1e-5, Q/K/V/O projections without
 bias, rotate-half RoPE with base 10000, causal softmax attention scaled by
 1/sqrt(head_dim), SwiGLU MLP), final RMSNorm, output head, cross-entropy
-over every position but the last, AdamW. Attention is what eager PyTorch
-1.13 offers: the [S, S] scores materialised per head, the causal half
-masked after the fact.
+over every position but the last, AdamW. Attention by default is what
+eager PyTorch 1.13 offers: the [S, S] scores materialised per head, the
+causal half masked after the fact; `--attention sdpa` uses
+F.scaled_dot_product_attention (PyTorch 2's fused kernels, still eager).
+
+On a GPU (`--device cuda`), `--dtype bf16` runs the forward under
+torch.autocast (bf16 GEMMs with fp32 accumulation, fp32 master weights and
+AdamW), the usual mixed precision of eager PyTorch; steps are timed with
+torch.cuda.synchronize and the peak memory PyTorch allocated is reported.
 
 usage: pytorch_twin.py --hidden 512 --layers 4 --heads 8 --ffn 1536
        --vocab 8192 --seq 512 --batch 4 --steps 4 [--threads N]
-Prints one JSON object: {"tokens_per_s": mean over steps 2.., "steps": [...]}.
+       [--device cpu|cuda] [--dtype fp32|bf16] [--attention eager|sdpa]
+Prints one JSON object: {"tokens_per_s": mean over steps 2.., "steps": [...]}
+(and "peak_bytes" on a GPU).
 """
 import argparse
 import json
@@ -32,11 +40,15 @@ class RMSNorm(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+SDPA = False  # --attention sdpa
+
+
 def rope(x, positions):
     # x: [B, heads, S, d]; rotate-half with base 10000.
     d = x.shape[-1]
     half = d // 2
-    inv = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float32) / d)
+    inv = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float32,
+                                          device=x.device) / d)
     angles = positions[:, None].float() * inv[None, :]  # [S, half]
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., :half], x[..., half:]
@@ -65,9 +77,13 @@ class Layer(torch.nn.Module):
         k = self.wk(h).view(B, S, self.heads, d).transpose(1, 2)
         v = self.wv(h).view(B, S, self.heads, d).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-        scores = scores.masked_fill(causal, float("-inf"))
-        a = torch.softmax(scores, dim=-1) @ v
+        if SDPA:
+            a = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v,
+                                               is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+            scores = scores.masked_fill(causal, float("-inf"))
+            a = torch.softmax(scores, dim=-1) @ v
         x = x + self.wo(a.transpose(1, 2).reshape(B, S, H))
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -83,14 +99,15 @@ class Model(torch.nn.Module):
 
     def forward(self, ids):
         S = ids.shape[1]
-        positions = torch.arange(S)
-        causal = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        positions = torch.arange(S, device=ids.device)
+        causal = torch.triu(torch.ones(S, S, dtype=torch.bool, device=ids.device),
+                            diagonal=1)
         x = self.embedding(ids)
         for layer in self.layers:
             x = layer(x, positions, causal)
         logits = self.head(self.final_norm(x))
-        # Next-token loss over every position but the last.
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+        # Next-token loss over every position but the last (in fp32).
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                ids[:, 1:].reshape(-1))
 
 
@@ -100,26 +117,43 @@ def main():
                           ("vocab", 8192), ("seq", 512), ("batch", 4), ("steps", 4),
                           ("threads", 1)):
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--attention", default="eager", choices=["eager", "sdpa"])
     a = p.parse_args()
+    global SDPA
+    SDPA = a.attention == "sdpa"
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Model(a.vocab, a.hidden, a.layers, a.heads, a.ffn)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
+    model = Model(a.vocab, a.hidden, a.layers, a.heads, a.ffn).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     steps = []
     for step in range(a.steps):
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq))
+        ids = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+        sync()
         start = time.perf_counter()
-        loss = model(ids)
+        with torch.autocast(a.device, dtype=torch.bfloat16,
+                            enabled=a.dtype == "bf16"):
+            loss = model(ids)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         seconds = time.perf_counter() - start
         steps.append({"step": step + 1, "loss": loss.item(), "seconds": seconds,
                       "tokens": a.batch * a.seq})
     later = steps[1:] or steps
     rate = sum(s["tokens"] for s in later) / sum(s["seconds"] for s in later)
-    print(json.dumps({"tokens_per_s": rate, "threads": a.threads, "steps": steps}))
+    out = {"tokens_per_s": rate, "threads": a.threads, "device": a.device,
+           "dtype": a.dtype, "attention": a.attention, "steps": steps}
+    if cuda:
+        out["peak_bytes"] = torch.cuda.max_memory_allocated()
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

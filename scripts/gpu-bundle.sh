@@ -26,6 +26,10 @@ json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/nccl/single.json" -o "$bundle/nccl/single.plan.json"
 python3 bench/overlap.py --write-plans "$bundle/overlap"
+# The ~1.3B model of bench/train_1b.py, and its memory plan.
+mkdir -p "$bundle/1b"
+build/bin/mimoc compile -q bench/models/lm-1b.json -o "$bundle/1b/lm-1b.plan.json"
+build/bin/mimoc explain "$bundle/1b/lm-1b.plan.json" --format json >"$bundle/1b/explain.json"
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+uncommitted" || true)
 echo "$(git rev-parse --short HEAD)$dirty" >"$bundle/commit"
 echo "gpu-bundle: $(du -sh "$bundle" | cut -f1) in $bundle (carry it to the GPU machine)"

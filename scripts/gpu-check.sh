@@ -208,9 +208,18 @@ if has_phase bench && [ "$gpu" != cpu ]; then
   [ $rc -eq 0 ] || { status=1; note "benchmarks failed"; }
   # Overlapped gradient buckets against one all-reduce after the backward.
   python3 bench/overlap.py --build "$build" --device cuda --plans .gpu-bundle/overlap \
+    --rounds 2 --steps 4 \
     --out "$logs/overlap.md" >"$logs/overlap.log" 2>&1 ||
     { status=1; note "overlap benchmark failed"; tail -5 "$logs/overlap.log"; }
   keep "$logs/overlap.md"
+  # A ~1.3B language model: mimo against PyTorch eager (bf16 and fp32).
+  if [ -f .gpu-bundle/1b/lm-1b.plan.json ]; then
+    python3 bench/train_1b.py --build "$build" --plan .gpu-bundle/1b/lm-1b.plan.json \
+      --explain .gpu-bundle/1b/explain.json --steps 4 --timeout 240 \
+      --out "$logs/train-1b.md" >"$logs/train-1b.log" 2>&1 ||
+      { status=1; note "1B benchmark failed"; tail -5 "$logs/train-1b.log"; }
+    keep "$logs/train-1b.md"
+  fi
   # The device profile mimoc simulate and mimoc tune take (docs/tune.md).
   "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
     { status=1; note "mimo-run --calibrate failed"; }
@@ -280,6 +289,8 @@ if has_phase report; then
     [ -f "$logs/bench.md" ] && cat "$logs/bench.md" || echo "Benchmarks: not run"
     echo
     [ -f "$logs/overlap.md" ] && sed 's/^# /## /' "$logs/overlap.md" || echo "Overlap benchmark: not run"
+    echo
+    [ -f "$logs/train-1b.md" ] && cat "$logs/train-1b.md" || echo "1B training benchmark: not run"
     echo
     if [ -f "$logs/profile.json" ]; then
       echo "Device profile for \`mimoc simulate/tune --profile\`: bench/results/profile-$slug.json"

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Training a ~1.3B-parameter language model on one GPU: mimo against
+PyTorch eager (SPEC §11 GPU benchmarks; run by scripts/gpu-check.sh).
+
+The model (bench/models/lm-1b.json): hidden 2048, 22 layers, 16 heads,
+SwiGLU 5632, vocabulary 32000, sequence 2048, 2 sequences per step,
+precision bf16, AdamW. mimo trains its plan (compiled beforehand:
+scripts/gpu-bundle.sh) with `mimo-run --device cuda`; the same model and
+optimizer run in PyTorch eager (bench/pytorch_twin.py: bf16 autocast with
+F.scaled_dot_product_attention, and fp32) in the same run. Reported:
+tokens/s, model TFLOP/s and MFU against the GPU's dense bf16 peak, the
+ratio mimo / PyTorch, and the peak device memory of mimo's step (sampled
+with nvidia-smi) against the memory plan's estimate (`mimoc explain`).
+
+usage: bench/train_1b.py --build DIR --plan PLAN.json [--explain EXPLAIN.json]
+                         [--steps N] [--timeout S] [--out FILE.md]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Dense bf16 tensor-core peaks (TFLOP/s), by the GPU's name.
+BF16_PEAK = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def gpu_name():
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "unknown GPU"
+
+
+class MemorySampler:
+    """Peak memory.used of GPU 0 (MiB) every 0.2 s while running."""
+
+    def __init__(self):
+        self.peak = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                used = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used",
+                     "--format=csv,noheader,nounits", "-i", "0"],
+                    capture_output=True, text=True, timeout=5).stdout.strip()
+                self.peak = max(self.peak, int(used.splitlines()[0]))
+            except (OSError, ValueError, IndexError,
+                    subprocess.TimeoutExpired):
+                pass
+            self.stop.wait(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def model_shape(plan):
+    config = json.load(open(plan))["model"]
+    language = [m for m in config["modules"] if m["kind"] == "language"][0]
+    return language["arch"], config["batch"]
+
+
+def run_mimo(args, work):
+    metrics = os.path.join(work, "mimo.jsonl")
+    with MemorySampler() as memory:
+        start = time.time()
+        done = subprocess.run(
+            [os.path.join(args.build, "bin", "mimo-run"), args.plan,
+             "--device", "cuda", "--steps", str(args.steps),
+             "--metrics", metrics],
+            capture_output=True, text=True, timeout=args.timeout)
+        wall = time.time() - start
+    if done.returncode != 0:
+        raise RuntimeError("mimo-run failed (%d): %s" %
+                           (done.returncode, done.stderr[-800:]))
+    steps = [json.loads(line) for line in open(metrics)]
+    later = steps[1:] or steps
+    return {
+        "tokens_per_s": statistics.median(s["tokens_per_s"] for s in later),
+        "tflops": statistics.median(s["tflops"] for s in later),
+        "seconds": statistics.median(s["seconds"] for s in later),
+        "loss": [round(s["loss"], 4) for s in steps],
+        "peak_mib": memory.peak, "wall": wall,
+    }
+
+
+def run_twin(args, arch, batch, dtype, attention):
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "pytorch_twin.py"),
+           "--device", "cuda", "--dtype", dtype, "--attention", attention,
+           "--hidden", str(arch["hidden_size"]),
+           "--layers", str(arch["num_layers"]),
+           "--heads", str(arch["num_heads"]),
+           "--ffn", str(arch["ffn_hidden_size"]),
+           "--vocab", str(arch["vocab_size"]),
+           "--seq", str(batch["seq_length"]),
+           "--batch", str(batch["micro_batch_size"] *
+                          batch.get("num_microbatches", 1)),
+           "--steps", str(args.steps)]
+    done = subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=args.timeout)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build-gpu"))
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--explain")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--timeout", type=int, default=400)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    arch, batch = model_shape(args.plan)
+    name = gpu_name()
+    peak = next((v for k, v in BF16_PEAK.items() if k in name), None)
+    lines = ["## Training a ~1.3B language model on one GPU: mimo vs PyTorch "
+             "eager", "",
+             "`python3 bench/train_1b.py --steps %d` on %s; model: hidden %d, "
+             "%d layers, %d heads, FFN %d, vocabulary %d, sequence %d, %d "
+             "sequences per step, AdamW." % (
+                 args.steps, name, arch["hidden_size"], arch["num_layers"],
+                 arch["num_heads"], arch["ffn_hidden_size"],
+                 arch["vocab_size"], batch["seq_length"],
+                 batch["micro_batch_size"] * batch.get("num_microbatches", 1)),
+             ""]
+    with tempfile.TemporaryDirectory() as work:
+        try:
+            mimo = run_mimo(args, work)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            mimo = {"error": str(e)[-400:]}
+    twins = {(d, a): run_twin(args, arch, batch, d, a)
+             for d, a in (("bf16", "sdpa"), ("fp32", "sdpa"))}
+    flops_per_token = None
+    if "tflops" in mimo:
+        flops_per_token = mimo["tflops"] * 1e12 / mimo["tokens_per_s"]
+
+    def mfu(tokens_per_s):
+        if not peak or not flops_per_token:
+            return "n/a"
+        return "%.1f%%" % (100 * tokens_per_s * flops_per_token / 1e12 / peak)
+
+    lines += ["| run | tokens/s | model TFLOP/s | MFU (bf16 peak %s) | peak "
+              "memory |" % ("%.0f" % peak if peak else "unknown"),
+              "|---|---:|---:|---:|---:|"]
+    if "error" in mimo:
+        lines.append("| mimo (precision bf16, emulated: fp32 GEMMs) | failed: "
+                     "%s | | | |" % mimo["error"].replace("\n", " "))
+    else:
+        lines.append("| mimo (precision bf16, emulated: fp32 GEMMs) | %.0f | "
+                     "%.1f | %s | %.1f GiB (nvidia-smi) |" % (
+                         mimo["tokens_per_s"], mimo["tflops"],
+                         mfu(mimo["tokens_per_s"]), mimo["peak_mib"] / 1024))
+    for (dtype, attention), twin in twins.items():
+        label = "PyTorch eager, %s%s, SDPA attention" % (
+            dtype, " autocast" if dtype == "bf16" else " (TF32 off)")
+        if "error" in twin:
+            lines.append("| %s | failed: %s | | | |" % (label, twin["error"]))
+            continue
+        tflops = (twin["tokens_per_s"] * flops_per_token / 1e12
+                  if flops_per_token else float("nan"))
+        lines.append("| %s | %.0f | %.1f | %s | %.1f GiB (allocated) |" % (
+            label, twin["tokens_per_s"], tflops, mfu(twin["tokens_per_s"]),
+            twin["peak_bytes"] / 2**30))
+    lines.append("")
+    if "error" not in mimo:
+        for (dtype, _), twin in twins.items():
+            if "error" not in twin:
+                lines.append("- mimo / PyTorch eager %s: %.2fx tokens/s" % (
+                    dtype, mimo["tokens_per_s"] / twin["tokens_per_s"]))
+        lines.append("- mimo's losses: %s; step %.2f s" % (
+            mimo["loss"], mimo["seconds"]))
+        if args.explain:
+            estimate = json.load(open(args.explain))["ranks"][0]["memory"]
+            lines.append("- mimo's peak device memory %.1f GiB (nvidia-smi, "
+                         "the CUDA context included) vs the memory plan's "
+                         "%.1f GiB" % (mimo["peak_mib"] / 1024,
+                                       estimate["total_bytes"] / 2**30))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
