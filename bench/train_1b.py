@@ -9,8 +9,10 @@ scripts/gpu-bundle.sh) with `mimo-run --device cuda`; the same model and
 optimizer run in PyTorch eager (bench/pytorch_twin.py: bf16 autocast with
 F.scaled_dot_product_attention, and fp32) in the same run. Reported:
 tokens/s, model TFLOP/s and MFU against the GPU's dense bf16 peak, the
-ratio mimo / PyTorch, and the peak device memory of mimo's step (sampled
-with nvidia-smi) against the memory plan's estimate (`mimoc explain`).
+ratio mimo / PyTorch, and the peak device memory of mimo's step (what its
+device allocated at most, `peak_bytes` of the metrics; nvidia-smi's view,
+the CUDA context included, beside it) against the memory plan's estimate
+(`mimoc explain`).
 
 usage: bench/train_1b.py --build DIR --plan PLAN.json [--explain EXPLAIN.json]
                          [--steps N] [--timeout S] [--out FILE.md]
@@ -96,6 +98,7 @@ def run_mimo(args, work):
         "seconds": statistics.median(s["seconds"] for s in later),
         "loss": [round(s["loss"], 4) for s in steps],
         "peak_mib": memory.peak, "wall": wall,
+        "peak_bytes": max(s.get("peak_bytes", -1) for s in steps),
     }
 
 
@@ -164,9 +167,11 @@ def main():
                      "%s | | | |" % mimo["error"].replace("\n", " "))
     else:
         lines.append("| mimo (precision bf16, emulated: fp32 GEMMs) | %.0f | "
-                     "%.1f | %s | %.1f GiB (nvidia-smi) |" % (
-                         mimo["tokens_per_s"], mimo["tflops"],
-                         mfu(mimo["tokens_per_s"]), mimo["peak_mib"] / 1024))
+                     "%.1f | %s | %.1f GiB (allocated; nvidia-smi %.1f GiB) "
+                     "|" % (mimo["tokens_per_s"], mimo["tflops"],
+                            mfu(mimo["tokens_per_s"]),
+                            mimo["peak_bytes"] / 2**30,
+                            mimo["peak_mib"] / 1024))
     for (dtype, attention), twin in twins.items():
         label = "PyTorch eager, %s%s, SDPA attention" % (
             dtype, " autocast" if dtype == "bf16" else " (TF32 off)")
@@ -188,10 +193,11 @@ def main():
             mimo["loss"], mimo["seconds"]))
         if args.explain:
             estimate = json.load(open(args.explain))["ranks"][0]["memory"]
-            lines.append("- mimo's peak device memory %.1f GiB (nvidia-smi, "
-                         "the CUDA context included) vs the memory plan's "
-                         "%.1f GiB" % (mimo["peak_mib"] / 1024,
-                                       estimate["total_bytes"] / 2**30))
+            lines.append("- mimo's peak device memory %.1f GiB allocated vs "
+                         "the memory plan's %.1f GiB (ratio %.2f)" % (
+                             mimo["peak_bytes"] / 2**30,
+                             estimate["total_bytes"] / 2**30,
+                             mimo["peak_bytes"] / estimate["total_bytes"]))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -70,7 +70,8 @@ const char *kHelp =
     "                       in any layout of the same model\n"
     "  --metrics FILE       one JSON object per step: step, loss, grad_norm,\n"
     "                       lr, tokens, seconds, tokens_per_s, tflops, mfu\n"
-    "                       (GPU), eval_loss\n"
+    "                       (GPU), peak_bytes and peak_rank (the most device\n"
+    "                       memory a rank held), eval_loss\n"
     "  --trace FILE         a Chrome/Perfetto trace: per rank, its\n"
     "                       instructions (compute) and its overlapped\n"
     "                       gradient buckets (comm)\n"
@@ -535,6 +536,10 @@ public:
                              {"tflops", tflops}};
     if (peakTflops > 0)
       record["mfu"] = tflops / peakTflops;
+    if (m.peakBytes >= 0) {
+      record["peak_bytes"] = m.peakBytes;
+      record["peak_rank"] = m.peakRank;
+    }
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
     metrics << record.dump() << std::endl; // flushed

@@ -98,6 +98,10 @@ public:
   /// Waits on the host until every enqueued call has finished; reports any
   /// asynchronous error.
   virtual void synchronize() = 0;
+  /// The most bytes this device had allocated at once since the last
+  /// resetPeakBytes() (-1: not tracked).
+  virtual int64_t peakBytes() const { return -1; }
+  virtual void resetPeakBytes() {}
   /// The stream libraries enqueue their work on beside this device's
   /// kernels (a cudaStream_t for NCCL); null for the CPU.
   virtual void *nativeStream() { return nullptr; }

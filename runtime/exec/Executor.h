@@ -40,6 +40,10 @@ struct StepMetrics {
   std::optional<double> evalLoss;
   int64_t tokens = 0;
   double seconds = 0;
+  /// The most device memory any rank held at once during the step (bytes,
+  /// what its device allocated: parameters, gradients, moments,
+  /// activations, buffers) and that rank; -1 when the device does not say.
+  int64_t peakBytes = -1, peakRank = -1;
 };
 
 /// The trace's streams of a rank: its instructions, and the collectives

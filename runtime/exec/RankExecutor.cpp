@@ -51,6 +51,8 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   metrics.gradNorm = stepNorm;
   metrics.lr = learningRate(plan.config.train, step + 1);
   metrics.flops = stepFlops;
+  metrics.peakBytes = stepPeakBytes;
+  metrics.peakRank = stepPeakRank;
   metrics.tokens = stepTokens;
   metrics.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return metrics;
@@ -277,7 +279,9 @@ void RankExecutor::resetStep() {
   bridgeGrad.clear();
   stepLoss = 0;
   // [sum of squares of the gradients, loss], accumulated on the device.
-  stepScalars = Tensor::zeros(dev, 2, device::DType::F64);
+  if (!evaluating)
+    dev.resetPeakBytes();
+  stepScalars = Tensor::zeros(dev, 2 + topo.worldSize, device::DType::F64);
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;
   invN = 0;

@@ -238,6 +238,8 @@ private:
   std::vector<InFlight> inFlight;
   std::unique_ptr<comm::Channel> sendChannel;
   double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
+  /// The largest rank's peak device memory in the step (-1: untracked).
+  int64_t stepPeakBytes = -1, stepPeakRank = -1;
   int64_t stepTokens = 0;
 };
 

@@ -362,9 +362,10 @@ void RankExecutor::reduceGrads(ModuleState &m) {
 
 /// Global gradient norm and loss (one all-reduce of two doubles on the
 /// device, one download), clipping folded into AdamW, one AdamW launch
-/// per module.
+/// per module. Each rank's peak device memory rides along (slot 2 + rank;
+/// the others' slots are zero, so the sum gathers them).
 void RankExecutor::optimizerStep() {
-  double *sums = stepScalars.data<double>(); // [sum of squares, loss]
+  double *sums = stepScalars.data<double>(); // [sum of squares, loss, peaks]
   if (evaluating) { // the loss alone: no gradients, no update
     comm.allReduceSum(world, sums, 2);
     double host[2];
@@ -380,11 +381,21 @@ void RankExecutor::optimizerStep() {
     int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
     dev.sumSquaresInto(flat.grads.data() + from, flat.total - from, sums);
   }
-  comm.allReduceSum(world, sums, 2);
-  double host[2];
-  dev.download(host, sums, sizeof(host));
+  double peak = static_cast<double>(dev.peakBytes());
+  dev.upload(sums + 2 + rank, &peak, sizeof(peak));
+  int64_t count = stepScalars.size();
+  comm.allReduceSum(world, sums, count);
+  std::vector<double> host(static_cast<size_t>(count));
+  dev.download(host.data(), sums, count * int64_t(sizeof(double)));
   stepNorm = std::sqrt(host[0]);
   stepLoss = host[1];
+  stepPeakBytes = -1;
+  stepPeakRank = -1;
+  for (int64_t r = 0; r < topo.worldSize; ++r)
+    if (host[static_cast<size_t>(2 + r)] > double(stepPeakBytes)) {
+      stepPeakBytes = static_cast<int64_t>(host[static_cast<size_t>(2 + r)]);
+      stepPeakRank = r;
+    }
   const TrainConfig &train = plan.config.train;
   device::AdamWStep adam;
   adam.lr = learningRate(train, stepIndex + 1);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/Limits.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/exec/Executor.h"
 #include "tests/e2e/Layouts.h"
@@ -348,6 +349,37 @@ TEST(Overlap, BucketsAndSendsAheadTrainBitIdentically) {
     EXPECT_GT(ahead, 0u) << "the backward posted no bucket";
     std::string json = exec::traceJson(buckets.trace);
     EXPECT_NE(json.find("\"name\":\"comm\""), std::string::npos);
+  }
+}
+
+/// SPEC §14: the memory plan's estimate of a rank against what its device
+/// really held at its peak (every allocation, CPU size classes included):
+/// for every layout, the largest rank's measured peak lies within
+/// [0.5, 1.25] of its estimate, and the metrics name that rank.
+TEST(MemoryPlan, EstimateBoundsTheMeasuredPeakOfEveryLayout) {
+  for (const test::Layout &layout : test::equivalenceLayouts()) {
+    SCOPED_TRACE(layout.name);
+    Plan plan = planOf(layout.model);
+    exec::RunOptions options;
+    options.steps = 2;
+    options.timeoutSeconds = 120;
+    exec::RunResult run = exec::runLocal(plan, options);
+    ASSERT_EQ(run.exitCode, 0) << run.error;
+    ASSERT_EQ(run.steps.size(), 2u);
+    const exec::StepMetrics &last = run.steps.back();
+    ASSERT_GE(last.peakRank, 0);
+    ASSERT_LT(last.peakRank, plan.topology.worldSize);
+    std::vector<RankMemory> estimate =
+        memoryPlan(plan.topology, plan.config);
+    double expected = double(
+        estimate[static_cast<size_t>(last.peakRank)].totalBytes);
+    double ratio = double(last.peakBytes) / expected;
+    EXPECT_GE(ratio, 0.5) << last.peakBytes << " bytes measured on rank "
+                          << last.peakRank << ", " << expected
+                          << " estimated";
+    EXPECT_LE(ratio, 1.25) << last.peakBytes << " bytes measured on rank "
+                           << last.peakRank << ", " << expected
+                           << " estimated";
   }
 }
 

@@ -72,6 +72,7 @@ public:
     sizes[p] = bytes;
     live += bytes;
     peak = std::max(peak, live);
+    reported = std::max(reported, live);
     return p;
   }
 
@@ -87,6 +88,16 @@ public:
     }
     free[bytes].push_back(p);
     cached += bytes;
+  }
+
+  /// The most bytes live at once since resetPeak().
+  int64_t peakLive() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return static_cast<int64_t>(reported);
+  }
+  void resetPeak() {
+    std::lock_guard<std::mutex> lock(mutex);
+    reported = live;
   }
 
 private:
@@ -112,7 +123,7 @@ private:
   const size_t limit = limitFromEnvironment();
   std::map<size_t, std::vector<void *>> free;
   std::unordered_map<void *, size_t> sizes;
-  size_t live = 0, cached = 0, peak = 0;
+  size_t live = 0, cached = 0, peak = 0, reported = 0;
 };
 
 class CpuDevice final : public Device {
@@ -122,6 +133,8 @@ public:
 
   void *allocate(int64_t bytes) override { return blocks.allocate(bytes); }
   void release(void *data) override { blocks.release(data); }
+  int64_t peakBytes() const override { return blocks.peakLive(); }
+  void resetPeakBytes() override { blocks.resetPeak(); }
   void fillZero(void *data, int64_t bytes) override {
     if (bytes > 0)
       std::memset(data, 0, static_cast<size_t>(bytes));
@@ -304,7 +317,7 @@ public:
   }
 
 private:
-  BlockCache blocks;
+  mutable BlockCache blocks;
 
   template <typename T>
   static void addAs(void *out, const void *a, const void *b, int64_t n) {

@@ -29,7 +29,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace mimo::device::cuda {
@@ -164,13 +166,34 @@ public:
                         std::to_string(totalBytes >> 20) + " MiB free)");
     }
     checkCall(error, "cudaMallocAsync");
+    std::lock_guard<std::mutex> lock(sizesMutex);
+    int64_t size = std::max<int64_t>(bytes, 1);
+    sizes[p] = size;
+    live += size;
+    peak = std::max(peak, live);
     return p;
+  }
+  int64_t peakBytes() const override {
+    std::lock_guard<std::mutex> lock(sizesMutex);
+    return peak;
+  }
+  void resetPeakBytes() override {
+    std::lock_guard<std::mutex> lock(sizesMutex);
+    peak = live;
   }
   void release(void *data) override {
     // From destructors: never throws. Stream-ordered, so work already
     // enqueued that reads `data` finishes first. A sticky error reappears
     // at the next checked call; anything else is cleared here so that it is
     // not blamed on that call.
+    {
+      std::lock_guard<std::mutex> lock(sizesMutex);
+      auto it = sizes.find(data);
+      if (it != sizes.end()) {
+        live -= it->second;
+        sizes.erase(it);
+      }
+    }
     if (!activateQuietly())
       return;
     cudaFreeAsync(data, stream);
@@ -559,6 +582,11 @@ private:
   double *partials = nullptr;
   std::unique_ptr<CublasLtGemm> blas;
   const char *lastKernel = nullptr;
+  /// Bytes allocated through this device: live now, and the most at once
+  /// since resetPeakBytes().
+  mutable std::mutex sizesMutex;
+  std::unordered_map<void *, int64_t> sizes;
+  int64_t live = 0, peak = 0;
 };
 
 } // namespace
