@@ -139,6 +139,14 @@ public:
   virtual void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *A, const float *B, float beta,
                     float *C) = 0;
+  /// gemm of A and B rounded to bfloat16 (ties to even), products summed
+  /// in fp32: what tensor cores compute from bf16 operands, the GEMMs of
+  /// precision "bf16" (SPEC §11). A and B may hold any floats; C is fp32.
+  /// The CPU rounds copies and runs its fp32 GEMM; the GPU converts to bf16
+  /// and runs cuBLASLt's bf16 GEMM.
+  virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, const float *B,
+                        float beta, float *C) = 0;
   virtual void rmsnormForward(const float *x, const float *w, float *y,
                               float *rstd, int64_t rows, int64_t cols) = 0;
   virtual void rmsnormBackward(const float *x, const float *w,

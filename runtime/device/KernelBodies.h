@@ -84,6 +84,21 @@ struct RoundBf16 {
   MIMO_HD void operator()(int64_t i) const { data[i] = roundToBf16(data[i]); }
 };
 
+/// The bfloat16 bits of each value rounded to bfloat16 (what a GEMM with
+/// bf16 operands reads).
+struct ToBf16Bits {
+  const float *in;
+  uint16_t *out;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    float r = roundToBf16(in[i]);
+    uint32_t bits;
+    memcpy(&bits, &r, sizeof(bits));
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+};
+
 template <typename T> struct Fill {
   T *out;
   T value;

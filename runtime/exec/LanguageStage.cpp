@@ -199,8 +199,8 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   store(hN);
   c.hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
   c.logits = empty(Tc * Vl);
-  matmul(dev, c.hNf.data(), parameters[head].work.data(), c.logits.data(), Tc,
-         H, Vl);
+  matmul(dev, ctx.bf16, c.hNf.data(), parameters[head].work.data(),
+         c.logits.data(), Tc, H, Vl);
   store(c.logits); // bf16 logits; the softmax and loss in fp32
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
@@ -252,7 +252,7 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
                              ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
                              c.scale.data(), dlogits.data());
     Tensor dhNf = empty(Tc * H);
-    matmulBackward(dev, c.hNf.data(), parameters[head].work.data(),
+    matmulBackward(dev, ctx.bf16, c.hNf.data(), parameters[head].work.data(),
                    dlogits.data(), dhNf.data(), parameters[head].grad.data(),
                    Tc, H, Vl);
     Tensor dhN;

@@ -17,19 +17,32 @@
 
 namespace mimo::exec::ops {
 
+/// A stage's GEMM: with bf16 operands (fp32 accumulation) under precision
+/// "bf16" (SPEC §11), fp32 otherwise.
+inline void gemm(Device &dev, bool bf16, bool transA, bool transB, int64_t M,
+                 int64_t N, int64_t K, float alpha, const float *A,
+                 const float *B, float beta, float *C) {
+  if (bf16)
+    dev.gemmBf16(transA, transB, M, N, K, alpha, A, B, beta, C);
+  else
+    dev.gemm(transA, transB, M, N, K, alpha, A, B, beta, C);
+}
+
 /// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
-inline void matmul(Device &dev, const float *x, const float *w, float *y,
-                   int64_t M, int64_t K, int64_t N, float beta = 0.0f) {
-  dev.gemm(false, false, M, N, K, 1.0f, x, w, beta, y);
+inline void matmul(Device &dev, bool bf16, const float *x, const float *w,
+                   float *y, int64_t M, int64_t K, int64_t N,
+                   float beta = 0.0f) {
+  gemm(dev, bf16, false, false, M, N, K, 1.0f, x, w, beta, y);
 }
 
 /// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
-inline void matmulBackward(Device &dev, const float *x, const float *w,
-                           const float *dy, float *dx, float *dw, int64_t M,
-                           int64_t K, int64_t N, float dxBeta = 0.0f) {
+inline void matmulBackward(Device &dev, bool bf16, const float *x,
+                           const float *w, const float *dy, float *dx,
+                           float *dw, int64_t M, int64_t K, int64_t N,
+                           float dxBeta = 0.0f) {
   if (dx)
-    dev.gemm(false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
-  dev.gemm(true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
+    gemm(dev, bf16, false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
+  gemm(dev, bf16, true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
 }
 
 /// Buffers that are written whole before they are read, and buffers that

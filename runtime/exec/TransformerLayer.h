@@ -60,9 +60,9 @@ public:
     c.q = empty(Tc * Hl);
     c.k = empty(Tc * Hl);
     c.v = empty(Tc * Hl);
-    matmul(dev, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
-    matmul(dev, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
-    matmul(dev, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
     if (language) {
       dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
       dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
@@ -86,7 +86,7 @@ public:
                            language);
     store(c.a);
     Tensor o = empty(Tc * H);
-    matmul(dev, c.a.data(), P(wo), o.data(), Tc, Hl, H);
+    matmul(dev, ctx.bf16, c.a.data(), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
     store(o);
     c.x1 = c.x.clone();
@@ -97,12 +97,12 @@ public:
     store(h2);
     c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
     c.g = empty(Tc * Fl);
-    matmul(dev, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
+    matmul(dev, ctx.bf16, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
     store(c.g);
     c.s = empty(Tc * Fl);
     if (language) {
       c.u = empty(Tc * Fl);
-      matmul(dev, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
+      matmul(dev, ctx.bf16, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
       store(c.u);
       dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else {
@@ -110,7 +110,7 @@ public:
     }
     store(c.s);
     Tensor mlp = empty(Tc * H);
-    matmul(dev, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
+    matmul(dev, ctx.bf16, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
     store(mlp);
     Tensor out = c.x1.clone();
@@ -127,28 +127,28 @@ public:
     // MLP.
     Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
     Tensor ds = empty(Tc * Fl);
-    matmulBackward(dev, c.s.data(), P(w2), dmf.data(), ds.data(), G(w2), Tc, Fl,
-                   H);
+    matmulBackward(dev, ctx.bf16, c.s.data(), P(w2), dmf.data(), ds.data(),
+                   G(w2), Tc, Fl, H);
     Tensor dg = empty(Tc * Fl), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = empty(Tc * Fl);
       dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                          du.data(), Tc * Fl);
-      matmulBackward(dev, c.h2f.data(), P(w3), du.data(), dh2f.data(), G(w3),
-                     Tc, H, Fl);
+      matmulBackward(dev, ctx.bf16, c.h2f.data(), P(w3), du.data(), dh2f.data(),
+                     G(w3), Tc, H, Fl);
     } else {
       dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
     }
-    matmulBackward(dev, c.h2f.data(), P(w1), dg.data(), dh2f.data(), G(w1), Tc,
-                   H, Fl, language ? 1.0f : 0.0f);
+    matmulBackward(dev, ctx.bf16, c.h2f.data(), P(w1), dg.data(), dh2f.data(),
+                   G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
     Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
     Tensor da = empty(Tc * Hl);
-    matmulBackward(dev, c.a.data(), P(wo), dof.data(), da.data(), G(wo), Tc, Hl,
-                   H);
+    matmulBackward(dev, ctx.bf16, c.a.data(), P(wo), dof.data(), da.data(),
+                   G(wo), Tc, Hl, H);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
     // Without queries no key gets a gradient.
@@ -170,12 +170,12 @@ public:
       // inputs, which hf holds, so nothing else to undo.
     }
     Tensor dhf = empty(Tc * H);
-    matmulBackward(dev, c.hf.data(), P(wq), dq.data(), dhf.data(), G(wq), Tc, H,
-                   Hl);
-    matmulBackward(dev, c.hf.data(), P(wk), dk.data(), dhf.data(), G(wk), Tc, H,
-                   Hl, 1.0f);
-    matmulBackward(dev, c.hf.data(), P(wv), dv.data(), dhf.data(), G(wv), Tc, H,
-                   Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wq), dq.data(), dhf.data(),
+                   G(wq), Tc, H, Hl);
+    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wk), dk.data(), dhf.data(),
+                   G(wk), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wv), dv.data(), dhf.data(),
+                   G(wv), Tc, H, Hl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);

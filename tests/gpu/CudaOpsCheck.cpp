@@ -160,6 +160,33 @@ public:
           }
   }
 
+  /// Precision "bf16": both devices round the operands to bf16 and sum
+  /// the (exact) products in fp32; only the order of the sums differs
+  /// (tensor cores), hence a looser bound than fp32's.
+  void gemmBf16() {
+    for (Dims s : {Dims{1, 1, 1, 0}, Dims{3, 5, 7, 0}, Dims{64, 48, 33, 0},
+                   Dims{257, 129, 65, 0}, Dims{512, 384, 512, 0},
+                   Dims{2048, 512, 2048, 0}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          Io io;
+          io.in = {random(s.a * s.c), random(s.c * s.b)};
+          io.inout = {random(s.a * s.b)};
+          char name[96];
+          std::snprintf(
+              name, sizeof(name), "gemmBf16 %lldx%lldx%lld ta=%d tb=%d",
+              static_cast<long long>(s.a), static_cast<long long>(s.b),
+              static_cast<long long>(s.c), ta, tb);
+          compare(
+              name, io,
+              [=](Device &d, const Ptr &p) {
+                d.gemmBf16(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1], 0.5f,
+                           p.inout[0]);
+              },
+              1e-4);
+        }
+  }
+
   /// Operands that start anywhere (views into flat buffers): one float
   /// past an aligned address.
   void gemmMisaligned() {
@@ -649,6 +676,7 @@ public:
 
   int run() {
     gemm();
+    gemmBf16();
     gemmMisaligned();
     elementwise();
     reductions();

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,6 +149,56 @@ TEST(KernelBodiesBf16, RoundsToNearestEven) {
   EXPECT_EQ(x[0], 1.0f);
   EXPECT_EQ(x[1], b::roundToBf16(3.14159f));
   EXPECT_NEAR(x[2], -0.1f, 0.1f * 0x1.0p-8f);
+}
+
+/// The bf16 operands of gemmBf16: the upper half of the rounded float.
+TEST(KernelBodiesBf16, BitsOfTheRoundedValue) {
+  std::vector<float> x = {
+      1.0f + 0x1.0p-8f, 1.0f + 3 * 0x1.0p-8f, -2.5f, 3.14159f, 0.0f, -0.0f,
+      INFINITY};
+  std::vector<uint16_t> out(x.size());
+  runAll(b::ToBf16Bits{x.data(), out.data(), static_cast<int64_t>(x.size())});
+  for (size_t i = 0; i < x.size(); ++i) {
+    float r = b::roundToBf16(x[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &r, 4);
+    EXPECT_EQ(out[i], static_cast<uint16_t>(bits >> 16)) << x[i];
+  }
+  EXPECT_EQ(out[0], 0x3f80u); // 1.0
+  EXPECT_EQ(out[2], 0xc020u); // -2.5
+}
+
+/// Precision "bf16" GEMMs: the operands rounded to bf16, fp32 sums. On
+/// the CPU that is the fp32 GEMM of rounded copies (bf16 products are
+/// exact in fp32); on bf16-representable operands it is the fp32 GEMM.
+TEST(KernelBodiesBf16, GemmOfRoundedOperands) {
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t M = 5, N = 7, K = 9;
+  std::vector<float> A(M * K), B(K * N), C(M * N, 0.5f);
+  for (float &v : A)
+    v = dist(rng);
+  for (float &v : B)
+    v = dist(rng);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      std::vector<float> ra = A, rb = B;
+      cpu->roundToBf16(ra.data(), M * K);
+      cpu->roundToBf16(rb.data(), K * N);
+      std::vector<float> got = C, want = C, plain = C;
+      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), B.data(), 0.25f,
+                    got.data());
+      cpu->gemm(ta, tb, M, N, K, 1.5f, ra.data(), rb.data(), 0.25f,
+                want.data());
+      cpu->gemm(ta, tb, M, N, K, 1.5f, A.data(), B.data(), 0.25f, plain.data());
+      EXPECT_EQ(got, want);
+      EXPECT_NE(got, plain); // the rounding shows on random operands
+      std::vector<float> again = C;
+      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, ra.data(), rb.data(), 0.25f,
+                    again.data());
+      EXPECT_EQ(again, want); // bf16 operands: nothing to round
+    }
 }
 
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {

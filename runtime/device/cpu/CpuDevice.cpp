@@ -219,6 +219,15 @@ public:
     else
       k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);
   }
+  void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, const float *B, float beta, float *C) override {
+    // bf16 products are exact in fp32: rounding the operands is all.
+    std::vector<float> a(A, A + std::max<int64_t>(M * K, 0)),
+        b(B, B + std::max<int64_t>(K * N, 0));
+    roundToBf16(a.data(), static_cast<int64_t>(a.size()));
+    roundToBf16(b.data(), static_cast<int64_t>(b.size()));
+    gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+  }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {
     k::rmsnormForward<float>(x, w, y, rstd, rows, cols, kNormEps);

@@ -347,7 +347,29 @@ public:
     }
     activate();
     lastKernel = "gemm";
-    blas->run(ta, tb, M, N, K, alpha, A, B, beta, C);
+    blas->run(ta, tb, M, N, K, alpha, A, B, beta, C, false);
+  }
+  void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, const float *B, float beta, float *C) override {
+    if (M <= 0 || N <= 0 || K <= 0)
+      return gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
+    // The operands in bf16 (stream-ordered scratch), then cuBLASLt's bf16
+    // GEMM with fp32 accumulation and an fp32 C.
+    auto *a16 = static_cast<uint16_t *>(allocate(M * K * 2));
+    auto *b16 = static_cast<uint16_t *>(allocate(K * N * 2));
+    try {
+      launch("to_bf16", b::ToBf16Bits{A, a16, M * K});
+      launch("to_bf16", b::ToBf16Bits{B, b16, K * N});
+      activate();
+      lastKernel = "gemm_bf16";
+      blas->run(ta, tb, M, N, K, alpha, a16, b16, beta, C, true);
+    } catch (...) {
+      release(a16);
+      release(b16);
+      throw;
+    }
+    release(a16);
+    release(b16);
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {

@@ -26,9 +26,11 @@ public:
   CublasLtGemm(const CublasLtGemm &) = delete;
   CublasLtGemm &operator=(const CublasLtGemm &) = delete;
 
-  /// M, N > 0 and K > 0 (the caller handles empty products).
+  /// M, N > 0 and K > 0 (the caller handles empty products). A and B are
+  /// fp32, or bf16 (uint16 bits) when `bf16`; C is fp32 either way.
   void run(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-           float alpha, const float *A, const float *B, float beta, float *C);
+           float alpha, const void *A, const void *B, float beta, float *C,
+           bool bf16);
 
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -40,13 +42,13 @@ private:
   };
   /// The plan of a shape and its operands' alignments (bytes).
   Shape &shapeOf(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                 uint32_t alignA, uint32_t alignB, uint32_t alignC);
+                 uint32_t alignA, uint32_t alignB, uint32_t alignC, bool bf16);
 
   cudaStream_t stream;
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
   std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, uint32_t, uint32_t,
-                      uint32_t>,
+                      uint32_t, bool>,
            Shape>
       shapes;
 };
