@@ -163,10 +163,10 @@ def main():
               "memory |" % ("%.0f" % peak if peak else "unknown"),
               "|---|---:|---:|---:|---:|"]
     if "error" in mimo:
-        lines.append("| mimo (precision bf16, emulated: fp32 GEMMs) | failed: "
+        lines.append("| mimo (precision bf16: bf16 GEMMs, fp32 buffers) | failed: "
                      "%s | | | |" % mimo["error"].replace("\n", " "))
     else:
-        lines.append("| mimo (precision bf16, emulated: fp32 GEMMs) | %.0f | "
+        lines.append("| mimo (precision bf16: bf16 GEMMs, fp32 buffers) | %.0f | "
                      "%.1f | %s | %.1f GiB (allocated; nvidia-smi %.1f GiB) "
                      "|" % (mimo["tokens_per_s"], mimo["tflops"],
                             mfu(mimo["tokens_per_s"]),
