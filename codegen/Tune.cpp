@@ -238,7 +238,10 @@ bool lanesDivide(int64_t a, int64_t b) { return a % b == 0 || b % a == 0; }
 
 } // namespace
 
-TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options) {
+TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
+  // The model's precision picks the profile's GEMM rates and peak.
+  TuneOptions options = requested;
+  options.profile = forPrecision(requested.profile, model.precision);
   TuneResult result;
   const int64_t world = options.worldSize;
   const size_t n = model.modules.size();

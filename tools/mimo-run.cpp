@@ -665,8 +665,9 @@ int run(int argc, char **argv) {
   int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
   const device::CudaStatus &cuda = device::cudaStatus();
   StepReporter reporter(total, plan.topology.worldSize,
-                        kind == device::DeviceKind::Cuda ? cuda.peakFp32Tflops
-                                                         : 0.0,
+                        kind != device::DeviceKind::Cuda  ? 0.0
+                        : plan.config.precision == "bf16" ? cuda.peakBf16Tflops
+                                                          : cuda.peakFp32Tflops,
                         printer && isatty(STDERR_FILENO));
   if (printer && !cli.metricsPath.empty() &&
       !reporter.openMetrics(cli.metricsPath))

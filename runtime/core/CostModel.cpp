@@ -20,7 +20,8 @@ constexpr double kFloat = 4; // bytes of an fp32 value
 
 CostModel::CostModel(const Topology &topology, const ModelConfig &config,
                      const DeviceProfile &profile, const ClusterConfig &cluster)
-    : topology(topology), config(config), profile(profile), cluster(cluster) {
+    : topology(topology), config(config),
+      profile(forPrecision(profile, config.precision)), cluster(cluster) {
   for (const ModuleTopology &m : topology.modules) {
     const ModuleConfig *found = nullptr;
     size_t encoder = 0, e = 0;

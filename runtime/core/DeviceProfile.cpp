@@ -121,7 +121,9 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
                                          "cores",
                                          "memory_bytes",
                                          "peak_tflops",
+                                         "peak_tflops_bf16",
                                          "gemm_tflops",
+                                         "gemm_bf16_tflops",
                                          "attention_tflops",
                                          "memory_gbs",
                                          "kernel_overhead_us",
@@ -151,7 +153,13 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
     if (auto t = v.number(doc, "", "peak_tflops", 0, true, 1e9, false,
                           "the peak TFLOP/s (for MFU)"))
       p.peakTflops = *t;
+    if (doc.contains("peak_tflops_bf16"))
+      if (auto t = v.number(doc, "", "peak_tflops_bf16", 0, false, 1e9, false,
+                            "the bf16 peak TFLOP/s (for MFU)"))
+        p.peakTflopsBf16 = *t;
     p.gemm = readPoints(v, doc, "", "gemm_tflops");
+    if (doc.contains("gemm_bf16_tflops"))
+      p.gemmBf16 = readPoints(v, doc, "", "gemm_bf16_tflops");
     if (const nlohmann::json *a =
             v.member(doc, "", "attention_tflops", true,
                      "{\"forward\": [...], \"backward\": [...]}")) {
@@ -190,25 +198,43 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
 }
 
 nlohmann::ordered_json profileToJson(const DeviceProfile &p) {
-  return {{"format", "mimo-profile"},
-          {"version", 1},
-          {"device", p.device},
-          {"kind", p.kind},
-          {"measured", p.measured},
-          {"source", p.source},
-          {"cores", p.cores},
-          {"memory_bytes", p.memoryBytes},
-          {"peak_tflops", p.peakTflops},
-          {"gemm_tflops", pointsJson(p.gemm)},
-          {"attention_tflops",
-           {{"forward", pointsJson(p.attentionForward)},
-            {"backward", pointsJson(p.attentionBackward)}}},
-          {"memory_gbs", p.memoryGBs},
-          {"kernel_overhead_us", p.kernelOverheadUs},
-          {"compute_scale", p.computeScale},
-          {"layer_overhead_us", p.layerOverheadUs},
-          {"collective_gbs", p.collectiveGBs},
-          {"link", linkJson(p.link)}};
+  nlohmann::ordered_json doc = {
+      {"format", "mimo-profile"},
+      {"version", 1},
+      {"device", p.device},
+      {"kind", p.kind},
+      {"measured", p.measured},
+      {"source", p.source},
+      {"cores", p.cores},
+      {"memory_bytes", p.memoryBytes},
+      {"peak_tflops", p.peakTflops},
+      {"gemm_tflops", pointsJson(p.gemm)},
+      {"attention_tflops",
+       {{"forward", pointsJson(p.attentionForward)},
+        {"backward", pointsJson(p.attentionBackward)}}},
+      {"memory_gbs", p.memoryGBs},
+      {"kernel_overhead_us", p.kernelOverheadUs},
+      {"compute_scale", p.computeScale},
+      {"layer_overhead_us", p.layerOverheadUs},
+      {"collective_gbs", p.collectiveGBs},
+      {"link", linkJson(p.link)}};
+  if (p.peakTflopsBf16 > 0)
+    doc["peak_tflops_bf16"] = p.peakTflopsBf16;
+  if (!p.gemmBf16.empty())
+    doc["gemm_bf16_tflops"] = pointsJson(p.gemmBf16);
+  return doc;
+}
+
+DeviceProfile forPrecision(const DeviceProfile &profile,
+                           const std::string &precision) {
+  DeviceProfile p = profile;
+  if (precision == "bf16") {
+    if (!p.gemmBf16.empty())
+      p.gemm = p.gemmBf16;
+    if (p.peakTflopsBf16 > 0)
+      p.peakTflops = p.peakTflopsBf16;
+  }
+  return p;
 }
 
 std::vector<std::string> builtinProfileNames() {
@@ -248,6 +274,10 @@ std::optional<DeviceProfile> builtinProfile(const std::string &name) {
     p.memoryBytes = (h200 ? 141.0 : 80.0) * 1e9;
     p.peakTflops = 67;
     p.gemm = {{64, 0.4}, {256, 10}, {1024, 40}, {4096, 50}};
+    // bf16 operands on tensor cores (dense peak 989 TFLOP/s), the operands'
+    // conversion included.
+    p.peakTflopsBf16 = 989.4;
+    p.gemmBf16 = {{64, 0.5}, {256, 20}, {1024, 250}, {4096, 600}};
     p.attentionForward = {{64, 1}, {512, 8}, {4096, 20}};
     p.attentionBackward = {{64, 0.6}, {512, 5}, {4096, 12}};
     p.memoryGBs = h200 ? 3800 : 2700;

@@ -61,11 +61,12 @@ struct DeviceProfile {
   int64_t cores = 1;
   /// Memory of one device (tune's default --memory).
   double memoryBytes = 0;
-  /// Peak rates, for MFU (the fp32 peak also stands for bf16 until the
-  /// device has bf16 GEMMs).
-  double peakTflops = 0;
-  /// GEMM TFLOP/s of one core by size = cbrt(M N K).
-  std::vector<RatePoint> gemm;
+  /// Peak rates, for MFU: fp32, and bf16 (dense tensor cores; 0: unknown,
+  /// the fp32 peak stands for it).
+  double peakTflops = 0, peakTflopsBf16 = 0;
+  /// GEMM TFLOP/s of one core by size = cbrt(M N K): fp32, and with bf16
+  /// operands (precision "bf16"; empty: the fp32 rates stand for it).
+  std::vector<RatePoint> gemm, gemmBf16;
   /// Attention TFLOP/s of one core by the attended span (keys per query).
   std::vector<RatePoint> attentionForward, attentionBackward;
   double memoryGBs = 10;
@@ -93,6 +94,10 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &document,
 nlohmann::ordered_json profileToJson(const DeviceProfile &profile);
 /// The built-in estimates: "cpu", "h100", "h200".
 std::optional<DeviceProfile> builtinProfile(const std::string &name);
+/// The profile as a model of `precision` sees it: for "bf16", the bf16
+/// GEMM rates and peak where the profile has them.
+DeviceProfile forPrecision(const DeviceProfile &profile,
+                           const std::string &precision);
 std::vector<std::string> builtinProfileNames();
 
 struct ClusterConfig {

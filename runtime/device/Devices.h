@@ -30,6 +30,9 @@ struct CudaStatus {
   /// The first GPU's peak fp32 rate without tensor cores (TFLOP/s):
   /// multiprocessors x 128 FP32 lanes x 2 x the peak clock (sm_80, sm_90).
   double peakFp32Tflops = 0;
+  /// Its dense bf16 tensor-core peak: multiprocessors x (4096 on sm_90,
+  /// 2048 on sm_80) FLOPs per clock x the peak clock.
+  double peakBf16Tflops = 0;
 };
 
 /// Asks the CUDA runtime (once per process; cheap afterwards). Never

@@ -65,7 +65,7 @@ struct IndexBuffer {
   ~IndexBuffer() { dev.release(data); }
 };
 
-std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu) {
+std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu, bool bf16) {
   std::vector<RatePoint> points;
   std::vector<int64_t> sizes = {16, 32, 64, 128, 256, 512, 1024};
   if (gpu) {
@@ -77,7 +77,11 @@ std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu) {
     double seconds = timePerCall(
         dev,
         [&] {
-          dev.gemm(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f, c.data);
+          if (bf16)
+            dev.gemmBf16(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f,
+                         c.data);
+          else
+            dev.gemm(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f, c.data);
         },
         gpu ? 0.05 : 0.1);
     double flops = 2.0 * static_cast<double>(n * n * n);
@@ -331,7 +335,9 @@ calibrate(device::DeviceKind kind,
   p.memoryBytes =
       static_cast<double>(device::availableBytes(kind, gpu ? 0 : -1));
   progress("GEMM throughput");
-  p.gemm = measureGemm(*dev, gpu);
+  p.gemm = measureGemm(*dev, gpu, false);
+  progress("GEMM throughput with bf16 operands");
+  p.gemmBf16 = measureGemm(*dev, gpu, true);
   progress("attention forward and backward");
   measureAttention(*dev, gpu, p.attentionForward, p.attentionBackward);
   progress("memory bandwidth and kernel overhead");
@@ -358,6 +364,12 @@ calibrate(device::DeviceKind kind,
   p.peakTflops = gpu && device::cudaStatus().peakFp32Tflops > 0
                      ? device::cudaStatus().peakFp32Tflops
                      : best * static_cast<double>(p.cores);
+  double bestBf16 = 0;
+  for (const RatePoint &r : p.gemmBf16)
+    bestBf16 = std::max(bestBf16, r.tflops);
+  p.peakTflopsBf16 = gpu && device::cudaStatus().peakBf16Tflops > 0
+                         ? device::cudaStatus().peakBf16Tflops
+                         : bestBf16 * static_cast<double>(p.cores);
   return p;
 }
 

@@ -107,6 +107,41 @@ TEST(CostModel, ProfilesRoundTripAndBadOnesNameTheirPointer) {
             pointers.end());
 }
 
+/// Precision "bf16" takes the profile's bf16 GEMM rates and peak: the
+/// same layout simulates faster on a GPU profile, its MFU against the bf16
+/// peak; a profile without them keeps the fp32 ones.
+TEST(CostModel, Bf16ModelsUseTheBf16GemmRatesAndPeak) {
+  DeviceProfile h100 = *builtinProfile("h100");
+  ASSERT_FALSE(h100.gemmBf16.empty());
+  std::vector<Diagnostic> errors;
+  std::optional<DeviceProfile> back =
+      parseProfile(json::parse(profileToJson(h100).dump()), errors);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->gemmBf16.size(), h100.gemmBf16.size());
+  EXPECT_DOUBLE_EQ(back->peakTflopsBf16, h100.peakTflopsBf16);
+  DeviceProfile bf16 = forPrecision(h100, "bf16");
+  EXPECT_DOUBLE_EQ(bf16.peakTflops, 989.4);
+  EXPECT_GT(gemmSeconds(h100, 4096, 4096, 4096),
+            5 * gemmSeconds(bf16, 4096, 4096, 4096));
+  DeviceProfile cpu = *builtinProfile("cpu");
+  EXPECT_EQ(forPrecision(cpu, "bf16").gemm.size(), cpu.gemm.size());
+
+  ModelConfig model = pipelineModel(2, 4);
+  Plan fp32 = requirePlan(model);
+  model.precision = "bf16";
+  Plan half = requirePlan(model);
+  auto step = [&](const Plan &plan) {
+    CostModel costs(plan.topology, plan.config, h100, freeLinks(8, 0));
+    EXPECT_DOUBLE_EQ(costs.deviceProfile().peakTflops,
+                     plan.config.precision == "bf16" ? 989.4 : 67.0);
+    Simulation sim =
+        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+    return sim.stepSeconds;
+  };
+  EXPECT_LT(step(half), step(fp32));
+}
+
 TEST(CostModel, ClustersPlaceRanksOnDevicesAndNodes) {
   Plan plan = requirePlan(requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));

@@ -98,9 +98,13 @@ CudaStatus probe() {
   if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0) ==
           cudaSuccess &&
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount,
-                             0) == cudaSuccess)
+                             0) == cudaSuccess) {
     status.peakFp32Tflops =
         multiprocessors * 128.0 * 2.0 * clockKHz * 1e3 / 1e12;
+    status.peakBf16Tflops = multiprocessors *
+                            (props.major >= 9 ? 4096.0 : 2048.0) * clockKHz *
+                            1e3 / 1e12;
+  }
   (void)cudaGetLastError();
   status.firstName = props.name;
   status.devices = count;
