@@ -3,9 +3,9 @@
 
 For each layout, `mimo-run --no-overlap` (every message and collective
 blocks its rank; one DP x CP all-reduce per module after the backward) and
-`mimo-run --grad-bucket-mb MB` (the default overlap: pipeline and bridge
-sends posted ahead, gradient buckets posted during the backward, each on a
-channel of the rank) run in alternating rounds on the same device.
+`mimo-run --overlap --grad-bucket-mb MB` (pipeline and bridge sends
+posted ahead, gradient buckets posted during the backward, each on a
+channel of the rank; the default on cuda) run in alternating rounds on the same device.
 Reported per layout: the median step of each, their ratio, and the exposed
 reduction: the time ranks spend in their reduce_grads instructions (what
 the compute stream waits for), the mean over ranks and steps, read from
@@ -61,7 +61,8 @@ def measure(bin_dir, plan, device, steps, bucket, work):
     trace = os.path.join(work, "t.json")
     run(os.path.join(bin_dir, "mimo-run"), plan, "--device", device,
         "--steps", steps,
-        *(["--no-overlap"] if bucket == "0" else ["--grad-bucket-mb", bucket]),
+        *(["--no-overlap"] if bucket == "0"
+          else ["--overlap", "--grad-bucket-mb", bucket]),
         "--metrics", metrics,
         "--trace", trace)
     seconds = [json.loads(line)["seconds"] for line in open(metrics)]

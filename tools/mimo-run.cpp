@@ -37,7 +37,8 @@ const char *kUsage =
     "                [--device cpu|cuda] [--threads N] [--reference]\n"
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
-    "                [--timeout SECONDS] [--grad-bucket-mb MB] [--no-overlap]\n"
+    "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
+    "                [--overlap | --no-overlap]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -80,9 +81,11 @@ const char *kHelp =
     "                       MiB, each started as soon as the backward has\n"
     "                       finished it, beside the compute (local backend;\n"
     "                       default 25; 0: one all-reduce after the backward)\n"
+    "  --overlap            pipeline and bridge sends and gradient buckets\n"
+    "                       run beside the compute (local backend; the\n"
+    "                       default on cuda)\n"
     "  --no-overlap         every message and collective blocks its rank\n"
-    "                       until done (default: pipeline and bridge sends\n"
-    "                       and gradient buckets run beside the compute)\n"
+    "                       until done (the default on cpu)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
     "                       messages, and write the profile mimoc simulate\n"
@@ -147,7 +150,7 @@ struct CommandLine {
   int threads = 0;
   double timeout = 300;
   double gradBucketMb = 25;
-  bool overlap = true;
+  std::optional<bool> overlap; // unset: on for cuda, off for cpu
   bool reference = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
@@ -232,6 +235,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       cli.tracePath = *v;
     } else if (arg == "--no-overlap") {
       cli.overlap = false;
+    } else if (arg == "--overlap") {
+      cli.overlap = true;
     } else if (is("--grad-bucket-mb")) {
       auto v = value("--grad-bucket-mb");
       char *end = nullptr;

@@ -220,10 +220,12 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // device stream of their own (same thread count: creating a CPU
       // device sets the creating thread's kernel threads).
       OverlapSetup overlap;
-      overlap.bucketBytes = options.overlap ? options.gradBucketBytes : 0;
+      bool on =
+          options.overlap.value_or(options.device == device::DeviceKind::Cuda);
+      overlap.bucketBytes = on ? options.gradBucketBytes : 0;
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.
-      overlap.sendsAhead = options.overlap && !ncclLike;
+      overlap.sendsAhead = on && !ncclLike;
       overlap.channels = [&, rank, timeout](int64_t tagChannel) {
         std::unique_ptr<comm::Comm> channelComm =
             comm::makeLocalComm(localWorld, rank);

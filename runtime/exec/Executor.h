@@ -83,11 +83,13 @@ struct RunOptions {
   /// the shards are written, before the checkpoint is complete).
   int64_t killDuringSave = 0;
   double timeoutSeconds = 300;
-  /// SPEC §11 overlap (local backend): batches of sends only (pipeline and
-  /// bridge sends) go out on a channel while the rank computes on, and the
-  /// gradient buckets below run beside the backward. false: every message
-  /// and collective blocks the rank until it is done.
-  bool overlap = true;
+  /// SPEC §11 overlap (local backend): sends (pipeline and bridge) go out
+  /// on a channel while the rank computes on, and the gradient buckets
+  /// below run beside the backward. false: every message and collective
+  /// blocks the rank until it is done. Unset: on for cuda; off for cpu,
+  /// where the channels' work takes the same cores the ranks compute on
+  /// (bench/results/overlap-cpu.md: no step gets faster).
+  std::optional<bool> overlap;
   /// SPEC §11 overlap: the DP x CP gradient reduction runs in buckets of
   /// this many bytes, each posted as soon as the backward has finished its
   /// gradients, on a channel beside the compute (local backend). 0: one

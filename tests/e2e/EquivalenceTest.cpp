@@ -369,17 +369,14 @@ TEST(MemoryPlan, EstimateBoundsTheMeasuredPeakOfEveryLayout) {
     const exec::StepMetrics &last = run.steps.back();
     ASSERT_GE(last.peakRank, 0);
     ASSERT_LT(last.peakRank, plan.topology.worldSize);
-    std::vector<RankMemory> estimate =
-        memoryPlan(plan.topology, plan.config);
-    double expected = double(
-        estimate[static_cast<size_t>(last.peakRank)].totalBytes);
+    std::vector<RankMemory> estimate = memoryPlan(plan.topology, plan.config);
+    double expected =
+        double(estimate[static_cast<size_t>(last.peakRank)].totalBytes);
     double ratio = double(last.peakBytes) / expected;
     EXPECT_GE(ratio, 0.5) << last.peakBytes << " bytes measured on rank "
-                          << last.peakRank << ", " << expected
-                          << " estimated";
+                          << last.peakRank << ", " << expected << " estimated";
     EXPECT_LE(ratio, 1.25) << last.peakBytes << " bytes measured on rank "
-                           << last.peakRank << ", " << expected
-                           << " estimated";
+                           << last.peakRank << ", " << expected << " estimated";
   }
 }
 
@@ -398,6 +395,7 @@ TEST(NcclOrder, EveryLayoutPairsItsMessagesInPostingOrder) {
     exec::RunResult byTag = exec::runLocal(plan, options);
     ASSERT_EQ(byTag.exitCode, 0) << byTag.error;
     options.matching = comm::Matching::InPostingOrder;
+    options.overlap = true;
     options.gradBucketBytes = 4096;
     exec::RunResult inOrder = exec::runLocal(plan, options);
     ASSERT_EQ(inOrder.exitCode, 0) << inOrder.error;
