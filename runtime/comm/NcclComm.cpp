@@ -29,6 +29,7 @@
 
 #include "runtime/comm/Comm.h"
 
+#include "runtime/core/SharedLibrary.h"
 #include "runtime/device/Devices.h"
 
 #include <cstdio>
@@ -43,7 +44,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <dlfcn.h>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -100,27 +100,16 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
-  void *library = nullptr;
-  std::string tried;
-  for (const char *name : {"libnccl.so.2", "libnccl.so"}) {
-    library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library)
-      break;
-    const char *why = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (why ? why : name);
-  }
-  if (!library) {
-    out.error = "cannot load NCCL (" + tried +
-                "): install NCCL (libnccl2, or the CUDA toolkit's) or add "
-                "the directory of libnccl.so.2 to LD_LIBRARY_PATH";
+  void *library = openSharedLibrary(
+      {"libnccl.so.2", "libnccl.so"}, "NCCL",
+      "install NCCL (libnccl2, or the CUDA toolkit's) or add the directory "
+      "of libnccl.so.2 to LD_LIBRARY_PATH",
+      out.error);
+  if (!library)
     return out;
-  }
   auto bind = [&](auto &slot, const char *symbol) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(
-        dlsym(library, symbol));
-    if (!slot && out.error.empty())
-      out.error = std::string("the NCCL library has no ") + symbol +
-                  " (mimo needs NCCL 2.18 or later)";
+    bindSymbol(library, slot, symbol, "the NCCL library", out.error,
+               " (mimo needs NCCL 2.18 or later)");
   };
   NcclApi &a = out.api;
   bind(a.getVersion, "ncclGetVersion");

@@ -284,6 +284,26 @@ TEST(Runtime, LimitsAreInputErrors) {
       << result.error;
 }
 
+/// Two steps of `plan` on the local backend with `options`; the run must
+/// succeed.
+void runTwoSteps(const Plan &plan, exec::RunOptions options,
+                 exec::RunResult &run) {
+  options.steps = 2;
+  options.timeoutSeconds = 120;
+  run = exec::runLocal(plan, options);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+  ASSERT_EQ(run.steps.size(), 2u);
+}
+
+/// The same losses and gradient norms, bit for bit, step by step.
+void expectSameSteps(const exec::RunResult &a, const exec::RunResult &b) {
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t s = 0; s < a.steps.size(); ++s) {
+    EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "step " << s + 1;
+    EXPECT_EQ(a.steps[s].gradNorm, b.steps[s].gradNorm) << "step " << s + 1;
+  }
+}
+
 /// SPEC §11 overlap: the DP x CP gradient reduction in small buckets,
 /// posted during the backward on each rank's channels, and pipeline and
 /// bridge sends posted ahead, train bit-identically to blocking messages
@@ -301,23 +321,14 @@ TEST(Overlap, BucketsAndSendsAheadTrainBitIdentically) {
     SCOPED_TRACE(layout.name);
     Plan plan = planOf(layout.model);
     exec::RunOptions options;
-    options.steps = 2;
-    options.timeoutSeconds = 120;
     options.overlap = false;
-    exec::RunResult whole = exec::runLocal(plan, options);
-    ASSERT_EQ(whole.exitCode, 0) << whole.error;
+    exec::RunResult whole, buckets;
+    ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, options, whole));
     options.overlap = true;
     options.gradBucketBytes = 2048;
     options.collectTrace = true;
-    exec::RunResult buckets = exec::runLocal(plan, options);
-    ASSERT_EQ(buckets.exitCode, 0) << buckets.error;
-    ASSERT_EQ(whole.steps.size(), 2u);
-    ASSERT_EQ(buckets.steps.size(), 2u);
-    for (size_t s = 0; s < 2; ++s) {
-      EXPECT_EQ(buckets.steps[s].loss, whole.steps[s].loss) << "step " << s;
-      EXPECT_EQ(buckets.steps[s].gradNorm, whole.steps[s].gradNorm)
-          << "step " << s;
-    }
+    ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, options, buckets));
+    expectSameSteps(buckets, whole);
     // Sends on the comm stream, one per send instruction; buckets posted
     // by the backward (not by reduce_grads), read from the trace's args
     // (when each started depends on the machine's load; what posted it
@@ -360,12 +371,8 @@ TEST(MemoryPlan, EstimateBoundsTheMeasuredPeakOfEveryLayout) {
   for (const test::Layout &layout : test::equivalenceLayouts()) {
     SCOPED_TRACE(layout.name);
     Plan plan = planOf(layout.model);
-    exec::RunOptions options;
-    options.steps = 2;
-    options.timeoutSeconds = 120;
-    exec::RunResult run = exec::runLocal(plan, options);
-    ASSERT_EQ(run.exitCode, 0) << run.error;
-    ASSERT_EQ(run.steps.size(), 2u);
+    exec::RunResult run;
+    ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, exec::RunOptions(), run));
     const exec::StepMetrics &last = run.steps.back();
     ASSERT_GE(last.peakRank, 0);
     ASSERT_LT(last.peakRank, plan.topology.worldSize);
@@ -390,20 +397,13 @@ TEST(NcclOrder, EveryLayoutPairsItsMessagesInPostingOrder) {
     SCOPED_TRACE(layout.name);
     Plan plan = planOf(layout.model);
     exec::RunOptions options;
-    options.steps = 2;
-    options.timeoutSeconds = 120;
-    exec::RunResult byTag = exec::runLocal(plan, options);
-    ASSERT_EQ(byTag.exitCode, 0) << byTag.error;
+    exec::RunResult byTag, inOrder;
+    ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, options, byTag));
     options.matching = comm::Matching::InPostingOrder;
     options.overlap = true;
     options.gradBucketBytes = 4096;
-    exec::RunResult inOrder = exec::runLocal(plan, options);
-    ASSERT_EQ(inOrder.exitCode, 0) << inOrder.error;
-    ASSERT_EQ(inOrder.steps.size(), 2u);
-    for (size_t s = 0; s < 2; ++s) {
-      EXPECT_EQ(inOrder.steps[s].loss, byTag.steps[s].loss);
-      EXPECT_EQ(inOrder.steps[s].gradNorm, byTag.steps[s].gradNorm);
-    }
+    ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, options, inOrder));
+    expectSameSteps(inOrder, byTag);
   }
 }
 

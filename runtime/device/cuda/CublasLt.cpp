@@ -4,7 +4,7 @@
 
 #include "runtime/device/Device.h"
 
-#include <dlfcn.h>
+#include "runtime/core/SharedLibrary.h"
 
 #include <mutex>
 #include <string>
@@ -20,26 +20,15 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
-  void *library = nullptr;
-  std::string tried;
-  for (const char *name : {"libcublasLt.so.13", "libcublasLt.so"}) {
-    library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library)
-      break;
-    const char *why = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (why ? why : name);
-  }
-  if (!library) {
-    out.error = "cannot load cuBLASLt (" + tried +
-                "); install the CUDA toolkit's libcublasLt or add its "
-                "directory to LD_LIBRARY_PATH";
+  void *library = openSharedLibrary(
+      {"libcublasLt.so.13", "libcublasLt.so"}, "cuBLASLt",
+      "install the CUDA toolkit's libcublasLt or add its directory to "
+      "LD_LIBRARY_PATH",
+      out.error);
+  if (!library)
     return out;
-  }
   auto bind = [&](auto &slot, const char *symbol) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(
-        dlsym(library, symbol));
-    if (!slot && out.error.empty())
-      out.error = std::string("cuBLASLt has no ") + symbol;
+    bindSymbol(library, slot, symbol, "cuBLASLt", out.error);
   };
   CublasLtApi &a = out.api;
   bind(a.create, "cublasLtCreate");
