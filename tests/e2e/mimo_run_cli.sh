@@ -176,7 +176,7 @@ fi
 rc=$?
 # No GPU here (CI): the nccl backend says why it cannot start (no GPU, or
 # a build without NCCL) and exits 1.
-[ $rc -eq 1 ] && grep -Eq "error: --backend nccl (needs a GPU per rank: |: mimo-run was built without NCCL)" "$work/nccl.err" &&
+[ $rc -eq 1 ] && grep -Eq "error: --backend nccl( needs a GPU per rank: |: mimo-run was built without NCCL)" "$work/nccl.err" &&
   pass "--backend nccl without a GPU: exit 1, $(head -c 100 "$work/nccl.err")" ||
   { cat "$work/nccl.err"; fail "nccl (rc $rc)"; }
 "$bin/mimo-run" "$plan" --steps 1 --backend nccl --device cpu >/dev/null 2>"$work/ncclcpu.err"
