@@ -3,18 +3,23 @@
 // The executor talks to other ranks only through this interface (SPEC §7):
 // blocking tagged point-to-point messages, batches of them posted together
 // (like batch_isend_irecv), and collectives over explicit groups of world
-// ranks. Backends: `local` (threads of one process, shared memory) and `mpi`
-// (one process per rank); NCCL plugs in behind the same interface.
+// ranks. Backends: `local` (threads of one process, shared memory), `mpi`
+// (one process per rank) and `nccl` (a process and a GPU per rank,
+// NcclComm.cpp: batches as grouped NCCL sends and receives enqueued on the
+// rank's stream, NCCL's collectives over the plan's groups). Collectives
+// posted beside the compute go through a Channel (Channel.h).
 //
 // Buffers are memory of the communicator's device (device/Device.h): the
 // collectives stage and reduce with that device's copies and kernels, and
 // the local backend copies between ranks' buffers with the receiver's
 // device, ordered by events (the sender's data is ready; the sender reuses
 // its buffer only after the copy), so ranks sharing a GPU never wait on
-// the host. The mpi backend moves host memory (the CPU device).
+// the host. The mpi backend moves host memory (the CPU device), the nccl
+// backend GPU memory.
 //
 // Failure model: every blocking wait gives up after the timeout or as soon
-// as any rank has failed, throwing CommError; nothing hangs.
+// as any rank has failed, throwing CommError; nothing hangs (the nccl
+// backend's waits are on the GPU: its watchdog ends the rank instead).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_COMM_COMM_H
