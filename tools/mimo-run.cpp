@@ -181,6 +181,15 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
         return std::nullopt;
       return n;
     };
+    /// A flag's value as a finite decimal number (nullopt: none or not one).
+    auto decimal = [&](const std::string &flag) -> std::optional<double> {
+      auto v = value(flag);
+      char *end = nullptr;
+      double x = v ? std::strtod(v->c_str(), &end) : 0;
+      if (!v || v->empty() || *end || !std::isfinite(x))
+        return std::nullopt;
+      return x;
+    };
     if (arg == "-h" || arg == "--help") {
       std::cout << kUsage << "\n" << kHelp;
       return 0;
@@ -238,19 +247,16 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
     } else if (arg == "--overlap") {
       cli.overlap = true;
     } else if (is("--grad-bucket-mb")) {
-      auto v = value("--grad-bucket-mb");
-      char *end = nullptr;
-      cli.gradBucketMb = v ? std::strtod(v->c_str(), &end) : -1;
-      if (!v || v->empty() || *end || !(cli.gradBucketMb >= 0) ||
-          cli.gradBucketMb > 1e6)
+      auto mb = decimal("--grad-bucket-mb");
+      if (!mb || *mb < 0 || *mb > 1e6)
         return usageError("--grad-bucket-mb expects a size in MiB from 0 "
-                          "(no overlap) to 1000000, e.g. 25 or 0.5");
+                          "(no buckets) to 1000000, e.g. 25 or 0.5");
+      cli.gradBucketMb = *mb;
     } else if (is("--timeout")) {
-      auto v = value("--timeout");
-      char *end = nullptr;
-      cli.timeout = v ? std::strtod(v->c_str(), &end) : -1;
-      if (!v || v->empty() || *end || !(cli.timeout > 0))
+      auto seconds = decimal("--timeout");
+      if (!seconds || !(*seconds > 0))
         return usageError("--timeout expects a number of seconds > 0");
+      cli.timeout = *seconds;
     } else if (arg == "--reference") {
       cli.reference = true;
     } else if (arg == "--calibrate") {

@@ -18,6 +18,21 @@ void Request::wait(device::Device &poster) {
   poster.wait(event);
 }
 
+void waitAll(const std::vector<std::shared_ptr<Request>> &requests,
+             device::Device &poster) {
+  std::exception_ptr first;
+  for (const std::shared_ptr<Request> &request : requests) {
+    try {
+      request->wait(poster);
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+    }
+  }
+  if (first)
+    std::rethrow_exception(first);
+}
+
 bool Request::done() const {
   std::lock_guard<std::mutex> lock(mutex);
   return complete;

@@ -61,6 +61,11 @@ private:
   device::EventPtr end;
 };
 
+/// Waits for every request, also after one failed (none may still use its
+/// buffers when this returns), then rethrows the first failure.
+void waitAll(const std::vector<std::shared_ptr<Request>> &requests,
+             device::Device &poster);
+
 class Channel {
 public:
   /// `comm`: this rank's communicator for the channel, with its own tag

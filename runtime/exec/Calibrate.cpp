@@ -357,19 +357,17 @@ calibrate(device::DeviceKind kind,
   progress("messages between two ranks");
   p.link = measureLink(kind);
   p.collectiveGBs = measureCollective(kind);
-  double best = 0;
-  for (const RatePoint &r : p.gemm)
-    best = std::max(best, r.tflops);
-  // A CPU has no published peak here: the best GEMM rate of all cores.
-  p.peakTflops = gpu && device::cudaStatus().peakFp32Tflops > 0
-                     ? device::cudaStatus().peakFp32Tflops
-                     : best * static_cast<double>(p.cores);
-  double bestBf16 = 0;
-  for (const RatePoint &r : p.gemmBf16)
-    bestBf16 = std::max(bestBf16, r.tflops);
-  p.peakTflopsBf16 = gpu && device::cudaStatus().peakBf16Tflops > 0
-                         ? device::cudaStatus().peakBf16Tflops
-                         : bestBf16 * static_cast<double>(p.cores);
+  // The GPU's published peaks; a CPU has none here: the best GEMM rate of
+  // all its cores.
+  auto peakOf = [&](const std::vector<RatePoint> &rates, double published) {
+    double best = 0;
+    for (const RatePoint &r : rates)
+      best = std::max(best, r.tflops);
+    return gpu && published > 0 ? published
+                                : best * static_cast<double>(p.cores);
+  };
+  p.peakTflops = peakOf(p.gemm, device::cudaStatus().peakFp32Tflops);
+  p.peakTflopsBf16 = peakOf(p.gemmBf16, device::cudaStatus().peakBf16Tflops);
   return p;
 }
 

@@ -3,7 +3,6 @@
 #include "runtime/exec/GradBuckets.h"
 
 #include <algorithm>
-#include <exception>
 #include <limits>
 #include <stdexcept>
 
@@ -129,22 +128,14 @@ BucketedReduction::finish(device::Device &dev, int64_t prefix) {
   }
   std::vector<Posted> waiting = std::move(posted);
   posted.clear();
+  std::vector<std::shared_ptr<comm::Request>> requests;
+  for (const Posted &p : waiting)
+    requests.push_back(p.request);
+  comm::waitAll(requests, dev); // none may still write the gradients
   std::vector<Span> spans;
-  std::exception_ptr first;
-  for (Posted &p : waiting) {
-    try {
-      p.request->wait(dev);
-    } catch (...) {
-      // Wait for the rest too: none may still write the gradients.
-      if (!first)
-        first = std::current_exception();
-      continue;
-    }
+  for (const Posted &p : waiting)
     spans.push_back(
         {p.name, p.request->started, p.request->finished, p.bytes, p.ahead});
-  }
-  if (first)
-    std::rethrow_exception(first);
   return spans;
 }
 

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <set>
 
 namespace mimo::exec {
@@ -135,20 +134,13 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
 void RankExecutor::awaitSends() {
   std::vector<InFlight> waiting = std::move(inFlight);
   inFlight.clear();
-  std::exception_ptr first;
-  for (InFlight &f : waiting) {
-    try {
-      f.request->wait(dev);
-    } catch (...) {
-      if (!first)
-        first = std::current_exception();
-      continue;
-    }
+  std::vector<std::shared_ptr<comm::Request>> requests;
+  for (const InFlight &f : waiting)
+    requests.push_back(f.request);
+  comm::waitAll(requests, dev); // the buffers sent outlive their copies
+  for (const InFlight &f : waiting)
     channelSpans.push_back(
         {f.name, f.request->started, f.request->finished, f.bytes, true});
-  }
-  if (first)
-    std::rethrow_exception(first);
 }
 
 /// Every rank waits for every other.

@@ -236,21 +236,10 @@ rc=$?
   pass "--backend local under mpirun: exit $rc" || { cat "$work/lm.out"; fail "local under mpirun (rc $rc)"; }
 
 # 5. jsonl data, and a sample whose features disagree with its tokens.
-python3 - "$examples/vlm-fan-in.json" "$work" <<'PY'
-import json, sys, random
-model = json.load(open(sys.argv[1])); work = sys.argv[2]
-model["data"] = {"source": "jsonl", "path": "data.jsonl"}
-json.dump(model, open(f"{work}/jsonl.json", "w"))
-rnd = random.Random(3)
-with open(f"{work}/data.jsonl", "w") as f:
-    for i in range(16):
-        n = rnd.randint(0, 10)
-        ids = [rnd.randrange(1000) for _ in range(128)]
-        ids[5:5 + n] = [1000] * n
-        sample = {"input_ids": ids}
-        if n:
-            sample["images"] = {"features": [[rnd.uniform(-1, 1) for _ in range(48)] for _ in range(n)]}
-        f.write(json.dumps(sample) + "\n")
+python3 "$here/jsonl_model.py" "$examples/vlm-fan-in.json" "$work" 3
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
 bad = json.loads(open(f"{work}/data.jsonl").readline())
 bad["input_ids"][0:3] = [1000, 1000, 1000]
 bad.setdefault("images", {"features": []})

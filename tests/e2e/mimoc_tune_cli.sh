@@ -56,22 +56,7 @@ done
 # 4. A model whose data file is relative to it: the best layout, written
 #    elsewhere, still finds the data (tune writes the path absolute).
 mkdir -p "$work/models" "$work/out"
-python3 - "$examples/vlm-fan-in.json" "$work/models" <<'PY'
-import json, random, sys
-model = json.load(open(sys.argv[1])); here = sys.argv[2]
-model["data"] = {"source": "jsonl", "path": "data.jsonl"}
-json.dump(model, open(f"{here}/jsonl.json", "w"))
-rnd = random.Random(5)
-with open(f"{here}/data.jsonl", "w") as f:
-    for i in range(16):
-        n = rnd.randint(0, 10)
-        ids = [rnd.randrange(1000) for _ in range(128)]
-        ids[5:5 + n] = [1000] * n
-        sample = {"input_ids": ids}
-        if n:
-            sample["images"] = {"features": [[rnd.uniform(-1, 1) for _ in range(48)] for _ in range(n)]}
-        f.write(json.dumps(sample) + "\n")
-PY
+python3 "$here/jsonl_model.py" "$examples/vlm-fan-in.json" "$work/models" 5
 (cd "$work" && "$bin/mimoc" tune models/jsonl.json --world 2 --profile h100 -o out/best.json \
   >/dev/null 2>"$work/jt.err") &&
   "$bin/mimoc" compile -q "$work/out/best.json" -o "$work/out/best.plan.json" 2>>"$work/jt.err" &&

@@ -129,6 +129,9 @@ TEST(Channel, AMissingPeerTimesOutAndLaterRequestsFailToo) {
           EXPECT_NE(std::string(e.what()).find("bucket 1"), std::string::npos)
               << e.what();
         }
+        // waitAll waits for both, then rethrows the first failure.
+        EXPECT_THROW(waitAll({first, second}, dev), CommError);
+        EXPECT_TRUE(first->done() && second->done());
         throw CommError("done");
       },
       Seconds(0.3));
