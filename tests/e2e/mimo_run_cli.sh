@@ -187,6 +187,22 @@ rc=$?
 rc=$?
 [ $rc -eq 1 ] && grep -q "grad-bucket-mb expects" "$work/bucket.err" &&
   pass "--grad-bucket-mb -1: exit 1" || { cat "$work/bucket.err"; fail "bucket flag (rc $rc)"; }
+# Overlap is off by default on the CPU and on with --overlap: the trace's
+# comm threads hold the sends posted ahead and the gradient buckets; every
+# metrics line has the step's peak device memory and its rank.
+"$bin/mimo-run" "$plan" --steps 1 --trace "$work/off.trace.json" >/dev/null 2>&1 &&
+  "$bin/mimo-run" "$plan" --steps 1 --overlap --grad-bucket-mb 0.01 \
+    --trace "$work/on.trace.json" --metrics "$work/on.jsonl" >/dev/null 2>&1 &&
+  python3 -c "import json,sys
+comm = lambda f: [e for e in json.load(open(f))['traceEvents'] if e.get('cat') == 'comm']
+assert not comm(sys.argv[1]), 'comm events without --overlap'
+names = {e['name'].split(' ')[0] for e in comm(sys.argv[2])}
+assert {'send_act', 'grad'} <= names, names
+m = json.loads(open(sys.argv[3]).readline())
+assert m['peak_bytes'] > 0 and 0 <= m['peak_rank'] < 8, m" \
+    "$work/off.trace.json" "$work/on.trace.json" "$work/on.jsonl" &&
+  pass "--overlap: sends and buckets on the comm threads (off by default on cpu); peak_bytes in the metrics" ||
+  fail "--overlap trace or peak_bytes"
 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1 --device cuda >"$work/mcuda.out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -q "error: --device cuda" "$work/mcuda.out" &&

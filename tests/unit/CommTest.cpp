@@ -615,4 +615,52 @@ TEST(LocalCommInPostingOrder, BatchesPairCanonicallyAndMisorderFails) {
   EXPECT_TRUE(outcomes[0].threw); // released, not hung
 }
 
+/// Emulating NCCL (collectives over prepared groups only), a broadcast is
+/// a collective every member enters: a member leaves it only once every
+/// other member has arrived, here the late rank 2.
+TEST(LocalCommInPostingOrder, BroadcastWaitsForEveryMember) {
+  std::vector<double> seconds(3, 0);
+  auto outcomes = runRanks(
+      3,
+      [&](Comm &c) {
+        c.prepareGroups({{{0, 1, 2}}});
+        c.requirePreparedGroups(true);
+        if (c.rank() == 2)
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        float value = c.rank() == 0 ? 7.0f : 0.0f;
+        auto start = Clock::now();
+        c.broadcast({0, 1, 2}, 0, &value, sizeof(value));
+        seconds[static_cast<size_t>(c.rank())] =
+            Seconds(Clock::now() - start).count();
+        EXPECT_EQ(value, 7.0f);
+      },
+      Seconds(30), nullptr, Matching::InPostingOrder);
+  expectAllOk(outcomes);
+  EXPECT_GE(seconds[1], 0.25) << "rank 1 left before rank 2 arrived";
+
+  // A collective over a group that was not prepared is refused (and fails
+  // the world, releasing the other member).
+  outcomes = runRanks(
+      2,
+      [&](Comm &c) {
+        c.prepareGroups({{{0, 1}}});
+        c.requirePreparedGroups(true);
+        float one = 1;
+        if (c.rank() == 0)
+          c.allReduceSum({0}, &one, 1); // one rank: nothing to prepare
+        std::vector<int64_t> world = {0, 1};
+        c.allReduceSum(world, &one, 1);
+        c.allReduceMax({c.rank()}, &one, 1); // one rank, too
+        c.prepareGroups({});
+        c.allReduceSum(world, &one, 1);
+      },
+      Seconds(30), nullptr, Matching::InPostingOrder);
+  for (const Outcome &o : outcomes) {
+    ASSERT_TRUE(o.threw);
+    EXPECT_NE(o.what.find("not one of the prepared communicator groups"),
+              std::string::npos)
+        << o.what;
+  }
+}
+
 } // namespace
