@@ -402,8 +402,8 @@ private:
          Clock::now()});
   }
 
-  /// Aborts every communicator (from the main thread only: NCCL forbids
-  /// using a communicator from two threads at once).
+  /// Aborts every communicator (fail() on the rank's thread; the watchdog
+  /// just before the process exits).
   void abortAll() {
     if (aborted.exchange(true))
       return;
@@ -416,8 +416,9 @@ private:
 
   /// Polls every 100 ms: drops finished operations; on an operation or a
   /// blocking call older than the timeout, or an asynchronous NCCL error,
-  /// prints the rank, what it waited for and why, and exits 2 (the
-  /// launcher ends the other ranks; each one's own watchdog would too).
+  /// prints the rank, what it waited for and why, aborts every
+  /// communicator and exits 2 (the launcher ends the other ranks; each
+  /// one's own watchdog would too).
   void watch() {
     // Queries of this rank's events must not create a context on GPU 0.
     cudaSetDevice(ordinal);
@@ -465,6 +466,11 @@ private:
       std::fprintf(stderr, "mimo-run: rank %lld failed: %s\n",
                    static_cast<long long>(self), problem.c_str());
       std::fflush(stderr);
+      // Aborting releases whatever the rank is blocked in (NCCL's way to
+      // end a hung operation from another thread); the process ends at
+      // once after, before the rank could use an aborted communicator.
+      lock.unlock();
+      abortAll();
       std::_Exit(2);
     }
   }
