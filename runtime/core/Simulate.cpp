@@ -307,16 +307,23 @@ nlohmann::ordered_json
 simulationTrace(const Simulation &sim, const Topology &topology,
                 const std::vector<Program> &programs,
                 const std::vector<int32_t> &rankProgram) {
+  // mimo-run --trace's layout: a process per rank, its instructions on
+  // thread 0 ("compute"; mimo-run's overlapped communication is thread 1).
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  for (int64_t r = 0; r < topology.worldSize; ++r)
+  for (int64_t r = 0; r < topology.worldSize; ++r) {
     events.push_back(
-        {{"name", "thread_name"},
+        {{"name", "process_name"},
          {"ph", "M"},
-         {"pid", 0},
-         {"tid", r},
+         {"pid", r},
          {"args",
           {{"name", "rank " + std::to_string(r) + " " +
                         programs[static_cast<size_t>(rankProgram[r])].role}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", r},
+                      {"tid", 0},
+                      {"args", {{"name", "compute"}}}});
+  }
   std::vector<bool> critical(sim.instrs.size(), false);
   for (size_t i : sim.criticalPath)
     critical[i] = true;
@@ -328,15 +335,15 @@ simulationTrace(const Simulation &sim, const Topology &topology,
       events.push_back({{"name", "wait"},
                         {"cat", "wait"},
                         {"ph", "X"},
-                        {"pid", 0},
-                        {"tid", s.rank},
+                        {"pid", s.rank},
+                        {"tid", 0},
                         {"ts", s.post * 1e6},
                         {"dur", (s.ready - s.post) * 1e6}});
     events.push_back({{"name", describeInstr(topology, in)},
                       {"cat", critical[i] ? "critical" : "instruction"},
                       {"ph", "X"},
-                      {"pid", 0},
-                      {"tid", s.rank},
+                      {"pid", s.rank},
+                      {"tid", 0},
                       {"ts", s.ready * 1e6},
                       {"dur", (s.end - s.ready) * 1e6},
                       {"args",

@@ -276,9 +276,16 @@ TEST(Simulate, ReportAndTraceNameTheCriticalPath) {
       simulationTrace(sim, plan.topology, plan.programs, plan.rankProgram)
           .dump());
   size_t critical = 0;
-  for (const json &e : trace["traceEvents"])
+  std::set<int64_t> processes;
+  for (const json &e : trace["traceEvents"]) {
     critical += e.value("cat", "") == "critical";
+    if (e["ph"] == "X") { // mimo-run's layout: a process per rank
+      processes.insert(e["pid"].get<int64_t>());
+      EXPECT_EQ(e["tid"], 0);
+    }
+  }
   EXPECT_EQ(critical, sim.criticalPath.size());
+  EXPECT_EQ(processes.size(), 8u);
   std::string text = renderSimulationText(report);
   EXPECT_NE(text.find("predicted step"), std::string::npos);
   EXPECT_NE(text.find("is an estimate"), std::string::npos);
