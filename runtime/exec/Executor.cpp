@@ -211,14 +211,19 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   std::vector<std::thread> threads;
   for (int64_t rank = 0; rank < world; ++rank)
     threads.emplace_back([&, rank] {
-      auto timeout = std::chrono::duration<double>(options.timeoutSeconds);
-      std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
-      c->setTimeout(timeout);
-      c->prepareGroups(groups);
-      c->requirePreparedGroups(ncclLike);
-      // Channels: a communicator of this rank with tags of their own and a
-      // device stream of their own (same thread count: creating a CPU
-      // device sets the creating thread's kernel threads).
+      // This rank's communicators: its own, and one per channel with tags
+      // of their own.
+      auto makeComm = [&, rank](int64_t tagChannel) {
+        std::unique_ptr<comm::Comm> c = comm::makeLocalComm(localWorld, rank);
+        c->setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
+        c->setTagChannel(tagChannel);
+        c->prepareGroups(groups);
+        c->requirePreparedGroups(ncclLike);
+        return c;
+      };
+      std::unique_ptr<comm::Comm> c = makeComm(0);
+      // Channels also have a device stream of their own (same thread count:
+      // creating a CPU device sets the creating thread's kernel threads).
       OverlapSetup overlap;
       bool on =
           options.overlap.value_or(options.device == device::DeviceKind::Cuda);
@@ -226,15 +231,9 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.
       overlap.sendsAhead = on && !ncclLike;
-      overlap.channels = [&, rank, timeout](int64_t tagChannel) {
-        std::unique_ptr<comm::Comm> channelComm =
-            comm::makeLocalComm(localWorld, rank);
-        channelComm->setTimeout(timeout);
-        channelComm->setTagChannel(tagChannel);
-        channelComm->prepareGroups(groups);
-        channelComm->requirePreparedGroups(ncclLike);
+      overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
-            std::move(channelComm),
+            makeComm(tagChannel),
             device::makeDevice(local.device, rank, local.threads));
       };
       failures[static_cast<size_t>(rank)] =
