@@ -21,6 +21,7 @@
 #ifndef MIMO_RUNTIME_DEVICE_DEVICE_H
 #define MIMO_RUNTIME_DEVICE_DEVICE_H
 
+#include "runtime/device/AttentionTiles.h"
 #include "runtime/device/DType.h"
 
 #include <cmath>
@@ -169,18 +170,19 @@ public:
                               int64_t n) = 0;
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
                     int64_t heads, int64_t dim, bool inverse) = 0;
+  /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask
+  /// of `plan` (AttentionTiles.h: built on the host from the positions and
+  /// segments the reference takes, its packed array in this device's
+  /// memory); lse is [heads, Tq].
   virtual void attentionForward(const float *q, const float *k, const float *v,
-                                float *o, float *lse, const int64_t *qpos,
-                                const int64_t *qseg, const int64_t *kpos,
-                                const int64_t *kseg, int64_t Tq, int64_t Tk,
-                                int64_t heads, int64_t d, bool causal) = 0;
+                                float *o, float *lse,
+                                const tiles::PlanView &plan, int64_t heads,
+                                int64_t d) = 0;
   virtual void attentionBackward(const float *q, const float *k, const float *v,
                                  const float *o, const float *lse,
                                  const float *dout, float *dq, float *dk,
-                                 float *dv, const int64_t *qpos,
-                                 const int64_t *qseg, const int64_t *kpos,
-                                 const int64_t *kseg, int64_t Tq, int64_t Tk,
-                                 int64_t heads, int64_t d, bool causal) = 0;
+                                 float *dv, const tiles::PlanView &plan,
+                                 int64_t heads, int64_t d) = 0;
   virtual void embeddingForward(const int64_t *ids, int64_t n,
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,

@@ -33,8 +33,8 @@
 
 namespace mimo::device::bodies {
 
-/// The largest head dimension the attention bodies take (their per-index
-/// accumulators live in fixed-size local arrays).
+/// The largest head dimension the fused attention takes (FlashBodies.h: a
+/// thread's accumulators live in fixed-size local arrays).
 inline constexpr int64_t kMaxHeadDim = 256;
 
 constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
@@ -42,20 +42,6 @@ constexpr double kGeluA = 0.044715;
 
 MIMO_HD inline bool isNan(double x) { return x != x; }
 MIMO_HD inline double negativeInfinity() { return -HUGE_VAL; }
-
-template <typename T>
-MIMO_HD inline double dot(const T *a, const T *b, int64_t n) {
-  double s = 0.0;
-  for (int64_t c = 0; c < n; ++c)
-    s += static_cast<double>(a[c]) * static_cast<double>(b[c]);
-  return s;
-}
-
-/// May a query (position qp, segment qs) attend a key (kp, ks)?
-MIMO_HD inline bool attends(int64_t qp, int64_t qs, int64_t kp, int64_t ks,
-                            bool causal) {
-  return qs == ks && (!causal || kp <= qp);
-}
 
 //===----------------------------------------------------------------------===//
 // Elementwise
@@ -401,135 +387,6 @@ template <typename T> struct Rope {
     double x2 = static_cast<double>(xh[i + half]);
     xh[i] = static_cast<T>(x1 * c - x2 * s);
     xh[i + half] = static_cast<T>(x2 * c + x1 * s);
-  }
-};
-
-//===----------------------------------------------------------------------===//
-// Attention (per-head scores recomputed, never stored): q [Tq, heads, d],
-// k / v [Tk, heads, d], masks from positions and segments.
-//===----------------------------------------------------------------------===//
-
-struct AttentionShape {
-  const int64_t *qpos, *qseg, *kpos, *kseg;
-  int64_t Tq, Tk, heads, d;
-  bool causal;
-  MIMO_HD bool allowed(int64_t i, int64_t j) const {
-    return attends(qpos[i], qseg[i], kpos[j], kseg[j], causal);
-  }
-  MIMO_HD double scale() const { return 1.0 / ::sqrt(static_cast<double>(d)); }
-};
-
-/// o and lse of one (query, head): index = query * heads + head.
-template <typename T> struct AttentionForwardQuery {
-  const T *q, *k, *v;
-  T *o, *lse;
-  AttentionShape shape;
-  MIMO_HD int64_t count() const { return shape.Tq * shape.heads; }
-  MIMO_HD void operator()(int64_t idx) const {
-    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
-    const int64_t i = idx / heads, h = idx % heads;
-    const double scale = shape.scale();
-    const T *qi = q + i * stride + h * d;
-    T *oi = o + i * stride + h * d;
-    double mx = negativeInfinity();
-    bool any = false;
-    for (int64_t j = 0; j < shape.Tk; ++j)
-      if (shape.allowed(i, j)) {
-        double s = scale * dot(qi, k + j * stride + h * d, d);
-        mx = any ? (s > mx ? s : mx) : s;
-        any = true;
-      }
-    if (!any) {
-      for (int64_t c = 0; c < d; ++c)
-        oi[c] = T(0);
-      lse[h * shape.Tq + i] = static_cast<T>(negativeInfinity());
-      return;
-    }
-    double acc[kMaxHeadDim];
-    for (int64_t c = 0; c < d; ++c)
-      acc[c] = 0.0;
-    double sum = 0.0;
-    for (int64_t j = 0; j < shape.Tk; ++j) {
-      if (!shape.allowed(i, j))
-        continue;
-      double p = ::exp(scale * dot(qi, k + j * stride + h * d, d) - mx);
-      sum += p;
-      const T *vj = v + j * stride + h * d;
-      for (int64_t c = 0; c < d; ++c)
-        acc[c] += p * static_cast<double>(vj[c]);
-    }
-    double inv = 1.0 / sum;
-    for (int64_t c = 0; c < d; ++c)
-      oi[c] = static_cast<T>(acc[c] * inv);
-    lse[h * shape.Tq + i] = static_cast<T>(mx + ::log(sum));
-  }
-};
-
-/// dq of one (query, head): index = query * heads + head.
-template <typename T> struct AttentionBackwardQuery {
-  const T *q, *k, *v, *o, *lse, *dout;
-  T *dq;
-  AttentionShape shape;
-  MIMO_HD int64_t count() const { return shape.Tq * shape.heads; }
-  MIMO_HD void operator()(int64_t idx) const {
-    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
-    const int64_t i = idx / heads, h = idx % heads;
-    const double scale = shape.scale();
-    const int64_t qoff = i * stride + h * d;
-    const T *qi = q + qoff, *doi = dout + qoff;
-    double acc[kMaxHeadDim];
-    for (int64_t c = 0; c < d; ++c)
-      acc[c] = 0.0;
-    const double l = static_cast<double>(lse[h * shape.Tq + i]);
-    const double D = dot(doi, o + qoff, d);
-    for (int64_t j = 0; j < shape.Tk; ++j) {
-      if (!shape.allowed(i, j))
-        continue;
-      const T *kj = k + j * stride + h * d, *vj = v + j * stride + h * d;
-      double p = ::exp(scale * dot(qi, kj, d) - l);
-      double ds = scale * p * (dot(doi, vj, d) - D);
-      for (int64_t c = 0; c < d; ++c)
-        acc[c] += ds * static_cast<double>(kj[c]);
-    }
-    for (int64_t c = 0; c < d; ++c)
-      dq[qoff + c] = static_cast<T>(acc[c]);
-  }
-};
-
-/// dk and dv of one (key, head): index = key * heads + head. Queries are
-/// walked in order and each contribution rounded to T before it is added,
-/// as the reference does.
-template <typename T> struct AttentionBackwardKey {
-  const T *q, *k, *v, *o, *lse, *dout;
-  T *dk, *dv;
-  AttentionShape shape;
-  MIMO_HD int64_t count() const { return shape.Tk * shape.heads; }
-  MIMO_HD void operator()(int64_t idx) const {
-    const int64_t heads = shape.heads, d = shape.d, stride = heads * d;
-    const int64_t j = idx / heads, h = idx % heads;
-    const double scale = shape.scale();
-    const int64_t koff = j * stride + h * d;
-    const T *kj = k + koff, *vj = v + koff;
-    T accK[kMaxHeadDim], accV[kMaxHeadDim];
-    for (int64_t c = 0; c < d; ++c)
-      accK[c] = accV[c] = T(0);
-    for (int64_t i = 0; i < shape.Tq; ++i) {
-      if (!shape.allowed(i, j))
-        continue;
-      const int64_t qoff = i * stride + h * d;
-      const T *qi = q + qoff, *doi = dout + qoff;
-      double l = static_cast<double>(lse[h * shape.Tq + i]);
-      double p = ::exp(scale * dot(qi, kj, d) - l);
-      double ds = scale * p * (dot(doi, vj, d) - dot(doi, o + qoff, d));
-      for (int64_t c = 0; c < d; ++c) {
-        accV[c] += static_cast<T>(p * static_cast<double>(doi[c]));
-        accK[c] += static_cast<T>(ds * static_cast<double>(qi[c]));
-      }
-    }
-    for (int64_t c = 0; c < d; ++c) {
-      dk[koff + c] = accK[c];
-      dv[koff + c] = accV[c];
-    }
   }
 };
 

@@ -106,7 +106,10 @@ void measureAttention(device::Device &dev, bool gpu,
       pos[static_cast<size_t>(t)] = t % span;
       seg[static_cast<size_t>(t)] = t / span;
     }
-    IndexBuffer p(dev, pos), s(dev, seg);
+    const device::tiles::Plan plan = device::tiles::plan(
+        pos.data(), seg.data(), pos.data(), seg.data(), tokens, tokens, true);
+    IndexBuffer packed(dev, plan.packed);
+    const device::tiles::PlanView view = plan.view(packed.data);
     Buffer q(dev, tokens * H), k(dev, tokens * H), v(dev, tokens * H),
         o(dev, tokens * H), lse(dev, tokens * heads), dout(dev, tokens * H),
         dq(dev, tokens * H), dk(dev, tokens * H), dv(dev, tokens * H);
@@ -114,23 +117,20 @@ void measureAttention(device::Device &dev, bool gpu,
     double fwd = timePerCall(
         dev,
         [&] {
-          dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, p.data,
-                               s.data, p.data, s.data, tokens, tokens, heads, d,
-                               true);
+          dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
+                               heads, d);
         },
         budget);
     double bwd = timePerCall(
         dev,
         [&] {
           dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
-                                dout.data, dq.data, dk.data, dv.data, p.data,
-                                s.data, p.data, s.data, tokens, tokens, heads,
-                                d, true);
+                                dout.data, dq.data, dk.data, dv.data, view,
+                                heads, d);
         },
         budget);
     // core/CostModel.h counts 4 H FLOPs per attended (query, key) pair.
-    double pairs = static_cast<double>(samples) *
-                   static_cast<double>(span * (span + 1) / 2);
+    double pairs = static_cast<double>(plan.pairs());
     double flops = 4.0 * static_cast<double>(H) * pairs;
     forward.push_back({static_cast<double>(span), flops / fwd / 1e12});
     backward.push_back({static_cast<double>(span), flops / bwd / 1e12});

@@ -69,10 +69,9 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   c.rows = rows;
   c.meta.localRows = c.meta.cpRows = c.meta.keyRows = rows;
   // Bidirectional within a sample: every position 0, segments = samples.
-  c.meta.qpos = zeros(rows, device::DType::I64);
-  c.meta.kpos = c.meta.qpos.view(0, rows);
-  c.meta.qseg = indices(segment);
-  c.meta.kseg = c.meta.qseg.view(0, rows);
+  std::vector<int64_t> positions(static_cast<size_t>(rows), 0);
+  c.meta.attention =
+      attentionPlan(positions, segment, positions, segment, false);
   int64_t H = hiddenSize;
   Tensor x;
   if (isFirst()) {

@@ -173,9 +173,7 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     kseg.push_back(lane.segments[static_cast<size_t>(t)]);
   }
   m.qpos = indices(qpos);
-  m.qseg = indices(qseg);
-  m.kpos = indices(kpos);
-  m.kseg = indices(kseg);
+  m.attention = attentionPlan(qpos, qseg, kpos, kseg, true);
   int64_t H = hiddenSize;
   if (static_cast<int64_t>(input.size()) != m.localRows * H)
     throw std::runtime_error(

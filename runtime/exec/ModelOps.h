@@ -57,6 +57,31 @@ inline Tensor indices(const std::vector<int64_t> &host) {
   return Tensor::fromHost(host);
 }
 
+/// One attention call's tile plan (device/AttentionTiles.h), built on the
+/// host from its tokens' positions and segments and uploaded once: every
+/// layer of a micro-batch reads it.
+struct AttentionPlan {
+  device::tiles::Plan counts; // packed left empty: it lives in `data`
+  Tensor data;
+  device::tiles::PlanView view() const {
+    return counts.view(data.data<int64_t>());
+  }
+};
+
+inline AttentionPlan attentionPlan(const std::vector<int64_t> &qpos,
+                                   const std::vector<int64_t> &qseg,
+                                   const std::vector<int64_t> &kpos,
+                                   const std::vector<int64_t> &kseg,
+                                   bool causal) {
+  AttentionPlan p;
+  p.counts = device::tiles::plan(qpos.data(), qseg.data(), kpos.data(),
+                                 kseg.data(), static_cast<int64_t>(qpos.size()),
+                                 static_cast<int64_t>(kpos.size()), causal);
+  p.data = indices(p.counts.packed);
+  p.counts.packed = {};
+  return p;
+}
+
 /// Equal-piece collectives over a group (identity for one member).
 inline Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
                          const Tensor &local) {

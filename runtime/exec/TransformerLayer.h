@@ -21,7 +21,8 @@ using namespace ops;
 /// Token metadata of one layer call; the index arrays on the device.
 struct LayerMeta {
   int64_t localRows = 0, cpRows = 0, keyRows = 0;
-  Tensor qpos, qseg, kpos, kseg;
+  Tensor qpos; // of the queries (RoPE)
+  AttentionPlan attention;
   const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
@@ -51,7 +52,7 @@ public:
   Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
     Device &dev = *ctx.dev;
     comm::Comm &comm = *ctx.comm;
-    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
     Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
@@ -80,10 +81,8 @@ public:
     c.lse = empty(headsLocal * Tc);
     if (Tc > 0)
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
-                           c.lse.data(), m.qpos.data<int64_t>(),
-                           m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
-                           m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim,
-                           language);
+                           c.lse.data(), m.attention.view(), headsLocal,
+                           headDim);
     store(c.a);
     Tensor o = empty(Tc * H);
     matmul(dev, ctx.bf16, c.a.data(), P(wo), o.data(), Tc, Hl, H);
@@ -156,11 +155,9 @@ public:
     Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     if (Tc > 0)
-      dev.attentionBackward(
-          c.q.data(), K.data(), V.data(), c.a.data(), c.lse.data(), da.data(),
-          dq.data(), dK.data(), dV.data(), m.qpos.data<int64_t>(),
-          m.qseg.data<int64_t>(), m.kpos.data<int64_t>(),
-          m.kseg.data<int64_t>(), Tc, Tk, headsLocal, headDim, language);
+      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
+                            c.lse.data(), da.data(), dq.data(), dK.data(),
+                            dV.data(), m.attention.view(), headsLocal, headDim);
     Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
     Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
     if (language) {

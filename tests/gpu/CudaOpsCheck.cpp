@@ -374,22 +374,24 @@ public:
                  bool causal) {
     int64_t Tq = static_cast<int64_t>(qpos.size());
     int64_t Tk = static_cast<int64_t>(kpos.size());
+    // One plan (device/AttentionTiles.h), its packed array on each device.
+    device::tiles::Plan plan = device::tiles::plan(
+        qpos.data(), qseg.data(), kpos.data(), kseg.data(), Tq, Tk, causal);
     Io forward{{random(Tq * heads * d), random(Tk * heads * d),
                 random(Tk * heads * d)},
-               {qpos, qseg, kpos, kseg},
+               {plan.packed},
                {},
                {Tq * heads * d, heads * Tq}};
+    plan.packed.clear(); // the views below only read its counts
     compare("attention forward " + name, forward,
             [=](Device &dv, const Ptr &p) {
               dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                                  p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq,
-                                  Tk, heads, d, causal);
+                                  plan.view(p.idx[0]), heads, d);
             });
     // The backward takes o and lse from the CPU forward.
     auto fwd = runOn(*cpu, forward, [=](Device &dv, const Ptr &p) {
       dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                          p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq, Tk, heads,
-                          d, causal);
+                          plan.view(p.idx[0]), heads, d);
     });
     Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
                  random(Tq * heads * d)},
@@ -400,8 +402,7 @@ public:
             [=](Device &dv, const Ptr &p) {
               dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
                                    p.in[5], p.out[0], p.out[1], p.out[2],
-                                   p.idx[0], p.idx[1], p.idx[2], p.idx[3], Tq,
-                                   Tk, heads, d, causal);
+                                   plan.view(p.idx[0]), heads, d);
             });
   }
 
@@ -451,6 +452,14 @@ public:
         samples = {0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3, 4, 4};
     attention("bidirectional per sample", zeros, samples, zeros, samples, 4, 8,
               false);
+    // One long sequence: many query blocks and key chunks, a partial last
+    // block; and the largest head dimension (shared memory past 48 KiB).
+    std::vector<int64_t> lpos, lseg(1000, 0);
+    for (int64_t p = 0; p < 1000; ++p)
+      lpos.push_back(p);
+    attention("long causal 1000", lpos, lseg, lpos, lseg, 2, 64, true);
+    std::vector<int64_t> wpos(lpos.begin(), lpos.begin() + 100), wseg(100, 0);
+    attention("head dim 256", wpos, wseg, wpos, wseg, 2, 256, true);
     // A query with no allowed key (o = 0, lse = -inf, no gradient).
     attention("no allowed key", {0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, 1,
               4, true);

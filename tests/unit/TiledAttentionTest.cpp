@@ -1,17 +1,20 @@
-//===- TiledAttentionTest.cpp - Tiled CPU attention against the reference ===//
+//===- TiledAttentionTest.cpp - Both attentions against the reference ----===//
 //
-// The CPU device's tiled attention (device/cpu/Attention.h, after the tile
-// plan of device/AttentionTiles.h) against the float64 reference kernel of
-// Kernels.h, forward and backward, for every mask the model makes: causal
-// [S, B] lanes (interleaved samples), several query blocks and key tiles
-// with a partial diagonal, CP zigzag queries against keys gathered out of
-// order, packed THD, dense-mask padding, bidirectional encoder samples,
-// queries without any key; plus the tile classification and bitwise
-// reproducibility. Outputs are poisoned with NaN first.
+// The tile plan of device/AttentionTiles.h, and the two attentions that
+// read it, against the float64 reference kernel of Kernels.h, forward and
+// backward: the CPU device's BLAS panels (device/cpu/Attention.h) and the
+// CUDA device's fused block programs (device/FlashBodies.h) run on the
+// host phase by phase as the GPU's barriers order them. Every mask the
+// model makes: causal [S, B] lanes (interleaved samples), several query
+// blocks and key chunks with a partial diagonal, CP zigzag queries against
+// keys gathered out of order, packed THD, dense-mask padding, bidirectional
+// encoder samples, queries without any key, keys without queries; and
+// bitwise reproducibility. Outputs are poisoned with NaN first.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/device/AttentionTiles.h"
+#include "runtime/device/FlashBodies.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/Kernels.h"
 
@@ -19,6 +22,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -26,6 +30,7 @@
 
 namespace k = mimo::kernels;
 namespace t = mimo::device::tiles;
+namespace flash = mimo::device::flash;
 
 namespace {
 
@@ -77,7 +82,37 @@ std::vector<double> toDouble(const std::vector<float> &v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-void check(const std::string &what, const Mask &m, int64_t heads, int64_t d) {
+/// One attention implementation: forward, then backward, over a plan.
+struct Attention {
+  std::function<void(const float *, const float *, const float *, float *,
+                     float *, const t::PlanView &, int64_t, int64_t)>
+      forward;
+  std::function<void(const float *, const float *, const float *, const float *,
+                     const float *, const float *, float *, float *, float *,
+                     const t::PlanView &, int64_t, int64_t)>
+      backward;
+};
+
+Attention cpuPanels() {
+  return {k::tiledAttentionForward, k::tiledAttentionBackward};
+}
+
+Attention fusedBlocks() {
+  return {[](const float *q, const float *kk, const float *v, float *o,
+             float *lse, const t::PlanView &plan, int64_t heads, int64_t d) {
+            flash::forwardOnHost(q, kk, v, o, lse,
+                                 flash::shapeOf(plan, heads, d));
+          },
+          [](const float *q, const float *kk, const float *v, const float *o,
+             const float *lse, const float *dout, float *dq, float *dk,
+             float *dv, const t::PlanView &plan, int64_t heads, int64_t d) {
+            flash::backwardOnHost(q, kk, v, o, lse, dout, dq, dk, dv,
+                                  flash::shapeOf(plan, heads, d));
+          }};
+}
+
+void check(const std::string &what, const Mask &m, int64_t heads, int64_t d,
+           const Attention &impl) {
   std::mt19937 rng(static_cast<unsigned>(m.qpos.size() * 31 + heads * 7 + d));
   const int64_t Tq = static_cast<int64_t>(m.qpos.size());
   const int64_t Tk = static_cast<int64_t>(m.kpos.size());
@@ -86,16 +121,16 @@ void check(const std::string &what, const Mask &m, int64_t heads, int64_t d) {
   auto q = random(rng, nq), kk = random(rng, nk), v = random(rng, nk);
   auto dout = random(rng, nq);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  // Tiled, in float (outputs poisoned).
+  const t::Plan plan = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                               m.kseg.data(), Tq, Tk, m.causal);
+  const t::PlanView view = plan.hostView();
+  // In float (outputs poisoned).
   std::vector<float> o(nq, nan), lse(static_cast<size_t>(heads * Tq), nan);
-  k::tiledAttentionForward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
-                           m.qpos.data(), m.qseg.data(), m.kpos.data(),
-                           m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  impl.forward(q.data(), kk.data(), v.data(), o.data(), lse.data(), view, heads,
+               d);
   std::vector<float> dq(nq, nan), dk(nk, nan), dv(nk, nan);
-  k::tiledAttentionBackward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
-                            dout.data(), dq.data(), dk.data(), dv.data(),
-                            m.qpos.data(), m.qseg.data(), m.kpos.data(),
-                            m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  impl.backward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
+                dout.data(), dq.data(), dk.data(), dv.data(), view, heads, d);
   // The reference, in double, on the same inputs.
   auto qd = toDouble(q), kd = toDouble(kk), vd = toDouble(v);
   auto doutd = toDouble(dout);
@@ -116,55 +151,90 @@ void check(const std::string &what, const Mask &m, int64_t heads, int64_t d) {
   // Run to run: the same bits.
   std::vector<float> o2(nq, nan), lse2(lse.size(), nan), dq2(nq, nan),
       dk2(nk, nan), dv2(nk, nan);
-  k::tiledAttentionForward(
-      q.data(), kk.data(), v.data(), o2.data(), lse2.data(), m.qpos.data(),
-      m.qseg.data(), m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
-  k::tiledAttentionBackward(
-      q.data(), kk.data(), v.data(), o2.data(), lse2.data(), dout.data(),
-      dq2.data(), dk2.data(), dv2.data(), m.qpos.data(), m.qseg.data(),
-      m.kpos.data(), m.kseg.data(), Tq, Tk, heads, d, m.causal);
+  impl.forward(q.data(), kk.data(), v.data(), o2.data(), lse2.data(), view,
+               heads, d);
+  impl.backward(q.data(), kk.data(), v.data(), o2.data(), lse2.data(),
+                dout.data(), dq2.data(), dk2.data(), dv2.data(), view, heads,
+                d);
   EXPECT_EQ(std::memcmp(o.data(), o2.data(), nq * 4), 0) << what;
   EXPECT_EQ(std::memcmp(dq.data(), dq2.data(), nq * 4), 0) << what;
   EXPECT_EQ(std::memcmp(dk.data(), dk2.data(), nk * 4), 0) << what;
   EXPECT_EQ(std::memcmp(dv.data(), dv2.data(), nk * 4), 0) << what;
 }
 
-TEST(AttentionTiles, ClassifiesTilesByPositionRange) {
-  EXPECT_EQ(t::classify(64, 127, 0, 63, true), t::TileMask::Full);
-  EXPECT_EQ(t::classify(64, 127, 64, 127, true), t::TileMask::Partial);
-  EXPECT_EQ(t::classify(64, 127, 128, 191, true), t::TileMask::Empty);
-  EXPECT_EQ(t::classify(64, 127, 128, 191, false), t::TileMask::Full);
+/// Both implementations.
+void check(const std::string &what, const Mask &m, int64_t heads, int64_t d) {
+  check("cpu panels, " + what, m, heads, d, cpuPanels());
+  check("fused blocks, " + what, m, heads, d, fusedBlocks());
 }
 
-TEST(AttentionTiles, SegmentsSortByPositionAndCutCausally) {
+TEST(AttentionTiles, PlanOrdersBySegmentAndPositionAndCutsCausally) {
   // CP zigzag rank 0 of 2, S 8: queries at 0,1,6,7; keys gathered as rank
   // 0's shard then rank 1's (2..5): out of order.
   std::vector<int64_t> qpos = {0, 1, 6, 7}, kpos = {0, 1, 6, 7, 2, 3, 4, 5};
   std::vector<int64_t> qseg(4, 0), kseg(8, 0);
-  auto segments =
-      t::segmentsOf(qpos.data(), qseg.data(), kpos.data(), kseg.data(), 4, 8);
-  ASSERT_EQ(segments.size(), 1u);
-  EXPECT_EQ(segments[0].keys, (std::vector<int64_t>{0, 1, 4, 5, 6, 7, 2, 3}));
-  EXPECT_EQ(segments[0].cut(0, true), 1); // position 0 sees key 0
-  EXPECT_EQ(segments[0].cut(2, true), 7); // position 6 sees 0..6
-  EXPECT_EQ(segments[0].cut(2, false), 8);
-  EXPECT_EQ(segments[0].span(0, 2, true), 2);
-  // Keys of a segment without queries are dropped; interleaved samples
-  // become one segment each.
+  t::Plan p =
+      t::plan(qpos.data(), qseg.data(), kpos.data(), kseg.data(), 4, 8, true);
+  t::PlanView v = p.hostView();
+  EXPECT_EQ(std::vector<int64_t>(v.queryOrder, v.queryOrder + 4),
+            (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(v.keyOrder, v.keyOrder + 8),
+            (std::vector<int64_t>{0, 1, 4, 5, 6, 7, 2, 3}));
+  // Position 0 sees key 0; position 6 sees positions 0..6.
+  EXPECT_EQ(std::vector<int64_t>(v.queryEnd, v.queryEnd + 4),
+            (std::vector<int64_t>{1, 2, 7, 8}));
+  ASSERT_EQ(p.queryBlockCount, 1);
+  EXPECT_EQ(std::vector<int64_t>(v.queryBlocks, v.queryBlocks + 4),
+            (std::vector<int64_t>{0, 4, 0, 8}));
+  ASSERT_EQ(p.keyBlockCount, 1);
+  EXPECT_EQ(std::vector<int64_t>(v.keyBlocks, v.keyBlocks + 4),
+            (std::vector<int64_t>{0, 8, 0, 4}));
+  EXPECT_EQ(p.pairs(), 1 + 2 + 7 + 8);
+  t::Plan dense =
+      t::plan(qpos.data(), qseg.data(), kpos.data(), kseg.data(), 4, 8, false);
+  EXPECT_EQ(dense.pairs(), 32);
+}
+
+TEST(AttentionTiles, SegmentsBecomeBlocksAndUnseenKeysGetEmptyBlocks) {
+  // Interleaved samples become one segment each; a key of a segment
+  // without queries goes last, in a block that meets no query.
   Mask m = lane(3, 2);
   m.kseg.push_back(7);
   m.kpos.push_back(0);
-  auto two = t::segmentsOf(m.qpos.data(), m.qseg.data(), m.kpos.data(),
-                           m.kseg.data(), 6, 7);
-  ASSERT_EQ(two.size(), 2u);
-  EXPECT_EQ(two[1].queries, (std::vector<int64_t>{1, 3, 5}));
-  EXPECT_EQ(two[1].keys, (std::vector<int64_t>{1, 3, 5}));
+  t::Plan p = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                      m.kseg.data(), 6, 7, true);
+  t::PlanView v = p.hostView();
+  EXPECT_EQ(std::vector<int64_t>(v.queryOrder, v.queryOrder + 6),
+            (std::vector<int64_t>{0, 2, 4, 1, 3, 5}));
+  EXPECT_EQ(std::vector<int64_t>(v.keyOrder, v.keyOrder + 7),
+            (std::vector<int64_t>{0, 2, 4, 1, 3, 5, 6}));
+  EXPECT_EQ(std::vector<int64_t>(v.queryEnd, v.queryEnd + 6),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(p.queryBlockCount, 2);
+  EXPECT_EQ(std::vector<int64_t>(v.queryBlocks + 4, v.queryBlocks + 8),
+            (std::vector<int64_t>{3, 3, 3, 6}));
+  ASSERT_EQ(p.keyBlockCount, 3);
+  EXPECT_EQ(std::vector<int64_t>(v.keyBlocks + 8, v.keyBlocks + 12),
+            (std::vector<int64_t>{6, 1, 0, 0}));
+  // A long causal sequence: the second key block (keys 64..127) meets the
+  // queries from position 64 on.
+  Mask one = lane(130, 1);
+  t::Plan l = t::plan(one.qpos.data(), one.qseg.data(), one.kpos.data(),
+                      one.kseg.data(), 130, 130, true);
+  t::PlanView lv = l.hostView();
+  ASSERT_EQ(l.keyBlockCount, 3);
+  EXPECT_EQ(std::vector<int64_t>(lv.keyBlocks + 4, lv.keyBlocks + 8),
+            (std::vector<int64_t>{64, 64, 64, 130}));
+  EXPECT_EQ(std::vector<int64_t>(lv.queryBlocks + 4, lv.queryBlocks + 8),
+            (std::vector<int64_t>{64, 64, 0, 128}));
 }
 
 TEST(TiledAttention, CausalLanesOfSeveralBlocks) {
   check("one short sample", lane(5, 1), 2, 4);
   check("[S=130, B=3] lane", lane(130, 3), 3, 16);
   check("[S=200, B=1], head dim 64", lane(200, 1), 2, 64);
+  check("head dimension 128", lane(100, 2), 2, 128);
+  check("the largest head dimension", lane(70, 1), 1, 256);
 }
 
 TEST(TiledAttention, ContextParallelZigzagWithGatheredKeys) {

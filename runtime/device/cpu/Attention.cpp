@@ -2,7 +2,6 @@
 
 #include "runtime/device/cpu/Attention.h"
 
-#include "runtime/device/AttentionTiles.h"
 #include "runtime/device/cpu/FastKernels.h"
 #include "runtime/device/cpu/Kernels.h"
 
@@ -18,182 +17,181 @@ namespace tiles = mimo::device::tiles;
 
 namespace {
 
+using tiles::kBlockFields;
 using tiles::kQueryBlock;
-using tiles::Segment;
+using tiles::PlanView;
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
-/// dst row r = src row rows[r] (rows of `width` floats).
-void gather(const float *src, const std::vector<int64_t> &rows, int64_t width,
+/// dst row r = src row order[r] (rows of `width` floats).
+void gather(const float *src, const int64_t *order, int64_t rows, int64_t width,
             std::vector<float> &dst) {
-  dst.resize(rows.size() * static_cast<size_t>(width));
-  for (size_t r = 0; r < rows.size(); ++r)
-    std::memcpy(dst.data() + r * static_cast<size_t>(width),
-                src + rows[r] * width, static_cast<size_t>(width) * 4);
-}
-
-/// dst row rows[r] = src row r.
-void scatter(const std::vector<float> &src, const std::vector<int64_t> &rows,
-             int64_t width, float *dst) {
-  for (size_t r = 0; r < rows.size(); ++r)
-    std::memcpy(dst + rows[r] * width,
-                src.data() + r * static_cast<size_t>(width),
+  dst.resize(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst.data() + r * width, src + order[r] * width,
                 static_cast<size_t>(width) * 4);
 }
 
-/// One query block's scores against its key panel: S[rows, span] =
-/// scale * Q[block, head] K[0:span, head]^T.
+/// dst row order[r] = src row r.
+void scatter(const std::vector<float> &src, const int64_t *order, int64_t rows,
+             int64_t width, float *dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + order[r] * width, src.data() + r * width,
+                static_cast<size_t>(width) * 4);
+}
+
+/// One query block (fields of PlanView::queryBlocks) of one head.
+struct Block {
+  int64_t first, rows, keyBegin, span;
+  Block(const PlanView &plan, int64_t b) {
+    const int64_t *f = plan.queryBlocks + kBlockFields * b;
+    first = f[0];
+    rows = f[1];
+    keyBegin = f[2];
+    span = f[3] - f[2];
+  }
+  /// Keys of row r: the first `live(r)` of the panel.
+  int64_t live(const PlanView &plan, int64_t r) const {
+    return plan.queryEnd[first + r] - keyBegin;
+  }
+};
+
+/// One block's scores against its key panel: S[rows, span] =
+/// scale * Q[block, head] K[keyBegin : keyBegin + span, head]^T.
 void scores(const std::vector<float> &Q, const std::vector<float> &K,
-            int64_t block, int64_t rows, int64_t span, int64_t head, int64_t d,
-            int64_t width, float scale, std::vector<float> &S) {
-  S.resize(static_cast<size_t>(rows * span));
-  gemmStrided<float>(false, true, rows, span, d, scale,
-                     Q.data() + block * width + head * d, width,
-                     K.data() + head * d, width, 0.0f, S.data(), span);
+            const Block &blk, int64_t head, int64_t d, int64_t width,
+            float scale, std::vector<float> &S) {
+  S.resize(static_cast<size_t>(blk.rows * blk.span));
+  gemmStrided<float>(false, true, blk.rows, blk.span, d, scale,
+                     Q.data() + blk.first * width + head * d, width,
+                     K.data() + blk.keyBegin * width + head * d, width, 0.0f,
+                     S.data(), blk.span);
 }
 
 } // namespace
 
 void tiledAttentionForward(const float *q, const float *k, const float *v,
-                           float *o, float *lse, const int64_t *qpos,
-                           const int64_t *qseg, const int64_t *kpos,
-                           const int64_t *kseg, int64_t Tq, int64_t Tk,
-                           int64_t heads, int64_t d, bool causal) {
-  const int64_t width = heads * d;
+                           float *o, float *lse, const PlanView &plan,
+                           int64_t heads, int64_t d) {
+  const int64_t width = heads * d, Tq = plan.Tq;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<float> Q, K, V, O, S;
-  for (const Segment &seg : tiles::segmentsOf(qpos, qseg, kpos, kseg, Tq, Tk)) {
-    const int64_t nq = static_cast<int64_t>(seg.queries.size());
-    gather(q, seg.queries, width, Q);
-    gather(k, seg.keys, width, K);
-    gather(v, seg.keys, width, V);
-    O.assign(static_cast<size_t>(nq * width), 0.0f);
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t block = 0; block < nq; block += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, nq - block);
-        const int64_t span = seg.span(block, block + rows, causal);
-        float *lseOut = lse + h * Tq;
-        if (span == 0) { // no query of the block has a key: o = 0
-          for (int64_t r = 0; r < rows; ++r)
-            lseOut[seg.queries[static_cast<size_t>(block + r)]] =
-                kNegativeInfinity;
-          continue;
-        }
-        scores(Q, K, block, rows, span, h, d, width, scale, S);
-        // Row softmax over each row's keys [0, cut); the rest of the panel
-        // (a partial tile's masked tail) is zero.
-        float rowMax[kQueryBlock], rowSum[kQueryBlock];
-        for (int64_t r = 0; r < rows; ++r) {
-          float *row = S.data() + r * span;
-          const int64_t cut = seg.cut(block + r, causal);
-          float mx = kNegativeInfinity;
-          for (int64_t j = 0; j < cut; ++j)
-            mx = std::max(mx, row[j]);
-          fast::expShifted(row, mx, row, cut);
-          float sum = fast::sum(row, cut);
-          std::fill(row + cut, row + span, 0.0f);
-          rowMax[r] = mx;
-          rowSum[r] = sum;
-        }
-        float *Ob = O.data() + block * width + h * d;
-        gemmStrided<float>(false, false, rows, d, span, 1.0f, S.data(), span,
-                           V.data() + h * d, width, 0.0f, Ob, width);
-        for (int64_t r = 0; r < rows; ++r) {
-          int64_t token = seg.queries[static_cast<size_t>(block + r)];
-          if (rowSum[r] > 0.0f) {
-            float inv = 1.0f / rowSum[r];
-            for (int64_t c = 0; c < d; ++c)
-              Ob[r * width + c] *= inv;
-            lseOut[token] = rowMax[r] + std::log(rowSum[r]);
-          } else {
-            lseOut[token] = kNegativeInfinity; // the row is zero already
-          }
+  gather(q, plan.queryOrder, Tq, width, Q);
+  gather(k, plan.keyOrder, plan.Tk, width, K);
+  gather(v, plan.keyOrder, plan.Tk, width, V);
+  O.assign(static_cast<size_t>(Tq * width), 0.0f);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t b = 0; b < plan.queryBlockCount; ++b) {
+      const Block blk(plan, b);
+      float *lseOut = lse + h * Tq;
+      if (blk.span == 0) { // no query of the block has a key: o = 0
+        for (int64_t r = 0; r < blk.rows; ++r)
+          lseOut[plan.queryOrder[blk.first + r]] = kNegativeInfinity;
+        continue;
+      }
+      scores(Q, K, blk, h, d, width, scale, S);
+      // Row softmax over each row's live keys; the rest of the panel (the
+      // causal tail past the row's end) is zero.
+      float rowMax[kQueryBlock], rowSum[kQueryBlock];
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        float *row = S.data() + r * blk.span;
+        const int64_t live = blk.live(plan, r);
+        float mx = kNegativeInfinity;
+        for (int64_t j = 0; j < live; ++j)
+          mx = std::max(mx, row[j]);
+        fast::expShifted(row, mx, row, live);
+        rowSum[r] = fast::sum(row, live);
+        std::fill(row + live, row + blk.span, 0.0f);
+        rowMax[r] = mx;
+      }
+      float *Ob = O.data() + blk.first * width + h * d;
+      gemmStrided<float>(false, false, blk.rows, d, blk.span, 1.0f, S.data(),
+                         blk.span, V.data() + blk.keyBegin * width + h * d,
+                         width, 0.0f, Ob, width);
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        const int64_t token = plan.queryOrder[blk.first + r];
+        if (rowSum[r] > 0.0f) {
+          const float inv = 1.0f / rowSum[r];
+          for (int64_t c = 0; c < d; ++c)
+            Ob[r * width + c] *= inv;
+          lseOut[token] = rowMax[r] + std::log(rowSum[r]);
+        } else {
+          lseOut[token] = kNegativeInfinity; // the row is zero already
         }
       }
-    scatter(O, seg.queries, width, o);
-  }
+    }
+  scatter(O, plan.queryOrder, Tq, width, o);
 }
 
 void tiledAttentionBackward(const float *q, const float *k, const float *v,
                             const float *o, const float *lse, const float *dout,
                             float *dq, float *dk, float *dv,
-                            const int64_t *qpos, const int64_t *qseg,
-                            const int64_t *kpos, const int64_t *kseg,
-                            int64_t Tq, int64_t Tk, int64_t heads, int64_t d,
-                            bool causal) {
-  const int64_t width = heads * d;
+                            const PlanView &plan, int64_t heads, int64_t d) {
+  const int64_t width = heads * d, Tq = plan.Tq, Tk = plan.Tk;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  // Keys outside every query's segment get no gradient.
-  std::fill(dk, dk + Tk * width, 0.0f);
-  std::fill(dv, dv + Tk * width, 0.0f);
   std::vector<float> Q, K, V, O, dO, dQ, dK, dV, P, dP, D;
-  for (const Segment &seg : tiles::segmentsOf(qpos, qseg, kpos, kseg, Tq, Tk)) {
-    const int64_t nq = static_cast<int64_t>(seg.queries.size());
-    const int64_t nk = static_cast<int64_t>(seg.keys.size());
-    gather(q, seg.queries, width, Q);
-    gather(o, seg.queries, width, O);
-    gather(dout, seg.queries, width, dO);
-    gather(k, seg.keys, width, K);
-    gather(v, seg.keys, width, V);
-    dQ.assign(static_cast<size_t>(nq * width), 0.0f);
-    dK.assign(static_cast<size_t>(nk * width), 0.0f);
-    dV.assign(static_cast<size_t>(nk * width), 0.0f);
-    // D[h, i] = dO_i . O_i, per head.
-    D.resize(static_cast<size_t>(heads * nq));
-    for (int64_t i = 0; i < nq; ++i)
-      for (int64_t h = 0; h < heads; ++h) {
-        const float *a = dO.data() + i * width + h * d;
-        const float *b = O.data() + i * width + h * d;
-        float s = 0.0f;
-        for (int64_t c = 0; c < d; ++c)
-          s += a[c] * b[c];
-        D[static_cast<size_t>(h * nq + i)] = s;
+  gather(q, plan.queryOrder, Tq, width, Q);
+  gather(o, plan.queryOrder, Tq, width, O);
+  gather(dout, plan.queryOrder, Tq, width, dO);
+  gather(k, plan.keyOrder, Tk, width, K);
+  gather(v, plan.keyOrder, Tk, width, V);
+  // Keys no query attends get no gradient.
+  dQ.assign(static_cast<size_t>(Tq * width), 0.0f);
+  dK.assign(static_cast<size_t>(Tk * width), 0.0f);
+  dV.assign(static_cast<size_t>(Tk * width), 0.0f);
+  // D[h, i] = dO_i . O_i, per head.
+  D.resize(static_cast<size_t>(heads * Tq));
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *a = dO.data() + i * width + h * d;
+      const float *b = O.data() + i * width + h * d;
+      float s = 0.0f;
+      for (int64_t c = 0; c < d; ++c)
+        s += a[c] * b[c];
+      D[static_cast<size_t>(h * Tq + i)] = s;
+    }
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t b = 0; b < plan.queryBlockCount; ++b) {
+      const Block blk(plan, b);
+      if (blk.span == 0)
+        continue; // no key: o = 0 depends on nothing
+      scores(Q, K, blk, h, d, width, scale, P);
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        float *row = P.data() + r * blk.span;
+        const float l = lse[h * Tq + plan.queryOrder[blk.first + r]];
+        const int64_t live = l == kNegativeInfinity ? 0 : blk.live(plan, r);
+        fast::expShifted(row, l, row, live);
+        std::fill(row + live, row + blk.span, 0.0f);
       }
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t block = 0; block < nq; block += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, nq - block);
-        const int64_t span = seg.span(block, block + rows, causal);
-        if (span == 0)
-          continue; // no key: o = 0 depends on nothing
-        scores(Q, K, block, rows, span, h, d, width, scale, P);
-        for (int64_t r = 0; r < rows; ++r) {
-          float *row = P.data() + r * span;
-          const int64_t cut = seg.cut(block + r, causal);
-          const float l =
-              lse[h * Tq + seg.queries[static_cast<size_t>(block + r)]];
-          const int64_t live = l == kNegativeInfinity ? 0 : cut;
-          fast::expShifted(row, l, row, live);
-          std::fill(row + live, row + span, 0.0f);
-        }
-        const float *dOb = dO.data() + block * width + h * d;
-        const float *Qb = Q.data() + block * width + h * d;
-        // dV[0:span] += P^T dO; dP = dO V^T.
-        gemmStrided<float>(true, false, span, d, rows, 1.0f, P.data(), span,
-                           dOb, width, 1.0f, dV.data() + h * d, width);
-        dP.resize(static_cast<size_t>(rows * span));
-        gemmStrided<float>(false, true, rows, span, d, 1.0f, dOb, width,
-                           V.data() + h * d, width, 0.0f, dP.data(), span);
-        // dS = P (dP - D) scale, into dP.
-        for (int64_t r = 0; r < rows; ++r) {
-          const float Dr = D[static_cast<size_t>(h * nq + block + r)];
-          const float *p = P.data() + r * span;
-          float *ds = dP.data() + r * span;
-          for (int64_t j = 0; j < span; ++j)
-            ds[j] = p[j] * (ds[j] - Dr) * scale;
-        }
-        // dQ[block] = dS K; dK[0:span] += dS^T Q[block].
-        gemmStrided<float>(false, false, rows, d, span, 1.0f, dP.data(), span,
-                           K.data() + h * d, width, 0.0f,
-                           dQ.data() + block * width + h * d, width);
-        gemmStrided<float>(true, false, span, d, rows, 1.0f, dP.data(), span,
-                           Qb, width, 1.0f, dK.data() + h * d, width);
+      const float *dOb = dO.data() + blk.first * width + h * d;
+      const float *Qb = Q.data() + blk.first * width + h * d;
+      const int64_t keys = blk.keyBegin * width + h * d;
+      // dV[panel] += P^T dO; dP = dO V^T.
+      gemmStrided<float>(true, false, blk.span, d, blk.rows, 1.0f, P.data(),
+                         blk.span, dOb, width, 1.0f, dV.data() + keys, width);
+      dP.resize(static_cast<size_t>(blk.rows * blk.span));
+      gemmStrided<float>(false, true, blk.rows, blk.span, d, 1.0f, dOb, width,
+                         V.data() + keys, width, 0.0f, dP.data(), blk.span);
+      // dS = P (dP - D) scale, into dP.
+      for (int64_t r = 0; r < blk.rows; ++r) {
+        const float Dr = D[static_cast<size_t>(h * Tq + blk.first + r)];
+        const float *p = P.data() + r * blk.span;
+        float *ds = dP.data() + r * blk.span;
+        for (int64_t j = 0; j < blk.span; ++j)
+          ds[j] = p[j] * (ds[j] - Dr) * scale;
       }
-    scatter(dQ, seg.queries, width, dq);
-    scatter(dK, seg.keys, width, dk);
-    scatter(dV, seg.keys, width, dv);
-  }
+      // dQ[block] = dS K; dK[panel] += dS^T Q[block].
+      gemmStrided<float>(false, false, blk.rows, d, blk.span, 1.0f, dP.data(),
+                         blk.span, K.data() + keys, width, 0.0f,
+                         dQ.data() + blk.first * width + h * d, width);
+      gemmStrided<float>(true, false, blk.span, d, blk.rows, 1.0f, dP.data(),
+                         blk.span, Qb, width, 1.0f, dK.data() + keys, width);
+    }
+  scatter(dQ, plan.queryOrder, Tq, width, dq);
+  scatter(dK, plan.keyOrder, Tk, width, dk);
+  scatter(dV, plan.keyOrder, Tk, width, dv);
 }
 
 } // namespace mimo::kernels

@@ -268,21 +268,17 @@ public:
     k::rope<float>(x, positions, tokens, heads, dim, inverse);
   }
   void attentionForward(const float *q, const float *kk, const float *v,
-                        float *o, float *lse, const int64_t *qpos,
-                        const int64_t *qseg, const int64_t *kpos,
-                        const int64_t *kseg, int64_t Tq, int64_t Tk,
-                        int64_t heads, int64_t d, bool causal) override {
-    k::tiledAttentionForward(q, kk, v, o, lse, qpos, qseg, kpos, kseg, Tq, Tk,
-                             heads, d, causal);
+                        float *o, float *lse, const tiles::PlanView &plan,
+                        int64_t heads, int64_t d) override {
+    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
   }
   void attentionBackward(const float *q, const float *kk, const float *v,
                          const float *o, const float *lse, const float *dout,
-                         float *dq, float *dk, float *dv, const int64_t *qpos,
-                         const int64_t *qseg, const int64_t *kpos,
-                         const int64_t *kseg, int64_t Tq, int64_t Tk,
-                         int64_t heads, int64_t d, bool causal) override {
-    k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, qpos, qseg,
-                              kpos, kseg, Tq, Tk, heads, d, causal);
+                         float *dq, float *dk, float *dv,
+                         const tiles::PlanView &plan, int64_t heads,
+                         int64_t d) override {
+    k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
+                              d);
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,

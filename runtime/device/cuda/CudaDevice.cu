@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/device/FlashBodies.h"
 #include "runtime/device/KernelBodies.h"
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
@@ -50,6 +51,25 @@ template <typename F> __global__ void eachIndex(F f, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride)
     f(i);
+}
+
+/// A block program of FlashBodies.h: block (blockIdx.x, head blockIdx.y),
+/// one thread per row, a barrier around every chunk's load.
+template <typename Program>
+__global__ void __launch_bounds__(flash::kThreads) eachBlock(Program program) {
+  extern __shared__ float shared[];
+  const int64_t b = blockIdx.x, h = blockIdx.y;
+  const int t = static_cast<int>(threadIdx.x);
+  typename Program::State state;
+  program.begin(b, h, t, shared, state);
+  const int64_t chunks = program.chunks(b);
+  for (int64_t c = 0; c < chunks; ++c) {
+    __syncthreads(); // the previous chunk is consumed
+    program.load(b, h, c, t, shared);
+    __syncthreads();
+    program.compute(b, h, c, t, shared, state);
+  }
+  program.finish(b, h, t, state);
 }
 
 /// Block partial sums of w(i) * x[i]^2 (squares) or of x[i] where
@@ -119,6 +139,7 @@ public:
     cudaDeviceProp props{};
     check(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties");
     label = "cuda:" + std::to_string(ordinal) + " (" + props.name + ")";
+    sharedOptIn = static_cast<int64_t>(props.sharedMemPerBlockOptin);
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
           "cudaStreamCreateWithFlags");
     // Keep freed memory in the pool instead of returning it to the driver
@@ -430,30 +451,37 @@ public:
     launch("rope", b::Rope<float>{x, positions, tokens, heads, dim, inverse});
   }
   void attentionForward(const float *q, const float *k, const float *v,
-                        float *o, float *lse, const int64_t *qpos,
-                        const int64_t *qseg, const int64_t *kpos,
-                        const int64_t *kseg, int64_t Tq, int64_t Tk,
-                        int64_t heads, int64_t d, bool causal) override {
-    b::AttentionShape shape{qpos, qseg, kpos, kseg, Tq, Tk, heads, d, causal};
+                        float *o, float *lse, const tiles::PlanView &plan,
+                        int64_t heads, int64_t d) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d);
     checkHeadDim(d);
-    launch("attention_forward",
-           b::AttentionForwardQuery<float>{q, k, v, o, lse, shape},
-           kRowThreads);
+    flash::withHeadDim(d, [&](auto dim) {
+      launchBlocks("attention_forward",
+                   flash::Forward<dim.value>{q, k, v, o, lse, shape}, heads);
+    });
   }
   void attentionBackward(const float *q, const float *k, const float *v,
                          const float *o, const float *lse, const float *dout,
-                         float *dq, float *dk, float *dv, const int64_t *qpos,
-                         const int64_t *qseg, const int64_t *kpos,
-                         const int64_t *kseg, int64_t Tq, int64_t Tk,
-                         int64_t heads, int64_t d, bool causal) override {
-    b::AttentionShape shape{qpos, qseg, kpos, kseg, Tq, Tk, heads, d, causal};
+                         float *dq, float *dk, float *dv,
+                         const tiles::PlanView &plan, int64_t heads,
+                         int64_t d) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d);
     checkHeadDim(d);
-    launch("attention_backward_dq",
-           b::AttentionBackwardQuery<float>{q, k, v, o, lse, dout, dq, shape},
-           kRowThreads);
-    launch("attention_backward_dkdv",
-           b::AttentionBackwardKey<float>{q, k, v, o, lse, dout, dk, dv, shape},
-           kRowThreads);
+    float *D = static_cast<float *>(allocate(
+        std::max<int64_t>(heads * plan.Tq, 1) * int64_t(sizeof(float))));
+    launch("attention_backward_rowdot",
+           flash::RowDot{o, dout, D, plan.Tq, heads, d});
+    flash::withHeadDim(d, [&](auto dim) {
+      launchBlocks(
+          "attention_backward_dq",
+          flash::BackwardQuery<dim.value>{q, k, v, lse, dout, D, dq, shape},
+          heads);
+      launchBlocks(
+          "attention_backward_dkdv",
+          flash::BackwardKey<dim.value>{q, k, v, lse, dout, D, dk, dv, shape},
+          heads);
+    });
+    release(D); // in stream order: after the kernels that read it
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,
@@ -570,6 +598,39 @@ private:
                         label + ": " + errorText(error));
   }
 
+  /// A block program over its blocks and `heads`, with the dynamic shared
+  /// memory it asks for (past 48 KiB only by opting in).
+  template <typename Program>
+  void launchBlocks(const char *name, const Program &program, int64_t heads) {
+    const int64_t blocks = program.blocks();
+    if (blocks <= 0 || heads <= 0)
+      return;
+    if (heads > 65535)
+      throw DeviceError(std::string(name) + ": " + std::to_string(heads) +
+                        " heads exceed a grid's 65535");
+    activate();
+    const int64_t bytes = program.sharedFloats() * int64_t(sizeof(float));
+    if (bytes > sharedOptIn)
+      throw DeviceError(std::string(name) + " needs " + std::to_string(bytes) +
+                        " bytes of shared memory per block, more than the " +
+                        std::to_string(sharedOptIn) + " of " + label +
+                        "; use more heads (a smaller head dimension)");
+    if (bytes > 48 * 1024)
+      checkCall(
+          cudaFuncSetAttribute(eachBlock<Program>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "cudaFuncSetAttribute");
+    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
+    eachBlock<<<grid, flash::kThreads, static_cast<size_t>(bytes), stream>>>(
+        program);
+    lastKernel = name;
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
+                        label + ": " + errorText(error));
+  }
+
   void reduce(const char *name, const float *x, const float *mask, int64_t n,
               bool squares, double factor, double *acc) {
     if (n <= 0)
@@ -598,6 +659,7 @@ private:
 
   int ordinal;
   bool multiGpu;
+  int64_t sharedOptIn = 48 * 1024;
   std::string label;
   cudaStream_t stream = nullptr;
   std::vector<std::shared_ptr<CudaEvent>> events;
