@@ -9,7 +9,12 @@
 //   2. Bridges: fan-in and fan-out between 4 lanes and 1 (5 ranks as
 //      threads, each its own stream on the GPU, the local communicator)
 //      against one device-to-device copy of the same bytes.
-//   3. Training: tokens/s of every example on the CUDA device against the
+//   3. Attention: the fused kernels (device/FlashBodies.h) at sequence
+//      2k, 4k and 8k, 16 heads of 128, causal, forward and backward
+//      TFLOP/s (FlashAttention's count: 4 d FLOPs per attended pair and
+//      head forward, 2.5 times that backward), and the peak bytes a call
+//      allocates beside its inputs and outputs (linear in the sequence).
+//   4. Training: tokens/s of every example on the CUDA device against the
 //      CPU device (local backend), steps after the first.
 // Exits 77 without a usable GPU.
 //
@@ -17,6 +22,7 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
+#include "runtime/device/AttentionTiles.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/Executor.h"
@@ -236,6 +242,75 @@ void benchGemm(const std::vector<GemmShape> &shapes) {
 }
 
 //===----------------------------------------------------------------------===//
+// 3. Attention
+//===----------------------------------------------------------------------===//
+
+void benchAttention() {
+  std::printf("\n## Attention: fused forward and backward (fp32, causal, 16 "
+              "heads of 128, one sequence)\n\n");
+  std::printf("| sequence | forward ms | forward TFLOP/s | backward ms | "
+              "backward TFLOP/s | bytes beyond inputs and outputs |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::unique_ptr<Device> dev = device::makeDevice(device::DeviceKind::Cuda, 0);
+  const int64_t heads = 16, d = 128, width = heads * d;
+  for (int64_t S : {2048, 4096, 8192}) {
+    std::vector<int64_t> pos(static_cast<size_t>(S)),
+        seg(static_cast<size_t>(S), 0);
+    for (int64_t t = 0; t < S; ++t)
+      pos[static_cast<size_t>(t)] = t;
+    device::tiles::Plan plan = device::tiles::plan(
+        pos.data(), seg.data(), pos.data(), seg.data(), S, S, true);
+    Tensor packed = Tensor::empty(
+        *dev, static_cast<int64_t>(plan.packed.size()), device::DType::I64);
+    dev->upload(packed.raw(), plan.packed.data(), packed.bytes());
+    const device::tiles::PlanView view = plan.view(packed.data<int64_t>());
+    std::vector<float> host(static_cast<size_t>(S * width));
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (float &x : host)
+      x = dist(rng);
+    auto filled = [&] {
+      Tensor t = Tensor::empty(*dev, S * width);
+      dev->upload(t.raw(), host.data(), t.bytes());
+      return t;
+    };
+    Tensor q = filled(), k = filled(), v = filled(), dout = filled();
+    Tensor o = Tensor::empty(*dev, S * width),
+           lse = Tensor::empty(*dev, S * heads);
+    Tensor dq = Tensor::empty(*dev, S * width),
+           dk = Tensor::empty(*dev, S * width),
+           dv = Tensor::empty(*dev, S * width);
+    dev->synchronize();
+    const double pairs = static_cast<double>(plan.pairs());
+    const double forwardFlops = 4.0 * d * heads * pairs;
+    const double backwardFlops = 2.5 * forwardFlops;
+    dev->resetPeakBytes();
+    const int64_t before = dev->peakBytes();
+    double fwd = medianSeconds(
+        [&] {
+          dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
+                                lse.data(), view, heads, d);
+          dev->synchronize();
+        },
+        5);
+    double bwd = medianSeconds(
+        [&] {
+          dev->attentionBackward(q.data(), k.data(), v.data(), o.data(),
+                                 lse.data(), dout.data(), dq.data(), dk.data(),
+                                 dv.data(), view, heads, d);
+          dev->synchronize();
+        },
+        5);
+    const int64_t extra = dev->peakBytes() - before;
+    std::printf("| %lld | %.2f | %.1f | %.2f | %.1f | %lld |\n",
+                static_cast<long long>(S), 1e3 * fwd, forwardFlops / fwd / 1e12,
+                1e3 * bwd, backwardFlops / bwd / 1e12,
+                static_cast<long long>(extra));
+    std::fflush(stdout);
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // 2. Bridges
 //===----------------------------------------------------------------------===//
 
@@ -320,7 +395,7 @@ void benchBridges() {
 }
 
 //===----------------------------------------------------------------------===//
-// 3. Training
+// 4. Training
 //===----------------------------------------------------------------------===//
 
 /// Mean tokens/s over steps 2.. of a local run.
@@ -419,6 +494,7 @@ int main(int argc, char **argv) {
                         GemmShape{"1B head", 8192, 32000, 2048}})
       shapes.push_back(s);
     benchGemm(shapes);
+    benchAttention();
     benchBridges();
     if (!quick)
       benchTraining(examplesDir, examples);

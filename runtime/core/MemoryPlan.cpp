@@ -58,18 +58,26 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   if (cp > 1)
     layer += kFloat * 2 * T * Hl;
   MicrobatchBytes b;
-  b.saved = static_cast<double>(layers) * layer +
-            kIndex * 2 * (Tc + T); // positions and segments
+  // Query positions and the attention plan (device/AttentionTiles.h:
+  // query and key orders, each query's end, blocks of 64).
+  b.saved =
+      static_cast<double>(layers) * layer +
+      kIndex * (3 * Tc + T + 4 * std::ceil(Tc / 64) + 4 * std::ceil(T / 64));
   if (first)
     b.saved += kIndex * Tc; // token ids
-  if (last) // final norm, gathered output, logits, softmax statistics
-    b.saved += kFloat * (Tl * H + Tl + Tc * H + Tc * Vl + 3 * Tc) + kIndex * Tc;
+  if (last) // the final norm's input and statistics, the head's gradient
+    b.saved += kFloat * (Tl * H + Tl + Tc * H);
   // A layer's backward: its MLP and attention gradients; the last stage's
-  // logit gradients.
+  // forward: the gathered norm output and one chunk of logits and their
+  // gradient (core/MemoryPlan.h logitChunkRows), with their statistics.
   b.working = kFloat * (3 * Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
                         (cp > 1 ? 2 * T * Hl : 0));
-  if (last)
-    b.working = std::max(b.working, kFloat * (Tc * Vl + 2 * Tc * H));
+  if (last) {
+    const double R = static_cast<double>(
+        logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));
+    b.working = std::max(
+        b.working, kFloat * (Tc * H + 2 * R * Vl + 4 * R + Tc) + kIndex * Tc);
+  }
   return b;
 }
 
@@ -88,7 +96,8 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   double layer = kFloat * (2 * R * H + 4 * R + 2 * R * H + 4 * R * Hl +
                            heads * R + 2 * R * Fl);
   MicrobatchBytes b;
-  b.saved = static_cast<double>(layers) * layer + kIndex * 4 * R;
+  b.saved = static_cast<double>(layers) * layer +
+            kIndex * (3 * R + 4 * std::ceil(R / 64) * 2); // attention plan
   if (first)
     b.saved += kFloat * R * static_cast<double>(m.featureDim);
   if (last)

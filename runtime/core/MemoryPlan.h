@@ -29,6 +29,19 @@ struct RankMemory {
   int64_t totalBytes = 0;
 };
 
+/// The last language stage computes its head, the loss and their gradient
+/// in chunks of rows holding at most this many bytes of fp32 logits (and
+/// as many of their gradient), so no step keeps logits for every token.
+inline constexpr int64_t kLogitChunkBytes = int64_t(32) << 20;
+
+/// The rows of one chunk, out of `rows`, at `vocabLocal` logits a row.
+inline int64_t logitChunkRows(int64_t rows, int64_t vocabLocal,
+                              int64_t chunkBytes = kLogitChunkBytes) {
+  const int64_t perRow = 4 * (vocabLocal > 0 ? vocabLocal : 1);
+  const int64_t fit = chunkBytes / perRow > 0 ? chunkBytes / perRow : 1;
+  return rows < fit ? (rows > 0 ? rows : 1) : fit;
+}
+
 /// The estimate of every rank (index = rank).
 std::vector<RankMemory> memoryPlan(const Topology &topology,
                                    const ModelConfig &config);

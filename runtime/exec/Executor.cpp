@@ -93,7 +93,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                     const DataSource &data, const DataSource *evalData,
                     const RunOptions &options, Clock::time_point origin,
                     RunResult &result, std::vector<TraceEvent> &events,
-                    const OverlapSetup &overlap = {}) {
+                    const RankOptions &overlap = {}) {
   // Destroyed in reverse: the executor's tensors before the device.
   std::unique_ptr<Device> dev;
   std::optional<DeviceBinding> binding;
@@ -224,13 +224,14 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       std::unique_ptr<comm::Comm> c = makeComm(0);
       // Channels also have a device stream of their own (same thread count:
       // creating a CPU device sets the creating thread's kernel threads).
-      OverlapSetup overlap;
+      RankOptions overlap;
       bool on =
           options.overlap.value_or(options.device == device::DeviceKind::Cuda);
       overlap.bucketBytes = on ? options.gradBucketBytes : 0;
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.
       overlap.sendsAhead = on && !ncclLike;
+      overlap.logitChunkBytes = options.logitChunkBytes;
       overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),

@@ -14,6 +14,7 @@
 #define MIMO_RUNTIME_EXEC_EXECUTOR_H
 
 #include "runtime/comm/Comm.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Device.h"
 #include "runtime/exec/Checkpoint.h"
@@ -99,6 +100,9 @@ struct RunOptions {
   /// peer as NCCL does (comm::Matching; tests use it to check that every
   /// layout's messages pair right under the nccl backend).
   comm::Matching matching = comm::Matching::ByTag;
+  /// The most bytes of fp32 logits the last language stage computes at
+  /// once (its head, loss and their gradient go chunk by chunk).
+  int64_t logitChunkBytes = kLogitChunkBytes;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;
   /// Where jsonl data paths are resolved, and the plan's name in messages.

@@ -24,7 +24,7 @@ struct LanguageStage::Cache {
   LaneTokens tokens;
   std::vector<LayerCache> layers;
   // Last stage.
-  Tensor xf, rstdF, hNf, logits, gmax, gsum, scale, targets;
+  Tensor xf, rstdF, dhNf;
 };
 
 LanguageStage::LanguageStage(const ModuleConfig &module,
@@ -148,7 +148,8 @@ void Stage::copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
 }
 
 Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
-                              Tensor input, double invN, Tensor *lossSum) {
+                              Tensor input, double invN, Tensor *lossSum,
+                              bool evaluating) {
   Device &dev = *ctx.dev;
   comm::Comm &comm = *ctx.comm;
   auto cache = std::make_unique<Cache>();
@@ -195,11 +196,7 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   dev.rmsnormForward(c.xf.data(), parameters[finalNorm].work.data(), hN.data(),
                      c.rstdF.data(), Tl, H);
   store(hN);
-  c.hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
-  c.logits = empty(Tc * Vl);
-  matmul(dev, ctx.bf16, c.hNf.data(), parameters[head].work.data(),
-         c.logits.data(), Tc, H, Vl);
-  store(c.logits); // bf16 logits; the softmax and loss in fp32
+  Tensor hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {
@@ -207,26 +204,46 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     targets[static_cast<size_t>(i)] = lane.labels[t];
     scale[static_cast<size_t>(i)] = static_cast<float>(lane.mask[t] * invN);
   }
-  c.targets = indices(targets);
-  c.scale = Tensor::fromHost(scale);
-  c.gmax = empty(Tc);
-  dev.crossEntropyRowMax(c.logits.data(), Tc, Vl, c.gmax.data());
-  if (ctx.tpGroup.size() > 1)
-    comm.allReduceMax(ctx.tpGroup, c.gmax.data(), Tc);
-  Tensor sums = empty(2 * Tc);
-  dev.crossEntropySums(c.logits.data(), c.targets.data<int64_t>(), Tc, Vl,
-                       ctx.tpRank * Vl, c.gmax.data(), sums.data(),
-                       sums.data() + Tc);
-  reduceAll(comm, ctx.tpGroup, sums);
-  c.gsum = sums.view(0, Tc);
-  if (ctx.tpRank == 0 && lossSum) {
-    // Σ over unmasked tokens of the per-token loss, times 1/N, on the
-    // device: the scale is mask / N, nonzero exactly where the mask is.
-    Tensor loss = empty(Tc);
-    dev.crossEntropyLoss(c.gmax.data(), c.gsum.data(), sums.data() + Tc, Tc,
-                         loss.data());
-    dev.maskedSumInto(loss.data(), c.scale.data(), Tc, invN,
-                      lossSum->data<double>());
+  Tensor target = indices(targets), weight = Tensor::fromHost(scale);
+  // The head, the loss and their gradient, chunk by chunk of rows: the
+  // loss ends the graph, so its gradient needs nothing from later, and no
+  // step keeps fp32 logits for every token (core/MemoryPlan.h). The
+  // backward finds the head's output gradient ready.
+  Param &W = parameters[head];
+  const int64_t chunk = logitChunkRows(Tc, Vl, ctx.logitChunkBytes);
+  Tensor logits = empty(chunk * Vl), dlogits = empty(chunk * Vl);
+  Tensor gmax = empty(chunk), sums = empty(2 * chunk), loss = empty(chunk);
+  c.dhNf = evaluating ? Tensor() : empty(Tc * H);
+  for (int64_t r0 = 0; r0 < Tc; r0 += chunk) {
+    const int64_t rows = std::min(chunk, Tc - r0);
+    const int64_t *ids = target.data<int64_t>() + r0;
+    const float *rowScale = weight.data() + r0;
+    Tensor z = logits.view(0, rows * Vl);
+    matmul(dev, ctx.bf16, hNf.data() + r0 * H, W.work.data(), z.data(), rows, H,
+           Vl);
+    store(z); // bf16 logits; the softmax and loss in fp32
+    dev.crossEntropyRowMax(z.data(), rows, Vl, gmax.data());
+    if (ctx.tpGroup.size() > 1)
+      comm.allReduceMax(ctx.tpGroup, gmax.data(), rows);
+    Tensor s = sums.view(0, 2 * rows);
+    dev.crossEntropySums(z.data(), ids, rows, Vl, ctx.tpRank * Vl, gmax.data(),
+                         s.data(), s.data() + rows);
+    reduceAll(comm, ctx.tpGroup, s);
+    if (ctx.tpRank == 0 && lossSum) {
+      // Σ over unmasked tokens of the per-token loss, times 1/N, on the
+      // device: the scale is mask / N, nonzero exactly where the mask is.
+      dev.crossEntropyLoss(gmax.data(), s.data(), s.data() + rows, rows,
+                           loss.data());
+      dev.maskedSumInto(loss.data(), rowScale, rows, invN,
+                        lossSum->data<double>());
+    }
+    if (evaluating)
+      continue;
+    dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
+                             gmax.data(), s.data(), rowScale, dlogits.data());
+    matmulBackward(dev, ctx.bf16, hNf.data() + r0 * H, W.work.data(),
+                   dlogits.data(), c.dhNf.data() + r0 * H, W.grad.data(), rows,
+                   H, Vl);
   }
   caches[mb] = std::move(cache);
   return {};
@@ -241,18 +258,11 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
                            std::to_string(mb) + " before its forward");
   Cache &c = *it->second;
   const LayerMeta &m = c.meta;
-  int64_t H = hiddenSize, Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
+  int64_t H = hiddenSize, Tl = m.localRows;
   Tensor dx;
   if (isLast()) {
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
-    Tensor dlogits = empty(Tc * Vl);
-    dev.crossEntropyBackward(c.logits.data(), c.targets.data<int64_t>(), Tc, Vl,
-                             ctx.tpRank * Vl, c.gmax.data(), c.gsum.data(),
-                             c.scale.data(), dlogits.data());
-    Tensor dhNf = empty(Tc * H);
-    matmulBackward(dev, ctx.bf16, c.hNf.data(), parameters[head].work.data(),
-                   dlogits.data(), dhNf.data(), parameters[head].grad.data(),
-                   Tc, H, Vl);
+    Tensor dhNf = std::move(c.dhNf); // the forward's (chunked head and loss)
     Tensor dhN;
     if (sp) {
       dhN = scatterRows(comm, ctx.tpGroup, dhNf);

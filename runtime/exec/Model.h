@@ -26,6 +26,7 @@
 #define MIMO_RUNTIME_EXEC_MODEL_H
 
 #include "runtime/comm/Comm.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Parameters.h"
 #include "runtime/core/Plan.h"
@@ -88,6 +89,9 @@ struct StageContext {
   /// precision "bf16": working weights and stored activations rounded to
   /// bfloat16 (fp32 arithmetic, fp32 master weights, gradients and AdamW).
   bool bf16 = false;
+  /// The last language stage's head and loss run in chunks of rows with at
+  /// most this many bytes of fp32 logits (core/MemoryPlan.h).
+  int64_t logitChunkBytes = kLogitChunkBytes;
   std::vector<int64_t> tpGroup, cpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
@@ -210,9 +214,11 @@ public:
                const std::vector<const Tensor *> &modality);
   /// Runs this stage. On the last stage adds this rank's share of
   /// Σ mask·CE / N to the device double `lossSum[0]` (when given) and
-  /// returns nothing.
+  /// returns nothing; there, unless `evaluating`, it also computes the
+  /// loss's gradient through the head (the weight's and the output's, for
+  /// backward()), chunk by chunk with the loss.
   Tensor forward(int64_t mb, const LanguageLane &lane, Tensor input,
-                 double invN, Tensor *lossSum);
+                 double invN, Tensor *lossSum, bool evaluating = false);
   /// Returns the gradient of the stage input (this rank's shard).
   Tensor backward(int64_t mb, const Tensor *gradOutput);
   /// First stage: whether the input gradient must be gathered over the

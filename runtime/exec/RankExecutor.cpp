@@ -19,7 +19,7 @@ namespace mimo::exec {
 RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
                            Device &dev, const DataSource &data,
                            const DataSource *evalData, Clock::time_point origin,
-                           const OverlapSetup &overlap)
+                           const RankOptions &overlap)
     : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
       data(data), evalData(evalData), active(&data), origin(origin),
       encoders(encodersOf(plan.config)) {
@@ -27,7 +27,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
     world.push_back(r);
   modules.resize(topo.modules.size());
   for (size_t m : topo.modulesOf(rank))
-    modules[m] = makeModule(m);
+    modules[m] = makeModule(m, overlap.logitChunkBytes);
   program = &plan.programs[static_cast<size_t>(
       plan.rankProgram[static_cast<size_t>(rank)])];
   for (auto &m : modules)
@@ -167,7 +167,8 @@ double RankExecutor::micros() const {
       .count();
 }
 
-std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
+std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
+                                                      int64_t logitChunkBytes) {
   auto state = std::make_unique<ModuleState>();
   state->index = m;
   state->topo = &topo.modules[m];
@@ -189,6 +190,7 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
   ctx.ppRank = c.pp;
   ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
   ctx.bf16 = plan.config.precision == "bf16";
+  ctx.logitChunkBytes = logitChunkBytes;
   ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
   ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
   ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
@@ -212,7 +214,7 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m) {
   return state;
 }
 
-void RankExecutor::setUpOverlap(ModuleState &m, const OverlapSetup &overlap) {
+void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
     return;
   int64_t microbatches = 0;

@@ -66,8 +66,9 @@ struct ModuleState {
 using ChannelFactory =
     std::function<std::unique_ptr<comm::Channel>(int64_t tagChannel)>;
 
-/// How gradient reduction overlaps the backward.
-struct OverlapSetup {
+/// How a rank runs beyond what its plan says: how communication overlaps
+/// the compute, and the rows of logits its head computes at once.
+struct RankOptions {
   /// Gradient bucket size (0: one all-reduce at ReduceGrads).
   int64_t bucketBytes = 0;
   /// Batches of sends only (pipeline and bridge sends) are posted on a
@@ -76,6 +77,9 @@ struct OverlapSetup {
   bool sendsAhead = false;
   /// Null where the backend has no channels (mpi): no overlap.
   ChannelFactory channels;
+  /// The most bytes of fp32 logits the last language stage holds at once
+  /// (core/MemoryPlan.h logitChunkRows).
+  int64_t logitChunkBytes = kLogitChunkBytes;
 };
 
 /// The tag channel of a rank's send channel (its messages carry their own
@@ -86,7 +90,7 @@ class RankExecutor {
 public:
   RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm, Device &dev,
                const DataSource &data, const DataSource *evalData,
-               Clock::time_point origin, const OverlapSetup &overlap = {});
+               Clock::time_point origin, const RankOptions &overlap = {});
 
   /// One training step (0-based `step`).
   StepMetrics runStep(int64_t step, bool trace,
@@ -119,10 +123,10 @@ public:
 private:
   double micros() const;
 
-  std::unique_ptr<ModuleState> makeModule(size_t m);
+  std::unique_ptr<ModuleState> makeModule(size_t m, int64_t logitChunkBytes);
   /// Gives module `m` its channel and buckets (when the setup allows and
   /// its DP x CP group has more than one rank).
-  void setUpOverlap(ModuleState &m, const OverlapSetup &overlap);
+  void setUpOverlap(ModuleState &m, const RankOptions &overlap);
 
   ModuleState &module(size_t m);
 

@@ -253,8 +253,8 @@ void RankExecutor::forward(ModuleState &m, int64_t mb) {
     return;
   }
   Tensor input = take(actIn, key, "input");
-  Tensor out =
-      m.language->forward(mb, lane(m, mb), std::move(input), invN, &lossScalar);
+  Tensor out = m.language->forward(mb, lane(m, mb), std::move(input), invN,
+                                   &lossScalar, evaluating);
   if (!m.language->isLast())
     actOut[key] = std::move(out);
 }
