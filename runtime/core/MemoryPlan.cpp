@@ -37,8 +37,14 @@ struct MicrobatchBytes {
   double saved = 0, working = 0;
 };
 
+/// Bytes of an activation a layer keeps for its backward: bf16 keeps
+/// them packed (exec/TransformerLayer.h keep) and unpacks one layer's at a
+/// time, in its backward.
+double keptBytes(bool bf16) { return bf16 ? 2.0 : kFloat; }
+
 MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
-                              bool first, bool last, int64_t layers) {
+                              bool first, bool last, int64_t layers,
+                              bool bf16) {
   const double tp = static_cast<double>(m.parallel.tp);
   const double cp = static_cast<double>(m.parallel.cp);
   const double samples = static_cast<double>(t.microBatchSize) /
@@ -50,13 +56,14 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double Vl = static_cast<double>(m.vocabSize) / tp;
-  // Per layer (exec/Model.cpp LayerCache): x, x1 (local rows); the
-  // gathered norms' outputs; q, k, v, the attention output and lse; the
-  // gathered keys and values under CP; gate, up and SwiGLU output.
-  double layer = kFloat * (2 * Tl * H + 2 * Tl + 2 * Tc * H + 4 * Tc * Hl +
-                           heads * Tc + 3 * Tc * Fl);
+  // Per layer (exec/TransformerLayer.h LayerCache), kept: x, x1 (local
+  // rows); the gathered norms' outputs; q, k, v, the attention output; the
+  // gathered keys and values under CP; gate, up and SwiGLU output. In
+  // fp32: the norms' statistics and the log-sum-exp.
+  double kept = 2 * Tl * H + 2 * Tc * H + 4 * Tc * Hl + 3 * Tc * Fl;
   if (cp > 1)
-    layer += kFloat * 2 * T * Hl;
+    kept += 2 * T * Hl;
+  double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
   // query and key orders, each query's end, blocks of 64).
@@ -71,7 +78,8 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // forward: the gathered norm output and one chunk of logits and their
   // gradient (core/MemoryPlan.h logitChunkRows), with their statistics.
   b.working = kFloat * (3 * Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
-                        (cp > 1 ? 2 * T * Hl : 0));
+                        (cp > 1 ? 2 * T * Hl : 0)) +
+              (kFloat - keptBytes(bf16)) * kept;
   if (last) {
     const double R = static_cast<double>(
         logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));
@@ -83,7 +91,7 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
 
 MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
                              size_t encoder, bool first, bool last,
-                             int64_t layers, int64_t outputHidden) {
+                             int64_t layers, int64_t outputHidden, bool bf16) {
   const double tp = static_cast<double>(m.parallel.tp);
   const double samples = static_cast<double>(config.batch.microBatchSize) /
                          static_cast<double>(m.parallel.dp);
@@ -93,8 +101,8 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double O = static_cast<double>(outputHidden);
-  double layer = kFloat * (2 * R * H + 4 * R + 2 * R * H + 4 * R * Hl +
-                           heads * R + 2 * R * Fl);
+  const double kept = 2 * R * H + 2 * R * H + 4 * R * Hl + 2 * R * Fl;
+  double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R);
   MicrobatchBytes b;
   b.saved = static_cast<double>(layers) * layer +
             kIndex * (3 * R + 4 * std::ceil(R / 64) * 2); // attention plan
@@ -102,7 +110,8 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
     b.saved += kFloat * R * static_cast<double>(m.featureDim);
   if (last)
     b.saved += kFloat * (R * H + 2 * R * O);
-  b.working = kFloat * (2 * R * Fl + 3 * R * H + 4 * R * Hl + 2 * R * O);
+  b.working = kFloat * (2 * R * Fl + 3 * R * H + 4 * R * Hl + 2 * R * O) +
+              (kFloat - keptBytes(bf16)) * kept;
   return b;
 }
 
@@ -136,10 +145,12 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           stageParameters(*module, language.hiddenSize, sp, pp, stage);
       auto [begin, end] = stageLayers(module->numLayers, pp, stage);
       bool first = stage == 0, last = stage == pp - 1;
+      const bool bf16 = config.precision == "bf16";
       MicrobatchBytes mb =
-          topo.isLanguage ? languageBytes(*module, t, first, last, end - begin)
-                          : encoderBytes(*module, config, encoder, first, last,
-                                         end - begin, language.hiddenSize);
+          topo.isLanguage
+              ? languageBytes(*module, t, first, last, end - begin, bf16)
+              : encoderBytes(*module, config, encoder, first, last, end - begin,
+                             language.hiddenSize, bf16);
       const StageTopology *s = t.stageOf(m, stage);
       int64_t inFlight =
           !topo.isLanguage && encodersFirst

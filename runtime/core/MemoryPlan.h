@@ -4,7 +4,8 @@
 // weights, gradients and AdamW moments (fp32, each parameter padded to 64
 // values as the stages lay them out), and the peak of its transient bytes:
 // the activations its forwards keep for their backwards while 1F1B has
-// microbatches in flight, plus the largest working set of one backward, or
+// microbatches in flight (two bytes a value under precision "bf16", which
+// keeps them packed), plus the largest working set of one backward, or
 // the staging of the gradient all-reduce, whichever is larger. Token
 // counts are those of the batch settings (each sample seq_length tokens;
 // encoders at their expected modality-token counts, as core/Flops.h).

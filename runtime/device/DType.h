@@ -3,7 +3,8 @@
 // What a tensor's bytes hold. fp32 is what the model computes in today;
 // f64 carries the step's loss and gradient-norm accumulators; i64 the
 // index arrays (positions, segments, ids, targets, row maps) that kernels
-// read on the device. bf16 is reserved for mixed precision (SPEC §11).
+// read on the device; bf16 (as uint16_t bits) the activations precision
+// "bf16" keeps between a forward and its backward (SPEC §11).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_DTYPE_H
@@ -52,6 +53,10 @@ template <> struct DTypeOf<double> {
 };
 template <> struct DTypeOf<int64_t> {
   static constexpr DType value = DType::I64;
+};
+/// bfloat16 values are held as their bits.
+template <> struct DTypeOf<uint16_t> {
+  static constexpr DType value = DType::BF16;
 };
 
 } // namespace mimo::device

@@ -116,6 +116,11 @@ public:
   /// Rounds values to bfloat16 in place (round to nearest even), kept as
   /// floats: what `precision: "bf16"` stores (core/KernelBodies.h).
   virtual void roundToBf16(float *data, int64_t n) = 0;
+  /// Values rounded to bfloat16 (as roundToBf16) into a bf16 buffer (their
+  /// top 16 bits: half the bytes), and back (exact): how precision "bf16"
+  /// keeps activations between a forward and its backward.
+  virtual void packBf16(const float *x, uint16_t *out, int64_t n) = 0;
+  virtual void unpackBf16(const uint16_t *in, float *out, int64_t n) = 0;
   /// y += alpha * x.
   virtual void axpy(int64_t n, float alpha, const float *x, float *y) = 0;
   /// out = a + b elementwise (f32 or f64; out may alias a or b).

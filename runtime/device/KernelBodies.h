@@ -85,6 +85,18 @@ struct ToBf16Bits {
   }
 };
 
+/// The floats bfloat16 bits stand for (exact).
+struct FromBf16Bits {
+  const uint16_t *in;
+  float *out;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+    memcpy(&out[i], &bits, sizeof(bits));
+  }
+};
+
 template <typename T> struct Fill {
   T *out;
   T value;

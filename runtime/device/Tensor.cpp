@@ -115,6 +115,7 @@ template <typename T> T *Tensor::checked() const {
 template float *Tensor::checked<float>() const;
 template double *Tensor::checked<double>() const;
 template int64_t *Tensor::checked<int64_t>() const;
+template uint16_t *Tensor::checked<uint16_t>() const;
 
 Tensor Tensor::clone() const {
   if (!storage)

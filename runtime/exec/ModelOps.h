@@ -52,6 +52,24 @@ inline Tensor zeros(int64_t n, device::DType type = device::DType::F32) {
   return Tensor::zeros(n, type);
 }
 
+/// precision "bf16": an activation kept as bfloat16 between its forward
+/// and its backward (half the bytes; its values are bf16 already, so
+/// nothing changes), and back in fp32 for the backward. Empty stays empty.
+inline Tensor packBf16(Device &dev, const Tensor &t) {
+  if (t.empty())
+    return Tensor();
+  Tensor out = Tensor::empty(t.size(), device::DType::BF16);
+  dev.packBf16(t.data(), out.data<uint16_t>(), t.size());
+  return out;
+}
+inline Tensor unpackBf16(Device &dev, const Tensor &t) {
+  if (t.empty())
+    return Tensor();
+  Tensor out = Tensor::empty(t.size());
+  dev.unpackBf16(t.data<uint16_t>(), out.data(), t.size());
+  return out;
+}
+
 /// Host index arrays (positions, segments, ids, row maps) on the device.
 inline Tensor indices(const std::vector<int64_t> &host) {
   return Tensor::fromHost(host);

@@ -115,6 +115,7 @@ public:
     Tensor out = c.x1.clone();
     dev.axpy(out.size(), 1.0f, mlp.data(), out.data());
     store(out);
+    keep(c, true);
     return out;
   }
 
@@ -123,6 +124,7 @@ public:
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    keep(c, false);
     // MLP.
     Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
     Tensor ds = empty(Tc * Fl);
@@ -192,6 +194,17 @@ public:
 private:
   /// bf16: a stored activation, rounded as the owning stage stores.
   void store(Tensor &t) const { owner.store(t); }
+  /// bf16: what the forward saves for the backward, packed to bfloat16
+  /// after the forward (`pack`) and back to fp32 before the backward. Every
+  /// one was stored (rounded) already, so packing loses nothing; the norm
+  /// statistics and the log-sum-exp stay fp32.
+  void keep(LayerCache &c, bool pack) const {
+    if (!ctx.bf16)
+      return;
+    for (Tensor *t : {&c.x, &c.hf, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.a,
+                      &c.x1, &c.h2f, &c.g, &c.u, &c.s})
+      *t = pack ? packBf16(*ctx.dev, *t) : unpackBf16(*ctx.dev, *t);
+  }
   float *P(size_t i) { return params[i].work.data(); }
   float *G(size_t i) { return params[i].grad.data(); }
 

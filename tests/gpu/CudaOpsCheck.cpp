@@ -235,6 +235,16 @@ public:
                 d.axpy(n, -1.5f, p.in[0], p.inout[0]);
                 d.maximum(p.out[1], p.in[0], p.in[1], n);
               });
+      compare("bf16 round, pack and unpack" + sz,
+              {{random(n, -100, 100)}, {}, {}, {n, n}},
+              [=](Device &d, const Ptr &p) {
+                d.copy(p.out[0], p.in[0], n * 4);
+                d.roundToBf16(p.out[0], n);
+                void *bits = d.allocate(n * 2);
+                d.packBf16(p.in[0], static_cast<uint16_t *>(bits), n);
+                d.unpackBf16(static_cast<uint16_t *>(bits), p.out[1], n);
+                d.release(bits);
+              });
       compare("fill, zero, copy" + sz, {{random(n)}, {}, {}, {n, n, n}},
               [=](Device &d, const Ptr &p) {
                 d.fill(p.out[0], 3.5f, n);

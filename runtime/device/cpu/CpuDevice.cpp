@@ -163,6 +163,16 @@ public:
       std::memcpy(dst + dstRows[i] * cols, src + srcRows[i] * cols,
                   static_cast<size_t>(cols) * sizeof(float));
   }
+  void packBf16(const float *x, uint16_t *out, int64_t n) override {
+    bodies::ToBf16Bits body{x, out, n};
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+  }
+  void unpackBf16(const uint16_t *in, float *out, int64_t n) override {
+    bodies::FromBf16Bits body{in, out, n};
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+  }
   void roundToBf16(float *data, int64_t n) override {
     for (int64_t i = 0; i < n; ++i)
       data[i] = bodies::roundToBf16(data[i]);

@@ -311,6 +311,12 @@ public:
     launch("copy_rows",
            b::CopyRows<float>{dst, dstRows, src, srcRows, count, cols});
   }
+  void packBf16(const float *x, uint16_t *out, int64_t n) override {
+    launch("pack_bf16", b::ToBf16Bits{x, out, n});
+  }
+  void unpackBf16(const uint16_t *in, float *out, int64_t n) override {
+    launch("unpack_bf16", b::FromBf16Bits{in, out, n});
+  }
   void roundToBf16(float *data, int64_t n) override {
     launch("round_bf16", b::RoundBf16{data, n});
   }
