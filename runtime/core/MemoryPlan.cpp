@@ -176,9 +176,8 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
             continue;
           RankMemory &r = ranks[static_cast<size_t>(rank)];
           r.params = saturatingAdd(r.params, params);
-          // bf16 (emulated): fp32 masters plus their bf16-rounded working
-          // copy, held as floats.
-          double copies = config.precision == "bf16" ? 2.0 : 1.0;
+          // bf16: fp32 masters plus their working copy in bf16 (2 bytes).
+          double copies = config.precision == "bf16" ? 1.5 : 1.0;
           r.paramBytes =
               saturatingAdd(r.paramBytes, saturate(values * 4.0 * copies));
           r.gradBytes = saturatingAdd(r.gradBytes, saturate(values * 4.0));

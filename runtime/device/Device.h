@@ -68,6 +68,16 @@ struct AdamWStep {
   }
 };
 
+/// An operand of a bf16 GEMM or lookup: fp32 values (rounded to bf16 where
+/// read) or bfloat16 bits (a bf16 buffer, e.g. precision "bf16"'s working
+/// weights). Exactly one is set.
+struct Bf16Operand {
+  const float *f32 = nullptr;
+  const uint16_t *bits = nullptr;
+  Bf16Operand(const float *values) : f32(values) {}
+  Bf16Operand(const uint16_t *bf16) : bits(bf16) {}
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -147,11 +157,11 @@ public:
                     float *C) = 0;
   /// gemm of A and B rounded to bfloat16 (ties to even), products summed
   /// in fp32: what tensor cores compute from bf16 operands, the GEMMs of
-  /// precision "bf16" (SPEC §11). A and B may hold any floats; C is fp32.
-  /// The CPU rounds copies and runs its fp32 GEMM; the GPU converts to bf16
-  /// and runs cuBLASLt's bf16 GEMM.
+  /// precision "bf16" (SPEC §11). A and B are any floats or bf16 bits; C is
+  /// fp32. The CPU runs its fp32 GEMM on rounded (or unpacked) copies; the
+  /// GPU converts fp32 operands to bf16 and runs cuBLASLt's bf16 GEMM.
   virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
-                        int64_t K, float alpha, const float *A, const float *B,
+                        int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                         float beta, float *C) = 0;
   virtual void rmsnormForward(const float *x, const float *w, float *y,
                               float *rstd, int64_t rows, int64_t cols) = 0;
@@ -192,6 +202,11 @@ public:
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,
                                 float *out) = 0;
+  /// embeddingForward of a bf16 table (its rows unpacked to fp32).
+  virtual void embeddingForwardBf16(const int64_t *ids, int64_t n,
+                                    const uint16_t *table, int64_t vocabBegin,
+                                    int64_t vocabEnd, int64_t hidden,
+                                    float *out) = 0;
   virtual void embeddingBackward(const int64_t *ids, int64_t n,
                                  const float *dout, int64_t vocabBegin,
                                  int64_t vocabEnd, int64_t hidden,

@@ -421,6 +421,24 @@ template <typename T> struct EmbeddingForward {
   }
 };
 
+/// EmbeddingForward of a bf16 table.
+struct EmbeddingForwardBf16 {
+  const int64_t *ids;
+  const uint16_t *table;
+  float *out;
+  int64_t n, vocabBegin, vocabEnd, hidden;
+  MIMO_HD int64_t count() const { return n * hidden; }
+  MIMO_HD void operator()(int64_t i) const {
+    int64_t r = i / hidden, c = i % hidden;
+    int64_t id = ids[r];
+    uint32_t bits =
+        (id >= vocabBegin && id < vocabEnd)
+            ? static_cast<uint32_t>(table[(id - vocabBegin) * hidden + c]) << 16
+            : 0u;
+    memcpy(&out[i], &bits, sizeof(bits));
+  }
+};
+
 /// dtable[id - vocabBegin, c] += dout[r, c] over rows r in order; one index
 /// per column, so no two indices touch one element.
 template <typename T> struct EmbeddingBackwardColumn {

@@ -77,9 +77,9 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   if (isFirst()) {
     c.input = input.view(0, input.size());
     x = empty(rows * H);
-    matmul(dev, ctx.bf16, input.data(), parameters[patchW].work.data(),
-           x.data(), rows, featureDim, H);
-    dev.addBias(x.data(), parameters[patchB].work.data(), rows, H);
+    matmul(dev, ctx.bf16, input.data(), parameters[patchW].weight(), x.data(),
+           rows, featureDim, H);
+    dev.addBias(x.data(), vectorOf(parameters[patchB]).data(), rows, H);
     store(x);
   } else {
     x = input.view(0, input.size());
@@ -91,17 +91,17 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
     int64_t O = outHidden;
     c.last = std::move(x);
     c.y1 = empty(rows * O);
-    matmul(dev, ctx.bf16, c.last.data(), parameters[proj1W].work.data(),
+    matmul(dev, ctx.bf16, c.last.data(), parameters[proj1W].weight(),
            c.y1.data(), rows, H, O);
-    dev.addBias(c.y1.data(), parameters[proj1B].work.data(), rows, O);
+    dev.addBias(c.y1.data(), vectorOf(parameters[proj1B]).data(), rows, O);
     store(c.y1);
     c.z = empty(rows * O);
     dev.geluForward(c.y1.data(), c.z.data(), rows * O);
     store(c.z);
     x = empty(rows * O);
-    matmul(dev, ctx.bf16, c.z.data(), parameters[proj2W].work.data(), x.data(),
+    matmul(dev, ctx.bf16, c.z.data(), parameters[proj2W].weight(), x.data(),
            rows, O, O);
-    dev.addBias(x.data(), parameters[proj2B].work.data(), rows, O);
+    dev.addBias(x.data(), vectorOf(parameters[proj2B]).data(), rows, O);
     store(x);
   }
   caches[mb] = std::move(cache);
@@ -122,14 +122,14 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
     auto &P = parameters;
     dev.biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
     Tensor dz = empty(rows * O);
-    matmulBackward(dev, ctx.bf16, c.z.data(), P[proj2W].work.data(), dx.data(),
+    matmulBackward(dev, ctx.bf16, c.z.data(), P[proj2W].weight(), dx.data(),
                    dz.data(), P[proj2W].grad.data(), rows, O, O);
     Tensor dy1 = empty(rows * O);
     dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
     dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
     dx = empty(rows * H);
-    matmulBackward(dev, ctx.bf16, c.last.data(), P[proj1W].work.data(),
-                   dy1.data(), dx.data(), P[proj1W].grad.data(), rows, H, O);
+    matmulBackward(dev, ctx.bf16, c.last.data(), P[proj1W].weight(), dy1.data(),
+                   dx.data(), P[proj1W].grad.data(), rows, H, O);
     gradsDone({proj1W, proj1B, proj2W, proj2B});
   }
   dx = layersBackward(c.layers, std::move(dx), c.meta);

@@ -103,9 +103,13 @@ Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
   Tensor E = empty(Tc * H);
   int64_t vb = ctx.tpRank * vocabLocal;
   Tensor deviceIds = indices(ids);
-  ctx.dev->embeddingForward(deviceIds.data<int64_t>(), Tc,
-                            parameters[embedding].work.data(), vb,
-                            vb + vocabLocal, H, E.data());
+  const Bf16Operand table = parameters[embedding].weight();
+  if (table.bits)
+    ctx.dev->embeddingForwardBf16(deviceIds.data<int64_t>(), Tc, table.bits, vb,
+                                  vb + vocabLocal, H, E.data());
+  else
+    ctx.dev->embeddingForward(deviceIds.data<int64_t>(), Tc, table.f32, vb,
+                              vb + vocabLocal, H, E.data());
   reduceAll(*ctx.comm, ctx.tpGroup, E);
   store(E);
   for (size_t e = 0; e < lane.modalityRow.size(); ++e) {
@@ -193,8 +197,8 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   c.xf = std::move(x);
   Tensor hN = empty(Tl * H);
   c.rstdF = empty(Tl);
-  dev.rmsnormForward(c.xf.data(), parameters[finalNorm].work.data(), hN.data(),
-                     c.rstdF.data(), Tl, H);
+  dev.rmsnormForward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
+                     hN.data(), c.rstdF.data(), Tl, H);
   store(hN);
   Tensor hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
@@ -219,7 +223,7 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     const int64_t *ids = target.data<int64_t>() + r0;
     const float *rowScale = weight.data() + r0;
     Tensor z = logits.view(0, rows * Vl);
-    matmul(dev, ctx.bf16, hNf.data() + r0 * H, W.work.data(), z.data(), rows, H,
+    matmul(dev, ctx.bf16, hNf.data() + r0 * H, W.weight(), z.data(), rows, H,
            Vl);
     store(z); // bf16 logits; the softmax and loss in fp32
     dev.crossEntropyRowMax(z.data(), rows, Vl, gmax.data());
@@ -241,7 +245,7 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
       continue;
     dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
                              gmax.data(), s.data(), rowScale, dlogits.data());
-    matmulBackward(dev, ctx.bf16, hNf.data() + r0 * H, W.work.data(),
+    matmulBackward(dev, ctx.bf16, hNf.data() + r0 * H, W.weight(),
                    dlogits.data(), c.dhNf.data() + r0 * H, W.grad.data(), rows,
                    H, Vl);
   }
@@ -271,7 +275,7 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
       dhN = std::move(dhNf);
     }
     dx = empty(Tl * H);
-    dev.rmsnormBackward(c.xf.data(), parameters[finalNorm].work.data(),
+    dev.rmsnormBackward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
     gradsDone({head, finalNorm});

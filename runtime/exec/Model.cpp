@@ -112,7 +112,7 @@ void Stage::finalizeParameters() {
   f.m = zeros(at);
   f.v = zeros(at);
   if (ctx.bf16)
-    f.working = Tensor::empty(at);
+    f.working = Tensor::empty(at, device::DType::BF16);
   for (size_t i = 0; i < parameters.size(); ++i) {
     Param &p = parameters[i];
     p.value = f.values.view(offset[i], p.size());
@@ -130,9 +130,14 @@ void Stage::finalizeParameters() {
 void Stage::refreshWorking() {
   if (!ctx.bf16)
     return;
-  ctx.dev->copy(flatParams.working.raw(), flatParams.values.raw(),
-                flatParams.values.bytes());
-  ctx.dev->roundToBf16(flatParams.working.data(), flatParams.total);
+  ctx.dev->packBf16(flatParams.values.data(),
+                    flatParams.working.data<uint16_t>(), flatParams.total);
+}
+
+Tensor Stage::vectorOf(const Param &p) const {
+  if (p.work.dtype() != device::DType::BF16)
+    return p.work.view(0, p.work.size());
+  return ops::unpackBf16(*ctx.dev, p.work);
 }
 
 } // namespace mimo::exec

@@ -66,6 +66,12 @@ struct Param {
   /// must be summed over the TP group.
   bool partialUnderSp = false;
   int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }
+  /// The working values as a GEMM operand: fp32, or bf16 bits.
+  device::Bf16Operand weight() const {
+    if (work.dtype() == device::DType::BF16)
+      return device::Bf16Operand(work.data<uint16_t>());
+    return device::Bf16Operand(work.data());
+  }
 };
 
 /// A stage's parameters in one allocation per role, laid out in three
@@ -74,7 +80,8 @@ struct Param {
 /// ones a suffix (each TP rank's own share of the norm).
 struct FlatParams {
   Tensor values, grads, m, v;
-  /// bf16 only: the working weights, `values` rounded to bfloat16.
+  /// bf16 only: the working weights, `values` rounded to bfloat16 and
+  /// held as bf16.
   Tensor working;
   int64_t spPartial = 0, replicated = 0, total = 0;
 };
@@ -122,6 +129,10 @@ public:
   /// bf16: the working weights from the master weights (after they change:
   /// the optimizer step, a checkpoint load).
   void refreshWorking();
+  /// A parameter's working values in fp32, for the kernels that take fp32
+  /// weights (norms, biases: vectors): a view in fp32, an unpacked copy in
+  /// bf16.
+  Tensor vectorOf(const Param &p) const;
   /// bf16: `t` rounded to bfloat16 in place, as the GPU stores it.
   void store(Tensor &t) const {
     if (ctx.bf16 && t.size() > 0)

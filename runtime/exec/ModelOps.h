@@ -13,23 +13,29 @@
 #include "runtime/device/Tensor.h"
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace mimo::exec::ops {
 
+using device::Bf16Operand;
+
 /// A stage's GEMM: with bf16 operands (fp32 accumulation) under precision
-/// "bf16" (SPEC §11), fp32 otherwise.
+/// "bf16" (SPEC §11; a weight's working copy is bf16 already), fp32
+/// otherwise.
 inline void gemm(Device &dev, bool bf16, bool transA, bool transB, int64_t M,
-                 int64_t N, int64_t K, float alpha, const float *A,
-                 const float *B, float beta, float *C) {
+                 int64_t N, int64_t K, float alpha, Bf16Operand A,
+                 Bf16Operand B, float beta, float *C) {
   if (bf16)
     dev.gemmBf16(transA, transB, M, N, K, alpha, A, B, beta, C);
+  else if (!A.bits && !B.bits)
+    dev.gemm(transA, transB, M, N, K, alpha, A.f32, B.f32, beta, C);
   else
-    dev.gemm(transA, transB, M, N, K, alpha, A, B, beta, C);
+    throw std::logic_error("an fp32 GEMM given bf16 operands");
 }
 
 /// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
-inline void matmul(Device &dev, bool bf16, const float *x, const float *w,
+inline void matmul(Device &dev, bool bf16, const float *x, Bf16Operand w,
                    float *y, int64_t M, int64_t K, int64_t N,
                    float beta = 0.0f) {
   gemm(dev, bf16, false, false, M, N, K, 1.0f, x, w, beta, y);
@@ -37,8 +43,8 @@ inline void matmul(Device &dev, bool bf16, const float *x, const float *w,
 
 /// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
 inline void matmulBackward(Device &dev, bool bf16, const float *x,
-                           const float *w, const float *dy, float *dx,
-                           float *dw, int64_t M, int64_t K, int64_t N,
+                           Bf16Operand w, const float *dy, float *dx, float *dw,
+                           int64_t M, int64_t K, int64_t N,
                            float dxBeta = 0.0f) {
   if (dx)
     gemm(dev, bf16, false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);

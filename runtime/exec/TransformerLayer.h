@@ -205,19 +205,24 @@ private:
                       &c.x1, &c.h2f, &c.g, &c.u, &c.s})
       *t = pack ? packBf16(*ctx.dev, *t) : unpackBf16(*ctx.dev, *t);
   }
-  float *P(size_t i) { return params[i].work.data(); }
+  Bf16Operand P(size_t i) const { return params[i].weight(); }
+  /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
+  Tensor V(size_t i) const { return owner.vectorOf(params[i]); }
   float *G(size_t i) { return params[i].grad.data(); }
 
   Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
               int64_t rows) {
     Tensor y = empty(rows * H);
     rstd = empty(rows);
+    Tensor weight = V(w);
     if (language) {
-      ctx.dev->rmsnormForward(x.data(), P(w), y.data(), rstd.data(), rows, H);
+      ctx.dev->rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(),
+                              rows, H);
     } else {
       mean = empty(rows);
-      ctx.dev->layernormForward(x.data(), P(w), P(b), y.data(), mean.data(),
-                                rstd.data(), rows, H);
+      Tensor bias = V(b);
+      ctx.dev->layernormForward(x.data(), weight.data(), bias.data(), y.data(),
+                                mean.data(), rstd.data(), rows, H);
     }
     return y;
   }
@@ -227,12 +232,14 @@ private:
                     const Tensor &rstd, const Tensor &dy, Tensor &dx,
                     int64_t rows) {
     Tensor d = empty(rows * H);
+    Tensor weight = V(w);
     if (language)
-      ctx.dev->rmsnormBackward(x.data(), P(w), rstd.data(), dy.data(), d.data(),
-                               G(w), rows, H);
+      ctx.dev->rmsnormBackward(x.data(), weight.data(), rstd.data(), dy.data(),
+                               d.data(), G(w), rows, H);
     else
-      ctx.dev->layernormBackward(x.data(), P(w), mean.data(), rstd.data(),
-                                 dy.data(), d.data(), G(w), G(b), rows, H);
+      ctx.dev->layernormBackward(x.data(), weight.data(), mean.data(),
+                                 rstd.data(), dy.data(), d.data(), G(w), G(b),
+                                 rows, H);
     ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
   }
 

@@ -184,6 +184,18 @@ public:
                            p.inout[0]);
               },
               1e-4);
+          // B as bf16 bits (precision "bf16"'s working weights).
+          compare(
+              std::string(name) + " bf16 B", io,
+              [=](Device &d, const Ptr &p) {
+                int64_t n = s.c * s.b;
+                auto *bits = static_cast<uint16_t *>(d.allocate(n * 2));
+                d.packBf16(p.in[1], bits, n);
+                d.gemmBf16(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], bits, 0.5f,
+                           p.inout[0]);
+                d.release(bits);
+              },
+              1e-4);
         }
   }
 
@@ -491,6 +503,16 @@ public:
               [=](Device &d, const Ptr &p) {
                 d.embeddingForward(p.idx[0], n, p.in[0], vb, ve, hidden,
                                    p.out[0]);
+              });
+      compare("embedding forward, bf16 table" + sz,
+              {{random(rows * hidden)}, {ids}, {}, {n * hidden}},
+              [=](Device &d, const Ptr &p) {
+                auto *bits = static_cast<uint16_t *>(
+                    d.allocate(std::max<int64_t>(rows * hidden, 1) * 2));
+                d.packBf16(p.in[0], bits, rows * hidden);
+                d.embeddingForwardBf16(p.idx[0], n, bits, vb, ve, hidden,
+                                       p.out[0]);
+                d.release(bits);
               });
       compare("embedding backward" + sz,
               {{random(n * hidden)}, {ids}, {random(rows * hidden)}, {}},

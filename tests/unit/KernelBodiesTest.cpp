@@ -227,7 +227,38 @@ TEST(KernelBodiesBf16, GemmOfRoundedOperands) {
       cpu->gemmBf16(ta, tb, M, N, K, 1.5f, ra.data(), rb.data(), 0.25f,
                     again.data());
       EXPECT_EQ(again, want); // bf16 operands: nothing to round
+      // Operands as bf16 bits (precision "bf16"'s working weights).
+      std::vector<uint16_t> bitsB(static_cast<size_t>(K * N));
+      cpu->packBf16(B.data(), bitsB.data(), K * N);
+      std::vector<float> packed = C;
+      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(), 0.25f,
+                    packed.data());
+      EXPECT_EQ(packed, want);
     }
+}
+
+/// An embedding lookup in a bf16 table gives the rounded table's rows.
+TEST(KernelBodiesBf16, EmbeddingOfABf16Table) {
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t vocab = 6, hidden = 5;
+  std::vector<float> table(vocab * hidden);
+  for (float &v : table)
+    v = dist(rng);
+  std::vector<uint16_t> bits(table.size());
+  cpu->packBf16(table.data(), bits.data(), vocab * hidden);
+  std::vector<float> rounded = table;
+  cpu->roundToBf16(rounded.data(), vocab * hidden);
+  // A TP shard of ids [2, 8): ids outside it give zero rows.
+  std::vector<int64_t> ids = {3, 0, 7, 2, 9};
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<float> got(n * hidden, NAN), want(n * hidden, NAN);
+  cpu->embeddingForwardBf16(ids.data(), n, bits.data(), 2, 8, hidden,
+                            got.data());
+  cpu->embeddingForward(ids.data(), n, rounded.data(), 2, 8, hidden,
+                        want.data());
+  EXPECT_EQ(got, want);
 }
 
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {

@@ -195,13 +195,15 @@ TEST(MemoryPlan, ParametersAddUpAndShardWithTheLayout) {
   Plan eight = planOf(deeper);
   EXPECT_EQ(memoryPlan(eight.topology, eight.config)[4].activationBytes,
             memory[4].activationBytes);
-  // bf16 (emulated) keeps a rounded working copy beside the fp32 masters.
+  // bf16 keeps a bf16 working copy beside the fp32 masters, and the
+  // activations a layer keeps in bf16.
   json bf16 = test::baseModel();
   bf16["precision"] = "bf16";
   Plan half = planOf(bf16);
   std::vector<RankMemory> withCopy = memoryPlan(half.topology, half.config);
-  EXPECT_EQ(withCopy[4].paramBytes, 2 * memory[4].paramBytes);
+  EXPECT_EQ(withCopy[4].paramBytes, memory[4].paramBytes * 3 / 2);
   EXPECT_EQ(withCopy[4].gradBytes, memory[4].gradBytes);
+  EXPECT_LT(withCopy[4].activationBytes, memory[4].activationBytes);
 }
 
 int64_t plentyOf(device::DeviceKind, int) { return int64_t(1) << 50; }

@@ -230,13 +230,23 @@ public:
       k::gemm<float>(ta, tb, M, N, K, alpha, A, B, beta, C);
   }
   void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                const float *A, const float *B, float beta, float *C) override {
+                Bf16Operand A, Bf16Operand B, float beta, float *C) override {
     // bf16 products are exact in fp32: rounding the operands is all.
-    std::vector<float> a(A, A + std::max<int64_t>(M * K, 0)),
-        b(B, B + std::max<int64_t>(K * N, 0));
-    roundToBf16(a.data(), static_cast<int64_t>(a.size()));
-    roundToBf16(b.data(), static_cast<int64_t>(b.size()));
+    std::vector<float> a = rounded(A, M * K), b = rounded(B, K * N);
     gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+  }
+  /// An operand's n values rounded to bf16, as floats.
+  std::vector<float> rounded(const Bf16Operand &x, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    if (out.empty())
+      return out;
+    if (x.bits) {
+      unpackBf16(x.bits, out.data(), n);
+    } else {
+      std::copy(x.f32, x.f32 + n, out.begin());
+      roundToBf16(out.data(), n);
+    }
+    return out;
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {
@@ -294,6 +304,13 @@ public:
                         int64_t vb, int64_t ve, int64_t hidden,
                         float *out) override {
     k::embeddingForward<float>(ids, n, table, vb, ve, hidden, out);
+  }
+  void embeddingForwardBf16(const int64_t *ids, int64_t n,
+                            const uint16_t *table, int64_t vb, int64_t ve,
+                            int64_t hidden, float *out) override {
+    bodies::EmbeddingForwardBf16 body{ids, table, out, n, vb, ve, hidden};
+    for (int64_t i = 0; i < body.count(); ++i)
+      body(i);
   }
   void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
                          int64_t vb, int64_t ve, int64_t hidden,

@@ -377,26 +377,47 @@ public:
     blas->run(ta, tb, M, N, K, alpha, A, B, beta, C, false);
   }
   void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                const float *A, const float *B, float beta, float *C) override {
-    if (M <= 0 || N <= 0 || K <= 0)
-      return gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
-    // The operands in bf16 (stream-ordered scratch), then cuBLASLt's bf16
-    // GEMM with fp32 accumulation and an fp32 C.
-    auto *a16 = static_cast<uint16_t *>(allocate(M * K * 2));
-    auto *b16 = static_cast<uint16_t *>(allocate(K * N * 2));
+                Bf16Operand A, Bf16Operand B, float beta, float *C) override {
+    if (M <= 0 || N <= 0)
+      return;
+    if (K <= 0) { // C = beta C; C unread when beta is 0
+      if (beta == 0.0f)
+        fill(C, 0.0f, M * N);
+      else
+        scale(C, beta, M * N);
+      return;
+    }
+    // fp32 operands in bf16 (stream-ordered scratch; bf16 ones as they
+    // are), then cuBLASLt's bf16 GEMM with fp32 accumulation and fp32 C.
+    uint16_t *a16 = nullptr, *b16 = nullptr;
     try {
-      launch("to_bf16", b::ToBf16Bits{A, a16, M * K});
-      launch("to_bf16", b::ToBf16Bits{B, b16, K * N});
+      const uint16_t *a = A.bits ? A.bits : (a16 = toBf16(A.f32, M * K));
+      const uint16_t *bb = B.bits ? B.bits : (b16 = toBf16(B.f32, K * N));
       activate();
       lastKernel = "gemm_bf16";
-      blas->run(ta, tb, M, N, K, alpha, a16, b16, beta, C, true);
+      blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true);
     } catch (...) {
-      release(a16);
-      release(b16);
+      if (a16)
+        release(a16);
+      if (b16)
+        release(b16);
       throw;
     }
-    release(a16);
-    release(b16);
+    if (a16)
+      release(a16);
+    if (b16)
+      release(b16);
+  }
+  /// n values rounded to bf16, in new stream-ordered scratch.
+  uint16_t *toBf16(const float *x, int64_t n) {
+    auto *out = static_cast<uint16_t *>(allocate(n * 2));
+    try {
+      launch("to_bf16", b::ToBf16Bits{x, out, n});
+    } catch (...) {
+      release(out);
+      throw;
+    }
+    return out;
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {
@@ -494,6 +515,12 @@ public:
                         float *out) override {
     launch("embedding_forward",
            b::EmbeddingForward<float>{ids, table, out, n, vb, ve, hidden});
+  }
+  void embeddingForwardBf16(const int64_t *ids, int64_t n,
+                            const uint16_t *table, int64_t vb, int64_t ve,
+                            int64_t hidden, float *out) override {
+    launch("embedding_forward_bf16",
+           b::EmbeddingForwardBf16{ids, table, out, n, vb, ve, hidden});
   }
   void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
                          int64_t vb, int64_t ve, int64_t hidden,
