@@ -116,23 +116,40 @@ MIMO_HD inline int64_t chunkRows(const int64_t *fields, int64_t c) {
   return rows < kChunk ? rows : kChunk;
 }
 
+/// What every program shares: its shape, and the plan blocks it runs over
+/// (a thread block per block and head) with their chunks.
+struct BlockPlan {
+  Shape s;
+  /// Key blocks (dk, dv), else query blocks (o, lse, dq).
+  bool overKeys;
+  MIMO_HD int64_t blocks() const {
+    return overKeys ? s.plan.keyBlockCount : s.plan.queryBlockCount;
+  }
+  MIMO_HD const int64_t *block(int64_t b) const {
+    return (overKeys ? s.plan.keyBlocks : s.plan.queryBlocks) +
+           tiles::kBlockFields * b;
+  }
+  MIMO_HD int64_t chunks(int64_t b) const {
+    return chunksOf(block(b)[3] - block(b)[2]);
+  }
+  /// The token of thread t's row of block b (-1: the block has fewer rows).
+  MIMO_HD int64_t rowToken(int64_t b, int t) const {
+    const int64_t *f = block(b);
+    if (t >= f[1])
+      return -1;
+    return (overKeys ? s.plan.keyOrder : s.plan.queryOrder)[f[0] + t];
+  }
+};
+
 /// o and lse per query block: online softmax over its key chunks.
-template <int D> struct Forward {
+template <int D> struct Forward : BlockPlan {
   const float *q, *k, *v;
   float *o, *lse;
-  Shape s;
   MIMO_HD int64_t dim() const { return HeadDim<D>::of(s); }
   struct State {
     float m, l;
     float acc[HeadDim<D>::kCapacity];
   };
-  MIMO_HD int64_t blocks() const { return s.plan.queryBlockCount; }
-  MIMO_HD const int64_t *block(int64_t b) const {
-    return s.plan.queryBlocks + tiles::kBlockFields * b;
-  }
-  MIMO_HD int64_t chunks(int64_t b) const {
-    return chunksOf(block(b)[3] - block(b)[2]);
-  }
   /// [kThreads][d + 1] queries, [kChunk][d] keys, [kChunk][d] values.
   MIMO_HD int64_t sharedFloats() const {
     return kThreads * s.padded() + 2 * kChunk * s.d;
@@ -144,10 +161,9 @@ template <int D> struct Forward {
     MIMO_UNROLL
     for (int64_t c = 0; c < dim(); ++c)
       st.acc[c] = 0.0f;
-    const int64_t *f = block(b);
-    if (t < f[1])
-      ownRow(shared + t * s.padded(), q, s.plan.queryOrder[f[0] + t], s.width(),
-             h, s.d);
+    const int64_t token = rowToken(b, t);
+    if (token >= 0)
+      ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     float *shared) const {
@@ -191,10 +207,9 @@ template <int D> struct Forward {
     st.m = mx;
   }
   MIMO_HD void finish(int64_t b, int64_t h, int t, const State &st) const {
-    const int64_t *f = block(b);
-    if (t >= f[1])
+    const int64_t token = rowToken(b, t);
+    if (token < 0)
       return;
-    const int64_t token = s.plan.queryOrder[f[0] + t];
     float *out = o + token * s.width() + h * s.d;
     if (st.l > 0.0f) {
       const float inv = 1.0f / st.l;
@@ -226,22 +241,14 @@ struct RowDot {
 };
 
 /// dq per query block: recomputes p from lse over its key chunks.
-template <int D> struct BackwardQuery {
+template <int D> struct BackwardQuery : BlockPlan {
   const float *q, *k, *v, *lse, *dout, *delta;
   float *dq;
-  Shape s;
   MIMO_HD int64_t dim() const { return HeadDim<D>::of(s); }
   struct State {
     float l, Dr;
     float acc[HeadDim<D>::kCapacity];
   };
-  MIMO_HD int64_t blocks() const { return s.plan.queryBlockCount; }
-  MIMO_HD const int64_t *block(int64_t b) const {
-    return s.plan.queryBlocks + tiles::kBlockFields * b;
-  }
-  MIMO_HD int64_t chunks(int64_t b) const {
-    return chunksOf(block(b)[3] - block(b)[2]);
-  }
   /// [kThreads][d + 1] queries and their dO; [kChunk][d] keys and values.
   MIMO_HD int64_t sharedFloats() const {
     return 2 * kThreads * s.padded() + 2 * kChunk * s.d;
@@ -253,10 +260,9 @@ template <int D> struct BackwardQuery {
       st.acc[c] = 0.0f;
     st.l = static_cast<float>(bodies::negativeInfinity());
     st.Dr = 0.0f;
-    const int64_t *f = block(b);
-    if (t >= f[1])
+    const int64_t token = rowToken(b, t);
+    if (token < 0)
       return;
-    const int64_t token = s.plan.queryOrder[f[0] + t];
     ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
     ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h,
            s.d);
@@ -292,10 +298,9 @@ template <int D> struct BackwardQuery {
     }
   }
   MIMO_HD void finish(int64_t b, int64_t h, int t, const State &st) const {
-    const int64_t *f = block(b);
-    if (t >= f[1])
+    const int64_t token = rowToken(b, t);
+    if (token < 0)
       return;
-    const int64_t token = s.plan.queryOrder[f[0] + t];
     float *out = dq + token * s.width() + h * s.d;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e)
@@ -304,21 +309,13 @@ template <int D> struct BackwardQuery {
 };
 
 /// dk and dv per key block: walks the queries that attend it, in order.
-template <int D> struct BackwardKey {
+template <int D> struct BackwardKey : BlockPlan {
   const float *q, *k, *v, *lse, *dout, *delta;
   float *dk, *dv;
-  Shape s;
   MIMO_HD int64_t dim() const { return HeadDim<D>::of(s); }
   struct State {
     float dk[HeadDim<D>::kCapacity], dv[HeadDim<D>::kCapacity];
   };
-  MIMO_HD int64_t blocks() const { return s.plan.keyBlockCount; }
-  MIMO_HD const int64_t *block(int64_t b) const {
-    return s.plan.keyBlocks + tiles::kBlockFields * b;
-  }
-  MIMO_HD int64_t chunks(int64_t b) const {
-    return chunksOf(block(b)[3] - block(b)[2]);
-  }
   /// [kThreads][d + 1] keys and values; [kChunk][d] queries and dO;
   /// [kChunk] lse and D.
   MIMO_HD int64_t sharedFloats() const {
@@ -329,10 +326,9 @@ template <int D> struct BackwardKey {
     MIMO_UNROLL
     for (int64_t c = 0; c < dim(); ++c)
       st.dk[c] = st.dv[c] = 0.0f;
-    const int64_t *f = block(b);
-    if (t >= f[1])
+    const int64_t token = rowToken(b, t);
+    if (token < 0)
       return;
-    const int64_t token = s.plan.keyOrder[f[0] + t];
     ownRow(shared + t * s.padded(), k, token, s.width(), h, s.d);
     ownRow(shared + (kThreads + t) * s.padded(), v, token, s.width(), h, s.d);
   }
@@ -376,10 +372,10 @@ template <int D> struct BackwardKey {
     }
   }
   MIMO_HD void finish(int64_t b, int64_t h, int t, const State &st) const {
-    const int64_t *f = block(b);
-    if (t >= f[1])
+    const int64_t token = rowToken(b, t);
+    if (token < 0)
       return;
-    const int64_t off = s.plan.keyOrder[f[0] + t] * s.width() + h * s.d;
+    const int64_t off = token * s.width() + h * s.d;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e) {
       dk[off + e] = st.dk[e];
@@ -429,7 +425,7 @@ void runOnHost(const Program &program, int64_t heads) {
 inline void forwardOnHost(const float *q, const float *k, const float *v,
                           float *o, float *lse, const Shape &s) {
   withHeadDim(s.d, [&](auto dim) {
-    runOnHost(Forward<dim.value>{q, k, v, o, lse, s}, s.heads);
+    runOnHost(Forward<dim.value>{{s, false}, q, k, v, o, lse}, s.heads);
   });
 }
 inline void backwardOnHost(const float *q, const float *k, const float *v,
@@ -440,10 +436,12 @@ inline void backwardOnHost(const float *q, const float *k, const float *v,
   for (int64_t i = 0; i < rowDot.count(); ++i)
     rowDot(i);
   withHeadDim(s.d, [&](auto dim) {
-    runOnHost(BackwardQuery<dim.value>{q, k, v, lse, dout, D.data(), dq, s},
-              s.heads);
-    runOnHost(BackwardKey<dim.value>{q, k, v, lse, dout, D.data(), dk, dv, s},
-              s.heads);
+    runOnHost(
+        BackwardQuery<dim.value>{{s, false}, q, k, v, lse, dout, D.data(), dq},
+        s.heads);
+    runOnHost(
+        BackwardKey<dim.value>{{s, true}, q, k, v, lse, dout, D.data(), dk, dv},
+        s.heads);
   });
 }
 

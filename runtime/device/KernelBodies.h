@@ -62,6 +62,15 @@ MIMO_HD inline float roundToBf16(float x) {
   return y;
 }
 
+/// A value as itself, or the float bfloat16 bits stand for (exact).
+template <typename T> MIMO_HD inline T widen(T x) { return x; }
+MIMO_HD inline float widen(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float x;
+  memcpy(&x, &wide, sizeof(x));
+  return x;
+}
+
 /// Values rounded to bfloat16 in place (the bf16 emulation's stores).
 struct RoundBf16 {
   float *data;
@@ -91,10 +100,7 @@ struct FromBf16Bits {
   float *out;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
-  MIMO_HD void operator()(int64_t i) const {
-    uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
-    memcpy(&out[i], &bits, sizeof(bits));
-  }
+  MIMO_HD void operator()(int64_t i) const { out[i] = widen(in[i]); }
 };
 
 template <typename T> struct Fill {
@@ -406,9 +412,10 @@ template <typename T> struct Rope {
 // Embedding and vocab-parallel cross-entropy
 //===----------------------------------------------------------------------===//
 
-template <typename T> struct EmbeddingForward {
+/// Rows of a table of T, or of bf16 bits (Table = uint16_t).
+template <typename T, typename Table = T> struct EmbeddingForward {
   const int64_t *ids;
-  const T *table;
+  const Table *table;
   T *out;
   int64_t n, vocabBegin, vocabEnd, hidden;
   MIMO_HD int64_t count() const { return n * hidden; }
@@ -416,26 +423,8 @@ template <typename T> struct EmbeddingForward {
     int64_t r = i / hidden, c = i % hidden;
     int64_t id = ids[r];
     out[i] = (id >= vocabBegin && id < vocabEnd)
-                 ? table[(id - vocabBegin) * hidden + c]
+                 ? static_cast<T>(widen(table[(id - vocabBegin) * hidden + c]))
                  : T(0);
-  }
-};
-
-/// EmbeddingForward of a bf16 table.
-struct EmbeddingForwardBf16 {
-  const int64_t *ids;
-  const uint16_t *table;
-  float *out;
-  int64_t n, vocabBegin, vocabEnd, hidden;
-  MIMO_HD int64_t count() const { return n * hidden; }
-  MIMO_HD void operator()(int64_t i) const {
-    int64_t r = i / hidden, c = i % hidden;
-    int64_t id = ids[r];
-    uint32_t bits =
-        (id >= vocabBegin && id < vocabEnd)
-            ? static_cast<uint32_t>(table[(id - vocabBegin) * hidden + c]) << 16
-            : 0u;
-    memcpy(&out[i], &bits, sizeof(bits));
   }
 };
 

@@ -39,17 +39,19 @@ double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
 }
 
-/// Runs `plan` and its one-rank reference (SPEC §8); both must succeed.
+/// Runs `plan` and its one-rank reference (SPEC §8; with
+/// `referenceOptions` when given, else `options`); both must succeed.
 void runWithReference(const Plan &plan, const exec::RunOptions &options,
-                      exec::RunResult &distributed,
-                      exec::RunResult &reference) {
+                      exec::RunResult &distributed, exec::RunResult &reference,
+                      const exec::RunOptions *referenceOptions = nullptr) {
   distributed = exec::runLocal(plan, options);
   ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
   std::string error;
   std::optional<Plan> single = exec::referencePlan(plan.config, &error);
   ASSERT_TRUE(single) << error;
   ASSERT_EQ(single->topology.worldSize, 1);
-  reference = exec::runLocal(*single, options);
+  reference =
+      exec::runLocal(*single, referenceOptions ? *referenceOptions : options);
   ASSERT_EQ(reference.exitCode, 0) << reference.error;
 }
 
@@ -63,18 +65,12 @@ void expectMatchesReference(const json &model, int64_t expectedWorld,
   ASSERT_EQ(plan.topology.worldSize, expectedWorld);
   options.steps = 3;
   options.timeoutSeconds = 120;
+  exec::RunOptions defaults; // the reference's
+  defaults.steps = 3;
+  defaults.timeoutSeconds = 120;
   exec::RunResult distributed, reference;
-  distributed = exec::runLocal(plan, options);
-  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
-  std::string error;
-  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
-  ASSERT_TRUE(single) << error;
-  ASSERT_EQ(single->topology.worldSize, 1);
-  exec::RunOptions whole; // the reference runs with the defaults
-  whole.steps = 3;
-  whole.timeoutSeconds = 120;
-  reference = exec::runLocal(*single, whole);
-  ASSERT_EQ(reference.exitCode, 0) << reference.error;
+  ASSERT_NO_FATAL_FAILURE(
+      runWithReference(plan, options, distributed, reference, &defaults));
   ASSERT_EQ(distributed.steps.size(), 3u);
   ASSERT_EQ(reference.steps.size(), 3u);
   for (size_t s = 0; s < 3; ++s) {

@@ -308,7 +308,8 @@ public:
   void embeddingForwardBf16(const int64_t *ids, int64_t n,
                             const uint16_t *table, int64_t vb, int64_t ve,
                             int64_t hidden, float *out) override {
-    bodies::EmbeddingForwardBf16 body{ids, table, out, n, vb, ve, hidden};
+    bodies::EmbeddingForward<float, uint16_t> body{ids, table, out,   n,
+                                                   vb,  ve,    hidden};
     for (int64_t i = 0; i < body.count(); ++i)
       body(i);
   }

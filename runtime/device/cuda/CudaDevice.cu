@@ -484,7 +484,8 @@ public:
     checkHeadDim(d);
     flash::withHeadDim(d, [&](auto dim) {
       launchBlocks("attention_forward",
-                   flash::Forward<dim.value>{q, k, v, o, lse, shape}, heads);
+                   flash::Forward<dim.value>{{shape, false}, q, k, v, o, lse},
+                   heads);
     });
   }
   void attentionBackward(const float *q, const float *k, const float *v,
@@ -499,14 +500,14 @@ public:
     launch("attention_backward_rowdot",
            flash::RowDot{o, dout, D, plan.Tq, heads, d});
     flash::withHeadDim(d, [&](auto dim) {
-      launchBlocks(
-          "attention_backward_dq",
-          flash::BackwardQuery<dim.value>{q, k, v, lse, dout, D, dq, shape},
-          heads);
-      launchBlocks(
-          "attention_backward_dkdv",
-          flash::BackwardKey<dim.value>{q, k, v, lse, dout, D, dk, dv, shape},
-          heads);
+      launchBlocks("attention_backward_dq",
+                   flash::BackwardQuery<dim.value>{
+                       {shape, false}, q, k, v, lse, dout, D, dq},
+                   heads);
+      launchBlocks("attention_backward_dkdv",
+                   flash::BackwardKey<dim.value>{
+                       {shape, true}, q, k, v, lse, dout, D, dk, dv},
+                   heads);
     });
     release(D); // in stream order: after the kernels that read it
   }
@@ -519,8 +520,8 @@ public:
   void embeddingForwardBf16(const int64_t *ids, int64_t n,
                             const uint16_t *table, int64_t vb, int64_t ve,
                             int64_t hidden, float *out) override {
-    launch("embedding_forward_bf16",
-           b::EmbeddingForwardBf16{ids, table, out, n, vb, ve, hidden});
+    launch("embedding_forward_bf16", b::EmbeddingForward<float, uint16_t>{
+                                         ids, table, out, n, vb, ve, hidden});
   }
   void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
                          int64_t vb, int64_t ve, int64_t hidden,
