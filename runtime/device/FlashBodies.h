@@ -36,6 +36,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -211,7 +212,9 @@ template <int D> struct Forward : BlockPlan {
     if (token < 0)
       return;
     float *out = o + token * s.width() + h * s.d;
-    if (st.l > 0.0f) {
+    // l is 0 only for a row without keys (a row with one has a p of 1);
+    // a NaN l (a NaN input) passes on to o and lse as in the reference.
+    if (st.l != 0.0f) {
       const float inv = 1.0f / st.l;
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e)
@@ -397,6 +400,42 @@ template <typename F> void withHeadDim(int64_t d, F &&f) {
   default:
     f(std::integral_constant<int, 0>{});
   }
+}
+
+/// The shared memory per block of the hungriest of the three programs at
+/// head dimension d (BackwardKey's): what a device must let one block
+/// have for attention to run both ways.
+inline int64_t sharedBytes(int64_t d) {
+  Shape s{};
+  s.heads = 1;
+  s.d = d;
+  Forward<0> forward{};
+  BackwardQuery<0> query{};
+  BackwardKey<0> key{};
+  forward.s = query.s = key.s = s;
+  int64_t most = forward.sharedFloats();
+  most = query.sharedFloats() > most ? query.sharedFloats() : most;
+  most = key.sharedFloats() > most ? key.sharedFloats() : most;
+  return most * int64_t(sizeof(float));
+}
+
+/// Why attention at head dimension d cannot run on a device that lets a
+/// block opt in to `sharedOptIn` bytes of shared memory; empty when it can.
+/// The CUDA device asks before the forward, so a step fails at its first
+/// attention, not halfway through its backward.
+inline std::string attentionProblem(int64_t d, int64_t sharedOptIn) {
+  const std::string fix = "; use more heads (a smaller hidden_size / "
+                          "num_heads)";
+  if (d > bodies::kMaxHeadDim)
+    return "attention head dimension " + std::to_string(d) +
+           " exceeds the CUDA attention kernel's limit of " +
+           std::to_string(bodies::kMaxHeadDim) + fix;
+  if (sharedBytes(d) > sharedOptIn)
+    return "attention at head dimension " + std::to_string(d) + " needs " +
+           std::to_string(sharedBytes(d)) +
+           " bytes of shared memory per block, more than this GPU's " +
+           std::to_string(sharedOptIn) + fix;
+  return {};
 }
 
 /// Runs a program's every (block, head) on the host, phase by phase as

@@ -27,6 +27,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k = mimo::kernels;
@@ -289,6 +290,58 @@ TEST(TiledAttention, PackedSequencesDensePaddingEncodersAndEmptyQueries) {
   check("bidirectional encoder samples", encoder, 4, 8);
   Mask lonely{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
   check("a query without keys, a key without queries", lonely, 1, 4);
+}
+
+TEST(TiledAttention, ANaNPassesOnAndARowWithoutKeysStaysZero) {
+  // Query 1's first head is NaN; query 2 has no key (segment 9).
+  Mask m{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
+  const int64_t heads = 2, d = 4, Tq = 3;
+  std::mt19937 rng(5);
+  auto q = random(rng, Tq * heads * d), kk = random(rng, Tq * heads * d),
+       v = random(rng, Tq * heads * d);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t c = 0; c < d; ++c)
+    q[static_cast<size_t>(1 * heads * d + c)] = nan;
+  const t::Plan plan = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                               m.kseg.data(), Tq, Tq, m.causal);
+  for (const auto &[name, impl] : {std::pair{"cpu panels", cpuPanels()},
+                                   {"fused blocks", fusedBlocks()}}) {
+    std::vector<float> o(q.size(), 7.0f), lse(heads * Tq, 7.0f);
+    impl.forward(q.data(), kk.data(), v.data(), o.data(), lse.data(),
+                 plan.hostView(), heads, d);
+    auto at = [&](int64_t token, int64_t head, int64_t c) {
+      return o[static_cast<size_t>(token * heads * d + head * d + c)];
+    };
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_TRUE(std::isfinite(at(0, 0, c)) && std::isfinite(at(0, 1, c)))
+          << name;
+      EXPECT_TRUE(std::isnan(at(1, 0, c))) << name << ": NaN passes on";
+      EXPECT_TRUE(std::isfinite(at(1, 1, c))) << name << ": other heads not";
+      EXPECT_EQ(at(2, 0, c), 0.0f) << name;
+      EXPECT_EQ(at(2, 1, c), 0.0f) << name;
+    }
+    EXPECT_TRUE(std::isnan(lse[0 * Tq + 1])) << name;
+    EXPECT_TRUE(std::isfinite(lse[1 * Tq + 1])) << name;
+    EXPECT_EQ(lse[0 * Tq + 2], -std::numeric_limits<float>::infinity()) << name;
+  }
+}
+
+TEST(FusedAttention, SharedMemoryIsCheckedForAllThreeProgramsUpFront) {
+  // BackwardKey's [64][d + 1] keys and values, [32][d] queries and dO,
+  // [32] lse and D: 768 (d + 1) bytes, the most of the three.
+  EXPECT_EQ(flash::sharedBytes(256), 768 * 257);
+  flash::Forward<0> forward{};
+  forward.s = flash::shapeOf(t::PlanView{}, 1, 256);
+  EXPECT_LT(forward.sharedFloats() * 4, flash::sharedBytes(256));
+  const int64_t a100 = 163 * 1024, h100 = 227 * 1024;
+  EXPECT_EQ(flash::attentionProblem(216, a100), "");
+  const std::string tooBig = flash::attentionProblem(217, a100);
+  EXPECT_NE(tooBig.find("167424 bytes of shared memory"), std::string::npos)
+      << tooBig;
+  EXPECT_NE(tooBig.find("use more heads"), std::string::npos);
+  EXPECT_EQ(flash::attentionProblem(256, h100), "");
+  EXPECT_NE(flash::attentionProblem(257, 1 << 30).find("limit of 256"),
+            std::string::npos);
 }
 
 } // namespace

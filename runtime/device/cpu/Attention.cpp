@@ -111,7 +111,7 @@ void tiledAttentionForward(const float *q, const float *k, const float *v,
                          width, 0.0f, Ob, width);
       for (int64_t r = 0; r < blk.rows; ++r) {
         const int64_t token = plan.queryOrder[blk.first + r];
-        if (rowSum[r] > 0.0f) {
+        if (rowSum[r] != 0.0f) { // 0: no key; NaN passes on, as in Kernels.h
           const float inv = 1.0f / rowSum[r];
           for (int64_t c = 0; c < d; ++c)
             Ob[r * width + c] *= inv;

@@ -481,7 +481,7 @@ public:
                         float *o, float *lse, const tiles::PlanView &plan,
                         int64_t heads, int64_t d) override {
     const flash::Shape shape = flash::shapeOf(plan, heads, d);
-    checkHeadDim(d);
+    checkAttention(d);
     flash::withHeadDim(d, [&](auto dim) {
       launchBlocks("attention_forward",
                    flash::Forward<dim.value>{{shape, false}, q, k, v, o, lse},
@@ -494,21 +494,26 @@ public:
                          const tiles::PlanView &plan, int64_t heads,
                          int64_t d) override {
     const flash::Shape shape = flash::shapeOf(plan, heads, d);
-    checkHeadDim(d);
+    checkAttention(d);
     float *D = static_cast<float *>(allocate(
         std::max<int64_t>(heads * plan.Tq, 1) * int64_t(sizeof(float))));
-    launch("attention_backward_rowdot",
-           flash::RowDot{o, dout, D, plan.Tq, heads, d});
-    flash::withHeadDim(d, [&](auto dim) {
-      launchBlocks("attention_backward_dq",
-                   flash::BackwardQuery<dim.value>{
-                       {shape, false}, q, k, v, lse, dout, D, dq},
-                   heads);
-      launchBlocks("attention_backward_dkdv",
-                   flash::BackwardKey<dim.value>{
-                       {shape, true}, q, k, v, lse, dout, D, dk, dv},
-                   heads);
-    });
+    try {
+      launch("attention_backward_rowdot",
+             flash::RowDot{o, dout, D, plan.Tq, heads, d});
+      flash::withHeadDim(d, [&](auto dim) {
+        launchBlocks("attention_backward_dq",
+                     flash::BackwardQuery<dim.value>{
+                         {shape, false}, q, k, v, lse, dout, D, dq},
+                     heads);
+        launchBlocks("attention_backward_dkdv",
+                     flash::BackwardKey<dim.value>{
+                         {shape, true}, q, k, v, lse, dout, D, dk, dv},
+                     heads);
+      });
+    } catch (...) {
+      release(D);
+      throw;
+    }
     release(D); // in stream order: after the kernels that read it
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
@@ -682,13 +687,11 @@ private:
                         label + ": " + errorText(error));
   }
 
-  static void checkHeadDim(int64_t d) {
-    if (d > b::kMaxHeadDim)
-      throw DeviceError("attention head dimension " + std::to_string(d) +
-                        " exceeds the CUDA attention kernel's limit of " +
-                        std::to_string(b::kMaxHeadDim) +
-                        "; use more heads (hidden_size / num_heads <= " +
-                        std::to_string(b::kMaxHeadDim) + ")");
+  /// Attention at head dimension d fits this GPU's limits (both ways).
+  void checkAttention(int64_t d) const {
+    const std::string problem = flash::attentionProblem(d, sharedOptIn);
+    if (!problem.empty())
+      throw DeviceError(problem + " (" + label + ")");
   }
 
   int ordinal;
