@@ -368,15 +368,11 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
     for (size_t i = 0; i < plan.config.modules.size(); ++i) {
       const ModuleConfig &m = plan.config.modules[i];
       int64_t headDim = m.numHeads > 0 ? m.hiddenSize / m.numHeads : 0;
-      if (headDim > device::maxCudaHeadDim()) {
-        std::string most = std::to_string(device::maxCudaHeadDim());
+      const std::string problem = device::cudaAttentionProblem(headDim);
+      if (!problem.empty()) {
         error = "mimo-run: " + path + ": /model/modules/" + std::to_string(i) +
-                "/arch/num_heads: error: module '" + m.name +
-                "' has attention heads of dimension " +
-                std::to_string(headDim) +
-                "; the CUDA attention kernel takes at most " + most +
-                ": use more heads (hidden_size / num_heads <= " + most +
-                ") or --device cpu";
+                "/arch/num_heads: error: module '" + m.name + "': " + problem +
+                ", or --device cpu";
         return std::nullopt;
       }
     }

@@ -3,10 +3,11 @@
 #include "runtime/device/Devices.h"
 
 #include "runtime/core/DeviceProfile.h"
-#include "runtime/device/KernelBodies.h"
+#include "runtime/device/FlashBodies.h"
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -42,7 +43,11 @@ std::optional<DeviceKind> parseKind(const std::string &name) {
   return std::nullopt;
 }
 
-int64_t maxCudaHeadDim() { return bodies::kMaxHeadDim; }
+std::string cudaAttentionProblem(int64_t headDim) {
+  const int64_t optIn = cudaStatus().sharedOptIn;
+  return flash::attentionProblem(
+      headDim, optIn > 0 ? optIn : std::numeric_limits<int64_t>::max());
+}
 
 std::string gpuUuid(int ordinal) {
 #ifdef MIMO_HAVE_CUDA

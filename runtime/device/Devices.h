@@ -33,6 +33,8 @@ struct CudaStatus {
   /// Its dense bf16 tensor-core peak: multiprocessors x (4096 on sm_90,
   /// 2048 on sm_80) FLOPs per clock x the peak clock.
   double peakBf16Tflops = 0;
+  /// The shared memory one block of the first GPU may opt in to (bytes).
+  int64_t sharedOptIn = 0;
 };
 
 /// Asks the CUDA runtime (once per process; cheap afterwards). Never
@@ -57,8 +59,9 @@ int defaultThreads(int64_t ranksHere);
 /// lower), on a GPU its free memory (cudaMemGetInfo). -1 when unknown.
 int64_t availableBytes(DeviceKind kind, int ordinal);
 
-/// The largest attention head dimension the CUDA device takes.
-int64_t maxCudaHeadDim();
+/// Why the CUDA device cannot run attention at head dimension `headDim`
+/// (its kernel's limit, the first GPU's shared memory); empty when it can.
+std::string cudaAttentionProblem(int64_t headDim);
 
 /// The UUID of GPU `ordinal` (hex; "" without CUDA or when unreadable):
 /// the same physical GPU seen by two processes has the same one.

@@ -15,6 +15,7 @@
 
 #include "runtime/device/AttentionTiles.h"
 #include "runtime/device/Device.h"
+#include "runtime/device/Devices.h"
 #include "runtime/device/FlashBodies.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/Kernels.h"
@@ -341,6 +342,10 @@ TEST(FusedAttention, SharedMemoryIsCheckedForAllThreeProgramsUpFront) {
   EXPECT_NE(tooBig.find("use more heads"), std::string::npos);
   EXPECT_EQ(flash::attentionProblem(256, h100), "");
   EXPECT_NE(flash::attentionProblem(257, 1 << 30).find("limit of 256"),
+            std::string::npos);
+  // What mimo-run asks before a CUDA run (this machine's first GPU, if any).
+  EXPECT_EQ(mimo::device::cudaAttentionProblem(128), "");
+  EXPECT_NE(mimo::device::cudaAttentionProblem(512).find("limit of 256"),
             std::string::npos);
 }
 

@@ -107,6 +107,7 @@ CudaStatus probe() {
   }
   (void)cudaGetLastError();
   status.firstName = props.name;
+  status.sharedOptIn = static_cast<int64_t>(props.sharedMemPerBlockOptin);
   status.devices = count;
   return status;
 }
