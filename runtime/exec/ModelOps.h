@@ -35,17 +35,16 @@ inline void gemm(Device &dev, bool bf16, bool transA, bool transB, int64_t M,
 }
 
 /// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
-inline void matmul(Device &dev, bool bf16, const float *x, Bf16Operand w,
+inline void matmul(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
                    float *y, int64_t M, int64_t K, int64_t N,
                    float beta = 0.0f) {
   gemm(dev, bf16, false, false, M, N, K, 1.0f, x, w, beta, y);
 }
 
 /// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
-inline void matmulBackward(Device &dev, bool bf16, const float *x,
-                           Bf16Operand w, const float *dy, float *dx, float *dw,
-                           int64_t M, int64_t K, int64_t N,
-                           float dxBeta = 0.0f) {
+inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
+                           const float *dy, float *dx, float *dw, int64_t M,
+                           int64_t K, int64_t N, float dxBeta = 0.0f) {
   if (dx)
     gemm(dev, bf16, false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
   gemm(dev, bf16, true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
@@ -74,6 +73,23 @@ inline Tensor unpackBf16(Device &dev, const Tensor &t) {
   Tensor out = Tensor::empty(t.size());
   dev.unpackBf16(t.data<uint16_t>(), out.data(), t.size());
   return out;
+}
+
+/// An activation that GEMMs read: under precision "bf16" rounded and
+/// packed once where it is made (packBf16), so that every GEMM of the
+/// forward reads its bits as they are and the backward's weight gradients
+/// read the same bits again (no fp32 copy kept, no conversion per GEMM);
+/// as it is otherwise.
+inline Tensor gemmInput(Device &dev, bool bf16, Tensor t) {
+  if (!bf16)
+    return t;
+  return packBf16(dev, t);
+}
+/// A tensor as a GEMM operand: its bits when packed, else its floats.
+inline Bf16Operand operand(const Tensor &t) {
+  if (t.dtype() == device::DType::BF16)
+    return Bf16Operand(t.data<uint16_t>());
+  return Bf16Operand(t.data());
 }
 
 /// Host index arrays (positions, segments, ids, row maps) on the device.

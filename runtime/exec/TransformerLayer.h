@@ -26,6 +26,9 @@ struct LayerMeta {
   const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
+/// What a layer's forward saves for its backward. Under bf16 the GEMM
+/// inputs (hf, a, h2f, s) are bf16 bits from the moment they are made, the
+/// rest fp32 until the forward ends (keep).
 struct LayerCache {
   Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
       h2f, g, u, s;
@@ -56,14 +59,13 @@ public:
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
     Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
-    store(h);
-    c.hf = sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h);
+    c.hf = input(sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h));
     c.q = empty(Tc * Hl);
     c.k = empty(Tc * Hl);
     c.v = empty(Tc * Hl);
-    matmul(dev, ctx.bf16, c.hf.data(), P(wq), c.q.data(), Tc, H, Hl);
-    matmul(dev, ctx.bf16, c.hf.data(), P(wk), c.k.data(), Tc, H, Hl);
-    matmul(dev, ctx.bf16, c.hf.data(), P(wv), c.v.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, operand(c.hf), P(wq), c.q.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, operand(c.hf), P(wk), c.k.data(), Tc, H, Hl);
+    matmul(dev, ctx.bf16, operand(c.hf), P(wv), c.v.data(), Tc, H, Hl);
     if (language) {
       dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
       dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
@@ -83,9 +85,9 @@ public:
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.attention.view(), headsLocal,
                            headDim);
-    store(c.a);
+    c.a = input(std::move(c.a));
     Tensor o = empty(Tc * H);
-    matmul(dev, ctx.bf16, c.a.data(), P(wo), o.data(), Tc, Hl, H);
+    matmul(dev, ctx.bf16, operand(c.a), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
     store(o);
     c.x1 = c.x.clone();
@@ -93,23 +95,22 @@ public:
     store(c.x1);
 
     Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
-    store(h2);
-    c.h2f = sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2);
+    c.h2f = input(sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2));
     c.g = empty(Tc * Fl);
-    matmul(dev, ctx.bf16, c.h2f.data(), P(w1), c.g.data(), Tc, H, Fl);
+    matmul(dev, ctx.bf16, operand(c.h2f), P(w1), c.g.data(), Tc, H, Fl);
     store(c.g);
     c.s = empty(Tc * Fl);
     if (language) {
       c.u = empty(Tc * Fl);
-      matmul(dev, ctx.bf16, c.h2f.data(), P(w3), c.u.data(), Tc, H, Fl);
+      matmul(dev, ctx.bf16, operand(c.h2f), P(w3), c.u.data(), Tc, H, Fl);
       store(c.u);
       dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    store(c.s);
+    c.s = input(std::move(c.s));
     Tensor mlp = empty(Tc * H);
-    matmul(dev, ctx.bf16, c.s.data(), P(w2), mlp.data(), Tc, Fl, H);
+    matmul(dev, ctx.bf16, operand(c.s), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
     store(mlp);
     Tensor out = c.x1.clone();
@@ -128,19 +129,19 @@ public:
     // MLP.
     Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
     Tensor ds = empty(Tc * Fl);
-    matmulBackward(dev, ctx.bf16, c.s.data(), P(w2), dmf.data(), ds.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dmf.data(), ds.data(),
                    G(w2), Tc, Fl, H);
     Tensor dg = empty(Tc * Fl), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = empty(Tc * Fl);
       dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                          du.data(), Tc * Fl);
-      matmulBackward(dev, ctx.bf16, c.h2f.data(), P(w3), du.data(), dh2f.data(),
-                     G(w3), Tc, H, Fl);
+      matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), du.data(),
+                     dh2f.data(), G(w3), Tc, H, Fl);
     } else {
       dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
     }
-    matmulBackward(dev, ctx.bf16, c.h2f.data(), P(w1), dg.data(), dh2f.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), dg.data(), dh2f.data(),
                    G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
@@ -148,8 +149,10 @@ public:
     // Attention.
     Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
     Tensor da = empty(Tc * Hl);
-    matmulBackward(dev, ctx.bf16, c.a.data(), P(wo), dof.data(), da.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof.data(), da.data(),
                    G(wo), Tc, Hl, H);
+    // The attention's backward reads its output in fp32.
+    const Tensor a = ctx.bf16 ? unpackBf16(dev, c.a) : std::move(c.a);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
     // Without queries no key gets a gradient.
@@ -157,7 +160,7 @@ public:
     Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     if (Tc > 0)
-      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
+      dev.attentionBackward(c.q.data(), K.data(), V.data(), a.data(),
                             c.lse.data(), da.data(), dq.data(), dK.data(),
                             dV.data(), m.attention.view(), headsLocal, headDim);
     Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
@@ -169,11 +172,11 @@ public:
       // inputs, which hf holds, so nothing else to undo.
     }
     Tensor dhf = empty(Tc * H);
-    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wq), dq.data(), dhf.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), dq.data(), dhf.data(),
                    G(wq), Tc, H, Hl);
-    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wk), dk.data(), dhf.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), dk.data(), dhf.data(),
                    G(wk), Tc, H, Hl, 1.0f);
-    matmulBackward(dev, ctx.bf16, c.hf.data(), P(wv), dv.data(), dhf.data(),
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), dv.data(), dhf.data(),
                    G(wv), Tc, H, Hl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
@@ -194,15 +197,21 @@ public:
 private:
   /// bf16: a stored activation, rounded as the owning stage stores.
   void store(Tensor &t) const { owner.store(t); }
-  /// bf16: what the forward saves for the backward, packed to bfloat16
-  /// after the forward (`pack`) and back to fp32 before the backward. Every
-  /// one was stored (rounded) already, so packing loses nothing; the norm
-  /// statistics and the log-sum-exp stay fp32.
+  /// A GEMM input (the normed hidden states, the attention's output, the
+  /// MLP's activation): bf16 bits from here on under bf16 (gemmInput).
+  Tensor input(Tensor t) const {
+    return gemmInput(*ctx.dev, ctx.bf16, std::move(t));
+  }
+  /// bf16: the rest of what the forward saves for the backward, packed to
+  /// bfloat16 after the forward (`pack`) and back to fp32 before the
+  /// backward. Every one was stored (rounded) already, so packing loses
+  /// nothing; the GEMM inputs are packed already; the norm statistics and
+  /// the log-sum-exp stay fp32.
   void keep(LayerCache &c, bool pack) const {
     if (!ctx.bf16)
       return;
-    for (Tensor *t : {&c.x, &c.hf, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.a,
-                      &c.x1, &c.h2f, &c.g, &c.u, &c.s})
+    for (Tensor *t :
+         {&c.x, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.x1, &c.g, &c.u})
       *t = pack ? packBf16(*ctx.dev, *t) : unpackBf16(*ctx.dev, *t);
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
