@@ -183,6 +183,18 @@ public:
   virtual void swigluBackward(const float *gate, const float *up,
                               const float *dy, float *dgate, float *dup,
                               int64_t n) = 0;
+  /// The four forwards above with y written as bf16 bits: the bits of the
+  /// fp32 op followed by packBf16, in one pass (precision "bf16": what a
+  /// GEMM reads next and the backward keeps).
+  virtual void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
+                                  float *rstd, int64_t rows, int64_t cols) = 0;
+  virtual void layernormForwardBf16(const float *x, const float *w,
+                                    const float *b, uint16_t *y, float *mean,
+                                    float *rstd, int64_t rows,
+                                    int64_t cols) = 0;
+  virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n) = 0;
+  virtual void swigluForwardBf16(const float *gate, const float *up,
+                                 uint16_t *y, int64_t n) = 0;
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
                     int64_t heads, int64_t dim, bool inverse) = 0;
   /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask

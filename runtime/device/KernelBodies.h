@@ -71,6 +71,24 @@ MIMO_HD inline float widen(uint16_t bits) {
   return x;
 }
 
+/// The bfloat16 bits of `x` rounded to bfloat16 (roundToBf16's top half).
+MIMO_HD inline uint16_t bf16Bits(float x) {
+  const float r = roundToBf16(x);
+  uint32_t bits;
+  memcpy(&bits, &r, sizeof(bits));
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+/// A value computed in double stored as Out: cast to it, or for bf16 bits
+/// (uint16_t) cast to float and rounded to bfloat16, the bits a float
+/// store followed by packBf16 gives (what feeds a bf16 GEMM, in one pass).
+template <typename Out> MIMO_HD inline Out narrow(double v) {
+  return static_cast<Out>(v);
+}
+template <> MIMO_HD inline uint16_t narrow<uint16_t>(double v) {
+  return bf16Bits(static_cast<float>(v));
+}
+
 /// Values rounded to bfloat16 in place (the bf16 emulation's stores).
 struct RoundBf16 {
   float *data;
@@ -86,12 +104,7 @@ struct ToBf16Bits {
   uint16_t *out;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
-  MIMO_HD void operator()(int64_t i) const {
-    float r = roundToBf16(in[i]);
-    uint32_t bits;
-    memcpy(&bits, &r, sizeof(bits));
-    out[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  MIMO_HD void operator()(int64_t i) const { out[i] = bf16Bits(in[i]); }
 };
 
 /// The floats bfloat16 bits stand for (exact).
@@ -188,15 +201,16 @@ template <typename T> struct BiasBackwardColumn {
   }
 };
 
-template <typename T> struct GeluForward {
+/// The forwards below write Out: T, or bf16 bits (narrow).
+template <typename T, typename Out = T> struct GeluForward {
   const T *x;
-  T *y;
+  Out *y;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
     double xv = static_cast<double>(x[i]);
     double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
-    y[i] = static_cast<T>(0.5 * xv * (1.0 + t));
+    y[i] = narrow<Out>(static_cast<T>(0.5 * xv * (1.0 + t)));
   }
 };
 
@@ -214,15 +228,15 @@ template <typename T> struct GeluBackward {
   }
 };
 
-template <typename T> struct SwigluForward {
+template <typename T, typename Out = T> struct SwigluForward {
   const T *gate, *up;
-  T *y;
+  Out *y;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
     double g = static_cast<double>(gate[i]);
     double sig = 1.0 / (1.0 + ::exp(-g));
-    y[i] = static_cast<T>(g * sig * static_cast<double>(up[i]));
+    y[i] = narrow<Out>(static_cast<T>(g * sig * static_cast<double>(up[i])));
   }
 };
 
@@ -246,15 +260,16 @@ template <typename T> struct SwigluBackward {
 // Norms: one index per row (statistics, dx) or per column (dw, db)
 //===----------------------------------------------------------------------===//
 
-template <typename T> struct RmsnormForwardRow {
+template <typename T, typename Out = T> struct RmsnormForwardRow {
   const T *x, *w;
-  T *y, *rstd;
+  Out *y;
+  T *rstd;
   int64_t rows, cols;
   T eps;
   MIMO_HD int64_t count() const { return rows; }
   MIMO_HD void operator()(int64_t r) const {
     const T *xr = x + r * cols;
-    T *yr = y + r * cols;
+    Out *yr = y + r * cols;
     double ss = 0.0;
     for (int64_t c = 0; c < cols; ++c)
       ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
@@ -262,8 +277,8 @@ template <typename T> struct RmsnormForwardRow {
     double rs = 1.0 / ::sqrt(ms + static_cast<double>(eps));
     rstd[r] = static_cast<T>(rs);
     for (int64_t c = 0; c < cols; ++c)
-      yr[c] = static_cast<T>(static_cast<double>(xr[c]) * rs *
-                             static_cast<double>(w[c]));
+      yr[c] = narrow<Out>(static_cast<T>(static_cast<double>(xr[c]) * rs *
+                                         static_cast<double>(w[c])));
   }
 };
 
@@ -305,15 +320,16 @@ template <typename T> struct RmsnormBackwardWeightColumn {
   }
 };
 
-template <typename T> struct LayernormForwardRow {
+template <typename T, typename Out = T> struct LayernormForwardRow {
   const T *x, *w, *b;
-  T *y, *mean, *rstd;
+  Out *y;
+  T *mean, *rstd;
   int64_t rows, cols;
   T eps;
   MIMO_HD int64_t count() const { return rows; }
   MIMO_HD void operator()(int64_t r) const {
     const T *xr = x + r * cols;
-    T *yr = y + r * cols;
+    Out *yr = y + r * cols;
     double s = 0.0;
     for (int64_t c = 0; c < cols; ++c)
       s += static_cast<double>(xr[c]);
@@ -328,9 +344,9 @@ template <typename T> struct LayernormForwardRow {
     mean[r] = static_cast<T>(mu);
     rstd[r] = static_cast<T>(rs);
     for (int64_t c = 0; c < cols; ++c)
-      yr[c] = static_cast<T>((static_cast<double>(xr[c]) - mu) * rs *
-                                 static_cast<double>(w[c]) +
-                             static_cast<double>(b[c]));
+      yr[c] = narrow<Out>(static_cast<T>((static_cast<double>(xr[c]) - mu) *
+                                             rs * static_cast<double>(w[c]) +
+                                         static_cast<double>(b[c])));
   }
 };
 

@@ -58,8 +58,7 @@ public:
     int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
-    Tensor h = norm(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl);
-    c.hf = input(sp ? gatherRows(comm, ctx.tpGroup, h) : std::move(h));
+    c.hf = normedInput(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl, sp);
     c.q = empty(Tc * Hl);
     c.k = empty(Tc * Hl);
     c.v = empty(Tc * Hl);
@@ -94,21 +93,27 @@ public:
     dev.axpy(o.size(), 1.0f, o.data(), c.x1.data());
     store(c.x1);
 
-    Tensor h2 = norm(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl);
-    c.h2f = input(sp ? gatherRows(comm, ctx.tpGroup, h2) : std::move(h2));
+    c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
     c.g = empty(Tc * Fl);
     matmul(dev, ctx.bf16, operand(c.h2f), P(w1), c.g.data(), Tc, H, Fl);
     store(c.g);
-    c.s = empty(Tc * Fl);
+    // The activation writes the w2 GEMM's input: bf16 bits under bf16.
+    c.s = Tensor::empty(Tc * Fl,
+                        ctx.bf16 ? device::DType::BF16 : device::DType::F32);
     if (language) {
       c.u = empty(Tc * Fl);
       matmul(dev, ctx.bf16, operand(c.h2f), P(w3), c.u.data(), Tc, H, Fl);
       store(c.u);
-      dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
+      if (ctx.bf16)
+        dev.swigluForwardBf16(c.g.data(), c.u.data(), c.s.data<uint16_t>(),
+                              Tc * Fl);
+      else
+        dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
+    } else if (ctx.bf16) {
+      dev.geluForwardBf16(c.g.data(), c.s.data<uint16_t>(), Tc * Fl);
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    c.s = input(std::move(c.s));
     Tensor mlp = empty(Tc * H);
     matmul(dev, ctx.bf16, operand(c.s), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
@@ -219,20 +224,43 @@ private:
   Tensor V(size_t i) const { return owner.vectorOf(params[i]); }
   float *G(size_t i) { return params[i].grad.data(); }
 
+  /// The norm of x as the input of the GEMMs after it, all TP ranks' rows
+  /// under SP: under bf16 the norm writes its bits itself (one pass), unless
+  /// SP gathers its fp32 rows first.
+  Tensor normedInput(const Tensor &x, size_t w, size_t b, Tensor &mean,
+                     Tensor &rstd, int64_t rows, bool sp) {
+    if (!sp)
+      return norm(x, w, b, mean, rstd, rows, ctx.bf16);
+    Tensor y = norm(x, w, b, mean, rstd, rows, false);
+    return input(gatherRows(*ctx.comm, ctx.tpGroup, y));
+  }
+
+  /// y = norm(x), fp32 or (`bits`) bf16 bits.
   Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
-              int64_t rows) {
-    Tensor y = empty(rows * H);
+              int64_t rows, bool bits) {
+    Tensor y = Tensor::empty(rows * H,
+                             bits ? device::DType::BF16 : device::DType::F32);
     rstd = empty(rows);
     Tensor weight = V(w);
+    Device &dev = *ctx.dev;
     if (language) {
-      ctx.dev->rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(),
-                              rows, H);
-    } else {
-      mean = empty(rows);
-      Tensor bias = V(b);
-      ctx.dev->layernormForward(x.data(), weight.data(), bias.data(), y.data(),
-                                mean.data(), rstd.data(), rows, H);
+      if (bits)
+        dev.rmsnormForwardBf16(x.data(), weight.data(), y.data<uint16_t>(),
+                               rstd.data(), rows, H);
+      else
+        dev.rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(), rows,
+                           H);
+      return y;
     }
+    mean = empty(rows);
+    Tensor bias = V(b);
+    if (bits)
+      dev.layernormForwardBf16(x.data(), weight.data(), bias.data(),
+                               y.data<uint16_t>(), mean.data(), rstd.data(),
+                               rows, H);
+    else
+      dev.layernormForward(x.data(), weight.data(), bias.data(), y.data(),
+                           mean.data(), rstd.data(), rows, H);
     return y;
   }
 

@@ -33,6 +33,8 @@ using device::Tensor;
 namespace {
 
 constexpr double kTolerance = 1e-5;
+/// One bfloat16 step (2^-8 of a value), for outputs rounded to bf16.
+constexpr double kBf16Step = 1.0 / 256;
 
 /// Up to four sizes of one case.
 struct Dims {
@@ -113,6 +115,16 @@ public:
   }
 
   /// Runs `op` on the CPU and twice on the GPU and compares every output.
+  /// Runs `write` into n bf16 bits of scratch, then unpacks them to out.
+  template <typename Write>
+  static void viaBits(Device &d, float *out, int64_t n, Write &&write) {
+    auto *bits =
+        static_cast<uint16_t *>(d.allocate(std::max<int64_t>(n, 1) * 2));
+    write(bits);
+    d.unpackBf16(bits, out, n);
+    d.release(bits);
+  }
+
   void compare(const std::string &name, const Io &io, const Op &op,
                double tolerance = kTolerance) {
     try {
@@ -239,6 +251,18 @@ public:
       compare("swiglu backward" + sz, io, [=](Device &d, const Ptr &p) {
         d.swigluBackward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1], n);
       });
+      // bf16 outputs: one bf16 step apart at most where the two devices'
+      // fp32 values straddle a rounding boundary.
+      compare(
+          "gelu and swiglu forward, bf16 out" + sz, {io.in, {}, {}, {n, n}},
+          [=](Device &d, const Ptr &p) {
+            viaBits(d, p.out[0], n,
+                    [&](uint16_t *y) { d.geluForwardBf16(p.in[0], y, n); });
+            viaBits(d, p.out[1], n, [&](uint16_t *y) {
+              d.swigluForwardBf16(p.in[0], p.in[1], y, n);
+            });
+          },
+          kBf16Step);
       compare("add, scale, axpy, maximum" + sz,
               {{random(n), random(n)}, {}, {random(n)}, {n, n}},
               [=](Device &d, const Ptr &p) {
@@ -338,6 +362,28 @@ public:
                 d.rmsnormForward(p.in[0], p.in[1], p.out[0], p.out[1], rows,
                                  cols);
               });
+      compare(
+          "rmsnorm forward, bf16 out" + sz,
+          {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
+          [=](Device &d, const Ptr &p) {
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.rmsnormForwardBf16(p.in[0], p.in[1], y, p.out[1], rows, cols);
+            });
+          },
+          kBf16Step);
+      compare(
+          "layernorm forward, bf16 out" + sz,
+          {{random(n, -2, 2), random(cols, 0.5, 1.5), random(cols)},
+           {},
+           {},
+           {n, rows, rows}},
+          [=](Device &d, const Ptr &p) {
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.layernormForwardBf16(p.in[0], p.in[1], p.in[2], y, p.out[1],
+                                     p.out[2], rows, cols);
+            });
+          },
+          kBf16Step);
       compare("rmsnorm backward" + sz,
               {{random(n, -2, 2), random(cols, 0.5, 1.5), random(rows, 0.5, 2),
                 random(n)},

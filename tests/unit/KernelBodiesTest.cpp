@@ -261,6 +261,69 @@ TEST(KernelBodiesBf16, EmbeddingOfABf16Table) {
   EXPECT_EQ(got, want);
 }
 
+/// The norms and activations that feed a GEMM under bf16 write its bits
+/// themselves: the bits of their fp32 output packed, on the bodies (what
+/// the GPU runs) and on the CPU device.
+TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::mt19937 rng(11);
+  const int64_t rows = 4, cols = 23, n = rows * cols;
+  auto x = random<float>(rng, n, -3, 3), u = random<float>(rng, n);
+  auto w = random<float>(rng, cols, 0.5, 1.5), bias = random<float>(rng, cols);
+  const float eps = 1e-5f;
+  auto pack = [&](const std::vector<float> &v) {
+    std::vector<uint16_t> out(v.size());
+    runAll(b::ToBf16Bits{v.data(), out.data(), static_cast<int64_t>(v.size())});
+    return out;
+  };
+  // Bodies: Out = uint16_t against Out = float, then packed.
+  std::vector<float> y(n), stat(rows), stat2(rows);
+  std::vector<uint16_t> bits(n);
+  std::vector<float> rstdBits(rows), meanBits(rows);
+  runAll(b::RmsnormForwardRow<float>{x.data(), w.data(), y.data(), stat.data(),
+                                     rows, cols, eps});
+  runAll(b::RmsnormForwardRow<float, uint16_t>{
+      x.data(), w.data(), bits.data(), rstdBits.data(), rows, cols, eps});
+  EXPECT_EQ(bits, pack(y)) << "rmsnorm";
+  EXPECT_EQ(rstdBits, stat) << "rmsnorm's rstd stays fp32";
+  runAll(b::LayernormForwardRow<float>{x.data(), w.data(), bias.data(),
+                                       y.data(), stat2.data(), stat.data(),
+                                       rows, cols, eps});
+  runAll(b::LayernormForwardRow<float, uint16_t>{
+      x.data(), w.data(), bias.data(), bits.data(), meanBits.data(),
+      rstdBits.data(), rows, cols, eps});
+  EXPECT_EQ(bits, pack(y)) << "layernorm";
+  EXPECT_EQ(meanBits, stat2);
+  runAll(b::GeluForward<float>{x.data(), y.data(), n});
+  runAll(b::GeluForward<float, uint16_t>{x.data(), bits.data(), n});
+  EXPECT_EQ(bits, pack(y)) << "gelu";
+  runAll(b::SwigluForward<float>{x.data(), u.data(), y.data(), n});
+  runAll(b::SwigluForward<float, uint16_t>{x.data(), u.data(), bits.data(), n});
+  EXPECT_EQ(bits, pack(y)) << "swiglu";
+  // The CPU device: its bf16 forwards against its fp32 ones, packed.
+  cpu->rmsnormForward(x.data(), w.data(), y.data(), stat.data(), rows, cols);
+  cpu->rmsnormForwardBf16(x.data(), w.data(), bits.data(), rstdBits.data(),
+                          rows, cols);
+  EXPECT_EQ(bits, pack(y)) << "cpu rmsnorm";
+  EXPECT_EQ(rstdBits, stat);
+  cpu->layernormForward(x.data(), w.data(), bias.data(), y.data(), stat2.data(),
+                        stat.data(), rows, cols);
+  cpu->layernormForwardBf16(x.data(), w.data(), bias.data(), bits.data(),
+                            meanBits.data(), rstdBits.data(), rows, cols);
+  EXPECT_EQ(bits, pack(y)) << "cpu layernorm";
+  EXPECT_EQ(meanBits, stat2);
+  cpu->geluForward(x.data(), y.data(), n);
+  cpu->geluForwardBf16(x.data(), bits.data(), n);
+  EXPECT_EQ(bits, pack(y)) << "cpu gelu";
+  cpu->swigluForward(x.data(), u.data(), y.data(), n);
+  cpu->swigluForwardBf16(x.data(), u.data(), bits.data(), n);
+  EXPECT_EQ(bits, pack(y)) << "cpu swiglu";
+  // The rounding shows: not every value is bf16 already.
+  std::vector<float> widened(n);
+  runAll(b::FromBf16Bits{bits.data(), widened.data(), n});
+  EXPECT_NE(widened, y);
+}
+
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {
   float nan1 = std::nanf("1");
   std::vector<float> a = {1, nan1, 3, -2, 5},

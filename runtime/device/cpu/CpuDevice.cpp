@@ -283,6 +283,33 @@ public:
                       float *dg, float *du, int64_t n) override {
     k::fast::swigluBackward(g, u, dy, dg, du, n);
   }
+  // The bf16-output forwards: the fp32 op into scratch, then packed (on the
+  // CPU the pass saved is not worth a second kernel).
+  void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
+                          float *rstd, int64_t rows, int64_t cols) override {
+    packed(y, rows * cols,
+           [&](float *out) { rmsnormForward(x, w, out, rstd, rows, cols); });
+  }
+  void layernormForwardBf16(const float *x, const float *w, const float *b,
+                            uint16_t *y, float *mean, float *rstd, int64_t rows,
+                            int64_t cols) override {
+    packed(y, rows * cols, [&](float *out) {
+      layernormForward(x, w, b, out, mean, rstd, rows, cols);
+    });
+  }
+  void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override {
+    packed(y, n, [&](float *out) { geluForward(x, out, n); });
+  }
+  void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
+                         int64_t n) override {
+    packed(y, n, [&](float *out) { swigluForward(g, u, out, n); });
+  }
+  /// y = packBf16(what `compute` writes into n floats of scratch).
+  template <typename F> void packed(uint16_t *y, int64_t n, F &&compute) {
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    compute(out.data());
+    packBf16(out.data(), y, n);
+  }
   void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
             int64_t dim, bool inverse) override {
     k::rope<float>(x, positions, tokens, heads, dim, inverse);

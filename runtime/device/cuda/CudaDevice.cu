@@ -467,6 +467,29 @@ public:
                      int64_t n) override {
     launch("swiglu_forward", b::SwigluForward<float>{g, u, y, n});
   }
+  void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
+                          float *rstd, int64_t rows, int64_t cols) override {
+    launch("rmsnorm_forward_bf16",
+           b::RmsnormForwardRow<float, uint16_t>{x, w, y, rstd, rows, cols,
+                                                 kNormEps},
+           kRowThreads);
+  }
+  void layernormForwardBf16(const float *x, const float *w, const float *bias,
+                            uint16_t *y, float *mean, float *rstd, int64_t rows,
+                            int64_t cols) override {
+    launch("layernorm_forward_bf16",
+           b::LayernormForwardRow<float, uint16_t>{x, w, bias, y, mean, rstd,
+                                                   rows, cols, kNormEps},
+           kRowThreads);
+  }
+  void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override {
+    launch("gelu_forward_bf16", b::GeluForward<float, uint16_t>{x, y, n});
+  }
+  void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
+                         int64_t n) override {
+    launch("swiglu_forward_bf16",
+           b::SwigluForward<float, uint16_t>{g, u, y, n});
+  }
   void swigluBackward(const float *g, const float *u, const float *dy,
                       float *dg, float *du, int64_t n) override {
     launch("swiglu_backward", b::SwigluBackward<float>{g, u, dy, dg, du, n});
