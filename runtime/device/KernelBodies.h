@@ -1,8 +1,9 @@
 //===- KernelBodies.h - Per-index bodies of the device kernels --*- C++ -*-===//
 //
-// Every non-GEMM kernel of the CUDA device, written once as a functor over
-// an index range: `count()` indices, `operator()(i)` computing output
-// element / row / column i and nothing else. The CUDA device launches each
+// Every non-GEMM kernel of the CUDA device but attention (FlashBodies.h)
+// and the row reductions (RowBodies.h), written once as a functor over an
+// index range: `count()` indices, `operator()(i)` computing output element
+// or column i and nothing else. The CUDA device launches each
 // one as a grid over its indices (cuda/CudaDevice.cu); the CPU tests run
 // the same functors in a plain loop and compare them with the reference
 // kernels of cpu/Kernels.h (tests/unit/KernelBodiesTest.cpp), so the index
@@ -257,52 +258,9 @@ template <typename T> struct SwigluBackward {
 };
 
 //===----------------------------------------------------------------------===//
-// Norms: one index per row (statistics, dx) or per column (dw, db)
+// Norms' parameter gradients: one index per column (the rows' programs,
+// statistics and dx, are in RowBodies.h)
 //===----------------------------------------------------------------------===//
-
-template <typename T, typename Out = T> struct RmsnormForwardRow {
-  const T *x, *w;
-  Out *y;
-  T *rstd;
-  int64_t rows, cols;
-  T eps;
-  MIMO_HD int64_t count() const { return rows; }
-  MIMO_HD void operator()(int64_t r) const {
-    const T *xr = x + r * cols;
-    Out *yr = y + r * cols;
-    double ss = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
-    double ms = cols > 0 ? ss / static_cast<double>(cols) : 0.0;
-    double rs = 1.0 / ::sqrt(ms + static_cast<double>(eps));
-    rstd[r] = static_cast<T>(rs);
-    for (int64_t c = 0; c < cols; ++c)
-      yr[c] = narrow<Out>(static_cast<T>(static_cast<double>(xr[c]) * rs *
-                                         static_cast<double>(w[c])));
-  }
-};
-
-template <typename T> struct RmsnormBackwardRow {
-  const T *x, *w, *rstd, *dy;
-  T *dx;
-  int64_t rows, cols;
-  MIMO_HD int64_t count() const { return rows; }
-  MIMO_HD void operator()(int64_t r) const {
-    const T *xr = x + r * cols;
-    const T *dyr = dy + r * cols;
-    T *dxr = dx + r * cols;
-    double rs = static_cast<double>(rstd[r]);
-    double s = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      s += static_cast<double>(dyr[c]) * static_cast<double>(w[c]) *
-           static_cast<double>(xr[c]);
-    double coef = rs * rs * rs * s / static_cast<double>(cols);
-    for (int64_t c = 0; c < cols; ++c) {
-      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
-      dxr[c] = static_cast<T>(rs * g - coef * static_cast<double>(xr[c]));
-    }
-  }
-};
 
 /// dw[c] += sum over rows of dy * x * rstd.
 template <typename T> struct RmsnormBackwardWeightColumn {
@@ -317,64 +275,6 @@ template <typename T> struct RmsnormBackwardWeightColumn {
                             static_cast<double>(x[r * cols + c]) *
                             static_cast<double>(rstd[r]));
     dw[c] = acc;
-  }
-};
-
-template <typename T, typename Out = T> struct LayernormForwardRow {
-  const T *x, *w, *b;
-  Out *y;
-  T *mean, *rstd;
-  int64_t rows, cols;
-  T eps;
-  MIMO_HD int64_t count() const { return rows; }
-  MIMO_HD void operator()(int64_t r) const {
-    const T *xr = x + r * cols;
-    Out *yr = y + r * cols;
-    double s = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      s += static_cast<double>(xr[c]);
-    double mu = cols > 0 ? s / static_cast<double>(cols) : 0.0;
-    double vs = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
-      double dlt = static_cast<double>(xr[c]) - mu;
-      vs += dlt * dlt;
-    }
-    double var = cols > 0 ? vs / static_cast<double>(cols) : 0.0;
-    double rs = 1.0 / ::sqrt(var + static_cast<double>(eps));
-    mean[r] = static_cast<T>(mu);
-    rstd[r] = static_cast<T>(rs);
-    for (int64_t c = 0; c < cols; ++c)
-      yr[c] = narrow<Out>(static_cast<T>((static_cast<double>(xr[c]) - mu) *
-                                             rs * static_cast<double>(w[c]) +
-                                         static_cast<double>(b[c])));
-  }
-};
-
-template <typename T> struct LayernormBackwardRow {
-  const T *x, *w, *mean, *rstd, *dy;
-  T *dx;
-  int64_t rows, cols;
-  MIMO_HD int64_t count() const { return rows; }
-  MIMO_HD void operator()(int64_t r) const {
-    const T *xr = x + r * cols;
-    const T *dyr = dy + r * cols;
-    T *dxr = dx + r * cols;
-    double mu = static_cast<double>(mean[r]);
-    double rs = static_cast<double>(rstd[r]);
-    double sg = 0.0, sgx = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
-      double xh = (static_cast<double>(xr[c]) - mu) * rs;
-      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
-      sg += g;
-      sgx += g * xh;
-    }
-    double mg = sg / static_cast<double>(cols);
-    double mgx = sgx / static_cast<double>(cols);
-    for (int64_t c = 0; c < cols; ++c) {
-      double xh = (static_cast<double>(xr[c]) - mu) * rs;
-      double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
-      dxr[c] = static_cast<T>(rs * (g - mg - xh * mgx));
-    }
   }
 };
 
@@ -458,39 +358,6 @@ template <typename T> struct EmbeddingBackwardColumn {
       if (id >= vocabBegin && id < vocabEnd)
         dtable[(id - vocabBegin) * hidden + c] += dout[r * hidden + c];
     }
-  }
-};
-
-template <typename T> struct CrossEntropyRowMax {
-  const T *logits;
-  T *rowMax;
-  int64_t n, vocabLocal;
-  MIMO_HD int64_t count() const { return n; }
-  MIMO_HD void operator()(int64_t i) const {
-    const T *row = logits + i * vocabLocal;
-    T mx = static_cast<T>(negativeInfinity());
-    for (int64_t j = 0; j < vocabLocal; ++j)
-      mx = row[j] > mx ? row[j] : mx;
-    rowMax[i] = mx;
-  }
-};
-
-template <typename T> struct CrossEntropySums {
-  const T *logits;
-  const int64_t *targets;
-  const T *globalMax;
-  T *sumExp, *targetLogit;
-  int64_t n, vocabLocal, vocabBegin;
-  MIMO_HD int64_t count() const { return n; }
-  MIMO_HD void operator()(int64_t i) const {
-    const T *row = logits + i * vocabLocal;
-    double mx = static_cast<double>(globalMax[i]);
-    double s = 0.0;
-    for (int64_t j = 0; j < vocabLocal; ++j)
-      s += ::exp(static_cast<double>(row[j]) - mx);
-    sumExp[i] = static_cast<T>(s);
-    int64_t t = targets[i] - vocabBegin;
-    targetLogit[i] = (t >= 0 && t < vocabLocal) ? row[t] : T(0);
   }
 };
 

@@ -12,6 +12,7 @@
 
 #include "runtime/device/KernelBodies.h"
 #include "runtime/device/Device.h"
+#include "runtime/device/RowBodies.h"
 #include "runtime/device/cpu/Kernels.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@
 
 namespace k = mimo::kernels;
 namespace b = mimo::device::bodies;
+namespace rw = mimo::device::rowwise;
 
 namespace {
 
@@ -280,16 +282,16 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   std::vector<float> y(n), stat(rows), stat2(rows);
   std::vector<uint16_t> bits(n);
   std::vector<float> rstdBits(rows), meanBits(rows);
-  runAll(b::RmsnormForwardRow<float>{x.data(), w.data(), y.data(), stat.data(),
-                                     rows, cols, eps});
-  runAll(b::RmsnormForwardRow<float, uint16_t>{
+  rw::runOnHost(rw::RmsnormForward<float>{x.data(), w.data(), y.data(),
+                                          stat.data(), rows, cols, eps});
+  rw::runOnHost(rw::RmsnormForward<float, uint16_t>{
       x.data(), w.data(), bits.data(), rstdBits.data(), rows, cols, eps});
   EXPECT_EQ(bits, pack(y)) << "rmsnorm";
   EXPECT_EQ(rstdBits, stat) << "rmsnorm's rstd stays fp32";
-  runAll(b::LayernormForwardRow<float>{x.data(), w.data(), bias.data(),
-                                       y.data(), stat2.data(), stat.data(),
-                                       rows, cols, eps});
-  runAll(b::LayernormForwardRow<float, uint16_t>{
+  rw::runOnHost(rw::LayernormForward<float>{x.data(), w.data(), bias.data(),
+                                            y.data(), stat2.data(), stat.data(),
+                                            rows, cols, eps});
+  rw::runOnHost(rw::LayernormForward<float, uint16_t>{
       x.data(), w.data(), bias.data(), bits.data(), meanBits.data(),
       rstdBits.data(), rows, cols, eps});
   EXPECT_EQ(bits, pack(y)) << "layernorm";
@@ -363,18 +365,19 @@ TYPED_TEST(KernelBodies, Activations) {
   expectClose("swiglu dup", du, dur, tolerance<T>());
 }
 
-TYPED_TEST(KernelBodies, Norms) {
-  using T = TypeParam;
-  std::mt19937 rng(3);
-  const int64_t rows = 5, cols = 19, n = rows * cols;
+/// The norms' row programs (RowBodies.h) and column bodies.
+template <typename T> void checkNorms(int64_t rows, int64_t cols) {
+  SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+  std::mt19937 rng(static_cast<unsigned>(3 + cols));
+  const int64_t n = rows * cols;
   const T eps = T(1e-5);
   auto x = random<T>(rng, n, -2, 2), w = random<T>(rng, cols, 0.5, 1.5);
   auto bias = random<T>(rng, cols), dy = random<T>(rng, n);
   // RMSNorm
   auto y = poisoned<T>(n), yr = poisoned<T>(n);
   auto rstd = poisoned<T>(rows), rstdr = poisoned<T>(rows);
-  runAll(b::RmsnormForwardRow<T>{x.data(), w.data(), y.data(), rstd.data(),
-                                 rows, cols, eps});
+  rw::runOnHost(rw::RmsnormForward<T>{x.data(), w.data(), y.data(), rstd.data(),
+                                      rows, cols, eps});
   k::rmsnormForward<T>(x.data(), w.data(), yr.data(), rstdr.data(), rows, cols,
                        eps);
   expectClose("rmsnorm y", y, yr, tolerance<T>());
@@ -382,8 +385,8 @@ TYPED_TEST(KernelBodies, Norms) {
   auto dx = poisoned<T>(n), dxr = poisoned<T>(n);
   auto dw0 = random<T>(rng, cols);
   auto dw = dw0, dwr = dw0;
-  runAll(b::RmsnormBackwardRow<T>{x.data(), w.data(), rstdr.data(), dy.data(),
-                                  dx.data(), rows, cols});
+  rw::runOnHost(rw::RmsnormBackward<T>{x.data(), w.data(), rstdr.data(),
+                                       dy.data(), dx.data(), rows, cols});
   runAll(b::RmsnormBackwardWeightColumn<T>{x.data(), rstdr.data(), dy.data(),
                                            dw.data(), rows, cols});
   k::rmsnormBackward<T>(x.data(), w.data(), rstdr.data(), dy.data(), dxr.data(),
@@ -392,8 +395,9 @@ TYPED_TEST(KernelBodies, Norms) {
   expectClose("rmsnorm dw", dw, dwr, tolerance<T>());
   // LayerNorm
   auto mean = poisoned<T>(rows), meanr = poisoned<T>(rows);
-  runAll(b::LayernormForwardRow<T>{x.data(), w.data(), bias.data(), y.data(),
-                                   mean.data(), rstd.data(), rows, cols, eps});
+  rw::runOnHost(rw::LayernormForward<T>{x.data(), w.data(), bias.data(),
+                                        y.data(), mean.data(), rstd.data(),
+                                        rows, cols, eps});
   k::layernormForward<T>(x.data(), w.data(), bias.data(), yr.data(),
                          meanr.data(), rstdr.data(), rows, cols, eps);
   expectClose("layernorm y", y, yr, tolerance<T>());
@@ -403,9 +407,9 @@ TYPED_TEST(KernelBodies, Norms) {
   auto db = db0, dbr = db0;
   dw = dw0;
   dwr = dw0;
-  runAll(b::LayernormBackwardRow<T>{x.data(), w.data(), meanr.data(),
-                                    rstdr.data(), dy.data(), dx.data(), rows,
-                                    cols});
+  rw::runOnHost(rw::LayernormBackward<T>{x.data(), w.data(), meanr.data(),
+                                         rstdr.data(), dy.data(), dx.data(),
+                                         rows, cols});
   runAll(b::LayernormBackwardParamsColumn<T>{x.data(), meanr.data(),
                                              rstdr.data(), dy.data(), dw.data(),
                                              db.data(), rows, cols});
@@ -415,6 +419,13 @@ TYPED_TEST(KernelBodies, Norms) {
   expectClose("layernorm dx", dx, dxr, tolerance<T>());
   expectClose("layernorm dw", dw, dwr, tolerance<T>());
   expectClose("layernorm db", db, dbr, tolerance<T>());
+}
+
+/// Rows narrower than a block (most threads idle) and wider (each thread
+/// strides over several columns, the tree combining them).
+TYPED_TEST(KernelBodies, Norms) {
+  checkNorms<TypeParam>(5, 19);
+  checkNorms<TypeParam>(3, 1000);
 }
 
 TYPED_TEST(KernelBodies, Rope) {
@@ -451,19 +462,22 @@ TYPED_TEST(KernelBodies, EmbeddingShard) {
   EXPECT_EQ(dtable, dtabler); // same additions in the same order
 }
 
-TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
-  using T = TypeParam;
-  std::mt19937 rng(7);
-  const int64_t n = 6, V = 11, vb = 22;
+/// The vocabulary-parallel cross-entropy over a shard [vb, vb + V).
+template <typename T> void checkCrossEntropy(int64_t V) {
+  SCOPED_TRACE("V=" + std::to_string(V));
+  std::mt19937 rng(static_cast<unsigned>(7 + V));
+  const int64_t n = 6, vb = 22;
   auto logits = random<T>(rng, n * V, -5, 5);
-  std::vector<int64_t> targets = {22, 30, 5, 32, 27, 40}; // some off-shard
+  // Some off-shard, one the shard's last.
+  std::vector<int64_t> targets = {22, 30, 5, vb + V - 1, 27, vb + V + 3};
   auto mx = poisoned<T>(n), mxr = poisoned<T>(n);
-  runAll(b::CrossEntropyRowMax<T>{logits.data(), mx.data(), n, V});
+  rw::runOnHost(rw::CrossEntropyRowMax<T>{logits.data(), mx.data(), n, V});
   k::crossEntropyRowMax<T>(logits.data(), n, V, mxr.data());
   EXPECT_EQ(mx, mxr);
   auto sum = poisoned<T>(n), tl = poisoned<T>(n), sumr = sum, tlr = tl;
-  runAll(b::CrossEntropySums<T>{logits.data(), targets.data(), mxr.data(),
-                                sum.data(), tl.data(), n, V, vb});
+  rw::runOnHost(rw::CrossEntropySums<T>{logits.data(), targets.data(),
+                                        mxr.data(), sum.data(), tl.data(), n, V,
+                                        vb});
   k::crossEntropySums<T>(logits.data(), targets.data(), n, V, vb, mxr.data(),
                          sumr.data(), tlr.data());
   expectClose("sumExp", sum, sumr, tolerance<T>());
@@ -481,6 +495,11 @@ TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
   k::crossEntropyBackward<T>(logits.data(), targets.data(), n, V, vb,
                              mxr.data(), sumr.data(), scale.data(), dlr.data());
   expectClose("dlogits", dl, dlr, tolerance<T>());
+}
+
+TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
+  checkCrossEntropy<TypeParam>(11);
+  checkCrossEntropy<TypeParam>(1000); // rows wider than a row block
 }
 
 TYPED_TEST(KernelBodies, AdamWWithClipping) {

@@ -21,6 +21,7 @@
 
 #include "runtime/device/FlashBodies.h"
 #include "runtime/device/KernelBodies.h"
+#include "runtime/device/RowBodies.h"
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
 #include "runtime/device/cuda/CudaGemm.h"
@@ -55,6 +56,33 @@ template <typename F> __global__ void eachIndex(F f, int64_t n) {
 
 /// A block program of FlashBodies.h: block (blockIdx.x, head blockIdx.y),
 /// one thread per row, a barrier around every chunk's load.
+/// A row program of RowBodies.h: a block per row (grid-strided), each
+/// reduction's partials combined by the tree, barriers between its steps.
+template <typename Program>
+__global__ void __launch_bounds__(rowwise::kRowBlock) eachRow(Program program) {
+  constexpr int W = Program::kWidth;
+  __shared__ double shared[W * rowwise::kRowBlock];
+  const int t = static_cast<int>(threadIdx.x);
+  for (int64_t r = blockIdx.x; r < program.rows(); r += gridDim.x) {
+    double totals[Program::kSums * W] = {};
+    for (int k = 0; k < Program::kSums; ++k) {
+      double part[W];
+      program.partial(k, r, t, totals, part);
+      for (int w = 0; w < W; ++w)
+        shared[w * rowwise::kRowBlock + t] = part[w];
+      __syncthreads();
+      for (int half = rowwise::kRowBlock / 2; half > 0; half /= 2) {
+        rowwise::combineStep<Program>(shared, half, t);
+        __syncthreads();
+      }
+      for (int w = 0; w < W; ++w)
+        totals[k * W + w] = shared[w * rowwise::kRowBlock];
+      __syncthreads(); // every thread has read the totals: shared is free
+    }
+    program.finish(r, t, totals);
+  }
+}
+
 template <typename Program>
 __global__ void __launch_bounds__(flash::kThreads) eachBlock(Program program) {
   extern __shared__ float shared[];
@@ -421,9 +449,8 @@ public:
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
                       int64_t rows, int64_t cols) override {
-    launch("rmsnorm_forward",
-           b::RmsnormForwardRow<float>{x, w, y, rstd, rows, cols, kNormEps},
-           kRowThreads);
+    launchRows("rmsnorm_forward", rowwise::RmsnormForward<float>{
+                                      x, w, y, rstd, rows, cols, kNormEps});
   }
   void rmsnormBackward(const float *x, const float *w, const float *rstd,
                        const float *dy, float *dx, float *dw, int64_t rows,
@@ -432,17 +459,15 @@ public:
     launch("rmsnorm_backward_weight",
            b::RmsnormBackwardWeightColumn<float>{x, rstd, dy, dw, rows, cols},
            kRowThreads);
-    launch("rmsnorm_backward",
-           b::RmsnormBackwardRow<float>{x, w, rstd, dy, dx, rows, cols},
-           kRowThreads);
+    launchRows("rmsnorm_backward",
+               rowwise::RmsnormBackward<float>{x, w, rstd, dy, dx, rows, cols});
   }
   void layernormForward(const float *x, const float *w, const float *bias,
                         float *y, float *mean, float *rstd, int64_t rows,
                         int64_t cols) override {
-    launch("layernorm_forward",
-           b::LayernormForwardRow<float>{x, w, bias, y, mean, rstd, rows, cols,
-                                         kNormEps},
-           kRowThreads);
+    launchRows("layernorm_forward",
+               rowwise::LayernormForward<float>{x, w, bias, y, mean, rstd, rows,
+                                                cols, kNormEps});
   }
   void layernormBackward(const float *x, const float *w, const float *mean,
                          const float *rstd, const float *dy, float *dx,
@@ -452,9 +477,8 @@ public:
            b::LayernormBackwardParamsColumn<float>{x, mean, rstd, dy, dw, db,
                                                    rows, cols},
            kRowThreads);
-    launch("layernorm_backward",
-           b::LayernormBackwardRow<float>{x, w, mean, rstd, dy, dx, rows, cols},
-           kRowThreads);
+    launchRows("layernorm_backward", rowwise::LayernormBackward<float>{
+                                         x, w, mean, rstd, dy, dx, rows, cols});
   }
   void geluForward(const float *x, float *y, int64_t n) override {
     launch("gelu_forward", b::GeluForward<float>{x, y, n});
@@ -469,18 +493,16 @@ public:
   }
   void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
                           float *rstd, int64_t rows, int64_t cols) override {
-    launch("rmsnorm_forward_bf16",
-           b::RmsnormForwardRow<float, uint16_t>{x, w, y, rstd, rows, cols,
-                                                 kNormEps},
-           kRowThreads);
+    launchRows("rmsnorm_forward_bf16",
+               rowwise::RmsnormForward<float, uint16_t>{x, w, y, rstd, rows,
+                                                        cols, kNormEps});
   }
   void layernormForwardBf16(const float *x, const float *w, const float *bias,
                             uint16_t *y, float *mean, float *rstd, int64_t rows,
                             int64_t cols) override {
-    launch("layernorm_forward_bf16",
-           b::LayernormForwardRow<float, uint16_t>{x, w, bias, y, mean, rstd,
-                                                   rows, cols, kNormEps},
-           kRowThreads);
+    launchRows("layernorm_forward_bf16",
+               rowwise::LayernormForward<float, uint16_t>{
+                   x, w, bias, y, mean, rstd, rows, cols, kNormEps});
   }
   void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override {
     launch("gelu_forward_bf16", b::GeluForward<float, uint16_t>{x, y, n});
@@ -561,16 +583,15 @@ public:
   }
   void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
                           float *rowMax) override {
-    launch("cross_entropy_row_max",
-           b::CrossEntropyRowMax<float>{logits, rowMax, n, vl}, kRowThreads);
+    launchRows("cross_entropy_row_max",
+               rowwise::CrossEntropyRowMax<float>{logits, rowMax, n, vl});
   }
   void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
                         int64_t vl, int64_t vb, const float *gmax,
                         float *sumExp, float *targetLogit) override {
-    launch("cross_entropy_sums",
-           b::CrossEntropySums<float>{logits, targets, gmax, sumExp,
-                                      targetLogit, n, vl, vb},
-           kRowThreads);
+    launchRows("cross_entropy_sums",
+               rowwise::CrossEntropySums<float>{logits, targets, gmax, sumExp,
+                                                targetLogit, n, vl, vb});
   }
   void crossEntropyLoss(const float *gmax, const float *gsum,
                         const float *gtarget, int64_t n, float *loss) override {
@@ -653,6 +674,24 @@ private:
     int64_t blocks =
         std::min<int64_t>((n + threads - 1) / threads, int64_t(1) << 20);
     eachIndex<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(body, n);
+    lastKernel = name;
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+      throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
+                        label + ": " + errorText(error));
+  }
+
+  /// A row program of RowBodies.h: a block per row, up to 2^20 blocks
+  /// (grid-strided past that).
+  template <typename Program>
+  void launchRows(const char *name, const Program &program) {
+    const int64_t n = program.rows();
+    if (n <= 0)
+      return;
+    activate();
+    const int64_t blocks = std::min<int64_t>(n, int64_t(1) << 20);
+    eachRow<<<static_cast<unsigned>(blocks), rowwise::kRowBlock, 0, stream>>>(
+        program);
     lastKernel = name;
     cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess)
