@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define MIMO_HD __host__ __device__
@@ -188,20 +189,6 @@ template <typename T> struct AddBias {
   MIMO_HD void operator()(int64_t i) const { y[i] += b[i % cols]; }
 };
 
-/// db[c] += sum over rows of dy[r, c]; one index per column.
-template <typename T> struct BiasBackwardColumn {
-  const T *dy;
-  T *db;
-  int64_t rows, cols;
-  MIMO_HD int64_t count() const { return cols; }
-  MIMO_HD void operator()(int64_t c) const {
-    T acc = db[c];
-    for (int64_t r = 0; r < rows; ++r)
-      acc += dy[r * cols + c];
-    db[c] = acc;
-  }
-};
-
 /// The forwards below write Out: T, or bf16 bits (narrow).
 template <typename T, typename Out = T> struct GeluForward {
   const T *x;
@@ -258,45 +245,110 @@ template <typename T> struct SwigluBackward {
 };
 
 //===----------------------------------------------------------------------===//
-// Norms' parameter gradients: one index per column (the rows' programs,
-// statistics and dx, are in RowBodies.h)
+// Column sums over all rows (bias and norm parameter gradients), in two
+// steps: one index per (chunk of kColumnChunk rows, column) sums its chunk
+// in row order into a double partial, then one index per column adds the
+// chunks' partials in chunk order to the output. Every output is written
+// by one index in a fixed order, and rows x cols / kColumnChunk indices
+// are at work, not cols (a few thousand threads walking every row).
+// (The rows' programs, statistics and dx, are in RowBodies.h.)
 //===----------------------------------------------------------------------===//
 
-/// dw[c] += sum over rows of dy * x * rstd.
-template <typename T> struct RmsnormBackwardWeightColumn {
-  const T *x, *rstd, *dy;
-  T *dw;
-  int64_t rows, cols;
-  MIMO_HD int64_t count() const { return cols; }
-  MIMO_HD void operator()(int64_t c) const {
-    T acc = dw[c];
-    for (int64_t r = 0; r < rows; ++r)
-      acc += static_cast<T>(static_cast<double>(dy[r * cols + c]) *
-                            static_cast<double>(x[r * cols + c]) *
-                            static_cast<double>(rstd[r]));
-    dw[c] = acc;
+inline constexpr int64_t kColumnChunk = 64;
+MIMO_HD inline int64_t columnChunks(int64_t rows) {
+  return (rows + kColumnChunk - 1) / kColumnChunk;
+}
+
+/// db[c] += sum over rows of dy[r, c].
+template <typename T> struct BiasTerms {
+  const T *dy;
+  int64_t cols;
+  static constexpr int kCount = 1;
+  MIMO_HD void add(int64_t r, int64_t c, double *acc) const {
+    acc[0] += static_cast<double>(dy[r * cols + c]);
   }
 };
 
-/// dw[c] += sum over rows of dy * xhat; db[c] += sum over rows of dy.
-template <typename T> struct LayernormBackwardParamsColumn {
-  const T *x, *mean, *rstd, *dy;
-  T *dw, *db;
-  int64_t rows, cols;
-  MIMO_HD int64_t count() const { return cols; }
-  MIMO_HD void operator()(int64_t c) const {
-    T accW = dw[c], accB = db[c];
-    for (int64_t r = 0; r < rows; ++r) {
-      double xh = (static_cast<double>(x[r * cols + c]) -
-                   static_cast<double>(mean[r])) *
-                  static_cast<double>(rstd[r]);
-      accW += static_cast<T>(static_cast<double>(dy[r * cols + c]) * xh);
-      accB += dy[r * cols + c];
-    }
-    dw[c] = accW;
-    db[c] = accB;
+/// RMSNorm: dw[c] += sum over rows of dy * x * rstd.
+template <typename T> struct RmsnormWeightTerms {
+  const T *x, *rstd, *dy;
+  int64_t cols;
+  static constexpr int kCount = 1;
+  MIMO_HD void add(int64_t r, int64_t c, double *acc) const {
+    acc[0] += static_cast<double>(dy[r * cols + c]) *
+              static_cast<double>(x[r * cols + c]) *
+              static_cast<double>(rstd[r]);
   }
 };
+
+/// LayerNorm: dw[c] += sum of dy * xhat; db[c] += sum of dy.
+template <typename T> struct LayernormParamTerms {
+  const T *x, *mean, *rstd, *dy;
+  int64_t cols;
+  static constexpr int kCount = 2;
+  MIMO_HD void add(int64_t r, int64_t c, double *acc) const {
+    const double xh =
+        (static_cast<double>(x[r * cols + c]) - static_cast<double>(mean[r])) *
+        static_cast<double>(rstd[r]);
+    acc[0] += static_cast<double>(dy[r * cols + c]) * xh;
+    acc[1] += static_cast<double>(dy[r * cols + c]);
+  }
+};
+
+/// partials[q][chunk][c]: quantity q of Terms summed over a chunk's rows.
+template <typename Terms> struct ColumnPartials {
+  Terms terms;
+  double *partials;
+  int64_t rows, cols;
+  MIMO_HD int64_t count() const { return columnChunks(rows) * cols; }
+  MIMO_HD void operator()(int64_t i) const {
+    const int64_t chunk = i / cols, c = i % cols;
+    const int64_t first = chunk * kColumnChunk;
+    const int64_t end =
+        first + kColumnChunk < rows ? first + kColumnChunk : rows;
+    double acc[Terms::kCount] = {};
+    for (int64_t r = first; r < end; ++r)
+      terms.add(r, c, acc);
+    for (int q = 0; q < Terms::kCount; ++q)
+      partials[(q * columnChunks(rows) + chunk) * cols + c] = acc[q];
+  }
+};
+
+/// out[q][c] += the chunks' partials of quantity q, in chunk order (out[1]
+/// only for two quantities).
+template <typename T> struct AddColumnPartials {
+  const double *partials;
+  T *out0, *out1;
+  int64_t chunks, cols;
+  int quantities;
+  MIMO_HD int64_t count() const { return quantities * cols; }
+  MIMO_HD void operator()(int64_t i) const {
+    const int64_t q = i / cols, c = i % cols;
+    double acc = 0.0;
+    for (int64_t k = 0; k < chunks; ++k)
+      acc += partials[(q * chunks + k) * cols + c];
+    T *out = q == 0 ? out0 : out1;
+    out[c] = static_cast<T>(static_cast<double>(out[c]) + acc);
+  }
+};
+
+/// Both steps on the host, as the CUDA device runs them (for tests).
+template <typename Terms, typename T>
+void columnSumsOnHost(const Terms &terms, int64_t rows, int64_t cols, T *out0,
+                      T *out1 = nullptr) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  const int64_t chunks = columnChunks(rows);
+  std::vector<double> scratch(
+      static_cast<size_t>(Terms::kCount * chunks * cols));
+  double *partials = scratch.data();
+  ColumnPartials<Terms> step1{terms, partials, rows, cols};
+  for (int64_t i = 0; i < step1.count(); ++i)
+    step1(i);
+  AddColumnPartials<T> step2{partials, out0, out1, chunks, cols, Terms::kCount};
+  for (int64_t i = 0; i < step2.count(); ++i)
+    step2(i);
+}
 
 //===----------------------------------------------------------------------===//
 // RoPE: one index per (token, head, rotated pair)

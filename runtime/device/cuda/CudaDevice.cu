@@ -384,7 +384,7 @@ public:
   }
   void biasBackward(const float *dy, float *db, int64_t rows,
                     int64_t cols) override {
-    launch("bias_backward", b::BiasBackwardColumn<float>{dy, db, rows, cols});
+    columnSums("bias_backward", b::BiasTerms<float>{dy, cols}, rows, cols, db);
   }
 
   //===--- Kernels --------------------------------------------------------===//
@@ -456,9 +456,8 @@ public:
                        const float *dy, float *dx, float *dw, int64_t rows,
                        int64_t cols) override {
     // The weight gradient first: it reads x and dy, which dx may alias.
-    launch("rmsnorm_backward_weight",
-           b::RmsnormBackwardWeightColumn<float>{x, rstd, dy, dw, rows, cols},
-           kRowThreads);
+    columnSums("rmsnorm_backward_weight",
+               b::RmsnormWeightTerms<float>{x, rstd, dy, cols}, rows, cols, dw);
     launchRows("rmsnorm_backward",
                rowwise::RmsnormBackward<float>{x, w, rstd, dy, dx, rows, cols});
   }
@@ -473,10 +472,9 @@ public:
                          const float *rstd, const float *dy, float *dx,
                          float *dw, float *db, int64_t rows,
                          int64_t cols) override {
-    launch("layernorm_backward_params",
-           b::LayernormBackwardParamsColumn<float>{x, mean, rstd, dy, dw, db,
-                                                   rows, cols},
-           kRowThreads);
+    columnSums("layernorm_backward_params",
+               b::LayernormParamTerms<float>{x, mean, rstd, dy, cols}, rows,
+               cols, dw, db);
     launchRows("layernorm_backward", rowwise::LayernormBackward<float>{
                                          x, w, mean, rstd, dy, dx, rows, cols});
   }
@@ -679,6 +677,27 @@ private:
     if (error != cudaSuccess)
       throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
                         label + ": " + errorText(error));
+  }
+
+  /// Column sums of `terms` over `rows`, added to out0 (and out1): the
+  /// chunks' partials in stream-ordered scratch, then summed per column.
+  template <typename Terms>
+  void columnSums(const char *name, const Terms &terms, int64_t rows,
+                  int64_t cols, float *out0, float *out1 = nullptr) {
+    if (rows <= 0 || cols <= 0)
+      return;
+    const int64_t chunks = b::columnChunks(rows);
+    auto *partials = static_cast<double *>(
+        allocate(Terms::kCount * chunks * cols * int64_t(sizeof(double))));
+    try {
+      launch(name, b::ColumnPartials<Terms>{terms, partials, rows, cols});
+      launch(name, b::AddColumnPartials<float>{partials, out0, out1, chunks,
+                                               cols, Terms::kCount});
+    } catch (...) {
+      release(partials);
+      throw;
+    }
+    release(partials); // in stream order: after the kernels that read it
   }
 
   /// A row program of RowBodies.h: a block per row, up to 2^20 blocks
