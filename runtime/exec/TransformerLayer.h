@@ -89,9 +89,7 @@ public:
     matmul(dev, ctx.bf16, operand(c.a), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
     store(o);
-    c.x1 = c.x.clone();
-    dev.axpy(o.size(), 1.0f, o.data(), c.x1.data());
-    store(c.x1);
+    c.x1 = residual(c.x, o);
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
     c.g = empty(Tc * Fl);
@@ -118,9 +116,7 @@ public:
     matmul(dev, ctx.bf16, operand(c.s), P(w2), mlp.data(), Tc, Fl, H);
     mlp = rowParallelOut(std::move(mlp), sp);
     store(mlp);
-    Tensor out = c.x1.clone();
-    dev.axpy(out.size(), 1.0f, mlp.data(), out.data());
-    store(out);
+    Tensor out = residual(c.x1, mlp);
     keep(c, true);
     return out;
   }
@@ -132,7 +128,8 @@ public:
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     keep(c, false);
     // MLP.
-    Tensor dmf = sp ? gatherRows(comm, ctx.tpGroup, dout) : dout.clone();
+    Tensor gatheredOut, gatheredDx1;
+    const Tensor &dmf = fullRows(dout, gatheredOut, sp);
     Tensor ds = empty(Tc * Fl);
     matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dmf.data(), ds.data(),
                    G(w2), Tc, Fl, H);
@@ -152,7 +149,7 @@ public:
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
-    Tensor dof = sp ? gatherRows(comm, ctx.tpGroup, dx1) : dx1.clone();
+    const Tensor &dof = fullRows(dx1, gatheredDx1, sp);
     Tensor da = empty(Tc * Hl);
     matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof.data(), da.data(),
                    G(wo), Tc, Hl, H);
@@ -278,6 +275,24 @@ private:
                                  rstd.data(), dy.data(), d.data(), G(w), G(b),
                                  rows, H);
     ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
+  }
+
+  /// x + branch, stored (one pass: no copy of x to add to).
+  Tensor residual(const Tensor &x, const Tensor &branch) const {
+    Tensor out = empty(x.size());
+    ctx.dev->add(device::DType::F32, out.data(), x.data(), branch.data(),
+                 x.size());
+    store(out);
+    return out;
+  }
+
+  /// The rows a column-parallel linear reads: all TP ranks' under SP
+  /// (gathered into `storage`), else `local` itself (no copy).
+  const Tensor &fullRows(const Tensor &local, Tensor &storage, bool sp) const {
+    if (!sp)
+      return local;
+    storage = gatherRows(*ctx.comm, ctx.tpGroup, local);
+    return storage;
   }
 
   /// The output of a row-parallel linear: partial sums over TP, reduced
