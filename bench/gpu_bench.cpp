@@ -14,7 +14,11 @@
 //      TFLOP/s (FlashAttention's count: 4 d FLOPs per attended pair and
 //      head forward, 2.5 times that backward), and the peak bytes a call
 //      allocates beside its inputs and outputs (linear in the sequence).
-//   4. Training: tokens/s of every example on the CUDA device against the
+//   4. Row kernels: RMSNorm forward (fp32 and bf16 out) and backward,
+//      SwiGLU with bf16 out, the cross-entropy's row max and sums, at the
+//      1B model's shapes (device/RowBodies.h), in GB/s against the same
+//      run's device-to-device copy.
+//   5. Training: tokens/s of every example on the CUDA device against the
 //      CPU device (local backend), steps after the first.
 // Exits 77 without a usable GPU.
 //
@@ -311,6 +315,98 @@ void benchAttention() {
 }
 
 //===----------------------------------------------------------------------===//
+// Row kernels
+//===----------------------------------------------------------------------===//
+
+void benchRows() {
+  std::printf("\n## Row kernels at the 1B model's shapes (bytes each kernel "
+              "must move, against a device-to-device copy)\n\n");
+  std::printf("| kernel | shape | ms | GB/s | of copy |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::unique_ptr<Device> dev = device::makeDevice(device::DeviceKind::Cuda, 0);
+  const int64_t rows = 8192, hidden = 2048, ffn = 5632, vocabRows = 4096,
+                vocab = 32000;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  auto filled = [&](int64_t n) {
+    std::vector<float> host(static_cast<size_t>(n));
+    for (float &x : host)
+      x = dist(rng);
+    Tensor t = Tensor::empty(*dev, n);
+    dev->upload(t.raw(), host.data(), t.bytes());
+    return t;
+  };
+  auto timed = [&](const std::function<void()> &run) {
+    return medianSeconds(
+        [&] {
+          run();
+          dev->synchronize();
+        },
+        10);
+  };
+  // The ceiling: reading and writing 256 MiB once.
+  const int64_t copyBytes = int64_t(256) << 20;
+  Tensor from = Tensor::empty(*dev, copyBytes / 4),
+         to = Tensor::empty(*dev, copyBytes / 4);
+  const double copyRate = 2.0 * copyBytes / timed([&] {
+                            dev->copy(to.raw(), from.raw(), copyBytes);
+                          });
+  auto row = [&](const char *kernel, const std::string &shape, double bytes,
+                 const std::function<void()> &run) {
+    const double s = timed(run), rate = bytes / s;
+    std::printf("| %s | %s | %.3f | %.0f | %.0f%% |\n", kernel, shape.c_str(),
+                1e3 * s, rate / 1e9, 100.0 * rate / copyRate);
+    std::fflush(stdout);
+  };
+  std::printf("| device-to-device copy | 256 MiB | | %.0f | 100%% |\n",
+              copyRate / 1e9);
+  const int64_t n = rows * hidden;
+  const std::string shape =
+      std::to_string(rows) + " x " + std::to_string(hidden);
+  Tensor x = filled(n), w = filled(hidden), dy = filled(n);
+  Tensor y = Tensor::empty(*dev, n), rstd = Tensor::empty(*dev, rows),
+         dx = Tensor::empty(*dev, n), dw = Tensor::zeros(*dev, hidden);
+  Tensor bits = Tensor::empty(*dev, n, device::DType::BF16);
+  row("rmsnorm forward", shape, 8.0 * n, [&] {
+    dev->rmsnormForward(x.data(), w.data(), y.data(), rstd.data(), rows,
+                        hidden);
+  });
+  row("rmsnorm forward, bf16 out", shape, 6.0 * n, [&] {
+    dev->rmsnormForwardBf16(x.data(), w.data(), bits.data<uint16_t>(),
+                            rstd.data(), rows, hidden);
+  });
+  row("rmsnorm backward (dx and dw)", shape, 16.0 * n, [&] {
+    dev->rmsnormBackward(x.data(), w.data(), rstd.data(), dy.data(), dx.data(),
+                         dw.data(), rows, hidden);
+  });
+  const int64_t m = rows * ffn;
+  Tensor g = filled(m), u = filled(m);
+  Tensor s16 = Tensor::empty(*dev, m, device::DType::BF16);
+  row("swiglu forward, bf16 out",
+      std::to_string(rows) + " x " + std::to_string(ffn), 10.0 * m, [&] {
+        dev->swigluForwardBf16(g.data(), u.data(), s16.data<uint16_t>(), m);
+      });
+  const int64_t l = vocabRows * vocab;
+  Tensor logits = filled(l), mx = Tensor::empty(*dev, vocabRows),
+         sum = Tensor::empty(*dev, vocabRows),
+         target = Tensor::empty(*dev, vocabRows);
+  std::vector<int64_t> hostTargets(static_cast<size_t>(vocabRows));
+  for (int64_t i = 0; i < vocabRows; ++i)
+    hostTargets[static_cast<size_t>(i)] = (i * 7919) % vocab;
+  Tensor targets = Tensor::empty(*dev, vocabRows, device::DType::I64);
+  dev->upload(targets.raw(), hostTargets.data(), targets.bytes());
+  const std::string vshape =
+      std::to_string(vocabRows) + " x " + std::to_string(vocab);
+  row("cross-entropy row max", vshape, 4.0 * l, [&] {
+    dev->crossEntropyRowMax(logits.data(), vocabRows, vocab, mx.data());
+  });
+  row("cross-entropy sums", vshape, 4.0 * l, [&] {
+    dev->crossEntropySums(logits.data(), targets.data<int64_t>(), vocabRows,
+                          vocab, 0, mx.data(), sum.data(), target.data());
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // 2. Bridges
 //===----------------------------------------------------------------------===//
 
@@ -495,6 +591,7 @@ int main(int argc, char **argv) {
       shapes.push_back(s);
     benchGemm(shapes);
     benchAttention();
+    benchRows();
     benchBridges();
     if (!quick)
       benchTraining(examplesDir, examples);
