@@ -23,6 +23,7 @@
 
 #include "runtime/device/AttentionTiles.h"
 #include "runtime/device/DType.h"
+#include "runtime/device/TokenGroups.h"
 
 #include <cmath>
 #include <cstdint>
@@ -219,9 +220,11 @@ public:
                                     const uint16_t *table, int64_t vocabBegin,
                                     int64_t vocabEnd, int64_t hidden,
                                     float *out) = 0;
-  virtual void embeddingBackward(const int64_t *ids, int64_t n,
-                                 const float *dout, int64_t vocabBegin,
-                                 int64_t vocabEnd, int64_t hidden,
+  /// dtable[rows[g]] += dout[t] for the tokens t of each group, in order
+  /// (TokenGroups.h: the tokens grouped by shard row on the host; the view's
+  /// arrays on this device).
+  virtual void embeddingBackward(const TokenGroupsView &groups,
+                                 const float *dout, int64_t hidden,
                                  float *dtable) = 0;
   virtual void crossEntropyRowMax(const float *logits, int64_t n,
                                   int64_t vocabLocal, float *rowMax) = 0;

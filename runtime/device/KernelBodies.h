@@ -22,6 +22,8 @@
 #ifndef MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 #define MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 
+#include "runtime/device/TokenGroups.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -396,20 +398,20 @@ template <typename T, typename Table = T> struct EmbeddingForward {
   }
 };
 
-/// dtable[id - vocabBegin, c] += dout[r, c] over rows r in order; one index
-/// per column, so no two indices touch one element.
-template <typename T> struct EmbeddingBackwardColumn {
-  const int64_t *ids;
+/// dtable[rows[g], c] += the dout[t, c] of group g's tokens, in order; one
+/// index per (group, column): consecutive indices, consecutive columns.
+template <typename T> struct EmbeddingBackwardGroups {
+  TokenGroupsView groups;
   const T *dout;
   T *dtable;
-  int64_t n, vocabBegin, vocabEnd, hidden;
-  MIMO_HD int64_t count() const { return hidden; }
-  MIMO_HD void operator()(int64_t c) const {
-    for (int64_t r = 0; r < n; ++r) {
-      int64_t id = ids[r];
-      if (id >= vocabBegin && id < vocabEnd)
-        dtable[(id - vocabBegin) * hidden + c] += dout[r * hidden + c];
-    }
+  int64_t hidden;
+  MIMO_HD int64_t count() const { return groups.groups * hidden; }
+  MIMO_HD void operator()(int64_t i) const {
+    const int64_t g = i / hidden, c = i % hidden;
+    T acc = dtable[groups.rows[g] * hidden + c];
+    for (int64_t k = groups.offsets[g]; k < groups.offsets[g + 1]; ++k)
+      acc += dout[groups.tokens[k] * hidden + c];
+    dtable[groups.rows[g] * hidden + c] = acc;
   }
 };
 

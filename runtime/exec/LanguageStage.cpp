@@ -331,10 +331,11 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
       ids[static_cast<size_t>(t)] = lane.ids[static_cast<size_t>(t)];
   }
   int64_t vb = ctx.tpRank * vocabLocal;
-  Tensor deviceIds = indices(ids);
-  ctx.dev->embeddingBackward(deviceIds.data<int64_t>(), T, full.data(), vb,
-                             vb + vocabLocal, H,
-                             parameters[embedding].grad.data());
+  const device::TokenGroups groups =
+      device::TokenGroups::of(ids.data(), T, vb, vb + vocabLocal);
+  Tensor deviceGroups = indices(groups.packed);
+  ctx.dev->embeddingBackward(groups.view(deviceGroups.data<int64_t>()),
+                             full.data(), H, parameters[embedding].grad.data());
   gradsDone({embedding});
   std::vector<Tensor> grads(encoders);
   for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {

@@ -444,6 +444,47 @@ TYPED_TEST(KernelBodies, Rope) {
   }
 }
 
+/// Ids 10..15 of a shard [10, 16): rows 0, 1, 2 and 5 used; ids off the
+/// shard (3, 16, -1) dropped; each row's tokens in order.
+TEST(TokenGroups, GroupByShardRowTokensInOrder) {
+  std::vector<int64_t> ids = {10, 3, 15, 12, 12, -1, 16, 11, 10};
+  const auto groups = mimo::device::TokenGroups::of(
+      ids.data(), static_cast<int64_t>(ids.size()), 10, 16);
+  ASSERT_EQ(groups.groups, 4);
+  const mimo::device::TokenGroupsView v = groups.view(groups.packed.data());
+  EXPECT_EQ(std::vector<int64_t>(v.rows, v.rows + 4),
+            (std::vector<int64_t>{0, 1, 2, 5}));
+  EXPECT_EQ(std::vector<int64_t>(v.offsets, v.offsets + 5),
+            (std::vector<int64_t>{0, 2, 3, 5, 6}));
+  EXPECT_EQ(std::vector<int64_t>(v.tokens, v.tokens + 6),
+            (std::vector<int64_t>{0, 8, 7, 3, 4, 2}));
+  EXPECT_EQ(groups.packed.size(), size_t(4 + 5 + 6));
+  // An empty shard, no ids.
+  EXPECT_EQ(mimo::device::TokenGroups::of(ids.data(), 9, 20, 20).groups, 0);
+  EXPECT_EQ(mimo::device::TokenGroups::of(nullptr, 0, 0, 8).packed.size(),
+            size_t(1));
+}
+
+/// Every device's embedding backward against the reference kernel, from the
+/// same groups: the CPU device bit for bit.
+TEST(TokenGroups, CpuDeviceEmbeddingBackwardIsTheReference) {
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::mt19937 rng(8);
+  const int64_t hidden = 5, vb = 4, ve = 12, n = 30;
+  std::uniform_int_distribution<int64_t> pick(-1, 14);
+  std::vector<int64_t> ids(n);
+  for (int64_t &id : ids)
+    id = pick(rng);
+  auto dout = random<float>(rng, n * hidden);
+  auto dtable = random<float>(rng, (ve - vb) * hidden), want = dtable;
+  const auto groups = mimo::device::TokenGroups::of(ids.data(), n, vb, ve);
+  cpu->embeddingBackward(groups.view(groups.packed.data()), dout.data(), hidden,
+                         dtable.data());
+  k::embeddingBackward<float>(ids.data(), n, dout.data(), vb, ve, hidden,
+                              want.data());
+  EXPECT_EQ(dtable, want);
+}
+
 TYPED_TEST(KernelBodies, EmbeddingShard) {
   using T = TypeParam;
   std::mt19937 rng(6);
@@ -458,8 +499,9 @@ TYPED_TEST(KernelBodies, EmbeddingShard) {
   EXPECT_EQ(out, outr);
   auto dout = random<T>(rng, n * hidden);
   auto dtable = random<T>(rng, (ve - vb) * hidden), dtabler = dtable;
-  runAll(b::EmbeddingBackwardColumn<T>{ids.data(), dout.data(), dtable.data(),
-                                       n, vb, ve, hidden});
+  const auto groups = mimo::device::TokenGroups::of(ids.data(), n, vb, ve);
+  runAll(b::EmbeddingBackwardGroups<T>{groups.view(groups.packed.data()),
+                                       dout.data(), dtable.data(), hidden});
   k::embeddingBackward<T>(ids.data(), n, dout.data(), vb, ve, hidden,
                           dtabler.data());
   EXPECT_EQ(dtable, dtabler); // same additions in the same order

@@ -340,10 +340,18 @@ public:
     for (int64_t i = 0; i < body.count(); ++i)
       body(i);
   }
-  void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
-                         int64_t vb, int64_t ve, int64_t hidden,
-                         float *dtable) override {
-    k::embeddingBackward<float>(ids, n, dout, vb, ve, hidden, dtable);
+  void embeddingBackward(const TokenGroupsView &groups, const float *dout,
+                         int64_t hidden, float *dtable) override {
+    // A row's tokens in order (the reference's additions per element),
+    // rows of the table contiguous.
+    for (int64_t g = 0; g < groups.groups; ++g) {
+      float *row = dtable + groups.rows[g] * hidden;
+      for (int64_t i = groups.offsets[g]; i < groups.offsets[g + 1]; ++i) {
+        const float *d = dout + groups.tokens[i] * hidden;
+        for (int64_t c = 0; c < hidden; ++c)
+          row[c] += d[c];
+      }
+    }
   }
   void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
                           float *rowMax) override {

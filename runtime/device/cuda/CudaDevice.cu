@@ -54,8 +54,6 @@ template <typename F> __global__ void eachIndex(F f, int64_t n) {
     f(i);
 }
 
-/// A block program of FlashBodies.h: block (blockIdx.x, head blockIdx.y),
-/// one thread per row, a barrier around every chunk's load.
 /// A row program of RowBodies.h: a block per row (grid-strided), each
 /// reduction's partials combined by the tree, barriers between its steps.
 template <typename Program>
@@ -83,6 +81,8 @@ __global__ void __launch_bounds__(rowwise::kRowBlock) eachRow(Program program) {
   }
 }
 
+/// A block program of FlashBodies.h: block (blockIdx.x, head blockIdx.y),
+/// one thread per row, a barrier around every chunk's load.
 template <typename Program>
 __global__ void __launch_bounds__(flash::kThreads) eachBlock(Program program) {
   extern __shared__ float shared[];
@@ -384,7 +384,8 @@ public:
   }
   void biasBackward(const float *dy, float *db, int64_t rows,
                     int64_t cols) override {
-    columnSums("bias_backward", b::BiasTerms<float>{dy, cols}, rows, cols, db);
+    columnSums("bias_backward_partials", "bias_backward_add",
+               b::BiasTerms<float>{dy, cols}, rows, cols, db);
   }
 
   //===--- Kernels --------------------------------------------------------===//
@@ -456,7 +457,8 @@ public:
                        const float *dy, float *dx, float *dw, int64_t rows,
                        int64_t cols) override {
     // The weight gradient first: it reads x and dy, which dx may alias.
-    columnSums("rmsnorm_backward_weight",
+    columnSums("rmsnorm_backward_weight_partials",
+               "rmsnorm_backward_weight_add",
                b::RmsnormWeightTerms<float>{x, rstd, dy, cols}, rows, cols, dw);
     launchRows("rmsnorm_backward",
                rowwise::RmsnormBackward<float>{x, w, rstd, dy, dx, rows, cols});
@@ -472,7 +474,8 @@ public:
                          const float *rstd, const float *dy, float *dx,
                          float *dw, float *db, int64_t rows,
                          int64_t cols) override {
-    columnSums("layernorm_backward_params",
+    columnSums("layernorm_backward_params_partials",
+               "layernorm_backward_params_add",
                b::LayernormParamTerms<float>{x, mean, rstd, dy, cols}, rows,
                cols, dw, db);
     launchRows("layernorm_backward", rowwise::LayernormBackward<float>{
@@ -571,13 +574,10 @@ public:
     launch("embedding_forward_bf16", b::EmbeddingForward<float, uint16_t>{
                                          ids, table, out, n, vb, ve, hidden});
   }
-  void embeddingBackward(const int64_t *ids, int64_t n, const float *dout,
-                         int64_t vb, int64_t ve, int64_t hidden,
-                         float *dtable) override {
-    launch(
-        "embedding_backward",
-        b::EmbeddingBackwardColumn<float>{ids, dout, dtable, n, vb, ve, hidden},
-        kRowThreads);
+  void embeddingBackward(const TokenGroupsView &groups, const float *dout,
+                         int64_t hidden, float *dtable) override {
+    launch("embedding_backward",
+           b::EmbeddingBackwardGroups<float>{groups, dout, dtable, hidden});
   }
   void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
                           float *rowMax) override {
@@ -612,10 +612,6 @@ public:
   }
 
 private:
-  /// Threads per block of bodies that loop over a whole row or column:
-  /// fewer per block, so the rows spread over every multiprocessor.
-  static constexpr int kRowThreads = 64;
-
   /// Makes this GPU the calling thread's (cached per thread).
   static int &threadDevice() {
     thread_local int current = -1;
@@ -682,22 +678,24 @@ private:
   /// Column sums of `terms` over `rows`, added to out0 (and out1): the
   /// chunks' partials in stream-ordered scratch, then summed per column.
   template <typename Terms>
-  void columnSums(const char *name, const Terms &terms, int64_t rows,
-                  int64_t cols, float *out0, float *out1 = nullptr) {
+  void columnSums(const char *partialsName, const char *addName,
+                  const Terms &terms, int64_t rows, int64_t cols, float *out0,
+                  float *out1 = nullptr) {
     if (rows <= 0 || cols <= 0)
       return;
     const int64_t chunks = b::columnChunks(rows);
-    auto *partials = static_cast<double *>(
+    auto *chunkSums = static_cast<double *>(
         allocate(Terms::kCount * chunks * cols * int64_t(sizeof(double))));
     try {
-      launch(name, b::ColumnPartials<Terms>{terms, partials, rows, cols});
-      launch(name, b::AddColumnPartials<float>{partials, out0, out1, chunks,
-                                               cols, Terms::kCount});
+      launch(partialsName,
+             b::ColumnPartials<Terms>{terms, chunkSums, rows, cols});
+      launch(addName, b::AddColumnPartials<float>{chunkSums, out0, out1, chunks,
+                                                  cols, Terms::kCount});
     } catch (...) {
-      release(partials);
+      release(chunkSums);
       throw;
     }
-    release(partials); // in stream order: after the kernels that read it
+    release(chunkSums); // in stream order: after the kernels that read it
   }
 
   /// A row program of RowBodies.h: a block per row, up to 2^20 blocks
