@@ -63,6 +63,7 @@ TEST(FastMath, ExpWithinTwoUlpOverItsRange) {
   EXPECT_LE(worst, 2.0);
   EXPECT_EQ(k::fastExp(0.0f), 1.0f);
   EXPECT_GT(k::fastExp(-1000.0f), 0.0f); // clamped, never 0 or NaN
+  EXPECT_TRUE(std::isnan(k::fastExp(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_LT(k::fastExp(-1000.0f), 1e-37f);
 }
 

@@ -17,7 +17,8 @@ namespace mimo::kernels {
 
 /// e^x for float x, within 2 ulp of expf over [-87, 88]; smaller x give
 /// e^-87 (about 1.6e-38; callers zero masked entries themselves), larger
-/// x give e^88. Cody-Waite range reduction and the Cephes polynomial.
+/// x give e^88, NaN gives NaN. Cody-Waite range reduction and the Cephes
+/// polynomial.
 inline float fastExp(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
@@ -26,7 +27,10 @@ inline float fastExp(float x) {
   float n = x * 1.44269504088896341f + shifter;
   n -= shifter;
   float r = x - n * 0.693359375f; // ln 2, high part (exact product)
-  r = r - n * -2.12194440e-4f;    // ln 2, low part
+  // A NaN x: r (so the result) is NaN already; n must still be a number
+  // in [-126, 127] for the exponent bits below to be defined.
+  n = n == n ? n : 0.0f;
+  r = r - n * -2.12194440e-4f; // ln 2, low part
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
