@@ -245,12 +245,9 @@ public:
                      int64_t n, const AdamWStep &step) = 0;
 };
 
-/// The fp32 CPU device; its kernels use `threads` threads (BLAS threads are
-/// process-wide: setCpuBlasThreads).
+/// The fp32 CPU device; its kernels, GEMMs included, use `threads` threads
+/// (the creating thread's setting; a result's bits do not depend on it).
 std::unique_ptr<Device> makeCpuDevice(int threads = 1);
-
-/// The threads of every BLAS call of this process.
-void setCpuBlasThreads(int threads);
 
 /// A process-wide CPU device, for host-memory users without one of their
 /// own (communicators in tests and benchmarks).

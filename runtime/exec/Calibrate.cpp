@@ -324,7 +324,6 @@ calibrate(device::DeviceKind kind,
           const std::function<void(const std::string &)> &progress) {
   const bool gpu = kind == device::DeviceKind::Cuda;
   // One thread: CPU rates are per core.
-  device::setCpuBlasThreads(1);
   std::unique_ptr<device::Device> dev = device::makeDevice(kind, 0, 1);
   DeviceProfile p;
   p.kind = gpu ? "cuda" : "cpu";

@@ -199,7 +199,6 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   RunOptions local = options;
   if (local.threads <= 0)
     local.threads = device::defaultThreads(world);
-  device::setCpuBlasThreads(local.threads);
   auto localWorld = comm::makeLocalWorld(world, options.matching);
   // NCCL's constraints, emulated: pairing in posting order, and every
   // collective over one of the plan's communicator groups.
@@ -286,7 +285,6 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   RunOptions local = options;
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
-  device::setCpuBlasThreads(local.threads);
   std::vector<TraceEvent> events;
   std::string failure =
       runRank(plan, comm.rank(), comm, *data.train, data.eval.get(), local,

@@ -758,7 +758,6 @@ TEST(KernelsMisc, SumSquaresAndAxpy) {
   EXPECT_EQ(k::sumSquares<double>(xd.data(), 2), 2.5);
   k::axpy<double>(2, 2.0, xd.data(), y.data());
   EXPECT_EQ(y, (Vec{2.0, 5.0}));
-  k::setBlasThreads(1);
 }
 
 //===----------------------------------------------------------------------===//

@@ -116,9 +116,6 @@ Attention fusedBlocks() {
 
 void check(const std::string &what, const Mask &m, int64_t heads, int64_t d,
            const Attention &impl) {
-  // One BLAS thread, as a rank's CPU device runs (exec/Executor.cpp); the
-  // BLAS library's own thread pool is not instrumented under TSan.
-  mimo::device::setCpuBlasThreads(1);
   std::mt19937 rng(static_cast<unsigned>(m.qpos.size() * 31 + heads * 7 + d));
   const int64_t Tq = static_cast<int64_t>(m.qpos.size());
   const int64_t Tk = static_cast<int64_t>(m.kpos.size());

@@ -404,8 +404,6 @@ std::unique_ptr<Device> makeCpuDevice(int threads) {
   return std::make_unique<CpuDevice>();
 }
 
-void setCpuBlasThreads(int threads) { kernels::setBlasThreads(threads); }
-
 Device &hostDevice() {
   static std::unique_ptr<Device> device = makeCpuDevice();
   return *device;

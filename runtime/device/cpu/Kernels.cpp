@@ -14,6 +14,8 @@
 
 #include "runtime/device/cpu/Kernels.h"
 
+#include "runtime/device/cpu/FastKernels.h"
+
 #ifdef MIMO_HAVE_BLAS
 #include <cblas.h>
 #endif
@@ -82,22 +84,52 @@ void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint M, blasint N,
               ldc);
 }
 
+/// Rows (or columns) of C per BLAS call.
+constexpr int64_t kGemmPanel = 128;
+/// The multiply-adds below which a GEMM's panels run on one thread.
+constexpr int64_t kGemmParallelMinimum = int64_t(1) << 20;
+
 } // namespace
 
+/// C in panels of kGemmPanel rows (or columns, when it has more of them),
+/// each one single-threaded BLAS call, the panels spread over the rank's
+/// kernel threads. The calls are the same whatever the thread count, so
+/// the bits are too: OpenBLAS's own threads are not used, since on some
+/// CPUs (its Haswell kernels on AMD EPYC) they change a product's bits.
 template <typename T>
 void gemmStrided(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                  T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
                  T beta, T *C, int64_t ldc) {
   if (M <= 0 || N <= 0)
     return;
-  blasGemm(transA ? CblasTrans : CblasNoTrans,
-           transB ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-           static_cast<blasint>(N), static_cast<blasint>(K), alpha, A, ld(lda),
-           B, ld(ldb), beta, C, ld(ldc));
-}
-
-void setBlasThreads(int threads) {
-  openblas_set_num_threads(threads < 1 ? 1 : threads);
+  const bool byRows = M >= N;
+  const int64_t extent = byRows ? M : N;
+  const int64_t panels = (extent + kGemmPanel - 1) / kGemmPanel;
+  const CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+  // OpenBLAS runs every call on the calling thread from here on.
+  static const bool calling = (openblas_set_num_threads(1), true);
+  (void)calling;
+  [[maybe_unused]] const int team = fast::threads();
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(team)                                     \
+    schedule(static) if (team > 1 && panels > 1 &&                             \
+                             M * N * K >= kGemmParallelMinimum)
+#endif
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t first = p * kGemmPanel;
+    const int64_t count = std::min(kGemmPanel, extent - first);
+    if (byRows) // rows [first, first + count) of op(A) and C
+      blasGemm(ta, tb, static_cast<blasint>(count), static_cast<blasint>(N),
+               static_cast<blasint>(K), alpha,
+               transA ? A + first : A + first * lda, ld(lda), B, ld(ldb), beta,
+               C + first * ldc, ld(ldc));
+    else // columns [first, first + count) of op(B) and C
+      blasGemm(ta, tb, static_cast<blasint>(M), static_cast<blasint>(count),
+               static_cast<blasint>(K), alpha, A, ld(lda),
+               transB ? B + first * ldb : B + first, ld(ldb), beta, C + first,
+               ld(ldc));
+  }
 }
 
 #else // no BLAS: op(A) and op(B) packed row-major, four rows of C at a time.
@@ -148,8 +180,6 @@ void gemmStrided(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     }
   }
 }
-
-void setBlasThreads(int) {}
 
 #endif
 

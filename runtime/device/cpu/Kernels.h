@@ -136,9 +136,6 @@ template <typename T> double sumSquares(const T *x, int64_t n);
 /// y += alpha * x.
 template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y);
 
-/// The threads of every BLAS call of this process (OpenBLAS's setting is
-/// process-wide; nothing without a BLAS).
-void setBlasThreads(int threads);
 
 } // namespace mimo::kernels
 
