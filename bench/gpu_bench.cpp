@@ -249,9 +249,11 @@ void benchGemm(const std::vector<GemmShape> &shapes) {
 // 3. Attention
 //===----------------------------------------------------------------------===//
 
-void benchAttention() {
-  std::printf("\n## Attention: fused forward and backward (fp32, causal, 16 "
-              "heads of 128, one sequence)\n\n");
+/// bf16: the tensor-core programs (FlashMmaBodies.h), else the fp32 ones.
+void benchAttention(bool bf16) {
+  std::printf("\n## Attention: fused forward and backward (%s, causal, 16 "
+              "heads of 128, one sequence)\n\n",
+              bf16 ? "bf16 on tensor cores" : "fp32");
   std::printf("| sequence | forward ms | forward TFLOP/s | backward ms | "
               "backward TFLOP/s | bytes beyond inputs and outputs |\n");
   std::printf("|---|---|---|---|---|---|\n");
@@ -293,7 +295,7 @@ void benchAttention() {
     double fwd = medianSeconds(
         [&] {
           dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
-                                lse.data(), view, heads, d);
+                                lse.data(), view, heads, d, bf16);
           dev->synchronize();
         },
         5);
@@ -301,7 +303,7 @@ void benchAttention() {
         [&] {
           dev->attentionBackward(q.data(), k.data(), v.data(), o.data(),
                                  lse.data(), dout.data(), dq.data(), dk.data(),
-                                 dv.data(), view, heads, d);
+                                 dv.data(), view, heads, d, bf16);
           dev->synchronize();
         },
         5);
@@ -591,7 +593,8 @@ int main(int argc, char **argv) {
                         GemmShape{"1B head", 8192, 32000, 2048}})
       shapes.push_back(s);
     benchGemm(shapes);
-    benchAttention();
+    benchAttention(false);
+    benchAttention(true);
     benchRows();
     benchBridges();
     if (!quick)

@@ -107,6 +107,25 @@ bool checkFormat(JsonValidator &v, const nlohmann::json &doc,
   return f.has_value();
 }
 
+/// {"forward": [...], "backward": [...]} at `key` (absent: nothing read
+/// unless required).
+void readAttention(JsonValidator &v, const nlohmann::json &doc,
+                   const std::string &key, bool required,
+                   std::vector<RatePoint> &forward,
+                   std::vector<RatePoint> &backward) {
+  if (!required && !doc.contains(key))
+    return;
+  if (const nlohmann::json *a =
+          v.member(doc, "", key, required,
+                   "{\"forward\": [...], \"backward\": [...]}")) {
+    if (v.object(*a, "/" + key, {"forward", "backward"},
+                 "the attention rates")) {
+      forward = readPoints(v, *a, "/" + key, "forward");
+      backward = readPoints(v, *a, "/" + key, "backward");
+    }
+  }
+}
+
 } // namespace
 
 std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
@@ -125,6 +144,7 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
                                          "gemm_tflops",
                                          "gemm_bf16_tflops",
                                          "attention_tflops",
+                                         "attention_bf16_tflops",
                                          "memory_gbs",
                                          "kernel_overhead_us",
                                          "compute_scale",
@@ -160,16 +180,10 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
     p.gemm = readPoints(v, doc, "", "gemm_tflops");
     if (doc.contains("gemm_bf16_tflops"))
       p.gemmBf16 = readPoints(v, doc, "", "gemm_bf16_tflops");
-    if (const nlohmann::json *a =
-            v.member(doc, "", "attention_tflops", true,
-                     "{\"forward\": [...], \"backward\": [...]}")) {
-      if (v.object(*a, "/attention_tflops", {"forward", "backward"},
-                   "the attention rates")) {
-        p.attentionForward = readPoints(v, *a, "/attention_tflops", "forward");
-        p.attentionBackward =
-            readPoints(v, *a, "/attention_tflops", "backward");
-      }
-    }
+    readAttention(v, doc, "attention_tflops", true, p.attentionForward,
+                  p.attentionBackward);
+    readAttention(v, doc, "attention_bf16_tflops", false,
+                  p.attentionBf16Forward, p.attentionBf16Backward);
     if (auto m = v.number(doc, "", "memory_gbs", 0, true, 1e9, false,
                           "the memory bandwidth in GB/s"))
       p.memoryGBs = *m;
@@ -222,6 +236,10 @@ nlohmann::ordered_json profileToJson(const DeviceProfile &p) {
     doc["peak_tflops_bf16"] = p.peakTflopsBf16;
   if (!p.gemmBf16.empty())
     doc["gemm_bf16_tflops"] = pointsJson(p.gemmBf16);
+  if (!p.attentionBf16Forward.empty())
+    doc["attention_bf16_tflops"] = {
+        {"forward", pointsJson(p.attentionBf16Forward)},
+        {"backward", pointsJson(p.attentionBf16Backward)}};
   return doc;
 }
 
@@ -233,6 +251,10 @@ DeviceProfile forPrecision(const DeviceProfile &profile,
       p.gemm = p.gemmBf16;
     if (p.peakTflopsBf16 > 0)
       p.peakTflops = p.peakTflopsBf16;
+    if (!p.attentionBf16Forward.empty()) {
+      p.attentionForward = p.attentionBf16Forward;
+      p.attentionBackward = p.attentionBf16Backward;
+    }
   }
   return p;
 }
@@ -280,6 +302,10 @@ std::optional<DeviceProfile> builtinProfile(const std::string &name) {
     p.gemmBf16 = {{64, 0.5}, {256, 20}, {1024, 250}, {4096, 600}};
     p.attentionForward = {{64, 1}, {512, 8}, {4096, 20}};
     p.attentionBackward = {{64, 0.6}, {512, 5}, {4096, 12}};
+    // bf16 on tensor cores (FlashMmaBodies.h: mma.sync from shared memory,
+    // no asynchronous copies): a guess at a third of FlashAttention-2's.
+    p.attentionBf16Forward = {{64, 5}, {512, 60}, {4096, 130}};
+    p.attentionBf16Backward = {{64, 3}, {512, 35}, {4096, 80}};
     p.memoryGBs = h200 ? 3800 : 2700;
     p.kernelOverheadUs = 5;
     p.link = {10, h200 ? 1500.0 : 1100.0};

@@ -67,8 +67,10 @@ struct DeviceProfile {
   /// GEMM TFLOP/s of one core by size = cbrt(M N K): fp32, and with bf16
   /// operands (precision "bf16"; empty: the fp32 rates stand for it).
   std::vector<RatePoint> gemm, gemmBf16;
-  /// Attention TFLOP/s of one core by the attended span (keys per query).
+  /// Attention TFLOP/s of one core by the attended span (keys per query):
+  /// fp32, and under precision "bf16" (empty: the fp32 rates stand for it).
   std::vector<RatePoint> attentionForward, attentionBackward;
+  std::vector<RatePoint> attentionBf16Forward, attentionBf16Backward;
   double memoryGBs = 10;
   double kernelOverheadUs = 1;
   /// Measured / kernel-predicted time of a real layer's forward and
@@ -95,7 +97,7 @@ nlohmann::ordered_json profileToJson(const DeviceProfile &profile);
 /// The built-in estimates: "cpu", "h100", "h200".
 std::optional<DeviceProfile> builtinProfile(const std::string &name);
 /// The profile as a model of `precision` sees it: for "bf16", the bf16
-/// GEMM rates and peak where the profile has them.
+/// GEMM and attention rates and peak where the profile has them.
 DeviceProfile forPrecision(const DeviceProfile &profile,
                            const std::string &precision);
 std::vector<std::string> builtinProfileNames();

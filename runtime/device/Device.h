@@ -202,15 +202,24 @@ public:
   /// of `plan` (AttentionTiles.h: built on the host from the positions and
   /// segments the reference takes, its packed array in this device's
   /// memory); lse is [heads, Tq].
+  ///
+  /// bf16 (precision "bf16"): the products run as a tensor-core kernel
+  /// runs them: q, k, v and dout are read rounded to bf16, scores, softmax,
+  /// lse and D = rowsum(dout o) stay fp32, the probabilities P are rounded
+  /// to bf16 where they multiply v (o) and dout (dv), and dS = P (dP - D)
+  /// is rounded where it multiplies k (dq) and q (dk), the softmax scale
+  /// applied after. The CUDA device runs it on tensor cores at head
+  /// dimensions 32, 64, 96 and 128 (device/FlashMmaBodies.h; others in fp32,
+  /// as without bf16); the CPU emulates the rounding.
   virtual void attentionForward(const float *q, const float *k, const float *v,
                                 float *o, float *lse,
                                 const tiles::PlanView &plan, int64_t heads,
-                                int64_t d) = 0;
+                                int64_t d, bool bf16) = 0;
   virtual void attentionBackward(const float *q, const float *k, const float *v,
                                  const float *o, const float *lse,
                                  const float *dout, float *dq, float *dk,
                                  float *dv, const tiles::PlanView &plan,
-                                 int64_t heads, int64_t d) = 0;
+                                 int64_t heads, int64_t d, bool bf16) = 0;
   virtual void embeddingForward(const int64_t *ids, int64_t n,
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,

@@ -26,6 +26,11 @@
 // probabilities from lse; D = rowsum(dO * O) comes first (RowDot).
 //
 // Arithmetic is fp32 (fp32 accumulation for bf16-rounded inputs too).
+// Under bf16 (Shape::bf16) the programs round as the tensor-core programs
+// of FlashMmaBodies.h do (Device::attentionForward): q, k, v and dO when
+// staged, P where it multiplies v and dO, dS where it multiplies k and q
+// (the scale after); the CUDA device runs them so at head dimensions those
+// programs do not take.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_FLASHBODIES_H
@@ -62,13 +67,22 @@ struct Shape {
   tiles::PlanView plan;
   int64_t heads = 0, d = 0;
   float scale = 0;
+  /// Round as precision "bf16" does (above).
+  bool bf16 = false;
   MIMO_HD int64_t width() const { return heads * d; }
   MIMO_HD int64_t padded() const { return d + 1; }
 };
 
-inline Shape shapeOf(const tiles::PlanView &plan, int64_t heads, int64_t d) {
+inline Shape shapeOf(const tiles::PlanView &plan, int64_t heads, int64_t d,
+                     bool bf16 = false) {
   return Shape{plan, heads, d,
-               static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+               static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+               bf16};
+}
+
+/// x, or x rounded to bfloat16 under bf16.
+MIMO_HD inline float operand(float x, bool bf16) {
+  return bf16 ? bodies::roundToBf16(x) : x;
 }
 
 MIMO_HD inline int64_t chunksOf(int64_t n) { return (n + kChunk - 1) / kChunk; }
@@ -95,19 +109,21 @@ MIMO_HD inline float dotf(const float *a, const float *b, int64_t n) {
 /// of `stride` floats: consecutive threads take consecutive columns.
 MIMO_HD inline void stageRows(float *dst, int64_t stride, const float *src,
                               const int64_t *order, int64_t first, int64_t rows,
-                              int64_t width, int64_t head, int64_t d, int t) {
+                              int64_t width, int64_t head, int64_t d, int t,
+                              bool bf16) {
   for (int64_t e = t; e < rows * d; e += kThreads) {
     const int64_t r = e / d, c = e % d;
-    dst[r * stride + c] = src[order[first + r] * width + head * d + c];
+    dst[r * stride + c] =
+        operand(src[order[first + r] * width + head * d + c], bf16);
   }
 }
 
 /// Copies one row of a head into thread-owned shared memory.
 MIMO_HD inline void ownRow(float *dst, const float *src, int64_t token,
-                           int64_t width, int64_t head, int64_t d) {
+                           int64_t width, int64_t head, int64_t d, bool bf16) {
   const float *row = src + token * width + head * d;
   for (int64_t c = 0; c < d; ++c)
-    dst[c] = row[c];
+    dst[c] = operand(row[c], bf16);
 }
 
 /// The rows of a plan block (`fields`) in chunk c of its other side.
@@ -164,15 +180,17 @@ template <int D> struct Forward : BlockPlan {
       st.acc[c] = 0.0f;
     const int64_t token = rowToken(b, t);
     if (token >= 0)
-      ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
+      ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d, s.bf16);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     float *shared) const {
     const int64_t *f = block(b);
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *K = shared + kThreads * s.padded(), *V = K + kChunk * s.d;
-    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
-    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
+    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
+              s.bf16);
+    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
+              s.bf16);
   }
   MIMO_HD void compute(int64_t b, int64_t, int64_t c, int t,
                        const float *shared, State &st) const {
@@ -200,10 +218,11 @@ template <int D> struct Forward : BlockPlan {
     for (int64_t j = 0; j < live; ++j) {
       const float p = ::expf(scores[j] - mx);
       st.l += p;
+      const float pv = operand(p, s.bf16);
       const float *vj = V + j * s.d;
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e)
-        st.acc[e] += p * vj[e];
+        st.acc[e] += pv * vj[e];
     }
     st.m = mx;
   }
@@ -231,15 +250,24 @@ template <int D> struct Forward : BlockPlan {
 };
 
 /// D[h * Tq + i] = dO_i . O_i for one head: index = query * heads + head.
+/// Under bf16 dO is read rounded, as the programs read it.
 struct RowDot {
   const float *o, *dout;
   float *D;
   int64_t Tq, heads, d;
+  bool bf16 = false;
   MIMO_HD int64_t count() const { return Tq * heads; }
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t i = idx / heads, h = idx % heads;
     const int64_t off = i * heads * d + h * d;
-    D[h * Tq + i] = dotf(dout + off, o + off, d);
+    if (!bf16) {
+      D[h * Tq + i] = dotf(dout + off, o + off, d);
+      return;
+    }
+    float sum = 0.0f;
+    for (int64_t c = 0; c < d; ++c)
+      sum += bodies::roundToBf16(dout[off + c]) * o[off + c];
+    D[h * Tq + i] = sum;
   }
 };
 
@@ -266,9 +294,9 @@ template <int D> struct BackwardQuery : BlockPlan {
     const int64_t token = rowToken(b, t);
     if (token < 0)
       return;
-    ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
-    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h,
-           s.d);
+    ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d, s.bf16);
+    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h, s.d,
+           s.bf16);
     st.l = lse[h * s.plan.Tq + token];
     st.Dr = delta[h * s.plan.Tq + token];
   }
@@ -277,8 +305,10 @@ template <int D> struct BackwardQuery : BlockPlan {
     const int64_t *f = block(b);
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *K = shared + 2 * kThreads * s.padded(), *V = K + kChunk * s.d;
-    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
-    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
+    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
+              s.bf16);
+    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
+              s.bf16);
   }
   MIMO_HD void compute(int64_t b, int64_t, int64_t c, int t,
                        const float *shared, State &st) const {
@@ -294,7 +324,11 @@ template <int D> struct BackwardQuery : BlockPlan {
     for (int64_t j = 0; j < live; ++j) {
       const float *kj = K + j * s.d;
       const float p = ::expf(s.scale * dotf(qrow, kj, s.d) - st.l);
-      const float ds = p * (dotf(drow, V + j * s.d, s.d) - st.Dr) * s.scale;
+      // Under bf16 dS is rounded unscaled; finish scales.
+      const float ds =
+          s.bf16
+              ? bodies::roundToBf16(p * (dotf(drow, V + j * s.d, s.d) - st.Dr))
+              : p * (dotf(drow, V + j * s.d, s.d) - st.Dr) * s.scale;
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e)
         st.acc[e] += ds * kj[e];
@@ -305,9 +339,10 @@ template <int D> struct BackwardQuery : BlockPlan {
     if (token < 0)
       return;
     float *out = dq + token * s.width() + h * s.d;
+    const float factor = s.bf16 ? s.scale : 1.0f;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e)
-      out[e] = st.acc[e];
+      out[e] = st.acc[e] * factor;
   }
 };
 
@@ -332,8 +367,9 @@ template <int D> struct BackwardKey : BlockPlan {
     const int64_t token = rowToken(b, t);
     if (token < 0)
       return;
-    ownRow(shared + t * s.padded(), k, token, s.width(), h, s.d);
-    ownRow(shared + (kThreads + t) * s.padded(), v, token, s.width(), h, s.d);
+    ownRow(shared + t * s.padded(), k, token, s.width(), h, s.d, s.bf16);
+    ownRow(shared + (kThreads + t) * s.padded(), v, token, s.width(), h, s.d,
+           s.bf16);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     float *shared) const {
@@ -341,9 +377,10 @@ template <int D> struct BackwardKey : BlockPlan {
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *Q = shared + 2 * kThreads * s.padded(), *dO = Q + kChunk * s.d;
     float *L = dO + kChunk * s.d, *Dc = L + kChunk;
-    stageRows(Q, s.d, q, s.plan.queryOrder, first, rows, s.width(), h, s.d, t);
+    stageRows(Q, s.d, q, s.plan.queryOrder, first, rows, s.width(), h, s.d, t,
+              s.bf16);
     stageRows(dO, s.d, dout, s.plan.queryOrder, first, rows, s.width(), h, s.d,
-              t);
+              t, s.bf16);
     for (int64_t r = t; r < rows; r += kThreads) {
       const int64_t token = s.plan.queryOrder[first + r];
       L[r] = lse[h * s.plan.Tq + token];
@@ -366,10 +403,13 @@ template <int D> struct BackwardKey : BlockPlan {
         continue; // masked (a query attends a prefix of its keys)
       const float *qi = Q + i * s.d, *di = dO + i * s.d;
       const float p = ::expf(s.scale * dotf(qi, krow, s.d) - L[i]);
-      const float ds = p * (dotf(di, vrow, s.d) - Dc[i]) * s.scale;
+      const float pv = operand(p, s.bf16);
+      const float ds =
+          s.bf16 ? bodies::roundToBf16(p * (dotf(di, vrow, s.d) - Dc[i]))
+                 : p * (dotf(di, vrow, s.d) - Dc[i]) * s.scale;
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e) {
-        st.dv[e] += p * di[e];
+        st.dv[e] += pv * di[e];
         st.dk[e] += ds * qi[e];
       }
     }
@@ -379,9 +419,10 @@ template <int D> struct BackwardKey : BlockPlan {
     if (token < 0)
       return;
     const int64_t off = token * s.width() + h * s.d;
+    const float factor = s.bf16 ? s.scale : 1.0f;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e) {
-      dk[off + e] = st.dk[e];
+      dk[off + e] = st.dk[e] * factor;
       dv[off + e] = st.dv[e];
     }
   }
@@ -471,7 +512,7 @@ inline void backwardOnHost(const float *q, const float *k, const float *v,
                            const float *o, const float *lse, const float *dout,
                            float *dq, float *dk, float *dv, const Shape &s) {
   std::vector<float> D(static_cast<size_t>(s.heads * s.plan.Tq));
-  RowDot rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d};
+  RowDot rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d, s.bf16};
   for (int64_t i = 0; i < rowDot.count(); ++i)
     rowDot(i);
   withHeadDim(s.d, [&](auto dim) {

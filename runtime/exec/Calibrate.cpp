@@ -91,8 +91,9 @@ std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu, bool bf16) {
 }
 
 /// Causal attention over samples of `span` tokens, about 1024 tokens in
-/// all (4096 on a GPU), 4 heads of 32.
-void measureAttention(device::Device &dev, bool gpu,
+/// all (4096 on a GPU), 4 heads of 32; bf16: as precision "bf16" runs it
+/// (tensor cores on a GPU).
+void measureAttention(device::Device &dev, bool gpu, bool bf16,
                       std::vector<RatePoint> &forward,
                       std::vector<RatePoint> &backward) {
   const int64_t heads = 4, d = 32, H = heads * d;
@@ -118,7 +119,7 @@ void measureAttention(device::Device &dev, bool gpu,
         dev,
         [&] {
           dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
-                               heads, d);
+                               heads, d, bf16);
         },
         budget);
     double bwd = timePerCall(
@@ -126,7 +127,7 @@ void measureAttention(device::Device &dev, bool gpu,
         [&] {
           dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
                                 dout.data, dq.data, dk.data, dv.data, view,
-                                heads, d);
+                                heads, d, bf16);
         },
         budget);
     // core/CostModel.h counts 4 H FLOPs per attended (query, key) pair.
@@ -338,7 +339,10 @@ calibrate(device::DeviceKind kind,
   progress("GEMM throughput with bf16 operands");
   p.gemmBf16 = measureGemm(*dev, gpu, true);
   progress("attention forward and backward");
-  measureAttention(*dev, gpu, p.attentionForward, p.attentionBackward);
+  measureAttention(*dev, gpu, false, p.attentionForward, p.attentionBackward);
+  progress("attention forward and backward in bf16");
+  measureAttention(*dev, gpu, true, p.attentionBf16Forward,
+                   p.attentionBf16Backward);
   progress("memory bandwidth and kernel overhead");
   {
     const int64_t n = int64_t(16) << 20; // 64 MiB per operand

@@ -83,7 +83,7 @@ public:
     if (Tc > 0)
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.attention.view(), headsLocal,
-                           headDim);
+                           headDim, ctx.bf16);
     c.a = input(std::move(c.a));
     Tensor o = empty(Tc * H);
     matmul(dev, ctx.bf16, operand(c.a), P(wo), o.data(), Tc, Hl, H);
@@ -164,7 +164,8 @@ public:
     if (Tc > 0)
       dev.attentionBackward(c.q.data(), K.data(), V.data(), a.data(),
                             c.lse.data(), da.data(), dq.data(), dK.data(),
-                            dV.data(), m.attention.view(), headsLocal, headDim);
+                            dV.data(), m.attention.view(), headsLocal, headDim,
+                            ctx.bf16);
     Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
     Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
     if (language) {

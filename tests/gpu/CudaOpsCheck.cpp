@@ -437,11 +437,17 @@ public:
     }
   }
 
-  /// One attention case: positions and segments of queries and keys.
+  /// One attention case: positions and segments of queries and keys. bf16:
+  /// the tensor-core programs (head dims 32-128; the fp32 programs with bf16
+  /// rounding at others) against the CPU's emulation of their rounding,
+  /// within the bf16 tolerance (SPEC §11: their sums run in other orders,
+  /// so a probability may round to the neighbouring bf16).
   void attention(const std::string &name, std::vector<int64_t> qpos,
                  std::vector<int64_t> qseg, std::vector<int64_t> kpos,
                  std::vector<int64_t> kseg, int64_t heads, int64_t d,
-                 bool causal) {
+                 bool causal, bool bf16 = false) {
+    const std::string label = (bf16 ? "bf16 " : "") + name;
+    const double tolerance = bf16 ? 1e-2 : kTolerance;
     int64_t Tq = static_cast<int64_t>(qpos.size());
     int64_t Tk = static_cast<int64_t>(kpos.size());
     // One plan (device/AttentionTiles.h), its packed array on each device.
@@ -453,27 +459,31 @@ public:
                {},
                {Tq * heads * d, heads * Tq}};
     plan.packed.clear(); // the views below only read its counts
-    compare("attention forward " + name, forward,
-            [=](Device &dv, const Ptr &p) {
-              dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                                  plan.view(p.idx[0]), heads, d);
-            });
+    compare(
+        "attention forward " + label, forward,
+        [=](Device &dv, const Ptr &p) {
+          dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
+                              plan.view(p.idx[0]), heads, d, bf16);
+        },
+        tolerance);
     // The backward takes o and lse from the CPU forward.
     auto fwd = runOn(*cpu, forward, [=](Device &dv, const Ptr &p) {
       dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                          plan.view(p.idx[0]), heads, d);
+                          plan.view(p.idx[0]), heads, d, bf16);
     });
     Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
                  random(Tq * heads * d)},
                 forward.idx,
                 {},
                 {Tq * heads * d, Tk * heads * d, Tk * heads * d}};
-    compare("attention backward " + name, backward,
-            [=](Device &dv, const Ptr &p) {
-              dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
-                                   p.in[5], p.out[0], p.out[1], p.out[2],
-                                   plan.view(p.idx[0]), heads, d);
-            });
+    compare(
+        "attention backward " + label, backward,
+        [=](Device &dv, const Ptr &p) {
+          dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
+                               p.in[5], p.out[0], p.out[1], p.out[2],
+                               plan.view(p.idx[0]), heads, d, bf16);
+        },
+        tolerance);
   }
 
   void attentions() {
@@ -533,6 +543,42 @@ public:
     // A query with no allowed key (o = 0, lse = -inf, no gradient).
     attention("no allowed key", {0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, 1,
               4, true);
+    // bf16: every head dimension the tensor-core programs take, on long
+    // causal rows (many chunks, the diagonal skipped per warp), interleaved
+    // samples, CP zigzag, packed THD, a bidirectional encoder and a query
+    // without keys; and one head dimension they do not take (the fp32
+    // programs with bf16 rounding).
+    for (int64_t hd : {32, 64, 96, 128})
+      attention("long causal 300 d " + std::to_string(hd),
+                {lpos.begin(), lpos.begin() + 300},
+                std::vector<int64_t>(300, 0),
+                {lpos.begin(), lpos.begin() + 300},
+                std::vector<int64_t>(300, 0), 3, hd, true, true);
+    attention("long causal 1000", lpos, lseg, lpos, lseg, 2, 64, true, true);
+    std::vector<int64_t> gpos, gseg;
+    for (int64_t s = 0; s < 96; ++s)
+      for (int64_t b = 0; b < 3; ++b) {
+        gpos.push_back(s);
+        gseg.push_back(b);
+      }
+    attention("causal 96x3", gpos, gseg, gpos, gseg, 4, 128, true, true);
+    std::vector<int64_t> zq, zk;
+    for (int64_t p = 40; p < 120; ++p)
+      zq.push_back(p); // a CP rank's middle chunks
+    for (int64_t p = 0; p < 160; ++p)
+      zk.push_back((p * 37) % 160); // gathered keys, out of order
+    attention("cp zigzag rank 1", zq, std::vector<int64_t>(zq.size(), 0), zk,
+              std::vector<int64_t>(zk.size(), 0), 2, 64, true, true);
+    attention("thd packed", tpos, tseg, tpos, tseg, 2, 32, true, true);
+    std::vector<int64_t> epos(150, 0), eseg;
+    for (int64_t t = 0; t < 150; ++t)
+      eseg.push_back(t < 70 ? 0 : t < 71 ? 1 : 2);
+    attention("bidirectional per sample", epos, eseg, epos, eseg, 2, 64, false,
+              true);
+    attention("no allowed key", {0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, 1,
+              32, true, true);
+    attention("head dim 8 (fp32 programs)", wpos, wseg, wpos, wseg, 2, 8, true,
+              true);
   }
 
   void embedding() {

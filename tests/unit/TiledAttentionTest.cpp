@@ -19,6 +19,7 @@
 #include "runtime/device/FlashBodies.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/Kernels.h"
+#include "tests/unit/AttentionCases.h"
 
 #include <gtest/gtest.h>
 
@@ -34,56 +35,9 @@
 namespace k = mimo::kernels;
 namespace t = mimo::device::tiles;
 namespace flash = mimo::device::flash;
+using namespace mimo::testing;
 
 namespace {
-
-struct Mask {
-  std::vector<int64_t> qpos, qseg, kpos, kseg;
-  bool causal = true;
-};
-
-/// An [S, B] lane: token = position * B + sample, the sample its segment.
-Mask lane(int64_t S, int64_t B) {
-  Mask m;
-  for (int64_t p = 0; p < S; ++p)
-    for (int64_t b = 0; b < B; ++b) {
-      m.qpos.push_back(p);
-      m.qseg.push_back(b);
-    }
-  m.kpos = m.qpos;
-  m.kseg = m.qseg;
-  return m;
-}
-
-std::vector<float> random(std::mt19937 &rng, size_t n) {
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return v;
-}
-
-/// max |a - ref| / max |ref|, -inf entries equal, NaN fails.
-double relativeError(const std::vector<float> &a,
-                     const std::vector<double> &ref) {
-  double scale = 1e-30, worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(ref[i])) {
-      if (static_cast<double>(a[i]) != ref[i])
-        return std::numeric_limits<double>::infinity();
-      continue;
-    }
-    if (std::isnan(a[i]))
-      return std::numeric_limits<double>::infinity();
-    scale = std::max(scale, std::abs(ref[i]));
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - ref[i]));
-  }
-  return worst / scale;
-}
-
-std::vector<double> toDouble(const std::vector<float> &v) {
-  return std::vector<double>(v.begin(), v.end());
-}
 
 /// One attention implementation: forward, then backward, over a plan.
 struct Attention {
@@ -97,7 +51,16 @@ struct Attention {
 };
 
 Attention cpuPanels() {
-  return {k::tiledAttentionForward, k::tiledAttentionBackward};
+  return {[](const float *q, const float *kk, const float *v, float *o,
+             float *lse, const t::PlanView &plan, int64_t heads, int64_t d) {
+            k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
+          },
+          [](const float *q, const float *kk, const float *v, const float *o,
+             const float *lse, const float *dout, float *dq, float *dk,
+             float *dv, const t::PlanView &plan, int64_t heads, int64_t d) {
+            k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan,
+                                      heads, d);
+          }};
 }
 
 Attention fusedBlocks() {
@@ -241,58 +204,19 @@ TEST(TiledAttention, CausalLanesOfSeveralBlocks) {
 }
 
 TEST(TiledAttention, ContextParallelZigzagWithGatheredKeys) {
-  // cp 2, S 256: rank 1 holds chunks 1 and 2 (positions 64..191); keys
-  // are rank 0's shard (0..63, 192..255) then rank 1's.
-  Mask m;
-  for (int64_t p = 64; p < 192; ++p) {
-    m.qpos.push_back(p);
-    m.qseg.push_back(0);
-  }
-  for (int64_t p = 0; p < 64; ++p)
-    m.kpos.push_back(p);
-  for (int64_t p = 192; p < 256; ++p)
-    m.kpos.push_back(p);
-  for (int64_t p = 64; p < 192; ++p)
-    m.kpos.push_back(p);
-  m.kseg.assign(m.kpos.size(), 0);
-  check("cp zigzag rank 1", m, 2, 8);
+  check("cp zigzag rank 1", zigzagRank1(), 2, 8);
 }
 
 TEST(TiledAttention, PackedSequencesDensePaddingEncodersAndEmptyQueries) {
-  Mask thd; // three packed sequences, positions restarting
-  int64_t sequence = 0;
-  for (int64_t length : {70, 3, 100}) {
-    for (int64_t i = 0; i < length; ++i) {
-      thd.qpos.push_back(i);
-      thd.qseg.push_back(sequence);
-    }
-    ++sequence;
-  }
-  thd.kpos = thd.qpos;
-  thd.kseg = thd.qseg;
-  check("packed thd", thd, 2, 8);
-  Mask dense = lane(80, 2); // sample 1's last 20 positions are padding
-  for (size_t i = 0; i < dense.qseg.size(); ++i)
-    if (dense.qseg[i] == 1 && dense.qpos[i] >= 60)
-      dense.qseg[i] = dense.kseg[i] = -2;
-  check("dense padding", dense, 2, 8);
-  Mask encoder; // bidirectional within samples, all positions 0
-  for (int64_t s : {0, 0, 0, 1, 1, 2, 2, 2, 2})
-    encoder.qseg.push_back(s);
-  for (int i = 0; i < 70; ++i)
-    encoder.qseg.push_back(3);
-  encoder.qpos.assign(encoder.qseg.size(), 0);
-  encoder.kpos = encoder.qpos;
-  encoder.kseg = encoder.qseg;
-  encoder.causal = false;
-  check("bidirectional encoder samples", encoder, 4, 8);
-  Mask lonely{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
-  check("a query without keys, a key without queries", lonely, 1, 4);
+  check("packed thd", packedThd(), 2, 8);
+  check("dense padding", densePadding(), 2, 8);
+  check("bidirectional encoder samples", encoderSamples(70), 4, 8);
+  check("a query without keys, a key without queries", lonelyRows(), 1, 4);
 }
 
 TEST(TiledAttention, ANaNPassesOnAndARowWithoutKeysStaysZero) {
   // Query 1's first head is NaN; query 2 has no key (segment 9).
-  Mask m{{0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, true};
+  const Mask m = lonelyRows();
   const int64_t heads = 2, d = 4, Tq = 3;
   std::mt19937 rng(5);
   auto q = random(rng, Tq * heads * d), kk = random(rng, Tq * heads * d),

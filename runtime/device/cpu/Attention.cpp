@@ -2,6 +2,7 @@
 
 #include "runtime/device/cpu/Attention.h"
 
+#include "runtime/device/KernelBodies.h"
 #include "runtime/device/cpu/FastKernels.h"
 #include "runtime/device/cpu/Kernels.h"
 
@@ -23,13 +24,22 @@ using tiles::PlanView;
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
-/// dst row r = src row order[r] (rows of `width` floats).
+/// Values rounded to bfloat16 in place (bf16: a tensor core's operands).
+void roundAll(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = mimo::device::bodies::roundToBf16(x[i]);
+}
+
+/// dst row r = src row order[r] (rows of `width` floats), rounded to
+/// bfloat16 under bf16.
 void gather(const float *src, const int64_t *order, int64_t rows, int64_t width,
-            std::vector<float> &dst) {
+            std::vector<float> &dst, bool bf16 = false) {
   dst.resize(static_cast<size_t>(rows * width));
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(dst.data() + r * width, src + order[r] * width,
                 static_cast<size_t>(width) * 4);
+  if (bf16)
+    roundAll(dst.data(), rows * width);
 }
 
 /// dst row order[r] = src row r.
@@ -72,14 +82,14 @@ void scores(const std::vector<float> &Q, const std::vector<float> &K,
 
 void tiledAttentionForward(const float *q, const float *k, const float *v,
                            float *o, float *lse, const PlanView &plan,
-                           int64_t heads, int64_t d) {
+                           int64_t heads, int64_t d, bool bf16) {
   const int64_t width = heads * d, Tq = plan.Tq;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<float> Q, K, V, O, S;
-  gather(q, plan.queryOrder, Tq, width, Q);
-  gather(k, plan.keyOrder, plan.Tk, width, K);
-  gather(v, plan.keyOrder, plan.Tk, width, V);
+  gather(q, plan.queryOrder, Tq, width, Q, bf16);
+  gather(k, plan.keyOrder, plan.Tk, width, K, bf16);
+  gather(v, plan.keyOrder, plan.Tk, width, V, bf16);
   O.assign(static_cast<size_t>(Tq * width), 0.0f);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t b = 0; b < plan.queryBlockCount; ++b) {
@@ -104,6 +114,8 @@ void tiledAttentionForward(const float *q, const float *k, const float *v,
         rowSum[r] = fast::sum(row, live);
         std::fill(row + live, row + blk.span, 0.0f);
         rowMax[r] = mx;
+        if (bf16) // P multiplies V as bf16; the sum stays fp32
+          roundAll(row, live);
       }
       float *Ob = O.data() + blk.first * width + h * d;
       gemmStrided<float>(false, false, blk.rows, d, blk.span, 1.0f, S.data(),
@@ -127,16 +139,17 @@ void tiledAttentionForward(const float *q, const float *k, const float *v,
 void tiledAttentionBackward(const float *q, const float *k, const float *v,
                             const float *o, const float *lse, const float *dout,
                             float *dq, float *dk, float *dv,
-                            const PlanView &plan, int64_t heads, int64_t d) {
+                            const PlanView &plan, int64_t heads, int64_t d,
+                            bool bf16) {
   const int64_t width = heads * d, Tq = plan.Tq, Tk = plan.Tk;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  std::vector<float> Q, K, V, O, dO, dQ, dK, dV, P, dP, D;
-  gather(q, plan.queryOrder, Tq, width, Q);
+  std::vector<float> Q, K, V, O, dO, dQ, dK, dV, P, Pb, dP, D;
+  gather(q, plan.queryOrder, Tq, width, Q, bf16);
   gather(o, plan.queryOrder, Tq, width, O);
-  gather(dout, plan.queryOrder, Tq, width, dO);
-  gather(k, plan.keyOrder, Tk, width, K);
-  gather(v, plan.keyOrder, Tk, width, V);
+  gather(dout, plan.queryOrder, Tq, width, dO, bf16);
+  gather(k, plan.keyOrder, Tk, width, K, bf16);
+  gather(v, plan.keyOrder, Tk, width, V, bf16);
   // Keys no query attends get no gradient.
   dQ.assign(static_cast<size_t>(Tq * width), 0.0f);
   dK.assign(static_cast<size_t>(Tk * width), 0.0f);
@@ -168,26 +181,38 @@ void tiledAttentionBackward(const float *q, const float *k, const float *v,
       const float *dOb = dO.data() + blk.first * width + h * d;
       const float *Qb = Q.data() + blk.first * width + h * d;
       const int64_t keys = blk.keyBegin * width + h * d;
-      // dV[panel] += P^T dO; dP = dO V^T.
-      gemmStrided<float>(true, false, blk.span, d, blk.rows, 1.0f, P.data(),
-                         blk.span, dOb, width, 1.0f, dV.data() + keys, width);
+      // dV[panel] += P^T dO (P as bf16 under bf16); dP = dO V^T.
+      const float *Pv = P.data();
+      if (bf16) {
+        Pb = P;
+        roundAll(Pb.data(), blk.rows * blk.span);
+        Pv = Pb.data();
+      }
+      gemmStrided<float>(true, false, blk.span, d, blk.rows, 1.0f, Pv, blk.span,
+                         dOb, width, 1.0f, dV.data() + keys, width);
       dP.resize(static_cast<size_t>(blk.rows * blk.span));
       gemmStrided<float>(false, true, blk.rows, blk.span, d, 1.0f, dOb, width,
                          V.data() + keys, width, 0.0f, dP.data(), blk.span);
-      // dS = P (dP - D) scale, into dP.
+      // dS = P (dP - D) scale, into dP; under bf16 dS is rounded unscaled
+      // and the scale comes with the products, as the tensor cores run it.
+      const float dsScale = bf16 ? 1.0f : scale;
       for (int64_t r = 0; r < blk.rows; ++r) {
         const float Dr = D[static_cast<size_t>(h * Tq + blk.first + r)];
         const float *p = P.data() + r * blk.span;
         float *ds = dP.data() + r * blk.span;
         for (int64_t j = 0; j < blk.span; ++j)
-          ds[j] = p[j] * (ds[j] - Dr) * scale;
+          ds[j] = p[j] * (ds[j] - Dr) * dsScale;
       }
+      if (bf16)
+        roundAll(dP.data(), blk.rows * blk.span);
+      const float productScale = bf16 ? scale : 1.0f;
       // dQ[block] = dS K; dK[panel] += dS^T Q[block].
-      gemmStrided<float>(false, false, blk.rows, d, blk.span, 1.0f, dP.data(),
-                         blk.span, K.data() + keys, width, 0.0f,
+      gemmStrided<float>(false, false, blk.rows, d, blk.span, productScale,
+                         dP.data(), blk.span, K.data() + keys, width, 0.0f,
                          dQ.data() + blk.first * width + h * d, width);
-      gemmStrided<float>(true, false, blk.span, d, blk.rows, 1.0f, dP.data(),
-                         blk.span, Qb, width, 1.0f, dK.data() + keys, width);
+      gemmStrided<float>(true, false, blk.span, d, blk.rows, productScale,
+                         dP.data(), blk.span, Qb, width, 1.0f, dK.data() + keys,
+                         width);
     }
   scatter(dQ, plan.queryOrder, Tq, width, dq);
   scatter(dK, plan.keyOrder, Tk, width, dk);

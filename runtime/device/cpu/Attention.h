@@ -9,6 +9,11 @@
 // past it; softmax in float with a vectorised exp. A fixed order of every
 // sum: bitwise reproducible run to run.
 //
+// bf16 (precision "bf16"): the CUDA device's tensor-core rounding
+// (FlashMmaBodies.h) emulated: q, k, v and dO rounded to bf16, P rounded
+// where it multiplies V and dO, dS = P (dP - D) rounded where it multiplies
+// K and Q with the scale applied after.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_CPU_ATTENTION_H
 #define MIMO_RUNTIME_DEVICE_CPU_ATTENTION_H
@@ -22,13 +27,13 @@ namespace mimo::kernels {
 void tiledAttentionForward(const float *q, const float *k, const float *v,
                            float *o, float *lse,
                            const device::tiles::PlanView &plan, int64_t heads,
-                           int64_t d);
+                           int64_t d, bool bf16 = false);
 
 void tiledAttentionBackward(const float *q, const float *k, const float *v,
                             const float *o, const float *lse, const float *dout,
                             float *dq, float *dk, float *dv,
                             const device::tiles::PlanView &plan, int64_t heads,
-                            int64_t d);
+                            int64_t d, bool bf16 = false);
 
 } // namespace mimo::kernels
 

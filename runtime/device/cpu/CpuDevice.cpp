@@ -316,16 +316,16 @@ public:
   }
   void attentionForward(const float *q, const float *kk, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d) override {
-    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
+                        int64_t heads, int64_t d, bool bf16) override {
+    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d, bf16);
   }
   void attentionBackward(const float *q, const float *kk, const float *v,
                          const float *o, const float *lse, const float *dout,
                          float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads,
-                         int64_t d) override {
+                         const tiles::PlanView &plan, int64_t heads, int64_t d,
+                         bool bf16) override {
     k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
-                              d);
+                              d, bf16);
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,

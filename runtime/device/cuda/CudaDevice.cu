@@ -20,11 +20,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/device/FlashBodies.h"
+#include "runtime/device/FlashMmaBodies.h"
 #include "runtime/device/KernelBodies.h"
 #include "runtime/device/RowBodies.h"
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
 #include "runtime/device/cuda/CudaGemm.h"
+#include "runtime/device/cuda/FlashMma.h"
 
 #include <cuda_runtime.h>
 
@@ -525,8 +527,12 @@ public:
   }
   void attentionForward(const float *q, const float *k, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d) override {
-    const flash::Shape shape = flash::shapeOf(plan, heads, d);
+                        int64_t heads, int64_t d, bool bf16) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d, bf16);
+    if (tensorCores(shape)) {
+      checkMma(mmaAttentionForward(shape, q, k, v, o, lse, stream));
+      return;
+    }
     checkAttention(d);
     flash::withHeadDim(d, [&](auto dim) {
       launchBlocks("attention_forward",
@@ -537,25 +543,31 @@ public:
   void attentionBackward(const float *q, const float *k, const float *v,
                          const float *o, const float *lse, const float *dout,
                          float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads,
-                         int64_t d) override {
-    const flash::Shape shape = flash::shapeOf(plan, heads, d);
-    checkAttention(d);
+                         const tiles::PlanView &plan, int64_t heads, int64_t d,
+                         bool bf16) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d, bf16);
+    const bool mma = tensorCores(shape);
+    if (!mma)
+      checkAttention(d);
     float *D = static_cast<float *>(allocate(
         std::max<int64_t>(heads * plan.Tq, 1) * int64_t(sizeof(float))));
     try {
       launch("attention_backward_rowdot",
-             flash::RowDot{o, dout, D, plan.Tq, heads, d});
-      flash::withHeadDim(d, [&](auto dim) {
-        launchBlocks("attention_backward_dq",
-                     flash::BackwardQuery<dim.value>{
-                         {shape, false}, q, k, v, lse, dout, D, dq},
-                     heads);
-        launchBlocks("attention_backward_dkdv",
-                     flash::BackwardKey<dim.value>{
-                         {shape, true}, q, k, v, lse, dout, D, dk, dv},
-                     heads);
-      });
+             flash::RowDot{o, dout, D, plan.Tq, heads, d, bf16});
+      if (mma)
+        checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D, dq, dk, dv,
+                                      stream));
+      else
+        flash::withHeadDim(d, [&](auto dim) {
+          launchBlocks("attention_backward_dq",
+                       flash::BackwardQuery<dim.value>{
+                           {shape, false}, q, k, v, lse, dout, D, dq},
+                       heads);
+          launchBlocks("attention_backward_dkdv",
+                       flash::BackwardKey<dim.value>{
+                           {shape, true}, q, k, v, lse, dout, D, dk, dv},
+                       heads);
+        });
     } catch (...) {
       release(D);
       throw;
@@ -764,6 +776,28 @@ private:
     if (error != cudaSuccess)
       throw DeviceError("CUDA error in kernel " + std::string(name) + " on " +
                         label + ": " + errorText(error));
+  }
+
+  /// Whether attention of this shape runs on the tensor cores (bf16 at a
+  /// head dimension FlashMmaBodies.h takes, within this GPU's limits).
+  bool tensorCores(const flash::Shape &shape) {
+    if (!shape.bf16 || !flashmma::supportsHeadDim(shape.d) ||
+        flashmma::sharedBytes(shape.d) > sharedOptIn)
+      return false;
+    if (shape.heads > 65535)
+      throw DeviceError("attention: " + std::to_string(shape.heads) +
+                        " heads exceed a grid's 65535");
+    activate();
+    return true;
+  }
+  void checkMma(const MmaLaunch &launched) {
+    if (launched.kernel)
+      lastKernel = launched.kernel;
+    if (launched.error != cudaSuccess)
+      throw DeviceError(
+          "CUDA error in kernel " +
+          std::string(launched.kernel ? launched.kernel : "attention") +
+          " on " + label + ": " + errorText(launched.error));
   }
 
   /// Attention at head dimension d fits this GPU's limits (both ways).

@@ -1,0 +1,266 @@
+//===- WarpMma.h - A warp's tensor-core tiles, on the GPU and the host -*- C++
+//-*-===//
+//
+// The warp-level matrix multiply-accumulate the bf16 fused attention is
+// built from (FlashMmaBodies.h): PTX `mma.sync.aligned.m16n8k16.row.col.
+// f32.bf16.bf16.f32`, D[16x8] = A[16x16] B[16x8] + C, bf16 operands, fp32
+// accumulators, one warp of 32 lanes sharing the operands by a fixed
+// layout (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with g = lane / 4
+// and t = lane % 4,
+//
+//   C, D  element i (0..3):        row g + 8 (i / 2),  column 2t + i % 2;
+//   A     register r (0..3), half: row g + 8 (r % 2),  column 2t + 8 (r / 2)
+//                                  + half;
+//   B     register r (0..1), half: row 2t + 8 r + half, column g;
+//
+// a register holding two bf16 keeps the lower-indexed one in its low 16
+// bits. Code written against this header holds `Lanes::kLanes` lanes: on
+// the GPU one, its own (DeviceLanes), on the host all 32 of a warp at once
+// (HostLanes), so the unit tests run the very code the kernels run, with
+// the fragments laid out lane by lane as the hardware lays them: an A
+// assembled from the wrong accumulator elements, or a B loaded from the
+// wrong row, gives wrong products on the host too. The host's mma gathers
+// the whole A, B and C from the 32 lanes by the layout above, multiplies,
+// and scatters D back; its quad reductions combine lanes in the order the
+// GPU's shuffles do (bitwise the same sums).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DEVICE_WARPMMA_H
+#define MIMO_RUNTIME_DEVICE_WARPMMA_H
+
+#include "runtime/device/KernelBodies.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace mimo::device::mma {
+
+inline constexpr int kWarpSize = 32;
+
+#if defined(__CUDACC__)
+/// A GPU thread: it holds its own lane. (Its functions are __host__
+/// __device__ for nvcc's host pass, which compiles the templates that use
+/// them but never runs them.)
+struct DeviceLanes {
+  static constexpr int kLanes = 1;
+  MIMO_HD static int lane(int) {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(threadIdx.x) & 31;
+#else
+    return 0;
+#endif
+  }
+};
+#endif
+
+/// The host: it holds a whole warp, lane l at index l. (Its functions are
+/// __host__ __device__ too, for nvcc, which compiles the host runners of
+/// FlashMmaBodies.h in every file that includes it.)
+struct HostLanes {
+  static constexpr int kLanes = kWarpSize;
+  MIMO_HD static int lane(int l) { return l; }
+};
+
+//===--- The m16n8k16 layouts
+//----------------------------------------------===//
+MIMO_HD inline int cRow(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+MIMO_HD inline int cCol(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+MIMO_HD inline int aRow(int lane, int r) { return (lane >> 2) + 8 * (r & 1); }
+MIMO_HD inline int aCol(int lane, int r, int half) {
+  return 2 * (lane & 3) + 8 * (r >> 1) + half;
+}
+MIMO_HD inline int bRow(int lane, int r, int half) {
+  return 2 * (lane & 3) + 8 * r + half;
+}
+MIMO_HD inline int bCol(int lane) { return lane >> 2; }
+
+/// The accumulators of a 16x8 fp32 tile, the operands of a 16x16 (A) and a
+/// 16x8 (B) bf16 tile, each lane's share.
+template <class L> struct Acc {
+  float x[L::kLanes][4];
+};
+template <class L> struct FragA {
+  uint32_t x[L::kLanes][4];
+};
+template <class L> struct FragB {
+  uint32_t x[L::kLanes][2];
+};
+
+template <class L> MIMO_HD inline void zero(Acc<L> &c) {
+  for (int l = 0; l < L::kLanes; ++l)
+    for (int i = 0; i < 4; ++i)
+      c.x[l][i] = 0.0f;
+}
+
+/// Two floats rounded to bf16 (ties to even; NaN stays NaN), lo in the low
+/// half.
+MIMO_HD inline uint32_t pack(float lo, float hi) {
+  return static_cast<uint32_t>(bodies::bf16Bits(lo)) |
+         (static_cast<uint32_t>(bodies::bf16Bits(hi)) << 16);
+}
+MIMO_HD inline uint32_t load32(const uint16_t *p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+//===--- Operands from shared memory (bf16 bits, row-major, `pitch` per row)
+//-===//
+/// A = the 16x16 tile at `tile`.
+template <class L>
+MIMO_HD inline void loadA(FragA<L> &a, const uint16_t *tile, int pitch) {
+  for (int l = 0; l < L::kLanes; ++l) {
+    const int lane = L::lane(l);
+    for (int r = 0; r < 4; ++r)
+      a.x[l][r] = load32(tile + aRow(lane, r) * pitch + aCol(lane, r, 0));
+  }
+}
+/// B = the transpose of the 8x16 tile at `tile` (B[k][n] = tile[n][k]: the
+/// tile's rows are B's columns; two neighbours of a row in one load).
+template <class L>
+MIMO_HD inline void loadBTransposed(FragB<L> &b, const uint16_t *tile,
+                                    int pitch) {
+  for (int l = 0; l < L::kLanes; ++l) {
+    const int lane = L::lane(l);
+    for (int r = 0; r < 2; ++r)
+      b.x[l][r] = load32(tile + bCol(lane) * pitch + bRow(lane, r, 0));
+  }
+}
+/// B = the 16x8 tile at `tile` (B[k][n] = tile[k][n]: a register's two
+/// halves come from two rows).
+template <class L>
+MIMO_HD inline void loadB(FragB<L> &b, const uint16_t *tile, int pitch) {
+  for (int l = 0; l < L::kLanes; ++l) {
+    const int lane = L::lane(l);
+    for (int r = 0; r < 2; ++r)
+      b.x[l][r] =
+          static_cast<uint32_t>(tile[bRow(lane, r, 0) * pitch + bCol(lane)]) |
+          (static_cast<uint32_t>(tile[bRow(lane, r, 1) * pitch + bCol(lane)])
+           << 16);
+  }
+}
+
+/// The A operand holding two accumulator tiles side by side, rounded to
+/// bf16: columns 0-7 from `left`, 8-15 from `right` (FlashAttention's reuse
+/// of a score tile's registers as the next product's operand: the C and A
+/// layouts put the same (row, column) in the same lane).
+template <class L>
+MIMO_HD inline void accToA(FragA<L> &a, const Acc<L> &left,
+                           const Acc<L> &right) {
+  for (int l = 0; l < L::kLanes; ++l) {
+    a.x[l][0] = pack(left.x[l][0], left.x[l][1]);
+    a.x[l][1] = pack(left.x[l][2], left.x[l][3]);
+    a.x[l][2] = pack(right.x[l][0], right.x[l][1]);
+    a.x[l][3] = pack(right.x[l][2], right.x[l][3]);
+  }
+}
+
+//===--- The product
+//---------------------------------------------------------===//
+#if defined(__CUDACC__)
+/// c += a b on the tensor cores.
+MIMO_HD inline void mma(Acc<DeviceLanes> &c, const FragA<DeviceLanes> &a,
+                        const FragB<DeviceLanes> &b) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c.x[0][0]), "+f"(c.x[0][1]), "+f"(c.x[0][2]),
+                 "+f"(c.x[0][3])
+               : "r"(a.x[0][0]), "r"(a.x[0][1]), "r"(a.x[0][2]), "r"(a.x[0][3]),
+                 "r"(b.x[0][0]), "r"(b.x[0][1]));
+#else
+  (void)c, (void)a, (void)b;
+#endif
+}
+#endif
+
+/// c += a b as the warp computes it: products of bf16 (exact in fp32)
+/// summed in fp32, gathered from and scattered to the lanes by the layout.
+MIMO_HD inline void mma(Acc<HostLanes> &c, const FragA<HostLanes> &a,
+                        const FragB<HostLanes> &b) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    for (int r = 0; r < 4; ++r)
+      for (int half = 0; half < 2; ++half)
+        A[aRow(lane, r)][aCol(lane, r, half)] =
+            bodies::widen(static_cast<uint16_t>(a.x[lane][r] >> (16 * half)));
+    for (int r = 0; r < 2; ++r)
+      for (int half = 0; half < 2; ++half)
+        B[bRow(lane, r, half)][bCol(lane)] =
+            bodies::widen(static_cast<uint16_t>(b.x[lane][r] >> (16 * half)));
+    for (int i = 0; i < 4; ++i)
+      C[cRow(lane, i)][cCol(lane, i)] = c.x[lane][i];
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int row = cRow(lane, i), col = cCol(lane, i);
+      float s = C[row][col];
+      for (int k = 0; k < 16; ++k)
+        s += A[row][k] * B[k][col];
+      c.x[lane][i] = s;
+    }
+}
+
+//===--- Reductions over the four lanes that share a row
+//---------------------===//
+#if defined(__CUDACC__)
+MIMO_HD inline void quadMax(float (&v)[1]) {
+#if defined(__CUDA_ARCH__)
+  for (int mask = 1; mask <= 2; mask <<= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v[0], mask);
+    v[0] = other > v[0] ? other : v[0];
+  }
+#else
+  (void)v;
+#endif
+}
+MIMO_HD inline void quadSum(float (&v)[1]) {
+#if defined(__CUDA_ARCH__)
+  for (int mask = 1; mask <= 2; mask <<= 1)
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], mask);
+#else
+  (void)v;
+#endif
+}
+/// The largest of the warp's values (every lane gets it).
+MIMO_HD inline int64_t warpMax(const int64_t (&lanes)[1]) {
+  int64_t v = lanes[0];
+#if defined(__CUDA_ARCH__)
+  for (int mask = 16; mask >= 1; mask >>= 1) {
+    const int64_t other = __shfl_xor_sync(0xffffffffu, v, mask);
+    v = other > v ? other : v;
+  }
+#endif
+  return v;
+}
+#endif
+
+/// The host's quad reductions: lane l combines with l ^ 1, then l ^ 2, in
+/// the shuffles' order, with the GPU's comparisons.
+MIMO_HD inline void quadMax(float (&v)[kWarpSize]) {
+  for (int mask = 1; mask <= 2; mask <<= 1) {
+    float next[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l)
+      next[l] = v[l ^ mask] > v[l] ? v[l ^ mask] : v[l];
+    memcpy(v, next, sizeof(next));
+  }
+}
+MIMO_HD inline void quadSum(float (&v)[kWarpSize]) {
+  for (int mask = 1; mask <= 2; mask <<= 1) {
+    float next[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l)
+      next[l] = v[l] + v[l ^ mask];
+    memcpy(v, next, sizeof(next));
+  }
+}
+MIMO_HD inline int64_t warpMax(const int64_t (&v)[kWarpSize]) {
+  int64_t m = v[0];
+  for (int l = 1; l < kWarpSize; ++l)
+    m = v[l] > m ? v[l] : m;
+  return m;
+}
+
+} // namespace mimo::device::mma
+
+#endif // MIMO_RUNTIME_DEVICE_WARPMMA_H

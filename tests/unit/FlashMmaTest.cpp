@@ -1,0 +1,358 @@
+//===- FlashMmaTest.cpp - The tensor-core attention, run on the host -----===//
+//
+// WarpMma.h's fragment layouts against the PTX ISA's m16n8k16 tables (lane
+// by lane), its loads and product against a plain matrix product, and the
+// bf16 attention programs of FlashMmaBodies.h, run on the host warp by
+// warp as the GPU's barriers order them, against the CPU device's emulation
+// of the same rounding (Device::attentionForward with bf16) and against the
+// float64 reference, on every mask the model makes. The fp32 programs of
+// FlashBodies.h under bf16 (the CUDA device's head dimensions the tensor
+// cores do not take) are checked against the emulation too.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/device/AttentionTiles.h"
+#include "runtime/device/FlashBodies.h"
+#include "runtime/device/FlashMmaBodies.h"
+#include "runtime/device/WarpMma.h"
+#include "runtime/device/cpu/Attention.h"
+#include "runtime/device/cpu/Kernels.h"
+#include "tests/unit/AttentionCases.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace b = mimo::device::bodies;
+namespace k = mimo::kernels;
+namespace t = mimo::device::tiles;
+namespace mma = mimo::device::mma;
+namespace flash = mimo::device::flash;
+namespace fm = mimo::device::flashmma;
+using mma::HostLanes;
+using namespace mimo::testing;
+
+namespace {
+
+float bf16(float x) { return b::roundToBf16(x); }
+float low(uint32_t r) { return b::widen(static_cast<uint16_t>(r)); }
+float high(uint32_t r) { return b::widen(static_cast<uint16_t>(r >> 16)); }
+
+TEST(WarpMma, FragmentLayoutsAreThePtxTables) {
+  // PTX ISA, mma.m16n8k16 (.bf16): groupID = lane >> 2, threadID_in_group
+  // = lane % 4. Lane 0 and lane 29 (group 7, thread 1).
+  EXPECT_EQ(mma::cRow(0, 0), 0);
+  EXPECT_EQ(mma::cCol(0, 1), 1);
+  EXPECT_EQ(mma::cRow(29, 2), 15);
+  EXPECT_EQ(mma::cCol(29, 3), 3);
+  // a0,a1: (g, 2t..2t+1); a2,a3: (g+8, ...); a4,a5: (g, 2t+8...);
+  // a6,a7: (g+8, 2t+8...).
+  EXPECT_EQ(mma::aRow(29, 0), 7);
+  EXPECT_EQ(mma::aCol(29, 0, 1), 3);
+  EXPECT_EQ(mma::aRow(29, 1), 15);
+  EXPECT_EQ(mma::aCol(29, 1, 0), 2);
+  EXPECT_EQ(mma::aRow(29, 2), 7);
+  EXPECT_EQ(mma::aCol(29, 2, 0), 10);
+  EXPECT_EQ(mma::aRow(29, 3), 15);
+  EXPECT_EQ(mma::aCol(29, 3, 1), 11);
+  // b0,b1: (2t..2t+1, g); b2,b3: (2t+8..2t+9, g).
+  EXPECT_EQ(mma::bRow(29, 0, 0), 2);
+  EXPECT_EQ(mma::bRow(29, 1, 1), 11);
+  EXPECT_EQ(mma::bCol(29), 7);
+  // Every element of each operand belongs to exactly one (lane, slot).
+  std::vector<int> a(256, 0), bb(128, 0), c(128, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h)
+        ++a[mma::aRow(lane, r) * 16 + mma::aCol(lane, r, h)];
+    for (int r = 0; r < 2; ++r)
+      for (int h = 0; h < 2; ++h)
+        ++bb[mma::bRow(lane, r, h) * 8 + mma::bCol(lane)];
+    for (int i = 0; i < 4; ++i)
+      ++c[mma::cRow(lane, i) * 8 + mma::cCol(lane, i)];
+  }
+  for (int x : a)
+    EXPECT_EQ(x, 1);
+  for (int x : bb)
+    EXPECT_EQ(x, 1);
+  for (int x : c)
+    EXPECT_EQ(x, 1);
+}
+
+TEST(WarpMma, LoadsAndProductAgreeWithAMatrixProduct) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-2, 2);
+  // A [16][16], B [16][8] in bf16, C [16][8] in fp32; tiles padded.
+  const int pitch = 24;
+  std::vector<uint16_t> At(16 * pitch), Bt(8 * pitch), Bk(16 * pitch);
+  float A[16][16], B[16][8], C[16][8];
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) {
+      A[r][c] = bf16(dist(rng));
+      At[r * pitch + c] = b::bf16Bits(A[r][c]);
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 8; ++c) {
+      B[r][c] = bf16(dist(rng));
+      Bt[c * pitch + r] = b::bf16Bits(B[r][c]); // B's transpose, row by row
+      Bk[r * pitch + c] = b::bf16Bits(B[r][c]);
+      C[r][c] = dist(rng);
+    }
+  mma::FragA<HostLanes> fa;
+  mma::FragB<HostLanes> fromRows, fromColumns;
+  mma::loadA(fa, At.data(), pitch);
+  mma::loadBTransposed(fromRows, Bt.data(), pitch);
+  mma::loadB(fromColumns, Bk.data(), pitch);
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(low(fa.x[lane][3]), A[mma::aRow(lane, 3)][mma::aCol(lane, 3, 0)]);
+    EXPECT_EQ(high(fromRows.x[lane][1]),
+              B[mma::bRow(lane, 1, 1)][mma::bCol(lane)]);
+    EXPECT_EQ(fromRows.x[lane][0], fromColumns.x[lane][0]);
+    EXPECT_EQ(fromRows.x[lane][1], fromColumns.x[lane][1]);
+  }
+  mma::Acc<HostLanes> acc;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i)
+      acc.x[lane][i] = C[mma::cRow(lane, i)][mma::cCol(lane, i)];
+  mma::mma(acc, fa, fromRows);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int row = mma::cRow(lane, i), col = mma::cCol(lane, i);
+      double want = C[row][col];
+      for (int kk = 0; kk < 16; ++kk)
+        want += static_cast<double>(A[row][kk]) * B[kk][col];
+      EXPECT_NEAR(acc.x[lane][i], want, 1e-5) << lane << " " << i;
+    }
+}
+
+TEST(WarpMma, AccumulatorsBecomeTheNextProductsOperandRounded) {
+  // [left | right] (16 x 16 as two 16 x 8 accumulator tiles) as an A
+  // operand: the same (row, column) in the same lane, rounded to bf16.
+  auto value = [](int row, int col) { return 1.0f + row * 0.1234567f + col; };
+  mma::Acc<HostLanes> left, right;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      left.x[lane][i] = value(mma::cRow(lane, i), mma::cCol(lane, i));
+      right.x[lane][i] = value(mma::cRow(lane, i), 8 + mma::cCol(lane, i));
+    }
+  mma::FragA<HostLanes> fa;
+  mma::accToA(fa, left, right);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(low(fa.x[lane][r]),
+                bf16(value(mma::aRow(lane, r), mma::aCol(lane, r, 0))));
+      EXPECT_EQ(high(fa.x[lane][r]),
+                bf16(value(mma::aRow(lane, r), mma::aCol(lane, r, 1))));
+    }
+}
+
+TEST(WarpMma, QuadReductionsCombineTheFourLanesOfARow) {
+  float most[32], sum[32];
+  for (int l = 0; l < 32; ++l)
+    most[l] = sum[l] = static_cast<float>((l * 7) % 11);
+  mma::quadMax(most);
+  mma::quadSum(sum);
+  for (int l = 0; l < 32; ++l) {
+    float m = -1, s = 0;
+    for (int j = l & ~3; j < (l & ~3) + 4; ++j) {
+      const float x = static_cast<float>((j * 7) % 11);
+      m = std::max(m, x);
+      s += x;
+    }
+    EXPECT_EQ(most[l], m) << l;
+    EXPECT_EQ(sum[l], s) << l;
+  }
+  int64_t ends[32];
+  for (int l = 0; l < 32; ++l)
+    ends[l] = l == 17 ? 900 : l;
+  EXPECT_EQ(mma::warpMax(ends), 900);
+}
+
+/// Outputs of one attention, forward and backward (poisoned with NaN).
+struct Outputs {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+using Forward = void (*)(const float *, const float *, const float *, float *,
+                         float *, const flash::Shape &);
+using Backward = void (*)(const float *, const float *, const float *,
+                          const float *, const float *, const float *, float *,
+                          float *, float *, const flash::Shape &);
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  t::Plan plan;
+  int64_t Tq = 0, Tk = 0, heads = 0, d = 0;
+};
+
+Inputs inputs(const Mask &m, int64_t heads, int64_t d) {
+  Inputs in;
+  std::mt19937 rng(static_cast<unsigned>(m.qpos.size() * 13 + heads + d));
+  in.Tq = static_cast<int64_t>(m.qpos.size());
+  in.Tk = static_cast<int64_t>(m.kpos.size());
+  in.heads = heads;
+  in.d = d;
+  // The layer's q, k and v are bf16 already; dO is not.
+  auto rounded = [&](size_t n) {
+    std::vector<float> x = random(rng, n);
+    for (float &e : x)
+      e = bf16(e);
+    return x;
+  };
+  in.q = rounded(static_cast<size_t>(in.Tq * heads * d));
+  in.k = rounded(static_cast<size_t>(in.Tk * heads * d));
+  in.v = rounded(static_cast<size_t>(in.Tk * heads * d));
+  in.dout = random(rng, static_cast<size_t>(in.Tq * heads * d));
+  in.plan = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(), m.kseg.data(),
+                    in.Tq, in.Tk, m.causal);
+  return in;
+}
+
+Outputs poisoned(const Inputs &in) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t nq = in.q.size(), nk = in.k.size();
+  return {std::vector<float>(nq, nan),
+          std::vector<float>(static_cast<size_t>(in.heads * in.Tq), nan),
+          std::vector<float>(nq, nan), std::vector<float>(nk, nan),
+          std::vector<float>(nk, nan)};
+}
+
+/// The CPU device's bf16 emulation (the backward on its own o and lse).
+Outputs emulated(const Inputs &in) {
+  Outputs out = poisoned(in);
+  const t::PlanView view = in.plan.hostView();
+  k::tiledAttentionForward(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
+                           out.lse.data(), view, in.heads, in.d, true);
+  k::tiledAttentionBackward(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
+                            out.lse.data(), in.dout.data(), out.dq.data(),
+                            out.dk.data(), out.dv.data(), view, in.heads, in.d,
+                            true);
+  return out;
+}
+
+/// A host-run program pair; the backward reads the emulation's o and lse,
+/// so that its error is its own.
+Outputs programs(const Inputs &in, const Outputs &reference, Forward forward,
+                 Backward backward) {
+  Outputs out = poisoned(in);
+  const flash::Shape s =
+      flash::shapeOf(in.plan.hostView(), in.heads, in.d, true);
+  forward(in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data(),
+          s);
+  backward(in.q.data(), in.k.data(), in.v.data(), reference.o.data(),
+           reference.lse.data(), in.dout.data(), out.dq.data(), out.dk.data(),
+           out.dv.data(), s);
+  return out;
+}
+
+/// `got` against the emulation and both against the float64 reference.
+/// Measured: 1e-7 to 2e-3 against the emulation (a probability whose fp32
+/// values differ in the last bit may round to neighbouring bf16s, which
+/// shows on rows of few keys), 1e-3 to 3e-3 against float64 (the rounding
+/// of P and dS itself); a fragment in the wrong place is off by O(1).
+void check(const std::string &what, const Mask &m, int64_t heads, int64_t d,
+           Forward forward, Backward backward, double near = 5e-3) {
+  SCOPED_TRACE(what + ", d " + std::to_string(d));
+  const Inputs in = inputs(m, heads, d);
+  const Outputs emu = emulated(in);
+  const Outputs got = programs(in, emu, forward, backward);
+  EXPECT_LE(relativeError(got.o, toDouble(emu.o)), near) << "o";
+  EXPECT_LE(relativeError(got.lse, toDouble(emu.lse)), 1e-5) << "lse";
+  EXPECT_LE(relativeError(got.dq, toDouble(emu.dq)), near) << "dq";
+  EXPECT_LE(relativeError(got.dk, toDouble(emu.dk)), near) << "dk";
+  EXPECT_LE(relativeError(got.dv, toDouble(emu.dv)), near) << "dv";
+  // The float64 reference on the rounded inputs (dO rounded too).
+  std::vector<double> q = toDouble(in.q), kk = toDouble(in.k),
+                      v = toDouble(in.v), dout = toDouble(in.dout);
+  for (double &x : dout)
+    x = bf16(static_cast<float>(x));
+  std::vector<double> o(q.size()), lse(emu.lse.size()), dq(q.size()),
+      dk(kk.size()), dv(v.size());
+  k::attentionForward<double>(q.data(), kk.data(), v.data(), o.data(),
+                              lse.data(), m.qpos.data(), m.qseg.data(),
+                              m.kpos.data(), m.kseg.data(), in.Tq, in.Tk, heads,
+                              d, m.causal);
+  k::attentionBackward<double>(
+      q.data(), kk.data(), v.data(), o.data(), lse.data(), dout.data(),
+      dq.data(), dk.data(), dv.data(), m.qpos.data(), m.qseg.data(),
+      m.kpos.data(), m.kseg.data(), in.Tq, in.Tk, heads, d, m.causal);
+  for (const Outputs *x : {&emu, &got}) {
+    const char *who = x == &emu ? "emulation" : "programs";
+    EXPECT_LE(relativeError(x->o, o), 2e-2) << who << " o vs float64";
+    EXPECT_LE(relativeError(x->lse, lse), 1e-5) << who << " lse vs float64";
+    EXPECT_LE(relativeError(x->dq, dq), 2e-2) << who << " dq vs float64";
+    EXPECT_LE(relativeError(x->dk, dk), 2e-2) << who << " dk vs float64";
+    EXPECT_LE(relativeError(x->dv, dv), 2e-2) << who << " dv vs float64";
+  }
+}
+
+void checkMma(const std::string &what, const Mask &m, int64_t heads,
+              int64_t d) {
+  check("tensor cores, " + what, m, heads, d, fm::forwardOnHost,
+        fm::backwardOnHost);
+}
+
+TEST(FlashMma, CausalLanesAtEveryHeadDimension) {
+  for (int64_t d : {32, 64, 96, 128})
+    checkMma("[S=150, B=1]", lane(150, 1), 2, d);
+  checkMma("[S=70, B=3] interleaved samples", lane(70, 3), 3, 64);
+  checkMma("one short sample", lane(5, 1), 1, 32);
+}
+
+TEST(FlashMma, ZigzagPackedDenseEncoderAndLonelyRows) {
+  checkMma("cp zigzag rank 1", zigzagRank1(), 2, 32);
+  checkMma("packed thd", packedThd(), 2, 64);
+  checkMma("dense padding", densePadding(), 2, 32);
+  checkMma("bidirectional encoder samples", encoderSamples(90), 2, 96);
+  checkMma("a query without keys, a key without queries", lonelyRows(), 1, 32);
+}
+
+TEST(FlashMma, TheFp32ProgramsRoundTheSameWayAtOtherHeadDimensions) {
+  check("fp32 programs under bf16, [S=100, B=2]", lane(100, 2), 2, 8,
+        flash::forwardOnHost, flash::backwardOnHost);
+  check("fp32 programs under bf16, head dim 48", lane(90, 1), 1, 48,
+        flash::forwardOnHost, flash::backwardOnHost);
+}
+
+TEST(FlashMma, ANaNPassesOnAndARowWithoutKeysStaysZero) {
+  const Mask m = lonelyRows();
+  const int64_t heads = 2, d = 32, Tq = 3;
+  Inputs in = inputs(m, heads, d);
+  for (int64_t c = 0; c < d; ++c)
+    in.q[static_cast<size_t>(1 * heads * d + c)] =
+        std::numeric_limits<float>::quiet_NaN();
+  Outputs out = poisoned(in);
+  fm::forwardOnHost(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
+                    out.lse.data(),
+                    flash::shapeOf(in.plan.hostView(), heads, d, true));
+  auto at = [&](int64_t token, int64_t head, int64_t c) {
+    return out.o[static_cast<size_t>(token * heads * d + head * d + c)];
+  };
+  for (int64_t c = 0; c < d; ++c) {
+    EXPECT_TRUE(std::isfinite(at(0, 0, c)) && std::isfinite(at(0, 1, c)));
+    EXPECT_TRUE(std::isnan(at(1, 0, c))) << "NaN passes on";
+    EXPECT_TRUE(std::isfinite(at(1, 1, c))) << "other heads not";
+    EXPECT_EQ(at(2, 0, c), 0.0f);
+    EXPECT_EQ(at(2, 1, c), 0.0f);
+  }
+  EXPECT_TRUE(std::isnan(out.lse[0 * Tq + 1]));
+  EXPECT_TRUE(std::isfinite(out.lse[1 * Tq + 1]));
+  EXPECT_EQ(out.lse[0 * Tq + 2], -std::numeric_limits<float>::infinity());
+}
+
+TEST(FlashMma, SharedMemoryFitsEveryGpuItRunsOn) {
+  // sm_80's opt-in limit is 163 KiB; the hungriest program at d 128 is the
+  // dq program's 2 x 64 query rows and 2 x 64 key rows of 136 bf16.
+  EXPECT_EQ(fm::sharedBytes(128), 4 * 64 * 136 * 2);
+  EXPECT_LE(fm::sharedBytes(128), 163 * 1024);
+  EXPECT_TRUE(fm::supportsHeadDim(64));
+  EXPECT_FALSE(fm::supportsHeadDim(80));
+  EXPECT_FALSE(fm::supportsHeadDim(256));
+}
+
+} // namespace
