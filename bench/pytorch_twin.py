@@ -15,8 +15,13 @@ torch.autocast (bf16 GEMMs with fp32 accumulation, fp32 master weights and
 AdamW), the usual mixed precision of eager PyTorch; steps are timed with
 torch.cuda.synchronize and the peak memory PyTorch allocated is reported.
 
+`--microbatches M` accumulates the gradients of M batches before each
+clip and AdamW step, as mimo's `num_microbatches` does (a step is then M
+times `--batch` sequences).
+
 usage: pytorch_twin.py --hidden 512 --layers 4 --heads 8 --ffn 1536
-       --vocab 8192 --seq 512 --batch 4 --steps 4 [--threads N]
+       --vocab 8192 --seq 512 --batch 4 --steps 4 [--microbatches M]
+       [--threads N]
        [--device cpu|cuda] [--dtype fp32|bf16] [--attention eager|sdpa]
 Prints one JSON object: {"tokens_per_s": mean over steps 2.., "steps": [...]}
 (and "peak_bytes" on a GPU).
@@ -115,7 +120,7 @@ def main():
     p = argparse.ArgumentParser()
     for name, default in (("hidden", 512), ("layers", 4), ("heads", 8), ("ffn", 1536),
                           ("vocab", 8192), ("seq", 512), ("batch", 4), ("steps", 4),
-                          ("threads", 1)):
+                          ("microbatches", 1), ("threads", 1)):
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
@@ -133,20 +138,24 @@ def main():
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     steps = []
     for step in range(a.steps):
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+        batches = [torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+                   for _ in range(a.microbatches)]
         sync()
         start = time.perf_counter()
-        with torch.autocast(a.device, dtype=torch.bfloat16,
-                            enabled=a.dtype == "bf16"):
-            loss = model(ids)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total = torch.zeros((), device=a.device)
+        for ids in batches:
+            with torch.autocast(a.device, dtype=torch.bfloat16,
+                                enabled=a.dtype == "bf16"):
+                loss = model(ids) / a.microbatches
+            loss.backward()
+            total += loss.detach().float()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sync()
         seconds = time.perf_counter() - start
-        steps.append({"step": step + 1, "loss": loss.item(), "seconds": seconds,
-                      "tokens": a.batch * a.seq})
+        steps.append({"step": step + 1, "loss": total.item(), "seconds": seconds,
+                      "tokens": a.batch * a.seq * a.microbatches})
     later = steps[1:] or steps
     rate = sum(s["tokens"] for s in later) / sum(s["seconds"] for s in later)
     out = {"tokens_per_s": rate, "threads": a.threads, "device": a.device,

@@ -3,7 +3,8 @@
 PyTorch eager (SPEC §11 GPU benchmarks; run by scripts/gpu-check.sh).
 
 The model (bench/models/lm-1b.json): hidden 2048, 22 layers, 16 heads,
-SwiGLU 5632, vocabulary 32000, sequence 2048, 2 sequences per step,
+SwiGLU 5632, vocabulary 32000, sequence 2048, 4 micro-batches of 2
+sequences per step (16,384 tokens; PyTorch accumulates the same four),
 precision bf16, AdamW. mimo trains its plan (compiled beforehand:
 scripts/gpu-bundle.sh) with `mimo-run --device cuda`; the same model and
 optimizer run in PyTorch eager (bench/pytorch_twin.py: bf16 autocast with
@@ -111,8 +112,8 @@ def run_twin(args, arch, batch, dtype, attention):
            "--ffn", str(arch["ffn_hidden_size"]),
            "--vocab", str(arch["vocab_size"]),
            "--seq", str(batch["seq_length"]),
-           "--batch", str(batch["micro_batch_size"] *
-                          batch.get("num_microbatches", 1)),
+           "--batch", str(batch["micro_batch_size"]),
+           "--microbatches", str(batch.get("num_microbatches", 1)),
            "--steps", str(args.steps)]
     done = subprocess.run(cmd, capture_output=True, text=True,
                           timeout=args.timeout)

@@ -107,7 +107,8 @@ TEST(CostModel, ProfilesRoundTripAndBadOnesNameTheirPointer) {
             pointers.end());
 }
 
-/// Precision "bf16" takes the profile's bf16 GEMM rates and peak: the
+/// Precision "bf16" takes the profile's bf16 GEMM and attention rates and
+/// peak: the
 /// same layout simulates faster on a GPU profile, its MFU against the bf16
 /// peak; a profile without them keeps the fp32 ones.
 TEST(CostModel, Bf16ModelsUseTheBf16GemmRatesAndPeak) {
@@ -123,8 +124,21 @@ TEST(CostModel, Bf16ModelsUseTheBf16GemmRatesAndPeak) {
   EXPECT_DOUBLE_EQ(bf16.peakTflops, 989.4);
   EXPECT_GT(gemmSeconds(h100, 4096, 4096, 4096),
             5 * gemmSeconds(bf16, 4096, 4096, 4096));
+  // bf16 attention (tensor cores on a GPU) replaces the fp32 rates too.
+  ASSERT_FALSE(h100.attentionBf16Forward.empty());
+  EXPECT_EQ(back->attentionBf16Forward.size(),
+            h100.attentionBf16Forward.size());
+  EXPECT_EQ(back->attentionBf16Backward.size(),
+            h100.attentionBf16Backward.size());
+  EXPECT_DOUBLE_EQ(bf16.attentionForward.back().tflops,
+                   h100.attentionBf16Forward.back().tflops);
+  EXPECT_DOUBLE_EQ(bf16.attentionBackward.back().tflops,
+                   h100.attentionBf16Backward.back().tflops);
   DeviceProfile cpu = *builtinProfile("cpu");
   EXPECT_EQ(forPrecision(cpu, "bf16").gemm.size(), cpu.gemm.size());
+  EXPECT_EQ(forPrecision(cpu, "bf16").attentionForward.size(),
+            cpu.attentionForward.size());
+  EXPECT_FALSE(profileToJson(cpu).contains("attention_bf16_tflops"));
 
   ModelConfig model = pipelineModel(2, 4);
   Plan fp32 = requirePlan(model);
