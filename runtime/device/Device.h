@@ -164,6 +164,12 @@ public:
   virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
                         int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                         float beta, float *C) = 0;
+  /// gemmBf16 with beta 0 and C written as bf16 bits (the fp32 sums rounded,
+  /// as packBf16 rounds): a GEMM whose output precision "bf16" stores
+  /// rounded, in one pass (cuBLASLt's bf16 output on the GPU).
+  virtual void gemmBf16Out(bool transA, bool transB, int64_t M, int64_t N,
+                           int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                           uint16_t *C) = 0;
   virtual void rmsnormForward(const float *x, const float *w, float *y,
                               float *rstd, int64_t rows, int64_t cols) = 0;
   virtual void rmsnormBackward(const float *x, const float *w,
@@ -195,6 +201,11 @@ public:
                                     int64_t cols) = 0;
   virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n) = 0;
   virtual void swigluForwardBf16(const float *gate, const float *up,
+                                 uint16_t *y, int64_t n) = 0;
+  /// The two above reading bf16 bits (the GEMM outputs of gemmBf16Out):
+  /// the same bits as on their values in fp32.
+  virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) = 0;
+  virtual void swigluForwardBf16(const uint16_t *gate, const uint16_t *up,
                                  uint16_t *y, int64_t n) = 0;
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
                     int64_t heads, int64_t dim, bool inverse) = 0;

@@ -192,13 +192,14 @@ template <typename T> struct AddBias {
 };
 
 /// The forwards below write Out: T, or bf16 bits (narrow).
-template <typename T, typename Out = T> struct GeluForward {
-  const T *x;
+/// In: how x is stored (T, or bf16 bits read as their floats).
+template <typename T, typename Out = T, typename In = T> struct GeluForward {
+  const In *x;
   Out *y;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
-    double xv = static_cast<double>(x[i]);
+    double xv = static_cast<double>(widen(x[i]));
     double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
     y[i] = narrow<Out>(static_cast<T>(0.5 * xv * (1.0 + t)));
   }
@@ -218,15 +219,17 @@ template <typename T> struct GeluBackward {
   }
 };
 
-template <typename T, typename Out = T> struct SwigluForward {
-  const T *gate, *up;
+/// In: how gate and up are stored (T, or bf16 bits read as their floats).
+template <typename T, typename Out = T, typename In = T> struct SwigluForward {
+  const In *gate, *up;
   Out *y;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
-    double g = static_cast<double>(gate[i]);
+    double g = static_cast<double>(widen(gate[i]));
     double sig = 1.0 / (1.0 + ::exp(-g));
-    y[i] = narrow<Out>(static_cast<T>(g * sig * static_cast<double>(up[i])));
+    y[i] = narrow<Out>(
+        static_cast<T>(g * sig * static_cast<double>(widen(up[i]))));
   }
 };
 

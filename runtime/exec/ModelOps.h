@@ -41,6 +41,21 @@ inline void matmul(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
   gemm(dev, bf16, false, false, M, N, K, 1.0f, x, w, beta, y);
 }
 
+/// Y[M,N] = X[M,K] · W[K,N] stored as it is kept: under bf16 written as
+/// bf16 bits by the GEMM itself (Device::gemmBf16Out: the rounding a store
+/// would do, without an fp32 pass), else fp32.
+inline Tensor storedProduct(Device &dev, bool bf16, Bf16Operand x,
+                            Bf16Operand w, int64_t M, int64_t K, int64_t N) {
+  if (!bf16) {
+    Tensor y = Tensor::empty(M * N);
+    matmul(dev, false, x, w, y.data(), M, K, N);
+    return y;
+  }
+  Tensor y = Tensor::empty(M * N, device::DType::BF16);
+  dev.gemmBf16Out(false, false, M, N, K, 1.0f, x, w, y.data<uint16_t>());
+  return y;
+}
+
 /// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
 inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
                            const float *dy, float *dx, float *dw, int64_t M,

@@ -92,23 +92,21 @@ public:
     c.x1 = residual(c.x, o);
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
-    c.g = empty(Tc * Fl);
-    matmul(dev, ctx.bf16, operand(c.h2f), P(w1), c.g.data(), Tc, H, Fl);
-    store(c.g);
-    // The activation writes the w2 GEMM's input: bf16 bits under bf16.
+    // Under bf16 the gate and up projections come out of their GEMMs as
+    // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
+    // input as bf16 bits.
+    c.g = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w1), Tc, H, Fl);
     c.s = Tensor::empty(Tc * Fl,
                         ctx.bf16 ? device::DType::BF16 : device::DType::F32);
     if (language) {
-      c.u = empty(Tc * Fl);
-      matmul(dev, ctx.bf16, operand(c.h2f), P(w3), c.u.data(), Tc, H, Fl);
-      store(c.u);
+      c.u = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w3), Tc, H, Fl);
       if (ctx.bf16)
-        dev.swigluForwardBf16(c.g.data(), c.u.data(), c.s.data<uint16_t>(),
-                              Tc * Fl);
+        dev.swigluForwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
+                              c.s.data<uint16_t>(), Tc * Fl);
       else
         dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else if (ctx.bf16) {
-      dev.geluForwardBf16(c.g.data(), c.s.data<uint16_t>(), Tc * Fl);
+      dev.geluForwardBf16(c.g.data<uint16_t>(), c.s.data<uint16_t>(), Tc * Fl);
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
@@ -208,14 +206,18 @@ private:
   /// bf16: the rest of what the forward saves for the backward, packed to
   /// bfloat16 after the forward (`pack`) and back to fp32 before the
   /// backward. Every one was stored (rounded) already, so packing loses
-  /// nothing; the GEMM inputs are packed already; the norm statistics and
-  /// the log-sum-exp stay fp32.
+  /// nothing; the GEMM inputs are packed already, and so are the MLP's
+  /// gate and up projections (their GEMMs write bf16); the norm statistics
+  /// and the log-sum-exp stay fp32.
   void keep(LayerCache &c, bool pack) const {
     if (!ctx.bf16)
       return;
     for (Tensor *t :
-         {&c.x, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.x1, &c.g, &c.u})
+         {&c.x, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.x1, &c.g, &c.u}) {
+      if (pack && t->dtype() == device::DType::BF16)
+        continue;
       *t = pack ? packBf16(*ctx.dev, *t) : unpackBf16(*ctx.dev, *t);
+    }
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).

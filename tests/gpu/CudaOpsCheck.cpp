@@ -210,6 +210,16 @@ public:
                 d.release(bits);
               },
               1e-4);
+          // bf16 output (cuBLASLt's bf16 D): a bf16 step apart at most.
+          compare(
+              std::string(name) + " bf16 out", {io.in, {}, {}, {s.a * s.b}},
+              [=](Device &d, const Ptr &p) {
+                viaBits(d, p.out[0], s.a * s.b, [&](uint16_t *y) {
+                  d.gemmBf16Out(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1],
+                                y);
+                });
+              },
+              kBf16Step);
         }
   }
 
@@ -263,6 +273,23 @@ public:
             viaBits(d, p.out[1], n, [&](uint16_t *y) {
               d.swigluForwardBf16(p.in[0], p.in[1], y, n);
             });
+          },
+          kBf16Step);
+      // bf16 inputs too (the MLP's gate and up, as their GEMMs write them).
+      compare(
+          "gelu and swiglu forward, bf16 in and out" + sz,
+          {io.in, {}, {}, {n, n}},
+          [=](Device &d, const Ptr &p) {
+            auto *in = static_cast<uint16_t *>(
+                d.allocate(std::max<int64_t>(2 * n, 1) * 2));
+            d.packBf16(p.in[0], in, n);
+            d.packBf16(p.in[1], in + n, n);
+            viaBits(d, p.out[0], n,
+                    [&](uint16_t *y) { d.geluForwardBf16(in, y, n); });
+            viaBits(d, p.out[1], n, [&](uint16_t *y) {
+              d.swigluForwardBf16(in, in + n, y, n);
+            });
+            d.release(in);
           },
           kBf16Step);
       compare("add, scale, axpy, maximum" + sz,

@@ -236,7 +236,22 @@ TEST(KernelBodiesBf16, GemmOfRoundedOperands) {
       cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(), 0.25f,
                     packed.data());
       EXPECT_EQ(packed, want);
+      // bf16 output: the bits of the fp32 product (beta 0), rounded.
+      std::vector<float> product(static_cast<size_t>(M * N));
+      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(), 0.0f,
+                    product.data());
+      std::vector<uint16_t> out(static_cast<size_t>(M * N), 0x7fc0),
+          wantBits(static_cast<size_t>(M * N));
+      cpu->packBf16(product.data(), wantBits.data(), M * N);
+      cpu->gemmBf16Out(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(),
+                       out.data());
+      EXPECT_EQ(out, wantBits);
     }
+  // No K: the rounded zero sums.
+  std::vector<uint16_t> empty(6, 0x7fc0);
+  cpu->gemmBf16Out(false, false, 2, 3, 0, 1.0f, A.data(), B.data(),
+                   empty.data());
+  EXPECT_EQ(empty, std::vector<uint16_t>(6, 0));
 }
 
 /// An embedding lookup in a bf16 table gives the rounded table's rows.
@@ -302,6 +317,25 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   runAll(b::SwigluForward<float>{x.data(), u.data(), y.data(), n});
   runAll(b::SwigluForward<float, uint16_t>{x.data(), u.data(), bits.data(), n});
   EXPECT_EQ(bits, pack(y)) << "swiglu";
+  // bf16 inputs (gemmBf16Out's outputs): the bits of fp32 inputs holding
+  // the same values.
+  std::vector<uint16_t> xBits = pack(x), uBits = pack(u), fromBits(n);
+  std::vector<float> xr(n), ur(n);
+  runAll(b::FromBf16Bits{xBits.data(), xr.data(), n});
+  runAll(b::FromBf16Bits{uBits.data(), ur.data(), n});
+  runAll(b::GeluForward<float, uint16_t>{xr.data(), bits.data(), n});
+  runAll(b::GeluForward<float, uint16_t, uint16_t>{xBits.data(),
+                                                   fromBits.data(), n});
+  EXPECT_EQ(fromBits, bits) << "gelu of bf16 inputs";
+  cpu->geluForwardBf16(xBits.data(), fromBits.data(), n);
+  EXPECT_EQ(fromBits, bits) << "cpu gelu of bf16 inputs";
+  runAll(
+      b::SwigluForward<float, uint16_t>{xr.data(), ur.data(), bits.data(), n});
+  runAll(b::SwigluForward<float, uint16_t, uint16_t>{xBits.data(), uBits.data(),
+                                                     fromBits.data(), n});
+  EXPECT_EQ(fromBits, bits) << "swiglu of bf16 inputs";
+  cpu->swigluForwardBf16(xBits.data(), uBits.data(), fromBits.data(), n);
+  EXPECT_EQ(fromBits, bits) << "cpu swiglu of bf16 inputs";
   // The CPU device: its bf16 forwards against its fp32 ones, packed.
   cpu->rmsnormForward(x.data(), w.data(), y.data(), stat.data(), rows, cols);
   cpu->rmsnormForwardBf16(x.data(), w.data(), bits.data(), rstdBits.data(),

@@ -235,6 +235,13 @@ public:
     std::vector<float> a = rounded(A, M * K), b = rounded(B, K * N);
     gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
   }
+  void gemmBf16Out(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, Bf16Operand A, Bf16Operand B,
+                   uint16_t *C) override {
+    packed(C, M * N, [&](float *out) {
+      gemmBf16(ta, tb, M, N, K, alpha, A, B, 0.0f, out);
+    });
+  }
   /// An operand's n values rounded to bf16, as floats.
   std::vector<float> rounded(const Bf16Operand &x, int64_t n) {
     std::vector<float> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
@@ -303,6 +310,21 @@ public:
   void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
                          int64_t n) override {
     packed(y, n, [&](float *out) { swigluForward(g, u, out, n); });
+  }
+  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) override {
+    std::vector<float> in = unpacked(x, n);
+    geluForwardBf16(in.data(), y, n);
+  }
+  void swigluForwardBf16(const uint16_t *g, const uint16_t *u, uint16_t *y,
+                         int64_t n) override {
+    std::vector<float> gate = unpacked(g, n), up = unpacked(u, n);
+    swigluForwardBf16(gate.data(), up.data(), y, n);
+  }
+  /// n bf16 values as floats (exact).
+  std::vector<float> unpacked(const uint16_t *x, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    unpackBf16(x, out.data(), n);
+    return out;
   }
   /// y = packBf16(what `compute` writes into n floats of scratch).
   template <typename F> void packed(uint16_t *y, int64_t n, F &&compute) {

@@ -418,15 +418,32 @@ public:
         scale(C, beta, M * N);
       return;
     }
-    // fp32 operands in bf16 (stream-ordered scratch; bf16 ones as they
-    // are), then cuBLASLt's bf16 GEMM with fp32 accumulation and fp32 C.
+    runBf16(ta, tb, M, N, K, alpha, A, B, beta, C, false);
+  }
+  void gemmBf16Out(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, Bf16Operand A, Bf16Operand B,
+                   uint16_t *C) override {
+    if (M <= 0 || N <= 0)
+      return;
+    if (K <= 0) { // the rounded zero sums
+      fillZero(C, M * N * int64_t(sizeof(uint16_t)));
+      return;
+    }
+    runBf16(ta, tb, M, N, K, alpha, A, B, 0.0f, C, true);
+  }
+  /// fp32 operands in bf16 (stream-ordered scratch; bf16 ones as they are),
+  /// then cuBLASLt's bf16 GEMM with fp32 accumulation into fp32 C, or bf16
+  /// C (bf16Out).
+  void runBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               Bf16Operand A, Bf16Operand B, float beta, void *C,
+               bool bf16Out) {
     uint16_t *a16 = nullptr, *b16 = nullptr;
     try {
       const uint16_t *a = A.bits ? A.bits : (a16 = toBf16(A.f32, M * K));
       const uint16_t *bb = B.bits ? B.bits : (b16 = toBf16(B.f32, K * N));
       activate();
-      lastKernel = "gemm_bf16";
-      blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true);
+      lastKernel = bf16Out ? "gemm_bf16_out" : "gemm_bf16";
+      blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true, bf16Out);
     } catch (...) {
       if (a16)
         release(a16);
@@ -514,6 +531,15 @@ public:
                          int64_t n) override {
     launch("swiglu_forward_bf16",
            b::SwigluForward<float, uint16_t>{g, u, y, n});
+  }
+  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) override {
+    launch("gelu_forward_bf16_in",
+           b::GeluForward<float, uint16_t, uint16_t>{x, y, n});
+  }
+  void swigluForwardBf16(const uint16_t *g, const uint16_t *u, uint16_t *y,
+                         int64_t n) override {
+    launch("swiglu_forward_bf16_in",
+           b::SwigluForward<float, uint16_t, uint16_t>{g, u, y, n});
   }
   void swigluBackward(const float *g, const float *u, const float *dy,
                       float *dg, float *du, int64_t n) override {

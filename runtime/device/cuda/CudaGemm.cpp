@@ -43,9 +43,10 @@ uint32_t alignmentOf(const void *pointer) {
 CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
                                            int64_t N, int64_t K,
                                            uint32_t alignA, uint32_t alignB,
-                                           uint32_t alignC, bool bf16) {
-  auto key =
-      std::make_tuple(transA, transB, M, N, K, alignA, alignB, alignC, bf16);
+                                           uint32_t alignC, bool bf16,
+                                           bool bf16Out) {
+  auto key = std::make_tuple(transA, transB, M, N, K, alignA, alignB, alignC,
+                             bf16, bf16Out);
   auto it = shapes.find(key);
   if (it != shapes.end())
     return it->second;
@@ -55,7 +56,8 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
   Shape s;
   std::string what = "planning a " + std::to_string(M) + "x" +
                      std::to_string(N) + "x" + std::to_string(K) +
-                     (bf16 ? " bf16" : "") + " GEMM";
+                     (bf16 ? " bf16" : "") + (bf16Out ? " (bf16 out)" : "") +
+                     " GEMM";
   check(cublasLt().descCreate(&s.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -65,8 +67,8 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
   check(cublasLt().descSetAttribute(s.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA,
                                     sizeof(opA)),
         what);
-  // Operands in fp32, or bf16 (precision "bf16"); C and the accumulation
-  // fp32 either way.
+  // Operands in fp32, or bf16 (precision "bf16"); the accumulation fp32
+  // either way, C fp32 or (bf16Out) bf16.
   cudaDataType_t operand = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   if (transB)
     check(cublasLt().layoutCreate(&s.a, operand, K, N, K), what);
@@ -76,7 +78,9 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
     check(cublasLt().layoutCreate(&s.b, operand, M, K, M), what);
   else
     check(cublasLt().layoutCreate(&s.b, operand, K, M, K), what);
-  check(cublasLt().layoutCreate(&s.c, CUDA_R_32F, N, M, N), what);
+  check(cublasLt().layoutCreate(&s.c, bf16Out ? CUDA_R_16BF : CUDA_R_32F, N, M,
+                                N),
+        what);
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLt().preferenceCreate(&preference), what);
   size_t bytes = kWorkspaceBytes;
@@ -114,9 +118,9 @@ CublasLtGemm::Shape &CublasLtGemm::shapeOf(bool transA, bool transB, int64_t M,
 
 void CublasLtGemm::run(bool transA, bool transB, int64_t M, int64_t N,
                        int64_t K, float alpha, const void *A, const void *B,
-                       float beta, float *C, bool bf16) {
+                       float beta, void *C, bool bf16, bool bf16Out) {
   Shape &s = shapeOf(transA, transB, M, N, K, alignmentOf(A), alignmentOf(B),
-                     alignmentOf(C), bf16);
+                     alignmentOf(C), bf16, bf16Out);
   cublasStatus_t status =
       cublasLt().matmul(handle, s.op, &alpha, B, s.a, A, s.b, &beta, C, s.c, C,
                         s.c, &s.algo, workspace, kWorkspaceBytes, stream);

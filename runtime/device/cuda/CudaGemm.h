@@ -27,10 +27,11 @@ public:
   CublasLtGemm &operator=(const CublasLtGemm &) = delete;
 
   /// M, N > 0 and K > 0 (the caller handles empty products). A and B are
-  /// fp32, or bf16 (uint16 bits) when `bf16`; C is fp32 either way.
+  /// fp32, or bf16 (uint16 bits) when `bf16`; C is fp32, or with `bf16Out`
+  /// (bf16 operands only) bf16 bits, the fp32 sums rounded.
   void run(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-           float alpha, const void *A, const void *B, float beta, float *C,
-           bool bf16);
+           float alpha, const void *A, const void *B, float beta, void *C,
+           bool bf16, bool bf16Out = false);
 
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -42,13 +43,14 @@ private:
   };
   /// The plan of a shape and its operands' alignments (bytes).
   Shape &shapeOf(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                 uint32_t alignA, uint32_t alignB, uint32_t alignC, bool bf16);
+                 uint32_t alignA, uint32_t alignB, uint32_t alignC, bool bf16,
+                 bool bf16Out);
 
   cudaStream_t stream;
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;
   std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, uint32_t, uint32_t,
-                      uint32_t, bool>,
+                      uint32_t, bool, bool>,
            Shape>
       shapes;
 };
