@@ -89,8 +89,10 @@ def run_mimo(args, work):
             capture_output=True, text=True, timeout=args.timeout)
         wall = time.time() - start
     if done.returncode != 0:
-        raise RuntimeError("mimo-run failed (%d): %s" %
-                           (done.returncode, done.stderr[-800:]))
+        # The error line, not the usage text that may follow it.
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        raise RuntimeError("mimo-run failed (%d): %s" % (
+            done.returncode, (errors[0] if errors else done.stderr)[-800:]))
     steps = [json.loads(line) for line in open(metrics)]
     later = steps[1:] or steps
     return {
@@ -138,11 +140,12 @@ def main():
              "eager", "",
              "`python3 bench/train_1b.py --steps %d` on %s; model: hidden %d, "
              "%d layers, %d heads, FFN %d, vocabulary %d, sequence %d, %d "
-             "sequences per step, AdamW." % (
+             "sequences per step (%d micro-batches), AdamW." % (
                  args.steps, name, arch["hidden_size"], arch["num_layers"],
                  arch["num_heads"], arch["ffn_hidden_size"],
                  arch["vocab_size"], batch["seq_length"],
-                 batch["micro_batch_size"] * batch.get("num_microbatches", 1)),
+                 batch["micro_batch_size"] * batch.get("num_microbatches", 1),
+                 batch.get("num_microbatches", 1)),
              ""]
     with tempfile.TemporaryDirectory() as work:
         try:
@@ -164,10 +167,10 @@ def main():
               "memory |" % ("%.0f" % peak if peak else "unknown"),
               "|---|---:|---:|---:|---:|"]
     if "error" in mimo:
-        lines.append("| mimo (precision bf16: bf16 GEMMs, fp32 buffers) | failed: "
+        lines.append("| mimo (precision bf16: bf16 GEMMs, tensor-core attention) | failed: "
                      "%s | | | |" % mimo["error"].replace("\n", " "))
     else:
-        lines.append("| mimo (precision bf16: bf16 GEMMs, fp32 buffers) | %.0f | "
+        lines.append("| mimo (precision bf16: bf16 GEMMs, tensor-core attention) | %.0f | "
                      "%.1f | %s | %.1f GiB (allocated; nvidia-smi %.1f GiB) "
                      "|" % (mimo["tokens_per_s"], mimo["tflops"],
                             mfu(mimo["tokens_per_s"]),
