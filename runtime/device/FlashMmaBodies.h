@@ -213,7 +213,9 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
         const float pr =
             e.attends ? exp2Of(p[n].x[l][i] * toLog2 - e.lse2) : 0.0f;
         p[n].x[l][i] = pr;
-        dp[n].x[l][i] = pr * (dp[n].x[l][i] - e.delta);
+        // A pair it does not attend gives 0 even where dP is not finite
+        // (a NaN in a value the row never sees), as the fp32 programs.
+        dp[n].x[l][i] = e.attends ? pr * (dp[n].x[l][i] - e.delta) : 0.0f;
       }
     }
   }
@@ -226,6 +228,7 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
                          int64_t row0, int64_t rows, int64_t h) const {
     for (int l = 0; l < L::kLanes; ++l) {
       const int lane = L::lane(l);
+      MIMO_UNROLL
       for (int half = 0; half < 2; ++half) {
         const int64_t row = row0 + mma::cRow(lane, 2 * half);
         if (row >= rows)
@@ -249,10 +252,11 @@ MIMO_HD inline void rowEnds(int64_t (&end)[L::kLanes][2],
                             const tiles::PlanView &plan, const int64_t *f,
                             int w) {
   for (int l = 0; l < L::kLanes; ++l)
-    for (int half = 0; half < 2; ++half) {
-      const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
-      end[l][half] = row < f[1] ? plan.queryEnd[f[0] + row] : -1;
-    }
+    MIMO_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
+    end[l][half] = row < f[1] ? plan.queryEnd[f[0] + row] : -1;
+  }
 }
 
 /// o and lse per query block.
@@ -286,10 +290,11 @@ template <int D> struct Forward : MmaBlocks<D> {
     for (int n = 0; n < Base::kDimTiles; ++n)
       mma::zero(st.o[n]);
     for (int l = 0; l < L::kLanes; ++l)
-      for (int half = 0; half < 2; ++half) {
-        st.m[l][half] = static_cast<float>(bodies::negativeInfinity());
-        st.l[l][half] = 0.0f;
-      }
+      MIMO_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      st.m[l][half] = static_cast<float>(bodies::negativeInfinity());
+      st.l[l][half] = 0.0f;
+    }
     rowEnds<L>(st.end, this->s.plan, this->block(b), w);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
@@ -332,6 +337,7 @@ template <int D> struct Forward : MmaBlocks<D> {
     float sums[2][L::kLanes];
     for (int l = 0; l < L::kLanes; ++l) {
       float shift[2], correction[2];
+      MIMO_UNROLL
       for (int half = 0; half < 2; ++half) {
         const float m =
             most[half][l] > st.m[l][half] ? most[half][l] : st.m[l][half];
@@ -354,6 +360,7 @@ template <int D> struct Forward : MmaBlocks<D> {
         x = exp2Of(x - shift[i >> 1]);
         sums[i >> 1][l] += x;
       }
+      MIMO_UNROLL
       for (int half = 0; half < 2; ++half)
         st.l[l][half] = st.l[l][half] * correction[half] + sums[half][l];
     }
@@ -364,13 +371,15 @@ template <int D> struct Forward : MmaBlocks<D> {
     const int64_t *f = this->block(b);
     float total[2][L::kLanes];
     for (int l = 0; l < L::kLanes; ++l)
-      for (int half = 0; half < 2; ++half)
-        total[half][l] = st.l[l][half];
+      MIMO_UNROLL
+    for (int half = 0; half < 2; ++half)
+      total[half][l] = st.l[l][half];
     // Each lane summed its own columns; the row's sum is the quad's.
     mma::quadSum(total[0]);
     mma::quadSum(total[1]);
     for (int l = 0; l < L::kLanes; ++l) {
       const int lane = L::lane(l);
+      MIMO_UNROLL
       for (int half = 0; half < 2; ++half) {
         const int64_t row = w * kWarpRows + mma::cRow(lane, 2 * half);
         if (row >= f[1])
@@ -382,8 +391,9 @@ template <int D> struct Forward : MmaBlocks<D> {
         const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
         MIMO_UNROLL
         for (int n = 0; n < Base::kDimTiles; ++n)
-          for (int i = 2 * half; i < 2 * half + 2; ++i)
-            st.o[n].x[l][i] *= inv;
+          MIMO_UNROLL
+        for (int i = 2 * half; i < 2 * half + 2; ++i)
+          st.o[n].x[l][i] *= inv;
         if ((lane & 3) == 0)
           lse[h * this->s.plan.Tq + token] =
               sum != 0.0f ? (st.m[l][half] + log2Of(sum)) * kLn2
@@ -431,19 +441,20 @@ template <int D> struct BackwardQuery : MmaBlocks<D> {
       mma::zero(st.dq[n]);
     rowEnds<L>(st.end, this->s.plan, f, w);
     for (int l = 0; l < L::kLanes; ++l)
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
-        st.lse2[l][half] = st.delta[l][half] = 0.0f;
-        if (row >= f[1])
-          continue;
-        const int64_t token = this->s.plan.queryOrder[f[0] + row];
-        const float rowLse = lse[h * this->s.plan.Tq + token];
-        st.lse2[l][half] = rowLse * kLog2e;
-        st.delta[l][half] = delta[h * this->s.plan.Tq + token];
-        // A row without keys (lse -inf) has no gradient.
-        if (rowLse == static_cast<float>(bodies::negativeInfinity()))
-          st.end[l][half] = -1;
-      }
+      MIMO_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
+      st.lse2[l][half] = st.delta[l][half] = 0.0f;
+      if (row >= f[1])
+        continue;
+      const int64_t token = this->s.plan.queryOrder[f[0] + row];
+      const float rowLse = lse[h * this->s.plan.Tq + token];
+      st.lse2[l][half] = rowLse * kLog2e;
+      st.delta[l][half] = delta[h * this->s.plan.Tq + token];
+      // A row without keys (lse -inf) has no gradient.
+      if (rowLse == static_cast<float>(bodies::negativeInfinity()))
+        st.end[l][half] = -1;
+    }
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     unsigned char *shared) const {
@@ -517,11 +528,12 @@ template <int D> struct BackwardKey : MmaBlocks<D> {
       mma::zero(st.dv[n]);
     }
     for (int l = 0; l < L::kLanes; ++l)
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
-        // A row past the block's: no query's end passes it.
-        st.key[l][half] = row < f[1] ? f[0] + row : INT64_MAX;
-      }
+      MIMO_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = w * kWarpRows + mma::cRow(L::lane(l), 2 * half);
+      // A row past the block's: no query's end passes it.
+      st.key[l][half] = row < f[1] ? f[0] + row : INT64_MAX;
+    }
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     unsigned char *shared) const {

@@ -96,7 +96,7 @@ template <class L> MIMO_HD inline void zero(Acc<L> &c) {
 /// half: on the GPU one conversion instruction (PTX: the first source goes
 /// to the upper half), on the host roundToBf16's bits.
 MIMO_HD inline uint32_t pack(float lo, float hi) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t bits;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
   return bits;
@@ -168,7 +168,11 @@ MIMO_HD inline void accToA(FragA<L> &a, const Acc<L> &left,
 /// c += a b on the tensor cores.
 MIMO_HD inline void mma(Acc<DeviceLanes> &c, const FragA<DeviceLanes> &a,
                         const FragB<DeviceLanes> &b) {
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // bf16 mma needs sm_80 (mimo-run refuses older GPUs before this runs).
+  (void)c, (void)a, (void)b;
+  __trap();
+#elif defined(__CUDA_ARCH__)
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};\n"

@@ -12,7 +12,8 @@ namespace fm = mimo::device::flashmma;
 /// A program of FlashMmaBodies.h: block (blockIdx.x, head blockIdx.y),
 /// four warps, a barrier around every chunk's load.
 template <typename Program>
-__global__ void __launch_bounds__(fm::kThreads) eachWarpBlock(Program program) {
+__global__ void __launch_bounds__(fm::kThreads)
+    eachWarpBlock(const __grid_constant__ Program program) {
   extern __shared__ uint4 sharedWords[];
   unsigned char *shared = reinterpret_cast<unsigned char *>(sharedWords);
   const int64_t b = blockIdx.x, h = blockIdx.y;
