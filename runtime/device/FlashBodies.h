@@ -71,6 +71,11 @@ struct Shape {
   bool bf16 = false;
   MIMO_HD int64_t width() const { return heads * d; }
   MIMO_HD int64_t padded() const { return d + 1; }
+  /// dS = P (dP - D) as the backward multiplies it: times the scale in
+  /// fp32; under bf16 rounded unscaled (gradScale() comes after).
+  MIMO_HD float dS(float p, float dpMinusD) const;
+  /// What dq and dk are multiplied by when written.
+  MIMO_HD float gradScale() const { return bf16 ? scale : 1.0f; }
 };
 
 inline Shape shapeOf(const tiles::PlanView &plan, int64_t heads, int64_t d,
@@ -83,6 +88,10 @@ inline Shape shapeOf(const tiles::PlanView &plan, int64_t heads, int64_t d,
 /// x, or x rounded to bfloat16 under bf16.
 MIMO_HD inline float operand(float x, bool bf16) {
   return bf16 ? bodies::roundToBf16(x) : x;
+}
+
+MIMO_HD inline float Shape::dS(float p, float dpMinusD) const {
+  return bf16 ? bodies::roundToBf16(p * dpMinusD) : p * dpMinusD * scale;
 }
 
 MIMO_HD inline int64_t chunksOf(int64_t n) { return (n + kChunk - 1) / kChunk; }
@@ -260,13 +269,9 @@ struct RowDot {
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t i = idx / heads, h = idx % heads;
     const int64_t off = i * heads * d + h * d;
-    if (!bf16) {
-      D[h * Tq + i] = dotf(dout + off, o + off, d);
-      return;
-    }
-    float sum = 0.0f;
+    float sum = 0.0f; // dotf's order
     for (int64_t c = 0; c < d; ++c)
-      sum += bodies::roundToBf16(dout[off + c]) * o[off + c];
+      sum += operand(dout[off + c], bf16) * o[off + c];
     D[h * Tq + i] = sum;
   }
 };
@@ -324,11 +329,7 @@ template <int D> struct BackwardQuery : BlockPlan {
     for (int64_t j = 0; j < live; ++j) {
       const float *kj = K + j * s.d;
       const float p = ::expf(s.scale * dotf(qrow, kj, s.d) - st.l);
-      // Under bf16 dS is rounded unscaled; finish scales.
-      const float ds =
-          s.bf16
-              ? bodies::roundToBf16(p * (dotf(drow, V + j * s.d, s.d) - st.Dr))
-              : p * (dotf(drow, V + j * s.d, s.d) - st.Dr) * s.scale;
+      const float ds = s.dS(p, dotf(drow, V + j * s.d, s.d) - st.Dr);
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e)
         st.acc[e] += ds * kj[e];
@@ -339,10 +340,9 @@ template <int D> struct BackwardQuery : BlockPlan {
     if (token < 0)
       return;
     float *out = dq + token * s.width() + h * s.d;
-    const float factor = s.bf16 ? s.scale : 1.0f;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e)
-      out[e] = st.acc[e] * factor;
+      out[e] = st.acc[e] * s.gradScale();
   }
 };
 
@@ -404,9 +404,7 @@ template <int D> struct BackwardKey : BlockPlan {
       const float *qi = Q + i * s.d, *di = dO + i * s.d;
       const float p = ::expf(s.scale * dotf(qi, krow, s.d) - L[i]);
       const float pv = operand(p, s.bf16);
-      const float ds =
-          s.bf16 ? bodies::roundToBf16(p * (dotf(di, vrow, s.d) - Dc[i]))
-                 : p * (dotf(di, vrow, s.d) - Dc[i]) * s.scale;
+      const float ds = s.dS(p, dotf(di, vrow, s.d) - Dc[i]);
       MIMO_UNROLL
       for (int64_t e = 0; e < dim(); ++e) {
         st.dv[e] += pv * di[e];
@@ -419,10 +417,9 @@ template <int D> struct BackwardKey : BlockPlan {
     if (token < 0)
       return;
     const int64_t off = token * s.width() + h * s.d;
-    const float factor = s.bf16 ? s.scale : 1.0f;
     MIMO_UNROLL
     for (int64_t e = 0; e < dim(); ++e) {
-      dk[off + e] = st.dk[e] * factor;
+      dk[off + e] = st.dk[e] * s.gradScale();
       dv[off + e] = st.dv[e];
     }
   }

@@ -484,8 +484,8 @@ template <int D> struct BackwardQuery : MmaBlocks<D> {
   template <class L>
   MIMO_HD void finish(int64_t b, int64_t h, int w, Warp<L> &st) const {
     const int64_t *f = this->block(b);
-    this->writeRows(st.dq, this->s.scale, dq, this->s.plan.queryOrder, f[0],
-                    w * kWarpRows, f[1], h);
+    this->writeRows(st.dq, this->s.gradScale(), dq, this->s.plan.queryOrder,
+                    f[0], w * kWarpRows, f[1], h);
   }
 };
 
@@ -585,7 +585,7 @@ template <int D> struct BackwardKey : MmaBlocks<D> {
   template <class L>
   MIMO_HD void finish(int64_t b, int64_t h, int w, Warp<L> &st) const {
     const int64_t *f = this->block(b);
-    this->writeRows(st.dk, this->s.scale, dk, this->s.plan.keyOrder, f[0],
+    this->writeRows(st.dk, this->s.gradScale(), dk, this->s.plan.keyOrder, f[0],
                     w * kWarpRows, f[1], h);
     this->writeRows(st.dv, 1.0f, dv, this->s.plan.keyOrder, f[0], w * kWarpRows,
                     f[1], h);

@@ -312,6 +312,67 @@ TEST(FlashMma, ZigzagPackedDenseEncoderAndLonelyRows) {
   checkMma("a query without keys, a key without queries", lonelyRows(), 1, 32);
 }
 
+/// The CPU device's bf16 attention against the rounding written out in
+/// double on one causal sample: P (unnormalised) rounded where it
+/// multiplies V, dO rounded, P rounded where it multiplies dO, dS rounded
+/// before the scale. Without the emulation the CPU's fp32 attention misses
+/// it by the bf16 rounding itself.
+TEST(FlashMma, TheCpuEmulatesTheTensorCoreRounding) {
+  const Mask m = lane(6, 1);
+  const int64_t T = 6, d = 8;
+  const Inputs in = inputs(m, 1, d);
+  const t::PlanView view = in.plan.hostView();
+  const Outputs emu = emulated(in);
+  Outputs plain = poisoned(in);
+  k::tiledAttentionForward(in.q.data(), in.k.data(), in.v.data(),
+                           plain.o.data(), plain.lse.data(), view, 1, d);
+  k::tiledAttentionBackward(in.q.data(), in.k.data(), in.v.data(), emu.o.data(),
+                            emu.lse.data(), in.dout.data(), plain.dq.data(),
+                            plain.dk.data(), plain.dv.data(), view, 1, d);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto at = [&](const std::vector<float> &x, int64_t row, int64_t c) {
+    return static_cast<double>(x[static_cast<size_t>(row * d + c)]);
+  };
+  auto r = [](double x) { return static_cast<double>(bf16(float(x))); };
+  std::vector<double> o(T * d, 0), dq(T * d, 0), dk(T * d, 0), dv(T * d, 0);
+  for (int64_t i = 0; i < T; ++i) {
+    std::vector<double> s(static_cast<size_t>(i + 1));
+    double most = -1e300, sum = 0, D = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t c = 0; c < d; ++c)
+        s[j] += scale * at(in.q, i, c) * at(in.k, j, c);
+      most = std::max(most, s[j]);
+    }
+    for (int64_t j = 0; j <= i; ++j)
+      sum += std::exp(s[j] - most);
+    for (int64_t j = 0; j <= i; ++j)
+      for (int64_t c = 0; c < d; ++c)
+        o[i * d + c] += r(std::exp(s[j] - most)) * at(in.v, j, c) / sum;
+    for (int64_t c = 0; c < d; ++c)
+      D += r(at(in.dout, i, c)) * at(emu.o, i, c);
+    const double lse = at(emu.lse, 0, i);
+    for (int64_t j = 0; j <= i; ++j) {
+      const double p = std::exp(s[j] - lse);
+      double dp = 0;
+      for (int64_t c = 0; c < d; ++c)
+        dp += r(at(in.dout, i, c)) * at(in.v, j, c);
+      const double ds = r(p * (dp - D));
+      for (int64_t c = 0; c < d; ++c) {
+        dq[i * d + c] += scale * ds * at(in.k, j, c);
+        dk[j * d + c] += scale * ds * at(in.q, i, c);
+        dv[j * d + c] += r(p) * r(at(in.dout, i, c));
+      }
+    }
+  }
+  EXPECT_LE(relativeError(emu.o, o), 1e-5);
+  EXPECT_LE(relativeError(emu.dq, dq), 1e-5);
+  EXPECT_LE(relativeError(emu.dk, dk), 1e-5);
+  EXPECT_LE(relativeError(emu.dv, dv), 1e-5);
+  EXPECT_GT(relativeError(plain.o, o), 1e-4);
+  EXPECT_GT(relativeError(plain.dq, dq), 1e-4);
+  EXPECT_GT(relativeError(plain.dv, dv), 1e-4);
+}
+
 TEST(FlashMma, TheFp32ProgramsRoundTheSameWayAtOtherHeadDimensions) {
   check("fp32 programs under bf16, [S=100, B=2]", lane(100, 2), 2, 8,
         flash::forwardOnHost, flash::backwardOnHost);

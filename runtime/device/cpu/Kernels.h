@@ -136,7 +136,6 @@ template <typename T> double sumSquares(const T *x, int64_t n);
 /// y += alpha * x.
 template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y);
 
-
 } // namespace mimo::kernels
 
 #endif // MIMO_RUNTIME_DEVICE_CPU_KERNELS_H
