@@ -283,6 +283,14 @@ void benchAttention(bool bf16) {
     Tensor q = filled(), k = filled(), v = filled(), dout = filled();
     Tensor o = Tensor::empty(*dev, S * width),
            lse = Tensor::empty(*dev, S * heads);
+    // bf16: q, k, v, o and dO as bf16 buffers, as the layer keeps them.
+    auto bits = [&](const Tensor &values) {
+      Tensor t = Tensor::empty(*dev, S * width, device::DType::BF16);
+      dev->packBf16(values.data(), t.data<uint16_t>(), S * width);
+      return t;
+    };
+    Tensor qb = bits(q), kb = bits(k), vb = bits(v), doutb = bits(dout),
+           ob = Tensor::empty(*dev, S * width, device::DType::BF16);
     Tensor dq = Tensor::empty(*dev, S * width),
            dk = Tensor::empty(*dev, S * width),
            dv = Tensor::empty(*dev, S * width);
@@ -294,16 +302,27 @@ void benchAttention(bool bf16) {
     const int64_t before = dev->peakBytes();
     double fwd = medianSeconds(
         [&] {
-          dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
-                                lse.data(), view, heads, d, bf16);
+          if (bf16)
+            dev->attentionForwardBf16(
+                qb.data<uint16_t>(), kb.data<uint16_t>(), vb.data<uint16_t>(),
+                ob.data<uint16_t>(), lse.data(), view, heads, d);
+          else
+            dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
+                                  lse.data(), view, heads, d);
           dev->synchronize();
         },
         5);
     double bwd = medianSeconds(
         [&] {
-          dev->attentionBackward(q.data(), k.data(), v.data(), o.data(),
-                                 lse.data(), dout.data(), dq.data(), dk.data(),
-                                 dv.data(), view, heads, d, bf16);
+          if (bf16)
+            dev->attentionBackwardBf16(
+                qb.data<uint16_t>(), kb.data<uint16_t>(), vb.data<uint16_t>(),
+                ob.data<uint16_t>(), lse.data(), doutb.data<uint16_t>(),
+                dq.data(), dk.data(), dv.data(), view, heads, d);
+          else
+            dev->attentionBackward(q.data(), k.data(), v.data(), o.data(),
+                                   lse.data(), dout.data(), dq.data(),
+                                   dk.data(), dv.data(), view, heads, d);
           dev->synchronize();
         },
         5);

@@ -214,14 +214,27 @@ void Comm::allReduceMax(const std::vector<int64_t> &group, float *data,
 
 void Comm::allGatherV(const std::vector<int64_t> &group, const float *in,
                       const std::vector<int64_t> &counts, float *out) {
+  allGatherValues(group, device::DType::F32, in, counts, out);
+}
+
+void Comm::allGatherV(const std::vector<int64_t> &group, const uint16_t *in,
+                      const std::vector<int64_t> &counts, uint16_t *out) {
+  allGatherValues(group, device::DType::BF16, in, counts, out);
+}
+
+void Comm::allGatherValues(const std::vector<int64_t> &group,
+                           device::DType type, const void *in,
+                           const std::vector<int64_t> &counts, void *out) {
   size_t own = checkGroup(group, "allGatherV");
   checkCounts(group, counts, "allGatherV");
   size_t n = group.size();
+  const int64_t size = device::sizeOf(type);
   std::vector<int64_t> offsets = offsetsOf(counts);
   bool equal = std::all_of(counts.begin(), counts.end(),
                            [&](int64_t c) { return c == counts[0]; });
-  if (n > 1 && equal && nativeAllGather(group, in, counts[0], out))
+  if (n > 1 && equal && nativeAllGather(group, type, in, counts[0], out))
     return;
+  auto *bytes = static_cast<unsigned char *>(out);
   if (n > 1) {
     int64_t tag = collectiveTag(group);
     std::vector<P2POp> ops;
@@ -229,16 +242,16 @@ void Comm::allGatherV(const std::vector<int64_t> &group, const float *in,
     for (size_t i = 0; i < n; ++i) {
       if (i == own)
         continue;
-      ops.push_back({true, group[i], tag, const_cast<float *>(in),
-                     bytesOf<float>(counts[own])});
+      ops.push_back({true, group[i], tag, const_cast<void *>(in),
+                     counts[own] * size});
       ops.push_back(
-          {false, group[i], tag, out + offsets[i], bytesOf<float>(counts[i])});
+          {false, group[i], tag, bytes + offsets[i] * size, counts[i] * size});
     }
     exchange(ops);
   }
   // After the exchange: `in` may be this rank's slot of `out` itself.
-  if (counts[own] > 0 && out + offsets[own] != in)
-    device().copy(out + offsets[own], in, bytesOf<float>(counts[own]));
+  if (counts[own] > 0 && bytes + offsets[own] * size != in)
+    device().copy(bytes + offsets[own] * size, in, counts[own] * size);
 }
 
 void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,

@@ -86,6 +86,10 @@ public:
   /// counts[i] floats; `in` holds this rank's counts[own] floats.
   void allGatherV(const std::vector<int64_t> &group, const float *in,
                   const std::vector<int64_t> &counts, float *out);
+  /// allGatherV of bfloat16 bits (precision "bf16"'s keys and values
+  /// under CP): counts in values.
+  void allGatherV(const std::vector<int64_t> &group, const uint16_t *in,
+                  const std::vector<int64_t> &counts, uint16_t *out);
   /// in holds the concatenation over members of counts[i] floats; every
   /// member sums the pieces and keeps its own piece (counts[own] floats).
   void reduceScatterV(const std::vector<int64_t> &group, const float *in,
@@ -144,10 +148,12 @@ protected:
     (void)group, (void)type, (void)data, (void)count, (void)max;
     return false;
   }
-  /// Equal counts only: `count` floats from every member.
+  /// Equal counts only: `count` values of `type` (F32 or BF16) from every
+  /// member.
   virtual bool nativeAllGather(const std::vector<int64_t> &group,
-                               const float *in, int64_t count, float *out) {
-    (void)group, (void)in, (void)count, (void)out;
+                               device::DType type, const void *in,
+                               int64_t count, void *out) {
+    (void)group, (void)type, (void)in, (void)count, (void)out;
     return false;
   }
   virtual bool nativeReduceScatter(const std::vector<int64_t> &group,
@@ -178,6 +184,10 @@ private:
   /// Next tag for a collective over `group` (members call collectives in the
   /// same order, so their counters agree).
   int64_t collectiveTag(const std::vector<int64_t> &group);
+  /// allGatherV of values of `type`.
+  void allGatherValues(const std::vector<int64_t> &group, device::DType type,
+                       const void *in, const std::vector<int64_t> &counts,
+                       void *out);
   std::vector<std::pair<std::vector<int64_t>, int64_t>> collectiveCounters;
 
   /// Called with the message before a collective throws CommError for a

@@ -266,15 +266,17 @@ protected:
     }
     return true;
   }
-  bool nativeAllGather(const std::vector<int64_t> &group, const float *in,
-                       int64_t count, float *out) override {
+  bool nativeAllGather(const std::vector<int64_t> &group, device::DType type,
+                       const void *in, int64_t count, void *out) override {
     ncclComm_t c = commOf(group);
-    if (!c)
+    if (!c || (type != device::DType::F32 && type != device::DType::BF16))
       return false;
     if (count > 0) {
       HostCall call(*this, "ncclAllGather");
-      check(api.allGather(in, out, static_cast<size_t>(count), ncclFloat32, c,
-                          stream()),
+      check(api.allGather(in, out, static_cast<size_t>(count),
+                          type == device::DType::F32 ? ncclFloat32
+                                                     : ncclBfloat16,
+                          c, stream()),
             "ncclAllGather", c);
       follow("all-gather");
     }

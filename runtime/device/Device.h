@@ -209,28 +209,43 @@ public:
                                  uint16_t *y, int64_t n) = 0;
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
                     int64_t heads, int64_t dim, bool inverse) = 0;
+  /// rope (forward) of x written as bf16 bits into y: the bits of the fp32
+  /// rotation followed by packBf16, in one pass (precision "bf16"'s q and
+  /// k, as attention reads them).
+  virtual void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
+                        int64_t tokens, int64_t heads, int64_t dim) = 0;
   /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask
   /// of `plan` (AttentionTiles.h: built on the host from the positions and
   /// segments the reference takes, its packed array in this device's
-  /// memory); lse is [heads, Tq].
-  ///
-  /// bf16 (precision "bf16"): the products run as a tensor-core kernel
-  /// runs them: q, k, v and dout are read rounded to bf16, scores, softmax,
-  /// lse and D = rowsum(dout o) stay fp32, the probabilities P are rounded
-  /// to bf16 where they multiply v (o) and dout (dv), and dS = P (dP - D)
-  /// is rounded where it multiplies k (dq) and q (dk), the softmax scale
-  /// applied after. The CUDA device runs it on tensor cores at head
-  /// dimensions 32, 64, 96 and 128 (device/FlashMmaBodies.h; others in fp32,
-  /// as without bf16); the CPU emulates the rounding.
+  /// memory); lse is [heads, Tq]. fp32 throughout.
   virtual void attentionForward(const float *q, const float *k, const float *v,
                                 float *o, float *lse,
                                 const tiles::PlanView &plan, int64_t heads,
-                                int64_t d, bool bf16) = 0;
+                                int64_t d) = 0;
   virtual void attentionBackward(const float *q, const float *k, const float *v,
                                  const float *o, const float *lse,
                                  const float *dout, float *dq, float *dk,
                                  float *dv, const tiles::PlanView &plan,
-                                 int64_t heads, int64_t d, bool bf16) = 0;
+                                 int64_t heads, int64_t d) = 0;
+  /// Attention under precision "bf16", as a tensor-core kernel runs it:
+  /// q, k, v, o and dout are bf16 buffers (o the fp32 result rounded, as
+  /// packBf16 rounds); scores, softmax, lse and D = rowsum(dout o) are fp32;
+  /// the probabilities P are rounded to bf16 where they multiply v (o) and
+  /// dout (dv), and dS = P (dP - D) where it multiplies k (dq) and q (dk),
+  /// the softmax scale applied after; dq, dk, dv are fp32. The CUDA device
+  /// runs it on tensor cores at head dimensions 32, 64, 96 and 128
+  /// (device/FlashMmaBodies.h; the fp32 programs with the same rounding at
+  /// others); the CPU emulates the rounding.
+  virtual void attentionForwardBf16(const uint16_t *q, const uint16_t *k,
+                                    const uint16_t *v, uint16_t *o, float *lse,
+                                    const tiles::PlanView &plan, int64_t heads,
+                                    int64_t d) = 0;
+  virtual void attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
+                                     const uint16_t *v, const uint16_t *o,
+                                     const float *lse, const uint16_t *dout,
+                                     float *dq, float *dk, float *dv,
+                                     const tiles::PlanView &plan,
+                                     int64_t heads, int64_t d) = 0;
   virtual void embeddingForward(const int64_t *ids, int64_t n,
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,

@@ -25,12 +25,12 @@
 // split: dq per query block, dk and dv per key block, each recomputing the
 // probabilities from lse; D = rowsum(dO * O) comes first (RowDot).
 //
-// Arithmetic is fp32 (fp32 accumulation for bf16-rounded inputs too).
-// Under bf16 (Shape::bf16) the programs round as the tensor-core programs
-// of FlashMmaBodies.h do (Device::attentionForward): q, k, v and dO when
-// staged, P where it multiplies v and dO, dS where it multiplies k and q
-// (the scale after); the CUDA device runs them so at head dimensions those
-// programs do not take.
+// Arithmetic is fp32 (fp32 accumulation for bf16 inputs too). Under bf16
+// (Shape::bf16: q, k, v and dO hold bf16 values) the programs round as the
+// tensor-core programs of FlashMmaBodies.h do (Device::
+// attentionForwardBf16): P where it multiplies v and dO, dS where it
+// multiplies k and q (the scale after); the CUDA device runs them so, on
+// its bf16 buffers unpacked, at head dimensions those programs do not take.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_FLASHBODIES_H
@@ -118,21 +118,19 @@ MIMO_HD inline float dotf(const float *a, const float *b, int64_t n) {
 /// of `stride` floats: consecutive threads take consecutive columns.
 MIMO_HD inline void stageRows(float *dst, int64_t stride, const float *src,
                               const int64_t *order, int64_t first, int64_t rows,
-                              int64_t width, int64_t head, int64_t d, int t,
-                              bool bf16) {
+                              int64_t width, int64_t head, int64_t d, int t) {
   for (int64_t e = t; e < rows * d; e += kThreads) {
     const int64_t r = e / d, c = e % d;
-    dst[r * stride + c] =
-        operand(src[order[first + r] * width + head * d + c], bf16);
+    dst[r * stride + c] = src[order[first + r] * width + head * d + c];
   }
 }
 
 /// Copies one row of a head into thread-owned shared memory.
 MIMO_HD inline void ownRow(float *dst, const float *src, int64_t token,
-                           int64_t width, int64_t head, int64_t d, bool bf16) {
+                           int64_t width, int64_t head, int64_t d) {
   const float *row = src + token * width + head * d;
   for (int64_t c = 0; c < d; ++c)
-    dst[c] = operand(row[c], bf16);
+    dst[c] = row[c];
 }
 
 /// The rows of a plan block (`fields`) in chunk c of its other side.
@@ -189,17 +187,15 @@ template <int D> struct Forward : BlockPlan {
       st.acc[c] = 0.0f;
     const int64_t token = rowToken(b, t);
     if (token >= 0)
-      ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d, s.bf16);
+      ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     float *shared) const {
     const int64_t *f = block(b);
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *K = shared + kThreads * s.padded(), *V = K + kChunk * s.d;
-    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
-              s.bf16);
-    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
-              s.bf16);
+    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
+    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
   }
   MIMO_HD void compute(int64_t b, int64_t, int64_t c, int t,
                        const float *shared, State &st) const {
@@ -258,20 +254,19 @@ template <int D> struct Forward : BlockPlan {
   }
 };
 
-/// D[h * Tq + i] = dO_i . O_i for one head: index = query * heads + head.
-/// Under bf16 dO is read rounded, as the programs read it.
-struct RowDot {
-  const float *o, *dout;
+/// D[h * Tq + i] = dO_i . O_i for one head: index = query * heads + head;
+/// o and dO fp32, or bf16 bits (T = uint16_t: precision "bf16").
+template <typename T> struct RowDot {
+  const T *o, *dout;
   float *D;
   int64_t Tq, heads, d;
-  bool bf16 = false;
   MIMO_HD int64_t count() const { return Tq * heads; }
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t i = idx / heads, h = idx % heads;
     const int64_t off = i * heads * d + h * d;
     float sum = 0.0f; // dotf's order
     for (int64_t c = 0; c < d; ++c)
-      sum += operand(dout[off + c], bf16) * o[off + c];
+      sum += bodies::widen(dout[off + c]) * bodies::widen(o[off + c]);
     D[h * Tq + i] = sum;
   }
 };
@@ -299,9 +294,8 @@ template <int D> struct BackwardQuery : BlockPlan {
     const int64_t token = rowToken(b, t);
     if (token < 0)
       return;
-    ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d, s.bf16);
-    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h, s.d,
-           s.bf16);
+    ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
+    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h, s.d);
     st.l = lse[h * s.plan.Tq + token];
     st.Dr = delta[h * s.plan.Tq + token];
   }
@@ -310,10 +304,8 @@ template <int D> struct BackwardQuery : BlockPlan {
     const int64_t *f = block(b);
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *K = shared + 2 * kThreads * s.padded(), *V = K + kChunk * s.d;
-    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
-              s.bf16);
-    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t,
-              s.bf16);
+    stageRows(K, s.d, k, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
+    stageRows(V, s.d, v, s.plan.keyOrder, first, rows, s.width(), h, s.d, t);
   }
   MIMO_HD void compute(int64_t b, int64_t, int64_t c, int t,
                        const float *shared, State &st) const {
@@ -367,9 +359,8 @@ template <int D> struct BackwardKey : BlockPlan {
     const int64_t token = rowToken(b, t);
     if (token < 0)
       return;
-    ownRow(shared + t * s.padded(), k, token, s.width(), h, s.d, s.bf16);
-    ownRow(shared + (kThreads + t) * s.padded(), v, token, s.width(), h, s.d,
-           s.bf16);
+    ownRow(shared + t * s.padded(), k, token, s.width(), h, s.d);
+    ownRow(shared + (kThreads + t) * s.padded(), v, token, s.width(), h, s.d);
   }
   MIMO_HD void load(int64_t b, int64_t h, int64_t c, int t,
                     float *shared) const {
@@ -377,10 +368,9 @@ template <int D> struct BackwardKey : BlockPlan {
     const int64_t first = f[2] + c * kChunk, rows = chunkRows(f, c);
     float *Q = shared + 2 * kThreads * s.padded(), *dO = Q + kChunk * s.d;
     float *L = dO + kChunk * s.d, *Dc = L + kChunk;
-    stageRows(Q, s.d, q, s.plan.queryOrder, first, rows, s.width(), h, s.d, t,
-              s.bf16);
+    stageRows(Q, s.d, q, s.plan.queryOrder, first, rows, s.width(), h, s.d, t);
     stageRows(dO, s.d, dout, s.plan.queryOrder, first, rows, s.width(), h, s.d,
-              t, s.bf16);
+              t);
     for (int64_t r = t; r < rows; r += kThreads) {
       const int64_t token = s.plan.queryOrder[first + r];
       L[r] = lse[h * s.plan.Tq + token];
@@ -509,7 +499,7 @@ inline void backwardOnHost(const float *q, const float *k, const float *v,
                            const float *o, const float *lse, const float *dout,
                            float *dq, float *dk, float *dv, const Shape &s) {
   std::vector<float> D(static_cast<size_t>(s.heads * s.plan.Tq));
-  RowDot rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d, s.bf16};
+  RowDot<float> rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d};
   for (int64_t i = 0; i < rowDot.count(); ++i)
     rowDot(i);
   withHeadDim(s.d, [&](auto dim) {

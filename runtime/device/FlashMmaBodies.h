@@ -11,8 +11,8 @@
 // [16 w, 16 w + 16) and holds their accumulators in registers. A program
 // has the phases of FlashBodies.h, split by who runs them:
 //
-//   stage(thread)      the block's own rows, rounded to bf16, into shared
-//                      memory (all 128 threads);
+//   stage(thread)      the block's own rows into shared memory (all 128
+//                      threads, 16 bytes a copy);
 //   begin(warp)        the warp's state;
 //   for each chunk c:  load(c, thread)    the chunk's rows (other side);
 //                      compute(c, warp)   the warp's products and softmax;
@@ -23,13 +23,17 @@
 // what the unit tests check against the CPU device's emulation of the same
 // rounding and against the float64 reference.
 //
-// Rounding (the semantics of Device::attentionForward with bf16 set): q,
-// k, v and dO are read rounded to bf16; scores, softmax, lse and D are
-// fp32; the probabilities P are rounded to bf16 where they multiply v (o)
-// and dO (dv); dS = P (dP - D) is rounded to bf16 where it multiplies k
-// (dq) and q (dk), and the softmax scale is applied after (dq, dk). The
-// softmax runs in base 2 (exp2 of scores times scale * log2 e), lse is
-// written in base e.
+// Rounding (the semantics of Device::attentionForwardBf16): q, k, v and dO
+// are bf16 buffers, read as they are; scores, softmax, lse and D are fp32;
+// the probabilities P are rounded to bf16 where they multiply v (o) and dO
+// (dv); dS = P (dP - D) is rounded to bf16 where it multiplies k (dq) and q
+// (dk), and the softmax scale is applied after (dq, dk); o is written
+// rounded to bf16, dq, dk and dv in fp32. The softmax runs in base 2 (exp2
+// of scores times scale * log2 e), lse is written in base e.
+//
+// Every row of q, k, v, o and dO starts 16-byte aligned (the buffers are,
+// and a head's D bf16 are a multiple of 16 bytes): rows move 16 bytes at a
+// time.
 //
 // Shared memory rows are padded by 8 bf16 (16 bytes), so the lanes of a
 // fragment load hit 32 different banks.
@@ -105,20 +109,18 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
   }
 
   /// Thread t's share of copying `rows` rows of this head (tokens
-  /// order[first ...]) into `count` rows of dst, rounded to bf16; rows past
-  /// `rows` are zero (a product reads whole tiles).
-  MIMO_HD void stageRows(uint16_t *dst, const float *src, const int64_t *order,
-                         int64_t first, int64_t rows, int64_t count, int64_t h,
-                         int t) const {
-    constexpr int64_t kPairs = D / 2;
-    for (int64_t e = t; e < count * kPairs; e += kThreads) {
-      const int64_t r = e / kPairs, c = 2 * (e % kPairs);
-      uint32_t bits = 0;
-      if (r < rows) {
-        const float *p = src + order[first + r] * s.width() + h * D + c;
-        bits = mma::pack(p[0], p[1]);
-      }
-      memcpy(dst + r * kPitch + c, &bits, sizeof(bits));
+  /// order[first ...]) into `count` rows of dst, eight values a copy; rows
+  /// past `rows` are zero (a product reads whole tiles).
+  MIMO_HD void stageRows(uint16_t *dst, const uint16_t *src,
+                         const int64_t *order, int64_t first, int64_t rows,
+                         int64_t count, int64_t h, int t) const {
+    constexpr int64_t kVectors = D / 8;
+    for (int64_t e = t; e < count * kVectors; e += kThreads) {
+      const int64_t r = e / kVectors, c = 8 * (e % kVectors);
+      mma::Bits128 bits{};
+      if (r < rows)
+        bits = mma::load128(src + order[first + r] * s.width() + h * D + c);
+      mma::store128(dst + r * kPitch + c, bits);
     }
   }
 
@@ -126,7 +128,8 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
   /// the block's `ownRows` rows (of one or two tensors) in shared memory:
   /// the forward's and dq's load.
   MIMO_HD void stageKeys(int64_t b, int64_t h, int64_t c, int t,
-                         unsigned char *shared, const float *k, const float *v,
+                         unsigned char *shared, const uint16_t *k,
+                         const uint16_t *v,
                          int64_t ownRows, int64_t size) const {
     const int64_t first = block(b)[2] + c * size, rows = rowsIn(b, c, size);
     uint16_t *K = reinterpret_cast<uint16_t *>(shared) + ownRows * kPitch;
@@ -221,11 +224,12 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
   }
 
   /// Writes rows of `acc` (16 x D, times `factor`) to the tokens of
-  /// order[first + row0 + r] for r < rows - row0 (r: the warp's rows).
-  template <class L>
-  MIMO_HD void writeRows(const Acc<L> (&acc)[kDimTiles], float factor,
-                         float *dst, const int64_t *order, int64_t first,
-                         int64_t row0, int64_t rows, int64_t h) const {
+  /// order[first + row0 + r] for r < rows - row0 (r: the warp's rows): fp32,
+  /// or rounded to bf16 bits (T = uint16_t).
+  template <class L, typename T>
+  MIMO_HD void writeRows(const Acc<L> (&acc)[kDimTiles], float factor, T *dst,
+                         const int64_t *order, int64_t first, int64_t row0,
+                         int64_t rows, int64_t h) const {
     for (int l = 0; l < L::kLanes; ++l) {
       const int lane = L::lane(l);
       MIMO_UNROLL
@@ -233,12 +237,19 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
         const int64_t row = row0 + mma::cRow(lane, 2 * half);
         if (row >= rows)
           continue;
-        float *out = dst + order[first + row] * s.width() + h * D;
+        T *out = dst + order[first + row] * s.width() + h * D;
         MIMO_UNROLL
         for (int n = 0; n < kDimTiles; ++n) {
           const int col = n * 8 + mma::cCol(lane, 0);
-          out[col] = acc[n].x[l][2 * half] * factor;
-          out[col + 1] = acc[n].x[l][2 * half + 1] * factor;
+          const float lo = acc[n].x[l][2 * half] * factor,
+                      hi = acc[n].x[l][2 * half + 1] * factor;
+          if constexpr (std::is_same_v<T, uint16_t>) {
+            const uint32_t bits = mma::pack(lo, hi);
+            memcpy(out + col, &bits, sizeof(bits));
+          } else {
+            out[col] = lo;
+            out[col + 1] = hi;
+          }
         }
       }
     }
@@ -264,8 +275,9 @@ template <int D> struct Forward : MmaBlocks<D> {
   using Base = MmaBlocks<D>;
   static constexpr int64_t kChunk = 64;
   static constexpr int kTiles = kChunk / 8;
-  const float *q, *k, *v;
-  float *o, *lse;
+  const uint16_t *q, *k, *v;
+  uint16_t *o;
+  float *lse;
 
   /// [64] queries, [kChunk] keys, [kChunk] values.
   MIMO_HD static int64_t sharedBytes() {
@@ -410,7 +422,10 @@ template <int D> struct BackwardQuery : MmaBlocks<D> {
   using Base = MmaBlocks<D>;
   static constexpr int64_t kChunk = 64;
   static constexpr int kTiles = kChunk / 8;
-  const float *q, *k, *v, *lse, *dout, *delta;
+  const uint16_t *q, *k, *v;
+  const float *lse;
+  const uint16_t *dout;
+  const float *delta;
   float *dq;
 
   /// [64] queries and their dO, [kChunk] keys and values.
@@ -496,7 +511,10 @@ template <int D> struct BackwardKey : MmaBlocks<D> {
   /// a thread's registers.
   static constexpr int64_t kChunk = D > 64 ? 32 : 64;
   static constexpr int kTiles = kChunk / 8;
-  const float *q, *k, *v, *lse, *dout, *delta;
+  const uint16_t *q, *k, *v;
+  const float *lse;
+  const uint16_t *dout;
+  const float *delta;
   float *dk, *dv;
 
   /// [64] keys and values, [kChunk] queries and dO (bf16); then per chunk
@@ -651,20 +669,21 @@ void runWarpsOnHost(const Program &program, int64_t heads) {
     }
 }
 
-/// Forward and backward on the host as the CUDA device runs them under
-/// bf16 (d: supportsHeadDim).
-inline void forwardOnHost(const float *q, const float *k, const float *v,
-                          float *o, float *lse, const flash::Shape &s) {
+/// Forward and backward on the host as the CUDA device runs them
+/// (Device::attentionForwardBf16; d: supportsHeadDim).
+inline void forwardOnHost(const uint16_t *q, const uint16_t *k,
+                          const uint16_t *v, uint16_t *o, float *lse,
+                          const flash::Shape &s) {
   withHeadDim(s.d, [&](auto dim) {
     runWarpsOnHost(Forward<dim.value>{{{s, false}}, q, k, v, o, lse}, s.heads);
   });
 }
-inline void backwardOnHost(const float *q, const float *k, const float *v,
-                           const float *o, const float *lse, const float *dout,
-                           float *dq, float *dk, float *dv,
-                           const flash::Shape &s) {
+inline void backwardOnHost(const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const uint16_t *o,
+                           const float *lse, const uint16_t *dout, float *dq,
+                           float *dk, float *dv, const flash::Shape &s) {
   std::vector<float> D(static_cast<size_t>(s.heads * s.plan.Tq));
-  flash::RowDot rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d, true};
+  flash::RowDot<uint16_t> rowDot{o, dout, D.data(), s.plan.Tq, s.heads, s.d};
   for (int64_t i = 0; i < rowDot.count(); ++i)
     rowDot(i);
   withHeadDim(s.d, [&](auto dim) {

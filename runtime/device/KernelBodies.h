@@ -359,25 +359,35 @@ void columnSumsOnHost(const Terms &terms, int64_t rows, int64_t cols, T *out0,
 // RoPE: one index per (token, head, rotated pair)
 //===----------------------------------------------------------------------===//
 
-template <typename T> struct Rope {
-  T *x;
+/// y = RoPE(x) (inverse: the rotation back), per token and head: pairs
+/// (i, i + dim/2) rotated by position * 10000^(-2i/dim); an odd dim's last
+/// value is copied. y may be x (in place); Out = uint16_t writes bf16 bits
+/// (the rotation in fp32, then rounded: precision "bf16"'s q and k).
+template <typename T, typename Out = T> struct Rope {
+  const T *x;
+  Out *y;
   const int64_t *positions;
   int64_t tokens, heads, dim;
   bool inverse;
-  MIMO_HD int64_t count() const { return tokens * heads * (dim / 2); }
+  MIMO_HD int64_t count() const { return tokens * heads * ((dim + 1) / 2); }
   MIMO_HD void operator()(int64_t idx) const {
-    int64_t half = dim / 2;
-    int64_t i = idx % half, th = idx / half; // th = token * heads + head
-    int64_t t = th / heads;
+    const int64_t half = dim / 2, pairs = (dim + 1) / 2;
+    const int64_t i = idx % pairs, th = idx / pairs; // th = token * heads + head
+    const T *xh = x + th * dim;
+    Out *yh = y + th * dim;
+    if (i == half) { // odd dim: the last value is not rotated
+      yh[i + half] = narrow<Out>(static_cast<double>(xh[i + half]));
+      return;
+    }
+    const int64_t t = th / heads;
     double invFreq = ::pow(10000.0, -2.0 * static_cast<double>(i) /
                                         static_cast<double>(dim));
     double a = static_cast<double>(positions[t]) * invFreq;
     double c = ::cos(a), s = (inverse ? -1.0 : 1.0) * ::sin(a);
-    T *xh = x + th * dim;
     double x1 = static_cast<double>(xh[i]);
     double x2 = static_cast<double>(xh[i + half]);
-    xh[i] = static_cast<T>(x1 * c - x2 * s);
-    xh[i + half] = static_cast<T>(x2 * c + x1 * s);
+    yh[i] = narrow<Out>(static_cast<T>(x1 * c - x2 * s));
+    yh[i + half] = narrow<Out>(static_cast<T>(x2 * c + x1 * s));
   }
 };
 

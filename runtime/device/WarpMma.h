@@ -111,6 +111,28 @@ MIMO_HD inline uint32_t load32(const uint16_t *p) {
   return v;
 }
 
+/// 16 bytes (eight bf16), both addresses 16-byte aligned: one vector load
+/// and store on the GPU.
+struct alignas(16) Bits128 {
+  uint32_t w[4];
+};
+MIMO_HD inline Bits128 load128(const uint16_t *p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const Bits128 *>(p);
+#else
+  Bits128 v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+#endif
+}
+MIMO_HD inline void store128(uint16_t *p, const Bits128 &v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<Bits128 *>(p) = v;
+#else
+  memcpy(p, &v, sizeof(v));
+#endif
+}
+
 //===--- Operands from shared memory (bf16 bits, row-major, `pitch` per row)
 //-===//
 /// A = the 16x16 tile at `tile`.

@@ -53,6 +53,20 @@ struct Buffer {
   ~Buffer() { dev.release(data); }
 };
 
+/// Buffer's values rounded to bf16, as bits (precision "bf16"'s
+/// activations).
+struct Bf16Buffer {
+  device::Device &dev;
+  uint16_t *data;
+  Bf16Buffer(device::Device &dev, int64_t n) : dev(dev) {
+    n = std::max<int64_t>(n, 1);
+    Buffer values(dev, n);
+    data = static_cast<uint16_t *>(dev.allocate(n * 2));
+    dev.packBf16(values.data, data, n);
+  }
+  ~Bf16Buffer() { dev.release(data); }
+};
+
 struct IndexBuffer {
   device::Device &dev;
   int64_t *data;
@@ -111,23 +125,36 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
         pos.data(), seg.data(), pos.data(), seg.data(), tokens, tokens, true);
     IndexBuffer packed(dev, plan.packed);
     const device::tiles::PlanView view = plan.view(packed.data);
+    // bf16: q, k, v, o and dO as bf16 buffers (the bits below).
     Buffer q(dev, tokens * H), k(dev, tokens * H), v(dev, tokens * H),
         o(dev, tokens * H), lse(dev, tokens * heads), dout(dev, tokens * H),
         dq(dev, tokens * H), dk(dev, tokens * H), dv(dev, tokens * H);
+    const int64_t bits = bf16 ? tokens * H : 0;
+    Bf16Buffer qb(dev, bits), kb(dev, bits), vb(dev, bits), ob(dev, bits),
+        doutb(dev, bits);
     double budget = gpu ? 0.05 : 0.1;
     double fwd = timePerCall(
         dev,
         [&] {
-          dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
-                               heads, d, bf16);
+          if (bf16)
+            dev.attentionForwardBf16(qb.data, kb.data, vb.data, ob.data,
+                                     lse.data, view, heads, d);
+          else
+            dev.attentionForward(q.data, k.data, v.data, o.data, lse.data,
+                                 view, heads, d);
         },
         budget);
     double bwd = timePerCall(
         dev,
         [&] {
-          dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
-                                dout.data, dq.data, dk.data, dv.data, view,
-                                heads, d, bf16);
+          if (bf16)
+            dev.attentionBackwardBf16(qb.data, kb.data, vb.data, ob.data,
+                                      lse.data, doutb.data, dq.data, dk.data,
+                                      dv.data, view, heads, d);
+          else
+            dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
+                                  dout.data, dq.data, dk.data, dv.data, view,
+                                  heads, d);
         },
         budget);
     // core/CostModel.h counts 4 H FLOPs per attended (query, key) pair.

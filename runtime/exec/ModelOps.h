@@ -41,18 +41,21 @@ inline void matmul(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
   gemm(dev, bf16, false, false, M, N, K, 1.0f, x, w, beta, y);
 }
 
-/// Y[M,N] = X[M,K] · W[K,N] stored as it is kept: under bf16 written as
-/// bf16 bits by the GEMM itself (Device::gemmBf16Out: the rounding a store
-/// would do, without an fp32 pass), else fp32.
+/// Y[M,N] = X[M,K] · W stored as it is kept or read next: under bf16
+/// written as bf16 bits by the GEMM itself (Device::gemmBf16Out: the
+/// rounding a store would do, without an fp32 pass), else fp32. W is
+/// [K,N], or [N,K] read transposed (transW: an input gradient dY · W^T that
+/// is only ever read rounded, e.g. attention's dO).
 inline Tensor storedProduct(Device &dev, bool bf16, Bf16Operand x,
-                            Bf16Operand w, int64_t M, int64_t K, int64_t N) {
+                            Bf16Operand w, int64_t M, int64_t K, int64_t N,
+                            bool transW = false) {
   if (!bf16) {
     Tensor y = Tensor::empty(M * N);
-    matmul(dev, false, x, w, y.data(), M, K, N);
+    gemm(dev, false, false, transW, M, N, K, 1.0f, x, w, 0.0f, y.data());
     return y;
   }
   Tensor y = Tensor::empty(M * N, device::DType::BF16);
-  dev.gemmBf16Out(false, false, M, N, K, 1.0f, x, w, y.data<uint16_t>());
+  dev.gemmBf16Out(false, transW, M, N, K, 1.0f, x, w, y.data<uint16_t>());
   return y;
 }
 
@@ -138,13 +141,19 @@ inline AttentionPlan attentionPlan(const std::vector<int64_t> &qpos,
 }
 
 /// Equal-piece collectives over a group (identity for one member).
+/// fp32 or bf16 rows (the local tensor's type).
 inline Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
                          const Tensor &local) {
   if (group.size() <= 1)
     return local.clone();
   std::vector<int64_t> counts(group.size(), local.size());
-  Tensor out = empty(local.size() * static_cast<int64_t>(group.size()));
-  comm.allGatherV(group, local.data(), counts, out.data());
+  Tensor out = Tensor::empty(
+      local.size() * static_cast<int64_t>(group.size()), local.dtype());
+  if (local.dtype() == device::DType::BF16)
+    comm.allGatherV(group, local.data<uint16_t>(), counts,
+                    out.data<uint16_t>());
+  else
+    comm.allGatherV(group, local.data(), counts, out.data());
   return out;
 }
 

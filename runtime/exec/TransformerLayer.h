@@ -27,8 +27,9 @@ struct LayerMeta {
 };
 
 /// What a layer's forward saves for its backward. Under bf16 the GEMM
-/// inputs (hf, a, h2f, s) are bf16 bits from the moment they are made, the
-/// rest fp32 until the forward ends (keep).
+/// inputs (hf, a, h2f, s), the attention's q, k, v (keys, values) and the
+/// MLP's g, u are bf16 bits from the moment they are made; x and x1 are
+/// fp32 until the forward ends (keep).
 struct LayerCache {
   Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
       h2f, g, u, s;
@@ -59,32 +60,28 @@ public:
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
     c.hf = normedInput(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl, sp);
-    c.q = empty(Tc * Hl);
-    c.k = empty(Tc * Hl);
-    c.v = empty(Tc * Hl);
-    matmul(dev, ctx.bf16, operand(c.hf), P(wq), c.q.data(), Tc, H, Hl);
-    matmul(dev, ctx.bf16, operand(c.hf), P(wk), c.k.data(), Tc, H, Hl);
-    matmul(dev, ctx.bf16, operand(c.hf), P(wv), c.v.data(), Tc, H, Hl);
-    if (language) {
-      dev.rope(c.q.data(), m.qposData(), Tc, headsLocal, headDim, false);
-      dev.rope(c.k.data(), m.qposData(), Tc, headsLocal, headDim, false);
-    }
-    store(c.q);
-    store(c.k);
-    store(c.v);
+    // Under bf16 q, k and v are bf16 bits as attention reads them (and the
+    // backward keeps them), and so is its output, the wo GEMM's input.
+    c.q = queryOrKey(c.hf, wq, m);
+    c.k = queryOrKey(c.hf, wk, m);
+    c.v = storedProduct(dev, ctx.bf16, operand(c.hf), P(wv), Tc, H, Hl);
     if (ctx.cp > 1) {
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
       c.values = gatherRows(comm, ctx.cpGroup, c.v);
     }
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
-    c.a = empty(Tc * Hl);
+    c.a = Tensor::empty(Tc * Hl, c.q.dtype());
     c.lse = empty(headsLocal * Tc);
-    if (Tc > 0)
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionForwardBf16(c.q.data<uint16_t>(), K.data<uint16_t>(),
+                               V.data<uint16_t>(), c.a.data<uint16_t>(),
+                               c.lse.data(), m.attention.view(), headsLocal,
+                               headDim);
+    else if (Tc > 0)
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.attention.view(), headsLocal,
-                           headDim, ctx.bf16);
-    c.a = input(std::move(c.a));
+                           headDim);
     Tensor o = empty(Tc * H);
     matmul(dev, ctx.bf16, operand(c.a), P(wo), o.data(), Tc, Hl, H);
     o = rowParallelOut(std::move(o), sp);
@@ -148,22 +145,26 @@ public:
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
     const Tensor &dof = fullRows(dx1, gatheredDx1, sp);
-    Tensor da = empty(Tc * Hl);
-    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof.data(), da.data(),
+    // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
+    Tensor da = storedProduct(dev, ctx.bf16, dof.data(), P(wo), Tc, H, Hl,
+                              /*transW=*/true);
+    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof.data(), nullptr,
                    G(wo), Tc, Hl, H);
-    // The attention's backward reads its output in fp32.
-    const Tensor a = ctx.bf16 ? unpackBf16(dev, c.a) : std::move(c.a);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
     // Without queries no key gets a gradient.
     Tensor dq = empty(Tc * Hl);
     Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
     Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
-    if (Tc > 0)
-      dev.attentionBackward(c.q.data(), K.data(), V.data(), a.data(),
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionBackwardBf16(
+          c.q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
+          c.a.data<uint16_t>(), c.lse.data(), da.data<uint16_t>(), dq.data(),
+          dK.data(), dV.data(), m.attention.view(), headsLocal, headDim);
+    else if (Tc > 0)
+      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
                             c.lse.data(), da.data(), dq.data(), dK.data(),
-                            dV.data(), m.attention.view(), headsLocal, headDim,
-                            ctx.bf16);
+                            dV.data(), m.attention.view(), headsLocal, headDim);
     Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
     Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
     if (language) {
@@ -203,21 +204,42 @@ private:
   Tensor input(Tensor t) const {
     return gemmInput(*ctx.dev, ctx.bf16, std::move(t));
   }
-  /// bf16: the rest of what the forward saves for the backward, packed to
-  /// bfloat16 after the forward (`pack`) and back to fp32 before the
-  /// backward. Every one was stored (rounded) already, so packing loses
-  /// nothing; the GEMM inputs are packed already, and so are the MLP's
-  /// gate and up projections (their GEMMs write bf16); the norm statistics
-  /// and the log-sum-exp stay fp32.
+  /// bf16: the layer inputs x and x1 (stored, i.e. rounded, already: packing
+  /// loses nothing) packed to bfloat16 after the forward (`pack`), and
+  /// what the backward reads in fp32 (x, x1 and the MLP's g and u, which
+  /// their GEMMs wrote as bf16) unpacked before it. The GEMM inputs and the
+  /// attention's q, k, v stay bf16 bits throughout; the norm statistics and
+  /// the log-sum-exp stay fp32.
   void keep(LayerCache &c, bool pack) const {
     if (!ctx.bf16)
       return;
-    for (Tensor *t :
-         {&c.x, &c.q, &c.k, &c.v, &c.keys, &c.values, &c.x1, &c.g, &c.u}) {
-      if (pack && t->dtype() == device::DType::BF16)
-        continue;
-      *t = pack ? packBf16(*ctx.dev, *t) : unpackBf16(*ctx.dev, *t);
+    if (pack) {
+      c.x = packBf16(*ctx.dev, c.x);
+      c.x1 = packBf16(*ctx.dev, c.x1);
+      return;
     }
+    for (Tensor *t : {&c.x, &c.x1, &c.g, &c.u})
+      *t = unpackBf16(*ctx.dev, *t);
+  }
+
+  /// hf · W for the queries or keys, rotated (RoPE) in the language model,
+  /// stored as attention reads it: bf16 bits under bf16 (the rotation in
+  /// fp32, rounded as it is written).
+  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    const int64_t Tc = m.cpRows;
+    if (!language)
+      return storedProduct(dev, ctx.bf16, operand(hf), P(w), Tc, H, Hl);
+    Tensor y = empty(Tc * Hl);
+    matmul(dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, Hl);
+    if (!ctx.bf16) {
+      dev.rope(y.data(), m.qposData(), Tc, headsLocal, headDim, false);
+      return y;
+    }
+    Tensor bits = Tensor::empty(Tc * Hl, device::DType::BF16);
+    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), Tc, headsLocal,
+                 headDim);
+    return bits;
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).

@@ -126,6 +126,22 @@ public:
     d.release(bits);
   }
 
+  /// n values rounded to bf16 in a new buffer of the device (unset for
+  /// null values), released at the end of the scope.
+  struct Bits {
+    Device &dev;
+    uint16_t *data;
+    Bits(Device &dev, const float *values, int64_t n)
+        : dev(dev), data(static_cast<uint16_t *>(
+                        dev.allocate(std::max<int64_t>(n, 1) * 2))) {
+      if (values)
+        dev.packBf16(values, data, n);
+    }
+    ~Bits() { dev.release(data); }
+    Bits(const Bits &) = delete;
+    Bits &operator=(const Bits &) = delete;
+  };
+
   /// Runs `op` on the CPU and twice on the GPU and compares every output.
   void compare(const std::string &name, const Io &io, const Op &op,
                double tolerance = kTolerance) {
@@ -447,20 +463,30 @@ public:
   }
 
   void rope() {
-    for (Dims s : {Dims{1, 1, 2, 0}, Dims{37, 3, 10, 0}, Dims{300, 8, 64, 0}}) {
+    for (Dims s : {Dims{1, 1, 2, 0}, Dims{37, 3, 10, 0}, Dims{300, 8, 64, 0},
+                   Dims{5, 2, 7, 0}}) {
       int64_t tokens = s.a, heads = s.b, dim = s.c;
       std::vector<int64_t> positions;
       for (int64_t t = 0; t < tokens; ++t)
         positions.push_back((t * 7919) % 4096);
       int64_t n = tokens * heads * dim;
+      const std::string sz = std::to_string(tokens) + "x" +
+                             std::to_string(heads) + "x" + std::to_string(dim);
       for (bool inverse : {false, true})
-        compare(std::string("rope") + (inverse ? " inverse " : " ") +
-                    std::to_string(tokens) + "x" + std::to_string(heads) + "x" +
-                    std::to_string(dim),
+        compare(std::string("rope") + (inverse ? " inverse " : " ") + sz,
                 {{}, {positions}, {random(n)}, {}},
                 [=](Device &d, const Ptr &p) {
                   d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse);
                 });
+      // bf16 out (precision "bf16"'s q and k): a bf16 step apart at most.
+      compare(
+          "rope, bf16 out " + sz, {{random(n)}, {positions}, {}, {n}},
+          [=](Device &d, const Ptr &p) {
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim);
+            });
+          },
+          kBf16Step);
     }
   }
 
@@ -486,18 +512,24 @@ public:
                {},
                {Tq * heads * d, heads * Tq}};
     plan.packed.clear(); // the views below only read its counts
-    compare(
-        "attention forward " + label, forward,
-        [=](Device &dv, const Ptr &p) {
-          dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                              plan.view(p.idx[0]), heads, d, bf16);
-        },
-        tolerance);
+    const int64_t nq = Tq * heads * d, nk = Tk * heads * d;
+    // bf16: q, k, v (and o, dO) packed to bf16 buffers on the device (the
+    // values rounded), o unpacked after.
+    const Op forwardOp = [=](Device &dv, const Ptr &p) {
+      if (!bf16) {
+        dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
+                            plan.view(p.idx[0]), heads, d);
+        return;
+      }
+      Bits q(dv, p.in[0], nq), k(dv, p.in[1], nk), v(dv, p.in[2], nk),
+          o(dv, nullptr, nq);
+      dv.attentionForwardBf16(q.data, k.data, v.data, o.data, p.out[1],
+                              plan.view(p.idx[0]), heads, d);
+      dv.unpackBf16(o.data, p.out[0], nq);
+    };
+    compare("attention forward " + label, forward, forwardOp, tolerance);
     // The backward takes o and lse from the CPU forward.
-    auto fwd = runOn(*cpu, forward, [=](Device &dv, const Ptr &p) {
-      dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                          plan.view(p.idx[0]), heads, d, bf16);
-    });
+    auto fwd = runOn(*cpu, forward, forwardOp);
     Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
                  random(Tq * heads * d)},
                 forward.idx,
@@ -506,9 +538,17 @@ public:
     compare(
         "attention backward " + label, backward,
         [=](Device &dv, const Ptr &p) {
-          dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
-                               p.in[5], p.out[0], p.out[1], p.out[2],
-                               plan.view(p.idx[0]), heads, d, bf16);
+          if (!bf16) {
+            dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
+                                 p.in[5], p.out[0], p.out[1], p.out[2],
+                                 plan.view(p.idx[0]), heads, d);
+            return;
+          }
+          Bits q(dv, p.in[0], nq), k(dv, p.in[1], nk), v(dv, p.in[2], nk),
+              o(dv, p.in[3], nq), dout(dv, p.in[5], nq);
+          dv.attentionBackwardBf16(q.data, k.data, v.data, o.data, p.in[4],
+                                   dout.data, p.out[0], p.out[1], p.out[2],
+                                   plan.view(p.idx[0]), heads, d);
         },
         tolerance);
   }

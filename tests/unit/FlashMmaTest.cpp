@@ -4,7 +4,7 @@
 // by lane), its loads and product against a plain matrix product, and the
 // bf16 attention programs of FlashMmaBodies.h, run on the host warp by
 // warp as the GPU's barriers order them, against the CPU device's emulation
-// of the same rounding (Device::attentionForward with bf16) and against the
+// of the same rounding (Device::attentionForwardBf16) and against the
 // float64 reference, on every mask the model makes. The fp32 programs of
 // FlashBodies.h under bf16 (the CUDA device's head dimensions the tensor
 // cores do not take) are checked against the emulation too.
@@ -173,22 +173,34 @@ TEST(WarpMma, QuadReductionsCombineTheFourLanesOfARow) {
   EXPECT_EQ(mma::warpMax(ends), 900);
 }
 
-/// Outputs of one attention, forward and backward (poisoned with NaN).
+/// Outputs of one attention, forward and backward (poisoned with NaN); o
+/// as floats, and as the bf16 bits the backward reads.
 struct Outputs {
   std::vector<float> o, lse, dq, dk, dv;
+  std::vector<uint16_t> oBits;
 };
 
-using Forward = void (*)(const float *, const float *, const float *, float *,
-                         float *, const flash::Shape &);
-using Backward = void (*)(const float *, const float *, const float *,
-                          const float *, const float *, const float *, float *,
-                          float *, float *, const flash::Shape &);
-
 struct Inputs {
+  // bf16 values (the layer's q, k, v and dO are bf16 buffers), as floats
+  // and as bits.
   std::vector<float> q, k, v, dout;
+  std::vector<uint16_t> qBits, kBits, vBits, doutBits;
   t::Plan plan;
   int64_t Tq = 0, Tk = 0, heads = 0, d = 0;
 };
+
+std::vector<uint16_t> bitsOf(const std::vector<float> &x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = b::bf16Bits(x[i]);
+  return out;
+}
+std::vector<float> valuesOf(const std::vector<uint16_t> &bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    out[i] = b::widen(bits[i]);
+  return out;
+}
 
 Inputs inputs(const Mask &m, int64_t heads, int64_t d) {
   Inputs in;
@@ -197,7 +209,6 @@ Inputs inputs(const Mask &m, int64_t heads, int64_t d) {
   in.Tk = static_cast<int64_t>(m.kpos.size());
   in.heads = heads;
   in.d = d;
-  // The layer's q, k and v are bf16 already; dO is not.
   auto rounded = [&](size_t n) {
     std::vector<float> x = random(rng, n);
     for (float &e : x)
@@ -207,7 +218,11 @@ Inputs inputs(const Mask &m, int64_t heads, int64_t d) {
   in.q = rounded(static_cast<size_t>(in.Tq * heads * d));
   in.k = rounded(static_cast<size_t>(in.Tk * heads * d));
   in.v = rounded(static_cast<size_t>(in.Tk * heads * d));
-  in.dout = random(rng, static_cast<size_t>(in.Tq * heads * d));
+  in.dout = rounded(static_cast<size_t>(in.Tq * heads * d));
+  in.qBits = bitsOf(in.q);
+  in.kBits = bitsOf(in.k);
+  in.vBits = bitsOf(in.v);
+  in.doutBits = bitsOf(in.dout);
   in.plan = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(), m.kseg.data(),
                     in.Tq, in.Tk, m.causal);
   return in;
@@ -218,35 +233,60 @@ Outputs poisoned(const Inputs &in) {
   const size_t nq = in.q.size(), nk = in.k.size();
   return {std::vector<float>(nq, nan),
           std::vector<float>(static_cast<size_t>(in.heads * in.Tq), nan),
-          std::vector<float>(nq, nan), std::vector<float>(nk, nan),
-          std::vector<float>(nk, nan)};
+          std::vector<float>(nq, nan),
+          std::vector<float>(nk, nan),
+          std::vector<float>(nk, nan),
+          std::vector<uint16_t>(nq, 0x7fc0)};
 }
 
 /// The CPU device's bf16 emulation (the backward on its own o and lse).
 Outputs emulated(const Inputs &in) {
   Outputs out = poisoned(in);
   const t::PlanView view = in.plan.hostView();
-  k::tiledAttentionForward(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
-                           out.lse.data(), view, in.heads, in.d, true);
-  k::tiledAttentionBackward(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
-                            out.lse.data(), in.dout.data(), out.dq.data(),
-                            out.dk.data(), out.dv.data(), view, in.heads, in.d,
-                            true);
+  k::tiledAttentionForward(in.qBits.data(), in.kBits.data(), in.vBits.data(),
+                           out.oBits.data(), out.lse.data(), view, in.heads,
+                           in.d);
+  out.o = valuesOf(out.oBits);
+  k::tiledAttentionBackward(in.qBits.data(), in.kBits.data(), in.vBits.data(),
+                            out.oBits.data(), out.lse.data(),
+                            in.doutBits.data(), out.dq.data(), out.dk.data(),
+                            out.dv.data(), view, in.heads, in.d);
   return out;
 }
 
-/// A host-run program pair; the backward reads the emulation's o and lse,
-/// so that its error is its own.
-Outputs programs(const Inputs &in, const Outputs &reference, Forward forward,
-                 Backward backward) {
+/// A program pair run on the host; the backward reads the emulation's o
+/// and lse, so that its error is its own.
+using Programs = Outputs (*)(const Inputs &, const Outputs &);
+
+/// The tensor-core programs, on the bf16 bits (Device::attentionForwardBf16).
+Outputs mmaPrograms(const Inputs &in, const Outputs &reference) {
   Outputs out = poisoned(in);
   const flash::Shape s =
       flash::shapeOf(in.plan.hostView(), in.heads, in.d, true);
-  forward(in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data(),
-          s);
-  backward(in.q.data(), in.k.data(), in.v.data(), reference.o.data(),
-           reference.lse.data(), in.dout.data(), out.dq.data(), out.dk.data(),
-           out.dv.data(), s);
+  fm::forwardOnHost(in.qBits.data(), in.kBits.data(), in.vBits.data(),
+                    out.oBits.data(), out.lse.data(), s);
+  out.o = valuesOf(out.oBits);
+  fm::backwardOnHost(in.qBits.data(), in.kBits.data(), in.vBits.data(),
+                     reference.oBits.data(), reference.lse.data(),
+                     in.doutBits.data(), out.dq.data(), out.dk.data(),
+                     out.dv.data(), s);
+  return out;
+}
+
+/// The fp32 programs under bf16, on the values (as the CUDA device runs
+/// them, o rounded after).
+Outputs fp32Programs(const Inputs &in, const Outputs &reference) {
+  Outputs out = poisoned(in);
+  const flash::Shape s =
+      flash::shapeOf(in.plan.hostView(), in.heads, in.d, true);
+  flash::forwardOnHost(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
+                       out.lse.data(), s);
+  out.oBits = bitsOf(out.o);
+  out.o = valuesOf(out.oBits);
+  flash::backwardOnHost(in.q.data(), in.k.data(), in.v.data(),
+                        reference.o.data(), reference.lse.data(),
+                        in.dout.data(), out.dq.data(), out.dk.data(),
+                        out.dv.data(), s);
   return out;
 }
 
@@ -256,21 +296,19 @@ Outputs programs(const Inputs &in, const Outputs &reference, Forward forward,
 /// shows on rows of few keys), 1e-3 to 3e-3 against float64 (the rounding
 /// of P and dS itself); a fragment in the wrong place is off by O(1).
 void check(const std::string &what, const Mask &m, int64_t heads, int64_t d,
-           Forward forward, Backward backward, double near = 5e-3) {
+           Programs programs, double near = 5e-3) {
   SCOPED_TRACE(what + ", d " + std::to_string(d));
   const Inputs in = inputs(m, heads, d);
   const Outputs emu = emulated(in);
-  const Outputs got = programs(in, emu, forward, backward);
+  const Outputs got = programs(in, emu);
   EXPECT_LE(relativeError(got.o, toDouble(emu.o)), near) << "o";
   EXPECT_LE(relativeError(got.lse, toDouble(emu.lse)), 1e-5) << "lse";
   EXPECT_LE(relativeError(got.dq, toDouble(emu.dq)), near) << "dq";
   EXPECT_LE(relativeError(got.dk, toDouble(emu.dk)), near) << "dk";
   EXPECT_LE(relativeError(got.dv, toDouble(emu.dv)), near) << "dv";
-  // The float64 reference on the rounded inputs (dO rounded too).
+  // The float64 reference on the same (bf16) inputs.
   std::vector<double> q = toDouble(in.q), kk = toDouble(in.k),
                       v = toDouble(in.v), dout = toDouble(in.dout);
-  for (double &x : dout)
-    x = bf16(static_cast<float>(x));
   std::vector<double> o(q.size()), lse(emu.lse.size()), dq(q.size()),
       dk(kk.size()), dv(v.size());
   k::attentionForward<double>(q.data(), kk.data(), v.data(), o.data(),
@@ -293,8 +331,7 @@ void check(const std::string &what, const Mask &m, int64_t heads, int64_t d,
 
 void checkMma(const std::string &what, const Mask &m, int64_t heads,
               int64_t d) {
-  check("tensor cores, " + what, m, heads, d, fm::forwardOnHost,
-        fm::backwardOnHost);
+  check("tensor cores, " + what, m, heads, d, mmaPrograms);
 }
 
 TEST(FlashMma, CausalLanesAtEveryHeadDimension) {
@@ -314,8 +351,8 @@ TEST(FlashMma, ZigzagPackedDenseEncoderAndLonelyRows) {
 
 /// The CPU device's bf16 attention against the rounding written out in
 /// double on one causal sample: P (unnormalised) rounded where it
-/// multiplies V, dO rounded, P rounded where it multiplies dO, dS rounded
-/// before the scale. Without the emulation the CPU's fp32 attention misses
+/// multiplies V, P rounded where it multiplies dO, dS rounded before the
+/// scale, o rounded as it is written. Without the emulation the CPU's fp32 attention misses
 /// it by the bf16 rounding itself.
 TEST(FlashMma, TheCpuEmulatesTheTensorCoreRounding) {
   const Mask m = lane(6, 1);
@@ -364,7 +401,11 @@ TEST(FlashMma, TheCpuEmulatesTheTensorCoreRounding) {
       }
     }
   }
-  EXPECT_LE(relativeError(emu.o, o), 1e-5);
+  // o is written rounded.
+  std::vector<double> oWritten = o;
+  for (double &x : oWritten)
+    x = r(x);
+  EXPECT_LE(relativeError(emu.o, oWritten), 1e-5);
   EXPECT_LE(relativeError(emu.dq, dq), 1e-5);
   EXPECT_LE(relativeError(emu.dk, dk), 1e-5);
   EXPECT_LE(relativeError(emu.dv, dv), 1e-5);
@@ -375,9 +416,9 @@ TEST(FlashMma, TheCpuEmulatesTheTensorCoreRounding) {
 
 TEST(FlashMma, TheFp32ProgramsRoundTheSameWayAtOtherHeadDimensions) {
   check("fp32 programs under bf16, [S=100, B=2]", lane(100, 2), 2, 8,
-        flash::forwardOnHost, flash::backwardOnHost);
+        fp32Programs);
   check("fp32 programs under bf16, head dim 48", lane(90, 1), 1, 48,
-        flash::forwardOnHost, flash::backwardOnHost);
+        fp32Programs);
 }
 
 TEST(FlashMma, ANaNPassesOnAndARowWithoutKeysStaysZero) {
@@ -385,12 +426,13 @@ TEST(FlashMma, ANaNPassesOnAndARowWithoutKeysStaysZero) {
   const int64_t heads = 2, d = 32, Tq = 3;
   Inputs in = inputs(m, heads, d);
   for (int64_t c = 0; c < d; ++c)
-    in.q[static_cast<size_t>(1 * heads * d + c)] =
-        std::numeric_limits<float>::quiet_NaN();
+    in.qBits[static_cast<size_t>(1 * heads * d + c)] =
+        b::bf16Bits(std::numeric_limits<float>::quiet_NaN());
   Outputs out = poisoned(in);
-  fm::forwardOnHost(in.q.data(), in.k.data(), in.v.data(), out.o.data(),
-                    out.lse.data(),
+  fm::forwardOnHost(in.qBits.data(), in.kBits.data(), in.vBits.data(),
+                    out.oBits.data(), out.lse.data(),
                     flash::shapeOf(in.plan.hostView(), heads, d, true));
+  out.o = valuesOf(out.oBits);
   auto at = [&](int64_t token, int64_t head, int64_t c) {
     return out.o[static_cast<size_t>(token * heads * d + head * d + c)];
   };

@@ -468,13 +468,35 @@ TYPED_TEST(KernelBodies, Norms) {
 TYPED_TEST(KernelBodies, Rope) {
   using T = TypeParam;
   std::mt19937 rng(4);
-  const int64_t tokens = 5, heads = 3, dim = 6, n = tokens * heads * dim;
+  const int64_t tokens = 5, heads = 3;
   std::vector<int64_t> positions = {0, 7, 3, 100, 2047};
-  for (bool inverse : {false, true}) {
-    auto x = random<T>(rng, n), xr = x;
-    runAll(b::Rope<T>{x.data(), positions.data(), tokens, heads, dim, inverse});
-    k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse);
-    expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
+  for (int64_t dim : {6, 7, 1}) // an odd dim's last value is not rotated
+    for (bool inverse : {false, true}) {
+      const int64_t n = tokens * heads * dim;
+      auto x = random<T>(rng, n), xr = x;
+      runAll(b::Rope<T>{x.data(), x.data(), positions.data(), tokens, heads,
+                        dim, inverse});
+      k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse);
+      expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
+    }
+}
+
+/// RoPE writing bf16 bits (precision "bf16"'s q and k): the fp32 rotation
+/// rounded, bit for bit, whatever the input was.
+TEST(KernelBodies, RopeToBf16BitsIsTheFp32RopeRounded) {
+  std::mt19937 rng(5);
+  const int64_t tokens = 4, heads = 2;
+  std::vector<int64_t> positions = {0, 9, 4095, 1};
+  for (int64_t dim : {8, 5}) {
+    const int64_t n = tokens * heads * dim;
+    auto x = random<float>(rng, n), rotated = x;
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    runAll(b::Rope<float, uint16_t>{x.data(), bits.data(), positions.data(),
+                                    tokens, heads, dim, false});
+    runAll(b::Rope<float>{rotated.data(), rotated.data(), positions.data(),
+                          tokens, heads, dim, false});
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bits[size_t(i)], b::bf16Bits(rotated[size_t(i)])) << i;
   }
 }
 

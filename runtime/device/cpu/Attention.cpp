@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace mimo::kernels {
@@ -30,24 +31,35 @@ void roundAll(float *x, int64_t n) {
     x[i] = mimo::device::bodies::roundToBf16(x[i]);
 }
 
-/// dst row r = src row order[r] (rows of `width` floats), rounded to
-/// bfloat16 under bf16.
-void gather(const float *src, const int64_t *order, int64_t rows, int64_t width,
-            std::vector<float> &dst, bool bf16 = false) {
+/// dst row r = src row order[r] (rows of `width` values), as floats.
+template <typename T>
+void gather(const T *src, const int64_t *order, int64_t rows, int64_t width,
+            std::vector<float> &dst) {
   dst.resize(static_cast<size_t>(rows * width));
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst.data() + r * width, src + order[r] * width,
-                static_cast<size_t>(width) * 4);
-  if (bf16)
-    roundAll(dst.data(), rows * width);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *from = src + order[r] * width;
+    float *to = dst.data() + r * width;
+    if constexpr (std::is_same_v<T, float>)
+      std::memcpy(to, from, static_cast<size_t>(width) * 4);
+    else
+      for (int64_t c = 0; c < width; ++c)
+        to[c] = mimo::device::bodies::widen(from[c]);
+  }
 }
 
-/// dst row order[r] = src row r.
+/// dst row order[r] = src row r (as bf16 bits when T is uint16_t).
+template <typename T>
 void scatter(const std::vector<float> &src, const int64_t *order, int64_t rows,
-             int64_t width, float *dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + order[r] * width, src.data() + r * width,
-                static_cast<size_t>(width) * 4);
+             int64_t width, T *dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *from = src.data() + r * width;
+    T *to = dst + order[r] * width;
+    if constexpr (std::is_same_v<T, float>)
+      std::memcpy(to, from, static_cast<size_t>(width) * 4);
+    else
+      for (int64_t c = 0; c < width; ++c)
+        to[c] = mimo::device::bodies::bf16Bits(from[c]);
+  }
 }
 
 /// One query block (fields of PlanView::queryBlocks) of one head.
@@ -80,16 +92,17 @@ void scores(const std::vector<float> &Q, const std::vector<float> &K,
 
 } // namespace
 
-void tiledAttentionForward(const float *q, const float *k, const float *v,
-                           float *o, float *lse, const PlanView &plan,
-                           int64_t heads, int64_t d, bool bf16) {
+template <typename T>
+void tiledAttentionForward(const T *q, const T *k, const T *v, T *o, float *lse,
+                           const PlanView &plan, int64_t heads, int64_t d) {
+  constexpr bool bf16 = std::is_same_v<T, uint16_t>;
   const int64_t width = heads * d, Tq = plan.Tq;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<float> Q, K, V, O, S;
-  gather(q, plan.queryOrder, Tq, width, Q, bf16);
-  gather(k, plan.keyOrder, plan.Tk, width, K, bf16);
-  gather(v, plan.keyOrder, plan.Tk, width, V, bf16);
+  gather(q, plan.queryOrder, Tq, width, Q);
+  gather(k, plan.keyOrder, plan.Tk, width, K);
+  gather(v, plan.keyOrder, plan.Tk, width, V);
   O.assign(static_cast<size_t>(Tq * width), 0.0f);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t b = 0; b < plan.queryBlockCount; ++b) {
@@ -136,20 +149,21 @@ void tiledAttentionForward(const float *q, const float *k, const float *v,
   scatter(O, plan.queryOrder, Tq, width, o);
 }
 
-void tiledAttentionBackward(const float *q, const float *k, const float *v,
-                            const float *o, const float *lse, const float *dout,
-                            float *dq, float *dk, float *dv,
-                            const PlanView &plan, int64_t heads, int64_t d,
-                            bool bf16) {
+template <typename T>
+void tiledAttentionBackward(const T *q, const T *k, const T *v, const T *o,
+                            const float *lse, const T *dout, float *dq,
+                            float *dk, float *dv, const PlanView &plan,
+                            int64_t heads, int64_t d) {
+  constexpr bool bf16 = std::is_same_v<T, uint16_t>;
   const int64_t width = heads * d, Tq = plan.Tq, Tk = plan.Tk;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   std::vector<float> Q, K, V, O, dO, dQ, dK, dV, P, Pb, dP, D;
-  gather(q, plan.queryOrder, Tq, width, Q, bf16);
+  gather(q, plan.queryOrder, Tq, width, Q);
   gather(o, plan.queryOrder, Tq, width, O);
-  gather(dout, plan.queryOrder, Tq, width, dO, bf16);
-  gather(k, plan.keyOrder, Tk, width, K, bf16);
-  gather(v, plan.keyOrder, Tk, width, V, bf16);
+  gather(dout, plan.queryOrder, Tq, width, dO);
+  gather(k, plan.keyOrder, Tk, width, K);
+  gather(v, plan.keyOrder, Tk, width, V);
   // Keys no query attends get no gradient.
   dQ.assign(static_cast<size_t>(Tq * width), 0.0f);
   dK.assign(static_cast<size_t>(Tk * width), 0.0f);
@@ -218,5 +232,23 @@ void tiledAttentionBackward(const float *q, const float *k, const float *v,
   scatter(dK, plan.keyOrder, Tk, width, dk);
   scatter(dV, plan.keyOrder, Tk, width, dv);
 }
+
+template void tiledAttentionForward<float>(const float *, const float *,
+                                          const float *, float *, float *,
+                                          const PlanView &, int64_t, int64_t);
+template void tiledAttentionForward<uint16_t>(const uint16_t *,
+                                             const uint16_t *,
+                                             const uint16_t *, uint16_t *,
+                                             float *, const PlanView &,
+                                             int64_t, int64_t);
+template void tiledAttentionBackward<float>(const float *, const float *,
+                                           const float *, const float *,
+                                           const float *, const float *,
+                                           float *, float *, float *,
+                                           const PlanView &, int64_t, int64_t);
+template void tiledAttentionBackward<uint16_t>(
+    const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
+    const float *, const uint16_t *, float *, float *, float *,
+    const PlanView &, int64_t, int64_t);
 
 } // namespace mimo::kernels

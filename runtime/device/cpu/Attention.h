@@ -9,10 +9,10 @@
 // past it; softmax in float with a vectorised exp. A fixed order of every
 // sum: bitwise reproducible run to run.
 //
-// bf16 (precision "bf16"): the CUDA device's tensor-core rounding
-// (FlashMmaBodies.h) emulated: q, k, v and dO rounded to bf16, P rounded
-// where it multiplies V and dO, dS = P (dP - D) rounded where it multiplies
-// K and Q with the scale applied after.
+// T = uint16_t (precision "bf16"): q, k, v, o and dO are bf16 buffers and
+// the CUDA device's tensor-core rounding (FlashMmaBodies.h) is emulated: P
+// rounded where it multiplies V and dO, dS = P (dP - D) rounded where it
+// multiplies K and Q with the scale applied after; o written rounded.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_CPU_ATTENTION_H
@@ -24,16 +24,18 @@
 
 namespace mimo::kernels {
 
-void tiledAttentionForward(const float *q, const float *k, const float *v,
-                           float *o, float *lse,
+/// T: float (fp32) or uint16_t (bf16 bits, Device::attentionForwardBf16).
+template <typename T>
+void tiledAttentionForward(const T *q, const T *k, const T *v, T *o, float *lse,
                            const device::tiles::PlanView &plan, int64_t heads,
-                           int64_t d, bool bf16 = false);
+                           int64_t d);
 
-void tiledAttentionBackward(const float *q, const float *k, const float *v,
-                            const float *o, const float *lse, const float *dout,
-                            float *dq, float *dk, float *dv,
+template <typename T>
+void tiledAttentionBackward(const T *q, const T *k, const T *v, const T *o,
+                            const float *lse, const T *dout, float *dq,
+                            float *dk, float *dv,
                             const device::tiles::PlanView &plan, int64_t heads,
-                            int64_t d, bool bf16 = false);
+                            int64_t d);
 
 } // namespace mimo::kernels
 

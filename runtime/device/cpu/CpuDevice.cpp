@@ -336,18 +336,40 @@ public:
             int64_t dim, bool inverse) override {
     k::rope<float>(x, positions, tokens, heads, dim, inverse);
   }
+  void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
+                int64_t tokens, int64_t heads, int64_t dim) override {
+    const int64_t n = tokens * heads * dim;
+    packed(y, n, [&](float *out) {
+      std::copy(x, x + n, out);
+      rope(out, positions, tokens, heads, dim, false);
+    });
+  }
   void attentionForward(const float *q, const float *kk, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d, bool bf16) override {
-    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d, bf16);
+                        int64_t heads, int64_t d) override {
+    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
   }
   void attentionBackward(const float *q, const float *kk, const float *v,
                          const float *o, const float *lse, const float *dout,
                          float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads, int64_t d,
-                         bool bf16) override {
+                         const tiles::PlanView &plan, int64_t heads,
+                         int64_t d) override {
     k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
-                              d, bf16);
+                              d);
+  }
+  void attentionForwardBf16(const uint16_t *q, const uint16_t *kk,
+                            const uint16_t *v, uint16_t *o, float *lse,
+                            const tiles::PlanView &plan, int64_t heads,
+                            int64_t d) override {
+    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
+  }
+  void attentionBackwardBf16(const uint16_t *q, const uint16_t *kk,
+                             const uint16_t *v, const uint16_t *o,
+                             const float *lse, const uint16_t *dout, float *dq,
+                             float *dk, float *dv, const tiles::PlanView &plan,
+                             int64_t heads, int64_t d) override {
+    k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
+                              d);
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -549,56 +550,69 @@ public:
             int64_t dim, bool inverse) override {
     if (dim / 2 == 0)
       return;
-    launch("rope", b::Rope<float>{x, positions, tokens, heads, dim, inverse});
+    launch("rope",
+           b::Rope<float>{x, x, positions, tokens, heads, dim, inverse});
+  }
+  void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
+                int64_t tokens, int64_t heads, int64_t dim) override {
+    launch("rope_bf16_out", b::Rope<float, uint16_t>{x, y, positions, tokens,
+                                                     heads, dim, false});
   }
   void attentionForward(const float *q, const float *k, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d, bool bf16) override {
-    const flash::Shape shape = flash::shapeOf(plan, heads, d, bf16);
-    if (tensorCores(shape)) {
-      checkMma(mmaAttentionForward(shape, q, k, v, o, lse, stream));
-      return;
-    }
-    checkAttention(d);
-    flash::withHeadDim(d, [&](auto dim) {
-      launchBlocks("attention_forward",
-                   flash::Forward<dim.value>{{shape, false}, q, k, v, o, lse},
-                   heads);
-    });
+                        int64_t heads, int64_t d) override {
+    fp32AttentionForward(flash::shapeOf(plan, heads, d), q, k, v, o, lse);
   }
   void attentionBackward(const float *q, const float *k, const float *v,
                          const float *o, const float *lse, const float *dout,
                          float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads, int64_t d,
-                         bool bf16) override {
-    const flash::Shape shape = flash::shapeOf(plan, heads, d, bf16);
-    const bool mma = tensorCores(shape);
-    if (!mma)
-      checkAttention(d);
-    float *D = static_cast<float *>(allocate(
-        std::max<int64_t>(heads * plan.Tq, 1) * int64_t(sizeof(float))));
-    try {
-      launch("attention_backward_rowdot",
-             flash::RowDot{o, dout, D, plan.Tq, heads, d, bf16});
-      if (mma)
-        checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D, dq, dk, dv,
-                                      stream));
-      else
-        flash::withHeadDim(d, [&](auto dim) {
-          launchBlocks("attention_backward_dq",
-                       flash::BackwardQuery<dim.value>{
-                           {shape, false}, q, k, v, lse, dout, D, dq},
-                       heads);
-          launchBlocks("attention_backward_dkdv",
-                       flash::BackwardKey<dim.value>{
-                           {shape, true}, q, k, v, lse, dout, D, dk, dv},
-                       heads);
-        });
-    } catch (...) {
-      release(D);
-      throw;
+                         const tiles::PlanView &plan, int64_t heads,
+                         int64_t d) override {
+    fp32AttentionBackward(flash::shapeOf(plan, heads, d), q, k, v, o, lse, dout,
+                          dq, dk, dv);
+  }
+  void attentionForwardBf16(const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, uint16_t *o, float *lse,
+                            const tiles::PlanView &plan, int64_t heads,
+                            int64_t d) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
+    if (tensorCores(shape, {q, k, v, o})) {
+      checkMma(mmaAttentionForward(shape, q, k, v, o, lse, stream));
+      return;
     }
-    release(D); // in stream order: after the kernels that read it
+    // The fp32 programs with the same rounding, on fp32 copies.
+    const int64_t nq = plan.Tq * heads * d, nk = plan.Tk * heads * d;
+    Scratch Q(*this, nq), K(*this, nk), V(*this, nk), O(*this, nq);
+    unpackBf16(q, Q.data, nq);
+    unpackBf16(k, K.data, nk);
+    unpackBf16(v, V.data, nk);
+    fp32AttentionForward(shape, Q.data, K.data, V.data, O.data, lse);
+    packBf16(O.data, o, nq);
+  }
+  void attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
+                             const uint16_t *v, const uint16_t *o,
+                             const float *lse, const uint16_t *dout, float *dq,
+                             float *dk, float *dv, const tiles::PlanView &plan,
+                             int64_t heads, int64_t d) override {
+    const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
+    if (tensorCores(shape, {q, k, v, o, dout})) {
+      Scratch D(*this, heads * plan.Tq);
+      launch("attention_backward_rowdot_bf16",
+             flash::RowDot<uint16_t>{o, dout, D.data, plan.Tq, heads, d});
+      checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D.data, dq, dk,
+                                    dv, stream));
+      return;
+    }
+    const int64_t nq = plan.Tq * heads * d, nk = plan.Tk * heads * d;
+    Scratch Q(*this, nq), K(*this, nk), V(*this, nk), O(*this, nq),
+        dO(*this, nq);
+    unpackBf16(q, Q.data, nq);
+    unpackBf16(k, K.data, nk);
+    unpackBf16(v, V.data, nk);
+    unpackBf16(o, O.data, nq);
+    unpackBf16(dout, dO.data, nq);
+    fp32AttentionBackward(shape, Q.data, K.data, V.data, O.data, lse, dO.data,
+                          dq, dk, dv);
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,
@@ -804,12 +818,63 @@ private:
                         label + ": " + errorText(error));
   }
 
-  /// Whether attention of this shape runs on the tensor cores (bf16 at a
-  /// head dimension FlashMmaBodies.h takes, within this GPU's limits).
-  bool tensorCores(const flash::Shape &shape) {
-    if (!shape.bf16 || !flashmma::supportsHeadDim(shape.d) ||
+  /// Stream-ordered fp32 scratch, released (in stream order) when it goes
+  /// out of scope.
+  struct Scratch {
+    CudaDevice &dev;
+    float *data;
+    Scratch(CudaDevice &dev, int64_t n)
+        : dev(dev), data(static_cast<float *>(dev.allocate(
+                        std::max<int64_t>(n, 1) * int64_t(sizeof(float))))) {}
+    ~Scratch() { dev.release(data); }
+    Scratch(const Scratch &) = delete;
+    Scratch &operator=(const Scratch &) = delete;
+  };
+
+  /// The fp32 programs of FlashBodies.h (with the bf16 rounding when
+  /// shape.bf16 is set).
+  void fp32AttentionForward(const flash::Shape &shape, const float *q,
+                            const float *k, const float *v, float *o,
+                            float *lse) {
+    checkAttention(shape.d);
+    flash::withHeadDim(shape.d, [&](auto dim) {
+      launchBlocks("attention_forward",
+                   flash::Forward<dim.value>{{shape, false}, q, k, v, o, lse},
+                   shape.heads);
+    });
+  }
+  void fp32AttentionBackward(const flash::Shape &shape, const float *q,
+                             const float *k, const float *v, const float *o,
+                             const float *lse, const float *dout, float *dq,
+                             float *dk, float *dv) {
+    checkAttention(shape.d);
+    Scratch D(*this, shape.heads * shape.plan.Tq);
+    launch("attention_backward_rowdot",
+           flash::RowDot<float>{o, dout, D.data, shape.plan.Tq, shape.heads,
+                                shape.d});
+    flash::withHeadDim(shape.d, [&](auto dim) {
+      launchBlocks("attention_backward_dq",
+                   flash::BackwardQuery<dim.value>{
+                       {shape, false}, q, k, v, lse, dout, D.data, dq},
+                   shape.heads);
+      launchBlocks("attention_backward_dkdv",
+                   flash::BackwardKey<dim.value>{
+                       {shape, true}, q, k, v, lse, dout, D.data, dk, dv},
+                   shape.heads);
+    });
+  }
+
+  /// Whether bf16 attention of this shape runs on the tensor cores: a head
+  /// dimension FlashMmaBodies.h takes, within this GPU's limits, and every
+  /// buffer 16-byte aligned (its rows move 16 bytes at a time).
+  bool tensorCores(const flash::Shape &shape,
+                   std::initializer_list<const void *> buffers) {
+    if (!flashmma::supportsHeadDim(shape.d) ||
         flashmma::sharedBytes(shape.d) > sharedOptIn)
       return false;
+    for (const void *p : buffers)
+      if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+        return false;
     if (shape.heads > 65535)
       throw DeviceError("attention: " + std::to_string(shape.heads) +
                         " heads exceed a grid's 65535");

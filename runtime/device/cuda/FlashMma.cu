@@ -56,8 +56,8 @@ MmaLaunch launch(const char *name, const Program &program, int64_t heads,
 
 } // namespace
 
-MmaLaunch mmaAttentionForward(const flash::Shape &s, const float *q,
-                              const float *k, const float *v, float *o,
+MmaLaunch mmaAttentionForward(const flash::Shape &s, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, uint16_t *o,
                               float *lse, cudaStream_t stream) {
   MmaLaunch result;
   fm::withHeadDim(s.d, [&](auto dim) {
@@ -68,10 +68,11 @@ MmaLaunch mmaAttentionForward(const flash::Shape &s, const float *q,
   return result;
 }
 
-MmaLaunch mmaAttentionBackward(const flash::Shape &s, const float *q,
-                               const float *k, const float *v, const float *lse,
-                               const float *dout, const float *D, float *dq,
-                               float *dk, float *dv, cudaStream_t stream) {
+MmaLaunch mmaAttentionBackward(const flash::Shape &s, const uint16_t *q,
+                               const uint16_t *k, const uint16_t *v,
+                               const float *lse, const uint16_t *dout,
+                               const float *D, float *dq, float *dk, float *dv,
+                               cudaStream_t stream) {
   MmaLaunch result;
   fm::withHeadDim(s.d, [&](auto dim) {
     result = launch(

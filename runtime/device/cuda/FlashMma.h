@@ -20,16 +20,18 @@ struct MmaLaunch {
   const char *kernel = nullptr;
 };
 
-/// o and lse (s.d: flashmma::supportsHeadDim; s.heads <= 65535).
-MmaLaunch mmaAttentionForward(const flash::Shape &s, const float *q,
-                              const float *k, const float *v, float *o,
+/// o and lse (s.d: flashmma::supportsHeadDim; s.heads <= 65535; every
+/// buffer 16-byte aligned).
+MmaLaunch mmaAttentionForward(const flash::Shape &s, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, uint16_t *o,
                               float *lse, cudaStream_t stream);
 
-/// dq, dk and dv, given D = rowsum(bf16(dout) o) (flash::RowDot with bf16).
-MmaLaunch mmaAttentionBackward(const flash::Shape &s, const float *q,
-                               const float *k, const float *v, const float *lse,
-                               const float *dout, const float *D, float *dq,
-                               float *dk, float *dv, cudaStream_t stream);
+/// dq, dk and dv, given D = rowsum(dout o) (flash::RowDot<uint16_t>).
+MmaLaunch mmaAttentionBackward(const flash::Shape &s, const uint16_t *q,
+                               const uint16_t *k, const uint16_t *v,
+                               const float *lse, const uint16_t *dout,
+                               const float *D, float *dq, float *dk, float *dv,
+                               cudaStream_t stream);
 
 } // namespace mimo::device::cuda
 
