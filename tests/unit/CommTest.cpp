@@ -319,6 +319,31 @@ TEST_P(LocalCommTest, AllGatherVWithUnequalCounts) {
   expectAllOk(outcomes);
 }
 
+/// bf16 bits (precision "bf16"'s keys and values under CP): counts in
+/// values, an odd count, two bytes each, no neighbour overwritten.
+TEST_P(LocalCommTest, AllGatherVOfBf16Bits) {
+  auto outcomes = runRanks(n(), [&](Comm &c) {
+    int64_t me = c.rank();
+    std::vector<int64_t> counts;
+    for (int64_t i = 0; i < n(); ++i)
+      counts.push_back(i % 2 ? 3 : 1);
+    int64_t total = 0;
+    for (int64_t k : counts)
+      total += k;
+    std::vector<uint16_t> in(counts[me]);
+    for (int64_t k = 0; k < counts[me]; ++k)
+      in[k] = static_cast<uint16_t>(0x3f80 + me * 16 + k);
+    std::vector<uint16_t> out(total + 1, 0xdead); // one guard value
+    c.allGatherV(range(n()), in.data(), counts, out.data());
+    int64_t at = 0;
+    for (int64_t i = 0; i < n(); ++i)
+      for (int64_t k = 0; k < counts[i]; ++k)
+        EXPECT_EQ(out[at++], 0x3f80 + i * 16 + k);
+    EXPECT_EQ(out[total], 0xdead);
+  });
+  expectAllOk(outcomes);
+}
+
 TEST_P(LocalCommTest, ReduceScatterV) {
   auto outcomes = runRanks(n(), [&](Comm &c) {
     int64_t me = c.rank();
