@@ -137,6 +137,14 @@ public:
   /// out = a + b elementwise (f32 or f64; out may alias a or b).
   virtual void add(DType type, void *out, const void *a, const void *b,
                    int64_t n) = 0;
+  /// out = x + branch as precision "bf16" stores a residual: the branch
+  /// rounded to bf16 as stored, the sum rounded as stored, in one pass (the
+  /// bits of roundToBf16(branch), add, roundToBf16). The branch is fp32, or
+  /// bf16 bits (a GEMM's bf16 output); out may alias x.
+  virtual void residualBf16(const float *x, const float *branch, float *out,
+                            int64_t n) = 0;
+  virtual void residualBf16(const float *x, const uint16_t *branch, float *out,
+                            int64_t n) = 0;
   /// out = max(a, b) elementwise; a NaN in either wins, a's first.
   virtual void maximum(float *out, const float *a, const float *b,
                        int64_t n) = 0;
@@ -207,13 +215,24 @@ public:
   virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) = 0;
   virtual void swigluForwardBf16(const uint16_t *gate, const uint16_t *up,
                                  uint16_t *y, int64_t n) = 0;
+  /// The backwards of GeLU and SwiGLU reading their forward's inputs as
+  /// bf16 bits (the MLP's gate and up, as their GEMMs write them) and
+  /// writing the gradients as bf16 bits: the bits of the fp32 op on the
+  /// values followed by packBf16, in one pass (precision "bf16": the
+  /// gradients are read only by bf16 GEMMs, which round them so anyway).
+  virtual void geluBackwardBf16(const uint16_t *x, const float *dy,
+                                uint16_t *dx, int64_t n) = 0;
+  virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
+                                  const float *dy, uint16_t *dgate,
+                                  uint16_t *dup, int64_t n) = 0;
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
                     int64_t heads, int64_t dim, bool inverse) = 0;
-  /// rope (forward) of x written as bf16 bits into y: the bits of the fp32
-  /// rotation followed by packBf16, in one pass (precision "bf16"'s q and
-  /// k, as attention reads them).
+  /// rope of x written as bf16 bits into y: the bits of the fp32 rotation
+  /// followed by packBf16, in one pass (precision "bf16"'s q and k as
+  /// attention reads them; inverse: dq and dk as their GEMMs read them).
   virtual void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                        int64_t tokens, int64_t heads, int64_t dim) = 0;
+                        int64_t tokens, int64_t heads, int64_t dim,
+                        bool inverse) = 0;
   /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask
   /// of `plan` (AttentionTiles.h: built on the host from the positions and
   /// segments the reference takes, its packed array in this device's

@@ -154,6 +154,20 @@ template <typename T> struct Add {
   MIMO_HD void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
 };
 
+/// out = x + branch as precision "bf16" stores a residual: the branch
+/// rounded to bfloat16 (as it is stored), the sum rounded (as it is
+/// stored), in one pass. Branch: fp32, or bf16 bits (rounded already).
+template <typename Branch> struct ResidualBf16 {
+  const float *x;
+  const Branch *branch;
+  float *out;
+  int64_t n;
+  MIMO_HD int64_t count() const { return n; }
+  MIMO_HD void operator()(int64_t i) const {
+    out[i] = roundToBf16(x[i] + roundToBf16(widen(branch[i])));
+  }
+};
+
 /// out = max(a, b), a NaN winning (a's first).
 template <typename T> struct Maximum {
   T *out;
@@ -205,17 +219,20 @@ template <typename T, typename Out = T, typename In = T> struct GeluForward {
   }
 };
 
-template <typename T> struct GeluBackward {
-  const T *x, *dy;
-  T *dx;
+/// The backwards below read In (T, or bf16 bits) and write Out (T, or bf16
+/// bits: the gradient a bf16 GEMM reads next, rounded as it would be).
+template <typename T, typename Out = T, typename In = T> struct GeluBackward {
+  const In *x;
+  const T *dy;
+  Out *dx;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
-    double xv = static_cast<double>(x[i]);
+    double xv = static_cast<double>(widen(x[i]));
     double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
     double du = kGeluC * (1.0 + 3.0 * kGeluA * xv * xv);
     double d = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * du;
-    dx[i] = static_cast<T>(static_cast<double>(dy[i]) * d);
+    dx[i] = narrow<Out>(static_cast<T>(static_cast<double>(dy[i]) * d));
   }
 };
 
@@ -233,19 +250,21 @@ template <typename T, typename Out = T, typename In = T> struct SwigluForward {
   }
 };
 
-template <typename T> struct SwigluBackward {
-  const T *gate, *up, *dy;
-  T *dgate, *dup;
+template <typename T, typename Out = T, typename In = T> struct SwigluBackward {
+  const In *gate, *up;
+  const T *dy;
+  Out *dgate, *dup;
   int64_t n;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
-    double g = static_cast<double>(gate[i]);
+    double g = static_cast<double>(widen(gate[i]));
     double sig = 1.0 / (1.0 + ::exp(-g));
     double silu = g * sig;
     double dsilu = sig * (1.0 + g * (1.0 - sig));
     double d = static_cast<double>(dy[i]);
-    dgate[i] = static_cast<T>(d * static_cast<double>(up[i]) * dsilu);
-    dup[i] = static_cast<T>(d * silu);
+    dgate[i] = narrow<Out>(
+        static_cast<T>(d * static_cast<double>(widen(up[i])) * dsilu));
+    dup[i] = narrow<Out>(static_cast<T>(d * silu));
   }
 };
 

@@ -61,7 +61,7 @@ inline Tensor storedProduct(Device &dev, bool bf16, Bf16Operand x,
 
 /// dX[M,K] (+)= dY[M,N] · W[K,N]^T and dW[K,N] += X^T · dY.
 inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
-                           const float *dy, float *dx, float *dw, int64_t M,
+                           Bf16Operand dy, float *dx, float *dw, int64_t M,
                            int64_t K, int64_t N, float dxBeta = 0.0f) {
   if (dx)
     gemm(dev, bf16, false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);

@@ -82,11 +82,7 @@ public:
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.attention.view(), headsLocal,
                            headDim);
-    Tensor o = empty(Tc * H);
-    matmul(dev, ctx.bf16, operand(c.a), P(wo), o.data(), Tc, Hl, H);
-    o = rowParallelOut(std::move(o), sp);
-    store(o);
-    c.x1 = residual(c.x, o);
+    c.x1 = residual(c.x, rowParallelLinear(c.a, wo, Tc, Hl, sp));
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
     // Under bf16 the gate and up projections come out of their GEMMs as
@@ -107,11 +103,7 @@ public:
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    Tensor mlp = empty(Tc * H);
-    matmul(dev, ctx.bf16, operand(c.s), P(w2), mlp.data(), Tc, Fl, H);
-    mlp = rowParallelOut(std::move(mlp), sp);
-    store(mlp);
-    Tensor out = residual(c.x1, mlp);
+    Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, Tc, Fl, sp));
     keep(c, true);
     return out;
   }
@@ -122,34 +114,49 @@ public:
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     keep(c, false);
+    // Under bf16 every gradient a GEMM reads is bf16 bits, made once (packed,
+    // or written so by the kernel that makes it): the two GEMMs that read it
+    // read the same bits, neither converting. (The GEMMs would round them so
+    // anyway: nothing changes but the bytes.)
+    const device::DType gradType =
+        ctx.bf16 ? device::DType::BF16 : device::DType::F32;
     // MLP.
-    Tensor gatheredOut, gatheredDx1;
-    const Tensor &dmf = fullRows(dout, gatheredOut, sp);
+    Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
+    const Bf16Operand dm = gemmOperand(fullRows(dout, gatheredOut, sp), dmBits);
     Tensor ds = empty(Tc * Fl);
-    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dmf.data(), ds.data(),
-                   G(w2), Tc, Fl, H);
-    Tensor dg = empty(Tc * Fl), dh2f = empty(Tc * H);
+    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), G(w2), Tc,
+                   Fl, H);
+    Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
     if (language) {
-      Tensor du = empty(Tc * Fl);
-      dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
-                         du.data(), Tc * Fl);
-      matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), du.data(),
+      Tensor du = Tensor::empty(Tc * Fl, gradType);
+      if (ctx.bf16)
+        dev.swigluBackwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
+                               ds.data(), dg.data<uint16_t>(),
+                               du.data<uint16_t>(), Tc * Fl);
+      else
+        dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
+                           du.data(), Tc * Fl);
+      matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
                      dh2f.data(), G(w3), Tc, H, Fl);
+    } else if (ctx.bf16) {
+      dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
+                           Tc * Fl);
     } else {
       dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
     }
-    matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), dg.data(), dh2f.data(),
-                   G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
+                   dh2f.data(), G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
-    const Tensor &dof = fullRows(dx1, gatheredDx1, sp);
+    const Bf16Operand dof =
+        gemmOperand(fullRows(dx1, gatheredDx1, sp), dofBits);
     // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
-    Tensor da = storedProduct(dev, ctx.bf16, dof.data(), P(wo), Tc, H, Hl,
+    Tensor da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
                               /*transW=*/true);
-    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof.data(), nullptr,
-                   G(wo), Tc, Hl, H);
+    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, G(wo), Tc,
+                   Hl, H);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
     // Without queries no key gets a gradient.
@@ -165,21 +172,23 @@ public:
       dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
                             c.lse.data(), da.data(), dq.data(), dK.data(),
                             dV.data(), m.attention.view(), headsLocal, headDim);
-    Tensor dk = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK);
-    Tensor dv = ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV);
-    if (language) {
-      dev.rope(dq.data(), m.qposData(), Tc, headsLocal, headDim, true);
-      dev.rope(dk.data(), m.qposData(), Tc, headsLocal, headDim, true);
-      // The saved q and k are rotated; the weight gradients need the
-      // inputs, which hf holds, so nothing else to undo.
-    }
+    // The saved q and k are rotated: their gradients are rotated back (the
+    // weight gradients need the inputs, which hf holds, so nothing else to
+    // undo).
+    dq = rotatedStored(std::move(dq), m, language, true);
+    Tensor dk = rotatedStored(
+        ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK), m,
+        language, true);
+    Tensor dv = rotatedStored(
+        ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV), m,
+        false, false);
     Tensor dhf = empty(Tc * H);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), dq.data(), dhf.data(),
-                   G(wq), Tc, H, Hl);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), dk.data(), dhf.data(),
-                   G(wk), Tc, H, Hl, 1.0f);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), dv.data(), dhf.data(),
-                   G(wv), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq),
+                   dhf.data(), G(wq), Tc, H, Hl);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk),
+                   dhf.data(), G(wk), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv),
+                   dhf.data(), G(wv), Tc, H, Hl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -197,19 +206,17 @@ public:
   }
 
 private:
-  /// bf16: a stored activation, rounded as the owning stage stores.
-  void store(Tensor &t) const { owner.store(t); }
   /// A GEMM input (the normed hidden states, the attention's output, the
   /// MLP's activation): bf16 bits from here on under bf16 (gemmInput).
   Tensor input(Tensor t) const {
     return gemmInput(*ctx.dev, ctx.bf16, std::move(t));
   }
-  /// bf16: the layer inputs x and x1 (stored, i.e. rounded, already: packing
-  /// loses nothing) packed to bfloat16 after the forward (`pack`), and
-  /// what the backward reads in fp32 (x, x1 and the MLP's g and u, which
-  /// their GEMMs wrote as bf16) unpacked before it. The GEMM inputs and the
-  /// attention's q, k, v stay bf16 bits throughout; the norm statistics and
-  /// the log-sum-exp stay fp32.
+  /// bf16: the layer inputs x and x1 (stored, i.e. rounded, already:
+  /// packing loses nothing) packed to bfloat16 after the forward (`pack`)
+  /// and unpacked before the backward, whose norms read them in fp32. The
+  /// GEMM inputs, q, k, v, the attention's output and the MLP's g and u
+  /// stay bf16 bits throughout (their readers take bits); the norm
+  /// statistics and the log-sum-exp stay fp32.
   void keep(LayerCache &c, bool pack) const {
     if (!ctx.bf16)
       return;
@@ -218,28 +225,61 @@ private:
       c.x1 = packBf16(*ctx.dev, c.x1);
       return;
     }
-    for (Tensor *t : {&c.x, &c.x1, &c.g, &c.u})
+    for (Tensor *t : {&c.x, &c.x1})
       *t = unpackBf16(*ctx.dev, *t);
   }
 
-  /// hf · W for the queries or keys, rotated (RoPE) in the language model,
-  /// stored as attention reads it: bf16 bits under bf16 (the rotation in
-  /// fp32, rounded as it is written).
-  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m) {
+  /// t as the GEMMs read it: under bf16 its bits, packed once into `bits`
+  /// unless t is bits already; else t itself.
+  Bf16Operand gemmOperand(const Tensor &t, Tensor &bits) const {
+    if (!ctx.bf16 || t.dtype() == device::DType::BF16)
+      return operand(t);
+    bits = packBf16(*ctx.dev, t);
+    return operand(bits);
+  }
+
+  /// y ([Tc, Hl], fp32) rotated by RoPE when `rotate` (inverse: back), as
+  /// its next reader takes it: under bf16 as bits (rotated in fp32 and
+  /// rounded as written, one pass), else fp32.
+  Tensor rotatedStored(Tensor y, const LayerMeta &m, bool rotate,
+                       bool inverse) const {
     Device &dev = *ctx.dev;
-    const int64_t Tc = m.cpRows;
-    if (!language)
-      return storedProduct(dev, ctx.bf16, operand(hf), P(w), Tc, H, Hl);
-    Tensor y = empty(Tc * Hl);
-    matmul(dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, Hl);
     if (!ctx.bf16) {
-      dev.rope(y.data(), m.qposData(), Tc, headsLocal, headDim, false);
+      if (rotate)
+        dev.rope(y.data(), m.qposData(), m.cpRows, headsLocal, headDim,
+                 inverse);
       return y;
     }
-    Tensor bits = Tensor::empty(Tc * Hl, device::DType::BF16);
-    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), Tc, headsLocal,
-                 headDim);
+    if (!rotate)
+      return packBf16(dev, y);
+    Tensor bits = Tensor::empty(y.size(), device::DType::BF16);
+    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows,
+                 headsLocal, headDim, inverse);
     return bits;
+  }
+
+  /// in · W of a row-parallel linear (wo, w2; K inputs a row), summed over
+  /// TP (all-reduced, or reduce-scattered under SP). Under bf16 with one TP
+  /// rank its GEMM writes bf16 bits: the residual adds it rounded anyway
+  /// (with TP the fp32 partial sums are reduced first).
+  Tensor rowParallelLinear(const Tensor &in, size_t w, int64_t rows, int64_t K,
+                           bool sp) {
+    if (ctx.bf16 && ctx.tp == 1)
+      return storedProduct(*ctx.dev, true, operand(in), P(w), rows, K, H);
+    Tensor y = empty(rows * H);
+    matmul(*ctx.dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, H);
+    return rowParallelOut(std::move(y), sp);
+  }
+
+  /// hf · W for the queries or keys, rotated (RoPE) in the language model,
+  /// stored as attention reads it: bf16 bits under bf16.
+  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m) {
+    const int64_t Tc = m.cpRows;
+    if (!language)
+      return storedProduct(*ctx.dev, ctx.bf16, operand(hf), P(w), Tc, H, Hl);
+    Tensor y = empty(Tc * Hl);
+    matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, Hl);
+    return rotatedStored(std::move(y), m, true, false);
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
@@ -302,12 +342,18 @@ private:
     ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
   }
 
-  /// x + branch, stored (one pass: no copy of x to add to).
+  /// x + branch, stored: under bf16 the branch and the sum rounded as
+  /// stored, in one pass (Device::residualBf16); the branch fp32 or bits.
   Tensor residual(const Tensor &x, const Tensor &branch) const {
     Tensor out = empty(x.size());
-    ctx.dev->add(device::DType::F32, out.data(), x.data(), branch.data(),
-                 x.size());
-    store(out);
+    if (!ctx.bf16)
+      ctx.dev->add(device::DType::F32, out.data(), x.data(), branch.data(),
+                   x.size());
+    else if (branch.dtype() == device::DType::BF16)
+      ctx.dev->residualBf16(x.data(), branch.data<uint16_t>(), out.data(),
+                            x.size());
+    else
+      ctx.dev->residualBf16(x.data(), branch.data(), out.data(), x.size());
     return out;
   }
 

@@ -308,6 +308,39 @@ public:
             d.release(in);
           },
           kBf16Step);
+      // The backwards reading bf16 g and u and writing bf16 gradients.
+      compare(
+          "gelu and swiglu backward, bf16 in and out" + sz,
+          {io.in, {}, {}, {n, n, n}},
+          [=](Device &d, const Ptr &p) {
+            auto *in = static_cast<uint16_t *>(
+                d.allocate(std::max<int64_t>(2 * n, 1) * 2));
+            auto *du = static_cast<uint16_t *>(
+                d.allocate(std::max<int64_t>(n, 1) * 2));
+            d.packBf16(p.in[0], in, n);
+            d.packBf16(p.in[1], in + n, n);
+            viaBits(d, p.out[0], n, [&](uint16_t *dx) {
+              d.geluBackwardBf16(in, p.in[2], dx, n);
+            });
+            viaBits(d, p.out[1], n, [&](uint16_t *dg) {
+              d.swigluBackwardBf16(in, in + n, p.in[2], dg, du, n);
+            });
+            d.unpackBf16(du, p.out[2], n);
+            d.release(du);
+            d.release(in);
+          },
+          kBf16Step);
+      // A residual as precision "bf16" stores it: the branch fp32 or bits.
+      compare(
+          "residual bf16" + sz, {{random(n), random(n)}, {}, {}, {n, n}},
+          [=](Device &d, const Ptr &p) {
+            d.residualBf16(p.in[0], p.in[1], p.out[0], n);
+            auto *bits =
+                static_cast<uint16_t *>(d.allocate(std::max<int64_t>(n, 1) * 2));
+            d.packBf16(p.in[1], bits, n);
+            d.residualBf16(p.in[0], bits, p.out[1], n);
+            d.release(bits);
+          });
       compare("add, scale, axpy, maximum" + sz,
               {{random(n), random(n)}, {}, {random(n)}, {n, n}},
               [=](Device &d, const Ptr &p) {
@@ -478,15 +511,19 @@ public:
                 [=](Device &d, const Ptr &p) {
                   d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse);
                 });
-      // bf16 out (precision "bf16"'s q and k): a bf16 step apart at most.
-      compare(
-          "rope, bf16 out " + sz, {{random(n)}, {positions}, {}, {n}},
-          [=](Device &d, const Ptr &p) {
-            viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim);
-            });
-          },
-          kBf16Step);
+      // bf16 out (precision "bf16"'s q and k, and their gradients): a bf16
+      // step apart at most.
+      for (bool inverse : {false, true})
+        compare(
+            std::string("rope") + (inverse ? " inverse" : "") + ", bf16 out " +
+                sz,
+            {{random(n)}, {positions}, {}, {n}},
+            [=](Device &d, const Ptr &p) {
+              viaBits(d, p.out[0], n, [&](uint16_t *y) {
+                d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim, inverse);
+              });
+            },
+            kBf16Step);
     }
   }
 

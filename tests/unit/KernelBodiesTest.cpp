@@ -481,23 +481,75 @@ TYPED_TEST(KernelBodies, Rope) {
     }
 }
 
+/// The backwards reading bf16 g, u and writing bf16 gradients: the fp32
+/// bodies on the values, rounded, bit for bit.
+TEST(KernelBodies, Bf16ActivationBackwardsAreTheFp32OnesRounded) {
+  std::mt19937 rng(6);
+  const int64_t n = 41;
+  auto gate = random<float>(rng, n, -4, 4), up = random<float>(rng, n),
+       dy = random<float>(rng, n);
+  std::vector<uint16_t> g(n), u(n), dg(n), du(n), dx(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[size_t(i)] = b::bf16Bits(gate[size_t(i)]);
+    u[size_t(i)] = b::bf16Bits(up[size_t(i)]);
+    gate[size_t(i)] = b::widen(g[size_t(i)]);
+    up[size_t(i)] = b::widen(u[size_t(i)]);
+  }
+  std::vector<float> dgf(n), duf(n), dxf(n);
+  runAll(b::SwigluBackward<float, uint16_t, uint16_t>{
+      g.data(), u.data(), dy.data(), dg.data(), du.data(), n});
+  runAll(b::SwigluBackward<float>{gate.data(), up.data(), dy.data(),
+                                  dgf.data(), duf.data(), n});
+  runAll(b::GeluBackward<float, uint16_t, uint16_t>{g.data(), dy.data(),
+                                                    dx.data(), n});
+  runAll(b::GeluBackward<float>{gate.data(), dy.data(), dxf.data(), n});
+  for (size_t i = 0; i < size_t(n); ++i) {
+    ASSERT_EQ(dg[i], b::bf16Bits(dgf[i])) << i;
+    ASSERT_EQ(du[i], b::bf16Bits(duf[i])) << i;
+    ASSERT_EQ(dx[i], b::bf16Bits(dxf[i])) << i;
+  }
+}
+
+/// A bf16 residual: the branch rounded as stored, the sum rounded as
+/// stored; a branch of bits is the same branch rounded already.
+TEST(KernelBodies, Bf16ResidualRoundsTheBranchAndTheSum) {
+  const std::vector<float> x = {1.0f, -3.5f, 0.25f};
+  // 1 + 2^-9 is not a bf16 (7 fraction bits): it rounds to 1 (ties to
+  // even), so the branch adds nothing; 2^-7 + 2^-15 rounds to 2^-7.
+  const std::vector<float> branch = {0x1p-9f, 0x1p-7f + 0x1p-15f, 1.0f / 3};
+  std::vector<float> out(3), outBits(3);
+  std::vector<uint16_t> bits(3);
+  for (size_t i = 0; i < 3; ++i)
+    bits[i] = b::bf16Bits(branch[i]);
+  runAll(b::ResidualBf16<float>{x.data(), branch.data(), out.data(), 3});
+  runAll(b::ResidualBf16<uint16_t>{x.data(), bits.data(), outBits.data(), 3});
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], b::roundToBf16(-3.5f + 0x1p-7f));
+  EXPECT_EQ(out[2], b::roundToBf16(0.25f + b::roundToBf16(1.0f / 3)));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i], b::roundToBf16(out[i])) << "stored rounded";
+    EXPECT_EQ(out[i], outBits[i]) << i;
+  }
+}
+
 /// RoPE writing bf16 bits (precision "bf16"'s q and k): the fp32 rotation
 /// rounded, bit for bit, whatever the input was.
 TEST(KernelBodies, RopeToBf16BitsIsTheFp32RopeRounded) {
   std::mt19937 rng(5);
   const int64_t tokens = 4, heads = 2;
   std::vector<int64_t> positions = {0, 9, 4095, 1};
-  for (int64_t dim : {8, 5}) {
-    const int64_t n = tokens * heads * dim;
-    auto x = random<float>(rng, n), rotated = x;
-    std::vector<uint16_t> bits(static_cast<size_t>(n));
-    runAll(b::Rope<float, uint16_t>{x.data(), bits.data(), positions.data(),
-                                    tokens, heads, dim, false});
-    runAll(b::Rope<float>{rotated.data(), rotated.data(), positions.data(),
-                          tokens, heads, dim, false});
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(bits[size_t(i)], b::bf16Bits(rotated[size_t(i)])) << i;
-  }
+  for (int64_t dim : {8, 5})
+    for (bool inverse : {false, true}) {
+      const int64_t n = tokens * heads * dim;
+      auto x = random<float>(rng, n), rotated = x;
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      runAll(b::Rope<float, uint16_t>{x.data(), bits.data(), positions.data(),
+                                      tokens, heads, dim, inverse});
+      runAll(b::Rope<float>{rotated.data(), rotated.data(), positions.data(),
+                            tokens, heads, dim, inverse});
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(bits[size_t(i)], b::bf16Bits(rotated[size_t(i)])) << i;
+    }
 }
 
 /// Ids 10..15 of a shard [10, 16): rows 0, 1, 2 and 5 used; ids off the

@@ -193,6 +193,18 @@ public:
     else
       throw DeviceError(std::string("add of ") + nameOf(type) + " values");
   }
+  void residualBf16(const float *x, const float *branch, float *out,
+                    int64_t n) override {
+    residual(bodies::ResidualBf16<float>{x, branch, out, n});
+  }
+  void residualBf16(const float *x, const uint16_t *branch, float *out,
+                    int64_t n) override {
+    residual(bodies::ResidualBf16<uint16_t>{x, branch, out, n});
+  }
+  template <typename Body> static void residual(const Body &body) {
+    for (int64_t i = 0; i < body.count(); ++i)
+      body(i);
+  }
   void maximum(float *out, const float *a, const float *b, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) {
       float x = a[i], y = b[i];
@@ -337,12 +349,28 @@ public:
     k::rope<float>(x, positions, tokens, heads, dim, inverse);
   }
   void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim) override {
+                int64_t tokens, int64_t heads, int64_t dim,
+                bool inverse) override {
     const int64_t n = tokens * heads * dim;
     packed(y, n, [&](float *out) {
       std::copy(x, x + n, out);
-      rope(out, positions, tokens, heads, dim, false);
+      rope(out, positions, tokens, heads, dim, inverse);
     });
+  }
+  void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
+                        int64_t n) override {
+    std::vector<float> in = unpacked(x, n);
+    packed(dx, n, [&](float *out) { geluBackward(in.data(), dy, out, n); });
+  }
+  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u,
+                          const float *dy, uint16_t *dg, uint16_t *du,
+                          int64_t n) override {
+    std::vector<float> gate = unpacked(g, n), up = unpacked(u, n);
+    std::vector<float> dup(static_cast<size_t>(std::max<int64_t>(n, 0)));
+    packed(dg, n, [&](float *out) {
+      swigluBackward(gate.data(), up.data(), dy, out, dup.data(), n);
+    });
+    packBf16(dup.data(), du, n);
   }
   void attentionForward(const float *q, const float *kk, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,

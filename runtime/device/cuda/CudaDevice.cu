@@ -357,6 +357,14 @@ public:
   void axpy(int64_t n, float alpha, const float *x, float *y) override {
     launch("axpy", b::Axpy<float>{alpha, x, y, n});
   }
+  void residualBf16(const float *x, const float *branch, float *out,
+                    int64_t n) override {
+    launch("residual_bf16", b::ResidualBf16<float>{x, branch, out, n});
+  }
+  void residualBf16(const float *x, const uint16_t *branch, float *out,
+                    int64_t n) override {
+    launch("residual_bf16_in", b::ResidualBf16<uint16_t>{x, branch, out, n});
+  }
   void add(DType type, void *out, const void *a, const void *bb,
            int64_t n) override {
     if (type == DType::F32)
@@ -554,9 +562,21 @@ public:
            b::Rope<float>{x, x, positions, tokens, heads, dim, inverse});
   }
   void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim) override {
+                int64_t tokens, int64_t heads, int64_t dim,
+                bool inverse) override {
     launch("rope_bf16_out", b::Rope<float, uint16_t>{x, y, positions, tokens,
-                                                     heads, dim, false});
+                                                     heads, dim, inverse});
+  }
+  void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
+                        int64_t n) override {
+    launch("gelu_backward_bf16",
+           b::GeluBackward<float, uint16_t, uint16_t>{x, dy, dx, n});
+  }
+  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u,
+                          const float *dy, uint16_t *dg, uint16_t *du,
+                          int64_t n) override {
+    launch("swiglu_backward_bf16",
+           b::SwigluBackward<float, uint16_t, uint16_t>{g, u, dy, dg, du, n});
   }
   void attentionForward(const float *q, const float *k, const float *v,
                         float *o, float *lse, const tiles::PlanView &plan,
