@@ -295,6 +295,21 @@ public:
                                     int64_t vocabBegin, const float *globalMax,
                                     const float *globalSumExp,
                                     const float *scale, float *dlogits) = 0;
+  /// The logit-reading kernels above on bf16 logits (precision "bf16":
+  /// the head's GEMM writes them as bf16), the backward writing bf16
+  /// dlogits (read only by the head's bf16 GEMMs, which round them so
+  /// anyway): the bits of the fp32 ops on the values, dlogits then packed.
+  virtual void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n,
+                                      int64_t vocabLocal, float *rowMax) = 0;
+  virtual void crossEntropySumsBf16(const uint16_t *logits,
+                                    const int64_t *targets, int64_t n,
+                                    int64_t vocabLocal, int64_t vocabBegin,
+                                    const float *globalMax, float *sumExp,
+                                    float *targetLogit) = 0;
+  virtual void crossEntropyBackwardBf16(
+      const uint16_t *logits, const int64_t *targets, int64_t n,
+      int64_t vocabLocal, int64_t vocabBegin, const float *globalMax,
+      const float *globalSumExp, const float *scale, uint16_t *dlogits) = 0;
   virtual void adamw(float *param, const float *grad, float *m, float *v,
                      int64_t n, const AdamWStep &step) = 0;
 };

@@ -460,26 +460,29 @@ template <typename T> struct CrossEntropyLoss {
 };
 
 /// One index per logit: scale_i * (softmax - onehot), 0 on masked rows.
-template <typename T> struct CrossEntropyBackward {
-  const T *logits;
+/// In: how the logits are stored; Out: T, or bf16 bits (narrow: what the
+/// head's bf16 GEMMs read).
+template <typename T, typename Out = T, typename In = T>
+struct CrossEntropyBackward {
+  const In *logits;
   const int64_t *targets;
   const T *globalMax, *globalSumExp, *scale;
-  T *dlogits;
+  Out *dlogits;
   int64_t n, vocabLocal, vocabBegin;
   MIMO_HD int64_t count() const { return n * vocabLocal; }
   MIMO_HD void operator()(int64_t idx) const {
     int64_t i = idx / vocabLocal, j = idx % vocabLocal;
     double sc = static_cast<double>(scale[i]);
     if (sc == 0.0) {
-      dlogits[idx] = T(0);
+      dlogits[idx] = narrow<Out>(0.0);
       return;
     }
     double f = sc / static_cast<double>(globalSumExp[i]);
-    T g = static_cast<T>(f * ::exp(static_cast<double>(logits[idx]) -
+    T g = static_cast<T>(f * ::exp(static_cast<double>(widen(logits[idx])) -
                                    static_cast<double>(globalMax[i])));
     if (targets[i] - vocabBegin == j)
       g = static_cast<T>(static_cast<double>(g) - sc);
-    dlogits[idx] = g;
+    dlogits[idx] = narrow<Out>(static_cast<double>(g));
   }
 };
 

@@ -201,19 +201,22 @@ template <typename T> struct LayernormBackward {
 };
 
 /// The largest logit of each row of a vocabulary shard (NaNs skipped, as
-/// the reference's `>` skips them; -inf for an empty shard).
-template <typename T> struct CrossEntropyRowMax {
-  const T *logits;
+/// the reference's `>` skips them; -inf for an empty shard). In: how the
+/// logits are stored (T, or bf16 bits read as their floats).
+template <typename T, typename In = T> struct CrossEntropyRowMax {
+  const In *logits;
   T *rowMax;
   int64_t n, vocabLocal;
   static constexpr int kSums = 1, kWidth = 1;
   MIMO_HD int64_t rows() const { return n; }
   MIMO_HD void partial(int, int64_t i, int t, const double *,
                        double *out) const {
-    const T *row = logits + i * vocabLocal;
+    const In *row = logits + i * vocabLocal;
     double mx = bodies::negativeInfinity();
-    for (int64_t j = t; j < vocabLocal; j += kRowBlock)
-      mx = static_cast<double>(row[j]) > mx ? static_cast<double>(row[j]) : mx;
+    for (int64_t j = t; j < vocabLocal; j += kRowBlock) {
+      const double x = static_cast<double>(bodies::widen(row[j]));
+      mx = x > mx ? x : mx;
+    }
     out[0] = mx;
   }
   MIMO_HD void finish(int64_t i, int t, const double *totals) const {
@@ -223,14 +226,14 @@ template <typename T> struct CrossEntropyRowMax {
 };
 
 /// The larger of two partial maxima.
-template <typename T> struct Combine<CrossEntropyRowMax<T>> {
+template <typename T, typename In> struct Combine<CrossEntropyRowMax<T, In>> {
   MIMO_HD static double of(double a, double b) { return b > a ? b : a; }
 };
 
 /// Per row of a vocabulary shard: sum(exp(logit - global max)) and the
-/// target's logit when the shard holds the target (else 0).
-template <typename T> struct CrossEntropySums {
-  const T *logits;
+/// target's logit when the shard holds the target (else 0). In: as above.
+template <typename T, typename In = T> struct CrossEntropySums {
+  const In *logits;
   const int64_t *targets;
   const T *globalMax;
   T *sumExp, *targetLogit;
@@ -239,11 +242,11 @@ template <typename T> struct CrossEntropySums {
   MIMO_HD int64_t rows() const { return n; }
   MIMO_HD void partial(int, int64_t i, int t, const double *,
                        double *out) const {
-    const T *row = logits + i * vocabLocal;
+    const In *row = logits + i * vocabLocal;
     const double mx = static_cast<double>(globalMax[i]);
     double s = 0.0;
     for (int64_t j = t; j < vocabLocal; j += kRowBlock)
-      s += ::exp(static_cast<double>(row[j]) - mx);
+      s += ::exp(static_cast<double>(bodies::widen(row[j])) - mx);
     out[0] = s;
   }
   MIMO_HD void finish(int64_t i, int t, const double *totals) const {
@@ -251,9 +254,10 @@ template <typename T> struct CrossEntropySums {
       return;
     sumExp[i] = static_cast<T>(totals[0]);
     const int64_t target = targets[i] - vocabBegin;
-    targetLogit[i] = (target >= 0 && target < vocabLocal)
-                         ? logits[i * vocabLocal + target]
-                         : T(0);
+    targetLogit[i] =
+        (target >= 0 && target < vocabLocal)
+            ? static_cast<T>(bodies::widen(logits[i * vocabLocal + target]))
+            : T(0);
   }
 };
 

@@ -195,12 +195,22 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   bool sp = ctx.sequenceParallel && ctx.tp > 1;
   int64_t Tl = m.localRows, Tc = m.cpRows, Vl = vocabLocal;
   c.xf = std::move(x);
-  Tensor hN = empty(Tl * H);
+  // The final norm as the head's GEMMs read it: under bf16 its bits,
+  // written by the norm itself (one pass) unless SP gathers fp32 rows first.
+  const bool normBits = ctx.bf16 && !sp;
+  Tensor hN = Tensor::empty(Tl * H, normBits ? device::DType::BF16
+                                              : device::DType::F32);
   c.rstdF = empty(Tl);
-  dev.rmsnormForward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
-                     hN.data(), c.rstdF.data(), Tl, H);
-  store(hN);
-  Tensor hNf = sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN);
+  const Tensor finalWeight = vectorOf(parameters[finalNorm]);
+  if (normBits)
+    dev.rmsnormForwardBf16(c.xf.data(), finalWeight.data(),
+                           hN.data<uint16_t>(), c.rstdF.data(), Tl, H);
+  else
+    dev.rmsnormForward(c.xf.data(), finalWeight.data(), hN.data(),
+                       c.rstdF.data(), Tl, H);
+  Tensor hNf = gemmInput(
+      dev, ctx.bf16 && sp,
+      sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN));
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {
@@ -213,25 +223,42 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   // loss ends the graph, so its gradient needs nothing from later, and no
   // step keeps fp32 logits for every token (core/MemoryPlan.h). The
   // backward finds the head's output gradient ready.
+  // Under bf16 the logits come out of the GEMM as bf16 (stored rounded, as
+  // every activation) and their gradient is written as bf16 (the GEMMs
+  // read it rounded); the softmax, loss and statistics stay fp32.
   Param &W = parameters[head];
   const int64_t chunk = logitChunkRows(Tc, Vl, ctx.logitChunkBytes);
-  Tensor logits = empty(chunk * Vl), dlogits = empty(chunk * Vl);
+  const device::DType logitType =
+      ctx.bf16 ? device::DType::BF16 : device::DType::F32;
+  Tensor logits = Tensor::empty(chunk * Vl, logitType),
+         dlogits = Tensor::empty(chunk * Vl, logitType);
   Tensor gmax = empty(chunk), sums = empty(2 * chunk), loss = empty(chunk);
   c.dhNf = evaluating ? Tensor() : empty(Tc * H);
   for (int64_t r0 = 0; r0 < Tc; r0 += chunk) {
     const int64_t rows = std::min(chunk, Tc - r0);
     const int64_t *ids = target.data<int64_t>() + r0;
     const float *rowScale = weight.data() + r0;
-    Tensor z = logits.view(0, rows * Vl);
-    matmul(dev, ctx.bf16, hNf.data() + r0 * H, W.weight(), z.data(), rows, H,
-           Vl);
-    store(z); // bf16 logits; the softmax and loss in fp32
-    dev.crossEntropyRowMax(z.data(), rows, Vl, gmax.data());
+    Tensor z = logits.view(0, rows * Vl), dz = dlogits.view(0, rows * Vl);
+    const Tensor h = hNf.view(r0 * H, rows * H);
+    if (ctx.bf16)
+      dev.gemmBf16Out(false, false, rows, Vl, H, 1.0f, operand(h), W.weight(),
+                      z.data<uint16_t>());
+    else
+      matmul(dev, false, operand(h), W.weight(), z.data(), rows, H, Vl);
+    if (ctx.bf16)
+      dev.crossEntropyRowMaxBf16(z.data<uint16_t>(), rows, Vl, gmax.data());
+    else
+      dev.crossEntropyRowMax(z.data(), rows, Vl, gmax.data());
     if (ctx.tpGroup.size() > 1)
       comm.allReduceMax(ctx.tpGroup, gmax.data(), rows);
     Tensor s = sums.view(0, 2 * rows);
-    dev.crossEntropySums(z.data(), ids, rows, Vl, ctx.tpRank * Vl, gmax.data(),
-                         s.data(), s.data() + rows);
+    if (ctx.bf16)
+      dev.crossEntropySumsBf16(z.data<uint16_t>(), ids, rows, Vl,
+                               ctx.tpRank * Vl, gmax.data(), s.data(),
+                               s.data() + rows);
+    else
+      dev.crossEntropySums(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
+                           gmax.data(), s.data(), s.data() + rows);
     reduceAll(comm, ctx.tpGroup, s);
     if (ctx.tpRank == 0 && lossSum) {
       // Σ over unmasked tokens of the per-token loss, times 1/N, on the
@@ -243,11 +270,15 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     }
     if (evaluating)
       continue;
-    dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
-                             gmax.data(), s.data(), rowScale, dlogits.data());
-    matmulBackward(dev, ctx.bf16, hNf.data() + r0 * H, W.weight(),
-                   dlogits.data(), c.dhNf.data() + r0 * H, W.grad.data(), rows,
-                   H, Vl);
+    if (ctx.bf16)
+      dev.crossEntropyBackwardBf16(z.data<uint16_t>(), ids, rows, Vl,
+                                   ctx.tpRank * Vl, gmax.data(), s.data(),
+                                   rowScale, dz.data<uint16_t>());
+    else
+      dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
+                               gmax.data(), s.data(), rowScale, dz.data());
+    matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
+                   c.dhNf.data() + r0 * H, W.grad.data(), rows, H, Vl);
   }
   caches[mb] = std::move(cache);
   return {};

@@ -747,6 +747,22 @@ public:
         d.crossEntropyBackward(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
                                p.in[1], p.out[4]);
       });
+      // bf16 logits (the head's GEMM writes them so) and bf16 dlogits: the
+      // statistics as exact as above, dlogits a bf16 step apart at most.
+      compare(
+          "cross-entropy, bf16 logits" + sz, io,
+          [=](Device &d, const Ptr &p) {
+            Bits z(d, p.in[0], n * V);
+            d.crossEntropyRowMaxBf16(z.data, n, V, p.out[0]);
+            d.crossEntropySumsBf16(z.data, p.idx[0], n, V, vb, p.out[0],
+                                   p.out[1], p.out[2]);
+            d.crossEntropyLoss(p.out[0], p.out[1], p.out[2], n, p.out[3]);
+            viaBits(d, p.out[4], n * V, [&](uint16_t *dz) {
+              d.crossEntropyBackwardBf16(z.data, p.idx[0], n, V, vb, p.out[0],
+                                         p.out[1], p.in[1], dz);
+            });
+          },
+          kBf16Step);
     }
   }
 

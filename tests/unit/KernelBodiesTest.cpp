@@ -655,6 +655,45 @@ TYPED_TEST(KernelBodies, CrossEntropyVocabShard) {
   checkCrossEntropy<TypeParam>(1000); // rows wider than a row block
 }
 
+/// bf16 logits (the head's GEMM output under precision "bf16"): the same
+/// bits as the fp32 bodies on their values; dlogits written as bf16 bits
+/// are the fp32 ones rounded.
+TEST(KernelBodies, CrossEntropyOfBf16LogitsIsTheFp32OneOnTheirValues) {
+  std::mt19937 rng(12);
+  const int64_t n = 5, V = 700, vb = 10;
+  std::vector<float> logits = random<float>(rng, n * V, -6, 6);
+  std::vector<uint16_t> bits(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    bits[i] = b::bf16Bits(logits[i]);
+    logits[i] = b::widen(bits[i]);
+  }
+  std::vector<int64_t> targets = {10, 400, 3, vb + V - 1, 11};
+  std::vector<float> mx(n), mxb(n), sum(n), sumb(n), tl(n), tlb(n);
+  rw::runOnHost(rw::CrossEntropyRowMax<float>{logits.data(), mx.data(), n, V});
+  rw::runOnHost(
+      rw::CrossEntropyRowMax<float, uint16_t>{bits.data(), mxb.data(), n, V});
+  rw::runOnHost(rw::CrossEntropySums<float>{
+      logits.data(), targets.data(), mx.data(), sum.data(), tl.data(), n, V,
+      vb});
+  rw::runOnHost(rw::CrossEntropySums<float, uint16_t>{
+      bits.data(), targets.data(), mx.data(), sumb.data(), tlb.data(), n, V,
+      vb});
+  EXPECT_EQ(mx, mxb);
+  EXPECT_EQ(sum, sumb);
+  EXPECT_EQ(tl, tlb);
+  std::vector<float> scale = {0.5f, 0.0f, 0.25f, 1.0f, 2.0f};
+  std::vector<float> dl(n * V);
+  std::vector<uint16_t> dlb(n * V);
+  runAll(b::CrossEntropyBackward<float>{logits.data(), targets.data(),
+                                        mx.data(), sum.data(), scale.data(),
+                                        dl.data(), n, V, vb});
+  runAll(b::CrossEntropyBackward<float, uint16_t, uint16_t>{
+      bits.data(), targets.data(), mx.data(), sum.data(), scale.data(),
+      dlb.data(), n, V, vb});
+  for (size_t i = 0; i < dl.size(); ++i)
+    ASSERT_EQ(dlb[i], b::bf16Bits(dl[i])) << i;
+}
+
 TYPED_TEST(KernelBodies, AdamWWithClipping) {
   using T = TypeParam;
   std::mt19937 rng(8);

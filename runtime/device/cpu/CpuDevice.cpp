@@ -446,6 +446,28 @@ public:
     k::fast::crossEntropyBackward(logits, targets, n, vl, vb, gmax, gsum, scale,
                                   dlogits);
   }
+  void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n, int64_t vl,
+                              float *rowMax) override {
+    crossEntropyRowMax(unpacked(logits, n * vl).data(), n, vl, rowMax);
+  }
+  void crossEntropySumsBf16(const uint16_t *logits, const int64_t *targets,
+                            int64_t n, int64_t vl, int64_t vb,
+                            const float *gmax, float *sumExp,
+                            float *targetLogit) override {
+    crossEntropySums(unpacked(logits, n * vl).data(), targets, n, vl, vb, gmax,
+                     sumExp, targetLogit);
+  }
+  void crossEntropyBackwardBf16(const uint16_t *logits, const int64_t *targets,
+                                int64_t n, int64_t vl, int64_t vb,
+                                const float *gmax, const float *gsum,
+                                const float *scale,
+                                uint16_t *dlogits) override {
+    const std::vector<float> values = unpacked(logits, n * vl);
+    packed(dlogits, n * vl, [&](float *out) {
+      crossEntropyBackward(values.data(), targets, n, vl, vb, gmax, gsum, scale,
+                           out);
+    });
+  }
   void adamw(float *p, const float *g, float *m, float *v, int64_t n,
              const AdamWStep &s) override {
     k::fast::adamw(p, g, m, v, n, static_cast<float>(s.lr),

@@ -676,6 +676,29 @@ public:
            b::CrossEntropyBackward<float>{logits, targets, gmax, gsum,
                                           scaleRows, dlogits, n, vl, vb});
   }
+  void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n, int64_t vl,
+                              float *rowMax) override {
+    launchRows("cross_entropy_row_max_bf16",
+               rowwise::CrossEntropyRowMax<float, uint16_t>{logits, rowMax, n,
+                                                            vl});
+  }
+  void crossEntropySumsBf16(const uint16_t *logits, const int64_t *targets,
+                            int64_t n, int64_t vl, int64_t vb,
+                            const float *gmax, float *sumExp,
+                            float *targetLogit) override {
+    launchRows("cross_entropy_sums_bf16",
+               rowwise::CrossEntropySums<float, uint16_t>{
+                   logits, targets, gmax, sumExp, targetLogit, n, vl, vb});
+  }
+  void crossEntropyBackwardBf16(const uint16_t *logits, const int64_t *targets,
+                                int64_t n, int64_t vl, int64_t vb,
+                                const float *gmax, const float *gsum,
+                                const float *scaleRows,
+                                uint16_t *dlogits) override {
+    launch("cross_entropy_backward_bf16",
+           b::CrossEntropyBackward<float, uint16_t, uint16_t>{
+               logits, targets, gmax, gsum, scaleRows, dlogits, n, vl, vb});
+  }
   void adamw(float *p, const float *g, float *m, float *v, int64_t n,
              const AdamWStep &s) override {
     launch("adamw", b::AdamW<float>{p, g, m, v, n, s.lr, s.beta1, s.beta2,
