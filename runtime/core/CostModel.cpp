@@ -120,6 +120,33 @@ double kernelSeconds(const DeviceProfile &p, double kernels) {
   return kernels * p.kernelOverheadUs * 1e-6;
 }
 
+double layerElementwiseBytes(double H, double Hl, double Fl, bool language,
+                             bool bf16, bool backward) {
+  // Each kernel counted as reading each input and writing each output once.
+  if (bf16) {
+    // Forward: norms 6H each, wo and w2 out 2H and their residual adds 10H
+    // each, x and x1 packed 6H each; q and k out of their GEMMs in fp32 and
+    // through RoPE into bf16 10Hl each (encoders: bf16 GEMM outputs, 2Hl),
+    // v 2Hl; gate and up 2Fl each and SwiGLU 6Fl (GeLU: 2Fl and 4Fl).
+    // Backward: the layer's and the attention's dO packed 6H each, dh2f
+    // 12H, dx1's copy 8H, each norm's backward reading x as bf16 and adding
+    // into dx 20H, dhf 20H; da 2Hl, dq, dk, dv 12Hl, RoPE's inverse into
+    // bf16 12Hl and dv packed 6Hl (encoders: all three packed, the same);
+    // ds 4Fl and SwiGLU's backward 12Fl (GeLU: 8Fl).
+    if (backward)
+      return 92 * H + 32 * Hl + (language ? 16 : 12) * Fl;
+    return 48 * H + (language ? 22 : 6) * Hl + (language ? 10 : 6) * Fl;
+  }
+  // fp32: the same kernels on fp32 buffers with no packing: q, k, v out of
+  // their GEMMs 4Hl each and RoPE in place 8Hl each, SwiGLU 20Fl with its
+  // inputs (GeLU 12Fl); backward: each norm's backward into scratch and
+  // added after 32H, RoPE's inverse 16Hl, SwiGLU's backward 24Fl with ds
+  // (GeLU 16Fl).
+  if (backward)
+    return 104 * H + (language ? 32 : 16) * Hl + (language ? 24 : 16) * Fl;
+  return 48 * H + (language ? 28 : 12) * Hl + (language ? 20 : 12) * Fl;
+}
+
 StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
                       size_t encoder, int64_t microBatchSize, int64_t stage,
                       bool sequenceParallel) {
@@ -135,6 +162,7 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
   shape.first = stage == 0;
   shape.last = stage == par.pp - 1;
   shape.sequenceParallel = shape.language && sequenceParallel && par.tp > 1;
+  shape.bf16 = config.precision == "bf16";
   if (shape.language) {
     TokenMoments length = expectedSampleLength(config);
     shape.rows = shape.samples * length.mean / shape.cp;
@@ -162,11 +190,11 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   double layer =
       gemmSeconds(p, rows, 3 * H / tp, H) + gemmSeconds(p, rows, H, H / tp) +
       gemmSeconds(p, rows, mlpIn * F / tp, H) + gemmSeconds(p, rows, H, F / tp);
-  // Elementwise passes over [rows, H] and [rows, F/tp] per layer (norms,
-  // RoPE, residuals, activation), twice as many backward.
+  // The elementwise kernels (norms, RoPE, residuals, activation, packing).
   layer *= passes;
-  layer +=
-      passes * memorySeconds(p, kFloat * (12 * rows * H + 4 * rows * F / tp));
+  layer += memorySeconds(p, rows * layerElementwiseBytes(
+                                   H, H / tp, F / tp, shape.language,
+                                   shape.bf16, backward));
   layer += passes * kernelSeconds(p, 18);
   layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
   w.compute = shape.layers * (layer + passes * p.layerOverheadUs * 1e-6 /

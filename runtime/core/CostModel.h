@@ -72,7 +72,20 @@ struct StageShape {
   /// Rows (tokens) one rank computes, the (query, key) pairs it attends
   /// and the mean span of keys per query.
   double rows = 0, pairs = 0, span = 1;
+  /// precision "bf16": the layer's buffers as exec/TransformerLayer.h
+  /// keeps them (layerElementwiseBytes).
+  bool bf16 = false;
 };
+
+/// Bytes the elementwise kernels of one transformer layer read and write
+/// per token (norms, RoPE, residual adds, the MLP's activation, packing
+/// to and from bf16, the GEMMs' outputs; not the GEMMs' and attention's
+/// operand reads), forward or backward, counted from
+/// exec/TransformerLayer.h with one TP rank: fp32 values 4 bytes, bf16
+/// buffers 2. H the hidden size, Hl and Fl the rank's attention and MLP
+/// widths; language: RoPE and SwiGLU (the encoders: neither, GeLU).
+double layerElementwiseBytes(double H, double Hl, double Fl, bool language,
+                             bool bf16, bool backward);
 /// `stage` of `module` (the `encoder`-th encoder, or the language module)
 /// under `microBatchSize` (the global micro-batch) and its own parallel
 /// settings.

@@ -75,14 +75,13 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   if (last) // the final norm's input and statistics, the head's gradient
     b.saved += kFloat * (Tl * H + Tl + Tc * H);
   // A layer's backward: its MLP and attention gradients (under bf16 the
-  // gate and up gradients are bf16, and only x and x1 are unpacked to
-  // fp32); the last stage's forward: the gathered norm output and one
-  // chunk of logits and their gradient (core/MemoryPlan.h logitChunkRows;
-  // bf16 under bf16), with their statistics.
+  // gate and up gradients are bf16, and what was kept is read as kept);
+  // the last stage's forward: the gathered norm output and one chunk of
+  // logits and their gradient (core/MemoryPlan.h logitChunkRows; bf16
+  // under bf16), with their statistics.
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
                         (cp > 1 ? 2 * T * Hl : 0)) +
-              keptBytes(bf16) * 2 * Tc * Fl +
-              (kFloat - keptBytes(bf16)) * 2 * Tl * H;
+              keptBytes(bf16) * 2 * Tc * Fl;
   if (last) {
     const double R = static_cast<double>(
         logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));

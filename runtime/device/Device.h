@@ -198,6 +198,19 @@ public:
   virtual void swigluBackward(const float *gate, const float *up,
                               const float *dy, float *dgate, float *dup,
                               int64_t n) = 0;
+  /// The two backwards above as a bf16 layer runs them: x as bf16 bits (the
+  /// layer keeps its inputs so) and the input gradient added into dx (dx +=
+  /// the gradient: the bits of the op into scratch followed by axpy with
+  /// 1), in one pass; dw (and db) as above.
+  virtual void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
+                                      const float *rstd, const float *dy,
+                                      float *dx, float *dw, int64_t rows,
+                                      int64_t cols) = 0;
+  virtual void layernormBackwardAddBf16(const uint16_t *x, const float *w,
+                                        const float *mean, const float *rstd,
+                                        const float *dy, float *dx, float *dw,
+                                        float *db, int64_t rows,
+                                        int64_t cols) = 0;
   /// The four forwards above with y written as bf16 bits: the bits of the
   /// fp32 op followed by packBf16, in one pass (precision "bf16": what a
   /// GEMM reads next and the backward keeps).

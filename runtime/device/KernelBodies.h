@@ -294,26 +294,29 @@ template <typename T> struct BiasTerms {
 };
 
 /// RMSNorm: dw[c] += sum over rows of dy * x * rstd.
-template <typename T> struct RmsnormWeightTerms {
-  const T *x, *rstd, *dy;
+/// (In: how x is stored, T or bf16 bits; likewise below.)
+template <typename T, typename In = T> struct RmsnormWeightTerms {
+  const In *x;
+  const T *rstd, *dy;
   int64_t cols;
   static constexpr int kCount = 1;
   MIMO_HD void add(int64_t r, int64_t c, double *acc) const {
     acc[0] += static_cast<double>(dy[r * cols + c]) *
-              static_cast<double>(x[r * cols + c]) *
+              static_cast<double>(widen(x[r * cols + c])) *
               static_cast<double>(rstd[r]);
   }
 };
 
 /// LayerNorm: dw[c] += sum of dy * xhat; db[c] += sum of dy.
-template <typename T> struct LayernormParamTerms {
-  const T *x, *mean, *rstd, *dy;
+template <typename T, typename In = T> struct LayernormParamTerms {
+  const In *x;
+  const T *mean, *rstd, *dy;
   int64_t cols;
   static constexpr int kCount = 2;
   MIMO_HD void add(int64_t r, int64_t c, double *acc) const {
-    const double xh =
-        (static_cast<double>(x[r * cols + c]) - static_cast<double>(mean[r])) *
-        static_cast<double>(rstd[r]);
+    const double xh = (static_cast<double>(widen(x[r * cols + c])) -
+                       static_cast<double>(mean[r])) *
+                      static_cast<double>(rstd[r]);
     acc[0] += static_cast<double>(dy[r * cols + c]) * xh;
     acc[1] += static_cast<double>(dy[r * cols + c]);
   }

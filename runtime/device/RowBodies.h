@@ -95,29 +95,37 @@ template <typename T, typename Out = T> struct RmsnormForward {
 };
 
 /// dx = rstd * dy * w - rstd^3 * x * sum(dy * w * x) / cols.
-template <typename T> struct RmsnormBackward {
-  const T *x, *w, *rstd, *dy;
+/// In: how x is stored (T, or bf16 bits); Add: dx += the gradient (the
+/// bits of writing it and adding it after), else dx = it. Likewise
+/// LayernormBackward.
+template <typename T, typename In = T, bool Add = false> struct RmsnormBackward {
+  const In *x;
+  const T *w, *rstd, *dy;
   T *dx;
   int64_t n, cols;
   static constexpr int kSums = 1, kWidth = 1;
   MIMO_HD int64_t rows() const { return n; }
   MIMO_HD void partial(int, int64_t r, int t, const double *,
                        double *out) const {
-    const T *xr = x + r * cols, *dyr = dy + r * cols;
+    const In *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
     double s = 0.0;
     for (int64_t c = t; c < cols; c += kRowBlock)
       s += static_cast<double>(dyr[c]) * static_cast<double>(w[c]) *
-           static_cast<double>(xr[c]);
+           static_cast<double>(bodies::widen(xr[c]));
     out[0] = s;
   }
   MIMO_HD void finish(int64_t r, int t, const double *totals) const {
-    const T *xr = x + r * cols, *dyr = dy + r * cols;
+    const In *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
     T *dxr = dx + r * cols;
     const double rs = static_cast<double>(rstd[r]);
     const double coef = rs * rs * rs * totals[0] / static_cast<double>(cols);
     for (int64_t c = t; c < cols; c += kRowBlock) {
       const double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
-      dxr[c] = static_cast<T>(rs * g - coef * static_cast<double>(xr[c]));
+      const T d = static_cast<T>(
+          rs * g - coef * static_cast<double>(bodies::widen(xr[c])));
+      dxr[c] = Add ? dxr[c] + d : d;
     }
   }
 };
@@ -164,20 +172,23 @@ template <typename T, typename Out = T> struct LayernormForward {
 };
 
 /// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
-template <typename T> struct LayernormBackward {
-  const T *x, *w, *mean, *rstd, *dy;
+template <typename T, typename In = T, bool Add = false>
+struct LayernormBackward {
+  const In *x;
+  const T *w, *mean, *rstd, *dy;
   T *dx;
   int64_t n, cols;
   static constexpr int kSums = 1, kWidth = 2;
   MIMO_HD int64_t rows() const { return n; }
   MIMO_HD void partial(int, int64_t r, int t, const double *,
                        double *out) const {
-    const T *xr = x + r * cols, *dyr = dy + r * cols;
+    const In *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
     const double mu = static_cast<double>(mean[r]);
     const double rs = static_cast<double>(rstd[r]);
     double sg = 0.0, sgx = 0.0;
     for (int64_t c = t; c < cols; c += kRowBlock) {
-      const double xh = (static_cast<double>(xr[c]) - mu) * rs;
+      const double xh = (static_cast<double>(bodies::widen(xr[c])) - mu) * rs;
       const double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
       sg += g;
       sgx += g * xh;
@@ -186,16 +197,18 @@ template <typename T> struct LayernormBackward {
     out[1] = sgx;
   }
   MIMO_HD void finish(int64_t r, int t, const double *totals) const {
-    const T *xr = x + r * cols, *dyr = dy + r * cols;
+    const In *xr = x + r * cols;
+    const T *dyr = dy + r * cols;
     T *dxr = dx + r * cols;
     const double mu = static_cast<double>(mean[r]);
     const double rs = static_cast<double>(rstd[r]);
     const double mg = totals[0] / static_cast<double>(cols);
     const double mgx = totals[1] / static_cast<double>(cols);
     for (int64_t c = t; c < cols; c += kRowBlock) {
-      const double xh = (static_cast<double>(xr[c]) - mu) * rs;
+      const double xh = (static_cast<double>(bodies::widen(xr[c])) - mu) * rs;
       const double g = static_cast<double>(dyr[c]) * static_cast<double>(w[c]);
-      dxr[c] = static_cast<T>(rs * (g - mg - xh * mgx));
+      const T d = static_cast<T>(rs * (g - mg - xh * mgx));
+      dxr[c] = Add ? dxr[c] + d : d;
     }
   }
 };

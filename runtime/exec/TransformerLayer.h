@@ -104,7 +104,7 @@ public:
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
     Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, Tc, Fl, sp));
-    keep(c, true);
+    keep(c);
     return out;
   }
 
@@ -113,7 +113,6 @@ public:
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
-    keep(c, false);
     // Under bf16 every gradient a GEMM reads is bf16 bits, made once (packed,
     // or written so by the kernel that makes it): the two GEMMs that read it
     // read the same bits, neither converting. (The GEMMs would round them so
@@ -212,21 +211,16 @@ private:
     return gemmInput(*ctx.dev, ctx.bf16, std::move(t));
   }
   /// bf16: the layer inputs x and x1 (stored, i.e. rounded, already:
-  /// packing loses nothing) packed to bfloat16 after the forward (`pack`)
-  /// and unpacked before the backward, whose norms read them in fp32. The
-  /// GEMM inputs, q, k, v, the attention's output and the MLP's g and u
-  /// stay bf16 bits throughout (their readers take bits); the norm
-  /// statistics and the log-sum-exp stay fp32.
-  void keep(LayerCache &c, bool pack) const {
+  /// packing loses nothing) packed to bfloat16 after the forward, as the
+  /// backward's norms read them. Everything else the forward saves is bf16
+  /// bits from the moment it is made (the GEMM inputs, q, k, v, the
+  /// attention's output, the MLP's g and u) but the norm statistics and
+  /// the log-sum-exp, which stay fp32.
+  void keep(LayerCache &c) const {
     if (!ctx.bf16)
       return;
-    if (pack) {
-      c.x = packBf16(*ctx.dev, c.x);
-      c.x1 = packBf16(*ctx.dev, c.x1);
-      return;
-    }
-    for (Tensor *t : {&c.x, &c.x1})
-      *t = unpackBf16(*ctx.dev, *t);
+    c.x = packBf16(*ctx.dev, c.x);
+    c.x1 = packBf16(*ctx.dev, c.x1);
   }
 
   /// t as the GEMMs read it: under bf16 its bits, packed once into `bits`
@@ -326,12 +320,23 @@ private:
     return y;
   }
 
-  /// dx += norm backward of dy.
+  /// dx += norm backward of dy (x fp32, or bf16 bits as kept under bf16).
   void normBackward(const Tensor &x, size_t w, size_t b, const Tensor &mean,
                     const Tensor &rstd, const Tensor &dy, Tensor &dx,
                     int64_t rows) {
-    Tensor d = empty(rows * H);
     Tensor weight = V(w);
+    if (x.dtype() == device::DType::BF16) { // kept packed: one pass
+      if (language)
+        ctx.dev->rmsnormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
+                                        rstd.data(), dy.data(), dx.data(), G(w),
+                                        rows, H);
+      else
+        ctx.dev->layernormBackwardAddBf16(
+            x.data<uint16_t>(), weight.data(), mean.data(), rstd.data(),
+            dy.data(), dx.data(), G(w), G(b), rows, H);
+      return;
+    }
+    Tensor d = empty(rows * H);
     if (language)
       ctx.dev->rmsnormBackward(x.data(), weight.data(), rstd.data(), dy.data(),
                                d.data(), G(w), rows, H);

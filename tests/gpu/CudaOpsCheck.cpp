@@ -492,6 +492,21 @@ public:
                                     p.out[0], p.inout[0], p.inout[1], rows,
                                     cols);
               });
+      // bf16 x (as a bf16 layer keeps it), the input gradient added into dx.
+      compare("rmsnorm and layernorm backward, bf16 x, added" + sz,
+              {{random(n, -2, 2), random(cols, 0.5, 1.5),
+                random(rows, -0.1, 0.1), random(rows, 0.5, 2), random(n)},
+               {},
+               {random(n), random(cols), random(n), random(cols), random(cols)},
+               {}},
+              [=](Device &d, const Ptr &p) {
+                Bits x(d, p.in[0], n);
+                d.rmsnormBackwardAddBf16(x.data, p.in[1], p.in[3], p.in[4],
+                                         p.inout[0], p.inout[1], rows, cols);
+                d.layernormBackwardAddBf16(x.data, p.in[1], p.in[2], p.in[3],
+                                           p.in[4], p.inout[2], p.inout[3],
+                                           p.inout[4], rows, cols);
+              });
     }
   }
 

@@ -532,6 +532,45 @@ TEST(KernelBodies, Bf16ResidualRoundsTheBranchAndTheSum) {
   }
 }
 
+/// The norms' backwards reading bf16 x and adding into dx: the fp32 bodies
+/// on x's values, written to scratch and added after, bit for bit.
+TEST(KernelBodies, Bf16NormBackwardsAddWhatTheFp32OnesWrite) {
+  std::mt19937 rng(9);
+  const int64_t rows = 4, cols = 300, n = rows * cols;
+  auto xf = random<float>(rng, n, -2, 2), w = random<float>(rng, cols, 0.5, 2),
+       dy = random<float>(rng, n), base = random<float>(rng, n);
+  std::vector<uint16_t> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[size_t(i)] = b::bf16Bits(xf[size_t(i)]);
+    xf[size_t(i)] = b::widen(x[size_t(i)]);
+  }
+  std::vector<float> mean = {0.1f, -0.2f, 0.0f, 0.3f},
+                     rstd = {1.5f, 0.7f, 1.0f, 2.0f};
+  std::vector<float> d(n), dx = base, dxl = base, dl(n);
+  rw::runOnHost(rw::RmsnormBackward<float>{xf.data(), w.data(), rstd.data(),
+                                           dy.data(), d.data(), rows, cols});
+  rw::runOnHost(rw::RmsnormBackward<float, uint16_t, true>{
+      x.data(), w.data(), rstd.data(), dy.data(), dx.data(), rows, cols});
+  rw::runOnHost(rw::LayernormBackward<float>{xf.data(), w.data(), mean.data(),
+                                             rstd.data(), dy.data(), dl.data(),
+                                             rows, cols});
+  rw::runOnHost(rw::LayernormBackward<float, uint16_t, true>{
+      x.data(), w.data(), mean.data(), rstd.data(), dy.data(), dxl.data(), rows,
+      cols});
+  for (size_t i = 0; i < size_t(n); ++i) {
+    ASSERT_EQ(dx[i], base[i] + d[i]) << i;
+    ASSERT_EQ(dxl[i], base[i] + dl[i]) << i;
+  }
+  std::vector<float> dw(cols, 0.0f), dwb(cols, 0.0f);
+  b::columnSumsOnHost(
+      b::RmsnormWeightTerms<float>{xf.data(), rstd.data(), dy.data(), cols},
+      rows, cols, dw.data());
+  b::columnSumsOnHost(b::RmsnormWeightTerms<float, uint16_t>{
+                          x.data(), rstd.data(), dy.data(), cols},
+                      rows, cols, dwb.data());
+  EXPECT_EQ(dw, dwb);
+}
+
 /// RoPE writing bf16 bits (precision "bf16"'s q and k): the fp32 rotation
 /// rounded, bit for bit, whatever the input was.
 TEST(KernelBodies, RopeToBf16BitsIsTheFp32RopeRounded) {

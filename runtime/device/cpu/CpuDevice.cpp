@@ -316,6 +316,25 @@ public:
       layernormForward(x, w, b, out, mean, rstd, rows, cols);
     });
   }
+  void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
+                              const float *rstd, const float *dy, float *dx,
+                              float *dw, int64_t rows, int64_t cols) override {
+    const std::vector<float> values = unpacked(x, rows * cols);
+    std::vector<float> d(values.size());
+    rmsnormBackward(values.data(), w, rstd, dy, d.data(), dw, rows, cols);
+    axpy(rows * cols, 1.0f, d.data(), dx);
+  }
+  void layernormBackwardAddBf16(const uint16_t *x, const float *w,
+                                const float *mean, const float *rstd,
+                                const float *dy, float *dx, float *dw,
+                                float *db, int64_t rows,
+                                int64_t cols) override {
+    const std::vector<float> values = unpacked(x, rows * cols);
+    std::vector<float> d(values.size());
+    layernormBackward(values.data(), w, mean, rstd, dy, d.data(), dw, db, rows,
+                      cols);
+    axpy(rows * cols, 1.0f, d.data(), dx);
+  }
   void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override {
     packed(y, n, [&](float *out) { geluForward(x, out, n); });
   }

@@ -491,6 +491,30 @@ public:
     launchRows("rmsnorm_backward",
                rowwise::RmsnormBackward<float>{x, w, rstd, dy, dx, rows, cols});
   }
+  void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
+                              const float *rstd, const float *dy, float *dx,
+                              float *dw, int64_t rows, int64_t cols) override {
+    columnSums("rmsnorm_backward_weight_partials_bf16",
+               "rmsnorm_backward_weight_add_bf16",
+               b::RmsnormWeightTerms<float, uint16_t>{x, rstd, dy, cols}, rows,
+               cols, dw);
+    launchRows("rmsnorm_backward_add_bf16",
+               rowwise::RmsnormBackward<float, uint16_t, true>{
+                   x, w, rstd, dy, dx, rows, cols});
+  }
+  void layernormBackwardAddBf16(const uint16_t *x, const float *w,
+                                const float *mean, const float *rstd,
+                                const float *dy, float *dx, float *dw,
+                                float *db, int64_t rows,
+                                int64_t cols) override {
+    columnSums("layernorm_backward_params_partials_bf16",
+               "layernorm_backward_params_add_bf16",
+               b::LayernormParamTerms<float, uint16_t>{x, mean, rstd, dy, cols},
+               rows, cols, dw, db);
+    launchRows("layernorm_backward_add_bf16",
+               rowwise::LayernormBackward<float, uint16_t, true>{
+                   x, w, mean, rstd, dy, dx, rows, cols});
+  }
   void layernormForward(const float *x, const float *w, const float *bias,
                         float *y, float *mean, float *rstd, int64_t rows,
                         int64_t cols) override {
