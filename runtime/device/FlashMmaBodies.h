@@ -35,8 +35,10 @@
 // and a head's D bf16 are a multiple of 16 bytes): rows move 16 bytes at a
 // time.
 //
-// Shared memory rows are padded by 8 bf16 (16 bytes), so the lanes of a
-// fragment load hit 32 different banks.
+// Operands move from shared memory to registers by ldmatrix (WarpMma.h):
+// one instruction per A operand or pair of B operands. Shared memory rows
+// are padded by 8 bf16 (16 bytes), so the eight 16-byte rows of each 8x8
+// matrix an ldmatrix phase reads hit 32 different banks.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_FLASHMMABODIES_H
@@ -95,7 +97,7 @@ MIMO_HD inline float log2Of(float x) {
 template <int D> struct MmaBlocks : flash::BlockPlan {
   static_assert(D % 16 == 0, "k-steps of 16");
   static constexpr int kPitch = D + 8;
-  static constexpr int kDimTiles = D / 8;
+  static constexpr int kDimTiles = D / 8; // even: B operands in pairs
 
   /// The rows of the other side in chunk c of block b (chunks of `size`).
   MIMO_HD int64_t rowsIn(int64_t b, int64_t c, int64_t size) const {
@@ -158,17 +160,21 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
     MIMO_UNROLL
     for (int n = 0; n < N; ++n)
       mma::zero(out[n]);
+    static_assert(N % 2 == 0, "B operands in pairs of tiles");
     MIMO_UNROLL
     for (int ks = 0; ks < D / 16; ++ks) {
       FragA<L> fa;
       mma::loadA(fa, a + ks * 16, kPitch);
       MIMO_UNROLL
-      for (int n = 0; n < N; ++n) {
-        if (n * 8 >= live)
+      for (int n = 0; n < N; n += 2) {
+        if (n * 8 >= live) // warp-uniform: the loads are collective
           break;
-        FragB<L> fb;
-        mma::loadBTransposed(fb, bRows + n * 8 * kPitch + ks * 16, kPitch);
-        mma::mma(out[n], fa, fb);
+        FragB<L> fb0, fb1;
+        mma::loadBTransposed2(fb0, fb1, bRows + n * 8 * kPitch + ks * 16,
+                              kPitch);
+        mma::mma(out[n], fa, fb0);
+        if ((n + 1) * 8 < live)
+          mma::mma(out[n + 1], fa, fb1);
       }
     }
   }
@@ -186,10 +192,11 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
       FragA<L> fa;
       mma::accToA(fa, p[2 * kk], p[2 * kk + 1]);
       MIMO_UNROLL
-      for (int n = 0; n < kDimTiles; ++n) {
-        FragB<L> fb;
-        mma::loadB(fb, bRows + kk * 16 * kPitch + n * 8, kPitch);
-        mma::mma(out[n], fa, fb);
+      for (int n = 0; n < kDimTiles; n += 2) {
+        FragB<L> fb0, fb1;
+        mma::loadB2(fb0, fb1, bRows + kk * 16 * kPitch + n * 8, kPitch);
+        mma::mma(out[n], fa, fb0);
+        mma::mma(out[n + 1], fa, fb1);
       }
     }
   }

@@ -135,37 +135,99 @@ MIMO_HD inline void store128(uint16_t *p, const Bits128 &v) {
 
 //===--- Operands from shared memory (bf16 bits, row-major, `pitch` per row)
 //-===//
-/// A = the 16x16 tile at `tile`.
+// Every operand load is one `ldmatrix.x4`: four 8x8 matrices of bf16, each
+// of 8 rows of 16 bytes (16-byte aligned). Lane 8 i + r gives the address
+// of row r of matrix i; lane 4 r + w receives in register i the values at
+// row r, columns 2w and 2w + 1 of matrix i, or with `.trans` the values at
+// rows 2w and 2w + 1 of column r (PTX ISA, "ldmatrix"). The host runs the
+// same row addresses through that rule, so an operand whose rows are
+// misplaced reads wrong values on the host too.
+
+/// out[lane][i] of ldmatrix.x4 (Trans: .trans), matrix i's row r at
+/// rowOf(i, r).
+#if defined(__CUDACC__)
+template <bool Trans, class Rows>
+MIMO_HD inline void ldmatrix4(uint32_t (&out)[1][4], Rows rowOf) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int lane = DeviceLanes::lane(0);
+  const auto address = static_cast<unsigned>(
+      __cvta_generic_to_shared(rowOf(lane >> 3, lane & 7)));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(out[0][0]), "=r"(out[0][1]), "=r"(out[0][2]),
+                   "=r"(out[0][3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(out[0][0]), "=r"(out[0][1]), "=r"(out[0][2]),
+                   "=r"(out[0][3])
+                 : "r"(address));
+#elif defined(__CUDA_ARCH__)
+  // Below sm_80 the bf16 mma that reads these does not exist either.
+  (void)out, (void)rowOf;
+  __trap();
+#else
+  (void)out, (void)rowOf;
+#endif
+}
+#endif
+template <bool Trans, class Rows>
+MIMO_HD inline void ldmatrix4(uint32_t (&out)[kWarpSize][4], Rows rowOf) {
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const int r = lane >> 2, w = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      if (Trans)
+        out[lane][i] =
+            static_cast<uint32_t>(rowOf(i, 2 * w)[r]) |
+            (static_cast<uint32_t>(rowOf(i, 2 * w + 1)[r]) << 16);
+      else
+        out[lane][i] = load32(rowOf(i, r) + 2 * w);
+    }
+  }
+}
+
+/// A = the 16x16 tile at `tile`: matrices (rows 0-7, columns 0-7), (8-15,
+/// 0-7), (0-7, 8-15), (8-15, 8-15) are a0..a3.
 template <class L>
 MIMO_HD inline void loadA(FragA<L> &a, const uint16_t *tile, int pitch) {
+  ldmatrix4<false>(a.x, [&](int i, int r) {
+    return tile + (r + 8 * (i & 1)) * pitch + 8 * (i >> 1);
+  });
+}
+/// Two B operands side by side in n: B0 and B1 the transposes of the 8x16
+/// tiles at `tile` and 8 rows below (B[k][n] = tile[n][k]: the tile's rows
+/// are B's columns, k-halves 0-7 and 8-15 its registers 0 and 1).
+template <class L>
+MIMO_HD inline void loadBTransposed2(FragB<L> &b0, FragB<L> &b1,
+                                     const uint16_t *tile, int pitch) {
+  uint32_t x[L::kLanes][4];
+  ldmatrix4<false>(x, [&](int i, int r) {
+    return tile + (8 * (i >> 1) + r) * pitch + 8 * (i & 1);
+  });
   for (int l = 0; l < L::kLanes; ++l) {
-    const int lane = L::lane(l);
-    for (int r = 0; r < 4; ++r)
-      a.x[l][r] = load32(tile + aRow(lane, r) * pitch + aCol(lane, r, 0));
+    b0.x[l][0] = x[l][0];
+    b0.x[l][1] = x[l][1];
+    b1.x[l][0] = x[l][2];
+    b1.x[l][1] = x[l][3];
   }
 }
-/// B = the transpose of the 8x16 tile at `tile` (B[k][n] = tile[n][k]: the
-/// tile's rows are B's columns; two neighbours of a row in one load).
+/// Two B operands side by side in n: B0 and B1 the 16x8 tiles at `tile` and
+/// 8 columns right (B[k][n] = tile[k][n]: a register's two halves come from
+/// two rows, hence .trans).
 template <class L>
-MIMO_HD inline void loadBTransposed(FragB<L> &b, const uint16_t *tile,
-                                    int pitch) {
+MIMO_HD inline void loadB2(FragB<L> &b0, FragB<L> &b1, const uint16_t *tile,
+                           int pitch) {
+  uint32_t x[L::kLanes][4];
+  ldmatrix4<true>(x, [&](int i, int r) {
+    return tile + (8 * (i & 1) + r) * pitch + 8 * (i >> 1);
+  });
   for (int l = 0; l < L::kLanes; ++l) {
-    const int lane = L::lane(l);
-    for (int r = 0; r < 2; ++r)
-      b.x[l][r] = load32(tile + bCol(lane) * pitch + bRow(lane, r, 0));
-  }
-}
-/// B = the 16x8 tile at `tile` (B[k][n] = tile[k][n]: a register's two
-/// halves come from two rows).
-template <class L>
-MIMO_HD inline void loadB(FragB<L> &b, const uint16_t *tile, int pitch) {
-  for (int l = 0; l < L::kLanes; ++l) {
-    const int lane = L::lane(l);
-    for (int r = 0; r < 2; ++r)
-      b.x[l][r] =
-          static_cast<uint32_t>(tile[bRow(lane, r, 0) * pitch + bCol(lane)]) |
-          (static_cast<uint32_t>(tile[bRow(lane, r, 1) * pitch + bCol(lane)])
-           << 16);
+    b0.x[l][0] = x[l][0];
+    b0.x[l][1] = x[l][1];
+    b1.x[l][0] = x[l][2];
+    b1.x[l][1] = x[l][3];
   }
 }
 

@@ -84,48 +84,65 @@ TEST(WarpMma, FragmentLayoutsAreThePtxTables) {
     EXPECT_EQ(x, 1);
 }
 
+/// The ldmatrix loads against the mma layout tables, every element of
+/// every lane: A from a 16x16 tile, two B operands from the transposes of
+/// two 8x16 tiles (keys as rows) and from a 16x16 tile (values as rows);
+/// then a product against a plain matrix product.
 TEST(WarpMma, LoadsAndProductAgreeWithAMatrixProduct) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-2, 2);
-  // A [16][16], B [16][8] in bf16, C [16][8] in fp32; tiles padded.
+  // A [16][16], B [16][16] (two n-tiles of 8) in bf16, C [16][8] in fp32;
+  // tiles padded as the programs pad them.
   const int pitch = 24;
-  std::vector<uint16_t> At(16 * pitch), Bt(8 * pitch), Bk(16 * pitch);
-  float A[16][16], B[16][8], C[16][8];
+  std::vector<uint16_t> At(16 * pitch), Bt(16 * pitch), Bk(16 * pitch);
+  float A[16][16], B[16][16], C[16][8];
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) {
       A[r][c] = bf16(dist(rng));
       At[r * pitch + c] = b::bf16Bits(A[r][c]);
+      B[r][c] = bf16(dist(rng));
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) {
+      Bt[n * pitch + k] = b::bf16Bits(B[k][n]); // B's transpose, row by row
+      Bk[k * pitch + n] = b::bf16Bits(B[k][n]);
     }
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 8; ++c) {
-      B[r][c] = bf16(dist(rng));
-      Bt[c * pitch + r] = b::bf16Bits(B[r][c]); // B's transpose, row by row
-      Bk[r * pitch + c] = b::bf16Bits(B[r][c]);
+    for (int c = 0; c < 8; ++c)
       C[r][c] = dist(rng);
-    }
   mma::FragA<HostLanes> fa;
-  mma::FragB<HostLanes> fromRows, fromColumns;
+  mma::FragB<HostLanes> rows[2], columns[2];
   mma::loadA(fa, At.data(), pitch);
-  mma::loadBTransposed(fromRows, Bt.data(), pitch);
-  mma::loadB(fromColumns, Bk.data(), pitch);
+  mma::loadBTransposed2(rows[0], rows[1], Bt.data(), pitch);
+  mma::loadB2(columns[0], columns[1], Bk.data(), pitch);
+  auto half = [](uint32_t reg, int h) { return h ? high(reg) : low(reg); };
   for (int lane = 0; lane < 32; ++lane) {
-    EXPECT_EQ(low(fa.x[lane][3]), A[mma::aRow(lane, 3)][mma::aCol(lane, 3, 0)]);
-    EXPECT_EQ(high(fromRows.x[lane][1]),
-              B[mma::bRow(lane, 1, 1)][mma::bCol(lane)]);
-    EXPECT_EQ(fromRows.x[lane][0], fromColumns.x[lane][0]);
-    EXPECT_EQ(fromRows.x[lane][1], fromColumns.x[lane][1]);
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h)
+        EXPECT_EQ(half(fa.x[lane][r], h),
+                  A[mma::aRow(lane, r)][mma::aCol(lane, r, h)])
+            << "A lane " << lane << " register " << r;
+    for (int tile = 0; tile < 2; ++tile)
+      for (int r = 0; r < 2; ++r)
+        for (int h = 0; h < 2; ++h) {
+          const float want = B[mma::bRow(lane, r, h)][8 * tile + mma::bCol(lane)];
+          EXPECT_EQ(half(rows[tile].x[lane][r], h), want)
+              << "B from rows, tile " << tile << " lane " << lane;
+          EXPECT_EQ(half(columns[tile].x[lane][r], h), want)
+              << "B from columns, tile " << tile << " lane " << lane;
+        }
   }
   mma::Acc<HostLanes> acc;
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i)
       acc.x[lane][i] = C[mma::cRow(lane, i)][mma::cCol(lane, i)];
-  mma::mma(acc, fa, fromRows);
+  mma::mma(acc, fa, rows[1]);
   for (int lane = 0; lane < 32; ++lane)
     for (int i = 0; i < 4; ++i) {
       const int row = mma::cRow(lane, i), col = mma::cCol(lane, i);
       double want = C[row][col];
       for (int kk = 0; kk < 16; ++kk)
-        want += static_cast<double>(A[row][kk]) * B[kk][col];
+        want += static_cast<double>(A[row][kk]) * B[kk][8 + col];
       EXPECT_NEAR(acc.x[lane][i], want, 1e-5) << lane << " " << i;
     }
 }
