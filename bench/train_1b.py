@@ -13,7 +13,9 @@ tokens/s, model TFLOP/s and MFU against the GPU's dense bf16 peak, the
 ratio mimo / PyTorch, and the peak device memory of mimo's step (what its
 device allocated at most, `peak_bytes` of the metrics; nvidia-smi's view,
 the CUDA context included, beside it) against the memory plan's estimate
-(`mimoc explain`).
+(`mimoc explain`). Then where mimo's step goes: a second, traced run
+(`--trace`: on the GPU every kernel, GEMM and copy is timed with CUDA
+events) summed by kernel over its last step.
 
 usage: bench/train_1b.py --build DIR --plan PLAN.json [--explain EXPLAIN.json]
                          [--steps N] [--timeout S] [--out FILE.md]
@@ -105,6 +107,64 @@ def run_mimo(args, work):
     }
 
 
+def kind_of(name):
+    if name.startswith("gemm"):
+        return "GEMMs (cuBLASLt)"
+    if "attention" in name:
+        return "attention"
+    if name in ("copy", "upload", "memset"):
+        return "copies and memsets"
+    if name.startswith("adamw"):
+        return "AdamW"
+    return "norms, RoPE, activations, residuals, loss, packing"
+
+
+def kernel_breakdown(args, work, top=15):
+    """Runs 2 traced steps; the last step's device kernels by name and kind
+    (lines of markdown), or a line saying why there are none."""
+    trace = os.path.join(work, "mimo.trace.json")
+    done = subprocess.run(
+        [os.path.join(args.build, "bin", "mimo-run"), args.plan,
+         "--device", "cuda", "--steps", "2", "--trace", trace],
+        capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0 or not os.path.exists(trace):
+        return ["- traced run failed (%d): %s" % (
+            done.returncode, done.stderr.strip()[-300:])]
+    events = json.load(open(trace))["traceEvents"]
+    steps = sorted(e["ts"] for e in events
+                   if e.get("cat") == "step" and e.get("pid") == 0)
+    kernels = [e for e in events if e.get("cat") == "kernel"
+               and e.get("pid") == 0 and (not steps or e["ts"] >= steps[-1])]
+    if not kernels:
+        return ["- the traced run has no device kernel times"]
+    first = min(e["ts"] for e in kernels)
+    last = max(e["ts"] + e["dur"] for e in kernels)
+    busy = sum(e["dur"] for e in kernels)
+    by_name, by_kind = {}, {}
+    for e in kernels:
+        calls, us = by_name.get(e["name"], (0, 0.0))
+        by_name[e["name"]] = (calls + 1, us + e["dur"])
+        by_kind[kind_of(e["name"])] = by_kind.get(kind_of(e["name"]),
+                                                  0.0) + e["dur"]
+    span = last - first
+    lines = ["", "### Where mimo's step goes (rank 0, the traced run's last "
+             "step, CUDA events around every launch)", "",
+             "Kernels busy %.1f ms of the %.1f ms from the step's first "
+             "kernel to its last (%.1f%% in gaps between kernels)." % (
+                 busy / 1e3, span / 1e3, 100 * (1 - busy / span) if span else 0),
+             "", "| kind | ms | share of kernel time |", "|---|---:|---:|"]
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        lines.append("| %s | %.1f | %.1f%% |" % (kind, us / 1e3,
+                                                 100 * us / busy))
+    lines += ["", "| kernel | calls | ms | share | mean us |",
+              "|---|---:|---:|---:|---:|"]
+    for name, (calls, us) in sorted(by_name.items(),
+                                    key=lambda kv: -kv[1][1])[:top]:
+        lines.append("| %s | %d | %.2f | %.1f%% | %.1f |" % (
+            name, calls, us / 1e3, 100 * us / busy, us / calls))
+    return lines
+
+
 def run_twin(args, arch, batch, dtype, attention):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "pytorch_twin.py"),
            "--device", "cuda", "--dtype", dtype, "--attention", attention,
@@ -147,11 +207,18 @@ def main():
                  batch["micro_batch_size"] * batch.get("num_microbatches", 1),
                  batch.get("num_microbatches", 1)),
              ""]
+    breakdown = []
     with tempfile.TemporaryDirectory() as work:
         try:
             mimo = run_mimo(args, work)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             mimo = {"error": str(e)[-400:]}
+        if "error" not in mimo:
+            try:
+                breakdown = kernel_breakdown(args, work)
+            except (OSError, ValueError, KeyError,
+                    subprocess.TimeoutExpired) as e:
+                breakdown = ["- kernel breakdown failed: %s" % e]
     twins = {(d, a): run_twin(args, arch, batch, d, a)
              for d, a in (("bf16", "sdpa"), ("fp32", "sdpa"))}
     flops_per_token = None
@@ -202,6 +269,7 @@ def main():
                              mimo["peak_bytes"] / 2**30,
                              estimate["total_bytes"] / 2**30,
                              mimo["peak_bytes"] / estimate["total_bytes"]))
+    lines += breakdown
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -30,6 +30,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace mimo::device {
 
@@ -79,6 +80,14 @@ struct Bf16Operand {
   Bf16Operand(const uint16_t *bf16) : bits(bf16) {}
 };
 
+/// One kernel, GEMM or copy a device ran, timed on the device itself
+/// (Device::timeKernels): its start, in seconds after timing began, and its
+/// duration.
+struct KernelSpan {
+  std::string name;
+  double startSeconds = 0, seconds = 0;
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -114,6 +123,18 @@ public:
   /// resetPeakBytes() (-1: not tracked).
   virtual int64_t peakBytes() const { return -1; }
   virtual void resetPeakBytes() {}
+  /// Times every kernel, GEMM and copy from now on on the device itself
+  /// (false: stops): the CUDA device records an event pair around each
+  /// launch, after waiting for its stream, so that timing begins when this
+  /// returns. False where the device does not time (the CPU: its calls take
+  /// the host's time, which a trace shows already).
+  virtual bool timeKernels(bool on) {
+    (void)on;
+    return false;
+  }
+  /// The calls timed since the last take, in launch order; waits for the
+  /// stream.
+  virtual std::vector<KernelSpan> takeKernelSpans() { return {}; }
   /// The stream libraries enqueue their work on beside this device's
   /// kernels (a cudaStream_t for NCCL); null for the CPU.
   virtual void *nativeStream() { return nullptr; }

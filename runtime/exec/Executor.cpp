@@ -110,6 +110,20 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
     const TrainConfig &train = plan.config.train;
     if (options.resume)
       executor->load(*options.resume);
+    // With a trace, a device that times its kernels puts them on a stream
+    // of their own, on the trace's clock.
+    const bool kernels = options.collectTrace && dev->timeKernels(true);
+    const double kernelsFromUs =
+        std::chrono::duration<double, std::micro>(Clock::now() - origin)
+            .count();
+    auto takeKernels = [&] {
+      if (!kernels)
+        return;
+      for (device::KernelSpan &k : dev->takeKernelSpans())
+        events.push_back({rank, std::move(k.name),
+                          kernelsFromUs + 1e6 * k.startSeconds,
+                          1e6 * k.seconds, std::string(), kDeviceStream});
+    };
     for (; step < steps; ++step) {
       if (options.fault && options.fault->first == rank &&
           options.fault->second == step + 1)
@@ -118,12 +132,14 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
             std::to_string(step + 1) + ")");
       StepMetrics metrics =
           executor->runStep(step, options.collectTrace, events);
+      takeKernels();
       if (evalData && train.evalEvery > 0 &&
           (step + 1) % train.evalEvery == 0) {
         double sum = 0;
         for (int64_t e = 0; e < train.evalSteps; ++e)
           sum += executor->evaluate(e, options.collectTrace, events);
         metrics.evalLoss = sum / static_cast<double>(train.evalSteps);
+        takeKernels();
       }
       if (!options.saveDir.empty() &&
           (step + 1 == steps ||
@@ -298,15 +314,16 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   }
   if (options.collectTrace) {
     // Gather the trace on rank 0 (in host memory: the nccl backend's MPI
-    // bootstrap carries it): a count, then (start, duration) pairs and the
-    // names and arguments, one "name<TAB>args" line per event.
+    // bootstrap carries it): a count, then (start, duration, stream)
+    // triples and the names and arguments, one "name<TAB>args" line per
+    // event.
     comm::Comm &host = comm.hostComm();
     if (comm.rank() == 0) {
       result.trace = events;
       for (int64_t r = 1; r < comm.size(); ++r) {
         int64_t sizes[2];
         host.recv(r, 1 << 27, sizes, sizeof(sizes));
-        std::vector<double> times(static_cast<size_t>(2 * sizes[0]));
+        std::vector<double> times(static_cast<size_t>(3 * sizes[0]));
         std::string names(static_cast<size_t>(sizes[1]), '\0');
         host.recv(r, 1 << 27, times.data(),
                   static_cast<int64_t>(times.size() * sizeof(double)));
@@ -317,10 +334,10 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
           std::string line = names.substr(at, end - at);
           size_t tab = line.find('\t');
           result.trace.push_back(
-              {r, line.substr(0, tab), times[static_cast<size_t>(2 * i)],
-               times[static_cast<size_t>(2 * i + 1)],
-               tab == std::string::npos ? std::string()
-                                        : line.substr(tab + 1)});
+              {r, line.substr(0, tab), times[static_cast<size_t>(3 * i)],
+               times[static_cast<size_t>(3 * i + 1)],
+               tab == std::string::npos ? std::string() : line.substr(tab + 1),
+               static_cast<int>(times[static_cast<size_t>(3 * i + 2)])});
           at = end + 1;
         }
       }
@@ -330,6 +347,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
       for (const TraceEvent &e : events) {
         times.push_back(e.startUs);
         times.push_back(e.durationUs);
+        times.push_back(static_cast<double>(e.stream));
         names += e.name + "\t" + e.args + "\n";
       }
       int64_t sizes[2] = {static_cast<int64_t>(events.size()),
@@ -371,7 +389,10 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
          {"ph", "M"},
          {"pid", rank},
          {"tid", stream},
-         {"args", {{"name", stream == kCommStream ? "comm" : "compute"}}}});
+         {"args",
+          {{"name", stream == kCommStream     ? "comm"
+                    : stream == kDeviceStream ? "device kernels"
+                                              : "compute"}}}});
   for (const TraceEvent &e : events) {
     nlohmann::json event = {{"name", e.name},
                             {"pid", e.rank},
@@ -382,7 +403,9 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
       event["ph"] = "i";
       event["s"] = "t";
     } else {
-      event["cat"] = e.stream == kCommStream ? "comm" : "instruction";
+      event["cat"] = e.stream == kCommStream     ? "comm"
+                     : e.stream == kDeviceStream ? "kernel"
+                                                 : "instruction";
       event["ph"] = "X";
       event["dur"] = e.durationUs;
     }

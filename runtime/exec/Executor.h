@@ -47,9 +47,11 @@ struct StepMetrics {
   int64_t peakBytes = -1, peakRank = -1;
 };
 
-/// The trace's streams of a rank: its instructions, and the collectives
-/// its channels ran beside them (overlapped gradient buckets).
-inline constexpr int kComputeStream = 0, kCommStream = 1;
+/// The trace's streams of a rank: its instructions, the collectives its
+/// channels ran beside them (overlapped gradient buckets), and the kernels,
+/// GEMMs and copies its device ran, timed on the device (a GPU: events
+/// around each launch; Device::timeKernels).
+inline constexpr int kComputeStream = 0, kCommStream = 1, kDeviceStream = 2;
 
 /// One executed instruction (or, with durationUs < 0, a step's start),
 /// for --trace.

@@ -379,6 +379,15 @@ TEST(Overlap, BucketsAndSendsAheadTrainBitIdentically) {
     EXPECT_GT(ahead, 0u) << "the backward posted no bucket";
     std::string json = exec::traceJson(buckets.trace);
     EXPECT_NE(json.find("\"name\":\"comm\""), std::string::npos);
+    // The CPU times no kernels of its own; a GPU's (Device::timeKernels)
+    // get a stream of their own.
+    EXPECT_EQ(json.find("\"name\":\"device kernels\""), std::string::npos);
+    std::vector<exec::TraceEvent> withKernels = buckets.trace;
+    withKernels.push_back(
+        {0, "gemm_bf16 64x64x64 NN", 10.0, 2.5, "", exec::kDeviceStream});
+    json = exec::traceJson(withKernels);
+    EXPECT_NE(json.find("\"name\":\"device kernels\""), std::string::npos);
+    EXPECT_NE(json.find("\"cat\":\"kernel\""), std::string::npos);
   }
 }
 

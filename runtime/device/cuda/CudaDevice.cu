@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -191,6 +192,14 @@ public:
       return; // the context is gone; nothing can be released any more
     blas.reset();
     events.clear();
+    for (const TimedCall &t : timedCalls) {
+      cudaEventDestroy(t.start);
+      cudaEventDestroy(t.end);
+    }
+    for (cudaEvent_t e : spareEvents)
+      cudaEventDestroy(e);
+    if (anchor)
+      cudaEventDestroy(anchor);
     if (partials)
       cudaFreeAsync(partials, stream);
     cudaStreamSynchronize(stream);
@@ -255,6 +264,7 @@ public:
     if (bytes <= 0)
       return;
     activate();
+    Timed timed(*this, "memset");
     checkCall(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), stream),
               "cudaMemsetAsync");
   }
@@ -267,6 +277,7 @@ public:
     activate();
     // Pool memory ignores peer access: between two GPUs (ranks r and r + 1
     // on a multi-GPU machine) only a peer copy works.
+    Timed timed(*this, "copy");
     int dstDevice = ordinal, srcDevice = ordinal;
     if (multiGpu) {
       dstDevice = deviceOf(dst);
@@ -285,6 +296,7 @@ public:
     if (bytes <= 0)
       return;
     activate();
+    Timed timed(*this, "upload");
     checkCall(cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
                               cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (host to device)");
@@ -329,6 +341,39 @@ public:
     activate();
     checkCall(cudaStreamWaitEvent(stream, cuda->event, 0),
               "cudaStreamWaitEvent");
+  }
+  bool timeKernels(bool on) override {
+    activate();
+    if (on && !timing) {
+      // Timing begins when this returns: the stream idle, the anchor event
+      // recorded on it.
+      checkCall(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      if (!anchor)
+        checkCall(cudaEventCreate(&anchor), "cudaEventCreate");
+      checkCall(cudaEventRecord(anchor, stream), "cudaEventRecord");
+    }
+    timing = on;
+    return true;
+  }
+  std::vector<KernelSpan> takeKernelSpans() override {
+    std::vector<KernelSpan> spans;
+    if (timedCalls.empty())
+      return spans;
+    activate();
+    checkCall(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    spans.reserve(timedCalls.size());
+    for (TimedCall &t : timedCalls) {
+      float fromAnchor = 0, length = 0;
+      checkCall(cudaEventElapsedTime(&fromAnchor, anchor, t.start),
+                "cudaEventElapsedTime");
+      checkCall(cudaEventElapsedTime(&length, t.start, t.end),
+                "cudaEventElapsedTime");
+      spans.push_back({std::move(t.name), 1e-3 * fromAnchor, 1e-3 * length});
+      spareEvents.push_back(t.start);
+      spareEvents.push_back(t.end);
+    }
+    timedCalls.clear();
+    return spans;
   }
   void synchronize() override {
     activate();
@@ -414,6 +459,7 @@ public:
     }
     activate();
     lastKernel = "gemm";
+    Timed timed(*this, [&] { return gemmName("gemm", ta, tb, M, N, K); });
     blas->run(ta, tb, M, N, K, alpha, A, B, beta, C, false);
   }
   void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -452,6 +498,8 @@ public:
       const uint16_t *bb = B.bits ? B.bits : (b16 = toBf16(B.f32, K * N));
       activate();
       lastKernel = bf16Out ? "gemm_bf16_out" : "gemm_bf16";
+      Timed timed(*this,
+                  [&] { return gemmName(lastKernel, ta, tb, M, N, K); });
       blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true, bf16Out);
     } catch (...) {
       if (a16)
@@ -621,6 +669,7 @@ public:
                             int64_t d) override {
     const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
     if (tensorCores(shape, {q, k, v, o})) {
+      Timed timed(*this, "attention_forward_bf16_mma");
       checkMma(mmaAttentionForward(shape, q, k, v, o, lse, stream));
       return;
     }
@@ -643,6 +692,7 @@ public:
       Scratch D(*this, heads * plan.Tq);
       launch("attention_backward_rowdot_bf16",
              flash::RowDot<uint16_t>{o, dout, D.data, plan.Tq, heads, d});
+      Timed timed(*this, "attention_backward_bf16_mma (dq, dk and dv)");
       checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D.data, dq, dk,
                                     dv, stream));
       return;
@@ -784,6 +834,7 @@ private:
     if (n <= 0)
       return;
     activate();
+    Timed timed(*this, name);
     int64_t blocks =
         std::min<int64_t>((n + threads - 1) / threads, int64_t(1) << 20);
     eachIndex<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(body, n);
@@ -825,6 +876,7 @@ private:
     if (n <= 0)
       return;
     activate();
+    Timed timed(*this, name);
     const int64_t blocks = std::min<int64_t>(n, int64_t(1) << 20);
     eachRow<<<static_cast<unsigned>(blocks), rowwise::kRowBlock, 0, stream>>>(
         program);
@@ -859,6 +911,7 @@ private:
                                static_cast<int>(bytes)),
           "cudaFuncSetAttribute");
     dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
+    Timed timed(*this, name);
     eachBlock<<<grid, flash::kThreads, static_cast<size_t>(bytes), stream>>>(
         program);
     lastKernel = name;
@@ -873,6 +926,7 @@ private:
     if (n <= 0)
       return;
     activate();
+    Timed timed(*this, name);
     int blocks = static_cast<int>(std::min<int64_t>(
         kReduceBlocks, (n + kReduceThreads - 1) / kReduceThreads));
     blockSums<<<blocks, kReduceThreads, 0, stream>>>(x, mask, n, squares,
@@ -974,6 +1028,68 @@ private:
   double *partials = nullptr;
   std::unique_ptr<CublasLtGemm> blas;
   const char *lastKernel = nullptr;
+
+  /// Kernel timing (Device::timeKernels): an event pair around each launch,
+  /// read back by takeKernelSpans; events are reused.
+  struct TimedCall {
+    std::string name;
+    cudaEvent_t start, end;
+  };
+  bool timing = false;
+  cudaEvent_t anchor = nullptr;
+  std::vector<TimedCall> timedCalls;
+  std::vector<cudaEvent_t> spareEvents;
+
+  cudaEvent_t spareEvent() {
+    if (spareEvents.empty()) {
+      cudaEvent_t e;
+      checkCall(cudaEventCreate(&e), "cudaEventCreate");
+      return e;
+    }
+    cudaEvent_t e = spareEvents.back();
+    spareEvents.pop_back();
+    return e;
+  }
+  /// Times the launches of its scope while timing is on (the name made
+  /// only then: `name` is a string or a function giving one). Construct
+  /// after activate().
+  class Timed {
+  public:
+    template <typename Name>
+    Timed(CudaDevice &dev, const Name &name) : dev(dev), on(dev.timing) {
+      if (!on)
+        return;
+      if constexpr (std::is_invocable_v<Name>)
+        call.name = name();
+      else
+        call.name = name;
+      call.start = dev.spareEvent();
+      call.end = dev.spareEvent();
+      dev.checkCall(cudaEventRecord(call.start, dev.stream), "cudaEventRecord");
+    }
+    ~Timed() {
+      if (!on)
+        return;
+      // No throwing here: a failed record leaves the pair out.
+      if (cudaEventRecord(call.end, dev.stream) == cudaSuccess)
+        dev.timedCalls.push_back(std::move(call));
+      else
+        (void)cudaGetLastError();
+    }
+    Timed(const Timed &) = delete;
+    Timed &operator=(const Timed &) = delete;
+
+  private:
+    CudaDevice &dev;
+    bool on;
+    TimedCall call{};
+  };
+  static std::string gemmName(const char *kind, bool ta, bool tb, int64_t M,
+                              int64_t N, int64_t K) {
+    return std::string(kind) + " " + std::to_string(M) + "x" +
+           std::to_string(N) + "x" + std::to_string(K) + " " +
+           (ta ? "T" : "N") + (tb ? "T" : "N");
+  }
   /// Bytes allocated through this device: live now, and the most at once
   /// since resetPeakBytes().
   mutable std::mutex sizesMutex;
