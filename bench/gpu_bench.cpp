@@ -303,9 +303,9 @@ void benchAttention(bool bf16) {
     double fwd = medianSeconds(
         [&] {
           if (bf16)
-            dev->attentionForwardBf16(
-                qb.data<uint16_t>(), kb.data<uint16_t>(), vb.data<uint16_t>(),
-                ob.data<uint16_t>(), lse.data(), view, heads, d);
+            dev->attentionForwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
+                                      vb.data<uint16_t>(), ob.data<uint16_t>(),
+                                      lse.data(), view, heads, d);
           else
             dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
                                   lse.data(), view, heads, d);

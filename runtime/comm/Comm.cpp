@@ -242,8 +242,8 @@ void Comm::allGatherValues(const std::vector<int64_t> &group,
     for (size_t i = 0; i < n; ++i) {
       if (i == own)
         continue;
-      ops.push_back({true, group[i], tag, const_cast<void *>(in),
-                     counts[own] * size});
+      ops.push_back(
+          {true, group[i], tag, const_cast<void *>(in), counts[own] * size});
       ops.push_back(
           {false, group[i], tag, bytes + offsets[i] * size, counts[i] * size});
     }

@@ -273,11 +273,11 @@ protected:
       return false;
     if (count > 0) {
       HostCall call(*this, "ncclAllGather");
-      check(api.allGather(in, out, static_cast<size_t>(count),
-                          type == device::DType::F32 ? ncclFloat32
-                                                     : ncclBfloat16,
-                          c, stream()),
-            "ncclAllGather", c);
+      check(
+          api.allGather(in, out, static_cast<size_t>(count),
+                        type == device::DType::F32 ? ncclFloat32 : ncclBfloat16,
+                        c, stream()),
+          "ncclAllGather", c);
       follow("all-gather");
     }
     return true;

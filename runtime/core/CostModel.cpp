@@ -192,9 +192,9 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
       gemmSeconds(p, rows, mlpIn * F / tp, H) + gemmSeconds(p, rows, H, F / tp);
   // The elementwise kernels (norms, RoPE, residuals, activation, packing).
   layer *= passes;
-  layer += memorySeconds(p, rows * layerElementwiseBytes(
-                                   H, H / tp, F / tp, shape.language,
-                                   shape.bf16, backward));
+  layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
+                                                         shape.language,
+                                                         shape.bf16, backward));
   layer += passes * kernelSeconds(p, 18);
   layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
   w.compute = shape.layers * (layer + passes * p.layerOverheadUs * 1e-6 /

@@ -297,8 +297,8 @@ public:
                                      const uint16_t *v, const uint16_t *o,
                                      const float *lse, const uint16_t *dout,
                                      float *dq, float *dk, float *dv,
-                                     const tiles::PlanView &plan,
-                                     int64_t heads, int64_t d) = 0;
+                                     const tiles::PlanView &plan, int64_t heads,
+                                     int64_t d) = 0;
   virtual void embeddingForward(const int64_t *ids, int64_t n,
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,
@@ -340,10 +340,11 @@ public:
                                     int64_t vocabLocal, int64_t vocabBegin,
                                     const float *globalMax, float *sumExp,
                                     float *targetLogit) = 0;
-  virtual void crossEntropyBackwardBf16(
-      const uint16_t *logits, const int64_t *targets, int64_t n,
-      int64_t vocabLocal, int64_t vocabBegin, const float *globalMax,
-      const float *globalSumExp, const float *scale, uint16_t *dlogits) = 0;
+  virtual void
+  crossEntropyBackwardBf16(const uint16_t *logits, const int64_t *targets,
+                           int64_t n, int64_t vocabLocal, int64_t vocabBegin,
+                           const float *globalMax, const float *globalSumExp,
+                           const float *scale, uint16_t *dlogits) = 0;
   virtual void adamw(float *param, const float *grad, float *m, float *v,
                      int64_t n, const AdamWStep &step) = 0;
 };

@@ -295,7 +295,8 @@ template <int D> struct BackwardQuery : BlockPlan {
     if (token < 0)
       return;
     ownRow(shared + t * s.padded(), q, token, s.width(), h, s.d);
-    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h, s.d);
+    ownRow(shared + (kThreads + t) * s.padded(), dout, token, s.width(), h,
+           s.d);
     st.l = lse[h * s.plan.Tq + token];
     st.Dr = delta[h * s.plan.Tq + token];
   }

@@ -131,8 +131,8 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
   /// the forward's and dq's load.
   MIMO_HD void stageKeys(int64_t b, int64_t h, int64_t c, int t,
                          unsigned char *shared, const uint16_t *k,
-                         const uint16_t *v,
-                         int64_t ownRows, int64_t size) const {
+                         const uint16_t *v, int64_t ownRows,
+                         int64_t size) const {
     const int64_t first = block(b)[2] + c * size, rows = rowsIn(b, c, size);
     uint16_t *K = reinterpret_cast<uint16_t *>(shared) + ownRows * kPitch;
     stageRows(K, k, s.plan.keyOrder, first, rows, size, h, t);

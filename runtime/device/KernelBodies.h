@@ -394,7 +394,8 @@ template <typename T, typename Out = T> struct Rope {
   MIMO_HD int64_t count() const { return tokens * heads * ((dim + 1) / 2); }
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t half = dim / 2, pairs = (dim + 1) / 2;
-    const int64_t i = idx % pairs, th = idx / pairs; // th = token * heads + head
+    const int64_t i = idx % pairs,
+                  th = idx / pairs; // th = token * heads + head
     const T *xh = x + th * dim;
     Out *yh = y + th * dim;
     if (i == half) { // odd dim: the last value is not rotated

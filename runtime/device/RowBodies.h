@@ -98,7 +98,8 @@ template <typename T, typename Out = T> struct RmsnormForward {
 /// In: how x is stored (T, or bf16 bits); Add: dx += the gradient (the
 /// bits of writing it and adding it after), else dx = it. Likewise
 /// LayernormBackward.
-template <typename T, typename In = T, bool Add = false> struct RmsnormBackward {
+template <typename T, typename In = T, bool Add = false>
+struct RmsnormBackward {
   const In *x;
   const T *w, *rstd, *dy;
   T *dx;

@@ -179,9 +179,8 @@ MIMO_HD inline void ldmatrix4(uint32_t (&out)[kWarpSize][4], Rows rowOf) {
     const int r = lane >> 2, w = lane & 3;
     for (int i = 0; i < 4; ++i) {
       if (Trans)
-        out[lane][i] =
-            static_cast<uint32_t>(rowOf(i, 2 * w)[r]) |
-            (static_cast<uint32_t>(rowOf(i, 2 * w + 1)[r]) << 16);
+        out[lane][i] = static_cast<uint32_t>(rowOf(i, 2 * w)[r]) |
+                       (static_cast<uint32_t>(rowOf(i, 2 * w + 1)[r]) << 16);
       else
         out[lane][i] = load32(rowOf(i, r) + 2 * w);
     }

@@ -140,8 +140,8 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
             dev.attentionForwardBf16(qb.data, kb.data, vb.data, ob.data,
                                      lse.data, view, heads, d);
           else
-            dev.attentionForward(q.data, k.data, v.data, o.data, lse.data,
-                                 view, heads, d);
+            dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
+                                 heads, d);
         },
         budget);
     double bwd = timePerCall(

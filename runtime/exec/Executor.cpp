@@ -121,8 +121,8 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
         return;
       for (device::KernelSpan &k : dev->takeKernelSpans())
         events.push_back({rank, std::move(k.name),
-                          kernelsFromUs + 1e6 * k.startSeconds,
-                          1e6 * k.seconds, std::string(), kDeviceStream});
+                          kernelsFromUs + 1e6 * k.startSeconds, 1e6 * k.seconds,
+                          std::string(), kDeviceStream});
     };
     for (; step < steps; ++step) {
       if (options.fault && options.fault->first == rank &&
@@ -384,15 +384,14 @@ std::string traceJson(const std::vector<TraceEvent> &events) {
                     {"args", {{"sort_index", rank}}}});
   }
   for (auto [rank, stream] : streams)
-    list.push_back(
-        {{"name", "thread_name"},
-         {"ph", "M"},
-         {"pid", rank},
-         {"tid", stream},
-         {"args",
-          {{"name", stream == kCommStream     ? "comm"
-                    : stream == kDeviceStream ? "device kernels"
-                                              : "compute"}}}});
+    list.push_back({{"name", "thread_name"},
+                    {"ph", "M"},
+                    {"pid", rank},
+                    {"tid", stream},
+                    {"args",
+                     {{"name", stream == kCommStream     ? "comm"
+                               : stream == kDeviceStream ? "device kernels"
+                                                         : "compute"}}}});
   for (const TraceEvent &e : events) {
     nlohmann::json event = {{"name", e.name},
                             {"pid", e.rank},

@@ -199,18 +199,18 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   // written by the norm itself (one pass) unless SP gathers fp32 rows first.
   const bool normBits = ctx.bf16 && !sp;
   Tensor hN = Tensor::empty(Tl * H, normBits ? device::DType::BF16
-                                              : device::DType::F32);
+                                             : device::DType::F32);
   c.rstdF = empty(Tl);
   const Tensor finalWeight = vectorOf(parameters[finalNorm]);
   if (normBits)
-    dev.rmsnormForwardBf16(c.xf.data(), finalWeight.data(),
-                           hN.data<uint16_t>(), c.rstdF.data(), Tl, H);
+    dev.rmsnormForwardBf16(c.xf.data(), finalWeight.data(), hN.data<uint16_t>(),
+                           c.rstdF.data(), Tl, H);
   else
     dev.rmsnormForward(c.xf.data(), finalWeight.data(), hN.data(),
                        c.rstdF.data(), Tl, H);
-  Tensor hNf = gemmInput(
-      dev, ctx.bf16 && sp,
-      sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN));
+  Tensor hNf =
+      gemmInput(dev, ctx.bf16 && sp,
+                sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN));
   std::vector<int64_t> targets(static_cast<size_t>(Tc));
   std::vector<float> scale(static_cast<size_t>(Tc));
   for (int64_t i = 0; i < Tc; ++i) {

@@ -147,8 +147,8 @@ inline Tensor gatherRows(comm::Comm &comm, const std::vector<int64_t> &group,
   if (group.size() <= 1)
     return local.clone();
   std::vector<int64_t> counts(group.size(), local.size());
-  Tensor out = Tensor::empty(
-      local.size() * static_cast<int64_t>(group.size()), local.dtype());
+  Tensor out = Tensor::empty(local.size() * static_cast<int64_t>(group.size()),
+                             local.dtype());
   if (local.dtype() == device::DType::BF16)
     comm.allGatherV(group, local.data<uint16_t>(), counts,
                     out.data<uint16_t>());

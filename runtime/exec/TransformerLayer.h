@@ -175,19 +175,19 @@ public:
     // weight gradients need the inputs, which hf holds, so nothing else to
     // undo).
     dq = rotatedStored(std::move(dq), m, language, true);
-    Tensor dk = rotatedStored(
-        ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK) : std::move(dK), m,
-        language, true);
-    Tensor dv = rotatedStored(
-        ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV) : std::move(dV), m,
-        false, false);
+    Tensor dk = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK)
+                                         : std::move(dK),
+                              m, language, true);
+    Tensor dv = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV)
+                                         : std::move(dV),
+                              m, false, false);
     Tensor dhf = empty(Tc * H);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq),
-                   dhf.data(), G(wq), Tc, H, Hl);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk),
-                   dhf.data(), G(wk), Tc, H, Hl, 1.0f);
-    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv),
-                   dhf.data(), G(wv), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
+                   G(wq), Tc, H, Hl);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
+                   G(wk), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
+                   G(wv), Tc, H, Hl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -331,9 +331,9 @@ private:
                                         rstd.data(), dy.data(), dx.data(), G(w),
                                         rows, H);
       else
-        ctx.dev->layernormBackwardAddBf16(
-            x.data<uint16_t>(), weight.data(), mean.data(), rstd.data(),
-            dy.data(), dx.data(), G(w), G(b), rows, H);
+        ctx.dev->layernormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
+                                          mean.data(), rstd.data(), dy.data(),
+                                          dx.data(), G(w), G(b), rows, H);
       return;
     }
     Tensor d = empty(rows * H);

@@ -331,16 +331,15 @@ public:
           },
           kBf16Step);
       // A residual as precision "bf16" stores it: the branch fp32 or bits.
-      compare(
-          "residual bf16" + sz, {{random(n), random(n)}, {}, {}, {n, n}},
-          [=](Device &d, const Ptr &p) {
-            d.residualBf16(p.in[0], p.in[1], p.out[0], n);
-            auto *bits =
-                static_cast<uint16_t *>(d.allocate(std::max<int64_t>(n, 1) * 2));
-            d.packBf16(p.in[1], bits, n);
-            d.residualBf16(p.in[0], bits, p.out[1], n);
-            d.release(bits);
-          });
+      compare("residual bf16" + sz, {{random(n), random(n)}, {}, {}, {n, n}},
+              [=](Device &d, const Ptr &p) {
+                d.residualBf16(p.in[0], p.in[1], p.out[0], n);
+                auto *bits = static_cast<uint16_t *>(
+                    d.allocate(std::max<int64_t>(n, 1) * 2));
+                d.packBf16(p.in[1], bits, n);
+                d.residualBf16(p.in[0], bits, p.out[1], n);
+                d.release(bits);
+              });
       compare("add, scale, axpy, maximum" + sz,
               {{random(n), random(n)}, {}, {random(n)}, {n, n}},
               [=](Device &d, const Ptr &p) {

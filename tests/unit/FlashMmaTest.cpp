@@ -125,7 +125,8 @@ TEST(WarpMma, LoadsAndProductAgreeWithAMatrixProduct) {
     for (int tile = 0; tile < 2; ++tile)
       for (int r = 0; r < 2; ++r)
         for (int h = 0; h < 2; ++h) {
-          const float want = B[mma::bRow(lane, r, h)][8 * tile + mma::bCol(lane)];
+          const float want =
+              B[mma::bRow(lane, r, h)][8 * tile + mma::bCol(lane)];
           EXPECT_EQ(half(rows[tile].x[lane][r], h), want)
               << "B from rows, tile " << tile << " lane " << lane;
           EXPECT_EQ(half(columns[tile].x[lane][r], h), want)
@@ -369,8 +370,8 @@ TEST(FlashMma, ZigzagPackedDenseEncoderAndLonelyRows) {
 /// The CPU device's bf16 attention against the rounding written out in
 /// double on one causal sample: P (unnormalised) rounded where it
 /// multiplies V, P rounded where it multiplies dO, dS rounded before the
-/// scale, o rounded as it is written. Without the emulation the CPU's fp32 attention misses
-/// it by the bf16 rounding itself.
+/// scale, o rounded as it is written. Without the emulation the CPU's fp32
+/// attention misses it by the bf16 rounding itself.
 TEST(FlashMma, TheCpuEmulatesTheTensorCoreRounding) {
   const Mask m = lane(6, 1);
   const int64_t T = 6, d = 8;

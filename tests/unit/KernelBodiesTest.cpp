@@ -498,8 +498,8 @@ TEST(KernelBodies, Bf16ActivationBackwardsAreTheFp32OnesRounded) {
   std::vector<float> dgf(n), duf(n), dxf(n);
   runAll(b::SwigluBackward<float, uint16_t, uint16_t>{
       g.data(), u.data(), dy.data(), dg.data(), du.data(), n});
-  runAll(b::SwigluBackward<float>{gate.data(), up.data(), dy.data(),
-                                  dgf.data(), duf.data(), n});
+  runAll(b::SwigluBackward<float>{gate.data(), up.data(), dy.data(), dgf.data(),
+                                  duf.data(), n});
   runAll(b::GeluBackward<float, uint16_t, uint16_t>{g.data(), dy.data(),
                                                     dx.data(), n});
   runAll(b::GeluBackward<float>{gate.data(), dy.data(), dxf.data(), n});
@@ -565,8 +565,9 @@ TEST(KernelBodies, Bf16NormBackwardsAddWhatTheFp32OnesWrite) {
   b::columnSumsOnHost(
       b::RmsnormWeightTerms<float>{xf.data(), rstd.data(), dy.data(), cols},
       rows, cols, dw.data());
-  b::columnSumsOnHost(b::RmsnormWeightTerms<float, uint16_t>{
-                          x.data(), rstd.data(), dy.data(), cols},
+  b::columnSumsOnHost(b::RmsnormWeightTerms<float, uint16_t>{x.data(),
+                                                             rstd.data(),
+                                                             dy.data(), cols},
                       rows, cols, dwb.data());
   EXPECT_EQ(dw, dwb);
 }
@@ -711,9 +712,9 @@ TEST(KernelBodies, CrossEntropyOfBf16LogitsIsTheFp32OneOnTheirValues) {
   rw::runOnHost(rw::CrossEntropyRowMax<float>{logits.data(), mx.data(), n, V});
   rw::runOnHost(
       rw::CrossEntropyRowMax<float, uint16_t>{bits.data(), mxb.data(), n, V});
-  rw::runOnHost(rw::CrossEntropySums<float>{
-      logits.data(), targets.data(), mx.data(), sum.data(), tl.data(), n, V,
-      vb});
+  rw::runOnHost(rw::CrossEntropySums<float>{logits.data(), targets.data(),
+                                            mx.data(), sum.data(), tl.data(), n,
+                                            V, vb});
   rw::runOnHost(rw::CrossEntropySums<float, uint16_t>{
       bits.data(), targets.data(), mx.data(), sumb.data(), tlb.data(), n, V,
       vb});

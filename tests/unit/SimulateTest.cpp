@@ -170,9 +170,9 @@ TEST(CostModel, LayerElementwiseBytesFollowTheLayersBuffers) {
     for (bool backward : {false, true}) {
       EXPECT_LT(layerElementwiseBytes(H, H, F, language, true, backward),
                 layerElementwiseBytes(H, H, F, language, false, backward));
-      EXPECT_GT(layerElementwiseBytes(H, H, F, language, true, backward),
-                layerElementwiseBytes(H, H / 2, F / 2, language, true,
-                                      backward));
+      EXPECT_GT(
+          layerElementwiseBytes(H, H, F, language, true, backward),
+          layerElementwiseBytes(H, H / 2, F / 2, language, true, backward));
     }
   EXPECT_LT(layerElementwiseBytes(H, H, F, false, true, false),
             layerElementwiseBytes(H, H, F, true, true, false))

@@ -234,18 +234,18 @@ void tiledAttentionBackward(const T *q, const T *k, const T *v, const T *o,
 }
 
 template void tiledAttentionForward<float>(const float *, const float *,
-                                          const float *, float *, float *,
-                                          const PlanView &, int64_t, int64_t);
-template void tiledAttentionForward<uint16_t>(const uint16_t *,
-                                             const uint16_t *,
-                                             const uint16_t *, uint16_t *,
-                                             float *, const PlanView &,
-                                             int64_t, int64_t);
-template void tiledAttentionBackward<float>(const float *, const float *,
-                                           const float *, const float *,
-                                           const float *, const float *,
-                                           float *, float *, float *,
+                                           const float *, float *, float *,
                                            const PlanView &, int64_t, int64_t);
+template void tiledAttentionForward<uint16_t>(const uint16_t *,
+                                              const uint16_t *,
+                                              const uint16_t *, uint16_t *,
+                                              float *, const PlanView &,
+                                              int64_t, int64_t);
+template void tiledAttentionBackward<float>(const float *, const float *,
+                                            const float *, const float *,
+                                            const float *, const float *,
+                                            float *, float *, float *,
+                                            const PlanView &, int64_t, int64_t);
 template void tiledAttentionBackward<uint16_t>(
     const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
     const float *, const uint16_t *, float *, float *, float *,

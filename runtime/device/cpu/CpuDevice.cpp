@@ -381,9 +381,8 @@ public:
     std::vector<float> in = unpacked(x, n);
     packed(dx, n, [&](float *out) { geluBackward(in.data(), dy, out, n); });
   }
-  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u,
-                          const float *dy, uint16_t *dg, uint16_t *du,
-                          int64_t n) override {
+  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
+                          uint16_t *dg, uint16_t *du, int64_t n) override {
     std::vector<float> gate = unpacked(g, n), up = unpacked(u, n);
     std::vector<float> dup(static_cast<size_t>(std::max<int64_t>(n, 0)));
     packed(dg, n, [&](float *out) {

@@ -498,8 +498,7 @@ public:
       const uint16_t *bb = B.bits ? B.bits : (b16 = toBf16(B.f32, K * N));
       activate();
       lastKernel = bf16Out ? "gemm_bf16_out" : "gemm_bf16";
-      Timed timed(*this,
-                  [&] { return gemmName(lastKernel, ta, tb, M, N, K); });
+      Timed timed(*this, [&] { return gemmName(lastKernel, ta, tb, M, N, K); });
       blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true, bf16Out);
     } catch (...) {
       if (a16)
@@ -547,8 +546,8 @@ public:
                b::RmsnormWeightTerms<float, uint16_t>{x, rstd, dy, cols}, rows,
                cols, dw);
     launchRows("rmsnorm_backward_add_bf16",
-               rowwise::RmsnormBackward<float, uint16_t, true>{
-                   x, w, rstd, dy, dx, rows, cols});
+               rowwise::RmsnormBackward<float, uint16_t, true>{x, w, rstd, dy,
+                                                               dx, rows, cols});
   }
   void layernormBackwardAddBf16(const uint16_t *x, const float *w,
                                 const float *mean, const float *rstd,
@@ -644,9 +643,8 @@ public:
     launch("gelu_backward_bf16",
            b::GeluBackward<float, uint16_t, uint16_t>{x, dy, dx, n});
   }
-  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u,
-                          const float *dy, uint16_t *dg, uint16_t *du,
-                          int64_t n) override {
+  void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
+                          uint16_t *dg, uint16_t *du, int64_t n) override {
     launch("swiglu_backward_bf16",
            b::SwigluBackward<float, uint16_t, uint16_t>{g, u, dy, dg, du, n});
   }
@@ -752,9 +750,9 @@ public:
   }
   void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n, int64_t vl,
                               float *rowMax) override {
-    launchRows("cross_entropy_row_max_bf16",
-               rowwise::CrossEntropyRowMax<float, uint16_t>{logits, rowMax, n,
-                                                            vl});
+    launchRows(
+        "cross_entropy_row_max_bf16",
+        rowwise::CrossEntropyRowMax<float, uint16_t>{logits, rowMax, n, vl});
   }
   void crossEntropySumsBf16(const uint16_t *logits, const int64_t *targets,
                             int64_t n, int64_t vl, int64_t vb,
