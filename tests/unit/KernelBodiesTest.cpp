@@ -360,6 +360,103 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   EXPECT_NE(widened, y);
 }
 
+/// The CPU device's other bf16 ops against its fp32 ones: RoPE into bits
+/// (both ways), the residual add, the activations' and norms' backwards on
+/// bf16 inputs, the cross-entropy on bf16 logits. Each is the fp32 op on
+/// the values, rounded where it stores, bit for bit (what a bf16 layer's
+/// losses rely on: the same bits as rounding every stored value).
+TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::mt19937 rng(13);
+  const int64_t rows = 6, cols = 40, n = rows * cols;
+  auto pack = [&](const std::vector<float> &v) {
+    std::vector<uint16_t> out(v.size());
+    cpu->packBf16(v.data(), out.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+  auto unpack = [&](const std::vector<uint16_t> &bits) {
+    std::vector<float> out(bits.size());
+    cpu->unpackBf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
+    return out;
+  };
+  auto x = random<float>(rng, n, -3, 3), y = random<float>(rng, n),
+       dy = random<float>(rng, n);
+  const std::vector<uint16_t> xBits = pack(x), yBits = pack(y);
+  const std::vector<float> xr = unpack(xBits), yr = unpack(yBits);
+  std::vector<uint16_t> bits(n), bits2(n);
+  // RoPE: the rows x cols values as 2 tokens of 3 heads of dimension cols.
+  std::vector<int64_t> positions = {3, 1000};
+  for (bool inverse : {false, true}) {
+    std::vector<float> rotated = x;
+    cpu->rope(rotated.data(), positions.data(), 2, 3, cols, inverse);
+    cpu->ropeBf16(x.data(), bits.data(), positions.data(), 2, 3, cols, inverse);
+    EXPECT_EQ(bits, pack(rotated)) << "rope, inverse " << inverse;
+  }
+  // The residual: x + round(branch), rounded; the branch fp32 or bits.
+  std::vector<float> sum(n), fromFloats(n), fromBits(n);
+  cpu->add(mimo::device::DType::F32, sum.data(), xr.data(), yr.data(), n);
+  cpu->roundToBf16(sum.data(), n);
+  cpu->residualBf16(xr.data(), y.data(), fromFloats.data(), n);
+  cpu->residualBf16(xr.data(), yBits.data(), fromBits.data(), n);
+  EXPECT_EQ(fromFloats, sum) << "residual, fp32 branch";
+  EXPECT_EQ(fromBits, sum) << "residual, bf16 branch";
+  // GeLU and SwiGLU backwards on bf16 inputs, into bf16 gradients.
+  std::vector<float> dg(n), du(n);
+  cpu->geluBackward(xr.data(), dy.data(), dg.data(), n);
+  cpu->geluBackwardBf16(xBits.data(), dy.data(), bits.data(), n);
+  EXPECT_EQ(bits, pack(dg)) << "gelu backward";
+  cpu->swigluBackward(xr.data(), yr.data(), dy.data(), dg.data(), du.data(), n);
+  cpu->swigluBackwardBf16(xBits.data(), yBits.data(), dy.data(), bits.data(),
+                          bits2.data(), n);
+  EXPECT_EQ(bits, pack(dg)) << "swiglu backward, gate";
+  EXPECT_EQ(bits2, pack(du)) << "swiglu backward, up";
+  // The norms' backwards on bf16 x, added into dx.
+  auto w = random<float>(rng, cols, 0.5, 1.5), base = random<float>(rng, n);
+  std::vector<float> mean = random<float>(rng, rows, -0.1, 0.1),
+                     rstd = random<float>(rng, rows, 0.5, 2);
+  std::vector<float> d(n), want = base, got = base;
+  std::vector<float> dw(cols, 0.0f), dwGot(cols, 0.0f), db(cols, 0.0f),
+      dbGot(cols, 0.0f);
+  cpu->rmsnormBackward(xr.data(), w.data(), rstd.data(), dy.data(), d.data(),
+                       dw.data(), rows, cols);
+  cpu->axpy(n, 1.0f, d.data(), want.data());
+  cpu->rmsnormBackwardAddBf16(xBits.data(), w.data(), rstd.data(), dy.data(),
+                              got.data(), dwGot.data(), rows, cols);
+  EXPECT_EQ(got, want) << "rmsnorm backward";
+  EXPECT_EQ(dwGot, dw);
+  want = base, got = base;
+  cpu->layernormBackward(xr.data(), w.data(), mean.data(), rstd.data(),
+                         dy.data(), d.data(), dw.data(), db.data(), rows, cols);
+  cpu->axpy(n, 1.0f, d.data(), want.data());
+  cpu->layernormBackwardAddBf16(xBits.data(), w.data(), mean.data(),
+                                rstd.data(), dy.data(), got.data(),
+                                dwGot.data(), dbGot.data(), rows, cols);
+  EXPECT_EQ(got, want) << "layernorm backward";
+  EXPECT_EQ(dwGot, dw);
+  EXPECT_EQ(dbGot, db);
+  // The cross-entropy over a vocabulary shard [10, 10 + cols) of bf16
+  // logits, dlogits into bits.
+  std::vector<int64_t> targets = {10, 12, 3, 49, 30, 11};
+  std::vector<float> scale = {0.5f, 0.0f, 1.0f, 0.25f, 2.0f, 1.0f};
+  std::vector<float> mx(rows), mxGot(rows), se(rows), seGot(rows), tl(rows),
+      tlGot(rows), dz(n);
+  cpu->crossEntropyRowMax(xr.data(), rows, cols, mx.data());
+  cpu->crossEntropyRowMaxBf16(xBits.data(), rows, cols, mxGot.data());
+  EXPECT_EQ(mxGot, mx);
+  cpu->crossEntropySums(xr.data(), targets.data(), rows, cols, 10, mx.data(),
+                        se.data(), tl.data());
+  cpu->crossEntropySumsBf16(xBits.data(), targets.data(), rows, cols, 10,
+                            mx.data(), seGot.data(), tlGot.data());
+  EXPECT_EQ(seGot, se);
+  EXPECT_EQ(tlGot, tl);
+  cpu->crossEntropyBackward(xr.data(), targets.data(), rows, cols, 10,
+                            mx.data(), se.data(), scale.data(), dz.data());
+  cpu->crossEntropyBackwardBf16(xBits.data(), targets.data(), rows, cols, 10,
+                                mx.data(), se.data(), scale.data(),
+                                bits.data());
+  EXPECT_EQ(bits, pack(dz)) << "cross-entropy backward";
+}
+
 TEST(KernelBodiesMaximum, NanWinsFirstOneKept) {
   float nan1 = std::nanf("1");
   std::vector<float> a = {1, nan1, 3, -2, 5},
