@@ -170,8 +170,8 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
         if (n * 8 >= live) // warp-uniform: the loads are collective
           break;
         FragB<L> fb0, fb1;
-        mma::loadBTransposed2(fb0, fb1, bRows + n * 8 * kPitch + ks * 16,
-                              kPitch);
+        mma::loadB2<mma::BRows::N>(fb0, fb1, bRows + n * 8 * kPitch + ks * 16,
+                                   kPitch);
         mma::mma(out[n], fa, fb0);
         if ((n + 1) * 8 < live)
           mma::mma(out[n + 1], fa, fb1);
@@ -194,7 +194,8 @@ template <int D> struct MmaBlocks : flash::BlockPlan {
       MIMO_UNROLL
       for (int n = 0; n < kDimTiles; n += 2) {
         FragB<L> fb0, fb1;
-        mma::loadB2(fb0, fb1, bRows + kk * 16 * kPitch + n * 8, kPitch);
+        mma::loadB2<mma::BRows::K>(fb0, fb1, bRows + kk * 16 * kPitch + n * 8,
+                                   kPitch);
         mma::mma(out[n], fa, fb0);
         mma::mma(out[n + 1], fa, fb1);
       }

@@ -195,32 +195,23 @@ MIMO_HD inline void loadA(FragA<L> &a, const uint16_t *tile, int pitch) {
     return tile + (r + 8 * (i & 1)) * pitch + 8 * (i >> 1);
   });
 }
-/// Two B operands side by side in n: B0 and B1 the transposes of the 8x16
-/// tiles at `tile` and 8 rows below (B[k][n] = tile[n][k]: the tile's rows
-/// are B's columns, k-halves 0-7 and 8-15 its registers 0 and 1).
-template <class L>
-MIMO_HD inline void loadBTransposed2(FragB<L> &b0, FragB<L> &b1,
-                                     const uint16_t *tile, int pitch) {
-  uint32_t x[L::kLanes][4];
-  ldmatrix4<false>(x, [&](int i, int r) {
-    return tile + (8 * (i >> 1) + r) * pitch + 8 * (i & 1);
-  });
-  for (int l = 0; l < L::kLanes; ++l) {
-    b0.x[l][0] = x[l][0];
-    b0.x[l][1] = x[l][1];
-    b1.x[l][0] = x[l][2];
-    b1.x[l][1] = x[l][3];
-  }
-}
-/// Two B operands side by side in n: B0 and B1 the 16x8 tiles at `tile` and
-/// 8 columns right (B[k][n] = tile[k][n]: a register's two halves come from
-/// two rows, hence .trans).
-template <class L>
+/// How a B operand's 16x16 tile (two n-tiles of 8) lies in shared memory:
+/// its rows are n (B[k][n] = tile[n][k]: the keys of a score product, a
+/// register's two halves neighbours in a row) or k (B[k][n] = tile[k][n]:
+/// the values of P V, a register's halves from two rows, hence .trans).
+enum class BRows { N, K };
+
+/// Two B operands side by side in n, B0 (n 0-7) and B1 (n 8-15), from the
+/// tile at `tile`: matrix i is n-half i / 2, k-half i % 2, i.e. B0's
+/// registers 0 and 1, then B1's.
+template <BRows Rows, class L>
 MIMO_HD inline void loadB2(FragB<L> &b0, FragB<L> &b1, const uint16_t *tile,
                            int pitch) {
   uint32_t x[L::kLanes][4];
-  ldmatrix4<true>(x, [&](int i, int r) {
-    return tile + (8 * (i & 1) + r) * pitch + 8 * (i >> 1);
+  ldmatrix4<Rows == BRows::K>(x, [&](int i, int r) {
+    const int n = 8 * (i >> 1), k = 8 * (i & 1);
+    return Rows == BRows::N ? tile + (n + r) * pitch + k
+                            : tile + (k + r) * pitch + n;
   });
   for (int l = 0; l < L::kLanes; ++l) {
     b0.x[l][0] = x[l][0];

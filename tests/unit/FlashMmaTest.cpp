@@ -113,8 +113,8 @@ TEST(WarpMma, LoadsAndProductAgreeWithAMatrixProduct) {
   mma::FragA<HostLanes> fa;
   mma::FragB<HostLanes> rows[2], columns[2];
   mma::loadA(fa, At.data(), pitch);
-  mma::loadBTransposed2(rows[0], rows[1], Bt.data(), pitch);
-  mma::loadB2(columns[0], columns[1], Bk.data(), pitch);
+  mma::loadB2<mma::BRows::N>(rows[0], rows[1], Bt.data(), pitch);
+  mma::loadB2<mma::BRows::K>(columns[0], columns[1], Bk.data(), pitch);
   auto half = [](uint32_t reg, int h) { return h ? high(reg) : low(reg); };
   for (int lane = 0; lane < 32; ++lane) {
     for (int r = 0; r < 4; ++r)
