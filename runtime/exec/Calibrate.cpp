@@ -5,6 +5,7 @@
 #include "runtime/comm/Comm.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
+#include "runtime/device/Tensor.h"
 #include "runtime/exec/Executor.h"
 
 #include <algorithm>
@@ -55,17 +56,13 @@ struct Buffer {
 
 /// Buffer's values rounded to bf16, as bits (precision "bf16"'s
 /// activations).
-struct Bf16Buffer {
-  device::Device &dev;
-  uint16_t *data;
-  Bf16Buffer(device::Device &dev, int64_t n) : dev(dev) {
-    n = std::max<int64_t>(n, 1);
-    Buffer values(dev, n);
-    data = static_cast<uint16_t *>(dev.allocate(n * 2));
-    dev.packBf16(values.data, data, n);
-  }
-  ~Bf16Buffer() { dev.release(data); }
-};
+device::Tensor bf16Values(device::Device &dev, int64_t n) {
+  Buffer values(dev, n);
+  device::Tensor bits =
+      device::Tensor::empty(dev, std::max<int64_t>(n, 1), device::DType::BF16);
+  dev.packBf16(values.data, bits.data<uint16_t>(), n);
+  return bits;
+}
 
 struct IndexBuffer {
   device::Device &dev;
@@ -130,14 +127,16 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
         o(dev, tokens * H), lse(dev, tokens * heads), dout(dev, tokens * H),
         dq(dev, tokens * H), dk(dev, tokens * H), dv(dev, tokens * H);
     const int64_t bits = bf16 ? tokens * H : 0;
-    Bf16Buffer qb(dev, bits), kb(dev, bits), vb(dev, bits), ob(dev, bits),
-        doutb(dev, bits);
+    device::Tensor qb = bf16Values(dev, bits), kb = bf16Values(dev, bits),
+                   vb = bf16Values(dev, bits), ob = bf16Values(dev, bits),
+                   doutb = bf16Values(dev, bits);
     double budget = gpu ? 0.05 : 0.1;
     double fwd = timePerCall(
         dev,
         [&] {
           if (bf16)
-            dev.attentionForwardBf16(qb.data, kb.data, vb.data, ob.data,
+            dev.attentionForwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
+                                     vb.data<uint16_t>(), ob.data<uint16_t>(),
                                      lse.data, view, heads, d);
           else
             dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
@@ -148,9 +147,10 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
         dev,
         [&] {
           if (bf16)
-            dev.attentionBackwardBf16(qb.data, kb.data, vb.data, ob.data,
-                                      lse.data, doutb.data, dq.data, dk.data,
-                                      dv.data, view, heads, d);
+            dev.attentionBackwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
+                                      vb.data<uint16_t>(), ob.data<uint16_t>(),
+                                      lse.data, doutb.data<uint16_t>(), dq.data,
+                                      dk.data, dv.data, view, heads, d);
           else
             dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
                                   dout.data, dq.data, dk.data, dv.data, view,

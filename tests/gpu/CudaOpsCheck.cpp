@@ -126,20 +126,17 @@ public:
     d.release(bits);
   }
 
-  /// n values rounded to bf16 in a new buffer of the device (unset for
-  /// null values), released at the end of the scope.
+  /// n values rounded to bf16 in a new tensor of the device (unset for
+  /// null values), its bits at `data`.
   struct Bits {
-    Device &dev;
+    Tensor tensor;
     uint16_t *data;
     Bits(Device &dev, const float *values, int64_t n)
-        : dev(dev), data(static_cast<uint16_t *>(
-                        dev.allocate(std::max<int64_t>(n, 1) * 2))) {
+        : tensor(Tensor::empty(dev, std::max<int64_t>(n, 1), DType::BF16)),
+          data(tensor.data<uint16_t>()) {
       if (values)
         dev.packBf16(values, data, n);
     }
-    ~Bits() { dev.release(data); }
-    Bits(const Bits &) = delete;
-    Bits &operator=(const Bits &) = delete;
   };
 
   /// Runs `op` on the CPU and twice on the GPU and compares every output.
