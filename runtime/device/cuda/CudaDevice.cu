@@ -23,6 +23,7 @@
 #include "runtime/device/FlashMmaBodies.h"
 #include "runtime/device/KernelBodies.h"
 #include "runtime/device/RowBodies.h"
+#include "runtime/device/Tensor.h"
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
 #include "runtime/device/cuda/CudaGemm.h"
@@ -673,12 +674,10 @@ public:
     }
     // The fp32 programs with the same rounding, on fp32 copies.
     const int64_t nq = plan.Tq * heads * d, nk = plan.Tk * heads * d;
-    Scratch Q(*this, nq), K(*this, nk), V(*this, nk), O(*this, nq);
-    unpackBf16(q, Q.data, nq);
-    unpackBf16(k, K.data, nk);
-    unpackBf16(v, V.data, nk);
-    fp32AttentionForward(shape, Q.data, K.data, V.data, O.data, lse);
-    packBf16(O.data, o, nq);
+    const Tensor Q = unpacked(q, nq), K = unpacked(k, nk), V = unpacked(v, nk);
+    Tensor O = scratch(nq);
+    fp32AttentionForward(shape, Q.data(), K.data(), V.data(), O.data(), lse);
+    packBf16(O.data(), o, nq);
   }
   void attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
                              const uint16_t *v, const uint16_t *o,
@@ -687,24 +686,19 @@ public:
                              int64_t heads, int64_t d) override {
     const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
     if (tensorCores(shape, {q, k, v, o, dout})) {
-      Scratch D(*this, heads * plan.Tq);
+      Tensor D = scratch(heads * plan.Tq);
       launch("attention_backward_rowdot_bf16",
-             flash::RowDot<uint16_t>{o, dout, D.data, plan.Tq, heads, d});
+             flash::RowDot<uint16_t>{o, dout, D.data(), plan.Tq, heads, d});
       Timed timed(*this, "attention_backward_bf16_mma (dq, dk and dv)");
-      checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D.data, dq, dk,
+      checkMma(mmaAttentionBackward(shape, q, k, v, lse, dout, D.data(), dq, dk,
                                     dv, stream));
       return;
     }
     const int64_t nq = plan.Tq * heads * d, nk = plan.Tk * heads * d;
-    Scratch Q(*this, nq), K(*this, nk), V(*this, nk), O(*this, nq),
-        dO(*this, nq);
-    unpackBf16(q, Q.data, nq);
-    unpackBf16(k, K.data, nk);
-    unpackBf16(v, V.data, nk);
-    unpackBf16(o, O.data, nq);
-    unpackBf16(dout, dO.data, nq);
-    fp32AttentionBackward(shape, Q.data, K.data, V.data, O.data, lse, dO.data,
-                          dq, dk, dv);
+    const Tensor Q = unpacked(q, nq), K = unpacked(k, nk), V = unpacked(v, nk),
+                 O = unpacked(o, nq), dO = unpacked(dout, nq);
+    fp32AttentionBackward(shape, Q.data(), K.data(), V.data(), O.data(), lse,
+                          dO.data(), dq, dk, dv);
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,
@@ -937,18 +931,17 @@ private:
                         label + ": " + errorText(error));
   }
 
-  /// Stream-ordered fp32 scratch, released (in stream order) when it goes
-  /// out of scope.
-  struct Scratch {
-    CudaDevice &dev;
-    float *data;
-    Scratch(CudaDevice &dev, int64_t n)
-        : dev(dev), data(static_cast<float *>(dev.allocate(
-                        std::max<int64_t>(n, 1) * int64_t(sizeof(float))))) {}
-    ~Scratch() { dev.release(data); }
-    Scratch(const Scratch &) = delete;
-    Scratch &operator=(const Scratch &) = delete;
-  };
+  /// n floats of stream-ordered scratch, released in stream order (after
+  /// the work enqueued before) with the tensor.
+  Tensor scratch(int64_t n) {
+    return Tensor::empty(*this, std::max<int64_t>(n, 1));
+  }
+  /// n bf16 values as floats, in scratch.
+  Tensor unpacked(const uint16_t *bits, int64_t n) {
+    Tensor values = scratch(n);
+    unpackBf16(bits, values.data(), n);
+    return values;
+  }
 
   /// The fp32 programs of FlashBodies.h (with the bf16 rounding when
   /// shape.bf16 is set).
@@ -967,18 +960,18 @@ private:
                              const float *lse, const float *dout, float *dq,
                              float *dk, float *dv) {
     checkAttention(shape.d);
-    Scratch D(*this, shape.heads * shape.plan.Tq);
+    Tensor D = scratch(shape.heads * shape.plan.Tq);
     launch("attention_backward_rowdot",
-           flash::RowDot<float>{o, dout, D.data, shape.plan.Tq, shape.heads,
+           flash::RowDot<float>{o, dout, D.data(), shape.plan.Tq, shape.heads,
                                 shape.d});
     flash::withHeadDim(shape.d, [&](auto dim) {
       launchBlocks("attention_backward_dq",
                    flash::BackwardQuery<dim.value>{
-                       {shape, false}, q, k, v, lse, dout, D.data, dq},
+                       {shape, false}, q, k, v, lse, dout, D.data(), dq},
                    shape.heads);
       launchBlocks("attention_backward_dkdv",
                    flash::BackwardKey<dim.value>{
-                       {shape, true}, q, k, v, lse, dout, D.data, dk, dv},
+                       {shape, true}, q, k, v, lse, dout, D.data(), dk, dv},
                    shape.heads);
     });
   }
