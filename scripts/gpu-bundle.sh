@@ -15,6 +15,19 @@ for model in examples/*.json; do
   name=$(basename "$model" .json)
   build/bin/mimoc compile "$model" -o "$bundle/plans/$name.plan.json"
 done
+# Two modules whose head dimensions (72, 112) both take the generic fp32
+# attention kernel past 48 KiB of shared memory, their rank threads on one
+# GPU: the kernel's opt-in must not be lowered by one while the other
+# launches (the examples phase runs it like an example).
+python3 - "$bundle/heads-72-112.json" <<'PY'
+import json, sys
+model = json.load(open("examples/vlm-fan-in.json"))
+model["name"] = "heads-72-112"
+model["modules"][0]["arch"].update(hidden_size=288, num_heads=4, ffn_hidden_size=576)
+model["modules"][1]["arch"].update(hidden_size=448, num_heads=4, ffn_hidden_size=896)
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/heads-72-112.json" -o "$bundle/plans/heads-72-112.plan.json"
 # The nccl check's one-rank plan, and the overlap benchmark's layouts.
 mkdir -p "$bundle/nccl"
 python3 - "$bundle/nccl/single.json" <<'PY'

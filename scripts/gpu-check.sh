@@ -11,7 +11,12 @@
 #
 # usage: scripts/gpu-check.sh [PHASE ...]
 #   phases: build tests examples nccl bench report (default: all, in
-#   order). nccl: a one-rank plan on --backend nccl against --reference,
+#   order). On the device machine (one call at most 10 minutes) run them
+#   as three calls, each carrying .gpu-bundle: "build tests", "examples
+#   nccl", "bench report" (docs/gpu.md). A phase that needs the build runs
+#   it first when build-gpu/ is missing (a fresh machine); examples and
+#   bench keep what they finished and skip it when called again, so a call
+#   cut off at its limit resumes (MIMO_GPU_CHECK_FRESH=1 redoes all). nccl: a one-rank plan on --backend nccl against --reference,
 #   and an injected fault's exit 2 (NCCL from the CUDA toolkit, or the
 #   nvidia-nccl Python package PyTorch brings).
 #   Each phase logs to $MIMO_GPU_BUILD/gpu-check/ (default build-gpu/), so
@@ -39,7 +44,11 @@ phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(build tests examples nccl bench report)
 jobs=$(nproc 2>/dev/null || echo 4)
 gpu=${MIMO_GPU_CHECK_DEVICE:-cuda}
+fresh=${MIMO_GPU_CHECK_FRESH:-0}
 status=0
+# The GPU's own architecture (an A100 is 80, an H100 90), else both.
+arch=${MIMO_CUDA_ARCHITECTURES:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')}
+[ -n "$arch" ] || arch="80;90"
 
 note() { echo "gpu-check: $*"; }
 # Copies a phase's log to $OUT (the device tool returns what is there).
@@ -54,6 +63,16 @@ if [ -n "$ncclroot" ] && [ -d "$ncclroot/lib" ]; then
   export LD_LIBRARY_PATH="$ncclroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# A later phase on a machine without the build (a fresh one) builds first.
+if ! has_phase build && [ ! -x "$build/bin/mimo-run" ] &&
+  { has_phase tests || has_phase examples || has_phase nccl || has_phase bench; }; then
+  note "no build in $build: building first"
+  phases=(build "${phases[@]}")
+fi
+if [ ! -d .gpu-bundle ] && { has_phase examples || has_phase nccl || has_phase bench; }; then
+  note "no .gpu-bundle/ here: run scripts/gpu-bundle.sh on a development machine and carry .gpu-bundle along (it is git-ignored, so it travels only when named)"
+fi
+
 if has_phase build; then
   t0=$(date +%s)
   json=()
@@ -65,7 +84,7 @@ if has_phase build; then
   # newer than the development machines' (where they are errors).
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DMIMO_BUILD_COMPILER=OFF -DMIMO_ENABLE_CUDA=ON -DMIMO_WERROR=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES="${MIMO_CUDA_ARCHITECTURES:-90}" "${json[@]}" \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" "${json[@]}" \
       ${MIMO_GPU_CMAKE_ARGS:-} &&
     cmake --build "$build" -j "$jobs"; } >"$logs/build.log" 2>&1
   rc=$?
@@ -74,15 +93,21 @@ if has_phase build; then
   if [ $rc -ne 0 ]; then
     tail -40 "$logs/build.log"; note "build failed (log: $logs/build.log)"; exit 1
   fi
-  note "built in $(elapsed $t0) s"
+  note "built for sm_$arch in $(elapsed $t0) s"
 fi
 
 # Nothing to check without a usable GPU (the probe says why).
 if [ "$gpu" = cpu ]; then
   note "dry run: the CPU stands in for the GPU"
 elif has_phase tests || has_phase examples || has_phase bench; then
-  if ! "$build/bin/mimo-cuda-ops-check" --probe; then
+  # The probe runs a kernel and a GEMM: a build without this GPU's
+  # architecture stops here, not in every check.
+  "$build/bin/mimo-cuda-ops-check" --probe
+  rc=$?
+  if [ $rc -eq 77 ]; then
     note "no usable GPU here: nothing checked, no report written"; exit 2
+  elif [ $rc -ne 0 ]; then
+    note "the GPU is there but this build cannot run on it (sm_$arch): see the line above"; exit 1
   fi
 fi
 
@@ -104,6 +129,7 @@ if has_phase examples; then
   t0=$(date +%s)
   : >"$logs/examples.log"
   out="$logs/examples"
+  [ "$fresh" = 1 ] && rm -rf "$out"
   mkdir -p "$out"
   plans=(.gpu-bundle/plans/*.plan.json)
   if [ ! -f "${plans[0]}" ]; then
@@ -112,15 +138,23 @@ if has_phase examples; then
   fi
   # The CPU references (one core each; plain-loop GEMMs without OpenBLAS)
   # all at once in the background, the GPU runs meanwhile.
+  # A plan already run (both GPU runs exit 0, the CPU reference written)
+  # is not run again: a call cut off at its limit resumes.
+  done_before() {
+    [ "$(tr -d '\n' <"$out/$1.cuda.rc" 2>/dev/null)" = "00" ] &&
+      [ -s "$out/$1.ref-cpu.jsonl" ] && [ -s "$out/$1.cuda.jsonl" ]
+  }
   pids=()
   for plan in "${plans[@]}"; do
     name=$(basename "$plan" .plan.json)
+    done_before "$name" && continue
     "$build/bin/mimo-run" "$plan" --steps 3 --device cpu --reference \
       --metrics "$out/$name.ref-cpu.jsonl" >"$out/$name.ref-cpu.out" 2>&1 &
     pids+=($!)
   done
   for plan in "${plans[@]}"; do
     name=$(basename "$plan" .plan.json)
+    done_before "$name" && continue
     "$build/bin/mimo-run" "$plan" --steps 3 --device "$gpu" --metrics "$out/$name.cuda.jsonl" \
       >"$out/$name.cuda.out" 2>&1
     echo $? >"$out/$name.cuda.rc"
@@ -199,30 +233,40 @@ if has_phase nccl; then
 fi
 
 if has_phase bench && [ "$gpu" != cpu ]; then
+  # Each part is skipped when its result is there from an earlier call
+  # (unless MIMO_GPU_CHECK_FRESH=1), so a call cut off at its limit resumes.
   t0=$(date +%s)
-  "$build/bin/gpu_bench" >"$logs/bench.md" 2>&1
-  rc=$?
-  echo "$rc $(elapsed $t0)" >"$logs/bench.status"
+  todo() { [ "$fresh" = 1 ] || [ ! -s "$1" ]; }
+  if todo "$logs/bench.status"; then
+    "$build/bin/gpu_bench" >"$logs/bench.md" 2>&1
+    rc=$?
+    echo "$rc $(elapsed $t0)" >"$logs/bench.status"
+  fi
+  read -r rc _ <"$logs/bench.status"
   keep "$logs/bench.md"
   cat "$logs/bench.md"
-  [ $rc -eq 0 ] || { status=1; note "benchmarks failed"; }
+  [ "$rc" = 0 ] || { status=1; note "benchmarks failed"; }
   # Overlapped gradient buckets against one all-reduce after the backward.
-  python3 bench/overlap.py --build "$build" --device cuda --plans .gpu-bundle/overlap \
-    --rounds 2 --steps 4 \
-    --out "$logs/overlap.md" >"$logs/overlap.log" 2>&1 ||
-    { status=1; note "overlap benchmark failed"; tail -5 "$logs/overlap.log"; }
+  if todo "$logs/overlap.md"; then
+    python3 bench/overlap.py --build "$build" --device cuda --plans .gpu-bundle/overlap \
+      --rounds 2 --steps 4 \
+      --out "$logs/overlap.md" >"$logs/overlap.log" 2>&1 ||
+      { status=1; note "overlap benchmark failed"; tail -5 "$logs/overlap.log"; }
+  fi
   keep "$logs/overlap.md"
   # A ~1.3B language model: mimo against PyTorch eager (bf16 and fp32).
-  if [ -f .gpu-bundle/1b/lm-1b.plan.json ]; then
+  if [ -f .gpu-bundle/1b/lm-1b.plan.json ] && todo "$logs/train-1b.md"; then
     python3 bench/train_1b.py --build "$build" --plan .gpu-bundle/1b/lm-1b.plan.json \
       --explain .gpu-bundle/1b/explain.json --steps 4 --timeout 240 \
       --out "$logs/train-1b.md" >"$logs/train-1b.log" 2>&1 ||
       { status=1; note "1B benchmark failed"; tail -5 "$logs/train-1b.log"; }
-    keep "$logs/train-1b.md"
   fi
+  keep "$logs/train-1b.md"
   # The device profile mimoc simulate and mimoc tune take (docs/tune.md).
-  "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
-    { status=1; note "mimo-run --calibrate failed"; }
+  if todo "$logs/profile.json"; then
+    "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
+      { status=1; note "mimo-run --calibrate failed"; }
+  fi
   keep "$logs/profile.json"
 fi
 

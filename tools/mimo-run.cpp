@@ -348,8 +348,7 @@ std::optional<int> chooseBackendAndDevice(CommandLine &cli,
 /// The plan to train (the reference plan with --reference), checked against
 /// what this run can do; the error text (printed by rank 0) otherwise.
 std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
-                                     device::DeviceKind kind,
-                                     const comm::Comm *mpi,
+                                     device::DeviceKind kind, comm::Comm *mpi,
                                      std::string &error) {
   const std::string &path = cli.planPath;
   std::ifstream in(path, std::ios::binary);
@@ -409,14 +408,25 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
     return std::nullopt;
   }
   // SPEC §14: refuse a layout that would not fit, before allocating. Under
-  // mpirun every process judges every rank alike against its share of the
-  // node, so they all agree.
+  // mpirun each process asks only of its own GPU (another's would get a
+  // context of this process) and the processes agree on the first refusal.
   const device::CudaStatus &cuda = device::cudaStatus();
   std::optional<std::string> problem;
   if (mpi) {
-    for (int64_t r = 0; r < world && !problem; ++r)
-      problem = exec::memoryProblem(plan, {r}, kind, cuda.devices,
-                                    comm::ranksOnThisNode());
+    std::string mine = exec::processMemoryProblem(
+                           plan, mpi->rank(), kind, cuda.devices,
+                           comm::localRankOnThisNode(), comm::ranksOnThisNode())
+                           .value_or("");
+    std::string agreed;
+    try {
+      agreed = comm::firstProblem(*mpi, mine);
+    } catch (const std::exception &e) {
+      agreed = std::string("error: the processes could not agree on the "
+                           "memory check: ") +
+               e.what();
+    }
+    if (!agreed.empty())
+      problem = agreed;
   } else {
     std::vector<int64_t> all;
     for (int64_t r = 0; r < world; ++r)

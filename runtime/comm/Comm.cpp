@@ -66,6 +66,36 @@ void Comm::recv(int64_t peer, int64_t tag, void *data, int64_t bytes) {
   exchange(ops);
 }
 
+std::string firstProblem(Comm &comm, const std::string &mine) {
+  Comm &host = comm.hostComm();
+  const int64_t size = host.size(), self = host.rank();
+  if (size <= 1)
+    return mine;
+  constexpr size_t kText = 2048;
+  constexpr int64_t kTag = 11;
+  std::string text = mine.substr(0, kText - 1);
+  text.resize(kText, '\0');
+  std::vector<char> verdict(kText, '\0');
+  if (self == 0) {
+    std::string found = mine.substr(0, kText - 1);
+    std::string other(kText, '\0');
+    for (int64_t r = 1; r < size; ++r) {
+      host.recv(r, kTag, other.data(), static_cast<int64_t>(kText));
+      if (found.empty() && other[0])
+        found = ("rank " + std::to_string(r) + ": " + other.c_str())
+                    .substr(0, kText - 1);
+    }
+    std::copy(found.begin(), found.end(), verdict.begin());
+  } else {
+    host.send(0, kTag, text.data(), static_cast<int64_t>(kText));
+  }
+  std::vector<int64_t> all(static_cast<size_t>(size));
+  for (int64_t r = 0; r < size; ++r)
+    all[static_cast<size_t>(r)] = r;
+  host.broadcast(all, 0, verdict.data(), static_cast<int64_t>(kText));
+  return verdict.data();
+}
+
 void Comm::usageError(const std::string &message) {
   std::string full = "rank " + std::to_string(rank()) + ": " + message;
   if (!context.empty())
@@ -81,6 +111,54 @@ void Comm::prepareGroups(
     prepared.insert(prepared.end(), family.begin(), family.end());
   std::sort(prepared.begin(), prepared.end());
   createGroups(families);
+}
+
+void Comm::warmUp(const std::vector<int64_t> &peers) {
+  device::Device &dev = device();
+  // Two bytes per peer (what it sends, what it receives): each its own
+  // allocation, as the run's buffers are.
+  constexpr int64_t kTag = kCollectiveTagBase - 1;
+  std::vector<device::Tensor> buffers;
+  std::vector<P2POp> ops;
+  for (int64_t peer : peers) {
+    if (peer == rank())
+      continue;
+    device::Tensor out = device::Tensor::empty(dev, 1);
+    device::Tensor in = device::Tensor::empty(dev, 1);
+    float mark = static_cast<float>(rank());
+    dev.upload(out.data(), &mark, sizeof mark);
+    ops.push_back({true, peer, kTag, out.data(), int64_t(sizeof(float))});
+    ops.push_back({false, peer, kTag, in.data(), int64_t(sizeof(float))});
+    buffers.push_back(std::move(out));
+    buffers.push_back(std::move(in));
+  }
+  if (!ops.empty())
+    exchange(ops);
+  for (const P2POp &op : ops) {
+    if (op.isSend)
+      continue;
+    float got = -1;
+    dev.download(&got, op.data, sizeof got);
+    if (got != static_cast<float>(op.peer))
+      usageError("warming the connection with rank " + std::to_string(op.peer) +
+                 " delivered a wrong value");
+  }
+  const std::vector<int64_t> *last = nullptr;
+  for (const std::vector<int64_t> &group : prepared) {
+    if (group.size() < 2 || (last && *last == group) ||
+        !std::binary_search(group.begin(), group.end(), rank()))
+      continue;
+    last = &group;
+    device::Tensor one = device::Tensor::empty(dev, 1);
+    float value = 1.0f;
+    dev.upload(one.data(), &value, sizeof value);
+    allReduceSum(group, one.data(), 1);
+    dev.download(&value, one.data(), sizeof value);
+    if (value != static_cast<float>(group.size()))
+      usageError("warming the communicator of group " + groupText(group) +
+                 " gave " + std::to_string(value) + " for its size");
+  }
+  dev.synchronize();
 }
 
 size_t Comm::checkGroup(const std::vector<int64_t> &group, const char *what) {

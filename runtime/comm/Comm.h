@@ -103,6 +103,19 @@ public:
   /// others remember the list (requirePreparedGroups).
   void
   prepareGroups(const std::vector<std::vector<std::vector<int64_t>>> &families);
+  /// Opens, before the first step, every connection the run's messages
+  /// and native collectives take: one byte each way with every rank of
+  /// `peers` (ascending, without this rank; each of them lists this one),
+  /// then a one-value all-reduce over every prepared group of two or more
+  /// that holds this rank, in the list's order. A backend that connects
+  /// lazily (nccl) would otherwise allocate its connection buffers at the
+  /// first use, after the memory pool has grown to the activation peak.
+  /// Throws CommError when a reply is wrong; returns once the device has
+  /// finished.
+  void warmUp(const std::vector<int64_t> &peers);
+  /// Whether the backend makes connections at their first use (warmUp
+  /// pays off).
+  virtual bool connectsLazily() const { return false; }
   /// A collective over a group of more than one rank that was not prepared
   /// fails with CommError (tests: the list is complete, so a backend with
   /// communicators per group never falls back to point-to-point).
@@ -241,6 +254,12 @@ std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,
                                     int64_t rank);
 /// The first failure recorded in `world` (empty if none).
 std::string localWorldFailure(const LocalWorld &world);
+
+/// Every rank's problem (empty: none) made one answer all ranks share: the
+/// lowest rank's problem (prefixed "rank R: " unless R is 0), or "" when no
+/// rank has one. Host messages (comm.hostComm()); every rank of
+/// `comm` calls it at the same point. A text is cut at 2 KiB.
+std::string firstProblem(Comm &comm, const std::string &mine);
 
 /// Whether this process was started by mpirun (Open MPI / PMIx env).
 bool launchedByMpirun();

@@ -29,8 +29,11 @@
 
 #include "runtime/comm/Comm.h"
 
+#include "runtime/comm/BoundedExit.h"
+#include "runtime/comm/GroupSplit.h"
 #include "runtime/core/SharedLibrary.h"
 #include "runtime/device/Devices.h"
+#include "runtime/device/GpuSelection.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -201,6 +204,9 @@ public:
   int64_t size() const override { return worldSize; }
   const char *backendName() const override { return "nccl"; }
   Comm &hostComm() override { return bootstrap ? *bootstrap : *this; }
+  /// NCCL connects a pair of ranks at their first message and a group's
+  /// communicator at its first collective.
+  bool connectsLazily() const override { return true; }
 
   void exchange(std::vector<P2POp> &ops) override {
     for (const P2POp &op : ops) {
@@ -311,30 +317,26 @@ protected:
     return true;
   }
 
-  /// One ncclCommSplit of the world per family, on every rank in the same
-  /// order; ranks in none of the family's groups pass NCCL_SPLIT_NOCOLOR.
+  /// One ncclCommSplit of the world per family that has a group of two or
+  /// more (GroupSplit.h), on every rank in the same order; ranks in none of
+  /// those groups pass NCCL_SPLIT_NOCOLOR.
   void createGroups(
       const std::vector<std::vector<std::vector<int64_t>>> &families) override {
-    for (const auto &family : families) {
-      int color = NCCL_SPLIT_NOCOLOR, key = 0;
-      for (size_t g = 0; g < family.size(); ++g)
-        for (size_t i = 0; i < family[g].size(); ++i)
-          if (family[g][i] == self) {
-            color = static_cast<int>(g);
-            key = static_cast<int>(i);
-          }
-      if (family.size() == 1 &&
-          family[0].size() == static_cast<size_t>(worldSize))
-        continue; // the world itself
+    std::vector<GroupSplit> splits = groupSplits(families, self, worldSize);
+    for (size_t f = 0; f < families.size(); ++f) {
+      const GroupSplit &s = splits[f];
+      if (!s.split)
+        continue;
+      int color = s.color < 0 ? NCCL_SPLIT_NOCOLOR : s.color;
       ncclComm_t split = nullptr;
       {
         HostCall call(*this, "ncclCommSplit");
-        check(api.commSplit(world, color, key, &split, nullptr),
+        check(api.commSplit(world, color, s.key, &split, nullptr),
               "ncclCommSplit", world);
       }
-      if (color != NCCL_SPLIT_NOCOLOR) {
+      if (s.color >= 0) {
         std::lock_guard<std::mutex> lock(mutex);
-        groups[family[static_cast<size_t>(color)]] = split;
+        groups[families[f][static_cast<size_t>(s.color)]] = split;
       }
     }
   }
@@ -470,10 +472,11 @@ private:
       std::fflush(stderr);
       // Aborting releases whatever the rank is blocked in (NCCL's way to
       // end a hung operation from another thread); the process ends at
-      // once after, before the rank could use an aborted communicator.
+      // once after, before the rank could use an aborted communicator. An
+      // abort that itself waits (the rank inside ncclGroupEnd, init or
+      // split on a blocking communicator) is given kAbortGrace, no more.
       lock.unlock();
-      abortAll();
-      std::_Exit(2);
+      exitAfter([this] { abortAll(); }, kAbortGrace, 2);
     }
   }
 
@@ -525,8 +528,7 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
     problem = loadError;
   else if (cuda.devices == 0)
     problem = "the nccl backend needs a GPU per rank: " + cuda.problem;
-  int ordinal =
-      cuda.devices > 0 ? static_cast<int>(localRank % cuda.devices) : 0;
+  const int ordinal = device::gpu::processOrdinal(localRank, cuda.devices);
   if (bootstrap) {
     // Every rank agrees whether all can start before any enters NCCL: rank
     // 0 gathers each rank's problem and GPU UUID, finds the first problem
@@ -585,11 +587,12 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
     return failWith(problem);
   // The rank's GPU becomes this thread's current device (NCCL binds its
   // communicators to it); the executor's device takes the same ordinal.
-  try {
-    device::makeDevice(device::DeviceKind::Cuda, ordinal);
-  } catch (const std::exception &e) {
-    return failAfterAgreement(std::string("cannot open GPU ") +
-                              std::to_string(ordinal) + ": " + e.what());
+  // Nothing else is made on it here (no stream, no cuBLASLt workspace).
+  if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return failAfterAgreement("cannot open GPU " + std::to_string(ordinal) +
+                              ": " + cudaGetErrorName(e) + " (" +
+                              cudaGetErrorString(e) + ")");
   }
   ncclUniqueId id{};
   if (rank == 0) {

@@ -216,4 +216,21 @@ std::string describeInstr(const Topology &topology, const Instr &in) {
   return text;
 }
 
+std::vector<int64_t> messagePeers(const Topology &topology,
+                                  const Program &program, int64_t rank) {
+  std::vector<int64_t> peers;
+  for (const Instr &in : program.instrs) {
+    const InstrInfo &info = instrInfo(in.op);
+    if (!info.isSend && !info.isRecv)
+      continue;
+    if (std::optional<Peers> p = resolvePeers(topology, rank, in, nullptr))
+      for (int64_t peer : p->ranks)
+        if (peer != rank)
+          peers.push_back(peer);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
 } // namespace mimo

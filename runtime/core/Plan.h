@@ -230,6 +230,12 @@ struct Peers {
 std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
                                   const Instr &instr, std::string *error);
 
+/// The ranks `rank` exchanges point-to-point messages with in `program`
+/// (ascending, each once; the relation is symmetric): the connections a
+/// backend that connects lazily opens before the first step.
+std::vector<int64_t> messagePeers(const Topology &topology,
+                                  const Program &program, int64_t rank);
+
 /// What a point-to-point message carries, as the sender and the receiver
 /// each derive it: the samples of the microbatch it covers and its layout.
 struct ShapeRule {

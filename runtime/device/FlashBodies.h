@@ -417,9 +417,20 @@ template <int D> struct BackwardKey : BlockPlan {
 };
 
 /// f(std::integral_constant<int, D>) with the D a program is compiled for
-/// at head dimension d: the common ones, else 0 (any d up to kMaxHeadDim).
+/// at head dimension d: the common ones (32: small ViTs; 64; 80: ViT-H and
+/// CLIP ViT-bigG; 96: Phi-3 mini; 128), else 0 (any d up to kMaxHeadDim,
+/// its per-thread rows sized for kMaxHeadDim: in local memory on a GPU).
 template <typename F> void withHeadDim(int64_t d, F &&f) {
   switch (d) {
+  case 32:
+    f(std::integral_constant<int, 32>{});
+    break;
+  case 80:
+    f(std::integral_constant<int, 80>{});
+    break;
+  case 96:
+    f(std::integral_constant<int, 96>{});
+    break;
   case 64:
     f(std::integral_constant<int, 64>{});
     break;

@@ -105,6 +105,13 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
         options.device, options.deviceIndex >= 0 ? options.deviceIndex : rank,
         options.threads);
     binding.emplace(*dev, comm);
+    // Connections made now, before the pool grows to the activation peak.
+    if (comm.connectsLazily())
+      comm.warmUp(
+          messagePeers(plan.topology,
+                       plan.programs[static_cast<size_t>(
+                           plan.rankProgram[static_cast<size_t>(rank)])],
+                       rank));
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
                                               evalData, origin, overlap);
     const TrainConfig &train = plan.config.train;

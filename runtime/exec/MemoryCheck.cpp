@@ -4,6 +4,7 @@
 
 #include "runtime/core/MemoryPlan.h"
 #include "runtime/device/Devices.h"
+#include "runtime/device/GpuSelection.h"
 
 #include <algorithm>
 #include <map>
@@ -27,6 +28,49 @@ std::string rankRanges(const std::vector<int64_t> &ranks) {
   return text;
 }
 
+/// The refusal when `members` (sharing one memory, GPU `ordinal` or the
+/// host's, with `sharers` processes) would not fit; nullopt otherwise.
+std::optional<std::string>
+sharedMemoryProblem(const std::vector<RankMemory> &estimate,
+                    const std::vector<int64_t> &members, int ordinal,
+                    int64_t sharers, device::DeviceKind kind,
+                    AvailableBytes available) {
+  int64_t room = available(kind, std::max(ordinal, 0));
+  if (room < 0)
+    return std::nullopt; // unknown: nothing to compare with
+  room /= std::max<int64_t>(sharers, 1);
+  double need = 0;
+  int64_t largest = members.front();
+  for (int64_t rank : members) {
+    need += static_cast<double>(estimate[static_cast<size_t>(rank)].totalBytes);
+    if (estimate[static_cast<size_t>(rank)].totalBytes >
+        estimate[static_cast<size_t>(largest)].totalBytes)
+      largest = rank;
+  }
+  if (need <= static_cast<double>(room))
+    return std::nullopt;
+  const RankMemory &big = estimate[static_cast<size_t>(largest)];
+  std::string where = kind == device::DeviceKind::Cuda
+                          ? "GPU " + std::to_string(ordinal)
+                          : std::string("this machine's memory");
+  std::string shared = sharers > 1 ? " (its share: " + std::to_string(sharers) +
+                                         " processes of this node use it)"
+                                   : "";
+  return "/model: error: the layout needs about " + formatBytes(need) + " on " +
+         where + " for ranks " + rankRanges(members) + ", but only " +
+         formatBytes(static_cast<double>(room)) + " is available" + shared +
+         "; the largest, rank " + std::to_string(largest) + ", needs " +
+         formatBytes(static_cast<double>(big.totalBytes)) + " (weights " +
+         formatBytes(static_cast<double>(big.paramBytes)) + ", gradients " +
+         formatBytes(static_cast<double>(big.gradBytes)) + ", optimizer " +
+         formatBytes(static_cast<double>(big.optimizerBytes)) +
+         ", activations " +
+         formatBytes(static_cast<double>(big.activationBytes)) +
+         "); use more tp or pp for the largest module, a smaller "
+         "micro_batch_size or seq_length, or more devices (`mimoc explain` "
+         "shows every rank's estimate)";
+}
+
 } // namespace
 
 std::optional<std::string> memoryProblem(const Plan &plan,
@@ -44,42 +88,33 @@ std::optional<std::string> memoryProblem(const Plan &plan,
                ? static_cast<int>(rank % gpus)
                : -1]
         .push_back(rank);
-  for (auto &[ordinal, members] : groups) {
-    int64_t room = available(kind, std::max(ordinal, 0));
-    if (room < 0)
-      continue; // unknown: nothing to compare with
-    room /= std::max<int64_t>(share, 1);
-    double need = 0;
-    int64_t largest = members.front();
-    for (int64_t rank : members) {
-      need +=
-          static_cast<double>(estimate[static_cast<size_t>(rank)].totalBytes);
-      if (estimate[static_cast<size_t>(rank)].totalBytes >
-          estimate[static_cast<size_t>(largest)].totalBytes)
-        largest = rank;
-    }
-    if (need <= static_cast<double>(room))
-      continue;
-    const RankMemory &big = estimate[static_cast<size_t>(largest)];
-    std::string where = kind == device::DeviceKind::Cuda
-                            ? "GPU " + std::to_string(ordinal)
-                            : std::string("this machine's memory");
-    return "/model: error: the layout needs about " + formatBytes(need) +
-           " on " + where + " for ranks " + rankRanges(members) +
-           ", but only " + formatBytes(static_cast<double>(room)) +
-           " is available; the largest, rank " + std::to_string(largest) +
-           ", needs " + formatBytes(static_cast<double>(big.totalBytes)) +
-           " (weights " + formatBytes(static_cast<double>(big.paramBytes)) +
-           ", gradients " + formatBytes(static_cast<double>(big.gradBytes)) +
-           ", optimizer " +
-           formatBytes(static_cast<double>(big.optimizerBytes)) +
-           ", activations " +
-           formatBytes(static_cast<double>(big.activationBytes)) +
-           "); use more tp or pp for the largest module, a smaller "
-           "micro_batch_size or seq_length, or more devices (`mimoc explain` "
-           "shows every rank's estimate)";
-  }
+  for (auto &[ordinal, members] : groups)
+    if (std::optional<std::string> problem = sharedMemoryProblem(
+            estimate, members, ordinal, share, kind, available))
+      return problem;
   return std::nullopt;
+}
+
+std::optional<std::string> processMemoryProblem(const Plan &plan, int64_t rank,
+                                                device::DeviceKind kind,
+                                                int gpus, int64_t localRank,
+                                                int64_t processesOnNode,
+                                                AvailableBytes available) {
+  if (!available)
+    available = device::availableBytes;
+  if (rank < 0 || rank >= plan.topology.worldSize)
+    return std::nullopt;
+  std::vector<RankMemory> estimate = memoryPlan(plan.topology, plan.config);
+  if (kind == device::DeviceKind::Cuda && gpus > 0) {
+    const int ordinal = device::gpu::processOrdinal(localRank, gpus);
+    return sharedMemoryProblem(
+        estimate, {rank}, ordinal,
+        device::gpu::processesOnGpu(ordinal, processesOnNode, gpus), kind,
+        available);
+  }
+  return sharedMemoryProblem(estimate, {rank}, -1,
+                             std::max<int64_t>(processesOnNode, 1), kind,
+                             available);
 }
 
 } // namespace mimo::exec

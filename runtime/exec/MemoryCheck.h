@@ -24,16 +24,26 @@ namespace mimo::exec {
 /// the default asks the device layer.
 using AvailableBytes = int64_t (*)(device::DeviceKind kind, int ordinal);
 
-/// The error text ("/model: error: ...") when the ranks `ranks` of `plan`
-/// would not fit on `kind` devices (CPU: one shared memory; CUDA: rank r
-/// on GPU r mod gpus, which share their GPU's memory); nullopt when they
-/// fit or the memory is unknown. `share` divides what is available among
-/// processes (under mpirun, the ranks of one node share its memory).
+/// The error text ("/model: error: ...") when the ranks `ranks` of `plan`,
+/// run as threads of this process, would not fit on `kind` devices (CPU:
+/// one shared memory; CUDA: rank r on GPU r mod gpus, which share their
+/// GPU's memory); nullopt when they fit or the memory is unknown. `share`
+/// divides what is available among processes.
 std::optional<std::string> memoryProblem(const Plan &plan,
                                          const std::vector<int64_t> &ranks,
                                          device::DeviceKind kind, int gpus,
                                          int64_t share = 1,
                                          AvailableBytes available = nullptr);
+
+/// The same under mpirun, for the one rank `rank` of this process, which is
+/// node-local process `localRank` of `processesOnNode`: asks only of the
+/// memory this process uses (GPU localRank mod gpus, or the host's), and
+/// divides it among the node's processes that use it (on a GPU those of
+/// that GPU, usually this one alone; on the CPU all of them).
+std::optional<std::string>
+processMemoryProblem(const Plan &plan, int64_t rank, device::DeviceKind kind,
+                     int gpus, int64_t localRank, int64_t processesOnNode,
+                     AvailableBytes available = nullptr);
 
 } // namespace mimo::exec
 

@@ -336,6 +336,15 @@ rc=$? ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ $rc -eq 1 ] && [ $ms -lt 1000 ] && grep -q "error: the layout needs about .* but only .* is available" "$work/huge.err" &&
   pass "an oversized layout: exit 1 in ${ms} ms with the estimate" ||
   { cat "$work/huge.err"; fail "oversized layout (rc $rc, ${ms} ms)"; }
+# Under mpirun each process checks its own rank and all agree: every one
+# exits 1, and the refusal is printed once.
+mpirun -np 16 "$bin/mimo-run" "$work/huge.plan.json" --backend mpi --device cpu \
+  >"$work/huge-mpi.out" 2>&1
+rc=$?
+n=$(grep -c "error: the layout needs about" "$work/huge-mpi.out")
+[ $rc -eq 1 ] && [ "$n" -eq 1 ] &&
+  pass "an oversized layout under mpirun -np 16: every rank exit 1, one refusal" ||
+  { cat "$work/huge-mpi.out"; fail "oversized layout under mpirun (rc $rc, $n refusals)"; }
 cat >"$work/lm.json" <<'EOF'
 {"version": 1, "name": "lm", "batch": {"micro_batch_size": 4, "num_microbatches": 1, "seq_length": 512},
  "modules": [{"name": "language", "kind": "language",

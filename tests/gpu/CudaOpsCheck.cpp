@@ -970,11 +970,42 @@ private:
 
 } // namespace
 
+/// --probe: one real kernel and one GEMM on GPU 0, read back. A build
+/// without this GPU's architecture fails here at once ("no kernel image is
+/// available"), not in every check after.
+int probe() {
+  try {
+    std::unique_ptr<Device> dev =
+        device::makeDevice(gpucheck::checkedKind(), 0);
+    const int64_t n = 1000;
+    Tensor x = Tensor::empty(*dev, n), c = Tensor::empty(*dev, 4);
+    dev->fill(x.data(), 3.0f, n);
+    dev->gemm(false, false, 2, 2, 2, 1.0f, x.data(), x.data(), 0.0f, c.data());
+    std::vector<float> back(n), product(4);
+    dev->download(back.data(), x.data(), n * int64_t(sizeof(float)));
+    dev->download(product.data(), c.data(), 4 * int64_t(sizeof(float)));
+    for (float v : back)
+      if (v != 3.0f)
+        throw std::runtime_error("the fill kernel wrote " + std::to_string(v));
+    for (float v : product)
+      if (v != 18.0f)
+        throw std::runtime_error("a 2x2 GEMM of threes gave " +
+                                 std::to_string(v) + ", not 18");
+    std::printf("mimo-cuda-ops-check: probe: a kernel and a GEMM ran on %s\n",
+                dev->name().c_str());
+    return 0;
+  } catch (const std::exception &e) {
+    std::printf("FAIL mimo-cuda-ops-check: probe: %s\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char **argv) {
-  // --probe: only whether a GPU is usable (exit 0) or not (77, the reason).
+  // --probe: whether a GPU is usable (exit 0), absent (77, the reason) or
+  // broken for this build (1).
   gpucheck::requireGpu("mimo-cuda-ops-check");
   if (argc > 1 && std::string(argv[1]) == "--probe")
-    return 0;
+    return probe();
   try {
     OpsCheck check;
     return check.run();

@@ -200,6 +200,10 @@ TEST(TiledAttention, CausalLanesOfSeveralBlocks) {
   check("[S=130, B=3] lane", lane(130, 3), 3, 16);
   check("[S=200, B=1], head dim 64", lane(200, 1), 2, 64);
   check("head dimension 128", lane(100, 2), 2, 128);
+  // The other head dimensions with programs of their own (32, 80, 96).
+  check("head dimension 32", lane(90, 2), 2, 32);
+  check("head dimension 80", lane(75, 1), 2, 80);
+  check("head dimension 96", lane(70, 2), 1, 96);
   check("the largest head dimension", lane(70, 1), 1, 256);
 }
 
@@ -245,6 +249,37 @@ TEST(TiledAttention, ANaNPassesOnAndARowWithoutKeysStaysZero) {
     EXPECT_TRUE(std::isnan(lse[0 * Tq + 1])) << name;
     EXPECT_TRUE(std::isfinite(lse[1 * Tq + 1])) << name;
     EXPECT_EQ(lse[0 * Tq + 2], -std::numeric_limits<float>::infinity()) << name;
+  }
+}
+
+TEST(FusedAttention, ProgramsOfAFixedHeadDimensionGiveTheGenericBits) {
+  // withHeadDim picks a program compiled for 32, 64, 80, 96 and 128 (rows
+  // in registers on a GPU) and the generic one (D = 0) otherwise; both
+  // take the same steps, so their bits agree.
+  int picked = -1;
+  for (int64_t d : {32, 64, 80, 96, 128, 48}) {
+    flash::withHeadDim(d, [&](auto dim) { picked = dim.value; });
+    EXPECT_EQ(picked, d == 48 ? 0 : d);
+  }
+  const Mask m = lane(40, 2);
+  for (int64_t d : {32, 80, 96}) {
+    const int64_t heads = 2;
+    const int64_t T = static_cast<int64_t>(m.qpos.size());
+    std::mt19937 rng(static_cast<unsigned>(d));
+    const size_t n = static_cast<size_t>(T * heads * d);
+    auto q = random(rng, n), kk = random(rng, n), v = random(rng, n);
+    const t::Plan plan = t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(),
+                                 m.kseg.data(), T, T, m.causal);
+    const flash::Shape s = flash::shapeOf(plan.hostView(), heads, d);
+    std::vector<float> o0(n), o1(n), lse0(heads * T), lse1(heads * T);
+    flash::runOnHost(
+        flash::Forward<0>{
+            {s, false}, q.data(), kk.data(), v.data(), o0.data(), lse0.data()},
+        heads);
+    flash::forwardOnHost(q.data(), kk.data(), v.data(), o1.data(), lse1.data(),
+                         s);
+    EXPECT_EQ(std::memcmp(o0.data(), o1.data(), n * 4), 0) << d;
+    EXPECT_EQ(std::memcmp(lse0.data(), lse1.data(), lse0.size() * 4), 0) << d;
   }
 }
 

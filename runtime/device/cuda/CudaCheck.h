@@ -14,8 +14,14 @@ namespace mimo::device::cuda {
 
 /// "cudaErrorMemoryAllocation (out of memory)".
 inline std::string errorText(cudaError_t error) {
-  return std::string(cudaGetErrorName(error)) + " (" +
-         cudaGetErrorString(error) + ")";
+  std::string text = std::string(cudaGetErrorName(error)) + " (" +
+                     cudaGetErrorString(error) + ")";
+  if (error == cudaErrorNoKernelImageForDevice)
+    text += ": this mimo was not built for this GPU's architecture; rebuild "
+            "with -DCMAKE_CUDA_ARCHITECTURES=<its compute capability without "
+            "the dot: 80 for an A100, 90 for an H100 or H200> (nvidia-smi "
+            "--query-gpu=compute_cap says it)";
+  return text;
 }
 
 /// Throws DeviceError("CUDA error in WHAT: ...") unless `error` is success.

@@ -22,6 +22,7 @@
 #include "runtime/device/FlashBodies.h"
 #include "runtime/device/FlashMmaBodies.h"
 #include "runtime/device/KernelBodies.h"
+#include "runtime/device/OncePerDevice.h"
 #include "runtime/device/RowBodies.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/device/cuda/CudaCheck.h"
@@ -185,7 +186,8 @@ public:
           "cudaMemPoolSetAttribute");
     partials = static_cast<double *>(
         allocate(kReduceBlocks * static_cast<int64_t>(sizeof(double))));
-    blas = std::make_unique<CublasLtGemm>(stream);
+    // cuBLASLt's handle and workspace come with the first GEMM (blasLt()): a
+    // channel's device (communication beside the compute) never runs one.
   }
 
   ~CudaDevice() override {
@@ -461,7 +463,7 @@ public:
     activate();
     lastKernel = "gemm";
     Timed timed(*this, [&] { return gemmName("gemm", ta, tb, M, N, K); });
-    blas->run(ta, tb, M, N, K, alpha, A, B, beta, C, false);
+    blasLt().run(ta, tb, M, N, K, alpha, A, B, beta, C, false);
   }
   void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                 Bf16Operand A, Bf16Operand B, float beta, float *C) override {
@@ -500,7 +502,7 @@ public:
       activate();
       lastKernel = bf16Out ? "gemm_bf16_out" : "gemm_bf16";
       Timed timed(*this, [&] { return gemmName(lastKernel, ta, tb, M, N, K); });
-      blas->run(ta, tb, M, N, K, alpha, a, bb, beta, C, true, bf16Out);
+      blasLt().run(ta, tb, M, N, K, alpha, a, bb, beta, C, true, bf16Out);
     } catch (...) {
       if (a16)
         release(a16);
@@ -773,27 +775,24 @@ public:
   }
 
 private:
-  /// Makes this GPU the calling thread's (cached per thread).
-  static int &threadDevice() {
-    thread_local int current = -1;
-    return current;
-  }
+  /// Makes this GPU the calling thread's current one, asking the runtime
+  /// which is current (a cache would miss a switch made by NCCL, cuBLASLt
+  /// or a probe on this thread: GpuSelection.h).
   void activate() const {
-    if (threadDevice() != ordinal) {
+    if (!gpu::makeCurrent(selectionApi(), ordinal))
       check(cudaSetDevice(ordinal), "cudaSetDevice");
-      threadDevice() = ordinal;
-    }
   }
   /// The same for destructors: false (never a throw) when it fails.
   bool activateQuietly() const {
-    if (threadDevice() == ordinal)
-      return true;
-    if (cudaSetDevice(ordinal) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    threadDevice() = ordinal;
-    return true;
+    return gpu::makeCurrent(selectionApi(), ordinal);
+  }
+
+  /// The cuBLASLt handle and its 32 MiB workspace, made at the first GEMM
+  /// (after activate()).
+  CublasLtGemm &blasLt() {
+    if (!blas)
+      blas = std::make_unique<CublasLtGemm>(stream);
+    return *blas;
   }
 
   /// Throws DeviceError naming the call, this GPU and the last kernel
@@ -896,11 +895,19 @@ private:
                         " bytes of shared memory per block, more than the " +
                         std::to_string(sharedOptIn) + " of " + label +
                         "; use more heads (a smaller head dimension)");
+    // Past 48 KiB the kernel's limit is raised, once per GPU, to the GPU's
+    // opt-in maximum: never lowered for a smaller head dimension while a
+    // rank thread sharing this GPU launches a larger one (OncePerDevice.h).
     if (bytes > 48 * 1024)
       checkCall(
-          cudaFuncSetAttribute(eachBlock<Program>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
+          static_cast<cudaError_t>(sharedMemoryOptIns().ensure(
+              reinterpret_cast<const void *>(&eachBlock<Program>), ordinal,
+              [&] {
+                return static_cast<int>(cudaFuncSetAttribute(
+                    eachBlock<Program>,
+                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                    static_cast<int>(sharedOptIn)));
+              })),
           "cudaFuncSetAttribute");
     dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
     Timed timed(*this, name);

@@ -8,6 +8,7 @@
 #define MIMO_RUNTIME_DEVICE_CUDA_CUDADEVICE_H
 
 #include "runtime/device/Devices.h"
+#include "runtime/device/GpuSelection.h"
 
 #include <memory>
 
@@ -16,7 +17,11 @@ namespace mimo::device::cuda {
 /// What the CUDA runtime reports on this machine (Devices.h, cudaStatus).
 CudaStatus probe();
 
-/// Free bytes of GPU `ordinal` (-1 when it cannot be asked).
+/// The CUDA runtime's device selection calls (GpuSelection.h).
+const gpu::SelectionApi &selectionApi();
+
+/// Free bytes of GPU `ordinal` (-1 when it cannot be asked); the calling
+/// thread's current GPU is left as it was.
 int64_t freeBytes(int ordinal);
 /// GPU `ordinal`'s UUID in hex ("" when it cannot be read).
 std::string uuidOf(int ordinal);

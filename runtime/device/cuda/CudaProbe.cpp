@@ -38,14 +38,33 @@ std::string reasonOf(cudaError_t error) {
 
 } // namespace
 
+const gpu::SelectionApi &selectionApi() {
+  // Each call clears the runtime's last error when it fails, so that no
+  // later call is blamed for it.
+  static const gpu::SelectionApi api{[](int *ordinal) {
+                                       cudaError_t e = cudaGetDevice(ordinal);
+                                       if (e != cudaSuccess)
+                                         (void)cudaGetLastError();
+                                       return static_cast<int>(e);
+                                     },
+                                     [](int ordinal) {
+                                       cudaError_t e = cudaSetDevice(ordinal);
+                                       if (e != cudaSuccess)
+                                         (void)cudaGetLastError();
+                                       return static_cast<int>(e);
+                                     },
+                                     [](size_t *freeBytes, size_t *totalBytes) {
+                                       cudaError_t e = cudaMemGetInfo(
+                                           freeBytes, totalBytes);
+                                       if (e != cudaSuccess)
+                                         (void)cudaGetLastError();
+                                       return static_cast<int>(e);
+                                     }};
+  return api;
+}
+
 int64_t freeBytes(int ordinal) {
-  size_t free = 0, total = 0;
-  if (cudaSetDevice(ordinal) != cudaSuccess ||
-      cudaMemGetInfo(&free, &total) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  return static_cast<int64_t>(free);
+  return gpu::freeBytes(selectionApi(), ordinal);
 }
 
 std::string uuidOf(int ordinal) {

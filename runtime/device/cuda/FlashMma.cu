@@ -1,6 +1,7 @@
 //===- FlashMma.cu - The tensor-core attention kernels --------------------===//
 
 #include "runtime/device/FlashMmaBodies.h"
+#include "runtime/device/OncePerDevice.h"
 #include "runtime/device/cuda/FlashMma.h"
 
 namespace mimo::device::cuda {
@@ -41,9 +42,17 @@ MmaLaunch launch(const char *name, const Program &program, int64_t heads,
     return result;
   const int bytes = static_cast<int>(Program::sharedBytes());
   if (bytes > 48 * 1024) {
-    result.error = cudaFuncSetAttribute(
-        eachWarpBlock<Program>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        bytes);
+    // Once per GPU (the caller made the rank's current): never set again
+    // while another rank thread launches it (OncePerDevice.h).
+    int device = 0;
+    result.error = cudaGetDevice(&device);
+    if (result.error == cudaSuccess)
+      result.error = static_cast<cudaError_t>(sharedMemoryOptIns().ensure(
+          reinterpret_cast<const void *>(&eachWarpBlock<Program>), device, [&] {
+            return static_cast<int>(cudaFuncSetAttribute(
+                eachWarpBlock<Program>,
+                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+          }));
     if (result.error != cudaSuccess)
       return result;
   }

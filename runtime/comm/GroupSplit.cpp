@@ -1,0 +1,32 @@
+//===- GroupSplit.cpp - How a rank splits the world into its groups -------===//
+
+#include "runtime/comm/GroupSplit.h"
+
+#include <cstddef>
+
+namespace mimo::comm {
+
+std::vector<GroupSplit>
+groupSplits(const std::vector<std::vector<std::vector<int64_t>>> &families,
+            int64_t self, int64_t worldSize) {
+  std::vector<GroupSplit> splits;
+  for (const auto &family : families) {
+    GroupSplit s;
+    bool world = family.size() == 1 &&
+                 family[0].size() == static_cast<size_t>(worldSize);
+    for (size_t g = 0; g < family.size() && !world; ++g) {
+      if (family[g].size() < 2)
+        continue;
+      s.split = true;
+      for (size_t i = 0; i < family[g].size(); ++i)
+        if (family[g][i] == self) {
+          s.color = static_cast<int>(g);
+          s.key = static_cast<int>(i);
+        }
+    }
+    splits.push_back(s);
+  }
+  return splits;
+}
+
+} // namespace mimo::comm
