@@ -12,6 +12,7 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/BuildInfo.h"
+#include "runtime/core/OutputFile.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Calibrate.h"
@@ -115,20 +116,34 @@ int usageError(const std::string &message) {
   return 1;
 }
 
-/// Writes `text` to `path` through a temporary file (nothing half-written).
-bool writeFile(const std::string &path, const std::string &text) {
-  std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    if (!out)
-      return false;
-    out << text;
-    if (!out)
-      return false;
+/// The files a run reads, which no output may name: the plan, the data
+/// files (as given and beside the plan; an indexed PREFIX's .bin and .idx)
+/// and the checkpoint loaded.
+std::vector<std::string> runInputs(const std::string &planPath,
+                                   const std::string &loadPath,
+                                   const Plan *plan) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> inputs = {planPath};
+  if (plan) {
+    const std::string base = fs::path(planPath).parent_path().string();
+    for (const std::string &data :
+         {plan->config.data.path, plan->config.data.evalPath}) {
+      if (data.empty())
+        continue;
+      for (const char *suffix : {"", ".bin", ".idx"}) {
+        inputs.push_back(data + suffix);
+        if (!base.empty())
+          inputs.push_back((fs::path(base) / (data + suffix)).string());
+      }
+    }
   }
   std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  return !ec;
+  if (!loadPath.empty() && fs::is_directory(loadPath, ec))
+    for (fs::recursive_directory_iterator it(loadPath, ec), end;
+         !ec && it != end && inputs.size() < 4096; it.increment(ec))
+      if (it->is_regular_file(ec))
+        inputs.push_back(it->path().string());
+  return inputs;
 }
 
 std::string progressBar(int64_t done, int64_t total, double eta) {
@@ -509,12 +524,14 @@ public:
   }
 
   /// Opens the metrics file before training, so a bad path fails at once
-  /// and a run that fails keeps each completed step.
-  bool openMetrics(const std::string &path) {
-    metrics.open(path, std::ios::trunc);
-    return static_cast<bool>(metrics);
+  /// and a run that fails keeps each completed step (OutputFile.h: never
+  /// an input, written in place when it is a device or a pipe).
+  bool openMetrics(const std::string &path,
+                   const std::vector<std::string> &inputs,
+                   std::string &problem) {
+    return metrics.open(path, inputs, problem);
   }
-  bool metricsOk() const { return !metrics.is_open() || metrics.good(); }
+  bool metricsOk() const { return !metrics.isOpen() || metrics.ok(); }
 
   void report(const exec::StepMetrics &m) {
     elapsed += m.seconds;
@@ -539,7 +556,7 @@ public:
                                elapsed / static_cast<double>(m.step) *
                                    static_cast<double>(total - m.step))
                 << std::flush;
-    if (!metrics.is_open())
+    if (!metrics.isOpen())
       return;
     // Model FLOPs per second per rank (core/Flops.h).
     double tflops =
@@ -561,7 +578,7 @@ public:
     }
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
-    metrics << record.dump() << std::endl; // flushed
+    metrics.write(record.dump() + "\n"); // written at once, unbuffered
   }
 
   void clearProgress() const {
@@ -574,7 +591,7 @@ private:
   double peakTflops;
   bool terminal;
   double elapsed = 0;
-  std::ofstream metrics;
+  StreamedOutput metrics;
 };
 
 /// "mimo-run: vlm-fan-in: 8 ranks, local backend, cpu device (...), 30 steps".
@@ -607,8 +624,10 @@ int runCalibrate(const CommandLine &cli, device::DeviceKind kind) {
               << e.what() << "\n";
     return 2;
   }
-  if (!writeFile(cli.calibrateOutput, profileToJson(profile).dump(2) + "\n")) {
-    std::cerr << cli.calibrateOutput << ": error: cannot write the profile\n";
+  std::string problem;
+  if (!writeOutput(cli.calibrateOutput, profileToJson(profile).dump(2) + "\n",
+                   problem)) {
+    std::cerr << "mimo-run: " << problem << "\n";
     return 1;
   }
   std::cerr << "mimo-run: wrote the profile of " << profile.device << " to "
@@ -688,11 +707,17 @@ int run(int argc, char **argv) {
                         : plan.config.precision == "bf16" ? cuda.peakBf16Tflops
                                                           : cuda.peakFp32Tflops,
                         printer && isatty(STDERR_FILENO));
+  // Every output checked before the first step: none names an input, each
+  // can be written (a trace that cannot would fail only after training).
+  const std::vector<std::string> inputs =
+      runInputs(cli.planPath, cli.loadPath, &plan);
+  std::string problem;
+  if (printer && !cli.tracePath.empty() &&
+      !checkOutput(cli.tracePath, inputs, problem))
+    return fail("mimo-run: --trace: " + problem);
   if (printer && !cli.metricsPath.empty() &&
-      !reporter.openMetrics(cli.metricsPath))
-    return fail("mimo-run: error: cannot write the metrics file '" +
-                cli.metricsPath +
-                "'; check the directory exists and is writable");
+      !reporter.openMetrics(cli.metricsPath, inputs, problem))
+    return fail("mimo-run: --metrics: " + problem);
   options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
   if (printer)
     std::cout << runBanner(plan, cli, options, total) << std::endl;
@@ -705,7 +730,8 @@ int run(int argc, char **argv) {
   // The trace is written on failure too: it shows where each rank was.
   bool traceWritten = true;
   if (printer && !cli.tracePath.empty() && !result.trace.empty())
-    traceWritten = writeFile(cli.tracePath, exec::traceJson(result.trace));
+    traceWritten = writeOutput(cli.tracePath, exec::traceJson(result.trace),
+                               problem, inputs);
   if (result.exitCode != 0) {
     if (printer || result.exitCode == 2)
       std::cerr << (result.exitCode == 2 ? "mimo-run: " : "") << result.error
@@ -715,7 +741,7 @@ int run(int argc, char **argv) {
   if (!reporter.metricsOk())
     return fail("mimo-run: error: cannot write '" + cli.metricsPath + "'");
   if (!traceWritten)
-    return fail("mimo-run: error: cannot write '" + cli.tracePath + "'");
+    return fail("mimo-run: --trace: " + problem);
   return finish(0);
 }
 

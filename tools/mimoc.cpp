@@ -15,6 +15,7 @@
 #include "codegen/Tune.h"
 #include "runtime/core/BuildInfo.h"
 #include "runtime/core/JsonReader.h"
+#include "runtime/core/OutputFile.h"
 #include "runtime/exec/Data.h"
 #include "tools/driver/Driver.h"
 
@@ -196,6 +197,14 @@ int runCompile() {
     }
     options.printIrAfter.push_back(pass);
   }
+  // The output is checked before compiling (never the model itself, a
+  // folder that exists and can be written).
+  std::string problem;
+  if (outputFile != "-" &&
+      !mimo::checkOutput(outputFile, {compileInput}, problem)) {
+    errs() << "mimoc: " << problem << "\n";
+    return 1;
+  }
   mlir::MLIRContext context;
   mimo::CompileResult result = compile(context, compileInput, options);
   if (!result.succeeded())
@@ -224,15 +233,12 @@ int runCompile() {
     report();
     return 0;
   }
-  // Written to a temporary file and renamed, so a failure leaves no
-  // half-written output.
-  if (Error error = writeToOutput(outputFile, [&](raw_ostream &out) {
-        out << text;
-        return Error::success();
-      })) {
-    errs() << outputFile
-           << ": error: cannot write the output: " << toString(std::move(error))
-           << "\n";
+  // A file is written to a temporary file and renamed, so a failure (a
+  // full disk) leaves no half-written plan; a device or pipe is written in
+  // place (runtime/core/OutputFile.h).
+  outs().flush();
+  if (!mimo::writeOutput(outputFile, text, problem, {compileInput})) {
+    errs() << "mimoc: " << problem << "\n";
     return 1;
   }
   report();
@@ -339,20 +345,34 @@ bool loadCostInputs(mimo::DeviceProfile &profile,
 }
 
 /// Writes `text` to `path` through a temporary file.
-bool writeText(StringRef path, const std::string &text) {
-  if (Error error = writeToOutput(path, [&](raw_ostream &out) {
-        out << text;
-        return Error::success();
-      })) {
-    errs() << path
-           << ": error: cannot write the output: " << toString(std::move(error))
-           << "\n";
+/// Writes an output (runtime/core/OutputFile.h) that must not be one of
+/// `inputs`; false after saying why.
+bool writeText(const std::string &path, const std::string &text,
+               const std::vector<std::string> &inputs) {
+  outs().flush();
+  std::string problem;
+  if (!mimo::writeOutput(path, text, problem, inputs)) {
+    errs() << "mimoc: " << problem << "\n";
     return false;
   }
   return true;
 }
 
+/// The same check before any work.
+bool outputWritable(const std::string &path,
+                    const std::vector<std::string> &inputs) {
+  std::string problem;
+  if (path.empty() || mimo::checkOutput(path, inputs, problem))
+    return true;
+  errs() << "mimoc: " << problem << "\n";
+  return false;
+}
+
 int runSimulate() {
+  const std::vector<std::string> inputs = {simulateInput, profileOption,
+                                           clusterOption};
+  if (!outputWritable(traceOption, inputs))
+    return 1;
   mlir::MLIRContext context;
   std::optional<mimo::Plan> plan = planOf(context, simulateInput);
   if (!plan)
@@ -369,7 +389,8 @@ int runSimulate() {
       !writeText(traceOption,
                  mimo::simulationTrace(sim, plan->topology, plan->programs,
                                        plan->rankProgram)
-                     .dump())) {
+                     .dump(),
+                 inputs)) {
     return 1;
   }
   if (reportFormat == ReportFormat::Json)
@@ -413,6 +434,8 @@ std::optional<mimo::ModelConfig> modelOf(StringRef path) {
 }
 
 int runTune() {
+  if (!outputWritable(tuneOutput, {tuneInput, profileOption, clusterOption}))
+    return 1;
   // The model's architecture, batch and data are what the search keeps.
   std::optional<mimo::ModelConfig> model = modelOf(tuneInput);
   if (!model)
@@ -443,7 +466,8 @@ int runTune() {
   }
   if (!tuneOutput.empty()) {
     if (!writeText(tuneOutput,
-                   mimo::toJson(result.ranked.front().config).dump(2) + "\n"))
+                   mimo::toJson(result.ranked.front().config).dump(2) + "\n",
+                   {tuneInput, profileOption, clusterOption}))
       return 1;
     if (reportFormat == ReportFormat::Text)
       outs() << "\nwrote the best layout to " << tuneOutput << "\n";

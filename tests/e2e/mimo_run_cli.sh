@@ -92,7 +92,7 @@ assert any('bytes_sent' in e.get('args', {}) for e in t), 'no message arguments'
   fail "metrics / trace after a failure (rc $rc)"
 "$bin/mimo-run" "$plan" --steps 1 --metrics /nonexistent/dir/m.jsonl >/dev/null 2>"$work/mpath.err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "cannot write the metrics file" "$work/mpath.err" &&
+[ $rc -eq 1 ] && grep -q -- "--metrics: /nonexistent/dir/m.jsonl: error: the folder .* does not exist" "$work/mpath.err" &&
   pass "an unwritable metrics path: exit 1 before training" ||
   { cat "$work/mpath.err"; fail "metrics path (rc $rc)"; }
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# End-to-end checks of what surrounds the readers (docs/runtime.md
+# "Outputs and inputs"): outputs never replace a device, a pipe or a link's
+# target's link; an output naming an input is refused before any work;
+# outputs are checked before training.
+# usage: reliability_cli.sh BIN_DIR EXAMPLES_DIR
+set -uo pipefail
+bin=$(cd "$1" && pwd) examples=$(cd "$2" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+"$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/plan.json" || fail "compile"
+plan=$work/plan.json
+
+# 1. Devices and pipes are written in place. A null device of our own
+# (mknod needs root; elsewhere a FIFO with a reader stands in), reached
+# directly and through a link: it stays a device.
+if mknod "$work/null" c 1 3 2>/dev/null && echo x >"$work/null" 2>/dev/null; then
+  ln -s "$work/null" "$work/null-link"
+  for target in "$work/null" "$work/null-link"; do
+    "$bin/mimo-run" "$plan" --steps 1 --trace "$target" --metrics "$target" >/dev/null 2>"$work/device.err"
+    rc=$?
+    [ $rc -eq 0 ] && [ -c "$work/null" ] && ! ls "$work"/null.* >/dev/null 2>&1 &&
+      pass "--trace and --metrics $(basename "$target"): exit 0, still a device" ||
+      { cat "$work/device.err"; ls -l "$work"; fail "device output (rc $rc)"; }
+  done
+  "$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/null" &&
+    [ -c "$work/null" ] && pass "mimoc -o a device: still a device" || fail "mimoc -o device"
+else
+  echo "skip: no mknod here (not root): the device case"
+fi
+# /dev/stdout prints the plan (a pipe's other name: opened, not replaced).
+"$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o /dev/stdout |
+  python3 -c "import json,sys; assert json.load(sys.stdin)['format'] == 'mimo-plan'" &&
+  pass "mimoc -o /dev/stdout prints the plan" || fail "mimoc -o /dev/stdout"
+# A FIFO with a reader gets the output; one without a reader is refused at
+# once instead of blocking.
+mkfifo "$work/fifo"
+(timeout 20 cat "$work/fifo" >"$work/fifo.out") &
+reader=$!
+timeout 20 "$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/fifo"
+wait $reader
+python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$work/fifo.out" && [ -p "$work/fifo" ] &&
+  pass "a FIFO with a reader receives the plan and stays a FIFO" || fail "FIFO output"
+timeout 20 "$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/fifo" 2>"$work/fifo.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "FIFO that nothing reads" "$work/fifo.err" &&
+  pass "a FIFO nobody reads: exit 1 at once" || { cat "$work/fifo.err"; fail "FIFO without reader (rc $rc)"; }
+
+# 2. A link to a file: the file is replaced, the link stays.
+echo old >"$work/real.json"
+ln -s real.json "$work/link.json"
+"$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/link.json" &&
+  [ -L "$work/link.json" ] && grep -q mimo-plan "$work/real.json" &&
+  pass "an output through a link writes the file, the link stays" || fail "link output"
+
+# 3. An output that names an input is refused before any work, the input
+# intact: the plan, the model, the jsonl dataset (also through a link).
+python3 "$here/jsonl_model.py" "$examples/vlm-fan-in.json" "$work" 3
+"$bin/mimoc" compile -q "$work/jsonl.json" -o "$work/jsonl.plan.json" || fail "compile jsonl"
+sum=$(md5sum <"$work/data.jsonl")
+ln -s data.jsonl "$work/data-link.jsonl"
+for flag in --metrics --trace; do
+  for target in "$work/data.jsonl" "$work/data-link.jsonl" "$work/jsonl.plan.json"; do
+    "$bin/mimo-run" "$work/jsonl.plan.json" --steps 1 $flag "$target" >/dev/null 2>"$work/in.err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "the output is the input" "$work/in.err" &&
+      [ "$(md5sum <"$work/data.jsonl")" = "$sum" ] && grep -q mimo-plan "$work/jsonl.plan.json" &&
+      pass "$flag $(basename "$target"): exit 1, the input intact" ||
+      { cat "$work/in.err"; fail "$flag naming an input (rc $rc)"; }
+  done
+done
+cp "$examples/vlm-fan-in.json" "$work/model.json"
+"$bin/mimoc" compile -q "$work/model.json" -o "$work/model.json" 2>"$work/self.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the output is the input" "$work/self.err" &&
+  cmp -s "$work/model.json" "$examples/vlm-fan-in.json" &&
+  pass "mimoc compile -o its own model: exit 1, the model intact" || { cat "$work/self.err"; fail "compile over model"; }
+
+# 4. Outputs are checked before training: an unwritable trace fails at once.
+start=$(date +%s)
+"$bin/mimo-run" "$plan" --steps 50 --trace "$work/no/such/dir/t.json" >"$work/late.out" 2>"$work/late.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "does not exist" "$work/late.err" && ! grep -q "^step" "$work/late.out" &&
+  pass "a trace in a missing folder: exit 1 before the first step" || { cat "$work/late.err"; fail "late trace (rc $rc)"; }
+"$bin/mimo-run" "$plan" --steps 1 --trace "$work" 2>"$work/dir.err" >/dev/null
+[ $? -eq 1 ] && grep -q "is a directory" "$work/dir.err" && pass "a trace that is a directory: exit 1" ||
+  { cat "$work/dir.err"; fail "trace directory"; }
+
+echo "$failures failure(s)"
+[ $failures -eq 0 ]
