@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -261,6 +262,15 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
       return std::nullopt;
     }
     c.dir = (fs::path(path) / name).string();
+    // A re-save moves step-N.resave to step-N just before `latest` follows
+    // (finishCheckpoint): killed in between, step-N is that checkpoint.
+    const std::string resave = ".resave";
+    if (name.size() > resave.size() &&
+        name.compare(name.size() - resave.size(), resave.size(), resave) ==
+            0 &&
+        !fs::exists(c.dir, ec))
+      c.dir = (fs::path(path) / name.substr(0, name.size() - resave.size()))
+                  .string();
   } else {
     error = path + ": error: no checkpoint here (neither " + latest.string() +
             " nor " + (fs::path(path) / "state.json").string() +
@@ -403,21 +413,53 @@ void finishCheckpoint(const std::string &dir, int64_t step,
   }
   syncDirectory(tmp.string());
   std::error_code ec;
-  if (fs::exists(final, ec))
-    fs::remove_all(final, ec); // an earlier run's step-N
-  fs::rename(tmp, final, ec);
-  if (ec)
-    throw std::runtime_error("checkpoint: cannot rename '" + tmp.string() +
-                             "' to '" + final.string() + "': " + ec.message());
-  syncDirectory(dir);
-  fs::path latestTmp = fs::path(dir) / "latest.tmp";
-  writeSynced(latestTmp.string(), stepName(step) + "\n");
-  fs::rename(latestTmp, fs::path(dir) / "latest", ec);
-  if (ec)
-    throw std::runtime_error("checkpoint: cannot replace '" +
-                             (fs::path(dir) / "latest").string() +
-                             "': " + ec.message());
-  syncDirectory(dir);
+  auto pointLatestAt = [&](const std::string &name) {
+    fs::path latestTmp = fs::path(dir) / "latest.tmp";
+    writeSynced(latestTmp.string(), name + "\n");
+    fs::rename(latestTmp, fs::path(dir) / "latest", ec);
+    if (ec)
+      throw std::runtime_error("checkpoint: cannot replace '" +
+                               (fs::path(dir) / "latest").string() +
+                               "': " + ec.message());
+    syncDirectory(dir);
+  };
+  auto move = [&](const fs::path &from, const fs::path &to) {
+    fs::rename(from, to, ec);
+    if (ec)
+      throw std::runtime_error("checkpoint: cannot rename '" + from.string() +
+                               "' to '" + to.string() + "': " + ec.message());
+    syncDirectory(dir);
+  };
+  // Tests: MIMO_TEST_KILL_IN_RESAVE=K ends the process as if killed after
+  // the K-th move of a re-save (1-4).
+  const char *killAt = std::getenv("MIMO_TEST_KILL_IN_RESAVE");
+  auto killPoint = [&](int k) {
+    if (killAt && std::atoi(killAt) == k)
+      std::_Exit(9);
+  };
+  if (fs::exists(final, ec)) {
+    // An earlier run's step-N (a run resumed from an older step into the
+    // same folder), perhaps the one `latest` names. It goes only once the
+    // new one is durable and `latest` names it: at every instant `latest`
+    // names a complete checkpoint, whatever kills the process.
+    fs::path resaved = fs::path(dir) / (stepName(step) + ".resave");
+    fs::remove_all(resaved, ec); // a re-save killed before `latest` moved
+    move(tmp, resaved);
+    killPoint(1);
+    pointLatestAt(resaved.filename().string());
+    killPoint(2);
+    fs::remove_all(final, ec);
+    if (ec)
+      throw std::runtime_error("checkpoint: cannot remove the earlier '" +
+                               final.string() + "': " + ec.message());
+    syncDirectory(dir);
+    killPoint(3);
+    move(resaved, final);
+    killPoint(4);
+  } else {
+    move(tmp, final);
+  }
+  pointLatestAt(stepName(step));
 }
 
 void readCheckpointShards(const Checkpoint &checkpoint,

@@ -91,5 +91,30 @@ rc=$?
 [ $? -eq 1 ] && grep -q "is a directory" "$work/dir.err" && pass "a trace that is a directory: exit 1" ||
   { cat "$work/dir.err"; fail "trace directory"; }
 
+# 5. Re-saving a step into the folder that holds it (a run resumed from an
+# older step): killed at any point, `latest` names a complete checkpoint
+# of that step, which resumes; nothing of the re-save is left over.
+ck=$work/ck
+"$bin/mimo-run" "$plan" --device cpu --steps 4 --save "$ck" --save-every 2 \
+  --metrics "$work/whole.jsonl" >/dev/null || fail "the run to re-save"
+for k in 1 2 3 4 0; do
+  rm -rf "$work/re" && cp -r "$ck" "$work/re"
+  MIMO_TEST_KILL_IN_RESAVE=$k "$bin/mimo-run" "$plan" --device cpu --steps 4 \
+    --load "$work/re/step-2" --save "$work/re" --save-every 2 >/dev/null 2>&1
+  rc=$?
+  latest=$(cat "$work/re/latest")
+  "$bin/mimo-run" "$plan" --device cpu --steps 5 --load "$work/re" \
+    --metrics "$work/after.jsonl" >"$work/after.out" 2>&1
+  rc2=$?
+  python3 -c "import json,sys
+a=[json.loads(l) for l in open(sys.argv[1])]
+assert [x['step'] for x in a] == [5], a" "$work/after.jsonl" 2>/dev/null &&
+    [ $rc2 -eq 0 ] &&
+    { [ -f "$work/re/$latest/state.json" ] || [ -f "$work/re/${latest%.resave}/state.json" ]; } &&
+    { [ $k -ne 0 ] || { [ $rc -eq 0 ] && [ "$latest" = step-4 ] && ! ls -d "$work/re/"*.resave 2>/dev/null; }; } &&
+    pass "re-save of step 4 killed at point $k (rc $rc): latest '$latest' resumes" ||
+    { cat "$work/after.out"; ls "$work/re"; fail "re-save killed at point $k (rc $rc, latest $latest)"; }
+done
+
 echo "$failures failure(s)"
 [ $failures -eq 0 ]
