@@ -5,11 +5,13 @@
 #include "codegen/Explain.h"
 #include "runtime/core/Diagnostic.h"
 #include "runtime/core/Flops.h"
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonReader.h"
 #include "runtime/core/JsonValidator.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -21,15 +23,12 @@ namespace {
 /// Reads and parses a JSON file, or fails with "FILE: error: ...".
 std::optional<nlohmann::json> readJsonFile(const std::string &path,
                                            std::string *error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": error: cannot read the file";
+  std::optional<std::string> text =
+      readInputFile(path, kMaxSmallJsonBytes, "the file", *error);
+  if (!text)
     return std::nullopt;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
   Diagnostic syntax;
-  std::optional<nlohmann::json> doc = parseJsonText(text.str(), syntax);
+  std::optional<nlohmann::json> doc = parseJsonText(*text, syntax);
   if (!doc)
     *error = formatDiagnostic(path, syntax);
   return doc;
@@ -61,8 +60,8 @@ std::optional<DeviceProfile> loadProfile(const std::string &nameOrPath,
                                          std::string *error) {
   if (auto builtin = builtinProfile(nameOrPath))
     return builtin;
-  std::ifstream probe(nameOrPath);
-  if (!probe) {
+  std::error_code missing;
+  if (!std::filesystem::exists(nameOrPath, missing)) {
     *error = nameOrPath +
              ": error: no such profile: give a file from "
              "mimo-run --calibrate -o FILE, or one of the "

@@ -12,6 +12,7 @@
 
 #include "runtime/comm/Comm.h"
 #include "runtime/core/BuildInfo.h"
+#include "runtime/core/InputFile.h"
 #include "runtime/core/OutputFile.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
@@ -366,14 +367,14 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
                                      device::DeviceKind kind, comm::Comm *mpi,
                                      std::string &error) {
   const std::string &path = cli.planPath;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "mimo-run: error: cannot read '" + path + "'";
+  std::string unreadable;
+  std::optional<std::string> text =
+      readInputFile(path, kMaxPlanFileBytes, "the plan", unreadable);
+  if (!text) {
+    error = "mimo-run: " + unreadable;
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  PlanLoadResult loaded = loadPlan(text.str(), path);
+  PlanLoadResult loaded = loadPlan(*text, path);
   if (!loaded.plan) {
     for (const Diagnostic &d : loaded.diagnostics)
       error += (error.empty() ? "" : "\n") + formatDiagnostic(path, d);

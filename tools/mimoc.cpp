@@ -14,6 +14,7 @@
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
 #include "runtime/core/BuildInfo.h"
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonReader.h"
 #include "runtime/core/OutputFile.h"
 #include "runtime/exec/Data.h"
@@ -245,16 +246,17 @@ int runCompile() {
   return 0;
 }
 
-/// The bytes of `path`, or null after saying why they cannot be read.
+/// The bytes of `path` (a model or a plan: a regular file, never read
+/// past the plan's limit), or null after saying why they cannot be read.
 std::unique_ptr<MemoryBuffer> readInput(StringRef path) {
-  auto buffer = MemoryBuffer::getFile(path);
-  if (!buffer) {
-    errs() << path
-           << ": error: cannot read the file: " << buffer.getError().message()
-           << "\n";
+  std::string problem;
+  std::optional<std::string> text = mimo::readInputFile(
+      path.str(), mimo::kMaxPlanFileBytes, "the input", problem);
+  if (!text) {
+    errs() << problem << "\n";
     return nullptr;
   }
-  return std::move(*buffer);
+  return MemoryBuffer::getMemBufferCopy(*text, path);
 }
 
 /// Reads a plan file, or compiles a model.json, into a plan.

@@ -2,6 +2,7 @@
 
 #include "runtime/core/Safetensors.h"
 
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonReader.h"
 
 #include <nlohmann/json.hpp>
@@ -70,6 +71,11 @@ std::optional<Header> readHeader(const std::string &path, std::string &error) {
     error = path + ": error: " + what;
     return std::nullopt;
   };
+  if (std::string problem = inputFileProblem(path, "the tensor file");
+      !problem.empty()) {
+    error = problem;
+    return std::nullopt;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return fail("cannot open it");

@@ -2,6 +2,7 @@
 
 #include "runtime/exec/Checkpoint.h"
 
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonReader.h"
 #include "runtime/core/LearningRate.h"
 #include "runtime/core/Limits.h"
@@ -250,15 +251,17 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
   if (fs::exists(fs::path(path) / "state.json", ec)) {
     c.dir = path;
   } else if (fs::exists(latest, ec)) {
-    std::ifstream in(latest);
-    std::string name;
-    std::getline(in, name);
+    std::optional<std::string> text = readInputFile(
+        latest.string(), 4096, "the checkpoint's `latest`", error);
+    if (!text)
+      return std::nullopt;
+    std::string name = text->substr(0, text->find('\n'));
     if (name.empty() || name.find('/') != std::string::npos ||
         name.rfind("step-", 0) != 0) {
       error = latest.string() +
               ": error: expected the name of a step-N "
               "directory, found '" +
-              name + "'";
+              (name.size() > 80 ? name.substr(0, 80) + "..." : name) + "'";
       return std::nullopt;
     }
     c.dir = (fs::path(path) / name).string();
@@ -279,16 +282,18 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
   }
   // state.json
   std::string statePath = (fs::path(c.dir) / "state.json").string();
-  std::ifstream stateIn(statePath);
-  if (!stateIn) {
+  if (!fs::exists(statePath, ec)) {
     error = statePath + ": error: cannot open it (an incomplete checkpoint?)";
     return std::nullopt;
   }
-  std::stringstream text;
-  text << stateIn.rdbuf();
-  std::string stateText = text.str();
+  // Read at most a byte past what a state ever holds (1 MiB): a larger
+  // file is refused by the parser without being read whole.
+  std::optional<std::string> stateText = readInputFile(
+      statePath, (int64_t(1) << 20), "the checkpoint state", error);
+  if (!stateText)
+    return std::nullopt;
   std::optional<int64_t> step =
-      parseCheckpointState(stateText, statePath, c.state, error);
+      parseCheckpointState(*stateText, statePath, c.state, error);
   if (!step)
     return std::nullopt;
   c.step = *step;

@@ -2,6 +2,7 @@
 
 #include "runtime/exec/Data.h"
 
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonReader.h"
 #include "runtime/exec/IndexedData.h"
 #include "runtime/exec/Random.h"
@@ -172,6 +173,14 @@ loadJsonl(const ModelConfig &config, const std::string &written,
   if (!fs::exists(path, ec) && !baseDir.empty() &&
       fs::exists(fs::path(baseDir) / path, ec))
     path = (fs::path(baseDir) / path).string();
+  if (fs::exists(path, ec)) {
+    // A FIFO or a device would block or never end (InputFile.h).
+    std::string problem = inputFileProblem(path, "the jsonl data");
+    if (!problem.empty()) {
+      errors.push_back(planFile + ": " + pointer + ": " + problem);
+      return nullptr;
+    }
+  }
   std::ifstream in(path);
   if (!in) {
     errors.push_back(
@@ -375,6 +384,9 @@ std::string firstRecordProblem(const ModelConfig &config,
     std::string error;
     return readIndexedDataset(path, dataset, error) ? "" : error;
   }
+  std::string problem = inputFileProblem(path, "the data");
+  if (!problem.empty())
+    return problem;
   std::ifstream in(path);
   std::string line;
   int64_t number = 0;

@@ -2,6 +2,8 @@
 
 #include "runtime/exec/IndexedData.h"
 
+#include "runtime/core/InputFile.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -50,7 +52,10 @@ public:
       munmap(data, static_cast<size_t>(size));
   }
   bool open(const std::string &path, std::string &error) {
-    int fd = ::open(path.c_str(), O_RDONLY);
+    error = inputFileProblem(path, "the token data");
+    if (!error.empty())
+      return false;
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
       error = path + ": error: cannot open it";
       return false;
@@ -171,6 +176,11 @@ bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
   out = IndexedDataset();
   out.idxPath = prefix + ".idx";
   out.binPath = prefix + ".bin";
+  if (std::string problem = inputFileProblem(out.idxPath, "the index");
+      !problem.empty() && std::filesystem::exists(out.idxPath)) {
+    error = problem;
+    return false;
+  }
   std::ifstream in(out.idxPath, std::ios::binary);
   if (!in) {
     error = out.idxPath + ": error: cannot open it";

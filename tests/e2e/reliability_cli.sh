@@ -116,5 +116,38 @@ assert [x['step'] for x in a] == [5], a" "$work/after.jsonl" 2>/dev/null &&
     { cat "$work/after.out"; ls "$work/re"; fail "re-save killed at point $k (rc $rc, latest $latest)"; }
 done
 
+# 6. Inputs that would block or never end are refused at once (a FIFO or
+# a device as the plan, the data, a checkpoint's latest or state.json, a
+# profile), and huge ones without reading them whole.
+expect_refusal() { # NAME PATTERN COMMAND...
+  local name=$1 pattern=$2
+  shift 2
+  timeout 30 "$@" >"$work/refused.out" 2>"$work/refused.err"
+  local rc=$?
+  [ $rc -eq 1 ] && grep -q -- "$pattern" "$work/refused.err" && [ "$(wc -c <"$work/refused.err")" -lt 2000 ] &&
+    pass "$name: exit 1" || { head -c 600 "$work/refused.err"; fail "$name (rc $rc)"; }
+}
+mkfifo "$work/in.fifo"
+expect_refusal "a FIFO as the plan" "the plan is a FIFO" "$bin/mimo-run" "$work/in.fifo"
+expect_refusal "/dev/zero as the plan" "the plan is a character device" "$bin/mimo-run" /dev/zero
+expect_refusal "a FIFO as --profile" "is a FIFO" "$bin/mimoc" simulate "$plan" --profile "$work/in.fifo"
+mkdir -p "$work/fifodata"
+python3 "$here/jsonl_model.py" "$examples/vlm-fan-in.json" "$work/fifodata" 4
+"$bin/mimoc" compile -q "$work/fifodata/jsonl.json" -o "$work/fifodata/plan.json" || fail "compile fifodata"
+rm "$work/fifodata/data.jsonl" && mkfifo "$work/fifodata/data.jsonl"
+expect_refusal "a FIFO as the jsonl data" "the jsonl data is a FIFO" "$bin/mimo-run" "$work/fifodata/plan.json" --steps 1
+for part in latest step-4/state.json; do
+  rm -rf "$work/bad" && cp -r "$ck" "$work/bad" && rm "$work/bad/$part" && mkfifo "$work/bad/$part"
+  expect_refusal "a FIFO as the checkpoint's $part" "is a FIFO" \
+    "$bin/mimo-run" "$plan" --device cpu --steps 6 --load "$work/bad"
+done
+rm -rf "$work/bad" && cp -r "$ck" "$work/bad"
+python3 -c "open('$work/bad/latest','w').write('step-' + '9' * 10000000)"
+expect_refusal "a 10 MB latest" "more than the 4096 bytes" \
+  "$bin/mimo-run" "$plan" --device cpu --steps 6 --load "$work/bad"
+rm -rf "$work/bad" && cp -r "$ck" "$work/bad" && truncate -s 2G "$work/bad/step-4/state.json"
+expect_refusal "a 2 GB state.json" "more than the 1.0 MiB" \
+  "$bin/mimo-run" "$plan" --device cpu --steps 6 --load "$work/bad"
+
 echo "$failures failure(s)"
 [ $failures -eq 0 ]

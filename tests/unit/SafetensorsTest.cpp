@@ -124,7 +124,7 @@ TEST(Safetensors, BadFilesAreRefusedNamingFileAndTensor) {
         << c.name;
   std::string error;
   EXPECT_FALSE(st::readHeader(pathOf("absent"), error));
-  EXPECT_NE(error.find("cannot open it"), std::string::npos);
+  EXPECT_NE(error.find("cannot open the tensor file"), std::string::npos);
 }
 
 } // namespace

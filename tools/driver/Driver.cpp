@@ -8,6 +8,7 @@
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
 #include "passes/Passes.h"
+#include "runtime/core/InputFile.h"
 #include "runtime/core/JsonLocator.h"
 #include "runtime/exec/Data.h"
 
@@ -183,15 +184,31 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
 
 CompileResult compileModelFile(mlir::MLIRContext &context, llvm::StringRef path,
                                const CompileOptions &options) {
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
-  if (!buffer) {
+  if (path == "-") {
+    auto buffer = llvm::MemoryBuffer::getSTDIN();
+    if (!buffer) {
+      CompileResult result;
+      result.diagnostics.push_back(Diagnostic::error(
+          "", "cannot read standard input: " + buffer.getError().message()));
+      return result;
+    }
+    return compileModel(context, path, (*buffer)->getBuffer(), options);
+  }
+  // A regular file of at most 64 MiB (a FIFO, /dev/zero or a huge file is
+  // refused before anything is read: runtime/core/InputFile.h).
+  std::string problem;
+  std::optional<std::string> text = readInputFile(
+      path.str(), kMaxModelFileBytes, "the model", problem);
+  if (!text) {
     CompileResult result;
+    // The message names the file already: strip "PATH: error: ".
+    const std::string prefix = path.str() + ": error: ";
     result.diagnostics.push_back(Diagnostic::error(
-        "", "cannot read the file: " + buffer.getError().message() +
-                "; check the path"));
+        "", problem.rfind(prefix, 0) == 0 ? problem.substr(prefix.size())
+                                          : problem));
     return result;
   }
-  return compileModel(context, path, (*buffer)->getBuffer(), options);
+  return compileModel(context, path, *text, options);
 }
 
 void printDiagnostics(llvm::raw_ostream &os, llvm::StringRef file,
