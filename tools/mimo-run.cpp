@@ -40,7 +40,7 @@ const char *kUsage =
     "                [--save DIR] [--save-every N] [--load DIR|DIR/step-N]\n"
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
     "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
-    "                [--overlap | --no-overlap]\n"
+    "                [--overlap | --no-overlap] [--on-nonfinite stop|skip]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -90,6 +90,11 @@ const char *kHelp =
     "                       default on cuda)\n"
     "  --no-overlap         every message and collective blocks its rank\n"
     "                       until done (the default on cpu)\n"
+    "  --on-nonfinite P     a step whose loss or gradient norm is not finite:\n"
+    "                       stop (the default: exit 2 before its update,\n"
+    "                       naming the step and the first non-finite\n"
+    "                       gradient) or skip (no update for that step;\n"
+    "                       metrics mark it \"skipped\")\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
     "                       messages, and write the profile mimoc simulate\n"
@@ -170,6 +175,7 @@ struct CommandLine {
   double gradBucketMb = 25;
   std::optional<bool> overlap; // unset: on for cuda, off for cpu
   bool reference = false;
+  bool skipNonFinite = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
   bool underMpirun = false;
@@ -277,6 +283,13 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       cli.timeout = *seconds;
     } else if (arg == "--reference") {
       cli.reference = true;
+    } else if (is("--on-nonfinite")) {
+      auto v = value("--on-nonfinite");
+      if (!v || (*v != "stop" && *v != "skip"))
+        return usageError("--on-nonfinite expects stop (the default: exit 2 "
+                          "naming the step and the first non-finite "
+                          "gradient) or skip (no update for that step)");
+      cli.skipNonFinite = *v == "skip";
     } else if (arg == "--calibrate") {
       cli.calibrate = true;
     } else if (is("-o")) {
@@ -544,6 +557,8 @@ public:
                   static_cast<long long>(m.step), static_cast<long long>(total),
                   m.loss, m.gradNorm, tokensPerSecond);
     std::string text = line;
+    if (m.skipped)
+      text += "  skipped (not finite: no update)";
     if (m.evalLoss) {
       char eval[64];
       std::snprintf(eval, sizeof(eval), "  eval_loss %.6f", *m.evalLoss);
@@ -579,6 +594,8 @@ public:
     }
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
+    if (m.skipped)
+      record["skipped"] = true;
     metrics.write(record.dump() + "\n"); // written at once, unbuffered
   }
 
@@ -692,6 +709,7 @@ int run(int argc, char **argv) {
                       : device::defaultThreads(ranks ? comm::ranksOnThisNode()
                                                      : plan.topology.worldSize);
   options.timeoutSeconds = cli.timeout;
+  options.skipNonFinite = cli.skipNonFinite;
   options.gradBucketBytes =
       static_cast<int64_t>(cli.gradBucketMb * double(int64_t(1) << 20));
   options.overlap = cli.overlap;

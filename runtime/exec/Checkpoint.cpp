@@ -11,8 +11,9 @@
 #include "runtime/exec/Random.h"
 
 #include <cerrno>
-#include <cstring>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -93,6 +94,8 @@ public:
       systemError("size", path);
   }
 
+  const std::string &name() const { return path; }
+
 private:
   std::string path;
   int fd = -1;
@@ -148,8 +151,26 @@ void transferBlock(File &file, const safetensors::Header &header,
         file.readAt(row, cols * 4, at);
     }
   }
-  if (!write && !host.empty())
-    t.device().upload(t.raw(), host.data(), t.bytes());
+  if (!write) {
+    // A damaged or hand-made checkpoint must not train on NaN: every value
+    // finite, and AdamW's second moments never negative.
+    const bool second = name.size() > 11 &&
+                        name.compare(name.size() - 11, 11, ".exp_avg_sq") == 0;
+    for (size_t i = 0; i < host.size(); ++i)
+      if (!std::isfinite(host[i]) || (second && host[i] < 0.0f)) {
+        const int64_t row = p.rowBegin + static_cast<int64_t>(i) / cols;
+        const int64_t col = p.colBegin + static_cast<int64_t>(i) % cols;
+        throw std::runtime_error(
+            file.name() + ": error: tensor '" + name + "' holds " +
+            std::to_string(host[i]) + " at [" + std::to_string(row) + ", " +
+            std::to_string(col) + "]" +
+            (second && std::isfinite(host[i]) ? " (a second moment below 0)"
+                                              : "") +
+            "; the checkpoint is damaged: load an earlier step");
+      }
+    if (!host.empty())
+      t.device().upload(t.raw(), host.data(), t.bytes());
+  }
 }
 
 } // namespace
@@ -269,8 +290,7 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
     // (finishCheckpoint): killed in between, step-N is that checkpoint.
     const std::string resave = ".resave";
     if (name.size() > resave.size() &&
-        name.compare(name.size() - resave.size(), resave.size(), resave) ==
-            0 &&
+        name.compare(name.size() - resave.size(), resave.size(), resave) == 0 &&
         !fs::exists(c.dir, ec))
       c.dir = (fs::path(path) / name.substr(0, name.size() - resave.size()))
                   .string();

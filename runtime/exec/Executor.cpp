@@ -163,6 +163,17 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
     // peers will never match (nccl); the first failure wins (local).
     comm.fail(e.what());
     return e.what();
+  } catch (const NonFiniteStep &e) {
+    // Every rank stops with the same text; rank 0 reports it (under mpirun
+    // its abort ends the others, which wait for it rather than exit first).
+    if (e.reporter) {
+      comm.fail(e.what());
+      return e.what();
+    }
+    if (std::string(comm.backendName()) != "local")
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(options.timeoutSeconds));
+    return e.what();
   } catch (const std::exception &e) {
     std::string where = executor ? executor->where() : std::string("setup");
     if (executor && std::string(e.what()).rfind("injected", 0) == 0)
@@ -254,6 +265,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // the emulation keeps sends on the rank's own thread.
       overlap.sendsAhead = on && !ncclLike;
       overlap.logitChunkBytes = options.logitChunkBytes;
+      overlap.skipNonFinite = options.skipNonFinite;
       overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),
@@ -309,9 +321,12 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
   std::vector<TraceEvent> events;
+  RankOptions rankOptions;
+  rankOptions.skipNonFinite = options.skipNonFinite;
+  rankOptions.logitChunkBytes = options.logitChunkBytes;
   std::string failure =
       runRank(plan, comm.rank(), comm, *data.train, data.eval.get(), local,
-              Clock::now(), result, events);
+              Clock::now(), result, events, rankOptions);
   if (!failure.empty()) {
     // The backend tears the job down; reaching here means it could not.
     comm.fail(failure);

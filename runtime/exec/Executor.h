@@ -45,6 +45,9 @@ struct StepMetrics {
   /// what its device allocated: parameters, gradients, moments,
   /// activations, buffers) and that rank; -1 when the device does not say.
   int64_t peakBytes = -1, peakRank = -1;
+  /// The loss or the gradient norm was not finite and the step was skipped
+  /// (RunOptions::skipNonFinite): no update.
+  bool skipped = false;
 };
 
 /// The trace's streams of a rank: its instructions, the collectives its
@@ -105,6 +108,10 @@ struct RunOptions {
   /// The most bytes of fp32 logits the last language stage computes at
   /// once (its head, loss and their gradient go chunk by chunk).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// A step whose loss or gradient norm is not finite: stop the run (exit
+  /// 2 naming the step and the first non-finite gradient), or skip it (no
+  /// update; mimo-run --on-nonfinite skip).
+  bool skipNonFinite = false;
   /// MIMO_INJECT_FAULT=RANK:STEP (1-based step).
   std::optional<std::pair<int64_t, int64_t>> fault;
   /// Where jsonl data paths are resolved, and the plan's name in messages.

@@ -22,7 +22,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
                            const RankOptions &overlap)
     : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
       data(data), evalData(evalData), active(&data), origin(origin),
-      encoders(encodersOf(plan.config)) {
+      encoders(encodersOf(plan.config)), skipNonFinite(overlap.skipNonFinite) {
   for (int64_t r = 0; r < topo.worldSize; ++r)
     world.push_back(r);
   modules.resize(topo.modules.size());
@@ -48,6 +48,7 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   metrics.step = step + 1;
   metrics.loss = stepLoss;
   metrics.gradNorm = stepNorm;
+  metrics.skipped = stepSkipped;
   metrics.lr = learningRate(plan.config.train, step + 1);
   metrics.flops = stepFlops;
   metrics.peakBytes = stepPeakBytes;

@@ -45,6 +45,16 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A step whose loss or gradient norm is not finite (docs/runtime.md
+/// "Failures"): every rank stops with the same text, which names the step
+/// and the first non-finite gradient; rank 0 (`reporter`) reports it.
+class NonFiniteStep : public RankFailure {
+public:
+  NonFiniteStep(const std::string &what, bool reporter)
+      : RankFailure(what), reporter(reporter) {}
+  bool reporter;
+};
+
 struct ModuleState {
   size_t index = 0;
   const ModuleTopology *topo = nullptr;
@@ -80,6 +90,9 @@ struct RankOptions {
   /// The most bytes of fp32 logits the last language stage holds at once
   /// (core/MemoryPlan.h logitChunkRows).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// A step whose loss or gradient norm is not finite is skipped (no
+  /// update, its gradients dropped) instead of stopping the run.
+  bool skipNonFinite = false;
 };
 
 /// The tag channel of a rank's send channel (its messages carry their own
@@ -242,6 +255,11 @@ private:
   std::vector<InFlight> inFlight;
   std::unique_ptr<comm::Channel> sendChannel;
   double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
+  /// The last step's loss or norm was not finite and it was skipped.
+  bool stepSkipped = false;
+  bool skipNonFinite = false;
+  std::string firstNonFiniteGradient();
+  [[noreturn]] void stopOnNonFinite();
   /// The largest rank's peak device memory in the step (-1: untracked).
   int64_t stepPeakBytes = -1, stepPeakRank = -1;
   int64_t stepTokens = 0;

@@ -396,6 +396,20 @@ void RankExecutor::optimizerStep() {
       stepPeakBytes = static_cast<int64_t>(host[static_cast<size_t>(2 + r)]);
       stepPeakRank = r;
     }
+  stepSkipped = false;
+  if (!std::isfinite(stepNorm) || !std::isfinite(stepLoss)) {
+    // Every rank has the same sums (one all-reduce), so all decide alike,
+    // before any update: the weights stay those of the step before.
+    if (skipNonFinite) {
+      for (auto &m : modules)
+        if (m)
+          dev.fillZero(m->stage->flat().grads.raw(),
+                       m->stage->flat().grads.bytes());
+      stepSkipped = true;
+      return;
+    }
+    stopOnNonFinite();
+  }
   const TrainConfig &train = plan.config.train;
   device::AdamWStep adam;
   adam.lr = learningRate(train, stepIndex + 1);
@@ -415,6 +429,55 @@ void RankExecutor::optimizerStep() {
     dev.fillZero(flat.grads.raw(), flat.grads.bytes());
     m->stage->refreshWorking();
   }
+}
+
+/// The first gradient of this rank (in model order) holding a value that
+/// is not finite, as "'name' (rank R, element [i, j] = nan)"; "" if none.
+std::string RankExecutor::firstNonFiniteGradient() {
+  for (auto &m : modules) {
+    if (!m)
+      continue;
+    for (Param &p : m->stage->params()) {
+      std::vector<float> host = p.grad.toHost();
+      for (size_t i = 0; i < host.size(); ++i)
+        if (!std::isfinite(host[i])) {
+          const int64_t cols = p.colEnd - p.colBegin;
+          const int64_t row = p.rowBegin + static_cast<int64_t>(i) / cols;
+          const int64_t col = p.colBegin + static_cast<int64_t>(i) % cols;
+          return "'" + p.name + "' (rank " + std::to_string(rank) +
+                 ", element [" + std::to_string(row) + ", " +
+                 std::to_string(col) + "] = " + std::to_string(host[i]) + ")";
+        }
+    }
+  }
+  return "";
+}
+
+/// Stops every rank with one text: the step, the loss and the norm, and
+/// the lowest rank's first non-finite gradient (gathered over the host
+/// messages), reported by rank 0.
+void RankExecutor::stopOnNonFinite() {
+  std::string mine = firstNonFiniteGradient();
+  std::string first = comm::firstProblem(comm, mine);
+  // firstProblem prefixes another rank's text with "rank R: ".
+  if (first.rfind("rank ", 0) == 0 && first.find(": '") != std::string::npos)
+    first = first.substr(first.find(": '") + 2);
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers,
+                "the loss is %g and the gradient "
+                "norm %g",
+                stepLoss, stepNorm);
+  throw NonFiniteStep(
+      "step " + std::to_string(stepIndex + 1) + ": " + numbers +
+          (first.empty() ? std::string("; every gradient is finite, the loss "
+                                       "is not")
+                         : "; the first non-finite gradient is " + first) +
+          ". The run stops before this step's update (the weights are " +
+          (stepIndex == 0 ? std::string("the initial ones")
+                          : "those after step " + std::to_string(stepIndex)) +
+          "); look for inputs out of range (features, a learning rate too "
+          "high), or pass --on-nonfinite skip to skip such steps",
+      rank == 0);
 }
 
 } // namespace mimo::exec

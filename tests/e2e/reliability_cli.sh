@@ -9,6 +9,9 @@ bin=$(cd "$1" && pwd) examples=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
+  OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -148,6 +151,67 @@ expect_refusal "a 10 MB latest" "more than the 4096 bytes" \
 rm -rf "$work/bad" && cp -r "$ck" "$work/bad" && truncate -s 2G "$work/bad/step-4/state.json"
 expect_refusal "a 2 GB state.json" "more than the 1.0 MiB" \
   "$bin/mimo-run" "$plan" --device cpu --steps 6 --load "$work/bad"
+
+# 7. Not finite: features of 3.4e38 make the loss NaN. The run stops
+# before the update (exit 2, one message naming the step and the first
+# non-finite gradient), locally and under mpirun; --on-nonfinite skip
+# trains on with no update (the weights stay the initial ones).
+mkdir -p "$work/nan"
+python3 "$here/jsonl_model.py" "$examples/vlm-fan-in.json" "$work/nan" 5
+python3 - "$work/nan" <<'PY'
+import json, sys
+d = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{d}/data.jsonl")]
+for s in lines:
+    if "images" in s:
+        s["images"]["features"] = [[3.4e38] * len(r) for r in s["images"]["features"]]
+open(f"{d}/data.jsonl", "w").write("".join(json.dumps(s) + "\n" for s in lines))
+PY
+"$bin/mimoc" compile -q "$work/nan/jsonl.json" -o "$work/nan/plan.json" || fail "compile nan"
+"$bin/mimo-run" "$work/nan/plan.json" --steps 3 --metrics "$work/nan/m.jsonl" >"$work/nan/out" 2>"$work/nan/err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c "step 1: the loss is" "$work/nan/err")" -eq 1 ] &&
+  grep -q "the first non-finite gradient is '[a-z_.0-9]*' (rank [0-9]" "$work/nan/err" &&
+  ! grep -q "^step 1/3" "$work/nan/out" && [ ! -s "$work/nan/m.jsonl" ] &&
+  pass "a NaN loss: exit 2 before the update, naming the step and the gradient" ||
+  { cat "$work/nan/err"; fail "NaN stop (rc $rc)"; }
+mpirun -np 8 "$bin/mimo-run" "$work/nan/plan.json" --steps 3 --timeout 60 >"$work/nan/mpi.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c "step 1: the loss is" "$work/nan/mpi.out")" -eq 1 ] &&
+  pass "a NaN loss under mpirun -np 8: exit $rc, the message once" ||
+  { cat "$work/nan/mpi.out"; fail "NaN stop under mpirun (rc $rc)"; }
+"$bin/mimo-run" "$work/nan/plan.json" --steps 2 --on-nonfinite skip --metrics "$work/nan/skip.jsonl" \
+  --save "$work/nan/ck" --save-every 1 >"$work/nan/skip.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "skipped (not finite: no update)" "$work/nan/skip.out" &&
+  python3 -c "import json,sys
+l=[json.loads(x) for x in open(sys.argv[1])]
+assert [x.get('skipped') for x in l] == [True, True], l" "$work/nan/skip.jsonl" &&
+  cmp -s "$work/nan/ck/step-1/model.safetensors" "$work/nan/ck/step-2/model.safetensors" &&
+  cmp -s "$work/nan/ck/step-1/optimizer.safetensors" "$work/nan/ck/step-2/optimizer.safetensors" &&
+  "$bin/mimo-run" "$work/nan/plan.json" --steps 3 --on-nonfinite skip --load "$work/nan/ck" >/dev/null 2>&1 &&
+  pass "--on-nonfinite skip: exit 0, steps marked skipped, no update (steps 1 and 2 saved alike, finite)" ||
+  { cat "$work/nan/skip.out"; fail "skip (rc $rc)"; }
+
+# 8. A checkpoint holding NaN is refused, naming the file and the tensor.
+rm -rf "$work/bad" && cp -r "$ck" "$work/bad"
+python3 - "$work/bad/step-4/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+name = sorted(k for k in header if k != "__metadata__")[0]
+begin = 8 + n + header[name]["data_offsets"][0]
+data[begin + 4:begin + 8] = struct.pack("<f", float("nan"))
+open(path, "wb").write(bytes(data))
+print(name)
+PY
+"$bin/mimo-run" "$plan" --device cpu --steps 6 --load "$work/bad" >/dev/null 2>"$work/badnan.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "step-4/model.safetensors: error: tensor '.*' holds nan at \[0, 1\]" "$work/badnan.err" &&
+  pass "a checkpoint tensor holding NaN: exit $rc naming the file and tensor" ||
+  { cat "$work/badnan.err"; fail "NaN checkpoint (rc $rc)"; }
 
 echo "$failures failure(s)"
 [ $failures -eq 0 ]
