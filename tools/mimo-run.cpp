@@ -41,6 +41,7 @@ const char *kUsage =
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
     "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
     "                [--overlap | --no-overlap] [--on-nonfinite stop|skip]\n"
+    "                [--load-other-run]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -70,7 +71,11 @@ const char *kHelp =
     "  --save DIR           write checkpoints to DIR/step-N at the end ...\n"
     "  --save-every N       ... and every N steps\n"
     "  --load PATH          resume from DIR (its latest) or DIR/step-N, saved\n"
-    "                       in any layout of the same model\n"
+    "                       in any layout of the same model (its name, seed\n"
+    "                       and architecture are checked)\n"
+    "  --load-other-run     accept a checkpoint of another run of this\n"
+    "                       architecture (another model name or seed):\n"
+    "                       starting from it on purpose\n"
     "  --metrics FILE       one JSON object per step: step, loss, grad_norm,\n"
     "                       lr, tokens, seconds, tokens_per_s, tflops, mfu\n"
     "                       (GPU), peak_bytes and peak_rank (the most device\n"
@@ -176,6 +181,7 @@ struct CommandLine {
   std::optional<bool> overlap; // unset: on for cuda, off for cpu
   bool reference = false;
   bool skipNonFinite = false;
+  bool loadOtherRun = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
   bool underMpirun = false;
@@ -283,6 +289,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       cli.timeout = *seconds;
     } else if (arg == "--reference") {
       cli.reference = true;
+    } else if (arg == "--load-other-run") {
+      cli.loadOtherRun = true;
     } else if (is("--on-nonfinite")) {
       auto v = value("--on-nonfinite");
       if (!v || (*v != "stop" && *v != "skip"))
@@ -323,6 +331,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
                       "MODEL.json -o PLAN.json)");
   if (cli.saveEvery > 0 && cli.saveDir.empty())
     return usageError("--save-every needs --save DIR");
+  if (cli.loadOtherRun && cli.loadPath.empty())
+    return usageError("--load-other-run goes with --load PATH");
   return std::nullopt;
 }
 
@@ -499,8 +509,8 @@ bool prepareRun(const CommandLine &cli, const Plan &plan,
     }
   if (!cli.loadPath.empty()) {
     std::string problem;
-    std::optional<exec::Checkpoint> checkpoint =
-        exec::openCheckpoint(cli.loadPath, plan.config, problem);
+    std::optional<exec::Checkpoint> checkpoint = exec::openCheckpoint(
+        cli.loadPath, plan.config, problem, cli.loadOtherRun);
     if (!checkpoint) {
       error = "mimo-run: " + problem;
       return false;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace mimo {
 
@@ -58,16 +60,44 @@ struct ScanProblem {
   std::string message;
 };
 
-/// One pass over the text: nesting depth and the range of every number.
-/// Tolerates invalid JSON (nlohmann reports that afterwards).
+/// One pass over the text: nesting depth, keys given twice in one object
+/// (nlohmann would keep the last silently), and the range of every
+/// number. Tolerates invalid JSON (nlohmann reports that afterwards).
 std::optional<ScanProblem> scan(std::string_view text) {
   int depth = 0;
+  // The keys of each open object (nothing for arrays), as written.
+  struct Frame {
+    bool object = false;
+    std::unordered_map<std::string_view, size_t> keys;
+  };
+  std::vector<Frame> frames;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (c == '"') {
+      const size_t begin = i + 1;
       for (++i; i < text.size() && text[i] != '"'; ++i)
         if (text[i] == '\\')
           ++i;
+      if (frames.empty() || !frames.back().object || i >= text.size())
+        continue;
+      size_t next = i + 1;
+      while (next < text.size() && (text[next] == ' ' || text[next] == '\t' ||
+                                    text[next] == '\n' || text[next] == '\r'))
+        ++next;
+      if (next < text.size() && text[next] == ':') {
+        std::string_view key = text.substr(begin, i - begin);
+        auto [at, fresh] = frames.back().keys.emplace(key, begin - 1);
+        if (!fresh) {
+          std::string shown(key.substr(0, 60));
+          return ScanProblem{
+              begin - 1,
+              "the key '" + shown + "' appears twice in one object (first " +
+                  "at line " +
+                  std::to_string(
+                      JsonLocator::positionOfOffset(text, at->second).line) +
+                  "); remove one of them"};
+        }
+      }
       continue;
     }
     if (c == '{' || c == '[') {
@@ -76,10 +106,13 @@ std::optional<ScanProblem> scan(std::string_view text) {
                                   std::to_string(kMaxJsonDepth) +
                                   " levels; mimo's formats nest at most a "
                                   "few levels: remove the extra nesting"};
+      frames.push_back(Frame{c == '{', {}});
       continue;
     }
     if (c == '}' || c == ']') {
       depth = std::max(0, depth - 1);
+      if (!frames.empty())
+        frames.pop_back();
       continue;
     }
     if (c == '-' || (c >= '0' && c <= '9')) {

@@ -265,7 +265,7 @@ std::optional<int64_t> parseCheckpointState(std::string_view text,
 
 std::optional<Checkpoint> openCheckpoint(const std::string &path,
                                          const ModelConfig &config,
-                                         std::string &error) {
+                                         std::string &error, bool otherRun) {
   std::error_code ec;
   Checkpoint c;
   fs::path latest = fs::path(path) / "latest";
@@ -365,6 +365,60 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
   if (!check(kModelFile, expected.model, c.model) ||
       !check(kOptimizerFile, expected.optimizer, c.optimizer))
     return std::nullopt;
+  // Whose checkpoint it is: this architecture always; this model and seed
+  // unless the caller starts from another run on purpose.
+  const nlohmann::json &state = c.state;
+  auto text = [&](const char *key) {
+    auto it = state.find(key);
+    return it == state.end() ? std::string("(missing)")
+           : it->is_string() ? it->get<std::string>()
+                             : it->dump();
+  };
+  if (text("architecture_digest") != architectureDigest(config)) {
+    error = statePath + ": /architecture_digest: error: '" +
+            text("architecture_digest") + "' is not this model's ('" +
+            architectureDigest(config) +
+            "'), though the tensors fit: the state was edited or belongs to "
+            "another checkpoint; load a checkpoint written by mimo-run";
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  for (const ModuleConfig &m : config.modules)
+    names.push_back(m.name);
+  std::vector<std::string> saved;
+  auto layout = state.find("layout");
+  if (layout != state.end() && layout->is_object() &&
+      layout->contains("modules") && (*layout)["modules"].is_array())
+    for (const nlohmann::json &m : (*layout)["modules"])
+      saved.push_back(m.is_object() && m.contains("name") &&
+                              m["name"].is_string()
+                          ? m["name"].get<std::string>()
+                          : std::string("?"));
+  if (saved != names) {
+    std::string list;
+    for (const std::string &n : saved)
+      list += (list.empty() ? "" : ", ") + n;
+    error = statePath + ": /layout/modules: error: the checkpoint's modules (" +
+            (list.empty() ? std::string("none") : list) +
+            ") are not this model's; load a checkpoint of this model";
+    return std::nullopt;
+  }
+  if (!otherRun && text("model") != config.name) {
+    error = statePath + ": /model: error: the checkpoint is of model '" +
+            text("model") + "', this is '" + config.name +
+            "'; to start from another run's weights on purpose (fine-tuning), "
+            "pass --load-other-run";
+    return std::nullopt;
+  }
+  if (!otherRun && text("seed") != nlohmann::json(config.seed).dump()) {
+    error = statePath +
+            ": /seed: error: the checkpoint was trained with seed " +
+            text("seed") + ", this model has " + std::to_string(config.seed) +
+            " (resuming with another seed changes the data order); set "
+            "\"seed\" back, or pass --load-other-run to start from it on "
+            "purpose";
+    return std::nullopt;
+  }
   return c;
 }
 

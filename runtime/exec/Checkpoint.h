@@ -71,12 +71,15 @@ std::optional<int64_t> parseCheckpointState(std::string_view text,
                                             std::string &error);
 
 /// Finds the checkpoint at `path` (DIR, resolved through DIR/latest, or a
-/// step-N directory itself) and checks it against `config`; on a problem
-/// returns nullopt with `error` naming the file and, where one is at
-/// fault, the tensor.
+/// step-N directory itself) and checks it against `config`: its tensors,
+/// architecture digest and modules always, its model name and seed unless
+/// `otherRun` (starting from another run's weights on purpose); on a
+/// problem returns nullopt with `error` naming the file and, where one is
+/// at fault, the tensor or the state's key.
 std::optional<Checkpoint> openCheckpoint(const std::string &path,
                                          const ModelConfig &config,
-                                         std::string &error);
+                                         std::string &error,
+                                         bool otherRun = false);
 
 /// Whether `dir` can hold checkpoints (created when missing); the reason
 /// when not.

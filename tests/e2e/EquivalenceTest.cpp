@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -252,6 +254,92 @@ TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
                 1e-5);
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, AnotherModelSeedDigestOrModulesIsRefused) {
+  json model = example("vlm-fan-in.json");
+  std::string dir = scratchDir("identity");
+  ASSERT_EQ(trainFrom(model, 1, dir).exitCode, 0);
+  auto openAs = [&](const json &as, bool otherRun, std::string &error) {
+    ParseResult parsed = parseModelConfig(as.dump(), "model.json");
+    EXPECT_TRUE(parsed.config);
+    return parsed.config &&
+           exec::openCheckpoint(dir, *parsed.config, error, otherRun);
+  };
+  std::string error;
+  EXPECT_TRUE(openAs(model, false, error)) << error;
+  json renamed = model;
+  renamed["name"] = "other";
+  EXPECT_FALSE(openAs(renamed, false, error));
+  EXPECT_NE(error.find("state.json: /model: error: the checkpoint is of model "
+                       "'vlm-fan-in', this is 'other'; to start from another "
+                       "run's weights on purpose (fine-tuning), pass "
+                       "--load-other-run"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(openAs(renamed, true, error)) << error;
+  json reseeded = model;
+  reseeded["seed"] = 7;
+  EXPECT_FALSE(openAs(reseeded, false, error));
+  EXPECT_NE(error.find("/seed: error: the checkpoint was trained with seed"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(openAs(reseeded, true, error)) << error;
+  // An edited state: the digest or the modules of another model; a tensor
+  // named twice in a header. Refused even for another run.
+  const std::string state = dir + "/step-1/state.json";
+  json original = json::parse(std::ifstream(state));
+  auto rewrite = [&](const json &s) { std::ofstream(state) << s.dump(2); };
+  json edited = original;
+  edited["architecture_digest"] = "0123";
+  rewrite(edited);
+  EXPECT_FALSE(openAs(model, true, error));
+  EXPECT_NE(error.find("/architecture_digest: error: '0123' is not this "
+                       "model's"),
+            std::string::npos)
+      << error;
+  edited = original;
+  edited["layout"]["modules"][0]["name"] = "audio";
+  rewrite(edited);
+  EXPECT_FALSE(openAs(model, true, error));
+  EXPECT_NE(error.find("/layout/modules: error: the checkpoint's modules "
+                       "(audio, language) are not this model's"),
+            std::string::npos)
+      << error;
+  rewrite(original);
+  EXPECT_TRUE(openAs(model, false, error)) << error;
+  const std::string file = dir + "/step-1/model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Rename the header's second tensor to the first one's name, same length.
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i)
+    length = (length << 8) | static_cast<unsigned char>(bytes[i]);
+  json header = json::parse(bytes.substr(8, length));
+  std::vector<std::string> names;
+  for (auto &[key, value] : header.items())
+    if (key != "__metadata__")
+      names.push_back(key);
+  ASSERT_GE(names.size(), 2u);
+  std::string twin;
+  for (const std::string &a : names)
+    for (const std::string &b : names)
+      if (twin.empty() && a != b && a.size() == b.size()) {
+        size_t at = bytes.find("\"" + b + "\"", 8);
+        ASSERT_NE(at, std::string::npos);
+        bytes.replace(at + 1, b.size(), a);
+        twin = a;
+      }
+  ASSERT_FALSE(twin.empty());
+  std::ofstream(file, std::ios::binary) << bytes;
+  EXPECT_FALSE(openAs(model, true, error));
+  EXPECT_NE(error.find("the key '" + twin + "' appears twice"),
+            std::string::npos)
+      << error;
   std::filesystem::remove_all(dir);
 }
 

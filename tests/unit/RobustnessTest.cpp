@@ -59,6 +59,25 @@ TEST(JsonReader, DeepNestingIsRefusedBeforeParsing) {
       parseJsonText("{\"a\": \"" + std::string(1000, '[') + "\"}", error));
 }
 
+TEST(JsonReader, AKeyGivenTwiceInOneObjectIsRefusedWithBothPlaces) {
+  // nlohmann would keep the last silently: a model.json with two "tp" or a
+  // safetensors header naming a tensor twice is refused.
+  Diagnostic error;
+  ASSERT_FALSE(parseJsonText(
+      "{\n  \"a\": 1,\n  \"b\": {\"a\": 2},\n  \"a\": 3\n}", error));
+  EXPECT_EQ(error.position.line, 4);
+  EXPECT_EQ(error.position.column, 3);
+  EXPECT_NE(error.message.find("the key 'a' appears twice in one object "
+                               "(first at line 2)"),
+            std::string::npos)
+      << error.message;
+  // The same key in sibling or nested objects, or as a value, is fine.
+  EXPECT_TRUE(parseJsonText(
+      "[{\"a\": 1}, {\"a\": 2, \"b\": {\"a\": \"a\"}}, \"a\"]", error));
+  EXPECT_TRUE(
+      parseJsonText("{\"k\": [\"k\", {\"k\": 1}], \"x\": \"k\"}", error));
+}
+
 TEST(JsonReader, NumbersBeyondDoubleAreRefusedWithTheirPlace) {
   Diagnostic error;
   for (const char *number : {"1e999", "-1e999", "1E+400"}) {
