@@ -13,6 +13,7 @@
 #include "runtime/comm/Comm.h"
 #include "runtime/core/BuildInfo.h"
 #include "runtime/core/InputFile.h"
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/OutputFile.h"
 #include "runtime/core/PlanFile.h"
 #include "runtime/device/Devices.h"
@@ -475,6 +476,29 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
   if (problem) {
     error = "mimo-run: " + path + ": " + *problem;
     return std::nullopt;
+  }
+  // Under ulimit -v (shared clusters), the address space: the layout's
+  // memory and what each compute thread reserves (an OpenBLAS buffer that
+  // cannot be mapped is retried forever, at 100% CPU).
+  if (kind == device::DeviceKind::Cpu) {
+    exec::AddressSpace space = exec::addressSpace();
+    exec::limitHeapArenas(space);
+    const int64_t ranksHere = mpi ? 1 : world;
+    const int64_t threads =
+        cli.threads > 0
+            ? cli.threads
+            : device::defaultThreads(mpi ? comm::ranksOnThisNode() : world);
+    std::vector<RankMemory> estimate = memoryPlan(plan.topology, plan.config);
+    double need = 0;
+    for (int64_t r = 0; r < world; ++r)
+      if (!mpi || r == mpi->rank())
+        need +=
+            static_cast<double>(estimate[static_cast<size_t>(r)].totalBytes);
+    if (std::optional<std::string> tight =
+            exec::addressSpaceProblem(space, need, ranksHere, threads)) {
+      error = "mimo-run: " + path + ": " + *tight;
+      return std::nullopt;
+    }
   }
   return plan;
 }

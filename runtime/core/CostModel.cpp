@@ -89,6 +89,13 @@ Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
   return {0, latency + transfer};
 }
 
+Work CostModel::exchange(const GroupSpan &group, double bytes) const {
+  if (group.size < 2)
+    return {};
+  return exchangeWork(profile, linkBetween(group.first, group.last), group.size,
+                      bytes);
+}
+
 Work CostModel::exchange(const std::vector<int64_t> &group,
                          double bytes) const {
   if (group.size() < 2)
@@ -223,23 +230,39 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   return w;
 }
 
-std::vector<int64_t> CostModel::group(int64_t rank, const Grid &grid,
+CostModel::GroupSpan CostModel::group(int64_t rank, const Grid &grid,
                                       std::initializer_list<Dim> dims) const {
-  std::vector<int64_t> members{rank};
+  // The group is named by its member whose coordinates along `dims` are 0.
+  Coords base = grid.coordsOf(rank);
+  unsigned mask = 0;
   for (Dim dim : dims) {
-    std::vector<int64_t> grown;
-    for (int64_t member : members) {
-      Coords c = grid.coordsOf(member);
+    base[dim] = 0;
+    mask |= 1u << static_cast<unsigned>(dim);
+  }
+  auto key = std::make_tuple(&grid, mask, grid.rankOf(base));
+  auto it = groupCache.find(key);
+  if (it != groupCache.end())
+    return it->second;
+  std::vector<Coords> members{base};
+  for (Dim dim : dims) {
+    std::vector<Coords> grown;
+    for (const Coords &member : members)
       for (int64_t i = 0; i < grid.size(dim); ++i) {
+        Coords c = member;
         c[dim] = i;
-        grown.push_back(grid.rankOf(c));
+        grown.push_back(c);
       }
-    }
     members = std::move(grown);
   }
-  std::sort(members.begin(), members.end());
-  members.erase(std::unique(members.begin(), members.end()), members.end());
-  return members;
+  GroupSpan span;
+  span.first = span.last = grid.rankOf(members.front());
+  span.size = static_cast<int64_t>(members.size());
+  for (const Coords &c : members) {
+    int64_t r = grid.rankOf(c);
+    span.first = std::min(span.first, r);
+    span.last = std::max(span.last, r);
+  }
+  return groupCache.emplace(key, span).first->second;
 }
 
 const StageWork &CostModel::stageWorkOf(size_t module, int64_t stage,
@@ -287,8 +310,8 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
   auto moduleWork = [&](size_t mi, bool backward) {
     const Grid &grid = topology.modules[mi].grid;
     const StageWork &sw = stageWorkOf(mi, grid.coordsOf(rank).pp, backward);
-    const std::vector<int64_t> tpGroup = group(rank, grid, {Dim::TP});
-    const std::vector<int64_t> cpGroup = group(rank, grid, {Dim::CP});
+    const GroupSpan tpGroup = group(rank, grid, {Dim::TP});
+    const GroupSpan cpGroup = group(rank, grid, {Dim::CP});
     w.compute = sw.compute;
     w += exchange(tpGroup, sw.tpBytes) * sw.tpExchanges;
     w += exchange(cpGroup, sw.cpBytes) * sw.cpExchanges;
@@ -306,17 +329,17 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     double samples = B / static_cast<double>(grid.size(Dim::DP));
     double lane = kFloat * samples * S * static_cast<double>(topo.hidden);
     w.compute = memorySeconds(profile, 3 * lane) + kernelSeconds(profile, 6);
-    std::vector<int64_t> members = group(rank, grid, {Dim::TP, Dim::CP});
-    double pieces = static_cast<double>(members.size());
+    GroupSpan members = group(rank, grid, {Dim::TP, Dim::CP});
+    double pieces = static_cast<double>(members.size);
     w += exchange(members, in.op == InstrOp::Shard ? lane : lane / pieces);
     return w;
   }
   case InstrOp::ReduceGrads: {
     const Grid &grid = topology.modules[in.index].grid;
-    std::vector<int64_t> members = group(rank, grid, {Dim::DP, Dim::CP});
+    GroupSpan members = group(rank, grid, {Dim::DP, Dim::CP});
     double bytes = kFloat * localValues(static_cast<size_t>(in.index), rank);
-    double n = static_cast<double>(members.size());
-    if (members.size() > 1)
+    double n = static_cast<double>(members.size);
+    if (members.size > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
     w += exchange(members, bytes);
     return w;
@@ -342,7 +365,7 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     const BridgeTopology &bridge = topology.bridges[in.index];
     bool down = in.op == InstrOp::BridgeBroadcast;
     const Grid &grid = topology.modules[down ? bridge.dst : bridge.src].grid;
-    std::vector<int64_t> members = group(rank, grid, {Dim::TP, Dim::CP});
+    GroupSpan members = group(rank, grid, {Dim::TP, Dim::CP});
     double samples = B / static_cast<double>(grid.size(Dim::DP));
     TokenMoments t = expectedModalityTokens(config, encoderIndex[bridge.src]);
     double bytes =

@@ -129,6 +129,12 @@ public:
   /// (ascending ranks): the exchange mimo's communicators run, every member
   /// sending its piece to the others.
   Work exchange(const std::vector<int64_t> &group, double bytes) const;
+  /// A group as the cost of its collectives sees it: its lowest and
+  /// highest rank (the farthest pair sets the link) and its size.
+  struct GroupSpan {
+    int64_t first = 0, last = 0, size = 1;
+  };
+  Work exchange(const GroupSpan &group, double bytes) const;
 
   const DeviceProfile &deviceProfile() const { return profile; }
   const ClusterConfig &clusterConfig() const { return cluster; }
@@ -149,8 +155,13 @@ private:
                                bool backward) const;
   /// The parameter values `rank` holds of `module`.
   double localValues(size_t module, int64_t rank) const;
-  std::vector<int64_t> group(int64_t rank, const Grid &grid,
-                             std::initializer_list<Dim> dims) const;
+  /// The group of `rank` over `dims` of `grid`, made once per group and
+  /// shared by its members (a step of 2^20 ranks asks for every rank's
+  /// DP x CP group: materialised per rank that is 2^34 ranks).
+  GroupSpan group(int64_t rank, const Grid &grid,
+                  std::initializer_list<Dim> dims) const;
+  mutable std::map<std::tuple<const Grid *, unsigned, int64_t>, GroupSpan>
+      groupCache;
 };
 
 } // namespace mimo

@@ -118,10 +118,32 @@ private:
 
   /// Each send meets exactly one receive with the same shape rule.
   bool matchMessages() {
+    // Each end's count and its first two postings (what a report names):
+    // no allocation per message, which at 2^20 ranks dominated the load.
+    struct Postings {
+      Posting first[2];
+      uint32_t count = 0;
+      size_t size() const { return count; }
+      bool empty() const { return count == 0; }
+      const Posting &operator[](size_t i) const { return first[i]; }
+      void push_back(const Posting &p) {
+        if (count < 2)
+          first[count] = p;
+        ++count;
+      }
+    };
     struct Ends {
-      std::vector<Posting> sends, recvs;
+      Postings sends, recvs;
     };
     std::unordered_map<MessageKey, Ends, MessageKeyHash> messages;
+    size_t expected = 0;
+    for (const Program &program : programs)
+      for (const Instr &in : program.instrs)
+        expected += instrInfo(in.op).isSend ? 1 : 0;
+    messages.reserve(
+        std::min<size_t>(expected * static_cast<size_t>(topology.worldSize) /
+                             std::max<size_t>(programs.size(), 1),
+                         size_t(1) << 26));
     for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
       const std::vector<Instr> &stream = streamOf(rank);
       for (size_t i = 0; i < stream.size(); ++i) {
@@ -175,7 +197,7 @@ private:
                     std::to_string(key.to) + " never receives it",
                 {place(s.rank, s.instr)});
       } else if (ends->sends.size() > 1 || ends->recvs.size() > 1) {
-        const std::vector<Posting> &twice =
+        const Postings &twice =
             ends->sends.size() > 1 ? ends->sends : ends->recvs;
         problem("the " + what + " is " +
                     (ends->sends.size() > 1 ? "sent" : "received") + " " +

@@ -15,6 +15,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -131,7 +134,14 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                           kernelsFromUs + 1e6 * k.startSeconds, 1e6 * k.seconds,
                           std::string(), kDeviceStream});
     };
+    // Tests: MIMO_TEST_HANG=RANK:STEP makes that rank compute forever at
+    // the start of that step (a library stuck in a loop).
+    std::optional<std::pair<int64_t, int64_t>> hang =
+        parseFault(std::getenv("MIMO_TEST_HANG"), nullptr);
     for (; step < steps; ++step) {
+      if (hang && hang->first == rank && hang->second == step + 1)
+        for (;;)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
       if (options.fault && options.fault->first == rank &&
           options.fault->second == step + 1)
         throw RankFailure(
@@ -241,6 +251,13 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   std::vector<std::string> failures(static_cast<size_t>(world));
   std::vector<std::vector<TraceEvent>> events(static_cast<size_t>(world));
   Clock::time_point origin = Clock::now();
+  struct Finish {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<bool> done;
+    int64_t count = 0;
+  } finish;
+  finish.done.assign(static_cast<size_t>(world), false);
   std::vector<std::thread> threads;
   for (int64_t rank = 0; rank < world; ++rank)
     threads.emplace_back([&, rank] {
@@ -274,7 +291,41 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       failures[static_cast<size_t>(rank)] =
           runRank(plan, rank, *c, *data.train, data.eval.get(), local, origin,
                   result, events[static_cast<size_t>(rank)], overlap);
+      std::lock_guard<std::mutex> lock(finish.mutex);
+      finish.done[static_cast<size_t>(rank)] = true;
+      ++finish.count;
+      finish.changed.notify_all();
     });
+  // Once a rank has failed, every other rank is released at once; one
+  // stuck in a computation that never returns (a library looping on an
+  // allocation it cannot get) would keep the run from ending. It is given
+  // --timeout, then the process ends with the failure (exit 2).
+  {
+    std::unique_lock<std::mutex> lock(finish.mutex);
+    std::optional<Clock::time_point> failedAt;
+    while (finish.count < world) {
+      finish.changed.wait_for(lock, std::chrono::milliseconds(200));
+      if (!failedAt && !comm::localWorldFailure(*localWorld).empty())
+        failedAt = Clock::now();
+      if (failedAt && Clock::now() - *failedAt >
+                          std::chrono::duration<double>(
+                              std::max(options.timeoutSeconds, 1.0))) {
+        std::string stuck;
+        for (int64_t r = 0; r < world; ++r)
+          if (!finish.done[static_cast<size_t>(r)])
+            stuck += (stuck.empty() ? "" : " ") + std::to_string(r);
+        std::fflush(stdout);
+        std::fprintf(stderr,
+                     "mimo-run: %s\nmimo-run: rank(s) %s did not stop within "
+                     "--timeout (%g s) of that failure (stuck in a "
+                     "computation); ending the process\n",
+                     comm::localWorldFailure(*localWorld).c_str(),
+                     stuck.c_str(), options.timeoutSeconds);
+        std::fflush(stderr);
+        std::_Exit(2);
+      }
+    }
+  }
   for (std::thread &t : threads)
     t.join();
   std::string first = comm::localWorldFailure(*localWorld);

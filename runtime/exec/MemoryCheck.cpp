@@ -7,7 +7,11 @@
 #include "runtime/device/GpuSelection.h"
 
 #include <algorithm>
+#include <fstream>
 #include <map>
+
+#include <malloc.h>
+#include <sys/resource.h>
 
 namespace mimo::exec {
 
@@ -115,6 +119,74 @@ std::optional<std::string> processMemoryProblem(const Plan &plan, int64_t rank,
   return sharedMemoryProblem(estimate, {rank}, -1,
                              std::max<int64_t>(processesOnNode, 1), kind,
                              available);
+}
+
+AddressSpace addressSpace() {
+  AddressSpace space;
+  auto status = [](const char *key) -> int64_t {
+    std::ifstream in("/proc/self/status");
+    std::string word;
+    int64_t kib = 0;
+    while (in >> word)
+      if (word == key && in >> kib)
+        return kib * 1024;
+    return 0;
+  };
+  struct rlimit as{}, data{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    space.limit = static_cast<int64_t>(as.rlim_cur);
+    space.used = status("VmSize:");
+    space.name = "ulimit -v (RLIMIT_AS)";
+  }
+  if (::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY) {
+    int64_t used = status("VmData:");
+    if (space.limit < 0 ||
+        static_cast<int64_t>(data.rlim_cur) - used < space.limit - space.used) {
+      space.limit = static_cast<int64_t>(data.rlim_cur);
+      space.used = used;
+      space.name = "ulimit -d (RLIMIT_DATA)";
+    }
+  }
+  return space;
+}
+
+int64_t threadReservations(int64_t ranksHere, int64_t threads) {
+  const int64_t MiB = int64_t(1) << 20;
+  const int64_t perThread = 128 * MiB /* OpenBLAS */ + 8 * MiB /* stack */;
+  const int64_t arenas = 4 * 64 * MiB; // limitHeapArenas
+  return std::max<int64_t>(ranksHere, 1) * std::max<int64_t>(threads, 1) *
+             perThread +
+         arenas;
+}
+
+std::optional<std::string> addressSpaceProblem(const AddressSpace &space,
+                                               double needBytes,
+                                               int64_t ranksHere,
+                                               int64_t threads) {
+  if (space.limit < 0)
+    return std::nullopt;
+  const double reserved =
+      static_cast<double>(threadReservations(ranksHere, threads));
+  const double total = static_cast<double>(space.used) + needBytes + reserved;
+  if (total <= static_cast<double>(space.limit))
+    return std::nullopt;
+  return "error: " + space.name + " limits this process to " +
+         formatBytes(static_cast<double>(space.limit)) +
+         " of address space, and this run needs about " + formatBytes(total) +
+         ": the layout's memory " + formatBytes(needBytes) + ", " +
+         formatBytes(reserved) + " that its " +
+         std::to_string(ranksHere * threads) +
+         " compute threads reserve (OpenBLAS maps 128 MiB per thread at its "
+         "first GEMM, and retries forever when it cannot), and " +
+         formatBytes(static_cast<double>(space.used)) +
+         " mapped already; raise the limit (ulimit -v unlimited, or at least "
+         "the total), or run fewer ranks per process (mpirun) or fewer "
+         "--threads";
+}
+
+void limitHeapArenas(const AddressSpace &space) {
+  if (space.limit >= 0)
+    (void)::mallopt(M_ARENA_MAX, 4);
 }
 
 } // namespace mimo::exec

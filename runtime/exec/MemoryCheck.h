@@ -45,6 +45,34 @@ processMemoryProblem(const Plan &plan, int64_t rank, device::DeviceKind kind,
                      int gpus, int64_t localRank, int64_t processesOnNode,
                      AvailableBytes available = nullptr);
 
+/// This process's address-space limits (ulimit -v: RLIMIT_AS; ulimit -d:
+/// RLIMIT_DATA) and what it has mapped already; -1 where unlimited.
+struct AddressSpace {
+  int64_t limit = -1, used = 0;
+  /// Which limit is the tighter one ("ulimit -v" or "ulimit -d").
+  std::string name;
+};
+AddressSpace addressSpace();
+
+/// The address space a process of `ranksHere` CPU ranks of `threads`
+/// threads each reserves besides the layout's memory: per thread, the
+/// 128 MiB buffer OpenBLAS maps at its first GEMM (and retries forever
+/// when it cannot) and its stack, and glibc's per-thread heaps (capped by
+/// limitHeapArenas).
+int64_t threadReservations(int64_t ranksHere, int64_t threads);
+
+/// Under an address-space limit, the refusal when `needBytes` of layout
+/// memory and the threads' reservations would not fit it (naming the
+/// limit, both figures and the fix); nullopt otherwise.
+std::optional<std::string> addressSpaceProblem(const AddressSpace &space,
+                                               double needBytes,
+                                               int64_t ranksHere,
+                                               int64_t threads);
+
+/// Under an address-space limit, caps glibc's heaps at a few (each
+/// reserves 64 MiB of address space); nothing otherwise.
+void limitHeapArenas(const AddressSpace &space);
+
 } // namespace mimo::exec
 
 #endif // MIMO_RUNTIME_EXEC_MEMORYCHECK_H
