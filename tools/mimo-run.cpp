@@ -750,6 +750,7 @@ int run(int argc, char **argv) {
   options.planFile = cli.planPath;
   options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();
   options.collectTrace = !cli.tracePath.empty();
+  options.failureTracePath = cli.tracePath;
   if (!prepareRun(cli, plan, options, printer, error))
     return fail(error);
 

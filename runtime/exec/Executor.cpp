@@ -6,6 +6,7 @@
 #include "runtime/core/Flops.h"
 #include "runtime/core/LearningRate.h"
 #include "runtime/core/Limits.h"
+#include "runtime/core/OutputFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Model.h"
 
@@ -103,6 +104,23 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   std::unique_ptr<RankExecutor> executor;
   int64_t steps = options.steps >= 0 ? options.steps : plan.config.train.steps;
   int64_t step = options.resume ? options.resume->step : 0;
+  // Under mpirun the failing rank's abort ends the job before rank 0 could
+  // gather the trace: that rank writes its own first (FILE.rankR.json).
+  auto failRank = [&](const std::string &message) {
+    if (!options.failureTracePath.empty() &&
+        std::string(comm.backendName()) != "local") {
+      std::string path = options.failureTracePath;
+      const size_t dot = path.rfind(".json");
+      const std::string tag = ".rank" + std::to_string(rank);
+      path = dot != std::string::npos && dot + 5 == path.size()
+                 ? path.substr(0, dot) + tag + ".json"
+                 : path + tag;
+      std::string problem;
+      if (!writeOutput(path, traceJson(events), problem))
+        std::fprintf(stderr, "mimo-run: %s\n", problem.c_str());
+    }
+    comm.fail(message);
+  };
   try {
     dev = device::makeDevice(
         options.device, options.deviceIndex >= 0 ? options.deviceIndex : rank,
@@ -171,13 +189,13 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   } catch (const comm::CommError &e) {
     // Fail now, before the device's teardown waits for operations the
     // peers will never match (nccl); the first failure wins (local).
-    comm.fail(e.what());
+    failRank(e.what());
     return e.what();
   } catch (const NonFiniteStep &e) {
     // Every rank stops with the same text; rank 0 reports it (under mpirun
     // its abort ends the others, which wait for it rather than exit first).
     if (e.reporter) {
-      comm.fail(e.what());
+      failRank(e.what());
       return e.what();
     }
     if (std::string(comm.backendName()) != "local")
@@ -190,7 +208,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
       where = "the start of step " + std::to_string(step + 1);
     std::string message = "rank " + std::to_string(rank) + " failed at " +
                           where + ": " + e.what();
-    comm.fail(message);
+    failRank(message);
     return message;
   }
   return "";

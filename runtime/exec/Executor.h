@@ -108,6 +108,10 @@ struct RunOptions {
   /// The most bytes of fp32 logits the last language stage computes at
   /// once (its head, loss and their gradient go chunk by chunk).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// Under mpirun (mpi, nccl) with a trace asked for: a rank that fails
+  /// writes its own events to this path with ".rankR" before ".json"
+  /// before the job is aborted (rank 0 cannot gather them then).
+  std::string failureTracePath;
   /// A step whose loss or gradient norm is not finite: stop the run (exit
   /// 2 naming the step and the first non-finite gradient), or skip it (no
   /// update; mimo-run --on-nonfinite skip).

@@ -66,11 +66,14 @@ rc=$? took=$(($(date +%s) - start))
   { cat "$work/fault.err"; fail "local injected fault (rc $rc, ${took}s)"; }
 start=$(date +%s)
 MIMO_INJECT_FAULT=5:2 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 3 --timeout 20 \
-  >"$work/mfault.out" 2>&1
+  --trace "$work/mfault.trace.json" >"$work/mfault.out" 2>&1
 rc=$? took=$(($(date +%s) - start))
+# The failing rank writes its own trace before the job is aborted.
 [ $rc -ne 0 ] && [ $took -lt 15 ] &&
   grep -q "rank 5 failed at the start of step 2" "$work/mfault.out" &&
-  pass "mpi injected fault: exit $rc in ${took}s, names rank 5" ||
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['traceEvents']; \
+assert any(e.get('name','').startswith('forward') for e in t), t[:3]" "$work/mfault.trace.rank5.json" &&
+  pass "mpi injected fault: exit $rc in ${took}s, names rank 5, rank 5's trace written" ||
   { cat "$work/mfault.out"; fail "mpi injected fault (rc $rc, ${took}s)"; }
 
 # 2b. The metrics file keeps every completed step of a failed run (each
