@@ -5,16 +5,7 @@
 #   with a message naming it; bad input exits 1.
 # usage: mimo_run_cli.sh BIN_DIR EXAMPLES_DIR
 set -uo pipefail
-bin=$(cd "$1" && pwd) examples=$(cd "$2" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
-  OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+source "$(dirname "$0")/cli_common.sh"
 
 compile() { "$bin/mimoc" compile -q "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
 
@@ -434,5 +425,4 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "tensor 'language.stray' is not a parameter of this model" "$work/extra.err" &&
   pass "an extra tensor: exit 1 naming it" || { cat "$work/extra.err"; fail "extra tensor (rc $rc)"; }
 
-echo "$failures failure(s)"
-[ $failures -eq 0 ]
+finish

@@ -5,16 +5,7 @@
 # outputs are checked before training.
 # usage: reliability_cli.sh BIN_DIR EXAMPLES_DIR
 set -uo pipefail
-bin=$(cd "$1" && pwd) examples=$(cd "$2" && pwd)
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
-  OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader_single_copy_mechanism=none
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+source "$(dirname "$0")/cli_common.sh"
 
 "$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/plan.json" || fail "compile"
 plan=$work/plan.json
@@ -236,5 +227,4 @@ rc=$? took=$(( $(date +%s) - start ))
 [ $rc -eq 2 ] && [ $took -lt $((limit * 10)) ] && grep -q "rank(s) 3 did not stop within --timeout" "$work/hang.err" &&
   pass "a rank stuck computing: exit 2 in ${took} s naming it" || { cat "$work/hang.err"; fail "stuck rank (rc $rc, ${took} s)"; }
 
-echo "$failures failure(s)"
-[ $failures -eq 0 ]
+finish
