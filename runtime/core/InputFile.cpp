@@ -25,15 +25,14 @@ int openRegular(const std::string &path, const std::string &what,
             std::strerror(errno) + "; check the path";
     return -1;
   }
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const char *kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
-                       : S_ISDIR(st.st_mode) ? "a directory"
-                       : S_ISCHR(st.st_mode) ? "a character device"
-                       : S_ISBLK(st.st_mode) ? "a block device"
-                       : S_ISSOCK(st.st_mode)
-                           ? "a socket"
-                           : "not a regular file";
+    const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
     error = path + ": error: " + what + " is " + kind +
             ", not a regular file; give the file itself (save what a pipe "
             "or device produces to a file first)";
@@ -61,8 +60,7 @@ std::string bytesText(int64_t bytes) {
 
 } // namespace
 
-std::string inputFileProblem(const std::string &path,
-                             const std::string &what) {
+std::string inputFileProblem(const std::string &path, const std::string &what) {
   std::string error;
   int fd = openRegular(path, what, error, nullptr);
   if (fd >= 0)
@@ -100,8 +98,8 @@ std::optional<std::string> readInputFile(const std::string &path,
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      error = path + ": error: cannot read " + what + ": " +
-              std::strerror(errno);
+      error =
+          path + ": error: cannot read " + what + ": " + std::strerror(errno);
       ::close(fd);
       return std::nullopt;
     }

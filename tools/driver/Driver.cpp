@@ -197,8 +197,8 @@ CompileResult compileModelFile(mlir::MLIRContext &context, llvm::StringRef path,
   // A regular file of at most 64 MiB (a FIFO, /dev/zero or a huge file is
   // refused before anything is read: runtime/core/InputFile.h).
   std::string problem;
-  std::optional<std::string> text = readInputFile(
-      path.str(), kMaxModelFileBytes, "the model", problem);
+  std::optional<std::string> text =
+      readInputFile(path.str(), kMaxModelFileBytes, "the model", problem);
   if (!text) {
     CompileResult result;
     // The message names the file already: strip "PATH: error: ".
