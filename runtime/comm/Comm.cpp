@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace mimo::comm {
@@ -66,34 +67,45 @@ void Comm::recv(int64_t peer, int64_t tag, void *data, int64_t bytes) {
   exchange(ops);
 }
 
-std::string firstProblem(Comm &comm, const std::string &mine) {
+std::string agreeOnRankZero(
+    Comm &comm, const std::string &mine,
+    const std::function<std::string(const std::vector<std::string> &)>
+        &decide) {
   Comm &host = comm.hostComm();
   const int64_t size = host.size(), self = host.rank();
   if (size <= 1)
-    return mine;
-  constexpr size_t kText = 2048;
+    return decide({mine.substr(0, kAgreeText - 1)}).substr(0, kAgreeText - 1);
   constexpr int64_t kTag = 11;
-  std::string text = mine.substr(0, kText - 1);
-  text.resize(kText, '\0');
-  std::vector<char> verdict(kText, '\0');
+  std::vector<char> verdict(kAgreeText, '\0');
   if (self == 0) {
-    std::string found = mine.substr(0, kText - 1);
-    std::string other(kText, '\0');
+    std::vector<std::string> texts(static_cast<size_t>(size));
+    texts[0] = mine.substr(0, kAgreeText - 1);
+    std::string other(kAgreeText, '\0');
     for (int64_t r = 1; r < size; ++r) {
-      host.recv(r, kTag, other.data(), static_cast<int64_t>(kText));
-      if (found.empty() && other[0])
-        found = ("rank " + std::to_string(r) + ": " + other.c_str())
-                    .substr(0, kText - 1);
+      host.recv(r, kTag, other.data(), static_cast<int64_t>(kAgreeText));
+      texts[static_cast<size_t>(r)] = other.c_str();
     }
-    std::copy(found.begin(), found.end(), verdict.begin());
+    std::string answer = decide(texts).substr(0, kAgreeText - 1);
+    std::copy(answer.begin(), answer.end(), verdict.begin());
   } else {
-    host.send(0, kTag, text.data(), static_cast<int64_t>(kText));
+    std::string text = mine.substr(0, kAgreeText - 1);
+    text.resize(kAgreeText, '\0');
+    host.send(0, kTag, text.data(), static_cast<int64_t>(kAgreeText));
   }
   std::vector<int64_t> all(static_cast<size_t>(size));
   for (int64_t r = 0; r < size; ++r)
     all[static_cast<size_t>(r)] = r;
-  host.broadcast(all, 0, verdict.data(), static_cast<int64_t>(kText));
+  host.broadcast(all, 0, verdict.data(), static_cast<int64_t>(kAgreeText));
   return verdict.data();
+}
+
+std::string firstProblem(Comm &comm, const std::string &mine) {
+  return agreeOnRankZero(comm, mine, [](const std::vector<std::string> &all) {
+    for (size_t r = 0; r < all.size(); ++r)
+      if (!all[r].empty())
+        return r == 0 ? all[r] : "rank " + std::to_string(r) + ": " + all[r];
+    return std::string();
+  });
 }
 
 void Comm::usageError(const std::string &message) {

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -255,10 +256,19 @@ std::unique_ptr<Comm> makeLocalComm(std::shared_ptr<LocalWorld> world,
 /// The first failure recorded in `world` (empty if none).
 std::string localWorldFailure(const LocalWorld &world);
 
+/// Every rank's text (at most kAgreeText - 1 bytes, no NUL) gathered on
+/// rank 0 of comm.hostComm(), which `decide`s one answer from them (in rank
+/// order); every rank returns that answer. Every rank calls it at the same
+/// point; `decide` runs on rank 0 alone.
+inline constexpr size_t kAgreeText = 2048;
+std::string agreeOnRankZero(
+    Comm &comm, const std::string &mine,
+    const std::function<std::string(const std::vector<std::string> &)> &decide);
+
 /// Every rank's problem (empty: none) made one answer all ranks share: the
 /// lowest rank's problem (prefixed "rank R: " unless R is 0), or "" when no
 /// rank has one. Host messages (comm.hostComm()); every rank of
-/// `comm` calls it at the same point. A text is cut at 2 KiB.
+/// `comm` calls it at the same point (agreeOnRankZero).
 std::string firstProblem(Comm &comm, const std::string &mine);
 
 /// Whether this process was started by mpirun (Open MPI / PMIx env).

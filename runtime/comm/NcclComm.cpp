@@ -535,53 +535,36 @@ std::unique_ptr<Comm> makeNcclComm(Comm *bootstrap, int64_t localRank,
     // or two ranks on one GPU (NCCL refuses two ranks of one communicator
     // on one GPU; CUDA_VISIBLE_DEVICES may give each process a different
     // GPU under the same ordinal), and tells every rank.
-    constexpr size_t kText = 512, kUuid = 32;
-    std::string mine = problem.substr(0, kText - 1);
-    mine.resize(kText, '\0');
+    // A report: the problem, a separator, the GPU's UUID.
+    constexpr char kSeparator = '\x1f';
     std::string uuid = problem.empty() ? device::gpuUuid(ordinal) : "";
-    uuid.resize(kUuid, '\0');
-    std::string report = mine + uuid;
-    std::vector<int64_t> all(static_cast<size_t>(size));
-    for (int64_t r = 0; r < size; ++r)
-      all[static_cast<size_t>(r)] = r;
-    char verdict[kText] = {};
-    try {
-      if (rank == 0) {
-        std::vector<std::string> reports(static_cast<size_t>(size));
-        reports[0] = report;
-        for (int64_t r = 1; r < size; ++r) {
-          reports[static_cast<size_t>(r)].resize(kText + kUuid);
-          bootstrap->recv(r, 7, reports[static_cast<size_t>(r)].data(),
-                          static_cast<int64_t>(kText + kUuid));
-        }
-        for (int64_t r = 0; r < size && !verdict[0]; ++r)
-          if (reports[static_cast<size_t>(r)][0])
-            std::snprintf(verdict, sizeof verdict, "rank %lld: %s",
-                          static_cast<long long>(r),
-                          reports[static_cast<size_t>(r)].c_str());
-        for (int64_t a = 0; a < size && !verdict[0]; ++a)
-          for (int64_t b = a + 1; b < size && !verdict[0]; ++b) {
-            std::string ua = reports[static_cast<size_t>(a)].substr(kText);
-            std::string ub = reports[static_cast<size_t>(b)].substr(kText);
-            if (ua[0] && ua == ub)
-              std::snprintf(
-                  verdict, sizeof verdict,
-                  "ranks %lld and %lld would share one GPU, and NCCL refuses "
-                  "two ranks of one communicator on one GPU (\"Duplicate "
-                  "GPU\"): start at most one rank per GPU (mpirun -np <= the "
-                  "GPUs), or run every rank as a thread of one process with "
-                  "--backend local, which shares a GPU among ranks",
-                  static_cast<long long>(a), static_cast<long long>(b));
-          }
-      } else {
-        bootstrap->send(0, 7, report.data(),
-                        static_cast<int64_t>(report.size()));
+    std::string report = problem.substr(0, 1024) + kSeparator + uuid;
+    auto decide = [&](const std::vector<std::string> &reports) {
+      std::vector<std::string> problems, uuids;
+      for (const std::string &r : reports) {
+        size_t cut = r.find(kSeparator);
+        problems.push_back(r.substr(0, cut));
+        uuids.push_back(cut == std::string::npos ? "" : r.substr(cut + 1));
       }
-      bootstrap->broadcast(all, 0, verdict, sizeof verdict);
+      for (size_t r = 0; r < problems.size(); ++r)
+        if (!problems[r].empty())
+          return "rank " + std::to_string(r) + ": " + problems[r];
+      for (size_t a = 0; a < uuids.size(); ++a)
+        for (size_t b = a + 1; b < uuids.size(); ++b)
+          if (!uuids[a].empty() && uuids[a] == uuids[b])
+            return "ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                   " would share one GPU, and NCCL refuses two ranks of one "
+                   "communicator on one GPU (\"Duplicate GPU\"): start at "
+                   "most one rank per GPU (mpirun -np <= the GPUs), or run "
+                   "every rank as a thread of one process with --backend "
+                   "local, which shares a GPU among ranks";
+      return std::string();
+    };
+    try {
+      problem = agreeOnRankZero(*bootstrap, report, decide);
     } catch (const std::exception &e) {
       return failWith(std::string("the MPI bootstrap failed: ") + e.what());
     }
-    problem = verdict;
   }
   if (!problem.empty())
     return failWith(problem);

@@ -457,11 +457,14 @@ std::string RankExecutor::firstNonFiniteGradient() {
 /// the lowest rank's first non-finite gradient (gathered over the host
 /// messages), reported by rank 0.
 void RankExecutor::stopOnNonFinite() {
-  std::string mine = firstNonFiniteGradient();
-  std::string first = comm::firstProblem(comm, mine);
-  // firstProblem prefixes another rank's text with "rank R: ".
-  if (first.rfind("rank ", 0) == 0 && first.find(": '") != std::string::npos)
-    first = first.substr(first.find(": '") + 2);
+  // The lowest rank's find (it names its rank itself).
+  std::string first = comm::agreeOnRankZero(
+      comm, firstNonFiniteGradient(), [](const std::vector<std::string> &all) {
+        for (const std::string &text : all)
+          if (!text.empty())
+            return text;
+        return std::string();
+      });
   char numbers[96];
   std::snprintf(numbers, sizeof numbers,
                 "the loss is %g and the gradient "
