@@ -4,6 +4,7 @@
 
 #include "runtime/core/DeviceProfile.h"
 #include "runtime/device/FlashBodies.h"
+#include "runtime/device/GpuSelection.h"
 
 #include <algorithm>
 #include <fstream>
@@ -115,7 +116,7 @@ int deviceOrdinal(DeviceKind kind, int64_t rank) {
   if (kind != DeviceKind::Cuda)
     return -1;
   int count = cudaStatus().devices;
-  return count > 0 ? static_cast<int>(rank % count) : -1;
+  return count > 0 ? gpu::processOrdinal(rank, count) : -1;
 }
 
 int defaultThreads(int64_t ranksHere) {
