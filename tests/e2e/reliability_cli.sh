@@ -110,6 +110,19 @@ assert [x['step'] for x in a] == [5], a" "$work/after.jsonl" 2>/dev/null &&
     { cat "$work/after.out"; ls "$work/re"; fail "re-save killed at point $k (rc $rc, latest $latest)"; }
 done
 
+# 5b. Another run's checkpoint (another model name) is refused naming the
+# key; --load-other-run starts from it on purpose.
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m['name']='other'
+json.dump(m, open(sys.argv[2],'w'))" "$examples/vlm-fan-in.json" "$work/other.json"
+"$bin/mimoc" compile -q "$work/other.json" -o "$work/other.plan.json" || fail "compile other"
+"$bin/mimo-run" "$work/other.plan.json" --device cpu --steps 5 --load "$ck" >/dev/null 2>"$work/other.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "state.json: /model: error: the checkpoint is of model 'vlm-fan-in', this is 'other'" "$work/other.err" &&
+  "$bin/mimo-run" "$work/other.plan.json" --device cpu --steps 5 --load "$ck" --load-other-run 2>&1 |
+  grep -q "^step 5/5" &&
+  pass "another run's checkpoint: exit 1 naming /model; --load-other-run trains from it" ||
+  { cat "$work/other.err"; fail "another run's checkpoint (rc $rc)"; }
+
 # 6. Inputs that would block or never end are refused at once (a FIFO or
 # a device as the plan, the data, a checkpoint's latest or state.json, a
 # profile), and huge ones without reading them whole.
