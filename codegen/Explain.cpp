@@ -2,6 +2,8 @@
 
 #include "codegen/Explain.h"
 
+#include "codegen/JsonStream.h"
+
 #include "runtime/core/Flops.h"
 #include "runtime/core/Grid.h"
 #include "runtime/core/MemoryPlan.h"
@@ -111,10 +113,11 @@ std::string layoutSummary(const Plan &plan) {
   return text;
 }
 
-nlohmann::ordered_json explainPlan(const Plan &plan,
-                                   std::optional<int64_t> onlyRank) {
+Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
+    : plan_(&plan), onlyRank_(onlyRank),
+      memory_(memoryPlan(plan.topology, plan.config)) {
   const Topology &t = plan.topology;
-  json result;
+  json &result = summary_;
   result["world_size"] = t.worldSize;
   result["layout"] = layoutName(t.layout);
   json moduleList = json::array();
@@ -144,78 +147,129 @@ nlohmann::ordered_json explainPlan(const Plan &plan,
              {"flops_per_rank", flops / static_cast<double>(g.size())}});
   }
   result["modules"] = moduleList;
-  size_t lm = t.languageIndex();
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);
-  std::vector<RankMemory> memory = memoryPlan(t, plan.config);
-  json ranks = json::array();
-  for (int64_t rank = 0; rank < t.worldSize; ++rank) {
-    if (onlyRank && rank != *onlyRank)
-      continue;
-    json roles = json::array();
-    int64_t stage = 0, warmup = 0;
-    bool staged = false;
-    for (size_t m : t.modulesOf(rank)) {
-      const Grid &grid = t.modules[m].grid;
-      Coords c = grid.coordsOf(rank);
-      roles.push_back(json{{"name", t.modules[m].name},
-                           {"tp", c.tp},
-                           {"cp", c.cp},
-                           {"dp", c.dp},
-                           {"pp", c.pp},
-                           {"first_stage", c.pp == 0},
-                           {"last_stage", c.pp == grid.size(Dim::PP) - 1}});
-      // A colocated rank's stage is its language stage (SPEC §4.8).
-      bool counts = t.layout == Layout::Colocated ? m == lm : !staged;
-      if (const StageTopology *s = t.stageOf(m, c.pp); s && counts) {
-        stage = s->stage;
-        warmup = s->warmup;
-        staged = true;
-      }
-    }
-    const RankMemory &mem = memory[static_cast<size_t>(rank)];
-    ranks.push_back(
-        json{{"rank", rank},
-             {"modules", roles},
-             {"stage", stage},
-             {"warmup", warmup},
-             {"program", plan.programs[plan.rankProgram[rank]].role},
-             {"memory",
-              {{"params", mem.params},
-               {"param_bytes", mem.paramBytes},
-               {"grad_bytes", mem.gradBytes},
-               {"optimizer_bytes", mem.optimizerBytes},
-               {"activation_bytes", mem.activationBytes},
-               {"total_bytes", mem.totalBytes}}}});
-  }
-  result["ranks"] = ranks;
+  result["ranks"] = nullptr;
   json bridges = json::array();
   for (const BridgeTopology &bridge : t.bridges)
     bridges.push_back(bridgeJson(t, bridge));
   result["bridges"] = bridges;
-  // Sequence positions each language first-stage rank holds after CP
-  // zigzag and SP scatter (SBHD).
-  json shards = json::array();
-  const Grid &lmGrid = t.modules[lm].grid;
-  for (int64_t rank = lmGrid.rankOffset(); rank < lmGrid.endRank(); ++rank) {
-    if (onlyRank && rank != *onlyRank)
-      continue;
-    Coords c = lmGrid.coordsOf(rank);
-    if (c.pp != 0)
-      continue;
-    PositionRanges ranges = zigzagRanges(t.seqLength, t.shard.cp, c.cp);
-    if (t.shard.sequenceParallel && t.shard.tp > 1)
-      ranges = sequenceParallelSlice(ranges, t.shard.tp, c.tp);
-    json positions = json::array();
-    for (const auto &[begin, end] : ranges)
-      positions.push_back({begin, end});
-    shards.push_back(json{{"rank", rank}, {"positions", positions}});
-  }
-  result["shards"] = shards;
+  result["shards"] = nullptr;
   result["total_stages"] = t.totalStages;
   result["microbatches"] = t.microbatches;
   result["pipeline_bubble"] = pipelineBubble(t.totalStages, t.microbatches);
   result["warnings"] = layoutWarnings(plan);
-  return result;
+}
+
+std::vector<int64_t> Explanation::ranks() const {
+  if (onlyRank_)
+    return {*onlyRank_};
+  std::vector<int64_t> all(static_cast<size_t>(plan_->topology.worldSize));
+  for (size_t r = 0; r < all.size(); ++r)
+    all[r] = static_cast<int64_t>(r);
+  return all;
+}
+
+RankExplanation Explanation::rank(int64_t rank) const {
+  const Topology &t = plan_->topology;
+  size_t lm = t.languageIndex();
+  RankExplanation e;
+  e.rank = rank;
+  bool staged = false;
+  for (size_t m : t.modulesOf(rank)) {
+    const Grid &grid = t.modules[m].grid;
+    Coords c = grid.coordsOf(rank);
+    e.roles.push_back({m, c, c.pp == 0, c.pp == grid.size(Dim::PP) - 1});
+    // A colocated rank runs its encoders within its language stage.
+    bool counts = t.layout == Layout::Colocated ? m == lm : !staged;
+    if (const StageTopology *s = t.stageOf(m, c.pp); s && counts) {
+      e.stage = s->stage;
+      e.warmup = s->warmup;
+      staged = true;
+    }
+  }
+  e.program = plan_->rankProgram[rank];
+  e.memory = memory_[static_cast<size_t>(rank)];
+  return e;
+}
+
+json Explanation::rankJson(int64_t rank) const {
+  const Topology &t = plan_->topology;
+  RankExplanation e = this->rank(rank);
+  json roles = json::array();
+  for (const RankExplanation::Role &role : e.roles)
+    roles.push_back(json{{"name", t.modules[role.module].name},
+                         {"tp", role.coords.tp},
+                         {"cp", role.coords.cp},
+                         {"dp", role.coords.dp},
+                         {"pp", role.coords.pp},
+                         {"first_stage", role.firstStage},
+                         {"last_stage", role.lastStage}});
+  const RankMemory &mem = e.memory;
+  return json{{"rank", rank},
+              {"modules", roles},
+              {"stage", e.stage},
+              {"warmup", e.warmup},
+              {"program", plan_->programs[e.program].role},
+              {"memory",
+               {{"params", mem.params},
+                {"param_bytes", mem.paramBytes},
+                {"grad_bytes", mem.gradBytes},
+                {"optimizer_bytes", mem.optimizerBytes},
+                {"activation_bytes", mem.activationBytes},
+                {"total_bytes", mem.totalBytes}}}};
+}
+
+std::vector<int64_t> Explanation::shardRanks() const {
+  const Topology &t = plan_->topology;
+  const Grid &lmGrid = t.modules[t.languageIndex()].grid;
+  std::vector<int64_t> ranks;
+  for (int64_t rank = lmGrid.rankOffset(); rank < lmGrid.endRank(); ++rank)
+    if ((!onlyRank_ || rank == *onlyRank_) && lmGrid.coordsOf(rank).pp == 0)
+      ranks.push_back(rank);
+  return ranks;
+}
+
+PositionRanges Explanation::positions(int64_t rank) const {
+  const Topology &t = plan_->topology;
+  Coords c = t.modules[t.languageIndex()].grid.coordsOf(rank);
+  PositionRanges ranges = zigzagRanges(t.seqLength, t.shard.cp, c.cp);
+  if (t.shard.sequenceParallel && t.shard.tp > 1)
+    ranges = sequenceParallelSlice(ranges, t.shard.tp, c.tp);
+  return ranges;
+}
+
+json Explanation::shardJson(int64_t rank) const {
+  json positions = json::array();
+  for (const auto &[begin, end] : this->positions(rank))
+    positions.push_back({begin, end});
+  return json{{"rank", rank}, {"positions", positions}};
+}
+
+json Explanation::toJson() const {
+  nlohmann::ordered_json whole = summary_;
+  whole["ranks"] = nlohmann::ordered_json::array();
+  for (int64_t rank : ranks())
+    whole["ranks"].push_back(rankJson(rank));
+  whole["shards"] = nlohmann::ordered_json::array();
+  for (int64_t rank : shardRanks())
+    whole["shards"].push_back(shardJson(rank));
+  return whole;
+}
+
+void Explanation::writeJson(
+    const std::function<void(std::string_view)> &sink) const {
+  std::vector<int64_t> ranks = this->ranks(), shards = shardRanks();
+  writeJsonStreamed(
+      summary_,
+      {{"ranks", ranks.size(), [&](size_t i) { return rankJson(ranks[i]); }},
+       {"shards", shards.size(),
+        [&](size_t i) { return shardJson(shards[i]); }}},
+      sink);
+}
+
+nlohmann::ordered_json explainPlan(const Plan &plan,
+                                   std::optional<int64_t> onlyRank) {
+  return Explanation(plan, onlyRank).toJson();
 }
 
 std::string renderRankProgram(const Plan &plan, int64_t rank) {

@@ -8,20 +8,73 @@
 #ifndef MIMO_CODEGEN_EXPLAIN_H
 #define MIMO_CODEGEN_EXPLAIN_H
 
+#include "runtime/core/MemoryPlan.h"
 #include "runtime/core/PlanFile.h"
+#include "runtime/core/Sharding.h"
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mimo {
 
-/// {world_size, layout, modules[] (with flops_per_step and flops_per_rank),
-/// model_flops_per_step, ranks[] (with memory), bridges[], shards[],
-/// total_stages, microbatches, pipeline_bubble, warnings[]}. With
-/// `onlyRank`, ranks[] and shards hold just that rank.
+/// What `mimoc explain` says of one rank: each module it runs at its grid
+/// coordinates, its 1F1B stage and warm-up, its program and memory.
+struct RankExplanation {
+  struct Role {
+    size_t module = 0; // index into the topology's modules
+    Coords coords;
+    bool firstStage = false, lastStage = false;
+  };
+  int64_t rank = 0;
+  std::vector<Role> roles;
+  int64_t stage = 0, warmup = 0;
+  int32_t program = 0;
+  RankMemory memory;
+};
+
+/// explain's facts of a plan. The per-rank parts (ranks[], shards[]) are
+/// made when asked for, one rank at a time, so that 2^20 ranks never hold
+/// a JSON object each; the rest is a small JSON document.
+class Explanation {
+public:
+  /// With `onlyRank`, ranks[] and shards[] hold just that rank.
+  explicit Explanation(const Plan &plan, std::optional<int64_t> onlyRank = {});
+
+  const Plan &plan() const { return *plan_; }
+  /// The ranks explained, in order: every rank, or the one asked for.
+  std::vector<int64_t> ranks() const;
+  RankExplanation rank(int64_t rank) const;
+  /// The language first-stage ranks explained, whose sequence positions
+  /// shards[] lists.
+  std::vector<int64_t> shardRanks() const;
+  /// The sequence positions `rank` holds after CP zigzag and SP scatter.
+  PositionRanges positions(int64_t rank) const;
+
+  /// {world_size, layout, modules[] (with flops_per_step and
+  /// flops_per_rank), model_flops_per_step, ranks, bridges[], shards,
+  /// total_stages, microbatches, pipeline_bubble, warnings[]}, with
+  /// ranks and shards null: their items come from rankJson and shardJson.
+  const nlohmann::ordered_json &summary() const { return summary_; }
+  nlohmann::ordered_json rankJson(int64_t rank) const;
+  nlohmann::ordered_json shardJson(int64_t rank) const;
+  /// The whole document (for one rank or a small plan).
+  nlohmann::ordered_json toJson() const;
+  /// The whole document as toJson().dump(2) writes it, without holding it.
+  void writeJson(const std::function<void(std::string_view)> &sink) const;
+
+private:
+  const Plan *plan_;
+  std::optional<int64_t> onlyRank_;
+  std::vector<RankMemory> memory_;
+  nlohmann::ordered_json summary_;
+};
+
+/// The whole explanation as JSON: Explanation(plan, onlyRank).toJson().
 nlohmann::ordered_json explainPlan(const Plan &plan,
                                    std::optional<int64_t> onlyRank = {});
 
@@ -35,12 +88,12 @@ std::vector<std::string> layoutWarnings(const Plan &plan);
 std::string layoutSummary(const Plan &plan);
 
 /// The same facts as aligned tables for a terminal.
-std::string renderExplainText(const nlohmann::ordered_json &explanation,
+std::string renderExplainText(const Explanation &explanation,
                               const std::string &modelName);
 
 /// The layout for Graphviz: one node per role of ranks, clustered by module,
 /// with pipeline and bridge edges.
-std::string renderExplainDot(const nlohmann::ordered_json &explanation,
+std::string renderExplainDot(const Explanation &explanation,
                              const std::string &modelName);
 
 /// Ranks [offset, offset + size) as "4-7", or "4" for one rank.

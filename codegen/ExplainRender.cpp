@@ -1,6 +1,6 @@
 //===- ExplainRender.cpp - explain's text tables and Graphviz drawing -----===//
 //
-// Both read the JSON explanation (explainPlan), so the three formats show
+// Both read the Explanation that --json writes, so the three formats show
 // the same facts. Ranks that play the same role (same modules, pipeline
 // stage, warm-up, memory and program) are one row, their ranks and grid
 // coordinates written as ranges; bridges are one row each, their lanes
@@ -112,9 +112,9 @@ std::string flopsText(double flops) {
 }
 
 /// "first", "middle", "last" or "first+last".
-std::string pipelinePosition(const json &role) {
-  std::string stage = role["first_stage"].get<bool>() ? "first" : "";
-  if (role["last_stage"].get<bool>())
+std::string pipelinePosition(const RankExplanation::Role &role) {
+  std::string stage = role.firstStage ? "first" : "";
+  if (role.lastStage)
     stage += stage.empty() ? "last" : "+last";
   return stage.empty() ? "middle" : stage;
 }
@@ -122,35 +122,40 @@ std::string pipelinePosition(const json &role) {
 /// Ranks with one role: the same modules at the same pipeline position,
 /// stage, warm-up, memory and program.
 struct RankGroup {
-  const json *first = nullptr; // the explanation's entry of the first rank
+  RankExplanation first; // the group's first rank
   std::vector<int64_t> ranks;
   /// Per role of `first`: the tp, cp and dp coordinates its ranks take.
   std::vector<std::array<std::vector<int64_t>, 3>> coords;
 };
 
-std::vector<RankGroup> rankGroups(const json &explanation) {
+std::vector<RankGroup> rankGroups(const Explanation &explanation) {
   std::vector<RankGroup> groups;
-  std::map<std::string, size_t> byKey;
-  for (const json &rank : explanation["ranks"]) {
-    std::string key = rank["program"].get<std::string>() + "|" +
-                      number(rank["stage"]) + "|" + number(rank["warmup"]) +
-                      "|" + number(rank["memory"]["total_bytes"]);
-    for (const json &role : rank["modules"])
-      key += "|" + role["name"].get<std::string>() + ":" + number(role["pp"]);
+  std::map<std::vector<int64_t>, size_t> byKey;
+  std::vector<int64_t> key;
+  for (int64_t rank : explanation.ranks()) {
+    RankExplanation e = explanation.rank(rank);
+    key = {e.program, e.stage, e.warmup, e.memory.totalBytes};
+    for (const RankExplanation::Role &role : e.roles) {
+      key.push_back(static_cast<int64_t>(role.module));
+      key.push_back(role.coords.pp);
+    }
     auto [it, inserted] = byKey.try_emplace(key, groups.size());
     if (inserted) {
-      groups.push_back({&rank, {}, {}});
-      groups.back().coords.resize(rank["modules"].size());
+      groups.push_back({e, {}, {}});
+      groups.back().coords.resize(e.roles.size());
     }
     RankGroup &group = groups[it->second];
-    group.ranks.push_back(rank["rank"].get<int64_t>());
-    size_t r = 0;
-    for (const json &role : rank["modules"]) {
-      group.coords[r][0].push_back(role["tp"].get<int64_t>());
-      group.coords[r][1].push_back(role["cp"].get<int64_t>());
-      group.coords[r][2].push_back(role["dp"].get<int64_t>());
-      ++r;
+    group.ranks.push_back(rank);
+    for (size_t r = 0; r < e.roles.size(); ++r) {
+      group.coords[r][0].push_back(e.roles[r].coords.tp);
+      group.coords[r][1].push_back(e.roles[r].coords.cp);
+      group.coords[r][2].push_back(e.roles[r].coords.dp);
     }
+    // Coordinates repeat across a group: keep them few as they come.
+    if (group.ranks.size() % 4096 == 0)
+      for (auto &role : group.coords)
+        for (std::vector<int64_t> &values : role)
+          sortUnique(values);
   }
   for (RankGroup &group : groups)
     for (auto &role : group.coords)
@@ -187,8 +192,10 @@ std::vector<int64_t> intList(const json &values) {
 
 } // namespace
 
-std::string renderExplainText(const json &explanation,
+std::string renderExplainText(const Explanation &whole,
                               const std::string &modelName) {
+  const json &explanation = whole.summary();
+  const Topology &t = whole.plan().topology;
   std::ostringstream os;
   os << "model " << modelName << ": " << number(explanation["world_size"])
      << " ranks, " << explanation["layout"].get<std::string>() << ", "
@@ -224,25 +231,23 @@ std::string renderExplainText(const json &explanation,
       {"ranks", "count", "module", "tp", "cp", "dp", "pp", "pipeline",
        "1f1b stage", "warm-up", "memory", "program"}};
   std::string microbatches = number(explanation["microbatches"]);
-  for (const RankGroup &group : rankGroups(explanation)) {
-    const json &rank = *group.first;
-    size_t r = 0;
-    for (const json &role : rank["modules"]) {
+  for (const RankGroup &group : rankGroups(whole)) {
+    const RankExplanation &rank = group.first;
+    for (size_t r = 0; r < rank.roles.size(); ++r) {
+      const RankExplanation::Role &role = rank.roles[r];
       bool head = r == 0;
       ranks.push_back(
           {head ? rangeList(group.ranks, kListChars) : "",
            head ? std::to_string(group.ranks.size()) : "",
-           role["name"].get<std::string>(),
+           t.modules[role.module].name,
            rangeList(group.coords[r][0], kListChars / 2),
            rangeList(group.coords[r][1], kListChars / 2),
-           rangeList(group.coords[r][2], kListChars / 2), number(role["pp"]),
-           pipelinePosition(role), head ? number(rank["stage"]) : "",
-           head ? number(rank["warmup"]) + " of " + microbatches : "",
-           head ? formatBytes(static_cast<double>(
-                      rank["memory"]["total_bytes"].get<int64_t>()))
-                : "",
-           head ? rank["program"].get<std::string>() : ""});
-      ++r;
+           rangeList(group.coords[r][2], kListChars / 2),
+           std::to_string(role.coords.pp), pipelinePosition(role),
+           head ? std::to_string(rank.stage) : "",
+           head ? std::to_string(rank.warmup) + " of " + microbatches : "",
+           head ? formatBytes(static_cast<double>(rank.memory.totalBytes)) : "",
+           head ? whole.plan().programs[rank.program].role : ""});
     }
   }
   os << table(ranks);
@@ -268,18 +273,18 @@ std::string renderExplainText(const json &explanation,
   std::vector<std::vector<std::string>> shards = {
       {"ranks", "sequence positions (language first stage)"}};
   std::vector<std::pair<std::string, std::vector<int64_t>>> byPositions;
-  for (const auto &shard : explanation["shards"]) {
+  for (int64_t rank : whole.shardRanks()) {
     std::string positions;
-    for (const auto &range : shard["positions"])
+    for (const auto &[begin, end] : whole.positions(rank))
       positions += (positions.empty() ? "" : " ") + std::string("[") +
-                   number(range[0]) + ", " + number(range[1]) + ")";
+                   std::to_string(begin) + ", " + std::to_string(end) + ")";
     if (positions.size() > 150) // many packed pieces
       positions = positions.substr(0, 146) + " ...";
     auto it = std::find_if(byPositions.begin(), byPositions.end(),
                            [&](const auto &p) { return p.first == positions; });
     if (it == byPositions.end())
       it = byPositions.insert(byPositions.end(), {positions, {}});
-    it->second.push_back(shard["rank"].get<int64_t>());
+    it->second.push_back(rank);
   }
   for (const auto &[positions, members] : byPositions)
     shards.push_back({rangeList(members, kListChars), positions});
@@ -321,13 +326,16 @@ bool overlap(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
 
 } // namespace
 
-std::string renderExplainDot(const json &explanation,
+std::string renderExplainDot(const Explanation &whole,
                              const std::string &modelName) {
-  std::vector<RankGroup> groups = rankGroups(explanation);
-  std::map<int64_t, size_t> groupOfRank;
+  const json &explanation = whole.summary();
+  const Topology &t = whole.plan().topology;
+  std::vector<RankGroup> groups = rankGroups(whole);
+  constexpr size_t kNoGroup = ~size_t(0);
+  std::vector<size_t> groupOfRank(static_cast<size_t>(t.worldSize), kNoGroup);
   for (size_t g = 0; g < groups.size(); ++g)
     for (int64_t rank : groups[g].ranks)
-      groupOfRank[rank] = g;
+      groupOfRank[static_cast<size_t>(rank)] = g;
 
   // One cluster per module (colocated modules share theirs), one node per
   // role of ranks, stacked by pipeline stage.
@@ -335,8 +343,8 @@ std::string renderExplainDot(const json &explanation,
   std::vector<std::string> clusterOrder;
   for (size_t g = 0; g < groups.size(); ++g) {
     std::string name;
-    for (const json &role : (*groups[g].first)["modules"])
-      name += (name.empty() ? "" : " + ") + role["name"].get<std::string>();
+    for (const RankExplanation::Role &role : groups[g].first.roles)
+      name += (name.empty() ? "" : " + ") + t.modules[role.module].name;
     if (!clusters.count(name))
       clusterOrder.push_back(name);
     clusters[name].push_back(g);
@@ -354,8 +362,9 @@ std::string renderExplainDot(const json &explanation,
     const std::string &name = clusterOrder[c];
     std::string gridText;
     std::set<std::string> members;
-    for (const json &role : (*groups[clusters[name].front()].first)["modules"])
-      members.insert(role["name"].get<std::string>());
+    for (const RankExplanation::Role &role :
+         groups[clusters[name].front()].first.roles)
+      members.insert(t.modules[role.module].name);
     for (const json &module : explanation["modules"])
       if (members.count(module["name"].get<std::string>())) {
         int64_t offset = module["rank_offset"].get<int64_t>();
@@ -372,22 +381,18 @@ std::string renderExplainDot(const json &explanation,
        << "    label=" << dotQuote(gridText) << ";\n";
     for (size_t g : clusters[name]) {
       const RankGroup &group = groups[g];
-      const json &rank = *group.first;
+      const RankExplanation &rank = group.first;
       std::string label = std::to_string(group.ranks.size()) +
                           (group.ranks.size() == 1 ? " rank: " : " ranks: ") +
                           rangeList(group.ranks, kListChars);
-      size_t r = 0;
-      for (const json &role : rank["modules"]) {
-        label += "\n" + role["name"].get<std::string>() + " pp" +
-                 number(role["pp"]) + " tp " +
+      for (size_t r = 0; r < rank.roles.size(); ++r)
+        label += "\n" + t.modules[rank.roles[r].module].name + " pp" +
+                 std::to_string(rank.roles[r].coords.pp) + " tp " +
                  rangeList(group.coords[r][0], kListChars / 2) + " cp " +
                  rangeList(group.coords[r][1], kListChars / 2) + " dp " +
                  rangeList(group.coords[r][2], kListChars / 2);
-        ++r;
-      }
-      label += "\n" + rank["program"].get<std::string>() + "\n" +
-               formatBytes(static_cast<double>(
-                   rank["memory"]["total_bytes"].get<int64_t>()));
+      label += "\n" + whole.plan().programs[rank.program].role + "\n" +
+               formatBytes(static_cast<double>(rank.memory.totalBytes));
       os << "    g" << g << " [label=" << dotQuote(label) << "];\n";
     }
     os << "  }\n";
@@ -399,13 +404,12 @@ std::string renderExplainDot(const json &explanation,
   std::set<std::pair<size_t, size_t>> pipeline;
   for (size_t a = 0; a < groups.size(); ++a)
     for (size_t b = 0; b < groups.size(); ++b) {
-      const json &ra = (*groups[a].first)["modules"];
-      const json &rb = (*groups[b].first)["modules"];
+      const auto &ra = groups[a].first.roles;
+      const auto &rb = groups[b].first.roles;
       for (size_t x = 0; x < ra.size(); ++x)
         for (size_t y = 0; y < rb.size(); ++y) {
-          bool next =
-              ra[x]["name"] == rb[y]["name"] &&
-              rb[y]["pp"].get<int64_t>() == ra[x]["pp"].get<int64_t>() + 1;
+          bool next = ra[x].module == rb[y].module &&
+                      rb[y].coords.pp == ra[x].coords.pp + 1;
           bool aligned = true;
           for (size_t d = 0; d < 3; ++d)
             aligned = aligned &&
@@ -421,10 +425,10 @@ std::string renderExplainDot(const json &explanation,
   for (const json &bridge : explanation["bridges"]) {
     std::set<std::pair<size_t, size_t>> edges;
     auto join = [&](const json &from, const json &to) {
-      auto a = groupOfRank.find(from.get<int64_t>());
-      auto b = groupOfRank.find(to.get<int64_t>());
-      if (a != groupOfRank.end() && b != groupOfRank.end())
-        edges.insert({a->second, b->second});
+      size_t a = groupOfRank[static_cast<size_t>(from.get<int64_t>())];
+      size_t b = groupOfRank[static_cast<size_t>(to.get<int64_t>())];
+      if (a != kNoGroup && b != kNoGroup)
+        edges.insert({a, b});
     };
     for (const json &route : bridge["routes"])
       join(route["from"], route["to"]);

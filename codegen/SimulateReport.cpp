@@ -155,31 +155,29 @@ nlohmann::ordered_json simulationJson(const Plan &plan, const Simulation &sim,
   // The critical path in runs of one rank, and its time by kind.
   nlohmann::ordered_json path = nlohmann::ordered_json::array();
   std::map<std::string, double> byKind;
-  auto nameOf = [&](const SimulatedInstr &s) {
-    const Instr &in =
-        plan.programs[static_cast<size_t>(plan.rankProgram[s.rank])]
-            .instrs[s.instr];
-    return describeInstr(t, in);
+  auto instrAt = [&](size_t entry) -> const Instr & {
+    const int64_t rank = sim.rankOf(entry);
+    return plan.programs[static_cast<size_t>(plan.rankProgram[rank])]
+        .instrs[static_cast<size_t>(sim.instrOf(entry))];
   };
   for (size_t k = 0; k < sim.criticalPath.size();) {
-    const SimulatedInstr &first = sim.instrs[sim.criticalPath[k]];
+    const size_t first = sim.criticalPath[k];
+    const int64_t rank = sim.rankOf(first);
     size_t j = k;
     while (j + 1 < sim.criticalPath.size() &&
-           sim.instrs[sim.criticalPath[j + 1]].rank == first.rank)
+           sim.rankOf(sim.criticalPath[j + 1]) == rank)
       ++j;
-    const SimulatedInstr &last = sim.instrs[sim.criticalPath[j]];
-    path.push_back({{"rank", first.rank},
-                    {"first", nameOf(first)},
-                    {"last", nameOf(last)},
+    const size_t last = sim.criticalPath[j];
+    path.push_back({{"rank", rank},
+                    {"first", describeInstr(t, instrAt(first))},
+                    {"last", describeInstr(t, instrAt(last))},
                     {"instructions", j - k + 1},
-                    {"start_seconds", first.ready},
-                    {"end_seconds", last.end}});
+                    {"start_seconds", sim.instrs[first].ready},
+                    {"end_seconds", sim.instrs[last].end}});
     for (size_t i = k; i <= j; ++i) {
       const SimulatedInstr &s = sim.instrs[sim.criticalPath[i]];
-      const Instr &in =
-          plan.programs[static_cast<size_t>(plan.rankProgram[s.rank])]
-              .instrs[s.instr];
-      byKind[instrInfo(in.op).name] += s.end - s.ready;
+      byKind[instrInfo(instrAt(sim.criticalPath[i]).op).name] +=
+          s.end - s.ready;
     }
     k = j + 1;
   }

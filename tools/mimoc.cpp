@@ -260,7 +260,8 @@ std::unique_ptr<MemoryBuffer> readInput(StringRef path) {
 }
 
 /// Reads a plan file, or compiles a model.json, into a plan.
-std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
+std::optional<mimo::Plan> readPlan(mlir::MLIRContext &context,
+                                   StringRef path) {
   std::unique_ptr<MemoryBuffer> buffer = readInput(path);
   if (!buffer)
     return std::nullopt;
@@ -287,6 +288,16 @@ std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
   return std::move(result.plan);
 }
 
+/// readPlan, then the memory its JSON document held handed back to the
+/// system: at 2^20 ranks the document is most of the peak, and what comes
+/// next (a simulation's record per instruction) is one large allocation
+/// that would not reuse it.
+std::optional<mimo::Plan> planOf(mlir::MLIRContext &context, StringRef path) {
+  std::optional<mimo::Plan> plan = readPlan(context, path);
+  mimo::releaseFreedMemory();
+  return plan;
+}
+
 int runExplain() {
   mlir::MLIRContext context;
   std::optional<mimo::Plan> plan = planOf(context, explainInput);
@@ -303,16 +314,23 @@ int runExplain() {
     }
     rank = explainRank;
   }
-  nlohmann::ordered_json explanation = mimo::explainPlan(*plan, rank);
-  if (rank) {
+  mimo::Explanation explanation(*plan, rank);
+  if (explainJson || explainFormat == ExplainFormat::Json) {
+    if (!rank) {
+      // Streamed: a JSON object per rank would not fit at 2^20 ranks.
+      explanation.writeJson([](std::string_view text) {
+        outs() << StringRef(text.data(), text.size());
+      });
+      outs() << "\n";
+      return 0;
+    }
+    nlohmann::ordered_json whole = explanation.toJson();
     const mimo::Program &program = plan->programs[plan->rankProgram[*rank]];
     nlohmann::ordered_json instructions = nlohmann::ordered_json::array();
     for (const mimo::Instr &in : program.instrs)
       instructions.push_back(mimo::instrJson(plan->topology, in));
-    explanation["instructions"] = instructions;
-  }
-  if (explainJson || explainFormat == ExplainFormat::Json) {
-    outs() << explanation.dump(2) << "\n";
+    whole["instructions"] = instructions;
+    outs() << whole.dump(2) << "\n";
     return 0;
   }
   if (explainFormat == ExplainFormat::Dot) {

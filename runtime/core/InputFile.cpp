@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +118,12 @@ std::optional<std::string> readInputFile(const std::string &path,
     return std::nullopt;
   }
   return text;
+}
+
+void releaseFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 } // namespace mimo

@@ -29,6 +29,11 @@ std::optional<std::string> readInputFile(const std::string &path,
                                          const std::string &what,
                                          std::string &error);
 
+/// Hands the heap's free pages back to the system (glibc keeps them): call
+/// once a large input's parse tree is gone, before large allocations that
+/// could not reuse it.
+void releaseFreedMemory();
+
 /// Sizes the readers allow.
 inline constexpr int64_t kMaxModelFileBytes = int64_t(64) << 20;
 inline constexpr int64_t kMaxPlanFileBytes = int64_t(1) << 30;

@@ -5,7 +5,6 @@
 #include "runtime/core/StreamMatching.h"
 
 #include <algorithm>
-#include <queue>
 #include <unordered_map>
 
 namespace mimo {
@@ -19,7 +18,83 @@ double Simulation::idleShare() const {
   return 1.0 - busy / (stepSeconds * static_cast<double>(busySeconds.size()));
 }
 
+int64_t Simulation::rankOf(size_t entry) const {
+  return static_cast<int64_t>(
+             std::upper_bound(firstEntry.begin(), firstEntry.end(), entry) -
+             firstEntry.begin()) -
+         1;
+}
+
+int32_t Simulation::instrOf(size_t entry) const {
+  return static_cast<int32_t>(entry -
+                              firstEntry[static_cast<size_t>(rankOf(entry))]);
+}
+
+double Simulation::postOf(size_t entry,
+                          const std::vector<Instr> &stream) const {
+  size_t base = firstEntry[static_cast<size_t>(rankOf(entry))];
+  // A run is a fused batch: the instructions up to one not fused.
+  auto runStart = [&](size_t i) {
+    while (i > 0 && stream[i - 1].fused)
+      --i;
+    return i;
+  };
+  size_t start = runStart(entry - base);
+  if (start == 0)
+    return 0;
+  double post = 0;
+  for (size_t i = runStart(start - 1); i < start; ++i)
+    post = std::max(post, instrs[base + i].end);
+  return post;
+}
+
 namespace {
+
+/// A min-heap of four children a node (the least by `operator>` on top):
+/// half the levels of a binary heap, and a node's children share cache
+/// lines, which matters when it holds an event per rank.
+template <typename T> class MinHeap4 {
+public:
+  bool empty() const { return items.empty(); }
+  size_t size() const { return items.size(); }
+  const T &top() const { return items.front(); }
+  void push(const T &item) {
+    size_t i = items.size();
+    items.push_back(item);
+    while (i > 0) {
+      size_t parent = (i - 1) / 4;
+      if (!(items[parent] > item))
+        break;
+      items[i] = items[parent];
+      i = parent;
+    }
+    items[i] = item;
+  }
+  void pop() {
+    T last = items.back();
+    items.pop_back();
+    if (items.empty())
+      return;
+    size_t i = 0, n = items.size();
+    for (;;) {
+      size_t first = 4 * i + 1;
+      if (first >= n)
+        break;
+      size_t least = first;
+      for (size_t c = first + 1; c < std::min(first + 4, n); ++c)
+        if (items[least] > items[c])
+          least = c;
+      if (!(last > items[least]))
+        break;
+      items[i] = items[least];
+      i = least;
+    }
+    items[i] = last;
+  }
+
+private:
+  std::vector<T> items;
+};
 
 class TimedSimulator {
 public:
@@ -32,23 +107,30 @@ public:
   Simulation run() {
     size_t world = static_cast<size_t>(topology.worldSize);
     ranks.assign(world, {});
+    // Every instruction runs once: one entry each, laid out rank by rank.
+    result.firstEntry.resize(world + 1);
+    result.firstEntry[0] = 0;
+    for (size_t r = 0; r < world; ++r)
+      result.firstEntry[r + 1] =
+          result.firstEntry[r] + streamOf(static_cast<int64_t>(r)).size();
+    result.instrs.assign(result.firstEntry[world], SimulatedInstr{});
     result.busySeconds.assign(world, 0);
     result.finishSeconds.assign(world, 0);
     for (int64_t r = 0; r < topology.worldSize; ++r)
-      push(0, Event::Post, r, 0, 0);
+      push(0, Event::Post, r, 0);
     while (!events.empty()) {
       Event e = events.top();
       events.pop();
       now = e.time;
-      switch (e.kind) {
+      switch (e.kind()) {
       case Event::Post:
         post(e.rank);
         break;
       case Event::Done:
-        done(e.rank, static_cast<size_t>(e.entry));
+        done(e.rank, static_cast<size_t>(e.payload));
         break;
       case Event::Compute:
-        computeDone(e.rank, e.version);
+        computeDone(e.rank, e.payload);
         break;
       }
     }
@@ -69,24 +151,24 @@ public:
   }
 
 private:
+  /// 32 bytes: the queue holds an event or more per rank.
   struct Event {
     enum Kind : uint8_t { Post, Done, Compute };
     double time;
-    uint64_t seq;
-    Kind kind;
-    int64_t rank;  // Compute: the device
-    int64_t entry; // Done: the instruction entry
-    uint64_t version;
+    uint64_t order;   // sequence << 2 | kind: equal times in push order
+    int64_t rank;     // Compute: the device
+    uint64_t payload; // Done: the instruction entry; Compute: the version
+    Kind kind() const { return static_cast<Kind>(order & 3); }
     bool operator>(const Event &o) const {
-      return time != o.time ? time > o.time : seq > o.seq;
+      return time != o.time ? time > o.time : order > o.order;
     }
   };
   struct RankState {
     int32_t pc = 0;
     int64_t outstanding = 0;
-    double runPost = 0, runReady = 0;
-    int64_t last = -1; // the entry that ended the previous run
-    std::vector<size_t> run;
+    double runPost = 0;
+    int64_t last = -1;               // the entry that ended the previous run
+    size_t runBegin = 0, runEnd = 0; // the entries of the running run
     bool finished = false;
   };
   /// A device's cores are shared among its running tasks: each advances at
@@ -106,7 +188,7 @@ private:
     }
   };
   struct DeviceState {
-    std::priority_queue<Task, std::vector<Task>, std::greater<Task>> tasks;
+    MinHeap4<Task> tasks;
     double virtualTime = 0, updated = 0, demand = 0, share = 1;
     uint64_t version = 0;
   };
@@ -123,13 +205,12 @@ private:
   std::vector<RankState> ranks;
   std::unordered_map<int64_t, DeviceState> devices;
   Rendezvous<Waiting> posted;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  MinHeap4<Event> events;
   uint64_t sequence = 0;
   double now = 0;
 
-  void push(double time, Event::Kind kind, int64_t rank, int64_t entry,
-            uint64_t version) {
-    events.push({time, sequence++, kind, rank, entry, version});
+  void push(double time, Event::Kind kind, int64_t rank, uint64_t payload) {
+    events.push({time, sequence++ << 2 | kind, rank, payload});
   }
 
   const std::vector<Instr> &streamOf(int64_t rank) const {
@@ -157,8 +238,10 @@ private:
     while (stream[end].fused && static_cast<size_t>(end + 1) < stream.size())
       ++end;
     ++end;
-    st.run.clear();
-    st.runPost = st.runReady = now;
+    const size_t base = result.firstEntry[static_cast<size_t>(rank)];
+    st.runBegin = base + static_cast<size_t>(st.pc);
+    st.runEnd = base + static_cast<size_t>(end);
+    st.runPost = now;
     // Count first: matches found while posting must not end the run early.
     std::vector<Peers> runPeers;
     for (int32_t i = st.pc; i < end; ++i) {
@@ -170,9 +253,8 @@ private:
     }
     for (int32_t i = st.pc; i < end; ++i) {
       const Instr &in = stream[i];
-      size_t entry = result.instrs.size();
-      result.instrs.push_back({rank, i, now, now, now, -1});
-      st.run.push_back(entry);
+      size_t entry = base + static_cast<size_t>(i);
+      result.instrs[entry] = {now, now, -1};
       const InstrInfo &info = instrInfo(in.op);
       const Peers &peers = runPeers[static_cast<size_t>(i - st.pc)];
       if (peers.collective) {
@@ -197,9 +279,8 @@ private:
         ready(entry, st.last);
         ready(other.entry, st.last);
         double end = now + costs.messageSeconds(rank, peer, in);
-        push(end, Event::Done, rank, static_cast<int64_t>(entry), 0);
-        push(end, Event::Done, other.rank, static_cast<int64_t>(other.entry),
-             0);
+        push(end, Event::Done, rank, entry);
+        push(end, Event::Done, other.rank, other.entry);
       }
     }
     st.pc = end;
@@ -207,10 +288,10 @@ private:
 
   /// Starts the work of a ready instruction.
   void start(int64_t rank, size_t entry) {
-    const SimulatedInstr &s = result.instrs[entry];
-    Work w = costs.work(rank, streamOf(rank)[s.instr]);
+    size_t instr = entry - result.firstEntry[static_cast<size_t>(rank)];
+    Work w = costs.work(rank, streamOf(rank)[instr]);
     if (w.compute <= 0) {
-      push(now + w.comm, Event::Done, rank, static_cast<int64_t>(entry), 0);
+      push(now + w.comm, Event::Done, rank, entry);
       return;
     }
     int64_t device = costs.deviceOf(rank);
@@ -241,7 +322,7 @@ private:
     d.share = std::min(1.0, static_cast<double>(costs.deviceProfile().cores) /
                                 d.demand);
     double next = std::max(0.0, d.tasks.top().endV - d.virtualTime) / d.share;
-    push(now + next, Event::Compute, device, 0, d.version);
+    push(now + next, Event::Compute, device, d.version);
   }
 
   void computeDone(int64_t device, uint64_t version) {
@@ -255,7 +336,7 @@ private:
       if ((t.endV - d.virtualTime) * t.demand >
           1e-12 + 1e-9 * t.demand * d.share)
         break;
-      push(now + t.comm, Event::Done, t.rank, static_cast<int64_t>(t.entry), 0);
+      push(now + t.comm, Event::Done, t.rank, t.entry);
       d.demand -= t.demand;
       d.tasks.pop();
     }
@@ -270,8 +351,8 @@ private:
       return;
     // The run ends: it worked from its last arrival to now.
     double readyAt = st.runPost;
-    size_t last = st.run.front();
-    for (size_t e : st.run) {
+    size_t last = st.runBegin;
+    for (size_t e = st.runBegin; e < st.runEnd; ++e) {
       readyAt = std::max(readyAt, result.instrs[e].ready);
       if (result.instrs[e].end >= result.instrs[last].end)
         last = e;
@@ -335,25 +416,29 @@ simulationTrace(const Simulation &sim, const Topology &topology,
     critical[i] = true;
   for (size_t i = 0; i < sim.instrs.size(); ++i) {
     const SimulatedInstr &s = sim.instrs[i];
-    const Instr &in =
-        programs[static_cast<size_t>(rankProgram[s.rank])].instrs[s.instr];
-    if (s.ready > s.post)
+    const int64_t rank = sim.rankOf(i);
+    const int32_t instr = sim.instrOf(i);
+    const std::vector<Instr> &stream =
+        programs[static_cast<size_t>(rankProgram[rank])].instrs;
+    const Instr &in = stream[static_cast<size_t>(instr)];
+    const double post = sim.postOf(i, stream);
+    if (s.ready > post)
       events.push_back({{"name", "wait"},
                         {"cat", "wait"},
                         {"ph", "X"},
-                        {"pid", s.rank},
+                        {"pid", rank},
                         {"tid", 0},
-                        {"ts", s.post * 1e6},
-                        {"dur", (s.ready - s.post) * 1e6}});
+                        {"ts", post * 1e6},
+                        {"dur", (s.ready - post) * 1e6}});
     events.push_back({{"name", describeInstr(topology, in)},
                       {"cat", critical[i] ? "critical" : "instruction"},
                       {"ph", "X"},
-                      {"pid", s.rank},
+                      {"pid", rank},
                       {"tid", 0},
                       {"ts", s.ready * 1e6},
                       {"dur", (s.end - s.ready) * 1e6},
                       {"args",
-                       {{"instruction", s.instr},
+                       {{"instruction", instr},
                         {"critical_path", static_cast<bool>(critical[i])}}}});
   }
   return {{"traceEvents", events},

@@ -28,13 +28,11 @@
 
 namespace mimo {
 
-/// One instruction as the simulation ran it.
+/// One instruction as the simulation ran it (24 bytes: a step of 2^20
+/// ranks runs some 10^8 instructions).
 struct SimulatedInstr {
-  int64_t rank = 0;
-  int32_t instr = 0;
-  /// Posted (the rank reached it), ready (its peers or group arrived: the
-  /// wait ends), done.
-  double post = 0, ready = 0, end = 0;
+  /// Ready (its peers or group arrived: the wait ends), done.
+  double ready = 0, end = 0;
   /// The instruction whose end made this one ready (the critical path's
   /// previous step), or -1.
   int64_t cause = -1;
@@ -46,7 +44,10 @@ struct Simulation {
   double stepSeconds = 0;
   /// Per rank: seconds working (not waiting for peers) and when it finished.
   std::vector<double> busySeconds, finishSeconds;
+  /// Every rank's instructions, rank by rank: instruction i of rank r is
+  /// instrs[firstEntry[r] + i] (firstEntry has a last element, the end).
   std::vector<SimulatedInstr> instrs;
+  std::vector<size_t> firstEntry;
   /// Indices into `instrs`, first to last: the chain of instructions
   /// ending at the step's last instruction, each made ready by the one
   /// before it.
@@ -54,6 +55,13 @@ struct Simulation {
 
   /// The share of rank-seconds spent waiting or finished early.
   double idleShare() const;
+  /// The rank and the instruction index of an entry of `instrs`.
+  int64_t rankOf(size_t entry) const;
+  int32_t instrOf(size_t entry) const;
+  /// When the entry's rank reached it (posted it with the fused run it
+  /// belongs to): the end of the rank's previous run, 0 for its first.
+  /// `stream` is the rank's program.
+  double postOf(size_t entry, const std::vector<Instr> &stream) const;
 };
 
 Simulation simulateStep(const Topology &topology,

@@ -380,7 +380,8 @@ calibrate(device::DeviceKind kind,
     p.memoryGBs = 3.0 * 4.0 * static_cast<double>(n) / seconds / 1e9;
     Buffer one(*dev, 1);
     p.kernelOverheadUs =
-        1e6 * timePerCall(*dev, [&] { dev->scale(one.data, 1.0f, 1); }, 0.05);
+        1e6 * timePerCall(
+                  *dev, [&] { dev->scale(one.data, 1.0f, 1); }, 0.05);
   }
   progress("a small model's forward and backward");
   fitLayerCosts(kind, p);

@@ -152,14 +152,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
                           kernelsFromUs + 1e6 * k.startSeconds, 1e6 * k.seconds,
                           std::string(), kDeviceStream});
     };
-    // Tests: MIMO_TEST_HANG=RANK:STEP makes that rank compute forever at
-    // the start of that step (a library stuck in a loop).
-    std::optional<std::pair<int64_t, int64_t>> hang =
-        parseFault(std::getenv("MIMO_TEST_HANG"), nullptr);
     for (; step < steps; ++step) {
-      if (hang && hang->first == rank && hang->second == step + 1)
-        for (;;)
-          std::this_thread::sleep_for(std::chrono::seconds(1));
       if (options.fault && options.fault->first == rank &&
           options.fault->second == step + 1)
         throw RankFailure(
@@ -213,6 +206,91 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   }
   return "";
 }
+
+/// An instruction may run this long before its rank counts as stuck:
+/// every wait ends after --timeout, so only a computation (a library
+/// looping on an allocation, a kernel that never returns) lasts twice it.
+std::chrono::duration<double> overdueAfter(const RunOptions &options) {
+  return std::chrono::duration<double>(2 *
+                                       std::max(options.timeoutSeconds, 1.0));
+}
+
+/// The ranks (of `progress`, the first being `firstRank`) whose instruction
+/// has run longer than `limit`: "rank 3 (step 2, instruction 5: forward
+/// language mb 0, for 7 s)", or "".
+std::string overdueRanks(const Plan &plan,
+                         const std::vector<RankProgress> &progress,
+                         int64_t firstRank,
+                         std::chrono::duration<double> limit) {
+  std::string overdue;
+  const int64_t now = Clock::now().time_since_epoch().count();
+  for (size_t r = 0; r < progress.size(); ++r) {
+    const RankProgress &p = progress[r];
+    const Instr *instr = p.instr.load(std::memory_order_acquire);
+    if (!instr)
+      continue;
+    const double seconds =
+        std::chrono::duration<double>(
+            Clock::duration(now - p.sinceNs.load(std::memory_order_relaxed)))
+            .count();
+    if (seconds <= limit.count())
+      continue;
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.0f", seconds);
+    overdue += (overdue.empty() ? "" : "; ") + std::string("rank ") +
+               std::to_string(firstRank + static_cast<int64_t>(r)) + " (step " +
+               std::to_string(p.step.load(std::memory_order_relaxed)) +
+               ", instruction " +
+               std::to_string(p.index.load(std::memory_order_relaxed)) + ": " +
+               describeInstr(plan.topology, *instr) + ", for " + took + " s)";
+  }
+  return overdue;
+}
+
+/// Ends the process (exit 2) naming the overdue ranks.
+[[noreturn]] void endStuck(const std::string &overdue,
+                           const RunOptions &options) {
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "mimo-run: %s has run longer than twice --timeout (%g s) "
+               "with no rank failed: stuck in a computation; ending the "
+               "process\n",
+               overdue.c_str(), options.timeoutSeconds);
+  std::fflush(stderr);
+  std::_Exit(2);
+}
+
+/// Watches this process's ranks from a thread of its own while they run
+/// (runOnComm; runLocal watches in its own loop).
+class StuckWatchdog {
+public:
+  StuckWatchdog(const Plan &plan, const std::vector<RankProgress> &progress,
+                int64_t firstRank, const RunOptions &options)
+      : thread([this, &plan, &progress, firstRank, options] {
+          std::unique_lock<std::mutex> lock(mutex);
+          while (!stopping) {
+            changed.wait_for(lock, std::chrono::milliseconds(200));
+            std::string overdue =
+                overdueRanks(plan, progress, firstRank, overdueAfter(options));
+            if (!overdue.empty() && !stopping)
+              endStuck(overdue, options);
+          }
+        }) {}
+  ~StuckWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    changed.notify_all();
+    thread.join();
+  }
+
+private:
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool stopping = false;
+  std::thread thread;
+};
 
 } // namespace
 
@@ -276,6 +354,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
     int64_t count = 0;
   } finish;
   finish.done.assign(static_cast<size_t>(world), false);
+  std::vector<RankProgress> progress(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int64_t rank = 0; rank < world; ++rank)
     threads.emplace_back([&, rank] {
@@ -301,6 +380,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       overlap.sendsAhead = on && !ncclLike;
       overlap.logitChunkBytes = options.logitChunkBytes;
       overlap.skipNonFinite = options.skipNonFinite;
+      overlap.progress = &progress[static_cast<size_t>(rank)];
       overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),
@@ -317,7 +397,9 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   // Once a rank has failed, every other rank is released at once; one
   // stuck in a computation that never returns (a library looping on an
   // allocation it cannot get) would keep the run from ending. It is given
-  // --timeout, then the process ends with the failure (exit 2).
+  // --timeout, then the process ends with the failure (exit 2). With no
+  // failure (every rank stuck, or the only one), an instruction running
+  // past twice --timeout ends it the same way.
   {
     std::unique_lock<std::mutex> lock(finish.mutex);
     std::optional<Clock::time_point> failedAt;
@@ -325,6 +407,12 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       finish.changed.wait_for(lock, std::chrono::milliseconds(200));
       if (!failedAt && !comm::localWorldFailure(*localWorld).empty())
         failedAt = Clock::now();
+      if (!failedAt) {
+        std::string overdue =
+            overdueRanks(plan, progress, 0, overdueAfter(options));
+        if (!overdue.empty() && comm::localWorldFailure(*localWorld).empty())
+          endStuck(overdue, options);
+      }
       if (failedAt && Clock::now() - *failedAt >
                           std::chrono::duration<double>(
                               std::max(options.timeoutSeconds, 1.0))) {
@@ -393,9 +481,14 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   RankOptions rankOptions;
   rankOptions.skipNonFinite = options.skipNonFinite;
   rankOptions.logitChunkBytes = options.logitChunkBytes;
-  std::string failure =
-      runRank(plan, comm.rank(), comm, *data.train, data.eval.get(), local,
-              Clock::now(), result, events, rankOptions);
+  std::vector<RankProgress> progress(1);
+  rankOptions.progress = &progress[0];
+  std::string failure;
+  {
+    StuckWatchdog watchdog(plan, progress, comm.rank(), options);
+    failure = runRank(plan, comm.rank(), comm, *data.train, data.eval.get(),
+                      local, Clock::now(), result, events, rankOptions);
+  }
   if (!failure.empty()) {
     // The backend tears the job down; reaching here means it could not.
     comm.fail(failure);

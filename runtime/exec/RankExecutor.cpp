@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 namespace mimo::exec {
 
@@ -22,7 +24,9 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
                            const RankOptions &overlap)
     : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
       data(data), evalData(evalData), active(&data), origin(origin),
-      encoders(encodersOf(plan.config)), skipNonFinite(overlap.skipNonFinite) {
+      encoders(encodersOf(plan.config)), skipNonFinite(overlap.skipNonFinite),
+      progress(overlap.progress),
+      hang(parseFault(std::getenv("MIMO_TEST_HANG"), nullptr)) {
   for (int64_t r = 0; r < topo.worldSize; ++r)
     world.push_back(r);
   modules.resize(topo.modules.size());
@@ -100,12 +104,27 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
                     std::to_string(i) + " (" + describeInstr(topo, instrs[i]) +
                     ")");
     double t0 = micros();
+    if (progress) {
+      progress->step.store(step + 1, std::memory_order_relaxed);
+      progress->index.store(static_cast<int64_t>(i), std::memory_order_relaxed);
+      progress->sinceNs.store(Clock::now().time_since_epoch().count(),
+                              std::memory_order_relaxed);
+      progress->instr.store(&instrs[i], std::memory_order_release);
+    }
+    // Tests: MIMO_TEST_HANG=RANK:STEP makes that rank compute forever in
+    // the first instruction of that step (a library stuck in a loop).
+    if (hang && i == 0 && !evaluating && hang->first == rank &&
+        hang->second == step + 1)
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
     exchanged.clear();
     if (end == i && !instrInfo(instrs[i].op).isSend &&
         !instrInfo(instrs[i].op).isRecv)
       execute(instrs[i]);
     else
       exchange(instrs, i, end);
+    if (progress)
+      progress->instr.store(nullptr, std::memory_order_release);
     if (trace) {
       double t1 = micros();
       std::string name = describeInstr(topo, instrs[i]);

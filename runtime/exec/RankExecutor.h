@@ -15,10 +15,12 @@
 #include "runtime/exec/GradBuckets.h"
 #include "runtime/exec/Model.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +80,14 @@ using ChannelFactory =
 
 /// How a rank runs beyond what its plan says: how communication overlaps
 /// the compute, and the rows of logits its head computes at once.
+/// Where a rank is, for a watchdog on another thread: the instruction it
+/// runs (null between instructions) and when it started it.
+struct RankProgress {
+  std::atomic<const Instr *> instr{nullptr};
+  std::atomic<int64_t> step{0}, index{0};
+  std::atomic<int64_t> sinceNs{0}; // Clock's time since epoch
+};
+
 struct RankOptions {
   /// Gradient bucket size (0: one all-reduce at ReduceGrads).
   int64_t bucketBytes = 0;
@@ -93,6 +103,8 @@ struct RankOptions {
   /// A step whose loss or gradient norm is not finite is skipped (no
   /// update, its gradients dropped) instead of stopping the run.
   bool skipNonFinite = false;
+  /// Kept up to date at each instruction's start and end, when set.
+  RankProgress *progress = nullptr;
 };
 
 /// The tag channel of a rank's send channel (its messages carry their own
@@ -258,6 +270,9 @@ private:
   /// The last step's loss or norm was not finite and it was skipped.
   bool stepSkipped = false;
   bool skipNonFinite = false;
+  RankProgress *progress = nullptr;
+  /// MIMO_TEST_HANG's rank and step (tests).
+  std::optional<std::pair<int64_t, int64_t>> hang;
   std::string firstNonFiniteGradient();
   [[noreturn]] void stopOnNonFinite();
   /// The largest rank's peak device memory in the step (-1: untracked).

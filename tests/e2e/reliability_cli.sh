@@ -239,5 +239,14 @@ MIMO_TEST_HANG=3:2 timeout 300 "$bin/mimo-run" "$plan" --device cpu --steps 3 --
 rc=$? took=$(( $(date +%s) - start ))
 [ $rc -eq 2 ] && [ $took -lt $((limit * 10)) ] && grep -q "rank(s) 3 did not stop within --timeout" "$work/hang.err" &&
   pass "a rank stuck computing: exit 2 in ${took} s naming it" || { cat "$work/hang.err"; fail "stuck rank (rc $rc, ${took} s)"; }
+# With no failure to wait on (the only rank stuck, as every rank could be),
+# an instruction running past twice --timeout ends the run the same way.
+start=$(date +%s)
+MIMO_TEST_HANG=0:2 timeout 300 "$bin/mimo-run" "$plan" --reference --device cpu --steps 3 --timeout $limit >/dev/null 2>"$work/hang1.err"
+rc=$? took=$(( $(date +%s) - start ))
+[ $rc -eq 2 ] && [ $took -lt $((limit * 10)) ] &&
+  grep -q "rank 0 (step 2, instruction 0: .*) has run longer than twice --timeout" "$work/hang1.err" &&
+  pass "the only rank stuck computing: exit 2 in ${took} s naming it and its instruction" ||
+  { cat "$work/hang1.err"; fail "all ranks stuck (rc $rc, ${took} s)"; }
 
 finish

@@ -3,6 +3,7 @@
 #include "TestModels.h"
 
 #include "codegen/Explain.h"
+#include "codegen/JsonStream.h"
 #include "runtime/core/Schedule.h"
 #include "tools/driver/Driver.h"
 
@@ -24,6 +25,16 @@ json explain(const std::string &text, const std::string &file = "model.json") {
   if (!result.succeeded())
     return json();
   return json::parse(explainPlan(*result.plan).dump());
+}
+
+/// Compiles `text` and renders its explanation as explain's text.
+std::string explainText(const std::string &text) {
+  static mlir::MLIRContext *context = new mlir::MLIRContext();
+  CompileResult result = compileModel(*context, "model.json", text);
+  EXPECT_TRUE(result.succeeded());
+  if (!result.succeeded())
+    return "";
+  return renderExplainText(Explanation(*result.plan), "m");
 }
 
 /// {name, tp, cp, dp, pp, first, last} of one role, for compact expectations.
@@ -199,7 +210,7 @@ TEST(ExplainTest, OnlyRank) {
   EXPECT_EQ(e["ranks"][0]["rank"], 3);
   EXPECT_EQ(role(e["ranks"][0]["modules"][0]), "images tp1 cp0 dp0 pp1 last");
   std::string text =
-      renderExplainText(explainPlan(*result.plan), "vlm-fan-out");
+      renderExplainText(Explanation(*result.plan), "vlm-fan-out");
   EXPECT_NE(text.find("model vlm-fan-out: 8 ranks, non_colocated"),
             std::string::npos);
 }
@@ -271,14 +282,55 @@ TEST(ExplainTest, TextStaysSmallAtAnyScale) {
     return std::make_pair(count, widest);
   };
   json m = json::parse(test::readExample("vlm-fan-in.json"));
-  std::string small = renderExplainText(explain(m.dump()), "m");
+  std::string small = explainText(m.dump());
   m["modules"][0]["parallel"]["dp"] = 64;
   m["modules"][1]["parallel"]["dp"] = 16;
   m["modules"][1]["parallel"]["rank_offset"] = 64;
   m["batch"]["micro_batch_size"] = 128;
-  std::string large = renderExplainText(explain(m.dump()), "m");
+  std::string large = explainText(m.dump());
   EXPECT_EQ(lines(large).first, lines(small).first + 0) << large;
   EXPECT_LE(lines(large).second, 200u) << large;
+}
+
+TEST(ExplainTest, StreamedJsonIsTheWholeDocument) {
+  // explain --json writes ranks[] and shards[] one item at a time: the text
+  // is exactly the whole document's dump(2), for every example and for one
+  // rank.
+  static mlir::MLIRContext context;
+  for (const char *example :
+       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
+        "vlm-colocated-pp2.json", "avlm.json"}) {
+    CompileResult result =
+        compileModel(context, example, test::readExample(example));
+    ASSERT_TRUE(result.succeeded()) << example;
+    for (std::optional<int64_t> rank :
+         {std::optional<int64_t>(), std::optional<int64_t>(1)}) {
+      Explanation e(*result.plan, rank);
+      std::string streamed;
+      e.writeJson([&](std::string_view piece) { streamed += piece; });
+      EXPECT_EQ(streamed, e.toJson().dump(2)) << example;
+      EXPECT_EQ(json::parse(streamed)["ranks"].size(),
+                rank ? 1u
+                     : static_cast<size_t>(result.plan->topology.worldSize));
+    }
+  }
+  // Empty arrays and nested values keep dump(2)'s shape.
+  nlohmann::ordered_json doc = {{"a", nlohmann::ordered_json::array()},
+                                {"b", nullptr},
+                                {"c", {{"d", {1, 2}}, {"e", "x\"y"}}},
+                                {"f", nullptr}};
+  std::string text;
+  writeJsonStreamed(doc,
+                    {{"b", 0, nullptr},
+                     {"f", 2,
+                      [](size_t i) {
+                        return nlohmann::ordered_json{{"i", i}, {"l", {i}}};
+                      }}},
+                    [&](std::string_view piece) { text += piece; });
+  nlohmann::ordered_json expected = doc;
+  expected["b"] = nlohmann::ordered_json::array();
+  expected["f"] = {{{"i", 0}, {"l", {0}}}, {{"i", 1}, {"l", {1}}}};
+  EXPECT_EQ(text, expected.dump(2));
 }
 
 } // namespace

@@ -268,7 +268,11 @@ TEST(Simulate, EqualStagesGiveTheOneFOneBBubble) {
     // The critical path ends at the step's end and runs back to time 0.
     ASSERT_FALSE(sim.criticalPath.empty());
     EXPECT_DOUBLE_EQ(sim.instrs[sim.criticalPath.back()].end, sim.stepSeconds);
-    EXPECT_DOUBLE_EQ(sim.instrs[sim.criticalPath.front()].post, 0);
+    size_t front = sim.criticalPath.front();
+    EXPECT_DOUBLE_EQ(
+        sim.postOf(front,
+                   plan.programs[plan.rankProgram[sim.rankOf(front)]].instrs),
+        0);
   }
 }
 
