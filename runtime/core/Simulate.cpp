@@ -114,6 +114,9 @@ public:
       result.firstEntry[r + 1] =
           result.firstEntry[r] + streamOf(static_cast<int64_t>(r)).size();
     result.instrs.assign(result.firstEntry[world], SimulatedInstr{});
+    // About a message end or two waits per rank at a time: grown once.
+    posted.sends.reserve(world);
+    posted.recvs.reserve(world);
     result.busySeconds.assign(world, 0);
     result.finishSeconds.assign(world, 0);
     for (int64_t r = 0; r < topology.worldSize; ++r)
