@@ -1,6 +1,6 @@
 //===- compile_scale.cpp - Compile time and memory against world size -----===//
 //
-// SPEC §10: a three-module plan (language TP8·CP2·PP4 with SP, an images
+// docs/runtime.md: a three-module plan (language TP8·CP2·PP4 with SP, an images
 // encoder TP8 and an audio encoder TP4, both fanning in) compiled and
 // verified for growing world sizes. Prints one row per size: the whole
 // mimoc pipeline (parse, import, the eight passes including the simulating

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Step time with and without overlapped communication (SPEC §11).
+"""Step time with and without overlapped communication (docs/gpu.md).
 
 For each layout, `mimo-run --no-overlap` (every message and collective
 blocks its rank; one DP x CP all-reduce per module after the backward) and

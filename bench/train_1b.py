@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Training a ~1.3B-parameter language model on one GPU: mimo against
-PyTorch eager (SPEC §11 GPU benchmarks; run by scripts/gpu-check.sh).
+PyTorch eager (docs/gpu.md GPU benchmarks; run by scripts/gpu-check.sh).
 
 The model (bench/models/lm-1b.json): hidden 2048, 22 layers, 16 heads,
 SwiGLU 5632, vocabulary 32000, sequence 2048, 4 micro-batches of 2

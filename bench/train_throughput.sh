@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPEC §10: tokens/s of a distributed run against its --reference run on the
+# docs/runtime.md: tokens/s of a distributed run against its --reference run on the
 # same machine, in the same invocation. The reference is pinned to one core.
 # usage: bench/train_throughput.sh [--build DIR] [EXAMPLE ...]
 #        (default: build/, every example)

@@ -1,6 +1,6 @@
 # Project-code settings shared by every mimo target: warnings (as errors when
 # MIMO_WERROR is on) and the include roots, so headers are included as
-# "runtime/core/Grid.h" and generated ones as "ir/MimoOps.h.inc". Warning
+# "runtime/config/Grid.h" and generated ones as "ir/MimoOps.h.inc". Warning
 # flags reach only C++ (nvcc rejects -Wall); CUDA sources get nvcc's own.
 function(mimo_project_target target)
   target_compile_options(${target} PRIVATE

@@ -4,11 +4,11 @@
 
 #include "codegen/JsonStream.h"
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/Grid.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/Schedule.h"
-#include "runtime/core/Sharding.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/Grid.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/Schedule.h"
+#include "runtime/plan/Sharding.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,16 +1,16 @@
 //===- Explain.h - What each rank does, from a compiled plan ---*- C++ -*-===//
 //
 // `mimoc explain`: the layout, the modules, every rank's role, stage and
-// warm-up, the bridges and the sequence shards (the keys are SPEC §3's),
+// warm-up, the bridges and the sequence shards (the keys are README.md's),
 // and one rank's program as readable text.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_CODEGEN_EXPLAIN_H
 #define MIMO_CODEGEN_EXPLAIN_H
 
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/PlanFile.h"
-#include "runtime/core/Sharding.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/plan/Sharding.h"
 
 #include <nlohmann/json.hpp>
 

@@ -11,7 +11,7 @@
 
 #include "codegen/Explain.h"
 
-#include "runtime/core/MemoryPlan.h"
+#include "runtime/cost/MemoryPlan.h"
 
 #include <algorithm>
 #include <array>

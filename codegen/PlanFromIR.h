@@ -1,7 +1,7 @@
 //===- PlanFromIR.h - The plan file's contents from the final IR -*- C++
 //-*-===//
 //
-// Codegen (SPEC §6): after mimo-verify-plan, the IR holds everything the
+// Codegen (docs/plan.md): after mimo-verify-plan, the IR holds everything the
 // plan file needs: grids, bridges, stages, sharding and per-role programs.
 //
 //===----------------------------------------------------------------------===//
@@ -9,7 +9,7 @@
 #define MIMO_CODEGEN_PLANFROMIR_H
 
 #include "ir/MimoOps.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/plan/PlanFile.h"
 
 #include "mlir/Support/LogicalResult.h"
 

@@ -1,7 +1,7 @@
 //===- SimulateReport.h - mimoc simulate's inputs and report ---*- C++ -*-===//
 //
 // `mimoc simulate PLAN.json [--profile P] [--cluster C] [--trace T]`: the
-// predicted step of a plan (core/Simulate.h) as a report: step time, idle
+// predicted step of a plan (cost/Simulate.h) as a report: step time, idle
 // share (the pipeline bubble), MFU, each role's busy fraction and the
 // critical path. Also reads the profile and cluster arguments that
 // `mimoc tune` shares.
@@ -10,9 +10,9 @@
 #ifndef MIMO_CODEGEN_SIMULATEREPORT_H
 #define MIMO_CODEGEN_SIMULATEREPORT_H
 
-#include "runtime/core/CostModel.h"
-#include "runtime/core/PlanFile.h"
-#include "runtime/core/Simulate.h"
+#include "runtime/cost/CostModel.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/cost/Simulate.h"
 
 #include <nlohmann/json.hpp>
 

@@ -4,11 +4,11 @@
 
 #include "codegen/Explain.h"
 #include "codegen/SimulateReport.h"
-#include "runtime/core/Flops.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/Parameters.h"
-#include "runtime/core/PlanFile.h"
-#include "runtime/core/Simulate.h"
+#include "runtime/config/Flops.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/config/Parameters.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/cost/Simulate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,7 +45,7 @@ int64_t ranksSharingADevice(const TuneOptions &options) {
   return (options.worldSize + devices - 1) / devices;
 }
 
-/// The analytic costs of the search, from core/CostModel.h's stage costs.
+/// The analytic costs of the search, from cost/CostModel.h's stage costs.
 class Estimator {
 public:
   Estimator(const ModelConfig &model, const TuneOptions &options)
@@ -130,7 +130,7 @@ private:
 };
 
 /// Every grid of `module` within `maxSize` ranks whose dp divides
-/// `microBatchSize`, under the rules of core/ShapeRules.h.
+/// `microBatchSize`, under the rules of plan/ShapeRules.h.
 std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
                                     const ModuleConfig &m, int64_t maxSize,
                                     int64_t microBatchSize, bool colocated) {

@@ -5,25 +5,25 @@
 //  1. Enumerate layouts: colocated (every module on all N ranks, encoders
 //     pp 1) and non-colocated (module spans in model order tiling [0, N)),
 //     each module's tp, cp, pp, dp (the divisibility rules of
-//     core/ShapeRules.h: heads, ffn and vocabulary by tp, layers by pp, the
+//     plan/ShapeRules.h: heads, ffn and vocabulary by tp, layers by pp, the
 //     sequence by the CP/SP factor, encoder cp 1, bridge lanes dividing),
 //     SP on whenever TP > 1 allows it, and the microbatch count (the global
 //     batch micro_batch_size x num_microbatches kept, the micro-batch by
 //     every dp). Up to 64 ranks every split of the ranks is tried; above,
 //     module spans move in steps of N / 64.
 //  2. Rank them by an analytic 1F1B estimate from the same stage costs
-//     (core/CostModel.h): (M - 1) x the slowest stage + the pipeline's
+//     (cost/CostModel.h): (M - 1) x the slowest stage + the pipeline's
 //     fill, or the device's total work over its cores when that is larger.
 //  3. For the best, build the real plan, drop those whose memory plan
-//     (SPEC §14) exceeds the limit, simulate every rank's stream
-//     (core/Simulate.h), and rank by simulated step time.
+//     (docs/tune.md) exceeds the limit, simulate every rank's stream
+//     (cost/Simulate.h), and rank by simulated step time.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_CODEGEN_TUNE_H
 #define MIMO_CODEGEN_TUNE_H
 
-#include "runtime/core/CostModel.h"
-#include "runtime/core/ModelConfig.h"
+#include "runtime/cost/CostModel.h"
+#include "runtime/config/ModelConfig.h"
 
 #include <nlohmann/json.hpp>
 

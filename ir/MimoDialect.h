@@ -3,8 +3,8 @@
 #ifndef MIMO_IR_MIMODIALECT_H
 #define MIMO_IR_MIMODIALECT_H
 
-#include "runtime/core/Grid.h"
-#include "runtime/core/Topology.h"
+#include "runtime/config/Grid.h"
+#include "runtime/plan/Topology.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"

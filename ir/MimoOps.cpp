@@ -11,7 +11,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include "ir/Locations.h"
-#include "runtime/core/Plan.h"
+#include "runtime/plan/Plan.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"

@@ -4,7 +4,7 @@
 #define MIMO_IR_MIMOOPS_H
 
 #include "ir/MimoDialect.h"
-#include "runtime/core/Plan.h"
+#include "runtime/plan/Plan.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -251,8 +251,8 @@ def Mimo_SplitSizesOp : Mimo_Op<"split_sizes", [Pure]> {
 def Mimo_BridgeOp : Mimo_Op<"bridge", [Pure, AllTypesMatch<["input", "output"]>]> {
   let summary = "hands an encoder's tokens to the language module's grid";
   let description = [{
-    Inserted by `mimo-insert-bridges` per encoder -> language edge (SPEC
-    §4.3, §4.4). `mode` is
+    Inserted by `mimo-insert-bridges` per encoder -> language edge
+    (docs/plan.md, bridges). `mode` is
     `#mimo<bridge_mode fan_in|fan_out|one_to_one|colocated>`; `ratio` the
     lane ratio. Non-colocated bridges connect lane
     leaders (`src_leaders`, `dst_leaders`) along `routes` (flattened
@@ -328,7 +328,7 @@ def Mimo_CpShardOp : Mimo_Op<"cp_shard", [Pure, AllTypesMatch<["input", "output"
   let summary = "context-parallel zigzag sharding of the sequence";
   let description = [{
     CP rank `r` of `cp` keeps chunks `r` and `2·cp-1-r` of the `2·cp` equal
-    chunks of dimension `seq_dim` (SPEC §4.5). With `packing`, the zigzag
+    chunks of dimension `seq_dim` (docs/plan.md). With `packing`, the zigzag
     applies to every packed sequence, each padded to a multiple of
     `pad_multiple`.
 
@@ -417,7 +417,7 @@ def Mimo_ExchangeOp : Mimo_Op<"exchange", [HasParent<"ProgramOp">,
 }
 
 //===----------------------------------------------------------------------===//
-// Instructions: one op per kind of the runtime's InstrOp (runtime/core/Plan.h),
+// Instructions: one op per kind of the runtime's InstrOp (runtime/plan/Plan.h),
 // each with exactly the operands its kind names. The InstructionOp interface
 // maps an op to its kind; a unit test checks the two lists are the same.
 //===----------------------------------------------------------------------===//

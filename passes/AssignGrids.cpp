@@ -1,7 +1,7 @@
 //===- AssignGrids.cpp - mimo-assign-grids --------------------------------===//
 //
 // Fixes the rank layout of every mimo.model and checks each module grid
-// against it (SPEC §4.1, §4.2, §4.3, §4.4, §4.5). Diagnostics are located at
+// against it (docs/model-json.md, docs/data.md, docs/plan.md). Diagnostics are located at
 // the offending model.json field and carry notes at the other side.
 //
 //===----------------------------------------------------------------------===//
@@ -9,9 +9,9 @@
 #include "passes/Passes.h"
 
 #include "ir/Locations.h"
-#include "runtime/core/Grid.h"
-#include "runtime/core/ShapeRules.h"
-#include "runtime/core/Topology.h"
+#include "runtime/config/Grid.h"
+#include "runtime/plan/ShapeRules.h"
+#include "runtime/plan/Topology.h"
 
 #include "mlir/IR/Builders.h"
 

@@ -1,9 +1,9 @@
 //===- InsertBridges.cpp - mimo-insert-bridges ----------------------------===//
 //
 // A mimo.bridge on every encoder -> language edge, with the mode, leaders,
-// routes and broadcast groups of SPEC §4.3 (or the gather groups of a
-// colocated bridge, SPEC §4.4), all from the shared formulas of
-// runtime/core/Plan.h.
+// routes and broadcast groups of docs/plan.md (or the gather groups of a
+// colocated bridge, docs/plan.md), all from the shared formulas of
+// runtime/plan/Plan.h.
 //
 //===----------------------------------------------------------------------===//
 

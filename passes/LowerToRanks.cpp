@@ -1,7 +1,7 @@
 //===- LowerToRanks.cpp - mimo-lower-to-ranks -----------------------------===//
 //
 // One mimo.program per role, from the shared program builder
-// (runtime/core/Plan.h: buildPrograms), fed with the topology the earlier
+// (runtime/plan/Plan.h: buildPrograms), fed with the topology the earlier
 // passes put in the IR (grids, bridges, stages).
 //
 //===----------------------------------------------------------------------===//

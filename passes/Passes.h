@@ -16,7 +16,7 @@ namespace mimo {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// SPEC §4.5 checks of the language module's sequence sharding (shared by
+/// docs/plan.md checks of the language module's sequence sharding (shared by
 /// mimo-assign-grids, which reports every error of a model at once, and
 /// mimo-shard-sequence): seq_length divisible by 2·cp[·tp] (or tp with SP)
 /// unless packing, and no dense mask with cp > 1.

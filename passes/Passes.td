@@ -18,7 +18,7 @@ def AssignGrids : Pass<"mimo-assign-grids", "::mlir::ModuleOp"> {
     sharding factor, no dense mask under CP, and encoder `pp` = 1 when
     colocated. It then records the layout and world size on the model and
     each grid's rank span; per-rank coordinates and first/last stages follow
-    from these by the shared grid arithmetic (`runtime/core/Grid.h`).
+    from these by the shared grid arithmetic (`runtime/config/Grid.h`).
 
     Before:
     ```mlir
@@ -44,7 +44,7 @@ def SliceBatch : Pass<"mimo-slice-batch", "::mlir::ModuleOp"> {
   let description = [{
     Inserts a `mimo.dp_slice` in front of every encoder and the language
     module: data-parallel rank `k` of `D` takes samples `[k·B/D, (k+1)·B/D)`
-    of the global microbatch (SPEC §4.2). `B % D != 0` is an error at the
+    of the global microbatch (docs/data.md). `B % D != 0` is an error at the
     module's `/parallel/dp`.
 
     ```mlir
@@ -63,7 +63,7 @@ def PropagateSplitSizes : Pass<"mimo-propagate-split-sizes",
     microbatch's input ids and the modality's special token id. Both ends of
     the modality's bridge read it (no runtime shape handshake) and fold the
     per-sample counts into per-route piece sizes, forward and backward, so
-    fan-in with unequal token counts stays correct (SPEC §4.3).
+    fan-in with unequal token counts stays correct (docs/plan.md).
   }];
 }
 
@@ -73,8 +73,8 @@ def InsertBridges : Pass<"mimo-insert-bridges", "::mlir::ModuleOp"> {
     Between an encoder's last stage and the language first stage:
     `mode` (fan_in, fan_out, one_to_one or colocated), `ratio`, the token
     list's `tensor_ndim` and `batch_dim`, the lane leaders, the routes and
-    the boundary broadcast groups (SPEC §4.3), or for colocated models the
-    direction and gather groups (SPEC §4.4). Lanes that don't divide are an
+    the boundary broadcast groups (docs/plan.md), or for colocated models the
+    direction and gather groups (docs/plan.md). Lanes that don't divide are an
     error at the encoder's `/parallel/dp` with a note at the language's.
     Needs mimo-propagate-split-sizes.
   }];
@@ -87,7 +87,7 @@ def ShardSequence : Pass<"mimo-shard-sequence", "::mlir::ModuleOp"> {
     embeddings with the modality rows at their tokens) and `mimo.targets`
     (labels, loss mask), then inserts `mimo.cp_shard {scheme = "zigzag"}` on
     both (cp > 1) and `mimo.sp_scatter` on the embeddings (sequence
-    parallel, tp > 1), SPEC §4.5. Packed sequences are zigzagged one by one,
+    parallel, tp > 1), docs/plan.md. Packed sequences are zigzagged one by one,
     each padded to `pad_multiple`. Indivisible sequences and dense masks
     under CP are errors.
   }];
@@ -100,7 +100,7 @@ def Schedule1F1B : Pass<"mimo-schedule-1f1b", "::mlir::ModuleOp"> {
     graph, weighted by pipeline size; the language pipeline alone when
     colocated) and inserts a `mimo.stage` per (module, pp) with its global
     stage, `warmup = min(total - stage - 1, M)`, `steady = M - warmup` and
-    `cooldown = warmup` (SPEC §4.6).
+    `cooldown = warmup` (docs/plan.md).
   }];
 }
 

@@ -2,7 +2,7 @@
 //
 // One mimo.split_sizes per modality: per-sample token counts of the global
 // microbatch, which both ends of the modality's bridge fold into piece
-// sizes (SPEC §4.3). Counting from the global batch on both sides replaces
+// sizes (docs/plan.md). Counting from the global batch on both sides replaces
 // the reference's runtime shape handshake and makes the backward split
 // exact for unequal counts.
 //

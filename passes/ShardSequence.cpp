@@ -1,7 +1,7 @@
 //===- ShardSequence.cpp - mimo-shard-sequence ----------------------------===//
 //
 // The language first stage's inputs under context and sequence parallelism
-// (SPEC §4.5): the embedding becomes explicit (mimo.embed, mimo.targets),
+// (docs/plan.md): the embedding becomes explicit (mimo.embed, mimo.targets),
 // then CP zigzag-shards embeddings, labels and loss mask, and SP scatters
 // the embeddings over the TP group.
 //
@@ -10,8 +10,8 @@
 #include "passes/Passes.h"
 
 #include "ir/Locations.h"
-#include "runtime/core/ShapeRules.h"
-#include "runtime/core/Topology.h"
+#include "runtime/plan/ShapeRules.h"
+#include "runtime/plan/Topology.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -20,7 +20,7 @@ namespace mimo {
 #define GEN_PASS_DEF_SHARDSEQUENCE
 #include "passes/Passes.h.inc"
 
-/// SPEC §4.5: the zigzag and SP scatter need seq_length to divide; CP cannot
+/// docs/plan.md: the zigzag and SP scatter need seq_length to divide; CP cannot
 /// take a dense mask. Errors at the batch field, with a note at the grid.
 mlir::LogicalResult checkSequenceSharding(ir::GridOp grid,
                                           ir::MicrobatchOp batch,

@@ -1,14 +1,14 @@
 //===- SliceBatch.cpp - mimo-slice-batch ----------------------------------===//
 //
 // Every module reads its data-parallel lane's samples of the global
-// microbatch (SPEC §4.2): lane k of D takes samples [k·B/D, (k+1)·B/D).
+// microbatch (docs/data.md): lane k of D takes samples [k·B/D, (k+1)·B/D).
 //
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
 
 #include "ir/Locations.h"
-#include "runtime/core/ShapeRules.h"
+#include "runtime/plan/ShapeRules.h"
 
 #include "mlir/IR/Builders.h"
 

@@ -2,7 +2,7 @@
 
 #include "passes/TopologyFromIR.h"
 
-#include "runtime/core/Topology.h"
+#include "runtime/plan/Topology.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 

@@ -1,7 +1,7 @@
 //===- TopologyFromIR.h - Read a model's topology out of its IR -*- C++ -*-===//
 //
 // The passes after mimo-insert-bridges, codegen and explain work on the
-// MLIR-free mimo::Topology (runtime/core/Plan.h). These functions read it
+// MLIR-free mimo::Topology (runtime/plan/Plan.h). These functions read it
 // from the ops the earlier passes left: grids, bridges, stages, programs.
 //
 //===----------------------------------------------------------------------===//
@@ -9,7 +9,7 @@
 #define MIMO_PASSES_TOPOLOGYFROMIR_H
 
 #include "ir/MimoOps.h"
-#include "runtime/core/Plan.h"
+#include "runtime/plan/Plan.h"
 
 #include "mlir/Support/LogicalResult.h"
 

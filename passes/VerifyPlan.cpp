@@ -1,7 +1,7 @@
 //===- VerifyPlan.cpp - mimo-verify-plan ----------------------------------===//
 //
 // Proves the programs in the IR correct with the shared simulator
-// (runtime/core/Plan.h: verifyPrograms): every instruction applies to its
+// (runtime/plan/Plan.h: verifyPrograms): every instruction applies to its
 // rank, every send meets exactly one matching receive, and the simulated
 // streams run to the end. Problems are reported at the instructions.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes every reader (SPEC §15) with libFuzzer under ASan + UBSan: builds
+# Fuzzes every reader (docs/limits.md) with libFuzzer under ASan + UBSan: builds
 # tests/fuzz/ with clang into build-fuzz/ and runs each target for SECONDS
 # (default 600), JOBS targets at a time (default: the number of cores).
 # The corpus grows in build-fuzz/corpus/TARGET, seeded from

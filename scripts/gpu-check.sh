@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (SPEC §11): on a machine with a GPU, builds the runtime with
+# The GPU check (docs/gpu.md): on a machine with a GPU, builds the runtime with
 # CUDA, runs the GPU tests (ctest -L gpu: every CUDA op against the CPU,
 # every example and test layout on --device cuda against the CPU and CUDA
 # references, bitwise reproducibility, faults), runs mimo-run itself on
@@ -172,7 +172,7 @@ if has_phase examples; then
         >>"$logs/examples.log" 2>&1 &&
       python3 tests/e2e/compare_metrics.py "$out/$name.ref-cuda.jsonl" "$out/$name.ref-cpu.jsonl" 3 1e-4 \
         >>"$logs/examples.log" 2>&1 &&
-      # On a GPU every step's metrics carry its MFU (SPEC §13).
+      # On a GPU every step's metrics carry its MFU (docs/runtime.md).
       python3 -c "import json,sys
 for l in map(json.loads, open(sys.argv[1])):
     assert sys.argv[2] == 'cpu' or 0 < l['mfu'] < 1, l" "$out/$name.cuda.jsonl" "$gpu" \
@@ -191,7 +191,7 @@ for l in map(json.loads, open(sys.argv[1])):
 fi
 
 if has_phase nccl; then
-  # SPEC §11 nccl at world size 1 (a machine with one GPU cannot hold two
+  # docs/gpu.md nccl at world size 1 (a machine with one GPU cannot hold two
   # ranks of one NCCL communicator): the one-rank plan trains like its
   # reference, and an injected fault ends the run with exit 2.
   t0=$(date +%s)

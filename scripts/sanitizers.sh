@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer jobs of CI (SPEC §15), each in its own build directory:
+# The sanitizer jobs of CI (docs/limits.md), each in its own build directory:
 #   asan  the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #         (UBSan halts on the first report, so the test fails), build-asan/
 #   tsan  the runtime's threaded tests (local backend, communicators,

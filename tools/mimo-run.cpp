@@ -11,11 +11,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
-#include "runtime/core/BuildInfo.h"
-#include "runtime/core/InputFile.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/OutputFile.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/support/BuildInfo.h"
+#include "runtime/support/InputFile.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/support/OutputFile.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Calibrate.h"
 #include "runtime/exec/Executor.h"
@@ -337,7 +337,7 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
   return std::nullopt;
 }
 
-/// Fills in the backend and device (SPEC §11 defaults) and refuses
+/// Fills in the backend and device (docs/gpu.md defaults) and refuses
 /// combinations that cannot run; an exit code when it refuses.
 std::optional<int> chooseBackendAndDevice(CommandLine &cli,
                                           device::DeviceKind &kind) {
@@ -447,7 +447,7 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
               " processes; run mpirun -np " + np;
     return std::nullopt;
   }
-  // SPEC §14: refuse a layout that would not fit, before allocating. Under
+  // docs/tune.md: refuse a layout that would not fit, before allocating. Under
   // mpirun each process asks only of its own GPU (another's would get a
   // context of this process) and the processes agree on the first refusal.
   const device::CudaStatus &cuda = device::cudaStatus();
@@ -564,7 +564,7 @@ bool prepareRun(const CommandLine &cli, const Plan &plan,
 }
 
 /// Rank 0's report of each step: a line on stdout, a progress bar on a
-/// terminal, a flushed metrics record (SPEC §13).
+/// terminal, a flushed metrics record (docs/runtime.md).
 class StepReporter {
 public:
   StepReporter(int64_t total, int64_t world, double peakTflops, bool terminal)
@@ -608,7 +608,7 @@ public:
                 << std::flush;
     if (!metrics.isOpen())
       return;
-    // Model FLOPs per second per rank (core/Flops.h).
+    // Model FLOPs per second per rank (config/Flops.h).
     double tflops =
         m.seconds > 0 ? m.flops / m.seconds / static_cast<double>(world) / 1e12
                       : 0.0;

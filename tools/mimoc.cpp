@@ -13,11 +13,11 @@
 #include "codegen/Explain.h"
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
-#include "runtime/core/BuildInfo.h"
-#include "runtime/core/InputFile.h"
-#include "runtime/core/JsonReader.h"
-#include "runtime/core/OutputFile.h"
-#include "runtime/exec/Data.h"
+#include "runtime/support/BuildInfo.h"
+#include "runtime/support/InputFile.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/support/OutputFile.h"
+#include "runtime/data/Data.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -236,7 +236,7 @@ int runCompile() {
   }
   // A file is written to a temporary file and renamed, so a failure (a
   // full disk) leaves no half-written plan; a device or pipe is written in
-  // place (runtime/core/OutputFile.h).
+  // place (runtime/support/OutputFile.h).
   outs().flush();
   if (!mimo::writeOutput(outputFile, text, problem, {compileInput})) {
     errs() << "mimoc: " << problem << "\n";
@@ -365,7 +365,7 @@ bool loadCostInputs(mimo::DeviceProfile &profile,
 }
 
 /// Writes `text` to `path` through a temporary file.
-/// Writes an output (runtime/core/OutputFile.h) that must not be one of
+/// Writes an output (runtime/support/OutputFile.h) that must not be one of
 /// `inputs`; false after saying why.
 bool writeText(const std::string &path, const std::string &text,
                const std::vector<std::string> &inputs) {

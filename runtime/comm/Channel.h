@@ -1,7 +1,7 @@
 //===- Channel.h - Collectives posted now, completed in the background -*- C++
 //-*-===//
 //
-// SPEC §11 (overlap). A Channel is a second communicator of one rank with a
+// docs/gpu.md (overlap). A Channel is a second communicator of one rank with a
 // thread and a device stream of its own: the caller posts a collective and
 // goes on computing; the channel runs its collectives one after another in
 // posting order and each Request says when its collective is done. Every

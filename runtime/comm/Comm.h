@@ -1,6 +1,6 @@
 //===- Comm.h - Communicators and group collectives -------------*- C++ -*-===//
 //
-// The executor talks to other ranks only through this interface (SPEC §7):
+// The executor talks to other ranks only through this interface (docs/runtime.md):
 // blocking tagged point-to-point messages, batches of them posted together
 // (like batch_isend_irecv), and collectives over explicit groups of world
 // ranks. Backends: `local` (threads of one process, shared memory), `mpi`
@@ -98,7 +98,7 @@ public:
   void broadcast(const std::vector<int64_t> &group, int64_t root, void *data,
                  int64_t bytes);
 
-  /// The groups collectives will run over (core/Plan.h communicatorGroups),
+  /// The groups collectives will run over (plan/Plan.h communicatorGroups),
   /// family by family, the same list on every rank before any collective.
   /// Backends with a communicator per group (nccl) create them here; the
   /// others remember the list (requirePreparedGroups).

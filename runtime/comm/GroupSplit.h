@@ -2,7 +2,7 @@
 //-*-===//
 //
 // The nccl backend makes one communicator per group of the plan's list
-// (core/Plan.h communicatorGroups) with one ncclCommSplit of the world per
+// (plan/Plan.h communicatorGroups) with one ncclCommSplit of the world per
 // family, called by every rank in the same order. A group of one rank needs
 // no communicator (its collectives copy locally), and a family whose
 // groups are all single ranks, or the world itself, needs no split at all.

@@ -1,11 +1,11 @@
 //===- NcclComm.cpp - The `nccl` backend: one process and GPU per rank ----===//
 //
-// SPEC §11. Under mpirun every rank is a process with one GPU (its node-
+// docs/gpu.md. Under mpirun every rank is a process with one GPU (its node-
 // local rank); the NCCL unique id is broadcast over MPI (the bootstrap
 // communicator, which also carries host-memory messages such as the trace)
 // and ncclCommInitRank makes the world communicator. prepareGroups splits it
 // (ncclCommSplit) into one communicator per group of the plan's list
-// (core/Plan.h communicatorGroups), family by family, in the same order on
+// (plan/Plan.h communicatorGroups), family by family, in the same order on
 // every rank. A run of one rank needs no MPI: it makes its id itself.
 //
 // exchange() posts its batch in canonicalOrder as one ncclGroupStart/End of
@@ -31,7 +31,7 @@
 
 #include "runtime/comm/BoundedExit.h"
 #include "runtime/comm/GroupSplit.h"
-#include "runtime/core/SharedLibrary.h"
+#include "runtime/support/SharedLibrary.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
 

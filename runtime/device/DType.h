@@ -4,7 +4,7 @@
 // f64 carries the step's loss and gradient-norm accumulators; i64 the
 // index arrays (positions, segments, ids, targets, row maps) that kernels
 // read on the device; bf16 (as uint16_t bits) the activations precision
-// "bf16" keeps between a forward and its backward (SPEC §11).
+// "bf16" keeps between a forward and its backward (docs/gpu.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DEVICE_DTYPE_H

@@ -1,7 +1,7 @@
 //===- Device.h - The device interface at the bottom of the runtime -*- C++
 //-*-===//
 //
-// SPEC §11. The model, the executor and the communicators compute, copy and
+// docs/gpu.md. The model, the executor and the communicators compute, copy and
 // order work only through this interface, over buffers the device
 // allocates: `cpu/` runs the fp32 reference kernels of cpu/Kernels.h on the
 // host, `cuda/` runs CUDA kernels and cuBLASLt on a GPU. The semantics of
@@ -187,7 +187,7 @@ public:
                     float *C) = 0;
   /// gemm of A and B rounded to bfloat16 (ties to even), products summed
   /// in fp32: what tensor cores compute from bf16 operands, the GEMMs of
-  /// precision "bf16" (SPEC §11). A and B are any floats or bf16 bits; C is
+  /// precision "bf16" (docs/gpu.md). A and B are any floats or bf16 bits; C is
   /// fp32. The CPU runs its fp32 GEMM on rounded (or unpacked) copies; the
   /// GPU converts fp32 operands to bf16 and runs cuBLASLt's bf16 GEMM.
   virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,

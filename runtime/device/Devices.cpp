@@ -2,7 +2,7 @@
 
 #include "runtime/device/Devices.h"
 
-#include "runtime/core/DeviceProfile.h"
+#include "runtime/cost/DeviceProfile.h"
 #include "runtime/device/FlashBodies.h"
 #include "runtime/device/GpuSelection.h"
 

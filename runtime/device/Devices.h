@@ -1,6 +1,6 @@
 //===- Devices.h - Which devices this build and machine have ---*- C++ -*-===//
 //
-// SPEC §11: `--device cpu|cuda`, default cuda when mimo-run was built with
+// docs/gpu.md: `--device cpu|cuda`, default cuda when mimo-run was built with
 // CUDA and a GPU is visible; rank r of a process uses GPU r mod (visible
 // GPUs), so a plan of any world size runs on one GPU.
 //

@@ -3,7 +3,7 @@
 #include "runtime/exec/Calibrate.h"
 
 #include "runtime/comm/Comm.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/Executor.h"
@@ -157,7 +157,7 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
                                   heads, d);
         },
         budget);
-    // core/CostModel.h counts 4 H FLOPs per attended (query, key) pair.
+    // cost/CostModel.h counts 4 H FLOPs per attended (query, key) pair.
     double pairs = static_cast<double>(plan.pairs());
     double flops = 4.0 * static_cast<double>(H) * pairs;
     forward.push_back({static_cast<double>(span), flops / fwd / 1e12});

@@ -2,7 +2,7 @@
 //
 // `mimo-run --calibrate -o profile.json` (docs/tune.md): times this
 // machine's device kernels through the same Device interface training
-// uses (core/CostModel.h's profile): GEMMs of sizes 16 to 1024 (4096 on a
+// uses (cost/CostModel.h's profile): GEMMs of sizes 16 to 1024 (4096 on a
 // GPU), causal attention forward and backward over spans of 16 to 1024
 // keys, memory bandwidth (an elementwise add over 64 MiB), the cost of
 // one small kernel, and a point-to-point message between two ranks of the
@@ -13,7 +13,7 @@
 #ifndef MIMO_RUNTIME_EXEC_CALIBRATE_H
 #define MIMO_RUNTIME_EXEC_CALIBRATE_H
 
-#include "runtime/core/CostModel.h"
+#include "runtime/cost/CostModel.h"
 #include "runtime/device/Device.h"
 
 #include <functional>

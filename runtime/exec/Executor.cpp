@@ -3,12 +3,12 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/RankExecutor.h"
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/LearningRate.h"
-#include "runtime/core/Limits.h"
-#include "runtime/core/OutputFile.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/LearningRate.h"
+#include "runtime/support/Limits.h"
+#include "runtime/support/OutputFile.h"
 #include "runtime/device/Devices.h"
-#include "runtime/exec/Model.h"
+#include "runtime/model/Model.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 //===- Executor.h - Runs a plan: every rank's instruction stream -*- C++
 //-*-===//
 //
-// SPEC §3 (mimo-run), §7, §8. A RankExecutor interprets one rank's program
+// docs/runtime.md. A RankExecutor interprets one rank's program
 // (the plan's 1F1B stream: forward/backward of its stages, pipeline and
 // bridge sends and receives with per-sample split sizes, broadcasts, the
 // colocated gather/narrow, shard/unshard, DP x CP gradient reduction and
@@ -14,11 +14,11 @@
 #define MIMO_RUNTIME_EXEC_EXECUTOR_H
 
 #include "runtime/comm/Comm.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Device.h"
-#include "runtime/exec/Checkpoint.h"
-#include "runtime/exec/Data.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/data/Data.h"
 
 #include <functional>
 #include <memory>
@@ -34,7 +34,7 @@ struct StepMetrics {
   double loss = 0, gradNorm = 0;
   /// The learning rate this step's update used.
   double lr = 0;
-  /// Model FLOPs of the step's batch (core/Flops.h), all ranks together.
+  /// Model FLOPs of the step's batch (config/Flops.h), all ranks together.
   double flops = 0;
   /// After an evaluation (train.eval_every): the held-out loss, the mean
   /// over train.eval_steps held-out batches.
@@ -79,7 +79,7 @@ struct RunOptions {
   /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
   /// shared by the ranks of this process (or of this node under mpirun).
   int threads = 0;
-  /// Checkpoints (SPEC §12): written to saveDir after every saveEvery-th
+  /// Checkpoints (docs/checkpoints.md): written to saveDir after every saveEvery-th
   /// step (0: only after the last); `resume` (checked by openCheckpoint)
   /// restores a run, which then trains the steps after its step.
   std::string saveDir;
@@ -89,14 +89,14 @@ struct RunOptions {
   /// the shards are written, before the checkpoint is complete).
   int64_t killDuringSave = 0;
   double timeoutSeconds = 300;
-  /// SPEC §11 overlap (local backend): sends (pipeline and bridge) go out
+  /// docs/gpu.md overlap (local backend): sends (pipeline and bridge) go out
   /// on a channel while the rank computes on, and the gradient buckets
   /// below run beside the backward. false: every message and collective
   /// blocks the rank until it is done. Unset: on for cuda; off for cpu,
   /// where the channels' work takes the same cores the ranks compute on
   /// (bench/results/overlap-cpu.md: no step gets faster).
   std::optional<bool> overlap;
-  /// SPEC §11 overlap: the DP x CP gradient reduction runs in buckets of
+  /// docs/gpu.md overlap: the DP x CP gradient reduction runs in buckets of
   /// this many bytes, each posted as soon as the backward has finished its
   /// gradients, on a channel beside the compute (local backend). 0: one
   /// all-reduce per module at its ReduceGrads instruction.
@@ -133,7 +133,7 @@ struct RunResult {
   std::vector<TraceEvent> trace;
 };
 
-/// The single-rank, no-parallelism plan of the same model (SPEC §8).
+/// The single-rank, no-parallelism plan of the same model (docs/runtime.md).
 std::optional<Plan> referencePlan(const ModelConfig &config,
                                   std::string *error);
 

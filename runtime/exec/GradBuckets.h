@@ -1,7 +1,7 @@
 //===- GradBuckets.h - Data-parallel gradient reduction in buckets -*- C++
 //-*-===//
 //
-// SPEC §11 (overlap). A stage's flat gradient buffer is cut into buckets:
+// docs/gpu.md (overlap). A stage's flat gradient buffer is cut into buckets:
 // contiguous ranges of whole parameters of about `bucketValues` values,
 // listed in the order the backward finishes them (the last layers first).
 // During the step's backward each microbatch tells which parameters it has

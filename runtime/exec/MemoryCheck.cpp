@@ -2,7 +2,7 @@
 
 #include "runtime/exec/MemoryCheck.h"
 
-#include "runtime/core/MemoryPlan.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
 

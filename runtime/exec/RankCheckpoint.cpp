@@ -2,9 +2,9 @@
 
 #include "runtime/exec/RankExecutor.h"
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/LearningRate.h"
-#include "runtime/core/Limits.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/LearningRate.h"
+#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
 
 #include <nlohmann/json.hpp>
@@ -39,7 +39,7 @@ void RankExecutor::load(const Checkpoint &checkpoint) {
   dev.synchronize();
 }
 
-/// SPEC §12: every rank writes its blocks into step-N.tmp; rank 0 makes
+/// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0 makes
 /// the files before and the checkpoint complete after (atomic).
 void RankExecutor::save(const std::string &dir, int64_t step,
                         int64_t killDuringSave) {

@@ -2,9 +2,9 @@
 
 #include "runtime/exec/RankExecutor.h"
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/LearningRate.h"
-#include "runtime/core/Limits.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/LearningRate.h"
+#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
 
 #include <nlohmann/json.hpp>
@@ -299,7 +299,7 @@ void RankExecutor::resetStep() {
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;
   invN = 0;
-  // Every rank derives the whole global batch (SPEC §4.2); N, the loss
+  // Every rank derives the whole global batch (docs/data.md); N, the loss
   // normalizer, counts its loss tokens.
   int64_t n = 0;
   for (int64_t mb = 0; mb < topo.microbatches; ++mb)
@@ -312,7 +312,7 @@ void RankExecutor::resetStep() {
   stepFlops = batchFlops();
 }
 
-/// Model FLOPs of this step's global batch (core/Flops.h).
+/// Model FLOPs of this step's global batch (config/Flops.h).
 double RankExecutor::batchFlops() {
   const ModelConfig &config = plan.config;
   const ModuleConfig &language = config.language();

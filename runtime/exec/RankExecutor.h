@@ -10,10 +10,10 @@
 #ifndef MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
 #define MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
 
-#include "runtime/core/Limits.h"
+#include "runtime/support/Limits.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/GradBuckets.h"
-#include "runtime/exec/Model.h"
+#include "runtime/model/Model.h"
 
 #include <atomic>
 #include <chrono>
@@ -98,7 +98,7 @@ struct RankOptions {
   /// Null where the backend has no channels (mpi): no overlap.
   ChannelFactory channels;
   /// The most bytes of fp32 logits the last language stage holds at once
-  /// (core/MemoryPlan.h logitChunkRows).
+  /// (cost/MemoryPlan.h logitChunkRows).
   int64_t logitChunkBytes = kLogitChunkBytes;
   /// A step whose loss or gradient norm is not finite is skipped (no
   /// update, its gradients dropped) instead of stopping the run.
@@ -136,7 +136,7 @@ public:
   /// Restores parameters and moments from a checkpoint (any layout's).
   void load(const Checkpoint &checkpoint);
 
-  /// SPEC §12: every rank writes its blocks into step-N.tmp; rank 0 makes
+  /// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0 makes
   /// the files before and the checkpoint complete after (atomic).
   void save(const std::string &dir, int64_t step, int64_t killDuringSave);
 
@@ -157,7 +157,7 @@ private:
 
   void resetStep();
 
-  /// Model FLOPs of this step's global batch (core/Flops.h).
+  /// Model FLOPs of this step's global batch (config/Flops.h).
   double batchFlops();
 
   const Microbatch &batch(int64_t mb);
@@ -214,7 +214,7 @@ private:
 
   void inputBackward(ModuleState &lm, int64_t mb, const Tensor &grad);
 
-  /// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
+  /// docs/plan.md: all-gather over the gather group (fan-in forward, fan-out
   /// backward), narrow to this rank's lane (the other way), or identity.
   void colocated(const BridgeTopology &bridge, Key key, bool forward);
 

@@ -2,9 +2,9 @@
 
 #include "runtime/exec/RankExecutor.h"
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/LearningRate.h"
-#include "runtime/core/Limits.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/LearningRate.h"
+#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
 
 #include <nlohmann/json.hpp>
@@ -306,7 +306,7 @@ void RankExecutor::inputBackward(ModuleState &lm, int64_t mb,
         bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
 }
 
-/// SPEC §4.4: all-gather over the gather group (fan-in forward, fan-out
+/// docs/plan.md: all-gather over the gather group (fan-in forward, fan-out
 /// backward), narrow to this rank's lane (the other way), or identity.
 void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
                              bool forward) {

@@ -1,15 +1,15 @@
 //===- EquivalenceTest.cpp - Every layout trains like one rank ------------===//
 //
-// SPEC §8: a distributed run and its --reference run (one rank, no
+// docs/runtime.md: a distributed run and its --reference run (one rank, no
 // parallelism, same model, data and seed) give the same loss and gradient
 // norm, relative difference <= 1e-5, over 3 optimizer steps. Runs in process
 // on the local backend (one thread per rank).
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Limits.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/support/Limits.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/exec/Executor.h"
 #include "tests/e2e/Layouts.h"
 
@@ -41,7 +41,7 @@ double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
 }
 
-/// Runs `plan` and its one-rank reference (SPEC §8; with
+/// Runs `plan` and its one-rank reference (docs/runtime.md; with
 /// `referenceOptions` when given, else `options`); both must succeed.
 void runWithReference(const Plan &plan, const exec::RunOptions &options,
                       exec::RunResult &distributed, exec::RunResult &reference,
@@ -58,8 +58,8 @@ void runWithReference(const Plan &plan, const exec::RunOptions &options,
 }
 
 /// Trains `model` distributed (with `options`) and as the reference for 3
-/// steps and compares every step (relative `tolerance`: 1e-5 in fp32, SPEC
-/// §8; 1e-2 in bf16, SPEC §11).
+/// steps and compares every step (relative `tolerance`: 1e-5 in fp32,
+/// docs/runtime.md; 1e-2 in bf16, docs/gpu.md).
 void expectMatchesReference(const json &model, int64_t expectedWorld,
                             double tolerance = 1e-5,
                             exec::RunOptions options = {}) {
@@ -121,7 +121,7 @@ TEST(ChunkedHead, OneRowAtATimeMatchesTheReference) {
   }
 }
 
-/// SPEC §11 bf16 (emulated on the CPU: fp32 arithmetic, working weights
+/// docs/gpu.md bf16 (emulated on the CPU: fp32 arithmetic, working weights
 /// and stored activations rounded to bfloat16): distributed layouts match
 /// their bf16 reference within 1e-2 over 3 steps, and bf16 follows fp32
 /// within 2e-2 over the first 10 steps, without being fp32.
@@ -156,7 +156,7 @@ TEST(Bf16, LayoutsMatchTheirReferenceAndFollowFp32) {
 }
 
 TEST(Evaluation, HeldOutLossMatchesTheReferenceAndChangesNothing) {
-  // SPEC §13: every 2 steps, the loss of 2 held-out batches (the forward
+  // docs/runtime.md: every 2 steps, the loss of 2 held-out batches (the forward
   // half of each rank's program on its own stream of samples), with a
   // pipeline and with context parallelism.
   for (const char *name : {"vlm-fan-in.json", "lm-cp2-sp.json"}) {
@@ -221,7 +221,7 @@ exec::RunResult trainFrom(const json &model, int64_t steps,
 }
 
 TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
-  // SPEC §12: save after step 2 of TP2 x PP2 (+ encoder DP4), then resume:
+  // docs/checkpoints.md: save after step 2 of TP2 x PP2 (+ encoder DP4), then resume:
   // in the same layout bit for bit, in others (language DP4; colocated)
   // within 1e-5 of the uninterrupted run.
   json model = example("vlm-fan-in.json");
@@ -411,7 +411,7 @@ void expectSameSteps(const exec::RunResult &a, const exec::RunResult &b) {
   }
 }
 
-/// SPEC §11 overlap: the DP x CP gradient reduction in small buckets,
+/// docs/gpu.md overlap: the DP x CP gradient reduction in small buckets,
 /// posted during the backward on each rank's channels, and pipeline and
 /// bridge sends posted ahead, train bit-identically to blocking messages
 /// and one all-reduce per module after the backward; the trace shows
@@ -505,7 +505,7 @@ int64_t expectPeakNearEstimate(const Plan &plan) {
   return last.peakBytes - r.paramBytes - r.gradBytes - r.optimizerBytes;
 }
 
-/// SPEC §14: the memory plan's estimate of a rank against what its device
+/// docs/tune.md: the memory plan's estimate of a rank against what its device
 /// really held at its peak (every allocation, CPU size classes included):
 /// for every layout, the largest rank's measured peak lies within
 /// [0.5, 1.25] of its estimate, and the metrics name that rank.
@@ -532,7 +532,7 @@ TEST(MemoryPlan, Bf16KeepsActivationsInHalfTheBytes) {
   }
 }
 
-/// SPEC §11 nccl: NCCL pairs a send with a receive by posting order per
+/// docs/gpu.md nccl: NCCL pairs a send with a receive by posting order per
 /// peer, not by tag. Every layout runs with the local backend pairing
 /// messages that way (each batch in canonical order, a differing tag is an
 /// error), with overlapped buckets on their own channels, and trains bit-

@@ -1,6 +1,6 @@
 //===- Layouts.h - Every layout the runtime is checked on ------*- C++ -*-===//
 //
-// One list for every equivalence check (SPEC §8): the CPU tests run each
+// One list for every equivalence check (docs/runtime.md): the CPU tests run each
 // distributed against its single-rank reference (EquivalenceTest.cpp), the
 // GPU check runs each on the CUDA device against the CPU reference
 // (tests/gpu/CudaTrainCheck.cpp). Each example, plus variations that
@@ -43,7 +43,7 @@ inline std::vector<Layout> equivalenceLayouts() {
       {"ContextParallelAcrossABridgeWithSp", example("lm-cp2-sp.json"), 6},
       {"AudioVisionLanguagePp2", example("avlm.json"), 8},
       {"Colocated", example("vlm-colocated.json"), 8},
-      // SPEC §4.4: encoders for all microbatches, then the language 1F1B
+      // docs/plan.md: encoders for all microbatches, then the language 1F1B
       // (TP2 with SP, PP2), then the encoder backward.
       {"ColocatedLanguagePp2", example("vlm-colocated-pp2.json"), 8},
       {"PackedThdWithCp2", example("packed-thd.json"), 6},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compares two mimo-run --metrics files step by step (SPEC §8).
+"""Compares two mimo-run --metrics files step by step (docs/runtime.md).
 
 usage: compare_metrics.py RUN.jsonl REFERENCE.jsonl [STEPS] [TOLERANCE]
 Exits 1 naming the first step whose loss or grad_norm differs by more than

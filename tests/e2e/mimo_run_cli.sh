@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end CLI checks of mimo-run (SPEC §3, §7, §8, §9):
+# End-to-end CLI checks of mimo-run (README.md, docs/runtime.md, docs/limits.md):
 #   mimoc compile -> mimo-run (local) and mpirun -np N mimo-run (mpi) match
 #   mimo-run --reference; injected faults and a killed rank end every rank
 #   with a message naming it; bad input exits 1.
@@ -145,7 +145,7 @@ rc=$?
 python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['model']['precision']='bf16'; \
 json.dump(p, open(sys.argv[2],'w'))" "$plan" "$work/bf16.json"
 # bf16 (emulated on the CPU) under mpirun matches its bf16 reference
-# within 1e-2 (SPEC §11).
+# within 1e-2 (docs/gpu.md).
 "$bin/mimo-run" "$work/bf16.json" --steps 3 --reference --metrics "$work/bf16.ref.jsonl" \
   >/dev/null 2>"$work/bf16.err" &&
   mpirun -np 8 "$bin/mimo-run" "$work/bf16.json" --steps 3 --metrics "$work/bf16.mpi.jsonl" \
@@ -315,7 +315,7 @@ assert 'eval_loss' in a[2] and abs(a[2]['eval_loss'] - b[2]['eval_loss']) <= 1e-
   pass "Megatron indexed data (paths relative to model.json) trains and evaluates like --reference" ||
   fail "indexed dataset run"
 
-# 7. The memory plan (SPEC §14): an oversized layout is refused at once,
+# 7. The memory plan (docs/tune.md): an oversized layout is refused at once,
 # and the estimate of a run is within 25% of its measured peak memory.
 cat >"$work/huge.json" <<'EOF'
 {"version": 1, "name": "huge", "batch": {"micro_batch_size": 8, "num_microbatches": 4, "seq_length": 4096},
@@ -372,7 +372,7 @@ rc=$?
   pass "an allocation failure: exit 2 naming rank, instruction and bytes" ||
   { cat "$work/oom.err"; fail "allocation failure (rc $rc)"; }
 
-# 8. Checkpoints (SPEC §12): readable by an independent safetensors reader,
+# 8. Checkpoints (docs/checkpoints.md): readable by an independent safetensors reader,
 # the same tensors from two layouts; a run killed while saving leaves the
 # previous checkpoint, which resumes; bad checkpoints are refused.
 ck=$work/ck ck2=$work/ck2

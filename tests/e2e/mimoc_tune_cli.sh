@@ -35,7 +35,7 @@ assert any(e.get('cat')=='critical' for e in t['traceEvents'])" "$work/sim.trace
   pass "mimoc simulate --profile --trace" || { cat "$work/sim.out"; fail "simulate"; }
 
 # 3. Tune for 4 ranks; the best layout compiles and trains to the losses of
-#    --reference (SPEC §8), on this machine's profile and on the H100
+#    --reference (docs/runtime.md), on this machine's profile and on the H100
 #    estimate (which picks another layout).
 here=$(cd "$(dirname "$0")" && pwd)
 for profile in "$work/cpu.json" h100; do

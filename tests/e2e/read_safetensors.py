@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A minimal, independent safetensors reader (SPEC §12 checks).
+"""A minimal, independent safetensors reader (docs/checkpoints.md checks).
 
 usage: read_safetensors.py FILE [FILE2]
 Parses the 8-byte little-endian header length and the JSON header, checks

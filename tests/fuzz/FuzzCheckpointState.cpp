@@ -3,7 +3,7 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/exec/Checkpoint.h"
+#include "runtime/checkpoint/Checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace mimo;

@@ -7,7 +7,7 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/exec/IndexedData.h"
+#include "runtime/data/IndexedData.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace mimo;

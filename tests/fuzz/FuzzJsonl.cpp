@@ -6,8 +6,8 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/core/ModelConfig.h"
-#include "runtime/exec/Data.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/data/Data.h"
 
 #include <sstream>
 

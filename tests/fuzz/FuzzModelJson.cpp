@@ -8,9 +8,9 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/ModelConfig.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/plan/PlanFile.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace mimo;

@@ -6,8 +6,8 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/PlanFile.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace mimo;

@@ -6,7 +6,7 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/core/Safetensors.h"
+#include "runtime/checkpoint/Safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace mimo;

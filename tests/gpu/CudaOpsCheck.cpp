@@ -1,6 +1,6 @@
 //===- CudaOpsCheck.cpp - Every CUDA op against its CPU op ----------------===//
 //
-// SPEC §11, issue "CUDA device" item 6: every op of the device interface on
+// docs/gpu.md, issue "CUDA device" item 6: every op of the device interface on
 // the CUDA device against the CPU device, on fresh random inputs (the seed
 // is printed), several shapes including odd ones, outputs poisoned with NaN
 // before the launch (an element no thread writes fails), normwise relative
@@ -541,7 +541,7 @@ public:
   /// One attention case: positions and segments of queries and keys. bf16:
   /// the tensor-core programs (head dims 32-128; the fp32 programs with bf16
   /// rounding at others) against the CPU's emulation of their rounding,
-  /// within the bf16 tolerance (SPEC §11: their sums run in other orders,
+  /// within the bf16 tolerance (docs/gpu.md: their sums run in other orders,
   /// so a probability may round to the neighbouring bf16).
   void attention(const std::string &name, std::vector<int64_t> qpos,
                  std::vector<int64_t> qseg, std::vector<int64_t> kpos,

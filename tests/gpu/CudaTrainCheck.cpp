@@ -1,13 +1,14 @@
 //===- CudaTrainCheck.cpp - Every layout trains on the GPU like the CPU ---===//
 //
-// SPEC §11 tolerances: every example and test layout (tests/e2e/Layouts.h)
+// docs/gpu.md tolerances: every example and test layout (tests/e2e/Layouts.h)
 // trains 3 steps on the CUDA device, all ranks as threads sharing the
 // visible GPUs (local backend), and matches the CPU --reference within 1e-4
 // (loss and gradient norm, relative); the reference on the CUDA device
 // matches it too; the same layout twice on the GPU gives bitwise identical
 // losses and norms. Then a fault injected on a GPU rank stops every rank
 // (exit 2, naming the rank), and a kernel's refusal names the rank and the
-// instruction. Then the training loop (SPEC §12-§14): held-out evaluations
+// instruction. Then the training loop (docs/checkpoints.md, docs/data.md):
+// held-out evaluations
 // and the learning-rate schedule on cuda match the CPU; a checkpoint saved on
 // cuda resumes on the CPU and one saved on the CPU resumes on cuda, each
 // matching the uninterrupted CPU run; the memory check reads the GPU's free
@@ -15,9 +16,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/PlanFile.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Devices.h"
-#include "runtime/exec/Checkpoint.h"
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MemoryCheck.h"
 #include "tests/e2e/Layouts.h"
@@ -278,7 +279,7 @@ int main() {
   }
 
   // bf16 (emulated: bf16-rounded working weights and activations over fp32
-  // arithmetic) on cuda follows the cpu bf16 reference (SPEC §11, 1e-2).
+  // arithmetic) on cuda follows the cpu bf16 reference (docs/gpu.md, 1e-2).
   {
     nlohmann::json model = test::example("vlm-fan-in.json");
     model["precision"] = "bf16";
@@ -299,7 +300,7 @@ int main() {
     }
   }
 
-  // A rank that fails stops every rank (SPEC §7 on GPUs too).
+  // A rank that fails stops every rank (docs/runtime.md on GPUs too).
   {
     std::string error;
     std::optional<Plan> plan = planOf(test::example("vlm-fan-in.json"), &error);

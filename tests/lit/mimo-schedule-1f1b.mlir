@@ -42,7 +42,7 @@ mimo.model @two_encoders attributes {version = 1 : i64, seed = 0 : i64, precisio
 
 // -----
 
-// Colocated: only the language pipeline counts (SPEC §4.8).
+// Colocated: only the language pipeline counts (docs/data.md).
 // CHECK-LABEL: mimo.model @colocated
 // CHECK-SAME: total_stages = 1 : i64
 // CHECK: mimo.stage @language {cooldown = 0 : i64, pp = 0 : i64, stage = 0 : i64, steady = 4 : i64, warmup = 0 : i64}

@@ -1,7 +1,7 @@
 // RUN: mimo-opt %s --mimo-shard-sequence -split-input-file -verify-diagnostics | FileCheck %s
 
 // CP2 + SP over TP2: zigzag on embeddings and targets, SP scatter on the
-// embeddings only (SPEC §4.5).
+// embeddings only (docs/plan.md).
 // CHECK-LABEL: mimo.model @cp_sp
 // CHECK: %[[IMG:.+]] = mimo.encoder @images
 // CHECK: %[[E:.+]] = mimo.embed %{{[0-9]+}}, %[[IMG]] : !mimo.tokens<128> on %{{.+}} {language = @language, modalities = ["images"]} : <128>

@@ -1,7 +1,7 @@
 // RUN: mimo-opt %s --mimo-slice-batch -split-input-file -verify-diagnostics | FileCheck %s
 
 // Every module reads its lane's samples: encoder dp4 takes 2 of 8, the
-// language dp1 all 8 (SPEC §4.2).
+// language dp1 all 8 (docs/data.md).
 // CHECK-LABEL: mimo.model @fan_in
 // CHECK: %[[MB:.+]] = mimo.microbatch
 // CHECK: %[[S0:.+]] = mimo.dp_slice %[[MB]] on %{{.+}} {lanes = 4 : i64, module = @images, samples_per_lane = 2 : i64}

@@ -1,8 +1,8 @@
-//===- DataTest.cpp - Synthetic data and lane views (SPEC §4.2, §4.8) -----===//
+//===- DataTest.cpp - Synthetic data and lane views (docs/data.md) -----===//
 
-#include "runtime/exec/Data.h"
-#include "runtime/core/ModelConfig.h"
-#include "runtime/exec/IndexedData.h"
+#include "runtime/data/Data.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/data/IndexedData.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 
 #include "codegen/Explain.h"
 #include "codegen/JsonStream.h"
-#include "runtime/core/Schedule.h"
+#include "runtime/plan/Schedule.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -145,7 +145,7 @@ TEST(ExplainTest, CoordinatesFollowAnyOrder) {
   EXPECT_EQ(orders, 24);
 }
 
-// SPEC §3 keys: bridges, stages and warm-ups (reference §11.10 fan-in row,
+// README.md keys: bridges, stages and warm-ups (reference §11.10 fan-in row,
 // with the example's M = 4), against the compiled IR.
 TEST(ExplainTest, FanInBridgeStagesAndWarmups) {
   json e = explain(test::readExample("vlm-fan-in.json"));

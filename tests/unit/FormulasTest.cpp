@@ -6,10 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Grid.h"
-#include "runtime/core/Schedule.h"
-#include "runtime/core/Sharding.h"
-#include "runtime/core/Topology.h"
+#include "runtime/config/Grid.h"
+#include "runtime/plan/Schedule.h"
+#include "runtime/plan/Sharding.h"
+#include "runtime/plan/Topology.h"
 
 #include <gtest/gtest.h>
 
@@ -58,7 +58,7 @@ INSTANTIATE_TEST_SUITE_P(
         LeaderCase{2, 1, 4, 1, {7}, {0}, {{6, 7}}, {{0, 1}}}));
 
 TEST(LeaderTest, SourceLeaderIsLastCpRank) {
-  // SPEC §4.3 (beyond): cp = CP-1 at the source; tp2·cp2 dp1, default order.
+  // docs/plan.md (beyond): cp = CP-1 at the source; tp2·cp2 dp1, default order.
   Grid grid({2, 2, 1, 1});
   EXPECT_EQ(sourceLeaders(grid), (Ranks{3}));
   EXPECT_EQ(destinationLeaders(grid), (Ranks{0}));

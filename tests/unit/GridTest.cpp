@@ -5,11 +5,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Grid.h"
-#include "runtime/core/Diagnostic.h"
-#include "runtime/core/JsonLocator.h"
-#include "runtime/core/JsonReader.h"
-#include "runtime/core/Topology.h"
+#include "runtime/config/Grid.h"
+#include "runtime/json/Diagnostic.h"
+#include "runtime/json/JsonLocator.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/plan/Topology.h"
 
 #include <gtest/gtest.h>
 
@@ -136,7 +136,7 @@ TEST(GridTest, ComplexGridHas24GroupsOf5) {
 }
 
 TEST(GridTest, DefaultOrderFormula) {
-  // SPEC §2: rank = off + tp + TP·(cp + CP·(dp + DP·pp)).
+  // docs/model-json.md: rank = off + tp + TP·(cp + CP·(dp + DP·pp)).
   Grid grid({2, 3, 4, 5}, kDefaultOrder, 7);
   for (int64_t pp = 0; pp < 5; ++pp)
     for (int64_t dp = 0; dp < 4; ++dp)
@@ -165,7 +165,7 @@ TEST(GridTest, EveryOrderRoundTripsAndFirstVariesFastest) {
 }
 
 TEST(GridTest, BridgeLeaderCoordinatesOfSpecExample) {
-  // SPEC §4.3: tp2·pp2·dp2 at 0; source leader (tp=TP-1, cp=CP-1, pp=PP-1),
+  // docs/plan.md: tp2·pp2·dp2 at 0; source leader (tp=TP-1, cp=CP-1, pp=PP-1),
   // destination leader (tp=0, cp=0, pp=0) of each lane.
   auto leaders = [](const Grid &grid, bool source) {
     std::vector<int64_t> ranks;
@@ -306,7 +306,7 @@ TEST(TopologyTest, LaneRelations) {
 }
 
 TEST(TopologyTest, SequenceShardFactor) {
-  // SPEC §4.5 / reference §7.2: 2·cp·tp (CP+SP), 2·cp (CP), tp (SP).
+  // docs/plan.md / reference §7.2: 2·cp·tp (CP+SP), 2·cp (CP), tp (SP).
   EXPECT_EQ(sequenceShardFactor(2, 2, true), 8);
   EXPECT_EQ(sequenceShardFactor(2, 2, false), 4);
   EXPECT_EQ(sequenceShardFactor(1, 8, true), 8);

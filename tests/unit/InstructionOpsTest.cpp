@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ir/MimoOps.h"
-#include "runtime/core/Plan.h"
+#include "runtime/plan/Plan.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"

@@ -2,7 +2,7 @@
 
 #include "TestModels.h"
 
-#include "runtime/core/ModelConfig.h"
+#include "runtime/config/ModelConfig.h"
 
 #include <gtest/gtest.h>
 

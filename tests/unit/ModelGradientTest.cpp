@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/exec/Model.h"
-#include "runtime/exec/Random.h"
+#include "runtime/model/Model.h"
+#include "runtime/support/Random.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 //===- OutputFileTest.cpp - Outputs written without harm ------------------===//
 //
-// runtime/core/OutputFile.h: a file is replaced whole or left as it was
+// runtime/support/OutputFile.h: a file is replaced whole or left as it was
 // (a write that fails half-way, as on a full disk, leaves the old bytes and
 // no temporary file); links are written through; devices and pipes are
 // written in place; directories, missing folders and inputs are refused.
@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/OutputFile.h"
+#include "runtime/support/OutputFile.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/PlanFile.h"
+#include "runtime/plan/PlanFile.h"
 
 #include "tests/e2e/Layouts.h"
 #include "tests/unit/TestModels.h"
@@ -523,7 +523,7 @@ TEST(PlanFileTest, BadModelIsReportedUnderModel) {
 
 TEST(PlanFileTest, UntrainableModelShapesAreRejected) {
   // No derived section mentions num_layers or num_heads: the loader checks
-  // the model's shapes itself, in the compiler's words (core/ShapeRules.h).
+  // the model's shapes itself, in the compiler's words (plan/ShapeRules.h).
   json doc = examplePlan();
   doc["model"]["modules"][1]["arch"]["num_layers"] = 3;
   EXPECT_NE(firstError(doc).find(

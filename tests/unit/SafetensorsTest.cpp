@@ -1,12 +1,12 @@
 //===- SafetensorsTest.cpp - The checkpoint file format -------------------===//
 //
-// core/Safetensors.h: a header written and read back, the data 8-byte
+// checkpoint/Safetensors.h: a header written and read back, the data 8-byte
 // aligned, and every way a truncated, corrupt or hostile file is refused
 // with its path and the tensor at fault, before any data is read.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Safetensors.h"
+#include "runtime/checkpoint/Safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -4,11 +4,11 @@
 
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
-#include "runtime/core/CostModel.h"
-#include "runtime/core/Flops.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/Schedule.h"
-#include "runtime/core/Simulate.h"
+#include "runtime/cost/CostModel.h"
+#include "runtime/config/Flops.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/plan/Schedule.h"
+#include "runtime/cost/Simulate.h"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 #ifndef MIMO_TESTS_UNIT_TESTMODELS_H
 #define MIMO_TESTS_UNIT_TESTMODELS_H
 
-#include "runtime/core/ModelConfig.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <nlohmann/json.hpp>
 

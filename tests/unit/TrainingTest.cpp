@@ -1,17 +1,17 @@
 //===- TrainingTest.cpp - The training loop's formulas and settings -------===//
 //
-// SPEC §13: the learning-rate schedule against a table computed by hand
+// docs/runtime.md: the learning-rate schedule against a table computed by hand
 // from Megatron's warmup + decay semantics, and the training and data keys
 // of model.json (defaults, round trip, errors with their pointers).
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/core/Flops.h"
-#include "runtime/core/LearningRate.h"
-#include "runtime/core/MemoryPlan.h"
-#include "runtime/core/ModelConfig.h"
-#include "runtime/core/Parameters.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/config/Flops.h"
+#include "runtime/config/LearningRate.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/config/Parameters.h"
+#include "runtime/plan/PlanFile.h"
 #include "runtime/exec/MemoryCheck.h"
 #include "tests/unit/TestModels.h"
 

@@ -8,9 +8,9 @@
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
 #include "passes/Passes.h"
-#include "runtime/core/InputFile.h"
-#include "runtime/core/JsonLocator.h"
-#include "runtime/exec/Data.h"
+#include "runtime/support/InputFile.h"
+#include "runtime/json/JsonLocator.h"
+#include "runtime/data/Data.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -195,7 +195,7 @@ CompileResult compileModelFile(mlir::MLIRContext &context, llvm::StringRef path,
     return compileModel(context, path, (*buffer)->getBuffer(), options);
   }
   // A regular file of at most 64 MiB (a FIFO, /dev/zero or a huge file is
-  // refused before anything is read: runtime/core/InputFile.h).
+  // refused before anything is read: runtime/support/InputFile.h).
   std::string problem;
   std::optional<std::string> text =
       readInputFile(path.str(), kMaxModelFileBytes, "the model", problem);

@@ -8,9 +8,9 @@
 #ifndef MIMO_TOOLS_DRIVER_DRIVER_H
 #define MIMO_TOOLS_DRIVER_DRIVER_H
 
-#include "runtime/core/Diagnostic.h"
-#include "runtime/core/ModelConfig.h"
-#include "runtime/core/PlanFile.h"
+#include "runtime/json/Diagnostic.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/plan/PlanFile.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -37,7 +37,7 @@ struct CompileOptions {
 struct CompileResult {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::optional<ModelConfig> config;
-  /// The verified plan (SPEC §6) of the compiled model.
+  /// The verified plan (docs/plan.md) of the compiled model.
   std::optional<Plan> plan;
   /// Errors (and their notes); empty on success.
   std::vector<Diagnostic> diagnostics;

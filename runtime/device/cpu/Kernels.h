@@ -1,6 +1,6 @@
 //===- Kernels.h - Reference CPU kernels, forward and backward -*- C++ -*-===//
 //
-// The math of every layer of the model (SPEC §4.7), as plain loops and BLAS
+// The math of every layer of the model (docs/model.md), as plain loops and BLAS
 // calls over contiguous row-major buffers. Templated on the scalar type:
 // the runtime uses float; the tests instantiate double to check every
 // backward against a finite difference. Backward functions that produce a

@@ -4,7 +4,7 @@
 
 #include "runtime/device/Device.h"
 
-#include "runtime/core/SharedLibrary.h"
+#include "runtime/support/SharedLibrary.h"
 
 #include <mutex>
 #include <string>

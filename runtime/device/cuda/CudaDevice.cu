@@ -1,6 +1,6 @@
 //===- CudaDevice.cu - The CUDA device -----------------------------------===//
 //
-// SPEC §11. One CudaDevice per rank: its own non-blocking stream on GPU
+// docs/gpu.md. One CudaDevice per rank: its own non-blocking stream on GPU
 // `ordinal`, memory from that GPU's stream-ordered pool (cudaMallocAsync,
 // kept cached: no cudaMalloc per instruction), a cuBLASLt handle for GEMMs
 // and, for every other kernel, the per-index bodies of KernelBodies.h

@@ -2,7 +2,7 @@
 //
 // C[M,N] = alpha op(A) op(B) + beta C with the semantics of cpu/Kernels.h
 // gemm, as cuBLASLt's column-major C^T = op(B)^T op(A)^T. Compute type
-// CUBLAS_COMPUTE_32F: fp32 accumulation with TF32 off (SPEC §11). One
+// CUBLAS_COMPUTE_32F: fp32 accumulation with TF32 off (docs/gpu.md). One
 // handle and workspace per device (rank); the heuristic's choice is kept
 // per shape, so a shape is planned once.
 //

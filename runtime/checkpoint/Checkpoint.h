@@ -1,0 +1,116 @@
+//===- Checkpoint.h - Checkpoints that reshard --------------------*- C++
+//-*-===//
+//
+// docs/checkpoints.md. A checkpoint is a directory DIR/step-N holding
+//   model.safetensors      every parameter as one global, unsharded fp32
+//                          tensor named by its logical name
+//                          ("language.layers.3.gate"), shape [cols] for a
+//                          one-row parameter, else [rows, cols]
+//   optimizer.safetensors  AdamW's moments: NAME.exp_avg, NAME.exp_avg_sq
+//   state.json             format and version, step, consumed samples, seed,
+//                          the learning rate's schedule and next value, an
+//                          architecture digest, the layout written from
+// in the order of config/Parameters.h, the same in every layout. Ranks write
+// the blocks they own (TP shards; replicas once) straight into their place
+// in the files, in parallel; rank 0 creates the files under step-N.tmp,
+// and after every rank has written and synced, renames it to step-N and
+// then replaces DIR/latest. A run killed while saving leaves the previous
+// checkpoint intact.
+//
+// Loading checks everything (state.json, both headers, every name, dtype and
+// shape against this model) before any rank starts; then each rank reads
+// the blocks it holds, whatever layout wrote them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CHECKPOINT_CHECKPOINT_H
+#define MIMO_RUNTIME_CHECKPOINT_CHECKPOINT_H
+
+#include "runtime/config/ModelConfig.h"
+#include "runtime/checkpoint/Safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mimo::exec {
+
+class Stage;
+struct Param;
+
+inline constexpr int64_t kCheckpointVersion = 1;
+
+/// The files of a checkpoint of `config` (headers with every tensor's
+/// offsets), as every rank computes them alike.
+struct CheckpointFiles {
+  safetensors::Header model, optimizer;
+  std::string modelHeader, optimizerHeader; // the encoded bytes
+};
+CheckpointFiles checkpointFiles(const ModelConfig &config);
+
+/// The architecture's digest: the hash of every parameter's name and shape.
+std::string architectureDigest(const ModelConfig &config);
+
+/// A checkpoint found and checked against a model (docs/checkpoints.md).
+struct Checkpoint {
+  std::string dir; // DIR/step-N
+  int64_t step = 0;
+  safetensors::Header model, optimizer;
+  nlohmann::json state;
+};
+
+/// Validates the text of a checkpoint's state.json (docs/checkpoints.md, docs/limits.md): fills
+/// `state` and returns the step it was written after, or std::nullopt with
+/// `error` naming the file and the problem.
+std::optional<int64_t> parseCheckpointState(std::string_view text,
+                                            const std::string &statePath,
+                                            nlohmann::json &state,
+                                            std::string &error);
+
+/// Finds the checkpoint at `path` (DIR, resolved through DIR/latest, or a
+/// step-N directory itself) and checks it against `config`: its tensors,
+/// architecture digest and modules always, its model name and seed unless
+/// `otherRun` (starting from another run's weights on purpose); on a
+/// problem returns nullopt with `error` naming the file and, where one is
+/// at fault, the tensor or the state's key.
+std::optional<Checkpoint> openCheckpoint(const std::string &path,
+                                         const ModelConfig &config,
+                                         std::string &error,
+                                         bool otherRun = false);
+
+/// Whether `dir` can hold checkpoints (created when missing); the reason
+/// when not.
+std::optional<std::string> checkpointDirProblem(const std::string &dir);
+
+/// The parameters one rank holds, with whether it writes them (one owner
+/// per block: data- and context-parallel rank 0, and for replicated
+/// parameters tensor-parallel rank 0).
+struct HeldParams {
+  std::vector<Param *> params;
+  std::vector<bool> owned;
+};
+
+/// Rank 0, before the others write: step-N.tmp with both files created at
+/// their full size and their headers written.
+void beginCheckpoint(const std::string &dir, int64_t step,
+                     const CheckpointFiles &files);
+/// Every rank: its owned blocks (weights and moments) into step-N.tmp,
+/// synced to disk.
+void writeCheckpointShards(const std::string &dir, int64_t step,
+                           const CheckpointFiles &files,
+                           const HeldParams &held);
+/// Rank 0, after every rank has written: state.json, then step-N.tmp ->
+/// step-N, then DIR/latest; each synced.
+void finishCheckpoint(const std::string &dir, int64_t step,
+                      const ModelConfig &config, const nlohmann::json &layout);
+
+/// Every rank: the blocks of the parameters it holds (and their moments)
+/// from `checkpoint`.
+void readCheckpointShards(const Checkpoint &checkpoint, const HeldParams &held);
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_CHECKPOINT_CHECKPOINT_H

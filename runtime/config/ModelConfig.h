@@ -1,0 +1,148 @@
+//===- ModelConfig.h - model.json version 1 --------------------*- C++ -*-===//
+//
+// The validated, defaults-filled form of model.json (docs/model-json.md). Parsing checks
+// the document itself: syntax, keys (with "did you mean"), types, ranges and
+// the relations between fields that do not depend on the rank layout. Grid
+// and layout checks belong to mimo-assign-grids, which reports them at IR
+// locations that point back into model.json.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CONFIG_MODELCONFIG_H
+#define MIMO_RUNTIME_CONFIG_MODELCONFIG_H
+
+#include "runtime/json/Diagnostic.h"
+#include "runtime/config/Grid.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mimo {
+
+inline constexpr int64_t kModelVersion = 1;
+
+enum class ModuleKind { Encoder, Language };
+
+struct ParallelConfig {
+  int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+  int64_t rankOffset = 0;
+  bool sequenceParallel = false;
+  DimOrder order = kDefaultOrder;
+
+  Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }
+};
+
+struct ModuleConfig {
+  std::string name;
+  ModuleKind kind = ModuleKind::Encoder;
+  /// Encoders only; -1 for the language module.
+  int64_t specialTokenId = -1;
+  /// Architecture. featureDim is the encoder's input feature size,
+  /// vocabSize the language vocabulary; the other is 0.
+  int64_t featureDim = 0, vocabSize = 0;
+  int64_t hiddenSize = 0, numLayers = 0, numHeads = 0, ffnHiddenSize = 0;
+  ParallelConfig parallel;
+  /// JSON pointer of this module ("/modules/1").
+  std::string pointer;
+};
+
+struct BatchConfig {
+  int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
+  bool packing = false;
+  std::string attentionMask = "causal";
+};
+
+struct TokenRange {
+  int64_t min = 0, max = 0;
+};
+
+struct DataConfig {
+  /// "synthetic", "jsonl" or "indexed" (Megatron's .bin/.idx, text only).
+  std::string source = "synthetic";
+  /// jsonl: the data file; indexed: the PREFIX of PREFIX.bin/.idx; as
+  /// written in model.json (resolved against its directory by mimoc).
+  std::string path;
+  /// Files only: the held-out data of the same kind (optional).
+  std::string evalPath;
+  /// Synthetic only: modality-token count range per encoder, in module order
+  /// (every encoder present, defaults filled).
+  std::vector<std::pair<std::string, TokenRange>> tokensPerSample;
+  double textOnlyFraction = 0.0;
+};
+
+/// docs/runtime.md, Megatron's shape, counted from step 1.
+struct LrSchedule {
+  int64_t warmupSteps = 0;
+  std::string decay = "constant"; // "constant", "cosine" or "linear"
+  int64_t decaySteps = 0;
+  double minLr = 0.0;
+};
+
+struct TrainConfig {
+  int64_t steps = 10;
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+  /// 0 disables clipping.
+  double clipGrad = 1.0;
+  LrSchedule lrSchedule;
+  /// Held-out loss every evalEvery steps (0: never) over evalSteps batches.
+  int64_t evalEvery = 0, evalSteps = 1;
+};
+
+struct ModelConfig {
+  int64_t version = kModelVersion;
+  std::string name;
+  int64_t seed = 1234;
+  std::string precision = "fp32";
+  std::optional<int64_t> worldSize;
+  BatchConfig batch;
+  std::vector<ModuleConfig> modules;
+  DataConfig data;
+  TrainConfig train;
+
+  /// Index of the (single) language module.
+  size_t languageIndex() const;
+  const ModuleConfig &language() const { return modules[languageIndex()]; }
+};
+
+struct ParseResult {
+  std::optional<ModelConfig> config;
+  /// Every error found; empty when `config` is set.
+  std::vector<Diagnostic> diagnostics;
+};
+
+/// One kind of model.json object and the keys it takes. The parser checks
+/// each object against its list; docs/model-json.md documents every key
+/// (a unit test holds the two together).
+struct ModelJsonObject {
+  std::string pointer; // "/batch", "/modules/N/arch (encoder)", ...
+  std::vector<std::string> keys;
+};
+const std::vector<ModelJsonObject> &modelJsonObjects();
+
+/// The keys of the object at `pointer` (one of modelJsonObjects()).
+const std::vector<std::string> &modelJsonKeys(std::string_view pointer);
+
+/// Parses and validates model.json text. `fileName` supplies the default
+/// model name (its stem).
+ParseResult parseModelConfig(std::string_view text, std::string_view fileName);
+
+/// Validates an already parsed document (as embedded in a plan file).
+ParseResult validateModelConfig(const nlohmann::json &document,
+                                std::string_view fileName);
+
+/// The canonical model.json of `config`, every default written out; parsing
+/// it gives `config` back.
+nlohmann::json toJson(const ModelConfig &config);
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CONFIG_MODELCONFIG_H

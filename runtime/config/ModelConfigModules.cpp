@@ -1,0 +1,280 @@
+//===- ModelConfigModules.cpp - model.json's modules ----------------------===//
+
+#include "runtime/config/ModelConfigParse.h"
+
+#include "runtime/support/Limits.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace mimo::detail {
+
+using json = nlohmann::json;
+using Validator = JsonValidator;
+
+bool isIdentifier(const std::string &name) {
+  if (name.empty() ||
+      !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
+    return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+namespace {
+
+void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
+  std::string pointer = module.pointer + "/parallel";
+  auto it = moduleJson.find("parallel");
+  if (it == moduleJson.end())
+    return;
+  const json &parallel = *it;
+  if (!v.object(parallel, pointer, modelJsonKeys("/modules/N/parallel"),
+                "the parallel grid of module '" + module.name + "'"))
+    return;
+  ParallelConfig &config = module.parallel;
+  if (auto value = v.integer(parallel, pointer, "tp", false, 1,
+                             "tensor-parallel size", kMaxRanks))
+    config.tp = *value;
+  if (auto value = v.integer(parallel, pointer, "cp", false, 1,
+                             "context-parallel size", kMaxRanks))
+    config.cp = *value;
+  if (auto value = v.integer(parallel, pointer, "pp", false, 1,
+                             "pipeline-parallel size", kMaxRanks))
+    config.pp = *value;
+  if (auto value = v.integer(parallel, pointer, "dp", false, 1,
+                             "data-parallel size", kMaxRanks))
+    config.dp = *value;
+  if (auto value = v.integer(parallel, pointer, "rank_offset", false, 0,
+                             "first global rank of the module", kMaxRanks))
+    config.rankOffset = *value;
+  // The grid's size and end, in 64 bits without overflow: each factor is at
+  // most kMaxRanks, so the product of two fits and is checked before the
+  // next factor.
+  int64_t ranks = 1;
+  for (int64_t size : {config.tp, config.cp, config.pp, config.dp})
+    ranks = ranks > kMaxRanks ? ranks : ranks * size;
+  if (ranks > kMaxRanks || config.rankOffset + ranks > kMaxRanks) {
+    v.error(pointer,
+            "expected a grid within mimo's " + std::to_string(kMaxRanks) +
+                " ranks, found tp*cp*pp*dp " +
+                (ranks > kMaxRanks ? "above " + std::to_string(kMaxRanks)
+                                   : std::to_string(ranks)) +
+                " from rank_offset " + std::to_string(config.rankOffset) +
+                "; use smaller parallel sizes");
+    config = ParallelConfig{};
+  }
+  if (auto value = v.boolean(parallel, pointer, "sequence_parallel",
+                             "sequence parallelism over the TP group")) {
+    if (*value && module.kind == ModuleKind::Encoder)
+      v.error(pointer + "/sequence_parallel",
+              "sequence_parallel applies to the language module only, found "
+              "true on encoder '" +
+                  module.name + "'; remove it");
+    else
+      config.sequenceParallel = *value;
+  }
+  auto order = parallel.find("order");
+  if (order != parallel.end()) {
+    std::vector<std::string> names;
+    bool allStrings = order->is_array();
+    if (allStrings)
+      for (const json &name : *order) {
+        allStrings = allStrings && name.is_string();
+        if (name.is_string())
+          names.push_back(name.get<std::string>());
+      }
+    std::string why;
+    std::optional<DimOrder> parsed;
+    if (allStrings)
+      parsed = parseOrder(names, &why);
+    else
+      why = "found " + describeJson(*order);
+    if (parsed)
+      config.order = *parsed;
+    else
+      v.error(pointer + "/order",
+              "expected a permutation of [\"tp\", \"cp\", \"dp\", \"pp\"] "
+              "(dimensions from fastest- to slowest-varying rank), " +
+                  why + "; list each of the four names exactly once");
+  }
+}
+
+void parseModule(Validator &v, const json &moduleJson, size_t index,
+                 ModelConfig &config, bool &ok) {
+  ModuleConfig module;
+  module.pointer = "/modules/" + std::to_string(index);
+  const std::string &pointer = module.pointer;
+  // Validate kind first: the allowed keys depend on it.
+  if (!moduleJson.is_object()) {
+    v.error(pointer, "expected a module (a JSON object with name, kind, arch "
+                     "and parallel), found " +
+                         describeJson(moduleJson) + "; write it as { ... }");
+    ok = false;
+    return;
+  }
+  std::optional<std::string> kind =
+      v.choice(moduleJson, pointer, "kind", true, {"encoder", "language"},
+               "what the module is");
+  module.kind =
+      kind && *kind == "language" ? ModuleKind::Language : ModuleKind::Encoder;
+  const std::vector<std::string> &keys = modelJsonKeys(
+      module.kind == ModuleKind::Encoder ? "/modules/N (encoder)"
+                                         : "/modules/N (language)");
+  v.object(moduleJson, pointer, keys,
+           kind ? "a module of kind \"" + *kind + "\"" : "a module");
+  if (module.kind == ModuleKind::Language)
+    for (Diagnostic &diag : v.diagnostics)
+      if (diag.pointer == pointer + "/special_token_id")
+        diag.message += "; only encoders have a special_token_id (the "
+                        "language module embeds text tokens)";
+
+  if (auto name = v.string(moduleJson, pointer, "name", true,
+                           "the module's name; encoder names are modality "
+                           "names")) {
+    if (!isIdentifier(*name))
+      v.error(pointer + "/name",
+              "expected a name of letters, digits, '_' or '-' starting with a "
+              "letter or '_', found \"" +
+                  name->substr(0, 60) + "\"; rename the module");
+    module.name = *name;
+  }
+  if (module.kind == ModuleKind::Encoder)
+    if (auto id = v.integer(moduleJson, pointer, "special_token_id", true, 0,
+                            "the token id that marks this modality's "
+                            "positions in input_ids",
+                            kMaxVocab - 1))
+      module.specialTokenId = *id;
+
+  std::string archPointer = pointer + "/arch";
+  if (const json *arch = v.member(moduleJson, pointer, "arch", true,
+                                  "the module's architecture")) {
+    const std::vector<std::string> &archKeys = modelJsonKeys(
+        module.kind == ModuleKind::Encoder ? "/modules/N/arch (encoder)"
+                                           : "/modules/N/arch (language)");
+    if (v.object(*arch, archPointer, archKeys,
+                 "the architecture of module '" + module.name + "'")) {
+      auto field = [&](const char *key, const char *meaning, int64_t maximum) {
+        return v.integer(*arch, archPointer, key, true, 1, meaning, maximum)
+            .value_or(0);
+      };
+      if (module.kind == ModuleKind::Encoder)
+        module.featureDim =
+            field("feature_dim", "size of each input feature row", kMaxWidth);
+      else
+        module.vocabSize =
+            field("vocab_size", "number of text token ids", kMaxVocab);
+      module.hiddenSize =
+          field("hidden_size", "width of the hidden states", kMaxWidth);
+      module.numLayers =
+          field("num_layers", "number of transformer layers", kMaxLayers);
+      module.numHeads =
+          field("num_heads", "number of attention heads", kMaxWidth);
+      module.ffnHiddenSize = field(
+          "ffn_hidden_size", "width of the feed-forward layer", kMaxFfnWidth);
+      if (module.hiddenSize > 0 && module.numHeads > 0) {
+        if (module.hiddenSize % module.numHeads != 0)
+          v.error(archPointer + "/num_heads",
+                  "expected num_heads to divide hidden_size " +
+                      std::to_string(module.hiddenSize) + ", found " +
+                      std::to_string(module.numHeads) +
+                      "; use a head count that divides the hidden size");
+        else if (module.kind == ModuleKind::Language &&
+                 (module.hiddenSize / module.numHeads) % 2 != 0)
+          v.error(archPointer + "/num_heads",
+                  "expected an even head size for rotary embeddings, found "
+                  "hidden_size " +
+                      std::to_string(module.hiddenSize) + " / num_heads " +
+                      std::to_string(module.numHeads) + " = " +
+                      std::to_string(module.hiddenSize / module.numHeads) +
+                      "; choose num_heads so that the head size is even");
+      }
+    }
+  }
+  parseParallel(v, moduleJson, module);
+  config.modules.push_back(std::move(module));
+}
+
+} // namespace
+
+void parseModules(Validator &v, const json &root, ModelConfig &config) {
+  const json *modules =
+      v.member(root, "", "modules", true,
+               "the encoders and the language model, an array");
+  if (!modules)
+    return;
+  if (!modules->is_array() || modules->empty()) {
+    v.error("/modules", "expected a non-empty array of modules, found " +
+                            (modules->is_array() ? std::string("an empty array")
+                                                 : describeJson(*modules)) +
+                            "; list the encoders and one language module");
+    return;
+  }
+  if (modules->size() > static_cast<size_t>(kMaxModules)) {
+    v.error("/modules", "expected at most " + std::to_string(kMaxModules) +
+                            " modules, found " +
+                            std::to_string(modules->size()) +
+                            "; merge modalities into fewer encoders");
+    return;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < modules->size(); ++i)
+    parseModule(v, (*modules)[i], i, config, ok);
+  if (!ok)
+    return;
+
+  std::map<std::string, size_t> names;
+  std::map<int64_t, size_t> tokenIds;
+  std::optional<size_t> language;
+  for (size_t i = 0; i < config.modules.size(); ++i) {
+    const ModuleConfig &module = config.modules[i];
+    if (!module.name.empty()) {
+      auto [it, inserted] = names.emplace(module.name, i);
+      if (!inserted)
+        v.error(module.pointer + "/name",
+                "expected unique module names, found '" + module.name +
+                    "' again (first at /modules/" + std::to_string(it->second) +
+                    "); rename one of them");
+    }
+    if (module.kind == ModuleKind::Language) {
+      if (language)
+        v.error(module.pointer + "/kind",
+                "expected exactly one module of kind \"language\", found a "
+                "second one ('" +
+                    module.name + "'; the first is '" +
+                    config.modules[*language].name + "' at /modules/" +
+                    std::to_string(*language) +
+                    "); make one of them an encoder or remove it");
+      else
+        language = i;
+    } else if (module.specialTokenId >= 0) {
+      auto [it, inserted] = tokenIds.emplace(module.specialTokenId, i);
+      if (!inserted)
+        v.error(module.pointer + "/special_token_id",
+                "expected a special_token_id unique to encoder '" +
+                    module.name + "', found " +
+                    std::to_string(module.specialTokenId) +
+                    ", which encoder '" + config.modules[it->second].name +
+                    "' also uses; give each modality its own token id");
+    }
+  }
+  if (!language) {
+    v.error("/modules", "expected exactly one module of kind \"language\", "
+                        "found none; add a language module");
+    return;
+  }
+  const ModuleConfig &lm = config.modules[*language];
+  for (const ModuleConfig &module : config.modules)
+    if (module.kind == ModuleKind::Encoder && lm.vocabSize > 0 &&
+        module.specialTokenId >= lm.vocabSize)
+      v.error(module.pointer + "/special_token_id",
+              "expected a token id below the language vocab_size " +
+                  std::to_string(lm.vocabSize) + ", found " +
+                  std::to_string(module.specialTokenId) +
+                  "; pick an id in [0, " + std::to_string(lm.vocabSize) +
+                  ") (it is reserved from synthetic text)");
+}
+
+} // namespace mimo::detail

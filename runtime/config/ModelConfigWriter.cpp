@@ -1,0 +1,89 @@
+//===- ModelConfigWriter.cpp - The canonical model.json -------------------===//
+
+#include "runtime/config/ModelConfig.h"
+
+#include <nlohmann/json.hpp>
+
+namespace mimo {
+
+using json = nlohmann::json;
+
+json toJson(const ModelConfig &config) {
+  json modules = json::array();
+  for (const ModuleConfig &module : config.modules) {
+    json entry;
+    entry["name"] = module.name;
+    bool encoder = module.kind == ModuleKind::Encoder;
+    entry["kind"] = encoder ? "encoder" : "language";
+    if (encoder)
+      entry["special_token_id"] = module.specialTokenId;
+    json arch;
+    if (encoder)
+      arch["feature_dim"] = module.featureDim;
+    else
+      arch["vocab_size"] = module.vocabSize;
+    arch["hidden_size"] = module.hiddenSize;
+    arch["num_layers"] = module.numLayers;
+    arch["num_heads"] = module.numHeads;
+    arch["ffn_hidden_size"] = module.ffnHiddenSize;
+    entry["arch"] = arch;
+    const ParallelConfig &p = module.parallel;
+    json parallel = {{"tp", p.tp},
+                     {"cp", p.cp},
+                     {"pp", p.pp},
+                     {"dp", p.dp},
+                     {"rank_offset", p.rankOffset}};
+    if (!encoder)
+      parallel["sequence_parallel"] = p.sequenceParallel;
+    json order = json::array();
+    for (Dim dim : p.order)
+      order.push_back(dimName(dim));
+    parallel["order"] = order;
+    entry["parallel"] = parallel;
+    modules.push_back(entry);
+  }
+  json data = {{"source", config.data.source}};
+  if (config.data.source != "synthetic") {
+    data["path"] = config.data.path;
+    if (!config.data.evalPath.empty())
+      data["eval_path"] = config.data.evalPath;
+  } else {
+    json tokens = json::object();
+    for (const auto &[name, range] : config.data.tokensPerSample)
+      tokens[name] = {range.min, range.max};
+    data["tokens_per_sample"] = tokens;
+    data["text_only_fraction"] = config.data.textOnlyFraction;
+  }
+  json root = {{"version", config.version},
+               {"name", config.name},
+               {"seed", config.seed},
+               {"precision", config.precision},
+               {"batch",
+                {{"micro_batch_size", config.batch.microBatchSize},
+                 {"num_microbatches", config.batch.numMicrobatches},
+                 {"seq_length", config.batch.seqLength},
+                 {"packing", config.batch.packing},
+                 {"attention_mask", config.batch.attentionMask}}},
+               {"modules", modules},
+               {"data", data},
+               {"train",
+                {{"steps", config.train.steps},
+                 {"optimizer", config.train.optimizer},
+                 {"lr", config.train.lr},
+                 {"betas", {config.train.beta1, config.train.beta2}},
+                 {"eps", config.train.eps},
+                 {"weight_decay", config.train.weightDecay},
+                 {"clip_grad", config.train.clipGrad},
+                 {"lr_schedule",
+                  {{"warmup_steps", config.train.lrSchedule.warmupSteps},
+                   {"decay", config.train.lrSchedule.decay},
+                   {"decay_steps", config.train.lrSchedule.decaySteps},
+                   {"min_lr", config.train.lrSchedule.minLr}}},
+                 {"eval_every", config.train.evalEvery},
+                 {"eval_steps", config.train.evalSteps}}}};
+  if (config.worldSize)
+    root["world_size"] = *config.worldSize;
+  return root;
+}
+
+} // namespace mimo

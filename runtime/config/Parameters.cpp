@@ -1,0 +1,128 @@
+//===- Parameters.cpp - Every parameter of the model, by name -------------===//
+
+#include "runtime/config/Parameters.h"
+
+#include <stdexcept>
+
+namespace mimo {
+
+ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank) {
+  switch (spec.layout) {
+  case ParamLayout::ColumnParallel: {
+    int64_t c = spec.cols / tp;
+    return {0, spec.rows, tpRank * c, (tpRank + 1) * c};
+  }
+  case ParamLayout::RowParallel: {
+    int64_t r = spec.rows / tp;
+    return {tpRank * r, (tpRank + 1) * r, 0, spec.cols};
+  }
+  case ParamLayout::Replicated:
+    break;
+  }
+  return {0, spec.rows, 0, spec.cols};
+}
+
+std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
+                                        int64_t ppRank) {
+  if (pp < 1 || layers % pp != 0)
+    throw std::invalid_argument(std::to_string(layers) +
+                                " layers do not split into " +
+                                std::to_string(pp) + " pipeline stages");
+  int64_t per = layers / pp;
+  return {ppRank * per, (ppRank + 1) * per};
+}
+
+namespace {
+
+/// Adds parameters named "module.name" to a list.
+struct Declare {
+  const std::string &module;
+  std::vector<ParamSpec> &out;
+  void operator()(const std::string &name, int64_t rows, int64_t cols,
+                  ParamLayout layout, ParamInit init = ParamInit::Weight,
+                  float scale = 0, bool partialUnderSp = false) {
+    out.push_back(
+        {module, name, rows, cols, layout, init, scale, partialUnderSp});
+  }
+};
+
+} // namespace
+
+std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
+                                       int64_t outputHidden,
+                                       bool sequenceParallel, int64_t pp,
+                                       int64_t ppRank) {
+  std::vector<ParamSpec> out;
+  Declare add{module.name, out};
+  const int64_t H = module.hiddenSize, F = module.ffnHiddenSize;
+  const bool first = ppRank == 0, last = ppRank == pp - 1;
+  auto [begin, end] = stageLayers(module.numLayers, pp, ppRank);
+  using L = ParamLayout;
+  using I = ParamInit;
+  auto attention = [&](const std::string &p) {
+    // Q, K and V split by heads (column-parallel), the output projection
+    // by the same heads (row-parallel).
+    add(p + "wq", H, H, L::ColumnParallel);
+    add(p + "wk", H, H, L::ColumnParallel);
+    add(p + "wv", H, H, L::ColumnParallel);
+    add(p + "wo", H, H, L::RowParallel);
+  };
+  if (module.kind == ModuleKind::Language) {
+    const bool sp = sequenceParallel;
+    const int64_t V = module.vocabSize;
+    if (first) // vocab-parallel: each TP rank its rows of the vocabulary
+      add("embedding", V, H, L::RowParallel, I::Weight, 1.0f);
+    for (int64_t l = begin; l < end; ++l) {
+      std::string p = "layers." + std::to_string(l) + ".";
+      add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+      attention(p);
+      add(p + "mlp_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+      add(p + "gate", H, F, L::ColumnParallel);
+      add(p + "up", H, F, L::ColumnParallel);
+      add(p + "down", F, H, L::RowParallel);
+    }
+    if (last) {
+      add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+      add("head", H, V, L::ColumnParallel); // vocab-parallel logits
+    }
+    return out;
+  }
+  const int64_t D = module.featureDim, O = outputHidden;
+  if (first) {
+    add("patch.weight", D, H, L::Replicated);
+    add("patch.bias", 1, H, L::Replicated, I::Zeros);
+  }
+  for (int64_t l = begin; l < end; ++l) {
+    std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "ln1.weight", 1, H, L::Replicated, I::Ones);
+    add(p + "ln1.bias", 1, H, L::Replicated, I::Zeros);
+    attention(p);
+    add(p + "ln2.weight", 1, H, L::Replicated, I::Ones);
+    add(p + "ln2.bias", 1, H, L::Replicated, I::Zeros);
+    add(p + "fc1", H, F, L::ColumnParallel);
+    add(p + "fc2", F, H, L::RowParallel);
+  }
+  if (last) {
+    add("projection.fc1.weight", H, O, L::Replicated);
+    add("projection.fc1.bias", 1, O, L::Replicated, I::Zeros);
+    add("projection.fc2.weight", O, O, L::Replicated);
+    add("projection.fc2.bias", 1, O, L::Replicated, I::Zeros);
+  }
+  return out;
+}
+
+std::vector<ParamSpec> modelParameters(const ModelConfig &config) {
+  std::vector<ParamSpec> all;
+  const ModuleConfig &language = config.language();
+  for (const ModuleConfig &module : config.modules)
+    for (int64_t s = 0; s < module.parallel.pp; ++s) {
+      std::vector<ParamSpec> stage = stageParameters(
+          module, language.hiddenSize,
+          module.parallel.sequenceParallel && module.parallel.tp > 1,
+          module.parallel.pp, s);
+      all.insert(all.end(), stage.begin(), stage.end());
+    }
+  return all;
+}
+
+} // namespace mimo

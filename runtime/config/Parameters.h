@@ -1,0 +1,70 @@
+//===- Parameters.h - Every parameter of the model, by name -----*- C++ -*-===//
+//
+// The one list of the model's parameters: for each pipeline stage of each
+// module, in declaration order, its logical name ("language.layers.3.gate":
+// the same in every layout, and what seeds its initial values), its global
+// shape, how tensor parallelism cuts it, and how it is initialised. The
+// model builds its stages from it (model/Model.cpp), checkpoints name and
+// shape their tensors by it, and the memory plan counts it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_CONFIG_PARAMETERS_H
+#define MIMO_RUNTIME_CONFIG_PARAMETERS_H
+
+#include "runtime/config/ModelConfig.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mimo {
+
+/// How TP ranks hold a [rows, cols] parameter: whole (replicated), a
+/// contiguous block of columns (column-parallel: QKV, gate, up, fc1, the
+/// head), or of rows (row-parallel: output, down, fc2, the embedding).
+enum class ParamLayout { Replicated, ColumnParallel, RowParallel };
+enum class ParamInit { Weight, Ones, Zeros };
+
+struct ParamSpec {
+  /// The module's name and the parameter's name within it; its logical
+  /// name is "module.local" (name()).
+  std::string module, local;
+  int64_t rows = 0, cols = 0;
+  ParamLayout layout = ParamLayout::Replicated;
+  ParamInit init = ParamInit::Weight;
+  /// Weights: uniform in [-scale, scale]; 0 means 1 / sqrt(rows).
+  float scale = 0;
+  /// Under sequence parallelism each TP rank's gradient covers only its
+  /// sequence shard and is summed over TP (the norms' weights).
+  bool partialUnderSp = false;
+  int64_t size() const { return rows * cols; }
+  std::string name() const { return module + "." + local; }
+};
+
+/// TP rank `tpRank`'s block [rowBegin, rowEnd) x [colBegin, colEnd) of a
+/// parameter.
+struct ParamBlock {
+  int64_t rowBegin = 0, rowEnd = 0, colBegin = 0, colEnd = 0;
+  int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }
+};
+ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank);
+
+/// The layers [begin, end) of pipeline stage `ppRank` of `pp`.
+std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
+                                        int64_t ppRank);
+
+/// The parameters of pipeline stage `ppRank` of `pp` of `module` (global
+/// shapes), in declaration order. `outputHidden`: an encoder's projection
+/// width (the language hidden size); `sequenceParallel`: whether the
+/// language module runs SP (with tp > 1).
+std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
+                                       int64_t outputHidden,
+                                       bool sequenceParallel, int64_t pp,
+                                       int64_t ppRank);
+
+/// Every parameter of the model: each module's stages in order.
+std::vector<ParamSpec> modelParameters(const ModelConfig &config);
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_CONFIG_PARAMETERS_H

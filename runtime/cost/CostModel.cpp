@@ -1,0 +1,427 @@
+//===- CostModel.cpp - What an instruction costs on a device --------------===//
+
+#include "runtime/cost/CostModel.h"
+
+#include "runtime/config/Flops.h"
+#include "runtime/config/Parameters.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mimo {
+
+namespace {
+constexpr double kFloat = 4; // bytes of an fp32 value
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Instruction costs
+//===----------------------------------------------------------------------===//
+
+CostModel::CostModel(const Topology &topology, const ModelConfig &config,
+                     const DeviceProfile &profile, const ClusterConfig &cluster)
+    : topology(topology), config(config),
+      profile(forPrecision(profile, config.precision)), cluster(cluster) {
+  for (const ModuleTopology &m : topology.modules) {
+    const ModuleConfig *found = nullptr;
+    size_t encoder = 0, e = 0;
+    for (const ModuleConfig &c : config.modules) {
+      if (c.name == m.name) {
+        found = &c;
+        encoder = e;
+      }
+      e += c.kind == ModuleKind::Encoder ? 1 : 0;
+    }
+    moduleConfigs.push_back(found);
+    encoderIndex.push_back(encoder);
+  }
+  ranksOnDevice.assign(static_cast<size_t>(cluster.devices(topology.worldSize)),
+                       0);
+  for (int64_t r = 0; r < topology.worldSize; ++r)
+    ++ranksOnDevice[static_cast<size_t>(deviceOf(r))];
+}
+
+int64_t CostModel::deviceOf(int64_t rank) const {
+  return rank % cluster.devices(topology.worldSize);
+}
+
+int64_t CostModel::nodeOf(int64_t rank) const {
+  return deviceOf(rank) / std::max<int64_t>(cluster.devicesPerNode, 1);
+}
+
+double CostModel::threadsOf(int64_t rank) const {
+  return static_cast<double>(threadsPerRank(
+      profile.cores, ranksOnDevice[static_cast<size_t>(deviceOf(rank))]));
+}
+
+LinkCost sharedDeviceLink(const DeviceProfile &profile, const LinkCost &link,
+                          int64_t ranksOnDevice) {
+  LinkCost shared = link;
+  if (profile.kind == "cpu")
+    shared.latencyUs *= std::max(
+        1.0, static_cast<double>(ranksOnDevice) /
+                 static_cast<double>(std::max<int64_t>(profile.cores, 1)));
+  return shared;
+}
+
+LinkCost CostModel::linkBetween(int64_t a, int64_t b) const {
+  if (deviceOf(a) == deviceOf(b))
+    return sharedDeviceLink(profile, cluster.sameDevice,
+                            ranksOnDevice[static_cast<size_t>(deviceOf(a))]);
+  if (nodeOf(a) == nodeOf(b))
+    return cluster.sameNode;
+  return cluster.crossNode;
+}
+
+Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
+                  int64_t members, double bytes) {
+  if (members < 2)
+    return {};
+  double n = static_cast<double>(members);
+  double latency = link.latencyUs * 1e-6 * std::ceil(std::log2(n));
+  double transfer = (n - 1) * bytes / (link.bandwidthGBs * 1e9);
+  if (profile.kind == "cpu") {
+    // The cores copy and sum: at the calibrated all-reduce rate.
+    if (profile.collectiveGBs > 0)
+      transfer = (n - 1) * bytes / (profile.collectiveGBs * 1e9);
+    return {transfer, latency};
+  }
+  return {0, latency + transfer};
+}
+
+Work CostModel::exchange(const GroupSpan &group, double bytes) const {
+  if (group.size < 2)
+    return {};
+  return exchangeWork(profile, linkBetween(group.first, group.last), group.size,
+                      bytes);
+}
+
+Work CostModel::exchange(const std::vector<int64_t> &group,
+                         double bytes) const {
+  if (group.size() < 2)
+    return {};
+  // The farthest pair sets the link.
+  return exchangeWork(profile, linkBetween(group.front(), group.back()),
+                      static_cast<int64_t>(group.size()), bytes);
+}
+
+double gemmSeconds(const DeviceProfile &p, double m, double n, double k) {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return 0;
+  double rate = rateAt(p.gemm, std::cbrt(m * n * k));
+  return rate > 0 ? 2 * m * n * k / (rate * 1e12) : 0;
+}
+
+double attentionSeconds(const DeviceProfile &p, double flops, double span,
+                        bool backward) {
+  double rate =
+      rateAt(backward ? p.attentionBackward : p.attentionForward, span);
+  return rate > 0 && flops > 0 ? flops / (rate * 1e12) : 0;
+}
+
+double memorySeconds(const DeviceProfile &p, double bytes) {
+  return bytes / (p.memoryGBs * 1e9);
+}
+
+double kernelSeconds(const DeviceProfile &p, double kernels) {
+  return kernels * p.kernelOverheadUs * 1e-6;
+}
+
+double layerElementwiseBytes(double H, double Hl, double Fl, bool language,
+                             bool bf16, bool backward) {
+  // Each kernel counted as reading each input and writing each output once.
+  if (bf16) {
+    // Forward: norms 6H each, wo and w2 out 2H and their residual adds 10H
+    // each, x and x1 packed 6H each; q and k out of their GEMMs in fp32 and
+    // through RoPE into bf16 10Hl each (encoders: bf16 GEMM outputs, 2Hl),
+    // v 2Hl; gate and up 2Fl each and SwiGLU 6Fl (GeLU: 2Fl and 4Fl).
+    // Backward: the layer's and the attention's dO packed 6H each, dh2f
+    // 12H, dx1's copy 8H, each norm's backward reading x as bf16 and adding
+    // into dx 20H, dhf 20H; da 2Hl, dq, dk, dv 12Hl, RoPE's inverse into
+    // bf16 12Hl and dv packed 6Hl (encoders: all three packed, the same);
+    // ds 4Fl and SwiGLU's backward 12Fl (GeLU: 8Fl).
+    if (backward)
+      return 92 * H + 32 * Hl + (language ? 16 : 12) * Fl;
+    return 48 * H + (language ? 22 : 6) * Hl + (language ? 10 : 6) * Fl;
+  }
+  // fp32: the same kernels on fp32 buffers with no packing: q, k, v out of
+  // their GEMMs 4Hl each and RoPE in place 8Hl each, SwiGLU 20Fl with its
+  // inputs (GeLU 12Fl); backward: each norm's backward into scratch and
+  // added after 32H, RoPE's inverse 16Hl, SwiGLU's backward 24Fl with ds
+  // (GeLU 16Fl).
+  if (backward)
+    return 104 * H + (language ? 32 : 16) * Hl + (language ? 24 : 16) * Fl;
+  return 48 * H + (language ? 28 : 12) * Hl + (language ? 20 : 12) * Fl;
+}
+
+StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
+                      size_t encoder, int64_t microBatchSize, int64_t stage,
+                      bool sequenceParallel) {
+  const ParallelConfig &par = m.parallel;
+  StageShape shape;
+  shape.language = m.kind == ModuleKind::Language;
+  shape.tp = static_cast<double>(par.tp);
+  shape.cp = static_cast<double>(par.cp);
+  shape.samples =
+      static_cast<double>(microBatchSize) / static_cast<double>(par.dp);
+  auto [begin, end] = stageLayers(m.numLayers, par.pp, stage);
+  shape.layers = static_cast<double>(end - begin);
+  shape.first = stage == 0;
+  shape.last = stage == par.pp - 1;
+  shape.sequenceParallel = shape.language && sequenceParallel && par.tp > 1;
+  shape.bf16 = config.precision == "bf16";
+  if (shape.language) {
+    TokenMoments length = expectedSampleLength(config);
+    shape.rows = shape.samples * length.mean / shape.cp;
+    shape.pairs = shape.samples * (length.square + length.mean) / 2 / shape.cp;
+    shape.span = length.square / length.mean;
+  } else {
+    TokenMoments t = expectedModalityTokens(config, encoder);
+    shape.rows = shape.samples * t.mean;
+    shape.pairs = shape.samples * t.square;
+    shape.span = t.mean > 0 ? t.square / t.mean : 1;
+  }
+  return shape;
+}
+
+StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
+                    bool backward, const DeviceProfile &p,
+                    double outputHidden) {
+  const double tp = shape.tp, rows = shape.rows;
+  const double H = static_cast<double>(m.hiddenSize);
+  const double F = static_cast<double>(m.ffnHiddenSize);
+  const double passes = backward ? 2 : 1; // dX and dW
+  // SwiGLU has gate, up and down; the encoders' GELU MLP fc1 and fc2.
+  const double mlpIn = shape.language ? 2 : 1;
+  StageWork w;
+  double layer =
+      gemmSeconds(p, rows, 3 * H / tp, H) + gemmSeconds(p, rows, H, H / tp) +
+      gemmSeconds(p, rows, mlpIn * F / tp, H) + gemmSeconds(p, rows, H, F / tp);
+  // The elementwise kernels (norms, RoPE, residuals, activation, packing).
+  layer *= passes;
+  layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
+                                                         shape.language,
+                                                         shape.bf16, backward));
+  layer += passes * kernelSeconds(p, 18);
+  layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
+  w.compute = shape.layers * (layer + passes * p.layerOverheadUs * 1e-6 /
+                                          std::max(p.computeScale, 1e-9));
+  // Two all-reduces (or SP all-gather + reduce-scatter) per layer over TP;
+  // the keys and values gathered over CP.
+  w.tpExchanges = 2 * shape.layers;
+  w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
+  w.cpExchanges = shape.layers;
+  w.cpBytes = kFloat * 2 * rows * H / tp;
+  if (shape.language && shape.last) {
+    const double V = static_cast<double>(m.vocabSize);
+    w.compute += passes * gemmSeconds(p, rows, V / tp, H) +
+                 passes * memorySeconds(p, kFloat * 3 * rows * V / tp) +
+                 kernelSeconds(p, 8);
+    w.logitExchanges = 3;
+    w.logitBytes = kFloat * rows;
+  }
+  if (!shape.language && shape.first)
+    w.compute +=
+        passes * gemmSeconds(p, rows, H, static_cast<double>(m.featureDim));
+  if (!shape.language && shape.last)
+    w.compute += passes * (gemmSeconds(p, rows, outputHidden, H) +
+                           gemmSeconds(p, rows, outputHidden, outputHidden));
+  w.compute *= p.computeScale;
+  return w;
+}
+
+CostModel::GroupSpan CostModel::group(int64_t rank, const Grid &grid,
+                                      std::initializer_list<Dim> dims) const {
+  // The group is named by its member whose coordinates along `dims` are 0.
+  Coords base = grid.coordsOf(rank);
+  unsigned mask = 0;
+  for (Dim dim : dims) {
+    base[dim] = 0;
+    mask |= 1u << static_cast<unsigned>(dim);
+  }
+  auto key = std::make_tuple(&grid, mask, grid.rankOf(base));
+  auto it = groupCache.find(key);
+  if (it != groupCache.end())
+    return it->second;
+  std::vector<Coords> members{base};
+  for (Dim dim : dims) {
+    std::vector<Coords> grown;
+    for (const Coords &member : members)
+      for (int64_t i = 0; i < grid.size(dim); ++i) {
+        Coords c = member;
+        c[dim] = i;
+        grown.push_back(c);
+      }
+    members = std::move(grown);
+  }
+  GroupSpan span;
+  span.first = span.last = grid.rankOf(members.front());
+  span.size = static_cast<int64_t>(members.size());
+  for (const Coords &c : members) {
+    int64_t r = grid.rankOf(c);
+    span.first = std::min(span.first, r);
+    span.last = std::max(span.last, r);
+  }
+  return groupCache.emplace(key, span).first->second;
+}
+
+const StageWork &CostModel::stageWorkOf(size_t module, int64_t stage,
+                                        bool backward) const {
+  auto key = std::make_tuple(module, stage, backward);
+  auto it = stageCache.find(key);
+  if (it != stageCache.end())
+    return it->second;
+  const ModuleTopology &topo = topology.modules[module];
+  StageShape shape = stageShape(config, *moduleConfigs[module],
+                                encoderIndex[module], topology.microBatchSize,
+                                stage, topology.shard.sequenceParallel);
+  return stageCache
+      .emplace(key, stageWork(*moduleConfigs[module], shape, backward, profile,
+                              static_cast<double>(topo.outputHidden)))
+      .first->second;
+}
+
+double CostModel::localValues(size_t module, int64_t rank) const {
+  const ModuleTopology &topo = topology.modules[module];
+  const Grid &grid = topo.grid;
+  Coords c = grid.coordsOf(rank);
+  auto key = std::make_tuple(module, c.pp, c.tp);
+  auto it = valuesCache.find(key);
+  if (it != valuesCache.end())
+    return it->second;
+  bool sp = topo.isLanguage && topology.shard.sequenceParallel &&
+            grid.size(Dim::TP) > 1;
+  double values = 0;
+  for (const ParamSpec &spec :
+       stageParameters(*moduleConfigs[module],
+                       topology.modules[topology.languageIndex()].hidden, sp,
+                       grid.size(Dim::PP), c.pp))
+    values +=
+        static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
+  return valuesCache.emplace(key, values).first->second;
+}
+
+Work CostModel::work(int64_t rank, const Instr &in) const {
+  Work w;
+  const double B = static_cast<double>(topology.microBatchSize);
+  const double S = static_cast<double>(topology.seqLength);
+  // A stage's compute is the same on every rank of it; its collectives
+  // depend on where the rank's groups lie.
+  auto moduleWork = [&](size_t mi, bool backward) {
+    const Grid &grid = topology.modules[mi].grid;
+    const StageWork &sw = stageWorkOf(mi, grid.coordsOf(rank).pp, backward);
+    const GroupSpan tpGroup = group(rank, grid, {Dim::TP});
+    const GroupSpan cpGroup = group(rank, grid, {Dim::CP});
+    w.compute = sw.compute;
+    w += exchange(tpGroup, sw.tpBytes) * sw.tpExchanges;
+    w += exchange(cpGroup, sw.cpBytes) * sw.cpExchanges;
+    w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
+  };
+  switch (in.op) {
+  case InstrOp::Forward:
+  case InstrOp::Backward:
+    moduleWork(static_cast<size_t>(in.index), in.op == InstrOp::Backward);
+    return w;
+  case InstrOp::Shard:
+  case InstrOp::Unshard: {
+    const ModuleTopology &topo = topology.modules[in.index];
+    const Grid &grid = topo.grid;
+    double samples = B / static_cast<double>(grid.size(Dim::DP));
+    double lane = kFloat * samples * S * static_cast<double>(topo.hidden);
+    w.compute = memorySeconds(profile, 3 * lane) + kernelSeconds(profile, 6);
+    GroupSpan members = group(rank, grid, {Dim::TP, Dim::CP});
+    double pieces = static_cast<double>(members.size);
+    w += exchange(members, in.op == InstrOp::Shard ? lane : lane / pieces);
+    return w;
+  }
+  case InstrOp::ReduceGrads: {
+    const Grid &grid = topology.modules[in.index].grid;
+    GroupSpan members = group(rank, grid, {Dim::DP, Dim::CP});
+    double bytes = kFloat * localValues(static_cast<size_t>(in.index), rank);
+    double n = static_cast<double>(members.size);
+    if (members.size > 1)
+      w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
+    w += exchange(members, bytes);
+    return w;
+  }
+  case InstrOp::OptimizerStep: {
+    double values = 0, tensors = 0;
+    for (size_t mi : topology.modulesOf(rank)) {
+      values += localValues(mi, rank);
+      tensors += 4 * static_cast<double>(moduleConfigs[mi]->numLayers + 2);
+    }
+    // AdamW reads parameter, gradient and both moments and writes three;
+    // the norm reads the gradients once more.
+    w.compute = memorySeconds(profile, kFloat * 8 * values) +
+                kernelSeconds(profile, 2 * tensors);
+    const LinkCost &far = linkBetween(0, topology.worldSize - 1);
+    w.comm = far.latencyUs * 1e-6 *
+             std::ceil(std::log2(
+                 std::max<double>(2, static_cast<double>(topology.worldSize))));
+    return w;
+  }
+  case InstrOp::BridgeBroadcast:
+  case InstrOp::BridgeBroadcastGrad: {
+    const BridgeTopology &bridge = topology.bridges[in.index];
+    bool down = in.op == InstrOp::BridgeBroadcast;
+    const Grid &grid = topology.modules[down ? bridge.dst : bridge.src].grid;
+    GroupSpan members = group(rank, grid, {Dim::TP, Dim::CP});
+    double samples = B / static_cast<double>(grid.size(Dim::DP));
+    TokenMoments t = expectedModalityTokens(config, encoderIndex[bridge.src]);
+    double bytes =
+        kFloat * samples * t.mean *
+        static_cast<double>(topology.modules[bridge.src].outputHidden);
+    w += exchange(members, bytes);
+    return w;
+  }
+  case InstrOp::ColocatedForward:
+  case InstrOp::ColocatedBackward: {
+    const BridgeTopology &bridge = topology.bridges[in.index];
+    const Grid &wide =
+        topology.modules[bridge.direction == "fan_in" ? bridge.src : bridge.dst]
+            .grid;
+    double samples = B / static_cast<double>(wide.size(Dim::DP));
+    TokenMoments t = expectedModalityTokens(config, encoderIndex[bridge.src]);
+    double piece =
+        kFloat * samples * t.mean *
+        static_cast<double>(topology.modules[bridge.src].outputHidden);
+    w.compute =
+        memorySeconds(profile, piece * static_cast<double>(bridge.ratio)) +
+        kernelSeconds(profile, 2);
+    if (bridge.ratio > 1) {
+      std::vector<int64_t> members = gatherGroup(wide, bridge.ratio, rank);
+      bool gathers = (in.op == InstrOp::ColocatedForward)
+                         ? bridge.direction == "fan_in"
+                         : bridge.direction == "fan_out";
+      if (gathers)
+        w += exchange(members, piece);
+    }
+    return w;
+  }
+  default:
+    return w;
+  }
+}
+
+double CostModel::messageBytes(int64_t rank, int64_t peer,
+                               const Instr &in) const {
+  ShapeRule rule = shapeRule(topology, rank, peer, in);
+  double samples = static_cast<double>(rule.sampleEnd - rule.sampleBegin);
+  double rows = rule.sequence > 0 ? static_cast<double>(rule.sequence) : 0;
+  if (rule.sequence == 0) {
+    const InstrInfo &info = instrInfo(in.op);
+    size_t module = info.operand == InstrOperand::Module
+                        ? static_cast<size_t>(in.index)
+                        : topology.bridges[in.index].src;
+    rows = expectedModalityTokens(config, encoderIndex[module]).mean;
+  }
+  return kFloat * samples * rows * static_cast<double>(rule.hidden);
+}
+
+double CostModel::messageSeconds(int64_t rank, int64_t peer,
+                                 const Instr &in) const {
+  double bytes = messageBytes(rank, peer, in);
+  return linkBetween(rank, peer).seconds(bytes) + memorySeconds(profile, bytes);
+}
+
+} // namespace mimo

@@ -1,0 +1,215 @@
+//===- MemoryPlan.cpp - What each rank keeps in memory --------------------===//
+
+#include "runtime/cost/MemoryPlan.h"
+
+#include "runtime/config/Flops.h"
+#include "runtime/config/Parameters.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mimo {
+
+namespace {
+
+constexpr double kFloat = 4, kIndex = 8;
+
+/// The values a parameter block occupies in a flat buffer (padded to 64).
+int64_t padded(int64_t n) { return (n + 63) / 64 * 64; }
+
+/// Byte counts saturate at 2^62 (far beyond any device) instead of
+/// overflowing: an absurd model is refused by the memory check, not
+/// wrapped into a small one.
+constexpr int64_t kSaturated = int64_t(1) << 62;
+int64_t saturate(double bytes) {
+  return bytes >= static_cast<double>(kSaturated) ? kSaturated
+                                                  : static_cast<int64_t>(bytes);
+}
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  return std::min(kSaturated,
+                  std::min(a, kSaturated) + std::min(b, kSaturated));
+}
+
+/// Bytes one microbatch leaves saved on a rank of `module`'s stage, and the
+/// largest extra working set of its backward.
+struct MicrobatchBytes {
+  double saved = 0, working = 0;
+};
+
+/// Bytes of an activation a layer keeps for its backward: bf16 keeps
+/// them packed (model/TransformerLayer.h keep) and unpacks one layer's at a
+/// time, in its backward.
+double keptBytes(bool bf16) { return bf16 ? 2.0 : kFloat; }
+
+MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
+                              bool first, bool last, int64_t layers,
+                              bool bf16) {
+  const double tp = static_cast<double>(m.parallel.tp);
+  const double cp = static_cast<double>(m.parallel.cp);
+  const double samples = static_cast<double>(t.microBatchSize) /
+                         static_cast<double>(m.parallel.dp);
+  const double T = static_cast<double>(t.seqLength) * samples; // lane tokens
+  const double Tc = T / cp;
+  const double Tl = t.shard.sequenceParallel && tp > 1 ? Tc / tp : Tc;
+  const double H = static_cast<double>(m.hiddenSize);
+  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  const double heads = static_cast<double>(m.numHeads) / tp;
+  const double Vl = static_cast<double>(m.vocabSize) / tp;
+  // Per layer (model/TransformerLayer.h LayerCache), kept: x, x1 (local
+  // rows); the gathered norms' outputs; q, k, v, the attention output; the
+  // gathered keys and values under CP; gate, up and SwiGLU output. In
+  // fp32: the norms' statistics and the log-sum-exp.
+  double kept = 2 * Tl * H + 2 * Tc * H + 4 * Tc * Hl + 3 * Tc * Fl;
+  if (cp > 1)
+    kept += 2 * T * Hl;
+  double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
+  MicrobatchBytes b;
+  // Query positions and the attention plan (device/AttentionTiles.h:
+  // query and key orders, each query's end, blocks of 64).
+  b.saved =
+      static_cast<double>(layers) * layer +
+      kIndex * (3 * Tc + T + 4 * std::ceil(Tc / 64) + 4 * std::ceil(T / 64));
+  if (first)
+    b.saved += kIndex * Tc; // token ids
+  if (last) // the final norm's input and statistics, the head's gradient
+    b.saved += kFloat * (Tl * H + Tl + Tc * H);
+  // A layer's backward: its MLP and attention gradients (under bf16 the
+  // gate and up gradients are bf16, and what was kept is read as kept);
+  // the last stage's forward: the gathered norm output and one chunk of
+  // logits and their gradient (cost/MemoryPlan.h logitChunkRows; bf16
+  // under bf16), with their statistics.
+  b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
+                        (cp > 1 ? 2 * T * Hl : 0)) +
+              keptBytes(bf16) * 2 * Tc * Fl;
+  if (last) {
+    const double R = static_cast<double>(
+        logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));
+    b.working =
+        std::max(b.working, kFloat * (Tc * H + 4 * R + Tc) +
+                                keptBytes(bf16) * 2 * R * Vl + kIndex * Tc);
+  }
+  return b;
+}
+
+MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
+                             size_t encoder, bool first, bool last,
+                             int64_t layers, int64_t outputHidden, bool bf16) {
+  const double tp = static_cast<double>(m.parallel.tp);
+  const double samples = static_cast<double>(config.batch.microBatchSize) /
+                         static_cast<double>(m.parallel.dp);
+  const double R =
+      samples * expectedModalityTokens(config, encoder).mean; // lane rows
+  const double H = static_cast<double>(m.hiddenSize);
+  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  const double heads = static_cast<double>(m.numHeads) / tp;
+  const double O = static_cast<double>(outputHidden);
+  const double kept = 2 * R * H + 2 * R * H + 4 * R * Hl + 2 * R * Fl;
+  double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R);
+  MicrobatchBytes b;
+  b.saved = static_cast<double>(layers) * layer +
+            kIndex * (3 * R + 4 * std::ceil(R / 64) * 2); // attention plan
+  if (first)
+    b.saved += kFloat * R * static_cast<double>(m.featureDim);
+  if (last)
+    b.saved += kFloat * (R * H + 2 * R * O);
+  b.working = kFloat * (2 * R * Fl + 3 * R * H + 4 * R * Hl + 2 * R * O) +
+              (kFloat - keptBytes(bf16)) * kept;
+  return b;
+}
+
+} // namespace
+
+std::vector<RankMemory> memoryPlan(const Topology &t,
+                                   const ModelConfig &config) {
+  std::vector<RankMemory> ranks(static_cast<size_t>(t.worldSize));
+  const ModuleConfig &language = config.language();
+  const bool encodersFirst = colocatedPipeline(t);
+  for (size_t m = 0; m < t.modules.size(); ++m) {
+    const ModuleTopology &topo = t.modules[m];
+    const ModuleConfig *module = nullptr;
+    size_t encoder = 0;
+    for (const ModuleConfig &c : config.modules) {
+      if (c.name == topo.name) {
+        module = &c;
+        break;
+      }
+      encoder += c.kind == ModuleKind::Encoder ? 1 : 0;
+    }
+    if (!module)
+      continue;
+    const Grid &grid = topo.grid;
+    const int64_t pp = grid.size(Dim::PP);
+    const bool sp =
+        topo.isLanguage && t.shard.sequenceParallel && grid.size(Dim::TP) > 1;
+    // Everything below depends on (pp, tp) only: compute it once per pair.
+    for (int64_t stage = 0; stage < pp; ++stage) {
+      std::vector<ParamSpec> specs =
+          stageParameters(*module, language.hiddenSize, sp, pp, stage);
+      auto [begin, end] = stageLayers(module->numLayers, pp, stage);
+      bool first = stage == 0, last = stage == pp - 1;
+      const bool bf16 = config.precision == "bf16";
+      MicrobatchBytes mb =
+          topo.isLanguage
+              ? languageBytes(*module, t, first, last, end - begin, bf16)
+              : encoderBytes(*module, config, encoder, first, last, end - begin,
+                             language.hiddenSize, bf16);
+      const StageTopology *s = t.stageOf(m, stage);
+      int64_t inFlight =
+          !topo.isLanguage && encodersFirst
+              ? t.microbatches // every microbatch forward before the pipeline
+              : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
+      for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {
+        int64_t params = 0, values = 0;
+        for (const ParamSpec &spec : specs) {
+          int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
+          params += n;
+          values += padded(n);
+        }
+        // The gradient all-reduce over DP x CP stages every other member's
+        // buffer plus an accumulator (comm/Comm.cpp).
+        double group =
+            static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
+        double staging = group > 1 ? kFloat * group * values : 0;
+        double activations = std::max(
+            static_cast<double>(inFlight) * mb.saved + mb.working, staging);
+        for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
+          Coords c = grid.coordsOf(rank);
+          if (c.pp != stage || c.tp != tpRank)
+            continue;
+          RankMemory &r = ranks[static_cast<size_t>(rank)];
+          r.params = saturatingAdd(r.params, params);
+          // bf16: fp32 masters plus their working copy in bf16 (2 bytes).
+          double copies = config.precision == "bf16" ? 1.5 : 1.0;
+          r.paramBytes =
+              saturatingAdd(r.paramBytes, saturate(values * 4.0 * copies));
+          r.gradBytes = saturatingAdd(r.gradBytes, saturate(values * 4.0));
+          r.optimizerBytes =
+              saturatingAdd(r.optimizerBytes, saturate(values * 8.0));
+          r.activationBytes =
+              saturatingAdd(r.activationBytes, saturate(activations));
+        }
+      }
+    }
+  }
+  for (RankMemory &r : ranks)
+    r.totalBytes =
+        saturatingAdd(saturatingAdd(r.paramBytes, r.gradBytes),
+                      saturatingAdd(r.optimizerBytes, r.activationBytes));
+  return ranks;
+}
+
+std::string formatBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes,
+                units[unit]);
+  return text;
+}
+
+} // namespace mimo

@@ -1,0 +1,572 @@
+//===- Data.cpp - Synthetic and jsonl training data -----------------------===//
+
+#include "runtime/data/Data.h"
+
+#include "runtime/support/InputFile.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/data/IndexedData.h"
+#include "runtime/support/Random.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace mimo::exec {
+
+std::vector<EncoderInfo> encodersOf(const ModelConfig &config) {
+  std::vector<EncoderInfo> encoders;
+  for (const ModuleConfig &module : config.modules)
+    if (module.kind == ModuleKind::Encoder)
+      encoders.push_back(
+          {module.name, module.specialTokenId, module.featureDim});
+  return encoders;
+}
+
+namespace {
+
+bool isSpecial(const std::vector<EncoderInfo> &encoders, int64_t id) {
+  for (const EncoderInfo &e : encoders)
+    if (e.specialTokenId == id)
+      return true;
+  return false;
+}
+
+/// docs/data.md, docs/runtime.md synthetic source (docs/data.md defines it exactly): per
+/// sample, modality-token counts drawn from each encoder's [min, max] (all
+/// zero for a text-only sample), a block of each modality's special tokens
+/// at a random place, and text from a seeded sparse Markov chain: each
+/// token has kSuccessors possible next tokens, chosen with probabilities
+/// 1/2, 1/4, 1/8, 1/8, so the text carries structure a model can learn
+/// (the best possible loss is 1.21 nats per text token, far below ln V).
+class SyntheticSource final : public DataSource {
+public:
+  SyntheticSource(const ModelConfig &config, const char *stream)
+      : config(config), encoders(encodersOf(config)), stream(stream) {}
+
+  static constexpr int64_t kSuccessors = 4;
+
+  /// The j-th possible successor of token `previous` (never special).
+  int64_t successor(int64_t previous, int64_t j) const {
+    int64_t vocab = config.language().vocabSize;
+    uint64_t key = combine(combine(combine(static_cast<uint64_t>(config.seed),
+                                           hashString("markov")),
+                                   static_cast<uint64_t>(previous)),
+                           static_cast<uint64_t>(j));
+    Stream rng(key);
+    int64_t id;
+    do
+      id = rng.below(vocab);
+    while (isSpecial(encoders, id));
+    return id;
+  }
+
+  /// Which successor a draw u in [0, 1) picks: 0 with 1/2, 1 with 1/4, 2
+  /// and 3 with 1/8 each.
+  static int64_t pick(double u) {
+    return u < 0.5 ? 0 : u < 0.75 ? 1 : u < 0.875 ? 2 : 3;
+  }
+
+  Microbatch get(int64_t step, int64_t mb) const override {
+    Microbatch out;
+    int64_t B = config.batch.microBatchSize, S = config.batch.seqLength;
+    int64_t vocab = config.language().vocabSize;
+    bool variableLength =
+        config.batch.packing || config.batch.attentionMask == "dense";
+    uint64_t key = combine(
+        combine(combine(static_cast<uint64_t>(config.seed), hashString(stream)),
+                static_cast<uint64_t>(step)),
+        static_cast<uint64_t>(mb));
+    for (int64_t b = 0; b < B; ++b) {
+      Stream rng(combine(key, static_cast<uint64_t>(b)));
+      Sample sample;
+      bool textOnly = rng.uniform() < config.data.textOnlyFraction;
+      sample.length = variableLength ? S / 4 + rng.below(S - S / 4 + 1) : S;
+      sample.length = std::max<int64_t>(sample.length, 2);
+      sample.counts.assign(encoders.size(), 0);
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        TokenRange range = config.data.tokensPerSample[e].second;
+        int64_t count = range.min + rng.below(range.max - range.min + 1);
+        sample.counts[e] = textOnly ? 0 : count;
+      }
+      // Keep the first token and at least one text token after the
+      // modality blocks.
+      int64_t capacity = sample.length - 2, total = 0;
+      for (int64_t c : sample.counts)
+        total += c;
+      while (total > capacity) {
+        auto largest =
+            std::max_element(sample.counts.begin(), sample.counts.end());
+        --*largest;
+        --total;
+      }
+      int64_t start = 1 + rng.below(capacity - total + 1);
+      sample.ids.assign(
+          static_cast<size_t>(config.batch.packing ? sample.length : S), 0);
+      // Text: the first token uniform over the non-special ids, each next
+      // one a successor of the previous text token.
+      int64_t id;
+      do
+        id = rng.below(vocab);
+      while (isSpecial(encoders, id));
+      sample.ids[0] = id;
+      for (int64_t s = 1; s < sample.length; ++s) {
+        id = successor(id, pick(rng.uniform()));
+        sample.ids[static_cast<size_t>(s)] = id;
+      }
+      int64_t at = start;
+      for (size_t e = 0; e < encoders.size(); ++e)
+        for (int64_t j = 0; j < sample.counts[e]; ++j)
+          sample.ids[static_cast<size_t>(at++)] = encoders[e].specialTokenId;
+      sample.features.resize(encoders.size());
+      for (size_t e = 0; e < encoders.size(); ++e) {
+        Stream features(combine(combine(key, static_cast<uint64_t>(b)),
+                                hashString(encoders[e].name)));
+        auto &rows = sample.features[e];
+        rows.resize(
+            static_cast<size_t>(sample.counts[e] * encoders[e].featureDim));
+        for (float &value : rows)
+          value = static_cast<float>(2.0 * features.uniform() - 1.0);
+      }
+      out.samples.push_back(std::move(sample));
+    }
+    return out;
+  }
+
+private:
+  ModelConfig config;
+  std::vector<EncoderInfo> encoders;
+  const char *stream;
+};
+
+/// docs/runtime.md: one sample per line. Samples are taken in file order, cycling:
+/// global sample index (step·M + mb)·B + b.
+class JsonlSource final : public DataSource {
+public:
+  JsonlSource(const ModelConfig &config, std::vector<Sample> samples)
+      : config(config), samples(std::move(samples)) {}
+
+  Microbatch get(int64_t step, int64_t mb) const override {
+    Microbatch out;
+    int64_t B = config.batch.microBatchSize;
+    int64_t base = (step * config.batch.numMicrobatches + mb) * B;
+    for (int64_t b = 0; b < B; ++b)
+      out.samples.push_back(samples[static_cast<size_t>(
+          (base + b) % static_cast<int64_t>(samples.size()))]);
+    return out;
+  }
+
+private:
+  ModelConfig config;
+  std::vector<Sample> samples;
+};
+
+std::unique_ptr<DataSource>
+loadJsonl(const ModelConfig &config, const std::string &written,
+          const std::string &pointer, const std::string &baseDir,
+          const std::string &planFile, std::vector<std::string> &errors) {
+  namespace fs = std::filesystem;
+  std::string path = written;
+  std::error_code ec;
+  if (!fs::exists(path, ec) && !baseDir.empty() &&
+      fs::exists(fs::path(baseDir) / path, ec))
+    path = (fs::path(baseDir) / path).string();
+  if (fs::exists(path, ec)) {
+    // A FIFO or a device would block or never end (InputFile.h).
+    std::string problem = inputFileProblem(path, "the jsonl data");
+    if (!problem.empty()) {
+      errors.push_back(planFile + ": " + pointer + ": " + problem);
+      return nullptr;
+    }
+  }
+  std::ifstream in(path);
+  if (!in) {
+    errors.push_back(
+        planFile + ": " + pointer + ": error: cannot open the jsonl file '" +
+        written + "' (tried '" + written + "'" +
+        (baseDir.empty()
+             ? std::string()
+             : " and '" + (fs::path(baseDir) / written).string() + "'") +
+        "); give a path relative to the plan file or the "
+        "working directory");
+    return nullptr;
+  }
+  return readJsonl(config, in, path, errors);
+}
+
+} // namespace
+
+std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
+                                      std::istream &in, const std::string &path,
+                                      std::vector<std::string> &errors) {
+  std::vector<EncoderInfo> encoders = encodersOf(config);
+  int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
+  std::vector<Sample> samples;
+  std::string line;
+  int64_t lineNumber = 0;
+  // A file of many bad lines reports the first few, then a count.
+  constexpr size_t kMaxErrors = 20;
+  size_t moreErrors = 0;
+  auto report = [&](std::string message) {
+    if (errors.size() >= kMaxErrors)
+      ++moreErrors;
+    else
+      errors.push_back(std::move(message));
+  };
+  auto error = [&](const std::string &pointer, const std::string &message) {
+    report(path + ":" + std::to_string(lineNumber) + ": " +
+           (pointer.empty() ? "" : pointer + ": ") + "error: " + message);
+  };
+  while (std::getline(in, line)) {
+    ++lineNumber;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    Diagnostic syntax;
+    std::optional<nlohmann::json> parsed = parseJsonText(line, syntax);
+    if (!parsed) {
+      report(path + ":" + std::to_string(lineNumber) + ":" +
+             std::to_string(syntax.position.column) +
+             ": error: " + syntax.message);
+      continue;
+    }
+    const nlohmann::json &json = *parsed;
+    if (!json.is_object()) {
+      error("", "expected one JSON object per line");
+      continue;
+    }
+    Sample sample;
+    auto ids = json.find("input_ids");
+    if (ids == json.end() || !ids->is_array() || ids->empty()) {
+      error("/input_ids", "expected a non-empty array of token ids");
+      continue;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const auto &id = (*ids)[i];
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= vocab) {
+        error("/input_ids/" + std::to_string(i),
+              "expected a token id in [0, " + std::to_string(vocab) +
+                  "), found " + briefJson(id));
+        ok = false;
+        break;
+      }
+      sample.ids.push_back(id.get<int64_t>());
+    }
+    if (!ok)
+      continue;
+    if (static_cast<int64_t>(sample.ids.size()) > S) {
+      error("/input_ids", "the sample has " +
+                              std::to_string(sample.ids.size()) +
+                              " tokens, more than seq_length " +
+                              std::to_string(S) + "; shorten it");
+      continue;
+    }
+    sample.length = static_cast<int64_t>(sample.ids.size());
+    if (!config.batch.packing)
+      sample.ids.resize(static_cast<size_t>(S), 0);
+    for (auto it = json.begin(); it != json.end(); ++it) {
+      bool known = it.key() == "input_ids";
+      for (const EncoderInfo &e : encoders)
+        known = known || it.key() == e.name;
+      if (!known) {
+        error("/" + escapePointerToken(it.key()),
+              "unknown key '" + it.key().substr(0, 60) +
+                  "'; expected input_ids or a modality name");
+        ok = false;
+      }
+    }
+    sample.counts.assign(encoders.size(), 0);
+    sample.features.resize(encoders.size());
+    for (size_t e = 0; e < encoders.size() && ok; ++e) {
+      int64_t count = 0;
+      for (int64_t s = 0; s < sample.length; ++s)
+        count +=
+            sample.ids[static_cast<size_t>(s)] == encoders[e].specialTokenId;
+      sample.counts[e] = count;
+      std::string pointer = "/" + encoders[e].name + "/features";
+      auto modality = json.find(encoders[e].name);
+      if (modality == json.end()) {
+        if (count > 0) {
+          error("/" + encoders[e].name,
+                "input_ids has " + std::to_string(count) + " '" +
+                    encoders[e].name + "' tokens (id " +
+                    std::to_string(encoders[e].specialTokenId) +
+                    ") but the sample has no '" + encoders[e].name +
+                    "' features; add {\"features\": [[...], ...]}");
+          ok = false;
+        }
+        continue;
+      }
+      auto features =
+          modality->is_object() ? modality->find("features") : modality->end();
+      if (!modality->is_object() || features == modality->end() ||
+          !features->is_array()) {
+        error(pointer, "expected {\"features\": [[...], ...]}");
+        ok = false;
+        continue;
+      }
+      if (static_cast<int64_t>(features->size()) != count) {
+        error(pointer, "the sample has " + std::to_string(features->size()) +
+                           " feature rows but input_ids has " +
+                           std::to_string(count) + " '" + encoders[e].name +
+                           "' tokens (id " +
+                           std::to_string(encoders[e].specialTokenId) +
+                           "); give one row per modality token");
+        ok = false;
+        continue;
+      }
+      for (size_t r = 0; r < features->size() && ok; ++r) {
+        const auto &row = (*features)[r];
+        if (!row.is_array() ||
+            static_cast<int64_t>(row.size()) != encoders[e].featureDim) {
+          error(pointer + "/" + std::to_string(r),
+                "expected " + std::to_string(encoders[e].featureDim) +
+                    " numbers (feature_dim), found " +
+                    (row.is_array() ? std::to_string(row.size())
+                                    : briefJson(row)));
+          ok = false;
+          break;
+        }
+        for (const auto &value : row) {
+          if (!value.is_number() || !(std::fabs(value.get<double>()) <=
+                                      std::numeric_limits<float>::max())) {
+            error(pointer + "/" + std::to_string(r),
+                  "expected numbers within float's range (+-3.4e38), found " +
+                      briefJson(value));
+            ok = false;
+            break;
+          }
+          sample.features[e].push_back(value.get<float>());
+        }
+      }
+    }
+    if (ok)
+      samples.push_back(std::move(sample));
+  }
+  if (moreErrors > 0)
+    errors.push_back(path + ": error: ... and " + std::to_string(moreErrors) +
+                     " more problems");
+  if (!errors.empty())
+    return nullptr;
+  if (samples.empty()) {
+    errors.push_back(path + ": error: the jsonl file has no samples; add one "
+                            "JSON object per line");
+    return nullptr;
+  }
+  return std::make_unique<JsonlSource>(config, std::move(samples));
+}
+
+std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
+                                           const std::string &baseDir,
+                                           const std::string &planFile,
+                                           std::vector<std::string> &errors,
+                                           DataSplit split) {
+  bool eval = split == DataSplit::Eval;
+  const std::string &path = eval ? config.data.evalPath : config.data.path;
+  std::string pointer = eval ? "/model/data/eval_path" : "/model/data/path";
+  if (config.data.source == "jsonl")
+    return loadJsonl(config, path, pointer, baseDir, planFile, errors);
+  if (config.data.source == "indexed")
+    return loadIndexed(config, path, pointer, baseDir, planFile, errors);
+  return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
+}
+
+namespace {
+
+/// Why the first record of a data file does not parse ("" if it does).
+std::string firstRecordProblem(const ModelConfig &config,
+                               const std::string &path) {
+  if (config.data.source == "indexed") {
+    IndexedDataset dataset;
+    std::string error;
+    return readIndexedDataset(path, dataset, error) ? "" : error;
+  }
+  std::string problem = inputFileProblem(path, "the data");
+  if (!problem.empty())
+    return problem;
+  std::ifstream in(path);
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    Diagnostic syntax;
+    std::optional<nlohmann::json> json = parseJsonText(line, syntax);
+    if (!json || !json->is_object() || !json->contains("input_ids") ||
+        !(*json)["input_ids"].is_array())
+      return path + ":" + std::to_string(number) +
+             ": error: expected one JSON object per line with an "
+             "\"input_ids\" array (docs/data.md)";
+    return "";
+  }
+  return path + ": error: the jsonl file has no samples; add one JSON "
+                "object per line";
+}
+
+} // namespace
+
+std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
+                                         const std::string &modelDir) {
+  namespace fs = std::filesystem;
+  std::vector<Diagnostic> problems;
+  if (config.data.source == "synthetic")
+    return problems;
+  bool indexed = config.data.source == "indexed";
+  auto resolve = [&](std::string &path, const char *pointer) {
+    if (path.empty())
+      return;
+    std::vector<fs::path> tried;
+    fs::path written(path);
+    if (written.is_absolute()) {
+      tried.push_back(written);
+    } else {
+      tried.push_back(fs::path(modelDir.empty() ? "." : modelDir) / written);
+      std::error_code cwd;
+      fs::path here = fs::current_path(cwd);
+      if (!cwd && here / written != tried.back())
+        tried.push_back(here / written);
+    }
+    std::error_code ec;
+    for (const fs::path &candidate : tried) {
+      fs::path probe =
+          indexed ? fs::path(candidate.string() + ".idx") : candidate;
+      if (fs::exists(probe, ec)) {
+        std::string resolved =
+            fs::absolute(candidate, ec).lexically_normal().string();
+        std::string problem = firstRecordProblem(config, resolved);
+        if (!problem.empty())
+          problems.push_back(Diagnostic::error(pointer, problem));
+        else
+          path = resolved;
+        return;
+      }
+    }
+    std::string list;
+    for (const fs::path &t : tried)
+      list += (list.empty() ? "'" : ", '") + t.lexically_normal().string() +
+              (indexed ? ".idx'" : "'");
+    problems.push_back(Diagnostic::error(
+        pointer, std::string("cannot find the ") +
+                     (indexed ? "indexed dataset '" : "jsonl file '") + path +
+                     "' (tried " + list +
+                     "); give a path relative to model.json's directory"));
+  };
+  resolve(config.data.path, "/data/path");
+  resolve(config.data.evalPath, "/data/eval_path");
+  return problems;
+}
+
+bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
+                int64_t s) {
+  if (s + 1 >= sample.length)
+    return true;
+  return isSpecial(encoders, sample.ids[static_cast<size_t>(s)]) ||
+         isSpecial(encoders, sample.ids[static_cast<size_t>(s + 1)]);
+}
+
+int64_t modalityRows(const Microbatch &mb, size_t encoder, int64_t begin,
+                     int64_t end) {
+  int64_t rows = 0;
+  for (int64_t b = begin; b < end; ++b)
+    rows += mb.samples[static_cast<size_t>(b)].counts[encoder];
+  return rows;
+}
+
+EncoderLane encoderLane(const Microbatch &mb, size_t encoder,
+                        int64_t featureDim, int64_t begin, int64_t end) {
+  EncoderLane lane;
+  for (int64_t b = begin; b < end; ++b) {
+    const Sample &sample = mb.samples[static_cast<size_t>(b)];
+    const auto &rows = sample.features[encoder];
+    lane.features.insert(lane.features.end(), rows.begin(), rows.end());
+    lane.segment.insert(lane.segment.end(),
+                        static_cast<size_t>(sample.counts[encoder]), b);
+    lane.rows += sample.counts[encoder];
+  }
+  (void)featureDim;
+  return lane;
+}
+
+LanguageLane languageLane(const Microbatch &mb,
+                          const std::vector<EncoderInfo> &encoders,
+                          int64_t begin, int64_t end, bool packing,
+                          int64_t padMultiple) {
+  LanguageLane lane;
+  int64_t samples = end - begin;
+  size_t E = encoders.size();
+  lane.modalityRows.assign(E, 0);
+  // Rows of each sample's modality tokens: sample-major within the lane.
+  std::vector<std::vector<int64_t>> sampleFirstRow(
+      E, std::vector<int64_t>(static_cast<size_t>(samples), 0));
+  for (size_t e = 0; e < E; ++e)
+    for (int64_t b = begin; b < end; ++b) {
+      sampleFirstRow[e][static_cast<size_t>(b - begin)] = lane.modalityRows[e];
+      lane.modalityRows[e] += mb.samples[static_cast<size_t>(b)].counts[e];
+    }
+  auto place = [&](int64_t token, const Sample &sample, int64_t s,
+                   int64_t localSample, int64_t segment, int64_t position,
+                   std::vector<int64_t> &seen) {
+    bool real = s < sample.length;
+    int64_t id = real ? sample.ids[static_cast<size_t>(s)] : 0;
+    lane.ids[static_cast<size_t>(token)] = id;
+    lane.labels[static_cast<size_t>(token)] =
+        real && s + 1 < sample.length ? sample.ids[static_cast<size_t>(s + 1)]
+                                      : 0;
+    lane.mask[static_cast<size_t>(token)] =
+        real && !lossMasked(sample, encoders, s) ? 1.0f : 0.0f;
+    lane.positions[static_cast<size_t>(token)] = position;
+    // Padding attends only to padding of its own sample.
+    lane.segments[static_cast<size_t>(token)] = real ? segment : -1 - segment;
+    for (size_t e = 0; e < E; ++e)
+      if (real && id == encoders[e].specialTokenId)
+        lane.modalityRow[e][static_cast<size_t>(token)] =
+            sampleFirstRow[e][static_cast<size_t>(localSample)] + seen[e]++;
+  };
+  auto allocate = [&](int64_t tokens) {
+    lane.ids.assign(static_cast<size_t>(tokens), 0);
+    lane.labels.assign(static_cast<size_t>(tokens), 0);
+    lane.mask.assign(static_cast<size_t>(tokens), 0.0f);
+    lane.positions.assign(static_cast<size_t>(tokens), 0);
+    lane.segments.assign(static_cast<size_t>(tokens), 0);
+    lane.modalityRow.assign(
+        E, std::vector<int64_t>(static_cast<size_t>(tokens), int64_t(-1)));
+  };
+  if (packing) {
+    lane.cuSeqlens.push_back(0);
+    for (int64_t b = begin; b < end; ++b) {
+      int64_t length = mb.samples[static_cast<size_t>(b)].length;
+      int64_t padded = (length + padMultiple - 1) / padMultiple * padMultiple;
+      lane.cuSeqlens.push_back(lane.cuSeqlens.back() + padded);
+    }
+    lane.seq = lane.cuSeqlens.back();
+    lane.batch = 1;
+    allocate(lane.seq);
+    for (int64_t b = begin; b < end; ++b) {
+      const Sample &sample = mb.samples[static_cast<size_t>(b)];
+      std::vector<int64_t> seen(E, 0);
+      int64_t offset = lane.cuSeqlens[static_cast<size_t>(b - begin)];
+      int64_t padded =
+          lane.cuSeqlens[static_cast<size_t>(b - begin + 1)] - offset;
+      for (int64_t s = 0; s < padded; ++s)
+        place(offset + s, sample, s, b - begin, b, s, seen);
+    }
+    return lane;
+  }
+  int64_t S = static_cast<int64_t>(mb.samples[0].ids.size());
+  lane.seq = S;
+  lane.batch = samples;
+  allocate(S * samples);
+  for (int64_t b = begin; b < end; ++b) {
+    const Sample &sample = mb.samples[static_cast<size_t>(b)];
+    std::vector<int64_t> seen(E, 0);
+    for (int64_t s = 0; s < S; ++s)
+      place(s * samples + (b - begin), sample, s, b - begin, b, s, seen);
+  }
+  return lane;
+}
+
+} // namespace mimo::exec

@@ -1,0 +1,347 @@
+//===- IndexedData.cpp - Megatron's mmap indexed dataset ------------------===//
+
+#include "runtime/data/IndexedData.h"
+
+#include "runtime/support/InputFile.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace mimo::exec {
+
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+
+/// Bytes per token of a Megatron dtype code (0: not a token type).
+int64_t tokenBytesOf(int code) {
+  switch (code) {
+  case 1: // uint8
+  case 2: // int8
+    return 1;
+  case 3: // int16
+  case 8: // uint16
+    return 2;
+  case 4: // int32
+    return 4;
+  case 5: // int64
+    return 8;
+  default: // 6 float64, 7 float32: not token ids
+    return 0;
+  }
+}
+
+template <typename T> bool readValue(std::istream &in, T &value) {
+  return static_cast<bool>(
+      in.read(reinterpret_cast<char *>(&value), sizeof(T)));
+}
+
+/// A read-only memory map of a whole file.
+class MappedFile {
+public:
+  ~MappedFile() {
+    if (data && data != MAP_FAILED)
+      munmap(data, static_cast<size_t>(size));
+  }
+  bool open(const std::string &path, std::string &error) {
+    error = inputFileProblem(path, "the token data");
+    if (!error.empty())
+      return false;
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+      error = path + ": error: cannot open it";
+      return false;
+    }
+    struct stat st = {};
+    if (fstat(fd, &st) != 0) {
+      ::close(fd);
+      error = path + ": error: cannot read its size";
+      return false;
+    }
+    size = st.st_size;
+    if (size > 0)
+      data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE,
+                  fd, 0);
+    ::close(fd);
+    if (data == MAP_FAILED) {
+      data = nullptr;
+      error = path + ": error: cannot map it into memory";
+      return false;
+    }
+    return true;
+  }
+  const unsigned char *bytes() const {
+    return static_cast<const unsigned char *>(data);
+  }
+  int64_t size = 0;
+
+private:
+  void *data = nullptr;
+};
+
+class IndexedSource final : public DataSource {
+public:
+  IndexedSource(const ModelConfig &config, IndexedDataset dataset,
+                std::unique_ptr<MappedFile> bin)
+      : config(config), dataset(std::move(dataset)), bin(std::move(bin)) {
+    starts.reserve(this->dataset.lengths.size() + 1);
+    starts.push_back(0);
+    for (int32_t length : this->dataset.lengths)
+      starts.push_back(starts.back() + length);
+  }
+
+  Microbatch get(int64_t step, int64_t mb) const override {
+    Microbatch out;
+    int64_t B = config.batch.microBatchSize, S = config.batch.seqLength;
+    int64_t vocab = config.language().vocabSize;
+    int64_t base = (step * config.batch.numMicrobatches + mb) * B;
+    for (int64_t b = 0; b < B; ++b) {
+      Sample sample;
+      sample.length = S;
+      sample.ids.resize(static_cast<size_t>(S));
+      int64_t at = ((base + b) % period()) * S % dataset.totalTokens;
+      for (int64_t s = 0; s < S; ++s, at = (at + 1) % dataset.totalTokens) {
+        int64_t id = token(at);
+        if (id < 0 || id >= vocab)
+          throw std::runtime_error(
+              dataset.binPath + ": token " + std::to_string(at) +
+              " of the stream is " + std::to_string(id) +
+              ", outside the vocabulary [0, " + std::to_string(vocab) +
+              "); use the tokenizer the model's vocab_size was set for");
+        sample.ids[static_cast<size_t>(s)] = id;
+      }
+      out.samples.push_back(std::move(sample));
+    }
+    return out;
+  }
+
+private:
+  /// Samples before the cut points repeat (keeps g * L from overflowing).
+  int64_t period() const { return std::max<int64_t>(1, dataset.totalTokens); }
+
+  /// Token `index` of the stream of every sequence in order.
+  int64_t token(int64_t index) const {
+    size_t seq = static_cast<size_t>(
+        std::upper_bound(starts.begin(), starts.end(), index) - starts.begin() -
+        1);
+    int64_t offset =
+        dataset.pointers[seq] + (index - starts[seq]) * dataset.tokenBytes;
+    const unsigned char *p = bin->bytes() + offset;
+    switch (dataset.dtypeCode) {
+    case 1:
+      return *p;
+    case 2:
+      return static_cast<int8_t>(*p);
+    case 3: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case 8: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    }
+  }
+
+  ModelConfig config;
+  IndexedDataset dataset;
+  std::unique_ptr<MappedFile> bin;
+  std::vector<int64_t> starts; // stream index of each sequence's first token
+};
+
+} // namespace
+
+bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
+                        std::string &error) {
+  out = IndexedDataset();
+  out.idxPath = prefix + ".idx";
+  out.binPath = prefix + ".bin";
+  if (std::string problem = inputFileProblem(out.idxPath, "the index");
+      !problem.empty() && std::filesystem::exists(out.idxPath)) {
+    error = problem;
+    return false;
+  }
+  std::ifstream in(out.idxPath, std::ios::binary);
+  if (!in) {
+    error = out.idxPath + ": error: cannot open it";
+    return false;
+  }
+  auto fail = [&](const std::string &what) {
+    error = out.idxPath + ": error: " + what +
+            "; write it with Megatron's tools/preprocess_data.py (mmap "
+            "indexed dataset)";
+    return false;
+  };
+  char magic[9];
+  uint64_t version = 0, sequences = 0, documents = 0;
+  uint8_t code = 0;
+  if (!in.read(magic, 9) || std::memcmp(magic, kMagic, 9) != 0)
+    return fail("expected the header MMIDIDX\\0\\0, found other bytes");
+  if (!readValue(in, version) || version != 1)
+    return fail("expected index version 1, found " + std::to_string(version));
+  if (!readValue(in, code) || tokenBytesOf(code) == 0)
+    return fail("expected a token dtype code (1, 2, 3, 4, 5 or 8), found " +
+                std::to_string(code));
+  out.dtypeCode = code;
+  out.tokenBytes = tokenBytesOf(code);
+  if (!readValue(in, sequences) || !readValue(in, documents))
+    return fail("the file ends inside its header");
+  in.seekg(0, std::ios::end);
+  uint64_t fileSize = static_cast<uint64_t>(in.tellg());
+  const uint64_t header = 34;
+  // The arrays must fit the file (checked before allocating them).
+  if (sequences > (fileSize - header) / 12 ||
+      documents > (fileSize - header - sequences * 12) / 8)
+    return fail("it announces " + std::to_string(sequences) +
+                " sequences and " + std::to_string(documents) +
+                " document indices, more than its " + std::to_string(fileSize) +
+                " bytes hold");
+  in.seekg(static_cast<std::streamoff>(header));
+  out.lengths.resize(sequences);
+  out.pointers.resize(sequences);
+  out.documents.resize(documents);
+  in.read(reinterpret_cast<char *>(out.lengths.data()),
+          static_cast<std::streamsize>(sequences * 4));
+  in.read(reinterpret_cast<char *>(out.pointers.data()),
+          static_cast<std::streamsize>(sequences * 8));
+  in.read(reinterpret_cast<char *>(out.documents.data()),
+          static_cast<std::streamsize>(documents * 8));
+  if (!in)
+    return fail("the file ends inside its arrays");
+  struct stat st = {};
+  if (stat(out.binPath.c_str(), &st) != 0) {
+    error = out.binPath + ": error: cannot open it (the tokens that " +
+            out.idxPath + " indexes)";
+    return false;
+  }
+  int64_t binSize = st.st_size;
+  for (uint64_t i = 0; i < sequences; ++i) {
+    int64_t length = out.lengths[i], pointer = out.pointers[i];
+    if (length < 0 || pointer < 0 ||
+        pointer > binSize - length * out.tokenBytes) {
+      error = out.idxPath + ": error: sequence " + std::to_string(i) + " (" +
+              std::to_string(length) + " tokens at byte " +
+              std::to_string(pointer) + ") lies outside " + out.binPath + " (" +
+              std::to_string(binSize) +
+              " bytes); the two files do not belong together";
+      return false;
+    }
+    out.totalTokens += length;
+  }
+  if (out.totalTokens == 0)
+    return fail("it indexes no tokens");
+  return true;
+}
+
+bool writeIndexedDataset(const std::string &prefix,
+                         const std::vector<std::vector<int64_t>> &sequences,
+                         int dtypeCode, std::string &error) {
+  int64_t bytes = tokenBytesOf(dtypeCode);
+  if (dtypeCode != 8 && dtypeCode != 4) {
+    error = "writeIndexedDataset: dtype code 8 (uint16) or 4 (int32)";
+    return false;
+  }
+  std::ofstream bin(prefix + ".bin", std::ios::binary);
+  std::ofstream idx(prefix + ".idx", std::ios::binary);
+  if (!bin || !idx) {
+    error = prefix + ": error: cannot write .bin / .idx";
+    return false;
+  }
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> pointers, documents = {0};
+  int64_t pointer = 0;
+  for (const std::vector<int64_t> &seq : sequences) {
+    for (int64_t id : seq) {
+      if (bytes == 2) {
+        uint16_t v = static_cast<uint16_t>(id);
+        bin.write(reinterpret_cast<const char *>(&v), 2);
+      } else {
+        int32_t v = static_cast<int32_t>(id);
+        bin.write(reinterpret_cast<const char *>(&v), 4);
+      }
+    }
+    lengths.push_back(static_cast<int32_t>(seq.size()));
+    pointers.push_back(pointer);
+    pointer += static_cast<int64_t>(seq.size()) * bytes;
+    documents.push_back(static_cast<int64_t>(lengths.size()));
+  }
+  uint64_t version = 1, count = lengths.size(), docs = documents.size();
+  uint8_t code = static_cast<uint8_t>(dtypeCode);
+  idx.write(kMagic, 9);
+  idx.write(reinterpret_cast<const char *>(&version), 8);
+  idx.write(reinterpret_cast<const char *>(&code), 1);
+  idx.write(reinterpret_cast<const char *>(&count), 8);
+  idx.write(reinterpret_cast<const char *>(&docs), 8);
+  idx.write(reinterpret_cast<const char *>(lengths.data()),
+            static_cast<std::streamsize>(lengths.size() * 4));
+  idx.write(reinterpret_cast<const char *>(pointers.data()),
+            static_cast<std::streamsize>(pointers.size() * 8));
+  idx.write(reinterpret_cast<const char *>(documents.data()),
+            static_cast<std::streamsize>(documents.size() * 8));
+  if (!bin || !idx) {
+    error = prefix + ": error: writing .bin / .idx failed";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<DataSource>
+loadIndexed(const ModelConfig &config, const std::string &written,
+            const std::string &pointer, const std::string &baseDir,
+            const std::string &planFile, std::vector<std::string> &errors) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> tried = {written};
+  if (!baseDir.empty() && fs::path(written).is_relative())
+    tried.push_back((fs::path(baseDir) / written).string());
+  std::string prefix;
+  std::error_code ec;
+  for (const std::string &candidate : tried)
+    if (fs::exists(candidate + ".idx", ec)) {
+      prefix = candidate;
+      break;
+    }
+  if (prefix.empty()) {
+    std::string list;
+    for (const std::string &t : tried)
+      list += (list.empty() ? "'" : ", '") + t + ".idx'";
+    errors.push_back(planFile + ": " + pointer +
+                     ": error: no indexed dataset '" + written + "' (tried " +
+                     list + "); give the PREFIX of PREFIX.bin and PREFIX.idx");
+    return nullptr;
+  }
+  IndexedDataset dataset;
+  std::string error;
+  if (!readIndexedDataset(prefix, dataset, error)) {
+    errors.push_back(error);
+    return nullptr;
+  }
+  auto bin = std::make_unique<MappedFile>();
+  if (!bin->open(dataset.binPath, error)) {
+    errors.push_back(error);
+    return nullptr;
+  }
+  return std::make_unique<IndexedSource>(config, std::move(dataset),
+                                         std::move(bin));
+}
+
+} // namespace mimo::exec

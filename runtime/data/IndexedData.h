@@ -1,0 +1,59 @@
+//===- IndexedData.h - Megatron's mmap indexed dataset ---------*- C++ -*-===//
+//
+// docs/runtime.md `data.source: "indexed"`: text from PREFIX.bin and PREFIX.idx as
+// Megatron's preprocess_data.py writes them (docs/data.md has the layout):
+//   .idx  "MMIDIDX\0\0", u64 version 1, u8 dtype code, u64 sequence count
+//         S, u64 document-index count D, i32 lengths[S], i64 byte
+//         pointers[S], i64 document indices[D] (then, multimodal, i8
+//         modes[S]); little-endian.
+//   .bin  the tokens of every sequence, back to back, in that dtype.
+// mimo reads the tokens as one stream (sequences in index order) and cuts
+// it into consecutive samples of seq_length tokens: global sample g (=
+// (step · num_microbatches + microbatch) · micro_batch_size + b) is stream
+// tokens [g · L, (g + 1) · L), wrapping around the end of the stream.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_DATA_INDEXEDDATA_H
+#define MIMO_RUNTIME_DATA_INDEXEDDATA_H
+
+#include "runtime/data/Data.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mimo::exec {
+
+/// The index of one dataset, validated against its .bin file.
+struct IndexedDataset {
+  int dtypeCode = 0;      // Megatron's code: 1 u8, 3 i16, 4 i32, 5 i64, 8 u16
+  int64_t tokenBytes = 0; // bytes per token
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> pointers;
+  std::vector<int64_t> documents;
+  int64_t totalTokens = 0;
+  std::string binPath, idxPath;
+};
+
+/// Reads and checks PREFIX.idx against PREFIX.bin; on failure returns
+/// false with `error` naming the file and what is wrong.
+bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
+                        std::string &error);
+
+/// Writes PREFIX.bin and PREFIX.idx the way Megatron does (one document
+/// per sequence; dtype code 8 = uint16 or 4 = int32): for tests and tools.
+bool writeIndexedDataset(const std::string &prefix,
+                         const std::vector<std::vector<int64_t>> &sequences,
+                         int dtypeCode, std::string &error);
+
+/// The data source over an indexed dataset (paths tried as written, then
+/// relative to `baseDir`).
+std::unique_ptr<DataSource>
+loadIndexed(const ModelConfig &config, const std::string &written,
+            const std::string &pointer, const std::string &baseDir,
+            const std::string &planFile, std::vector<std::string> &errors);
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_DATA_INDEXEDDATA_H

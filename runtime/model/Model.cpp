@@ -1,0 +1,143 @@
+//===- Model.cpp - A stage's parameters in flat buffers -------------------===//
+
+#include "runtime/model/Model.h"
+
+#include "runtime/plan/Sharding.h"
+#include "runtime/model/ModelOps.h"
+#include "runtime/support/Random.h"
+#include "runtime/model/TransformerLayer.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace mimo::exec {
+
+using namespace ops;
+
+Stage::Stage(StageContext context) : ctx(std::move(context)) {}
+Stage::~Stage() = default;
+
+Tensor Stage::layersBackward(std::vector<LayerCache> &caches, Tensor dx,
+                             const LayerMeta &meta) {
+  for (size_t i = layers.size(); i-- > 0;) {
+    dx = layers[i]->backward(caches[i], dx, meta);
+    gradsDone(layers[i]->paramIndices());
+  }
+  return dx;
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
+  for (const ParamSpec &spec : specs) {
+    ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank);
+    Param p;
+    p.name = spec.name();
+    p.rowBegin = block.rowBegin;
+    p.rowEnd = block.rowEnd;
+    p.colBegin = block.colBegin;
+    p.colEnd = block.colEnd;
+    p.globalRows = spec.rows;
+    p.globalCols = spec.cols;
+    p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
+    p.partialUnderSp = spec.partialUnderSp && p.replicatedOverTp;
+    int64_t rows = block.rowEnd - block.rowBegin;
+    int64_t cols = block.colEnd - block.colBegin;
+    float scale = spec.scale > 0
+                      ? spec.scale
+                      : 1.0f / std::sqrt(static_cast<float>(spec.rows));
+    std::vector<float> value(static_cast<size_t>(rows * cols));
+    uint64_t key = combine(combine(ctx.seed, hashString(spec.module)),
+                           hashString(spec.local));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        float element = spec.init == ParamInit::Ones ? 1.0f : 0.0f;
+        if (spec.init == ParamInit::Weight)
+          element =
+              scale *
+              symmetricUnit(combine(
+                  key, static_cast<uint64_t>((block.rowBegin + i) * spec.cols +
+                                             block.colBegin + j)));
+        value[static_cast<size_t>(i * cols + j)] = element;
+      }
+    parameters.push_back(std::move(p));
+    initialValues.push_back(std::move(value));
+  }
+  finalizeParameters();
+}
+
+size_t Stage::indexOf(const std::string &local) const {
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const std::string &name = parameters[i].name;
+    if (name.size() > local.size() &&
+        name.compare(name.size() - local.size(), local.size(), local) == 0 &&
+        name[name.size() - local.size() - 1] == '.')
+      return i;
+  }
+  throw std::logic_error("the stage has no parameter '" + local + "'");
+}
+
+void Stage::finalizeParameters() {
+  // Flat layout: SP-partial replicated, other replicated, sharded; each
+  // parameter at a multiple of 64 values (256 bytes, what GEMM libraries
+  // align to), the padding zero in every buffer (AdamW keeps it zero).
+  auto group = [](const Param &p) {
+    return p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
+  };
+  auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
+  std::vector<int64_t> offset(parameters.size());
+  FlatParams &f = flatParams;
+  int64_t at = 0;
+  for (int g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < parameters.size(); ++i)
+      if (group(parameters[i]) == g) {
+        offset[i] = at;
+        at += aligned(parameters[i].size());
+      }
+    if (g == 0)
+      f.spPartial = at;
+    if (g == 1)
+      f.replicated = at;
+  }
+  f.total = at;
+  std::vector<float> values(static_cast<size_t>(at), 0.0f);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    std::copy(initialValues[i].begin(), initialValues[i].end(),
+              values.begin() + offset[i]);
+  f.values = Tensor::fromHost(values);
+  f.grads = zeros(at);
+  f.m = zeros(at);
+  f.v = zeros(at);
+  if (ctx.bf16)
+    f.working = Tensor::empty(at, device::DType::BF16);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    Param &p = parameters[i];
+    p.value = f.values.view(offset[i], p.size());
+    p.work = (ctx.bf16 ? f.working : f.values).view(offset[i], p.size());
+    p.grad = f.grads.view(offset[i], p.size());
+    p.m = f.m.view(offset[i], p.size());
+    p.v = f.v.view(offset[i], p.size());
+    p.flatBegin = offset[i];
+    p.flatEnd = offset[i] + aligned(p.size());
+  }
+  initialValues.clear();
+  refreshWorking();
+}
+
+void Stage::refreshWorking() {
+  if (!ctx.bf16)
+    return;
+  ctx.dev->packBf16(flatParams.values.data(),
+                    flatParams.working.data<uint16_t>(), flatParams.total);
+}
+
+Tensor Stage::vectorOf(const Param &p) const {
+  if (p.work.dtype() != device::DType::BF16)
+    return p.work.view(0, p.work.size());
+  return ops::unpackBf16(*ctx.dev, p.work);
+}
+
+} // namespace mimo::exec

@@ -1,0 +1,398 @@
+//===- TransformerLayer.h - One transformer layer ---------------*- C++ -*-===//
+//
+// Internal to the model stages: the pre-norm layer both modules stack
+// (language: RMSNorm, RoPE, causal attention, SwiGLU; encoder: LayerNorm,
+// bidirectional attention within a sample, GeLU), forward and backward,
+// with its TP, SP and CP collectives.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_MODEL_TRANSFORMERLAYER_H
+#define MIMO_RUNTIME_MODEL_TRANSFORMERLAYER_H
+
+#include "runtime/model/Model.h"
+#include "runtime/model/ModelOps.h"
+
+#include <algorithm>
+
+namespace mimo::exec {
+
+using namespace ops;
+
+/// Token metadata of one layer call; the index arrays on the device.
+struct LayerMeta {
+  int64_t localRows = 0, cpRows = 0, keyRows = 0;
+  Tensor qpos; // of the queries (RoPE)
+  AttentionPlan attention;
+  const int64_t *qposData() const { return qpos.data<int64_t>(); }
+};
+
+/// What a layer's forward saves for its backward. Under bf16 the GEMM
+/// inputs (hf, a, h2f, s), the attention's q, k, v (keys, values) and the
+/// MLP's g, u are bf16 bits from the moment they are made; x and x1 are
+/// fp32 until the forward ends (keep).
+struct LayerCache {
+  Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
+      h2f, g, u, s;
+};
+
+class TransformerLayer {
+public:
+  /// language: RMSNorm, RoPE, causal, SwiGLU; encoder: LayerNorm, no RoPE,
+  /// bidirectional within a sample, GeLU MLP.
+  TransformerLayer(Stage &owner, std::vector<Param> &params, bool language,
+                   size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
+                   size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
+                   size_t w2, int64_t hidden, int64_t heads, int64_t ffn,
+                   const StageContext &ctx)
+      : owner(owner), params(params), language(language), norm1(norm1),
+        norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
+        norm2b(norm2b), w1(w1), w3(w3), w2(w2), H(hidden), ctx(ctx) {
+    headsLocal = heads / ctx.tp;
+    headDim = hidden / heads;
+    Hl = headsLocal * headDim;
+    Fl = ffn / ctx.tp;
+  }
+
+  Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    c.x = std::move(x);
+    c.hf = normedInput(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl, sp);
+    // Under bf16 q, k and v are bf16 bits as attention reads them (and the
+    // backward keeps them), and so is its output, the wo GEMM's input.
+    c.q = queryOrKey(c.hf, wq, m);
+    c.k = queryOrKey(c.hf, wk, m);
+    c.v = storedProduct(dev, ctx.bf16, operand(c.hf), P(wv), Tc, H, Hl);
+    if (ctx.cp > 1) {
+      c.keys = gatherRows(comm, ctx.cpGroup, c.k);
+      c.values = gatherRows(comm, ctx.cpGroup, c.v);
+    }
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    c.a = Tensor::empty(Tc * Hl, c.q.dtype());
+    c.lse = empty(headsLocal * Tc);
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionForwardBf16(c.q.data<uint16_t>(), K.data<uint16_t>(),
+                               V.data<uint16_t>(), c.a.data<uint16_t>(),
+                               c.lse.data(), m.attention.view(), headsLocal,
+                               headDim);
+    else if (Tc > 0)
+      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
+                           c.lse.data(), m.attention.view(), headsLocal,
+                           headDim);
+    c.x1 = residual(c.x, rowParallelLinear(c.a, wo, Tc, Hl, sp));
+
+    c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
+    // Under bf16 the gate and up projections come out of their GEMMs as
+    // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
+    // input as bf16 bits.
+    c.g = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w1), Tc, H, Fl);
+    c.s = Tensor::empty(Tc * Fl,
+                        ctx.bf16 ? device::DType::BF16 : device::DType::F32);
+    if (language) {
+      c.u = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w3), Tc, H, Fl);
+      if (ctx.bf16)
+        dev.swigluForwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
+                              c.s.data<uint16_t>(), Tc * Fl);
+      else
+        dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
+    } else if (ctx.bf16) {
+      dev.geluForwardBf16(c.g.data<uint16_t>(), c.s.data<uint16_t>(), Tc * Fl);
+    } else {
+      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
+    }
+    Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, Tc, Fl, sp));
+    keep(c);
+    return out;
+  }
+
+  Tensor backward(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    comm::Comm &comm = *ctx.comm;
+    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    // Under bf16 every gradient a GEMM reads is bf16 bits, made once (packed,
+    // or written so by the kernel that makes it): the two GEMMs that read it
+    // read the same bits, neither converting. (The GEMMs would round them so
+    // anyway: nothing changes but the bytes.)
+    const device::DType gradType =
+        ctx.bf16 ? device::DType::BF16 : device::DType::F32;
+    // MLP.
+    Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
+    const Bf16Operand dm = gemmOperand(fullRows(dout, gatheredOut, sp), dmBits);
+    Tensor ds = empty(Tc * Fl);
+    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), G(w2), Tc,
+                   Fl, H);
+    Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
+    if (language) {
+      Tensor du = Tensor::empty(Tc * Fl, gradType);
+      if (ctx.bf16)
+        dev.swigluBackwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
+                               ds.data(), dg.data<uint16_t>(),
+                               du.data<uint16_t>(), Tc * Fl);
+      else
+        dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
+                           du.data(), Tc * Fl);
+      matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
+                     dh2f.data(), G(w3), Tc, H, Fl);
+    } else if (ctx.bf16) {
+      dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
+                           Tc * Fl);
+    } else {
+      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
+    }
+    matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
+                   dh2f.data(), G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
+    Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
+    Tensor dx1 = dout.clone();
+    normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
+    // Attention.
+    const Bf16Operand dof =
+        gemmOperand(fullRows(dx1, gatheredDx1, sp), dofBits);
+    // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
+    Tensor da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
+                              /*transW=*/true);
+    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, G(wo), Tc,
+                   Hl, H);
+    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
+    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    // Without queries no key gets a gradient.
+    Tensor dq = empty(Tc * Hl);
+    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionBackwardBf16(
+          c.q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
+          c.a.data<uint16_t>(), c.lse.data(), da.data<uint16_t>(), dq.data(),
+          dK.data(), dV.data(), m.attention.view(), headsLocal, headDim);
+    else if (Tc > 0)
+      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
+                            c.lse.data(), da.data(), dq.data(), dK.data(),
+                            dV.data(), m.attention.view(), headsLocal, headDim);
+    // The saved q and k are rotated: their gradients are rotated back (the
+    // weight gradients need the inputs, which hf holds, so nothing else to
+    // undo).
+    dq = rotatedStored(std::move(dq), m, language, true);
+    Tensor dk = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK)
+                                         : std::move(dK),
+                              m, language, true);
+    Tensor dv = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV)
+                                         : std::move(dV),
+                              m, false, false);
+    Tensor dhf = empty(Tc * H);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
+                   G(wq), Tc, H, Hl);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
+                   G(wk), Tc, H, Hl, 1.0f);
+    matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
+                   G(wv), Tc, H, Hl, 1.0f);
+    Tensor dh = columnParallelIn(std::move(dhf), sp);
+    Tensor dx = std::move(dx1);
+    normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
+    c = LayerCache();
+    return dx;
+  }
+
+  /// The indices of this layer's parameters in the stage's list.
+  std::vector<size_t> paramIndices() const {
+    std::vector<size_t> out;
+    for (size_t p : {norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2})
+      if (std::find(out.begin(), out.end(), p) == out.end())
+        out.push_back(p);
+    return out;
+  }
+
+private:
+  /// A GEMM input (the normed hidden states, the attention's output, the
+  /// MLP's activation): bf16 bits from here on under bf16 (gemmInput).
+  Tensor input(Tensor t) const {
+    return gemmInput(*ctx.dev, ctx.bf16, std::move(t));
+  }
+  /// bf16: the layer inputs x and x1 (stored, i.e. rounded, already:
+  /// packing loses nothing) packed to bfloat16 after the forward, as the
+  /// backward's norms read them. Everything else the forward saves is bf16
+  /// bits from the moment it is made (the GEMM inputs, q, k, v, the
+  /// attention's output, the MLP's g and u) but the norm statistics and
+  /// the log-sum-exp, which stay fp32.
+  void keep(LayerCache &c) const {
+    if (!ctx.bf16)
+      return;
+    c.x = packBf16(*ctx.dev, c.x);
+    c.x1 = packBf16(*ctx.dev, c.x1);
+  }
+
+  /// t as the GEMMs read it: under bf16 its bits, packed once into `bits`
+  /// unless t is bits already; else t itself.
+  Bf16Operand gemmOperand(const Tensor &t, Tensor &bits) const {
+    if (!ctx.bf16 || t.dtype() == device::DType::BF16)
+      return operand(t);
+    bits = packBf16(*ctx.dev, t);
+    return operand(bits);
+  }
+
+  /// y ([Tc, Hl], fp32) rotated by RoPE when `rotate` (inverse: back), as
+  /// its next reader takes it: under bf16 as bits (rotated in fp32 and
+  /// rounded as written, one pass), else fp32.
+  Tensor rotatedStored(Tensor y, const LayerMeta &m, bool rotate,
+                       bool inverse) const {
+    Device &dev = *ctx.dev;
+    if (!ctx.bf16) {
+      if (rotate)
+        dev.rope(y.data(), m.qposData(), m.cpRows, headsLocal, headDim,
+                 inverse);
+      return y;
+    }
+    if (!rotate)
+      return packBf16(dev, y);
+    Tensor bits = Tensor::empty(y.size(), device::DType::BF16);
+    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows,
+                 headsLocal, headDim, inverse);
+    return bits;
+  }
+
+  /// in · W of a row-parallel linear (wo, w2; K inputs a row), summed over
+  /// TP (all-reduced, or reduce-scattered under SP). Under bf16 with one TP
+  /// rank its GEMM writes bf16 bits: the residual adds it rounded anyway
+  /// (with TP the fp32 partial sums are reduced first).
+  Tensor rowParallelLinear(const Tensor &in, size_t w, int64_t rows, int64_t K,
+                           bool sp) {
+    if (ctx.bf16 && ctx.tp == 1)
+      return storedProduct(*ctx.dev, true, operand(in), P(w), rows, K, H);
+    Tensor y = empty(rows * H);
+    matmul(*ctx.dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, H);
+    return rowParallelOut(std::move(y), sp);
+  }
+
+  /// hf · W for the queries or keys, rotated (RoPE) in the language model,
+  /// stored as attention reads it: bf16 bits under bf16.
+  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m) {
+    const int64_t Tc = m.cpRows;
+    if (!language)
+      return storedProduct(*ctx.dev, ctx.bf16, operand(hf), P(w), Tc, H, Hl);
+    Tensor y = empty(Tc * Hl);
+    matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, Hl);
+    return rotatedStored(std::move(y), m, true, false);
+  }
+  Bf16Operand P(size_t i) const { return params[i].weight(); }
+  /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
+  Tensor V(size_t i) const { return owner.vectorOf(params[i]); }
+  float *G(size_t i) { return params[i].grad.data(); }
+
+  /// The norm of x as the input of the GEMMs after it, all TP ranks' rows
+  /// under SP: under bf16 the norm writes its bits itself (one pass), unless
+  /// SP gathers its fp32 rows first.
+  Tensor normedInput(const Tensor &x, size_t w, size_t b, Tensor &mean,
+                     Tensor &rstd, int64_t rows, bool sp) {
+    if (!sp)
+      return norm(x, w, b, mean, rstd, rows, ctx.bf16);
+    Tensor y = norm(x, w, b, mean, rstd, rows, false);
+    return input(gatherRows(*ctx.comm, ctx.tpGroup, y));
+  }
+
+  /// y = norm(x), fp32 or (`bits`) bf16 bits.
+  Tensor norm(const Tensor &x, size_t w, size_t b, Tensor &mean, Tensor &rstd,
+              int64_t rows, bool bits) {
+    Tensor y = Tensor::empty(rows * H,
+                             bits ? device::DType::BF16 : device::DType::F32);
+    rstd = empty(rows);
+    Tensor weight = V(w);
+    Device &dev = *ctx.dev;
+    if (language) {
+      if (bits)
+        dev.rmsnormForwardBf16(x.data(), weight.data(), y.data<uint16_t>(),
+                               rstd.data(), rows, H);
+      else
+        dev.rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(), rows,
+                           H);
+      return y;
+    }
+    mean = empty(rows);
+    Tensor bias = V(b);
+    if (bits)
+      dev.layernormForwardBf16(x.data(), weight.data(), bias.data(),
+                               y.data<uint16_t>(), mean.data(), rstd.data(),
+                               rows, H);
+    else
+      dev.layernormForward(x.data(), weight.data(), bias.data(), y.data(),
+                           mean.data(), rstd.data(), rows, H);
+    return y;
+  }
+
+  /// dx += norm backward of dy (x fp32, or bf16 bits as kept under bf16).
+  void normBackward(const Tensor &x, size_t w, size_t b, const Tensor &mean,
+                    const Tensor &rstd, const Tensor &dy, Tensor &dx,
+                    int64_t rows) {
+    Tensor weight = V(w);
+    if (x.dtype() == device::DType::BF16) { // kept packed: one pass
+      if (language)
+        ctx.dev->rmsnormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
+                                        rstd.data(), dy.data(), dx.data(), G(w),
+                                        rows, H);
+      else
+        ctx.dev->layernormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
+                                          mean.data(), rstd.data(), dy.data(),
+                                          dx.data(), G(w), G(b), rows, H);
+      return;
+    }
+    Tensor d = empty(rows * H);
+    if (language)
+      ctx.dev->rmsnormBackward(x.data(), weight.data(), rstd.data(), dy.data(),
+                               d.data(), G(w), rows, H);
+    else
+      ctx.dev->layernormBackward(x.data(), weight.data(), mean.data(),
+                                 rstd.data(), dy.data(), d.data(), G(w), G(b),
+                                 rows, H);
+    ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
+  }
+
+  /// x + branch, stored: under bf16 the branch and the sum rounded as
+  /// stored, in one pass (Device::residualBf16); the branch fp32 or bits.
+  Tensor residual(const Tensor &x, const Tensor &branch) const {
+    Tensor out = empty(x.size());
+    if (!ctx.bf16)
+      ctx.dev->add(device::DType::F32, out.data(), x.data(), branch.data(),
+                   x.size());
+    else if (branch.dtype() == device::DType::BF16)
+      ctx.dev->residualBf16(x.data(), branch.data<uint16_t>(), out.data(),
+                            x.size());
+    else
+      ctx.dev->residualBf16(x.data(), branch.data(), out.data(), x.size());
+    return out;
+  }
+
+  /// The rows a column-parallel linear reads: all TP ranks' under SP
+  /// (gathered into `storage`), else `local` itself (no copy).
+  const Tensor &fullRows(const Tensor &local, Tensor &storage, bool sp) const {
+    if (!sp)
+      return local;
+    storage = gatherRows(*ctx.comm, ctx.tpGroup, local);
+    return storage;
+  }
+
+  /// The output of a row-parallel linear: partial sums over TP, reduced
+  /// (all-reduce) or reduce-scattered over the sequence (SP).
+  Tensor rowParallelOut(Tensor partial, bool sp) {
+    if (sp)
+      return scatterRows(*ctx.comm, ctx.tpGroup, partial);
+    reduceAll(*ctx.comm, ctx.tpGroup, partial);
+    return partial;
+  }
+  /// The input gradient of a column-parallel linear (the adjoint of its
+  /// identity / all-gather input).
+  Tensor columnParallelIn(Tensor partial, bool sp) {
+    return rowParallelOut(std::move(partial), sp);
+  }
+
+  const Stage &owner;
+  std::vector<Param> &params;
+  bool language;
+  size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
+  int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
+  const StageContext &ctx;
+};
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_MODEL_TRANSFORMERLAYER_H

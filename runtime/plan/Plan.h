@@ -1,0 +1,301 @@
+//===- Plan.h - Per-rank programs and the plan they form -------*- C++ -*-===//
+//
+// The compiled form of a model (docs/architecture.md, docs/plan.md), MLIR-free so that the passes,
+// codegen, the plan loader, the runtime and the tests share one definition:
+//
+//  * Topology: the module grids, the bridges between them, the 1F1B stages
+//    and the sequence sharding: everything a rank needs to know who its
+//    peers are.
+//  * Program: one instruction stream per *role* (ranks whose streams are the
+//    same up to their peers). Peers are symbolic (the next pipeline stage,
+//    this lane's bridge routes, this rank's boundary group, ...) and are
+//    resolved per rank by the grid formulas, so plans grow with the number
+//    of distinct roles, not with the world size.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_PLAN_PLAN_H
+#define MIMO_RUNTIME_PLAN_PLAN_H
+
+#include "runtime/config/Grid.h"
+#include "runtime/plan/Topology.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mimo {
+
+inline constexpr int64_t kPlanVersion = 1;
+
+/// One module of the topology.
+struct ModuleTopology {
+  std::string name;
+  bool isLanguage = false;
+  Grid grid{Coords{1, 1, 1, 1}};
+  /// The module's own hidden size, and the hidden size of what it hands
+  /// on (an encoder's projection to the language hidden size).
+  int64_t hidden = 0, outputHidden = 0;
+  /// Encoders only.
+  int64_t specialTokenId = -1;
+};
+
+/// A bridge from an encoder's last stage to the language first stage
+/// (docs/plan.md), or a colocated bridge (docs/plan.md).
+struct BridgeTopology {
+  size_t src = 0, dst = 0; // module indices
+  BridgeMode mode = BridgeMode::OneToOne;
+  int64_t ratio = 1;
+  int64_t tensorNdim = 2, batchDim = 0;
+  std::vector<int64_t> srcLeaders, dstLeaders;
+  std::vector<BridgeRoute> routes;
+  std::vector<std::vector<int64_t>> srcBroadcastGroups, dstBroadcastGroups;
+  /// Colocated only: "fan_in", "fan_out" or "equal" (encoder dp against
+  /// language dp) and the gather groups over the wide side.
+  std::string direction;
+  std::vector<std::vector<int64_t>> gatherGroups;
+};
+
+/// Whether `rank` (of the bridge's source grid) is its lane's source
+/// leader, or (of the destination grid) its lane's destination leader.
+bool isSourceLeader(const BridgeTopology &bridge, const Grid &grid,
+                    int64_t rank);
+bool isDestinationLeader(const BridgeTopology &bridge, const Grid &grid,
+                         int64_t rank);
+
+/// A colocated bridge's gather group holding `rank` of its wide side (the
+/// side with more lanes): the ranks at its tp and cp whose lanes are the
+/// `ratio` consecutive lanes that make one lane of the narrow side. The one
+/// formula behind the plan's gather_groups, the verifier and the executor.
+std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio, int64_t rank);
+
+/// Every group the executor runs collectives over, as families of disjoint
+/// groups (each family partitions some ranks): the world; per module its
+/// TP, CP, TP x CP (bridge broadcasts, the input-gradient gather) and
+/// DP x CP (gradient reduction) groups; per colocated bridge its gather
+/// groups. Groups of one rank are left out, and a group already listed is
+/// not listed again. Backends with communicators per group (nccl) create
+/// theirs from this list, in this order, on every rank.
+struct Topology;
+std::vector<std::vector<std::vector<int64_t>>>
+communicatorGroups(const Topology &topology);
+
+/// One pipeline stage of one module in the global 1F1B order.
+struct StageTopology {
+  size_t module = 0;
+  int64_t pp = 0, stage = 0, warmup = 0;
+};
+
+/// How the language first stage shards its inputs (docs/plan.md).
+struct ShardTopology {
+  int64_t cp = 1, tp = 1;
+  bool sequenceParallel = false, packing = false;
+  /// Packed sequences are padded to a multiple of this (2·cp[·tp]).
+  int64_t padMultiple = 1;
+};
+
+/// Instruction kinds of a rank program.
+enum class InstrOp : uint8_t {
+  Forward,             // module, mb: this rank's stage of the module
+  Backward,            // module, mb
+  Shard,               // module, mb: embed, place modality rows, CP/SP shard
+  Unshard,             // module, mb: gather the input-embedding gradient
+                       //   over the TP x CP group (adjoint of shard)
+  SendAct,             // module, mb: to the next pipeline stage
+  RecvAct,             // module, mb: from the previous stage
+  SendGrad,            // module, mb: to the previous stage
+  RecvGrad,            // module, mb: from the next stage
+  BridgeSend,          // bridge, mb: source leader -> its routes' leaders
+  BridgeRecv,          // bridge, mb: destination leader <- its routes
+  BridgeBroadcast,     // bridge, mb: destination boundary group, leader root
+  BridgeSendGrad,      // bridge, mb: destination leader -> its routes
+  BridgeRecvGrad,      // bridge, mb: source leader <- its routes
+  BridgeBroadcastGrad, // bridge, mb: source boundary group, leader root
+  ColocatedForward,    // bridge, mb: all-gather (fan-in) or narrow
+  ColocatedBackward,   // bridge, mb: narrow (fan-in) or all-gather
+  ReduceGrads,         // module: sum gradients over its DP x CP group
+  OptimizerStep,       // global gradient norm (world), clip, AdamW
+};
+inline constexpr int kNumInstrOps =
+    static_cast<int>(InstrOp::OptimizerStep) + 1; // the last kind
+
+/// What an instruction names besides its kind.
+enum class InstrOperand : uint8_t { None, Module, Bridge };
+
+struct InstrInfo {
+  const char *name;     // "send_act"
+  InstrOperand operand; // module or bridge
+  bool hasMicrobatch;
+  bool isSend, isRecv; // point-to-point
+  bool isGrad;         // backward direction
+};
+const InstrInfo &instrInfo(InstrOp op);
+std::optional<InstrOp> parseInstrOp(std::string_view name);
+
+struct Instr {
+  InstrOp op = InstrOp::Forward;
+  /// Module or bridge index (per instrInfo), else -1.
+  int32_t index = -1;
+  int32_t mb = -1;
+  /// Posted together with the next instruction (one batch of point-to-point
+  /// operations, like batch_isend_irecv); only sends and receives fuse.
+  bool fused = false;
+  bool operator==(const Instr &o) const {
+    return op == o.op && index == o.index && mb == o.mb && fused == o.fused;
+  }
+};
+
+struct Program {
+  /// The role's name, e.g. "language/pp0/images:dst-leader".
+  std::string role;
+  std::vector<Instr> instrs;
+};
+
+struct Topology {
+  int64_t worldSize = 0;
+  Layout layout = Layout::NonColocated;
+  int64_t microbatches = 1;
+  int64_t microBatchSize = 1;
+  int64_t seqLength = 1;
+  /// Encoders in model order, then the language module.
+  std::vector<ModuleTopology> modules;
+  std::vector<BridgeTopology> bridges;
+  int64_t totalStages = 1;
+  std::vector<StageTopology> stages;
+  ShardTopology shard;
+
+  size_t languageIndex() const;
+  /// Indices of the modules whose span holds `rank`, in module order.
+  std::vector<size_t> modulesOf(int64_t rank) const;
+  const StageTopology *stageOf(size_t module, int64_t pp) const;
+};
+
+/// Whether the layout is colocated with a language pp > 1: the encoders run
+/// for all microbatches before the language pipeline and their outputs
+/// travel over leader routes (docs/plan.md).
+bool colocatedPipeline(const Topology &topology);
+
+/// The role of `rank`: its modules, their pipeline stages and its part in
+/// each bridge. Ranks with the same role run the same program.
+std::string roleOf(const Topology &topology, int64_t rank);
+
+/// Builds the bridges' derived fields from grids (docs/plan.md): mode,
+/// ratio, leaders, routes, broadcast and gather groups. Fails with `error`
+/// when the lanes do not divide.
+std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
+                                         size_t dst, std::string *error);
+
+/// The language first stage's sharding (docs/plan.md, docs/data.md).
+ShardTopology makeShard(int64_t cp, int64_t tp, bool sequenceParallel,
+                        bool packing);
+
+/// The 1F1B stages of every module (docs/plan.md).
+void assignStages(Topology &topology);
+
+/// Samples [begin, end) that data-parallel lane `lane` of `lanes` takes.
+std::pair<int64_t, int64_t> laneSamples(int64_t batch, int64_t lanes,
+                                        int64_t lane);
+
+/// One program per role (the multi-module 1F1B of docs/plan.md), and each
+/// rank's program index.
+struct ProgramSet {
+  std::vector<Program> programs;
+  std::vector<int32_t> rankProgram;
+};
+ProgramSet buildPrograms(const Topology &topology);
+
+/// The forward half of a program (a held-out evaluation: docs/runtime.md): every
+/// backward-direction instruction (instrInfo().isGrad) dropped, fused
+/// batches re-cut so that each keeps only its forward members. Since the
+/// dropped instructions are dropped on every rank, sends still meet their
+/// receives (tests/unit/PlanTest.cpp verifies it for every layout).
+Program forwardOnly(const Program &program);
+
+/// Maps each rank to the program whose role it has; fails (filling `error`)
+/// when a role has no program or two programs share a role.
+std::optional<std::vector<int32_t>>
+assignPrograms(const Topology &topology, const std::vector<Program> &programs,
+               std::string *error);
+
+/// The peers of a point-to-point instruction on `rank`, in posting order,
+/// or the members of a collective's group (ascending). Empty for local
+/// instructions. Fails when the instruction does not apply to the rank.
+struct Peers {
+  std::vector<int64_t> ranks;
+  bool collective = false;
+  /// Collectives: the root (broadcasts) or -1.
+  int64_t root = -1;
+};
+std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
+                                  const Instr &instr, std::string *error);
+
+/// The ranks `rank` exchanges point-to-point messages with in `program`
+/// (ascending, each once; the relation is symmetric): the connections a
+/// backend that connects lazily opens before the first step.
+std::vector<int64_t> messagePeers(const Topology &topology,
+                                  const Program &program, int64_t rank);
+
+/// What a point-to-point message carries, as the sender and the receiver
+/// each derive it: the samples of the microbatch it covers and its layout.
+struct ShapeRule {
+  std::string what; // "images tokens", "language hidden"
+  int64_t sampleBegin = 0, sampleEnd = 0;
+  int64_t hidden = 0;
+  /// Sequence positions per sample (hidden states), 0 for token lists whose
+  /// rows are the modality-token counts of the samples (split sizes).
+  int64_t sequence = 0;
+  bool operator==(const ShapeRule &o) const {
+    return what == o.what && sampleBegin == o.sampleBegin &&
+           sampleEnd == o.sampleEnd && hidden == o.hidden &&
+           sequence == o.sequence;
+  }
+  std::string str() const;
+};
+/// The shape rule of the message between `rank` and `peer` of a
+/// point-to-point instruction.
+ShapeRule shapeRule(const Topology &topology, int64_t rank, int64_t peer,
+                    const Instr &instr);
+
+/// "recv_act language mb 0"
+std::string describeInstr(const Topology &topology, const Instr &instr);
+
+/// A verification failure: what went wrong and the (rank, program,
+/// instruction) places involved.
+struct PlanProblem {
+  std::string message;
+  struct Place {
+    int64_t rank;
+    int32_t program;
+    int32_t instr;
+  };
+  std::vector<Place> places;
+};
+
+/// docs/plan.md / mimo-verify-plan: every instruction applies to its rank,
+/// every send has exactly one matching receive (same peer, microbatch and
+/// shape rule), collectives agree, and simulating every rank's stream with
+/// blocking sends and receives (fused ones posted together) runs to the end:
+/// no deadlock. Returns the problems found (at most `limit`).
+std::vector<PlanProblem> verifyPrograms(const Topology &topology,
+                                        const std::vector<Program> &programs,
+                                        const std::vector<int32_t> &rankProgram,
+                                        size_t limit = 8);
+
+/// The dataflow of every rank's stream against the schedule the topology
+/// compiles to (`compiled`, from buildPrograms): a rank runs exactly the
+/// instructions of its compiled program, none missing and none twice; the
+/// instructions of one microbatch keep their compiled order (a tensor is
+/// received before it is used, a forward precedes its backward), and the
+/// gradient reduction and the optimizer step keep their place after all of
+/// them. Streams may interleave microbatches differently. Checked when a
+/// plan file is loaded, since plans are files users and tools edit.
+std::vector<PlanProblem> checkDataflow(const Topology &topology,
+                                       const ProgramSet &compiled,
+                                       const std::vector<Program> &programs,
+                                       const std::vector<int32_t> &rankProgram,
+                                       size_t limit = 8);
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_PLAN_PLAN_H

@@ -1,0 +1,329 @@
+//===- Programs.cpp - Each role's instruction stream ----------------------===//
+
+#include "runtime/plan/Plan.h"
+
+#include "runtime/plan/Schedule.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+namespace mimo {
+
+//===----------------------------------------------------------------------===//
+// Programs
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+class ProgramBuilder {
+public:
+  explicit ProgramBuilder(std::vector<Instr> &out) : out(out) {}
+  void add(InstrOp op, int64_t index, int64_t mb = -1) {
+    out.push_back(
+        {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false});
+  }
+  /// Point-to-point operations posted together.
+  void batch(const std::vector<Instr> &ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      out.push_back(ops[i]);
+      out.back().fused = i + 1 < ops.size();
+    }
+  }
+
+private:
+  std::vector<Instr> &out;
+};
+
+Instr instr(InstrOp op, size_t index, int64_t mb) {
+  return {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false};
+}
+
+std::vector<Instr> concat(std::vector<Instr> a, const std::vector<Instr> &b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+bool needsUnshard(const Topology &topology) {
+  const ShardTopology &shard = topology.shard;
+  return mimo::needsUnshard(shard.cp, shard.tp, shard.sequenceParallel);
+}
+
+/// The size of a module's TP x CP groups: the ranks a bridge's leader
+/// broadcasts to (more than one: the plan has a broadcast instruction).
+int64_t tpcpSize(const Topology &topology, size_t module) {
+  const Grid &grid = topology.modules[module].grid;
+  return grid.size(Dim::TP) * grid.size(Dim::CP);
+}
+
+/// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
+/// stream also moves the bridges' tensors (not when a colocated pipeline
+/// moves them before and after); `finalize`: end with the gradient
+/// reduction and the optimizer step.
+void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
+                          bool bridges, bool finalize,
+                          std::vector<Instr> &out) {
+  const ModuleTopology &module = topology.modules[m];
+  const Grid &grid = module.grid;
+  Coords c = grid.coordsOf(rank);
+  int64_t pp = grid.size(Dim::PP);
+  bool first = c.pp == 0, last = c.pp == pp - 1;
+  std::vector<size_t> incoming, outgoing;
+  for (size_t b = 0; b < topology.bridges.size() && bridges; ++b) {
+    if (topology.bridges[b].dst == m && first)
+      incoming.push_back(b);
+    if (topology.bridges[b].src == m && last)
+      outgoing.push_back(b);
+  }
+
+  // The point-to-point side of a stage boundary: the pipeline message (when
+  // there is a neighbouring stage) and the bridge messages of the leaders.
+  auto messages = [&](bool pipeline, InstrOp pipelineOp,
+                      const std::vector<size_t> &boundary, bool source,
+                      InstrOp bridgeOp, int64_t mb) {
+    std::vector<Instr> ops;
+    if (pipeline)
+      ops.push_back(instr(pipelineOp, m, mb));
+    for (size_t b : boundary) {
+      const BridgeTopology &bridge = topology.bridges[b];
+      if (source ? isSourceLeader(bridge, grid, rank)
+                 : isDestinationLeader(bridge, grid, rank))
+        ops.push_back(instr(bridgeOp, b, mb));
+    }
+    return ops;
+  };
+  auto recvForward = [&](int64_t mb) {
+    return messages(!first, InstrOp::RecvAct, incoming, false,
+                    InstrOp::BridgeRecv, mb);
+  };
+  ProgramBuilder emit(out);
+  auto afterRecvForward = [&](int64_t mb) {
+    for (size_t b : incoming)
+      if (tpcpSize(topology, topology.bridges[b].dst) > 1)
+        emit.add(InstrOp::BridgeBroadcast, b, mb);
+    if (first && module.isLanguage)
+      emit.add(InstrOp::Shard, m, mb);
+  };
+  auto sendForward = [&](int64_t mb) {
+    return messages(!last, InstrOp::SendAct, outgoing, true,
+                    InstrOp::BridgeSend, mb);
+  };
+  auto recvBackward = [&](int64_t mb) {
+    return messages(!last, InstrOp::RecvGrad, outgoing, true,
+                    InstrOp::BridgeRecvGrad, mb);
+  };
+  auto afterRecvBackward = [&](int64_t mb) {
+    for (size_t b : outgoing)
+      if (tpcpSize(topology, topology.bridges[b].src) > 1)
+        emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
+  };
+  bool unshard = first && module.isLanguage && needsUnshard(topology);
+  auto afterBackward = [&](int64_t mb) {
+    if (unshard)
+      emit.add(InstrOp::Unshard, m, mb);
+  };
+  auto sendBackward = [&](int64_t mb) {
+    return messages(!first, InstrOp::SendGrad, incoming, false,
+                    InstrOp::BridgeSendGrad, mb);
+  };
+
+  // Multi-module 1F1B (reference §9.3): W warm-up forwards, R = M - W
+  // steady pairs whose sends and receives are posted together, W cool-down
+  // backwards.
+  int64_t mbs = topology.microbatches;
+  const StageTopology *stage = topology.stageOf(m, c.pp);
+  int64_t warmup = stage ? stage->warmup : 0;
+  int64_t steady = mbs - warmup;
+  for (int64_t i = 0; i < warmup; ++i) {
+    emit.batch(recvForward(i));
+    afterRecvForward(i);
+    emit.add(InstrOp::Forward, m, i);
+    emit.batch(sendForward(i));
+  }
+  if (steady > 0) {
+    emit.batch(recvForward(warmup));
+    afterRecvForward(warmup);
+  }
+  for (int64_t i = 0; i < steady; ++i) {
+    int64_t f = warmup + i;
+    emit.add(InstrOp::Forward, m, f);
+    emit.batch(concat(sendForward(f), recvBackward(i)));
+    afterRecvBackward(i);
+    emit.add(InstrOp::Backward, m, i);
+    afterBackward(i);
+    if (i + 1 == steady) {
+      emit.batch(sendBackward(i));
+    } else {
+      emit.batch(concat(sendBackward(i), recvForward(f + 1)));
+      afterRecvForward(f + 1);
+    }
+  }
+  for (int64_t i = 0; i < warmup; ++i) {
+    int64_t b = steady + i;
+    emit.batch(recvBackward(b));
+    afterRecvBackward(b);
+    emit.add(InstrOp::Backward, m, b);
+    afterBackward(b);
+    emit.batch(sendBackward(b));
+  }
+  if (!finalize)
+    return;
+  emit.add(InstrOp::ReduceGrads, m);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
+/// Colocated with language pp > 1 (docs/plan.md, reference §9.6), three
+/// phases: every encoder forward for all microbatches and the bridges to
+/// the language first stage; the language 1F1B; the bridges' gradients back
+/// and every encoder backward. Then the gradient reduction and the step.
+void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
+                                   std::vector<Instr> &out) {
+  ProgramBuilder emit(out);
+  size_t lm = topology.languageIndex();
+  const Grid &lmGrid = topology.modules[lm].grid;
+  bool first = lmGrid.coordsOf(rank).pp == 0;
+  auto bridgeBatch = [&](int64_t mb, bool grad) {
+    std::vector<Instr> ops;
+    for (size_t b = 0; b < topology.bridges.size(); ++b) {
+      const BridgeTopology &bridge = topology.bridges[b];
+      const Grid &src = topology.modules[bridge.src].grid;
+      if (isSourceLeader(bridge, src, rank))
+        ops.push_back(
+            instr(grad ? InstrOp::BridgeRecvGrad : InstrOp::BridgeSend, b, mb));
+      if (first && isDestinationLeader(bridge, lmGrid, rank))
+        ops.push_back(
+            instr(grad ? InstrOp::BridgeSendGrad : InstrOp::BridgeRecv, b, mb));
+    }
+    emit.batch(ops);
+    for (size_t b = 0; b < topology.bridges.size(); ++b) {
+      if (!grad && first && tpcpSize(topology, lm) > 1)
+        emit.add(InstrOp::BridgeBroadcast, b, mb);
+      if (grad && tpcpSize(topology, topology.bridges[b].src) > 1)
+        emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
+    }
+  };
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    for (size_t i = 0; i < topology.modules.size(); ++i)
+      if (i != lm)
+        emit.add(InstrOp::Forward, i, mb);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    bridgeBatch(mb, false);
+  buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
+                       /*finalize=*/false, out);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    bridgeBatch(mb, true);
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+    for (size_t i = topology.modules.size(); i-- > 0;)
+      if (i != lm)
+        emit.add(InstrOp::Backward, i, mb);
+  for (size_t i = 0; i < topology.modules.size(); ++i)
+    emit.add(InstrOp::ReduceGrads, i);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
+/// Colocated (language pp = 1): every rank runs every module; per
+/// microbatch the encoders, the colocated bridges, the language module and
+/// the adjoints in reverse.
+void buildColocatedProgram(const Topology &topology, std::vector<Instr> &out) {
+  ProgramBuilder emit(out);
+  size_t lm = topology.languageIndex();
+  for (int64_t mb = 0; mb < topology.microbatches; ++mb) {
+    for (size_t i = 0; i < topology.modules.size(); ++i)
+      if (i != lm)
+        emit.add(InstrOp::Forward, i, mb);
+    for (size_t b = 0; b < topology.bridges.size(); ++b)
+      emit.add(InstrOp::ColocatedForward, b, mb);
+    emit.add(InstrOp::Shard, lm, mb);
+    emit.add(InstrOp::Forward, lm, mb);
+    emit.add(InstrOp::Backward, lm, mb);
+    if (needsUnshard(topology))
+      emit.add(InstrOp::Unshard, lm, mb);
+    for (size_t b = topology.bridges.size(); b-- > 0;)
+      emit.add(InstrOp::ColocatedBackward, b, mb);
+    for (size_t i = topology.modules.size(); i-- > 0;)
+      if (i != lm)
+        emit.add(InstrOp::Backward, i, mb);
+  }
+  for (size_t i = 0; i < topology.modules.size(); ++i)
+    emit.add(InstrOp::ReduceGrads, i);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
+} // namespace
+
+ProgramSet buildPrograms(const Topology &topology) {
+  ProgramSet set;
+  set.rankProgram.assign(static_cast<size_t>(topology.worldSize), -1);
+  std::unordered_map<std::string, int32_t> byRole;
+  for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+    std::string role = roleOf(topology, rank);
+    auto [it, inserted] =
+        byRole.try_emplace(role, static_cast<int32_t>(set.programs.size()));
+    if (inserted) {
+      Program program;
+      program.role = role;
+      if (colocatedPipeline(topology))
+        buildColocatedPipelineProgram(topology, rank, program.instrs);
+      else if (topology.layout == Layout::Colocated)
+        buildColocatedProgram(topology, program.instrs);
+      else if (!topology.modulesOf(rank).empty())
+        buildPipelineProgram(topology, rank, topology.modulesOf(rank).front(),
+                             /*bridges=*/true, /*finalize=*/true,
+                             program.instrs);
+      set.programs.push_back(std::move(program));
+    }
+    set.rankProgram[static_cast<size_t>(rank)] = it->second;
+  }
+  return set;
+}
+
+Program forwardOnly(const Program &program) {
+  Program out;
+  out.role = program.role;
+  const std::vector<Instr> &in = program.instrs;
+  for (size_t i = 0; i < in.size();) {
+    size_t end = i;
+    while (end + 1 < in.size() && in[end].fused)
+      ++end;
+    size_t first = out.instrs.size();
+    for (size_t j = i; j <= end; ++j)
+      if (!instrInfo(in[j].op).isGrad) {
+        out.instrs.push_back(in[j]);
+        out.instrs.back().fused = true;
+      }
+    if (out.instrs.size() > first)
+      out.instrs.back().fused = false; // the batch ends here
+    i = end + 1;
+  }
+  return out;
+}
+
+std::optional<std::vector<int32_t>>
+assignPrograms(const Topology &topology, const std::vector<Program> &programs,
+               std::string *error) {
+  std::unordered_map<std::string, int32_t> byRole;
+  for (size_t i = 0; i < programs.size(); ++i)
+    if (!byRole.emplace(programs[i].role, static_cast<int32_t>(i)).second) {
+      if (error)
+        *error = "two programs have the role '" + programs[i].role + "'";
+      return std::nullopt;
+    }
+  std::vector<int32_t> result(static_cast<size_t>(topology.worldSize), -1);
+  for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+    std::string role = roleOf(topology, rank);
+    auto it = byRole.find(role);
+    if (it == byRole.end()) {
+      if (error)
+        *error = "no program for rank " + std::to_string(rank) +
+                 ", whose role is '" + role + "'";
+      return std::nullopt;
+    }
+    result[static_cast<size_t>(rank)] = it->second;
+  }
+  return result;
+}
+
+} // namespace mimo

@@ -1,0 +1,169 @@
+//===- StreamMatching.h - What meets what between rank streams -*- C++ -*-===//
+//
+// The keys under which a send meets its receive and the members of a
+// collective meet each other: one definition for the verifier's simulation
+// (plan/Verify.cpp) and the timed one (cost/Simulate.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_PLAN_STREAMMATCHING_H
+#define MIMO_RUNTIME_PLAN_STREAMMATCHING_H
+
+#include "runtime/plan/Plan.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mimo {
+
+/// A point-to-point message: (from, to, microbatch, direction).
+struct MessageKey {
+  int64_t from, to;
+  int32_t mb;
+  bool grad;
+  /// The module (pipeline messages) or bridge the message belongs to:
+  /// two bridges may join the same pair of ranks.
+  int32_t channel;
+  bool operator==(const MessageKey &o) const {
+    return from == o.from && to == o.to && mb == o.mb && grad == o.grad &&
+           channel == o.channel;
+  }
+};
+
+inline int32_t channelOf(const Instr &in) {
+  return instrInfo(in.op).operand == InstrOperand::Bridge ? 1024 + in.index
+                                                          : in.index;
+}
+struct MessageKeyHash {
+  size_t operator()(const MessageKey &k) const {
+    size_t h = std::hash<int64_t>()(k.from * 1000003 + k.to);
+    return h ^ (std::hash<int64_t>()((int64_t(k.channel) << 32) + k.mb * 2 +
+                                     k.grad) +
+                0x9e3779b97f4a7c15 + (h << 6) + (h >> 2));
+  }
+};
+
+/// A collective instance: kind, operand, group, microbatch.
+struct CollectiveKey {
+  uint8_t op;
+  int32_t index, mb;
+  int64_t group;
+  bool operator==(const CollectiveKey &o) const {
+    return op == o.op && index == o.index && mb == o.mb && group == o.group;
+  }
+};
+struct CollectiveKeyHash {
+  size_t operator()(const CollectiveKey &k) const {
+    return std::hash<int64_t>()(k.group * 131 + k.op) ^
+           (std::hash<int64_t>()(int64_t(k.index) * 100003 + k.mb) << 1);
+  }
+};
+
+/// The group (smallest member, size) of a collective instruction.
+inline std::pair<int64_t, int64_t>
+collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
+  switch (in.op) {
+  case InstrOp::OptimizerStep:
+    return {0, topology.worldSize};
+  case InstrOp::ReduceGrads:
+    return topology.modules[in.index].grid.groupKey(rank, {Dim::DP, Dim::CP});
+  case InstrOp::Forward:
+  case InstrOp::Backward:
+  case InstrOp::Shard:
+  case InstrOp::Unshard:
+    return topology.modules[in.index].grid.groupKey(rank, {Dim::TP, Dim::CP});
+  case InstrOp::BridgeBroadcast:
+    return topology.modules[topology.bridges[in.index].dst].grid.groupKey(
+        rank, {Dim::TP, Dim::CP});
+  case InstrOp::BridgeBroadcastGrad:
+    return topology.modules[topology.bridges[in.index].src].grid.groupKey(
+        rank, {Dim::TP, Dim::CP});
+  default: {
+    // Colocated gathers over the wide side's gather group.
+    const BridgeTopology &bridge = topology.bridges[in.index];
+    const Grid &wide =
+        topology.modules[bridge.direction == "fan_in" ? bridge.src : bridge.dst]
+            .grid;
+    return {gatherGroup(wide, bridge.ratio, rank).front(), bridge.ratio};
+  }
+  }
+}
+
+/// The message a point-to-point instruction of `rank` moves with `peer`.
+inline MessageKey messageKey(int64_t rank, int64_t peer, const Instr &in) {
+  const InstrInfo &info = instrInfo(in.op);
+  return {info.isSend ? rank : peer, info.isSend ? peer : rank, in.mb,
+          info.isGrad, channelOf(in)};
+}
+
+/// The collective instance a collective instruction of `rank` joins, and
+/// the size of its group.
+inline std::pair<CollectiveKey, int64_t>
+collectiveKey(const Topology &topology, int64_t rank, const Instr &in) {
+  auto [group, size] = collectiveGroup(topology, rank, in);
+  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group}, size};
+}
+
+/// The ends of messages and the members of collectives that have been
+/// posted and not yet met, each kept as a `Posting` (who, which
+/// instruction).
+template <typename Posting> struct Rendezvous {
+  std::unordered_map<MessageKey, Posting, MessageKeyHash> sends, recvs;
+  struct Arrivals {
+    int64_t size = 0;
+    std::vector<Posting> members;
+  };
+  std::unordered_map<CollectiveKey, Arrivals, CollectiveKeyHash> collectives;
+
+  /// Posts `rank`'s end of its message with `peer`: the other end when it
+  /// was already posted (the message is met and forgotten), else nothing
+  /// (this end waits).
+  std::optional<Posting> message(int64_t rank, int64_t peer, const Instr &in,
+                                 Posting posting) {
+    bool send = instrInfo(in.op).isSend;
+    MessageKey key = messageKey(rank, peer, in);
+    auto &theirs = send ? recvs : sends;
+    auto it = theirs.find(key);
+    if (it == theirs.end()) {
+      (send ? sends : recvs).emplace(key, posting);
+      return std::nullopt;
+    }
+    Posting other = it->second;
+    theirs.erase(it);
+    return other;
+  }
+  /// Whether `rank`'s end of its message with `peer` is still waiting.
+  bool waiting(int64_t rank, int64_t peer, const Instr &in) const {
+    const auto &mine = instrInfo(in.op).isSend ? sends : recvs;
+    auto it = mine.find(messageKey(rank, peer, in));
+    return it != mine.end() && it->second.rank == rank;
+  }
+
+  /// `rank` arrives at its collective: every member's posting once the
+  /// whole group is there (the collective is then forgotten), else nothing.
+  std::optional<std::vector<Posting>> arrive(const Topology &topology,
+                                             int64_t rank, const Instr &in,
+                                             Posting posting) {
+    auto [key, size] = collectiveKey(topology, rank, in);
+    Arrivals &a = collectives[key];
+    a.members.push_back(posting);
+    if (static_cast<int64_t>(a.members.size()) < size)
+      return std::nullopt;
+    std::vector<Posting> members = std::move(a.members);
+    collectives.erase(key);
+    return members;
+  }
+  /// The members already at `rank`'s collective (null when none is).
+  const std::vector<Posting> *arrived(const Topology &topology, int64_t rank,
+                                      const Instr &in) const {
+    auto it = collectives.find(collectiveKey(topology, rank, in).first);
+    return it == collectives.end() ? nullptr : &it->second.members;
+  }
+};
+
+} // namespace mimo
+
+#endif // MIMO_RUNTIME_PLAN_STREAMMATCHING_H

@@ -1,0 +1,500 @@
+//===- Verify.cpp - Simulating every rank's stream ------------------------===//
+
+#include "runtime/plan/Plan.h"
+
+#include "runtime/plan/Schedule.h"
+#include "runtime/plan/StreamMatching.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+namespace mimo {
+
+//===----------------------------------------------------------------------===//
+// Verification
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct Posting {
+  int64_t rank;
+  int32_t instr;
+};
+
+class Verifier {
+public:
+  Verifier(const Topology &topology, const std::vector<Program> &programs,
+           const std::vector<int32_t> &rankProgram, size_t limit)
+      : topology(topology), programs(programs), rankProgram(rankProgram),
+        limit(limit) {}
+
+  std::vector<PlanProblem> run() {
+    if (!checkStructure())
+      return problems;
+    if (!matchMessages())
+      return problems;
+    simulate();
+    return problems;
+  }
+
+private:
+  const Topology &topology;
+  const std::vector<Program> &programs;
+  const std::vector<int32_t> &rankProgram;
+  size_t limit;
+  std::vector<PlanProblem> problems;
+
+  bool full() const { return problems.size() >= limit; }
+
+  const std::vector<Instr> &streamOf(int64_t rank) const {
+    return programs[static_cast<size_t>(rankProgram[rank])].instrs;
+  }
+  PlanProblem::Place place(int64_t rank, int32_t instr) const {
+    return {rank, rankProgram[rank], instr};
+  }
+  std::string where(int64_t rank, int32_t instr) const {
+    return "rank " + std::to_string(rank) + " (instruction " +
+           std::to_string(instr) + ": " +
+           describeInstr(topology, streamOf(rank)[instr]) + ")";
+  }
+  void problem(std::string message, std::vector<PlanProblem::Place> places) {
+    if (!full())
+      problems.push_back({std::move(message), std::move(places)});
+  }
+
+  /// Every rank has a program, and every instruction applies to its rank.
+  bool checkStructure() {
+    if (rankProgram.size() != static_cast<size_t>(topology.worldSize)) {
+      problem("the plan maps " + std::to_string(rankProgram.size()) +
+                  " ranks to programs, but the world has " +
+                  std::to_string(topology.worldSize),
+              {});
+      return false;
+    }
+    std::vector<bool> checked(programs.size(), false);
+    for (int64_t rank = 0; rank < topology.worldSize && !full(); ++rank) {
+      int32_t p = rankProgram[rank];
+      if (p < 0 || static_cast<size_t>(p) >= programs.size()) {
+        problem("rank " + std::to_string(rank) + " has no program", {});
+        continue;
+      }
+      const std::vector<Instr> &stream = programs[p].instrs;
+      for (size_t i = 0; i < stream.size() && !full(); ++i) {
+        const Instr &in = stream[i];
+        const InstrInfo &info = instrInfo(in.op);
+        std::string error;
+        if (!resolvePeers(topology, rank, in, &error)) {
+          problem(where(rank, int32_t(i)) + " does not apply: " + error,
+                  {place(rank, int32_t(i))});
+          continue;
+        }
+        if (checked[p])
+          continue;
+        if (in.fused && !(info.isSend || info.isRecv))
+          problem("only sends and receives can be posted together; " +
+                      where(rank, int32_t(i)) + " is not one",
+                  {place(rank, int32_t(i))});
+        else if (in.fused && i + 1 == stream.size())
+          problem(where(rank, int32_t(i)) +
+                      " is posted together with an instruction that does "
+                      "not exist",
+                  {place(rank, int32_t(i))});
+        else if (in.fused && !(instrInfo(stream[i + 1].op).isSend ||
+                               instrInfo(stream[i + 1].op).isRecv))
+          problem(where(rank, int32_t(i)) +
+                      " is posted together with the next instruction, " +
+                      describeInstr(topology, stream[i + 1]) +
+                      ", which is not a send or receive",
+                  {place(rank, int32_t(i))});
+      }
+      checked[p] = true;
+    }
+    return problems.empty();
+  }
+
+  /// Each send meets exactly one receive with the same shape rule.
+  bool matchMessages() {
+    // Each end's count and its first two postings (what a report names):
+    // no allocation per message, which at 2^20 ranks dominated the load.
+    struct Postings {
+      Posting first[2];
+      uint32_t count = 0;
+      size_t size() const { return count; }
+      bool empty() const { return count == 0; }
+      const Posting &operator[](size_t i) const { return first[i]; }
+      void push_back(const Posting &p) {
+        if (count < 2)
+          first[count] = p;
+        ++count;
+      }
+    };
+    struct Ends {
+      Postings sends, recvs;
+    };
+    std::unordered_map<MessageKey, Ends, MessageKeyHash> messages;
+    size_t expected = 0;
+    for (const Program &program : programs)
+      for (const Instr &in : program.instrs)
+        expected += instrInfo(in.op).isSend ? 1 : 0;
+    messages.reserve(
+        std::min<size_t>(expected * static_cast<size_t>(topology.worldSize) /
+                             std::max<size_t>(programs.size(), 1),
+                         size_t(1) << 26));
+    for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+      const std::vector<Instr> &stream = streamOf(rank);
+      for (size_t i = 0; i < stream.size(); ++i) {
+        const InstrInfo &info = instrInfo(stream[i].op);
+        if (!info.isSend && !info.isRecv)
+          continue;
+        Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
+        for (int64_t peer : peers.ranks) {
+          Ends &ends = messages[messageKey(rank, peer, stream[i])];
+          (info.isSend ? ends.sends : ends.recvs).push_back({rank, int32_t(i)});
+        }
+      }
+    }
+    // Report in a stable order.
+    std::vector<std::pair<MessageKey, const Ends *>> bad;
+    for (const auto &[key, ends] : messages)
+      if (ends.sends.size() != 1 || ends.recvs.size() != 1)
+        bad.push_back({key, &ends});
+      else {
+        // Both ends derive the shape from one topology, so they agree by
+        // construction; what can go wrong is a route joining lanes that
+        // share no samples: the message would carry nothing.
+        const Posting &s = ends.sends[0], &r = ends.recvs[0];
+        ShapeRule sent =
+            shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr]);
+        if (sent.sampleEnd <= sent.sampleBegin)
+          bad.push_back({key, &ends});
+      }
+    std::sort(bad.begin(), bad.end(), [](const auto &a, const auto &b) {
+      return std::tie(a.first.from, a.first.to, a.first.mb, a.first.grad,
+                      a.first.channel) < std::tie(b.first.from, b.first.to,
+                                                  b.first.mb, b.first.grad,
+                                                  b.first.channel);
+    });
+    for (const auto &[key, ends] : bad) {
+      if (full())
+        break;
+      std::string what = std::string(key.grad ? "gradient" : "activation") +
+                         " of microbatch " + std::to_string(key.mb) +
+                         " from rank " + std::to_string(key.from) +
+                         " to rank " + std::to_string(key.to);
+      if (ends->sends.empty()) {
+        const Posting &r = ends->recvs[0];
+        problem(where(r.rank, r.instr) + " receives the " + what +
+                    ", but rank " + std::to_string(key.from) +
+                    " never sends it",
+                {place(r.rank, r.instr)});
+      } else if (ends->recvs.empty()) {
+        const Posting &s = ends->sends[0];
+        problem(where(s.rank, s.instr) + " sends the " + what + ", but rank " +
+                    std::to_string(key.to) + " never receives it",
+                {place(s.rank, s.instr)});
+      } else if (ends->sends.size() > 1 || ends->recvs.size() > 1) {
+        const Postings &twice =
+            ends->sends.size() > 1 ? ends->sends : ends->recvs;
+        problem("the " + what + " is " +
+                    (ends->sends.size() > 1 ? "sent" : "received") + " " +
+                    std::to_string(twice.size()) +
+                    " times: " + where(twice[0].rank, twice[0].instr) +
+                    " and " + where(twice[1].rank, twice[1].instr),
+                {place(twice[0].rank, twice[0].instr),
+                 place(twice[1].rank, twice[1].instr)});
+      } else {
+        const Posting &s = ends->sends[0], &r = ends->recvs[0];
+        problem(
+            where(s.rank, s.instr) + " sends " +
+                shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr])
+                    .str() +
+                " to " + where(r.rank, r.instr) +
+                ": their lanes share no samples",
+            {place(s.rank, s.instr), place(r.rank, r.instr)});
+      }
+    }
+    return problems.empty();
+  }
+
+  std::pair<int64_t, int64_t> collectiveGroup(int64_t rank,
+                                              const Instr &in) const {
+    return mimo::collectiveGroup(topology, rank, in);
+  }
+
+  /// Runs every stream with blocking point-to-point operations (a fused
+  /// run is posted at once and completes when all of it has matched) and
+  /// collectives that complete when the whole group has arrived.
+  void simulate() {
+    struct State {
+      int32_t pc = 0, end = 0, pending = 0;
+      bool posted = false;
+    };
+    std::vector<State> state(static_cast<size_t>(topology.worldSize));
+    Rendezvous<Posting> posted;
+    std::vector<int64_t> ready;
+    for (int64_t rank = topology.worldSize; rank-- > 0;)
+      ready.push_back(rank);
+    auto release = [&](int64_t rank) {
+      if (--state[rank].pending == 0)
+        ready.push_back(rank);
+    };
+    size_t finished = 0;
+    while (!ready.empty()) {
+      int64_t rank = ready.back();
+      ready.pop_back();
+      State &s = state[rank];
+      const std::vector<Instr> &stream = streamOf(rank);
+      while (s.pending == 0) {
+        if (s.posted) {
+          s.pc = s.end;
+          s.posted = false;
+        }
+        if (static_cast<size_t>(s.pc) >= stream.size()) {
+          ++finished;
+          break;
+        }
+        s.end = s.pc;
+        while (stream[s.end].fused)
+          ++s.end;
+        ++s.end;
+        s.posted = true;
+        // Count everything first so that matches found while posting
+        // cannot release this rank early.
+        std::vector<std::pair<int32_t, Peers>> ops;
+        for (int32_t i = s.pc; i < s.end; ++i) {
+          Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
+          s.pending += peers.collective ? 1 : int32_t(peers.ranks.size());
+          ops.push_back({i, std::move(peers)});
+        }
+        ++s.pending;
+        for (auto &[i, peers] : ops) {
+          const Instr &in = stream[i];
+          if (peers.collective) {
+            if (auto members = posted.arrive(topology, rank, in, {rank, i})) {
+              for (const Posting &p : *members)
+                if (p.rank != rank)
+                  release(p.rank);
+                else
+                  --s.pending;
+            }
+            continue;
+          }
+          for (int64_t peer : peers.ranks) {
+            std::optional<Posting> met =
+                posted.message(rank, peer, in, {rank, i});
+            if (!met)
+              continue;
+            int64_t other = met->rank;
+            --s.pending;
+            if (other != rank)
+              release(other);
+            else
+              --s.pending;
+          }
+        }
+        --s.pending;
+      }
+    }
+    if (finished == static_cast<size_t>(topology.worldSize))
+      return;
+    reportDeadlock(state, posted);
+  }
+
+  template <typename StateVec>
+  void reportDeadlock(const StateVec &state,
+                      const Rendezvous<Posting> &posted) {
+    // What each blocked rank waits for: the first operation of its posted
+    // run that has not completed.
+    auto waitsFor = [&](int64_t rank) -> std::pair<int64_t, int32_t> {
+      const auto &s = state[rank];
+      const std::vector<Instr> &stream = streamOf(rank);
+      for (int32_t i = s.pc; i < s.end; ++i) {
+        const Instr &in = stream[i];
+        Peers peers = *resolvePeers(topology, rank, in, nullptr);
+        if (peers.collective) {
+          const std::vector<Posting> *members =
+              posted.arrived(topology, rank, in);
+          if (!members)
+            continue;
+          int64_t group = collectiveGroup(rank, in).first;
+          // The smallest member that has not arrived.
+          std::vector<int64_t> arrived;
+          for (const Posting &p : *members)
+            arrived.push_back(p.rank);
+          std::sort(arrived.begin(), arrived.end());
+          for (int64_t member = group; member < topology.worldSize; ++member)
+            if (!std::binary_search(arrived.begin(), arrived.end(), member) &&
+                sameGroup(rank, member, in))
+              return {member, i};
+          continue;
+        }
+        for (int64_t peer : peers.ranks)
+          if (posted.waiting(rank, peer, in))
+            return {peer, i};
+      }
+      return {-1, s.pc};
+    };
+    int64_t start = -1;
+    for (int64_t rank = 0; rank < topology.worldSize; ++rank)
+      if (static_cast<size_t>(state[rank].pc) < streamOf(rank).size()) {
+        start = rank;
+        break;
+      }
+    // Follow the waits-for edges until a rank repeats: that is the cycle.
+    std::vector<int64_t> path;
+    std::map<int64_t, size_t> seen;
+    int64_t rank = start;
+    std::vector<int32_t> instrs;
+    while (rank >= 0 && !seen.count(rank)) {
+      seen[rank] = path.size();
+      path.push_back(rank);
+      if (static_cast<size_t>(state[rank].pc) >= streamOf(rank).size()) {
+        instrs.push_back(-1);
+        break;
+      }
+      auto [next, instr] = waitsFor(rank);
+      instrs.push_back(instr);
+      rank = next;
+    }
+    std::vector<PlanProblem::Place> places;
+    size_t from = rank >= 0 && seen.count(rank) ? seen[rank] : 0;
+    bool finishedPeer = instrs.back() < 0;
+    size_t last = finishedPeer ? path.size() - 1 : path.size();
+    std::string message = "the plan deadlocks: ";
+    for (size_t i = finishedPeer ? 0 : from; i < last; ++i) {
+      int64_t next = i + 1 < path.size() ? path[i + 1] : rank;
+      message += (places.empty() ? "" : ", ") + std::string("rank ") +
+                 std::to_string(path[i]) + " waits at instruction " +
+                 std::to_string(instrs[i]) + " (" +
+                 describeInstr(topology, streamOf(path[i])[instrs[i]]) +
+                 ") for rank " + std::to_string(next);
+      places.push_back(place(path[i], instrs[i]));
+    }
+    if (finishedPeer) {
+      message += ", which has already finished its program";
+    } else {
+      size_t stuck = 0;
+      for (int64_t r = 0; r < topology.worldSize; ++r)
+        stuck += static_cast<size_t>(state[r].pc) < streamOf(r).size();
+      message += " (" + std::to_string(stuck) + " of " +
+                 std::to_string(topology.worldSize) + " ranks are blocked)";
+    }
+    problem(message, places);
+  }
+
+  /// Whether `member` takes part in the collective `rank` is blocked in.
+  bool sameGroup(int64_t rank, int64_t member, const Instr &in) const {
+    return resolvePeers(topology, member, in, nullptr) &&
+           collectiveGroup(member, in) == collectiveGroup(rank, in);
+  }
+};
+
+} // namespace
+
+std::vector<PlanProblem> verifyPrograms(const Topology &topology,
+                                        const std::vector<Program> &programs,
+                                        const std::vector<int32_t> &rankProgram,
+                                        size_t limit) {
+  return Verifier(topology, programs, rankProgram, limit).run();
+}
+
+std::vector<PlanProblem> checkDataflow(const Topology &topology,
+                                       const ProgramSet &compiled,
+                                       const std::vector<Program> &programs,
+                                       const std::vector<int32_t> &rankProgram,
+                                       size_t limit) {
+  std::vector<PlanProblem> problems;
+  auto key = [](const Instr &in) {
+    return std::make_tuple(static_cast<int>(in.op), in.index, in.mb);
+  };
+  using Key = decltype(key(Instr{}));
+  // Each program is checked once, as seen by its first rank.
+  std::vector<bool> checked(programs.size(), false);
+  for (size_t rank = 0; rank < rankProgram.size() && problems.size() < limit;
+       ++rank) {
+    int32_t p = rankProgram[rank];
+    if (p < 0 || static_cast<size_t>(p) >= programs.size() || checked[p] ||
+        rank >= compiled.rankProgram.size())
+      continue;
+    checked[p] = true;
+    const std::vector<Instr> &stream = programs[p].instrs;
+    const std::vector<Instr> &want =
+        compiled.programs[compiled.rankProgram[rank]].instrs;
+    auto problem = [&](int32_t instr, std::string message) {
+      if (problems.size() < limit)
+        problems.push_back({"rank " + std::to_string(rank) + " (role '" +
+                                programs[p].role + "') " + message,
+                            {{int64_t(rank), p, instr}}});
+    };
+    // Position of every instruction in the compiled program.
+    std::map<Key, int32_t> position;
+    for (size_t i = 0; i < want.size(); ++i)
+      position.emplace(key(want[i]), int32_t(i));
+    std::map<Key, int32_t> seen;
+    bool complete = true;
+    for (size_t i = 0; i < stream.size(); ++i) {
+      auto at = position.find(key(stream[i]));
+      if (at == position.end()) {
+        problem(int32_t(i), "runs " + describeInstr(topology, stream[i]) +
+                                ", which its compiled schedule does not have");
+        complete = false;
+      } else if (!seen.emplace(at->first, int32_t(i)).second) {
+        problem(int32_t(i), "runs " + describeInstr(topology, stream[i]) +
+                                " twice (instructions " +
+                                std::to_string(seen[at->first]) + " and " +
+                                std::to_string(i) + ")");
+        complete = false;
+      }
+    }
+    for (const Instr &in : want)
+      if (!seen.count(key(in))) {
+        problem(int32_t(stream.size()),
+                "never runs " + describeInstr(topology, in) +
+                    ", which its compiled schedule needs");
+        complete = false;
+      }
+    if (!complete)
+      continue;
+    // Order: within a microbatch as compiled; an instruction without a
+    // microbatch (reduce_grads, optimizer_step) after everything compiled
+    // before it and before everything compiled after it.
+    std::map<int32_t, std::pair<int32_t, int32_t>> lastOfMicrobatch;
+    int32_t prefixMax = -1, barrier = -1;
+    for (size_t i = 0; i < stream.size(); ++i) {
+      const Instr &in = stream[i];
+      int32_t pos = position[key(in)];
+      bool ordered = true;
+      std::string after;
+      if (!instrInfo(in.op).hasMicrobatch) {
+        ordered = prefixMax < pos && int32_t(i) == pos;
+        barrier = pos;
+      } else {
+        auto last = lastOfMicrobatch.find(in.mb);
+        if (last != lastOfMicrobatch.end() && last->second.first > pos) {
+          ordered = false;
+          after = describeInstr(topology, stream[last->second.second]);
+        }
+        lastOfMicrobatch[in.mb] = {pos, int32_t(i)};
+        // Nothing compiled before a reduction or step may run after it.
+        ordered = ordered && barrier < pos;
+      }
+      if (!ordered) {
+        problem(int32_t(i),
+                "runs " + describeInstr(topology, in) + " at instruction " +
+                    std::to_string(i) +
+                    (after.empty() ? "" : ", after " + after) +
+                    ", out of the order its data needs (compiled position " +
+                    std::to_string(pos) + ")");
+        break;
+      }
+      prefixMax = std::max(prefixMax, pos);
+    }
+  }
+  return problems;
+}
+
+} // namespace mimo
