@@ -146,7 +146,7 @@ public:
                         int64_t cols) = 0;
   virtual void scale(float *data, float alpha, int64_t n) = 0;
   /// Rounds values to bfloat16 in place (round to nearest even), kept as
-  /// floats: what `precision: "bf16"` stores (core/KernelBodies.h).
+  /// floats: what `precision: "bf16"` stores (device/KernelBodies.h).
   virtual void roundToBf16(float *data, int64_t n) = 0;
   /// Values rounded to bfloat16 (as roundToBf16) into a bf16 buffer (their
   /// top 16 bits: half the bytes), and back (exact): how precision "bf16"
