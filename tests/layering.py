@@ -20,7 +20,7 @@ ORDER = [
     "runtime/model", "runtime/checkpoint", "runtime/exec",
     "ir", "passes", "codegen", "tools",
 ]
-SOURCES = (".h", ".cpp", ".cu", ".td")
+SOURCES = (".h", ".cpp", ".cu", ".cuh", ".td")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -4,7 +4,7 @@
 // and the row reductions (RowBodies.h), written once as a functor over an
 // index range: `count()` indices, `operator()(i)` computing output element
 // or column i and nothing else. The CUDA device launches each
-// one as a grid over its indices (cuda/CudaDevice.cu); the CPU tests run
+// one as a grid over its indices (cuda/CudaDeviceImpl.cuh); the CPU tests run
 // the same functors in a plain loop and compare them with the reference
 // kernels of cpu/Kernels.h (tests/unit/KernelBodiesTest.cpp), so the index
 // arithmetic and the math of every GPU kernel are checked on any machine.

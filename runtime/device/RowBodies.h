@@ -22,7 +22,7 @@
 //
 // and, unless its partials are summed, a Combine specialization.
 //
-// The CUDA device launches eachRow (cuda/CudaDevice.cu); runOnHost below
+// The CUDA device launches eachRow (cuda/CudaDeviceImpl.cuh); runOnHost below
 // runs the same program thread by thread in the GPU's order, and the unit
 // tests compare it with the reference kernels of cpu/Kernels.h
 // (tests/unit/KernelBodiesTest.cpp). Arithmetic follows the reference:
