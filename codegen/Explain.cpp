@@ -6,6 +6,7 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/Grid.h"
+#include "runtime/config/Parameters.h"
 #include "runtime/cost/MemoryPlan.h"
 #include "runtime/plan/Schedule.h"
 #include "runtime/plan/Sharding.h"
@@ -122,6 +123,7 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["layout"] = layoutName(t.layout);
   json moduleList = json::array();
   std::vector<double> moduleFlops = moduleFlopsPerStep(plan.config);
+  std::vector<ParamSpec> specs = modelParameters(plan.config);
   size_t modelIndex = 0;
   for (const ModuleConfig &config : plan.config.modules) {
     double flops = moduleFlops[modelIndex++];
@@ -134,6 +136,10 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
     json order = json::array();
     for (Dim dim : g.order())
       order.push_back(dimName(dim));
+    int64_t trainable = 0, frozen = 0;
+    for (const ParamSpec &spec : specs)
+      if (spec.module == config.name)
+        (config.frozen(spec.local) ? frozen : trainable) += spec.size();
     moduleList.push_back(
         json{{"name", module->name},
              {"kind", module->isLanguage ? "language" : "encoder"},
@@ -144,7 +150,10 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              {"dp", g.size(Dim::DP)},
              {"order", order},
              {"flops_per_step", flops},
-             {"flops_per_rank", flops / static_cast<double>(g.size())}});
+             {"flops_per_rank", flops / static_cast<double>(g.size())},
+             {"trainable_params", trainable},
+             {"frozen_params", frozen},
+             {"lr_mult", config.lrMult}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

@@ -225,7 +225,30 @@ std::string renderExplainText(const Explanation &whole,
          number(module["pp"]), number(module["dp"]), order,
          flopsText(module["flops_per_rank"].get<double>())});
   }
-  os << table(modules) << "\n";
+  os << table(modules);
+  // What training changes, when a module freezes or scales anything.
+  std::string recipe;
+  for (const auto &module : explanation["modules"]) {
+    int64_t frozen = module["frozen_params"].get<int64_t>();
+    int64_t trainable = module["trainable_params"].get<int64_t>();
+    double mult = module["lr_mult"].get<double>();
+    if (frozen == 0 && mult == 1.0)
+      continue;
+    recipe += "  " + module["name"].get<std::string>() + ": " +
+              (trainable == 0 ? std::string("frozen")
+                              : std::to_string(trainable) + " of " +
+                                    std::to_string(trainable + frozen) +
+                                    " parameters trained");
+    if (mult != 1.0) {
+      char text[32];
+      std::snprintf(text, sizeof(text), "%g", mult);
+      recipe += std::string(", learning rate x") + text;
+    }
+    recipe += "\n";
+  }
+  if (!recipe.empty())
+    os << "training:\n" << recipe;
+  os << "\n";
 
   std::vector<std::vector<std::string>> ranks = {
       {"ranks", "count", "module", "tp", "cp", "dp", "pp", "pipeline",

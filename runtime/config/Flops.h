@@ -1,8 +1,8 @@
 //===- Flops.h - Model FLOPs of a training step ----------------*- C++ -*-===//
 //
 // The one count of model FLOPs (the metrics' `tflops`, docs/runtime.md;
-// `mimoc explain`'s `model_flops_per_step`): the multiply-adds of the model's matrix
-// products, 2 FLOPs each, forward plus backward = 3 x forward (the usual
+// `mimoc explain`'s `model_flops_per_step`): the multiply-adds of the model's
+// matrix products, 2 FLOPs each, forward plus backward = 3 x forward (the usual
 // MFU convention: no recomputation, no elementwise work, the causal mask's
 // skipped half not counted).
 //

@@ -1,8 +1,8 @@
 //===- Grid.h - Rank <-> coordinate arithmetic of a module grid -*- C++ -*-===//
 //
-// One source of truth for the grid formulas of docs/model-json.md: every module has
-// a (tp, cp, dp, pp) grid over a contiguous rank span, and `order` names the
-// dimensions from fastest- to slowest-varying. The passes, codegen, runtime
+// One source of truth for the grid formulas of docs/model-json.md: every module
+// has a (tp, cp, dp, pp) grid over a contiguous rank span, and `order` names
+// the dimensions from fastest- to slowest-varying. The passes, codegen, runtime
 // and unit tests all use these functions; nothing here depends on MLIR.
 //
 //===----------------------------------------------------------------------===//
@@ -26,7 +26,8 @@ enum class Dim : uint8_t { TP = 0, CP = 1, DP = 2, PP = 3 };
 /// Dimension order, fastest-varying first.
 using DimOrder = std::array<Dim, 4>;
 
-/// The default order of docs/model-json.md: rank = off + tp + TP·(cp + CP·(dp + DP·pp)).
+/// The default order of docs/model-json.md: rank = off + tp + TP·(cp + CP·(dp +
+/// DP·pp)).
 inline constexpr DimOrder kDefaultOrder = {Dim::TP, Dim::CP, Dim::DP, Dim::PP};
 
 /// "tp", "cp", "dp" or "pp".
@@ -138,8 +139,9 @@ struct LayoutResult {
   std::optional<LayoutProblem> problem;
 };
 
-/// docs/model-json.md: all spans equal -> colocated; pairwise disjoint and together
-/// [0, world) -> non-colocated; anything else is a problem naming two spans.
+/// docs/model-json.md: all spans equal -> colocated; pairwise disjoint and
+/// together [0, world) -> non-colocated; anything else is a problem naming two
+/// spans.
 LayoutResult classifyLayout(const std::vector<RankSpan> &spans);
 
 } // namespace mimo

@@ -2,11 +2,11 @@
 
 #include "runtime/config/ModelConfig.h"
 
+#include "runtime/config/ModelConfigParse.h"
 #include "runtime/json/JsonLocator.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/json/JsonValidator.h"
 #include "runtime/support/Limits.h"
-#include "runtime/config/ModelConfigParse.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,8 +26,10 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
        {"micro_batch_size", "num_microbatches", "seq_length", "packing",
         "attention_mask"}},
       {"/modules/N (encoder)",
-       {"name", "kind", "arch", "parallel", "special_token_id"}},
-      {"/modules/N (language)", {"name", "kind", "arch", "parallel"}},
+       {"name", "kind", "arch", "parallel", "special_token_id", "freeze",
+        "lr_mult"}},
+      {"/modules/N (language)",
+       {"name", "kind", "arch", "parallel", "freeze", "lr_mult"}},
       {"/modules/N/arch (encoder)",
        {"feature_dim", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size"}},
@@ -40,12 +42,28 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
        {"source", "path", "eval_path", "tokens_per_sample",
         "text_only_fraction"}},
       {"/train",
-       {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "clip_grad",
-        "lr_schedule", "eval_every", "eval_steps"}},
+       {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "decay_all",
+        "clip_grad", "lr_schedule", "eval_every", "eval_steps"}},
       {"/train/lr_schedule",
        {"warmup_steps", "decay", "decay_steps", "min_lr"}},
   };
   return objects;
+}
+
+bool namePrefixMatches(const std::string &local, const std::string &prefix) {
+  return local.size() >= prefix.size() &&
+         local.compare(0, prefix.size(), prefix) == 0 &&
+         (local.size() == prefix.size() || local[prefix.size()] == '.' ||
+          prefix.back() == '.');
+}
+
+bool ModuleConfig::frozen(const std::string &local) const {
+  if (freezeAll)
+    return true;
+  for (const std::string &prefix : freezePrefixes)
+    if (namePrefixMatches(local, prefix))
+      return true;
+  return false;
 }
 
 const std::vector<std::string> &modelJsonKeys(std::string_view pointer) {
@@ -254,6 +272,9 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto decay = v.number(train, "/train", "weight_decay", 0, false, inf,
                             false, "AdamW decoupled weight decay"))
     t.weightDecay = *decay;
+  if (auto all = v.boolean(train, "/train", "decay_all",
+                           "weight decay on biases and norm weights too"))
+    t.decayAll = *all;
   if (auto clip = v.number(train, "/train", "clip_grad", 0, false, inf, false,
                            "global gradient-norm clip, 0 disables"))
     t.clipGrad = *clip;

@@ -1,17 +1,17 @@
 //===- ModelConfig.h - model.json version 1 --------------------*- C++ -*-===//
 //
-// The validated, defaults-filled form of model.json (docs/model-json.md). Parsing checks
-// the document itself: syntax, keys (with "did you mean"), types, ranges and
-// the relations between fields that do not depend on the rank layout. Grid
-// and layout checks belong to mimo-assign-grids, which reports them at IR
-// locations that point back into model.json.
+// The validated, defaults-filled form of model.json (docs/model-json.md).
+// Parsing checks the document itself: syntax, keys (with "did you mean"),
+// types, ranges and the relations between fields that do not depend on the rank
+// layout. Grid and layout checks belong to mimo-assign-grids, which reports
+// them at IR locations that point back into model.json.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_CONFIG_MODELCONFIG_H
 #define MIMO_RUNTIME_CONFIG_MODELCONFIG_H
 
-#include "runtime/json/Diagnostic.h"
 #include "runtime/config/Grid.h"
+#include "runtime/json/Diagnostic.h"
 
 #include <nlohmann/json.hpp>
 
@@ -47,9 +47,25 @@ struct ModuleConfig {
   int64_t featureDim = 0, vocabSize = 0;
   int64_t hiddenSize = 0, numLayers = 0, numHeads = 0, ffnHiddenSize = 0;
   ParallelConfig parallel;
+  /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
+  /// whose local names begin with one of `freezePrefixes` in whole
+  /// dot-separated parts ("layers" freezes "layers.0.wq", "layers.1" not
+  /// "layers.10.wq").
+  bool freezeAll = false;
+  std::vector<std::string> freezePrefixes;
+  /// Scales the learning rate of the module's parameters.
+  double lrMult = 1.0;
   /// JSON pointer of this module ("/modules/1").
   std::string pointer;
+
+  /// Whether parameter `local` (its name within the module) is frozen.
+  bool frozen(const std::string &local) const;
+  bool freezesAny() const { return freezeAll || !freezePrefixes.empty(); }
 };
+
+/// Whether local parameter name `local` begins with `prefix` in whole
+/// dot-separated parts.
+bool namePrefixMatches(const std::string &local, const std::string &prefix);
 
 struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
@@ -90,6 +106,9 @@ struct TrainConfig {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weightDecay = 0.0;
+  /// Weight decay on every parameter; by default (Megatron's rule) biases
+  /// and norm weights, the parameters of one row, are not decayed.
+  bool decayAll = false;
   /// 0 disables clipping.
   double clipGrad = 1.0;
   LrSchedule lrSchedule;

@@ -2,10 +2,12 @@
 
 #include "runtime/config/ModelConfigParse.h"
 
+#include "runtime/config/Parameters.h"
 #include "runtime/support/Limits.h"
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 
 namespace mimo::detail {
@@ -194,6 +196,33 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseParallel(v, moduleJson, module);
+  if (const json *freeze =
+          v.member(moduleJson, pointer, "freeze", false, "what stays fixed")) {
+    const std::string at = pointer + "/freeze";
+    if (freeze->is_boolean()) {
+      module.freezeAll = freeze->get<bool>();
+    } else if (freeze->is_array()) {
+      for (size_t i = 0; i < freeze->size(); ++i) {
+        const json &prefix = (*freeze)[i];
+        if (prefix.is_string() && !prefix.get<std::string>().empty())
+          module.freezePrefixes.push_back(prefix.get<std::string>());
+        else
+          v.error(at + "/" + std::to_string(i),
+                  "expected a parameter-name prefix (a string such as "
+                  "\"layers\"), found " +
+                      describeJson(prefix) +
+                      "; write the parameter names of docs/model.md");
+      }
+    } else {
+      v.error(at, "expected true, false or an array of parameter-name "
+                  "prefixes, found " +
+                      describeJson(*freeze) +
+                      "; write for example true or [\"patch\", \"layers\"]");
+    }
+  }
+  if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
+                           false, "the module's learning-rate multiplier"))
+    module.lrMult = *mult;
   config.modules.push_back(std::move(module));
 }
 
@@ -266,6 +295,36 @@ void parseModules(Validator &v, const json &root, ModelConfig &config) {
     return;
   }
   const ModuleConfig &lm = config.modules[*language];
+  // Every freeze prefix names some parameter of its module.
+  for (const ModuleConfig &module : config.modules) {
+    if (module.freezePrefixes.empty() || module.hiddenSize <= 0 ||
+        module.numLayers <= 0 || lm.hiddenSize <= 0)
+      continue;
+    std::vector<ParamSpec> specs =
+        stageParameters(module, lm.hiddenSize, false, 1, 0);
+    for (size_t i = 0; i < module.freezePrefixes.size(); ++i) {
+      const std::string &prefix = module.freezePrefixes[i];
+      bool named = false;
+      for (const ParamSpec &spec : specs)
+        named = named || namePrefixMatches(spec.local, prefix);
+      if (named)
+        continue;
+      std::string names;
+      std::vector<std::string> seen;
+      for (const ParamSpec &spec : specs) {
+        std::string head = spec.local.substr(0, spec.local.find('.'));
+        if (std::find(seen.begin(), seen.end(), head) == seen.end()) {
+          seen.push_back(head);
+          names += (names.empty() ? "" : ", ") + ("\"" + head + "\"");
+        }
+      }
+      v.error(module.pointer + "/freeze/" + std::to_string(i),
+              "expected a prefix of a parameter name of module '" +
+                  module.name + "', found \"" + prefix +
+                  "\", which names none; its names begin with " + names +
+                  " (docs/model.md)");
+    }
+  }
   for (const ModuleConfig &module : config.modules)
     if (module.kind == ModuleKind::Encoder && lm.vocabSize > 0 &&
         module.specialTokenId >= lm.vocabSize)

@@ -8,8 +8,8 @@
 #ifndef MIMO_RUNTIME_CONFIG_MODELCONFIGPARSE_H
 #define MIMO_RUNTIME_CONFIG_MODELCONFIGPARSE_H
 
-#include "runtime/json/JsonValidator.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/json/JsonValidator.h"
 
 #include <nlohmann/json.hpp>
 

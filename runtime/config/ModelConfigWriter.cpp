@@ -40,6 +40,13 @@ json toJson(const ModelConfig &config) {
       order.push_back(dimName(dim));
     parallel["order"] = order;
     entry["parallel"] = parallel;
+    // Written only when set: a model without them keeps its digest.
+    if (module.freezeAll)
+      entry["freeze"] = true;
+    else if (!module.freezePrefixes.empty())
+      entry["freeze"] = module.freezePrefixes;
+    if (module.lrMult != 1.0)
+      entry["lr_mult"] = module.lrMult;
     modules.push_back(entry);
   }
   json data = {{"source", config.data.source}};
@@ -81,6 +88,8 @@ json toJson(const ModelConfig &config) {
                    {"min_lr", config.train.lrSchedule.minLr}}},
                  {"eval_every", config.train.evalEvery},
                  {"eval_steps", config.train.evalSteps}}}};
+  if (config.train.decayAll)
+    root["train"]["decay_all"] = true;
   if (config.worldSize)
     root["world_size"] = *config.worldSize;
   return root;

@@ -4,8 +4,8 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
+#include "runtime/support/Limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -231,6 +231,8 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
         *state->config, state->topo->outputHidden, ctx);
     state->stage = state->encoder.get();
   }
+  state->groups =
+      paramGroups(state->stage->params(), *state->config, plan.config.train);
   return state;
 }
 

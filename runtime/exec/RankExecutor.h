@@ -10,10 +10,11 @@
 #ifndef MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
 #define MIMO_RUNTIME_EXEC_RANKEXECUTOR_H
 
-#include "runtime/support/Limits.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/GradBuckets.h"
+#include "runtime/exec/ParamGroups.h"
 #include "runtime/model/Model.h"
+#include "runtime/support/Limits.h"
 
 #include <atomic>
 #include <chrono>
@@ -72,14 +73,14 @@ struct ModuleState {
   /// destroyed before the gradients it writes.
   std::unique_ptr<comm::Channel> channel;
   std::unique_ptr<BucketedReduction> reduction;
+  /// What AdamW updates and how, and what stays frozen.
+  ParamGroups groups;
 };
 
 /// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
 using ChannelFactory =
     std::function<std::unique_ptr<comm::Channel>(int64_t tagChannel)>;
 
-/// How a rank runs beyond what its plan says: how communication overlaps
-/// the compute, and the rows of logits its head computes at once.
 /// Where a rank is, for a watchdog on another thread: the instruction it
 /// runs (null between instructions) and when it started it.
 struct RankProgress {
@@ -87,6 +88,9 @@ struct RankProgress {
   std::atomic<int64_t> step{0}, index{0};
   std::atomic<int64_t> sinceNs{0}; // Clock's time since epoch
 };
+
+/// How a rank runs beyond what its plan says: how communication overlaps
+/// the compute, and the rows of logits its head computes at once.
 
 struct RankOptions {
   /// Gradient bucket size (0: one all-reduce at ReduceGrads).
@@ -136,8 +140,8 @@ public:
   /// Restores parameters and moments from a checkpoint (any layout's).
   void load(const Checkpoint &checkpoint);
 
-  /// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0 makes
-  /// the files before and the checkpoint complete after (atomic).
+  /// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0
+  /// makes the files before and the checkpoint complete after (atomic).
   void save(const std::string &dir, int64_t step, int64_t killDuringSave);
 
   /// Every rank waits for every other.

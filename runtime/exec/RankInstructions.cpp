@@ -4,8 +4,8 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
+#include "runtime/support/Limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -373,6 +373,12 @@ void RankExecutor::optimizerStep() {
     stepLoss = host[1];
     return;
   }
+  // Frozen parameters take no share of the norm (nor of the update).
+  for (auto &m : modules)
+    if (m)
+      for (const auto &[begin, end] : m->groups.frozen)
+        dev.fillZero(m->stage->flat().grads.data() + begin,
+                     (end - begin) * int64_t(sizeof(float)));
   for (auto &m : modules) {
     if (!m || m->coords.dp != 0 || m->coords.cp != 0)
       continue;
@@ -424,8 +430,14 @@ void RankExecutor::optimizerStep() {
     if (!m)
       continue;
     FlatParams &flat = m->stage->flat();
-    dev.adamw(flat.values.data(), flat.grads.data(), flat.m.data(),
-              flat.v.data(), flat.total, adam);
+    for (const OptimizerRun &run : m->groups.trainable) {
+      device::AdamWStep group = adam;
+      group.lr = adam.lr * m->config->lrMult;
+      group.weightDecay = run.decay ? train.weightDecay : 0.0;
+      dev.adamw(flat.values.data() + run.begin, flat.grads.data() + run.begin,
+                flat.m.data() + run.begin, flat.v.data() + run.begin,
+                run.end - run.begin, group);
+    }
     dev.fillZero(flat.grads.raw(), flat.grads.bytes());
     m->stage->refreshWorking();
   }

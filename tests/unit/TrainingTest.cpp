@@ -8,11 +8,12 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/cost/MemoryPlan.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
-#include "runtime/plan/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/exec/MemoryCheck.h"
+#include "runtime/exec/ParamGroups.h"
+#include "runtime/plan/PlanFile.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>
@@ -229,6 +230,125 @@ TEST(MemoryPlan, MimoRunRefusesWhatWillNotFit) {
       plan, all, device::DeviceKind::Cuda, 2, 1, gpuZeroIsFull);
   ASSERT_TRUE(gpu);
   EXPECT_NE(gpu->find("on GPU 0 for ranks 0 2 4 6"), std::string::npos) << *gpu;
+}
+
+/// A parameter of `rows` rows at [begin, end) of the flat buffers.
+exec::Param param(const std::string &name, int64_t rows, int64_t begin,
+                  int64_t end) {
+  exec::Param p;
+  p.name = name;
+  p.globalRows = rows;
+  p.rowEnd = 1;
+  p.colEnd = end - begin;
+  p.flatBegin = begin;
+  p.flatEnd = end;
+  return p;
+}
+
+TEST(ParamGroups, FreezePrefixesDecayRuleAndMergedStretches) {
+  // Flat order: a norm weight, two matrices, a bias, a matrix of layer 1.
+  std::vector<exec::Param> params;
+  params.push_back(param("enc.layers.0.wq", 8, 4, 12));
+  params.push_back(param("enc.layers.0.ln1.weight", 1, 0, 4));
+  params.push_back(param("enc.layers.0.fc1", 8, 12, 20));
+  params.push_back(param("enc.layers.1.wq", 8, 24, 32));
+  params.push_back(param("enc.layers.0.ln1.bias", 1, 20, 24));
+  params.push_back(param("enc.patch.weight", 8, 32, 40));
+
+  ModuleConfig module;
+  module.name = "enc";
+  TrainConfig train;
+  // No weight decay: every trainable stretch is one run.
+  exec::ParamGroups g = exec::paramGroups(params, module, train);
+  ASSERT_EQ(g.trainable.size(), 1u);
+  EXPECT_EQ(g.trainable[0], (exec::OptimizerRun{0, 40, true}));
+  EXPECT_TRUE(g.frozen.empty());
+  // Weight decay skips the parameters of one row (Megatron's rule).
+  train.weightDecay = 0.1;
+  g = exec::paramGroups(params, module, train);
+  std::vector<exec::OptimizerRun> expected = {
+      {0, 4, false}, {4, 20, true}, {20, 24, false}, {24, 40, true}};
+  EXPECT_EQ(g.trainable, expected);
+  train.decayAll = true;
+  g = exec::paramGroups(params, module, train);
+  ASSERT_EQ(g.trainable.size(), 1u);
+  EXPECT_EQ(g.trainable[0], (exec::OptimizerRun{0, 40, true}));
+  // "layers.0" freezes layer 0 only (whole dot-separated parts: not
+  // "layers.0x"), "patch" the patch embedding.
+  module.freezePrefixes = {"layers.0", "patch"};
+  train.decayAll = false;
+  g = exec::paramGroups(params, module, train);
+  EXPECT_EQ(g.trainable, (std::vector<exec::OptimizerRun>{{24, 32, true}}));
+  EXPECT_EQ(g.frozen,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 24}, {32, 40}}));
+  EXPECT_EQ(g.trainableElements, 8);
+  EXPECT_EQ(g.frozenElements, 32);
+  module.freezePrefixes.clear();
+  module.freezeAll = true;
+  g = exec::paramGroups(params, module, train);
+  EXPECT_TRUE(g.trainable.empty());
+  EXPECT_EQ(g.frozen, (std::vector<std::pair<int64_t, int64_t>>{{0, 40}}));
+}
+
+TEST(ParamGroups, PrefixesMatchWholeParts) {
+  EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers"));
+  EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers.1"));
+  EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers.1."));
+  EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers.1.wq"));
+  EXPECT_FALSE(namePrefixMatches("layers.10.wq", "layers.1"));
+  EXPECT_FALSE(namePrefixMatches("layers.1.wq", "lay"));
+  EXPECT_FALSE(namePrefixMatches("patch", "patch.weight"));
+}
+
+TEST(ModelJson, FreezeLrMultAndDecayAllRoundTripAndAreChecked) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  m["modules"][0]["freeze"] = {"patch", "layers"};
+  m["modules"][0]["lr_mult"] = 0.1;
+  m["modules"][1]["freeze"] = true;
+  m["train"]["decay_all"] = true;
+  ParseResult parsed = parseModelConfig(m.dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << parsed.diagnostics[0].message;
+  const ModelConfig &c = *parsed.config;
+  EXPECT_EQ(c.modules[0].freezePrefixes,
+            (std::vector<std::string>{"patch", "layers"}));
+  EXPECT_DOUBLE_EQ(c.modules[0].lrMult, 0.1);
+  EXPECT_TRUE(c.modules[1].freezeAll);
+  EXPECT_TRUE(c.train.decayAll);
+  EXPECT_TRUE(c.modules[0].frozen("layers.1.fc1"));
+  EXPECT_FALSE(c.modules[0].frozen("projection.fc1.weight"));
+  // The canonical form keeps them, and leaves them out when unset.
+  json canonical = toJson(c);
+  EXPECT_EQ(canonical["modules"][0]["freeze"], json({"patch", "layers"}));
+  EXPECT_EQ(canonical["modules"][1]["freeze"], true);
+  EXPECT_EQ(canonical["train"]["decay_all"], true);
+  json plain = toJson(
+      *parseModelConfig(test::readExample("vlm-fan-in.json"), "m.json").config);
+  EXPECT_FALSE(plain["modules"][0].contains("freeze"));
+  EXPECT_FALSE(plain["modules"][0].contains("lr_mult"));
+  EXPECT_FALSE(plain["train"].contains("decay_all"));
+  // Errors name the pointer.
+  auto error = [&](json bad) {
+    ParseResult r = parseModelConfig(bad.dump(), "m.json");
+    EXPECT_FALSE(r.config);
+    return r.diagnostics.empty()
+               ? std::string()
+               : r.diagnostics[0].pointer + ": " + r.diagnostics[0].message;
+  };
+  json bad = m;
+  bad["modules"][0]["freeze"] = {"layer"};
+  EXPECT_EQ(error(bad).rfind("/modules/0/freeze/0: expected a prefix of a "
+                             "parameter name of module 'images', found "
+                             "\"layer\"",
+                             0),
+            0u);
+  bad["modules"][0]["freeze"] = "layers";
+  EXPECT_EQ(error(bad).rfind("/modules/0/freeze: expected true, false or an "
+                             "array",
+                             0),
+            0u);
+  bad = m;
+  bad["modules"][0]["lr_mult"] = 0;
+  EXPECT_EQ(error(bad).rfind("/modules/0/lr_mult:", 0), 0u);
 }
 
 } // namespace

@@ -1,0 +1,214 @@
+//===- RecipeTest.cpp - Frozen modules, parameter groups, lr_mult ---------===//
+//
+// docs/model.md "Optimizer" and docs/model-json.md: freezing (whole modules
+// or parameter-name prefixes), weight decay off biases and norm weights,
+// a module's lr_mult. Every layout with a recipe trains like its one-rank
+// reference with the same recipe; frozen tensors never change.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/checkpoint/Safetensors.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanFile.h"
+#include "tests/e2e/Layouts.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+using namespace mimo;
+using nlohmann::json;
+
+namespace {
+
+Plan planOf(const json &model) {
+  return test::requirePlan(
+      test::requireConfig(parseModelConfig(model.dump(), "model.json")));
+}
+
+double relative(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
+}
+
+exec::RunResult train(const Plan &plan, int64_t steps,
+                      const std::string &saveDir = "") {
+  exec::RunOptions options;
+  options.steps = steps;
+  options.timeoutSeconds = 120;
+  options.saveDir = saveDir;
+  return exec::runLocal(plan, options);
+}
+
+/// LLaVA stage 2 on a layout: the encoder's body frozen, its projector at a
+/// tenth of the learning rate, the language model trained, weight decay on.
+json stageTwo(json model) {
+  for (json &module : model["modules"])
+    if (module["kind"] == "encoder") {
+      module["freeze"] = {"patch", "layers"};
+      module["lr_mult"] = 0.1;
+    }
+  model["train"]["weight_decay"] = 0.1;
+  return model;
+}
+
+/// Every F32 tensor of a safetensors file.
+std::map<std::string, std::vector<float>> tensorsOf(const std::string &path) {
+  std::map<std::string, std::vector<float>> tensors;
+  std::string error;
+  std::optional<safetensors::Header> header =
+      safetensors::readHeader(path, error);
+  EXPECT_TRUE(header) << error;
+  if (!header)
+    return tensors;
+  std::ifstream in(path, std::ios::binary);
+  for (const safetensors::TensorEntry &t : header->tensors) {
+    EXPECT_EQ(t.dtype, "F32") << t.name;
+    std::vector<float> values(static_cast<size_t>((t.end - t.begin) / 4));
+    in.seekg(header->dataOffset + t.begin);
+    in.read(reinterpret_cast<char *>(values.data()), t.end - t.begin);
+    tensors[t.name] = std::move(values);
+  }
+  return tensors;
+}
+
+std::string scratch(const std::string &name) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("mimo-recipe-" + name + "-" + std::to_string(getpid())))
+                        .string();
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(Recipes, EveryLayoutWithFrozenPartsMatchesItsReference) {
+  for (const char *file :
+       {"vlm-fan-in.json", "vlm-fan-out.json", "vlm-colocated.json",
+        "vlm-colocated-pp2.json", "avlm.json"}) {
+    SCOPED_TRACE(file);
+    Plan plan = planOf(stageTwo(test::example(file)));
+    exec::RunResult distributed = train(plan, 3);
+    ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+    std::string error;
+    std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+    ASSERT_TRUE(single) << error;
+    exec::RunResult reference = train(*single, 3);
+    ASSERT_EQ(reference.exitCode, 0) << reference.error;
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
+                1e-5)
+          << "step " << s + 1;
+      EXPECT_LE(
+          relative(distributed.steps[s].gradNorm, reference.steps[s].gradNorm),
+          1e-5)
+          << "step " << s + 1;
+    }
+    EXPECT_LT(distributed.steps[2].loss, distributed.steps[0].loss);
+  }
+  // The language model frozen too (LLaVA stage 1, the encoder's body
+  // frozen): only the projector trains, under CP and SP as well.
+  json stageOne = stageTwo(test::example("vlm-fan-in.json"));
+  stageOne["modules"][1]["freeze"] = true;
+  stageOne["modules"][1]["parallel"] = {
+      {"tp", 2}, {"cp", 2}, {"sequence_parallel", true}, {"rank_offset", 4}};
+  Plan plan = planOf(stageOne);
+  exec::RunResult distributed = train(plan, 3);
+  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+  std::string error;
+  exec::RunResult reference =
+      train(*exec::referencePlan(plan.config, &error), 3);
+  ASSERT_EQ(reference.exitCode, 0) << reference.error;
+  for (size_t s = 0; s < 3; ++s)
+    EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
+              1e-5)
+        << "stage 1, step " << s + 1;
+}
+
+TEST(Recipes, FrozenTensorsNeverChangeAndHoldNoMoments) {
+  json model = stageTwo(test::example("vlm-fan-in.json"));
+  model["modules"][1]["freeze"] = {"layers.0", "embedding"};
+  Plan plan = planOf(model);
+  std::string early = scratch("early"), late = scratch("late");
+  ASSERT_EQ(train(plan, 1, early).exitCode, 0);
+  ASSERT_EQ(train(plan, 3, late).exitCode, 0);
+  auto a = tensorsOf(early + "/step-1/model.safetensors");
+  auto b = tensorsOf(late + "/step-3/model.safetensors");
+  auto moments = tensorsOf(late + "/step-3/optimizer.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  size_t frozen = 0, trained = 0;
+  for (const auto &[name, values] : b) {
+    size_t dot = name.find('.');
+    const ModuleConfig &module = *std::find_if(
+        plan.config.modules.begin(), plan.config.modules.end(),
+        [&](const ModuleConfig &m) { return m.name == name.substr(0, dot); });
+    const std::string local = name.substr(dot + 1);
+    if (module.frozen(local)) {
+      ++frozen;
+      // Bitwise what they were after step 1 (and at the start: norm
+      // weights start at 1, biases at 0).
+      EXPECT_EQ(std::memcmp(values.data(), a[name].data(), values.size() * 4),
+                0)
+          << name << " changed";
+      if (local.find("norm") != std::string::npos ||
+          local.find("ln") != std::string::npos) {
+        for (float v : values) {
+          ASSERT_EQ(v, local.find("bias") != std::string::npos ? 0.0f : 1.0f)
+              << name;
+        }
+      }
+      for (const auto &[key, moment] : moments) {
+        if (key.find(name) == std::string::npos)
+          continue;
+        for (float v : moment) {
+          ASSERT_EQ(v, 0.0f) << key << ": a frozen tensor's moment";
+        }
+      }
+    } else {
+      ++trained;
+      EXPECT_NE(std::memcmp(values.data(), a[name].data(), values.size() * 4),
+                0)
+          << name << " did not train";
+    }
+  }
+  EXPECT_GT(frozen, 10u);
+  EXPECT_GT(trained, 10u);
+  std::filesystem::remove_all(early);
+  std::filesystem::remove_all(late);
+}
+
+TEST(Recipes, DecayRuleAndLearningRateMultiplier) {
+  // Biases and norm weights decay only with decay_all: the two differ
+  // under weight decay and agree without it.
+  json model = test::example("vlm-fan-in.json");
+  model["train"]["weight_decay"] = 0.5;
+  json all = model;
+  all["train"]["decay_all"] = true;
+  exec::RunResult skip = train(planOf(model), 3), every = train(planOf(all), 3);
+  ASSERT_EQ(skip.exitCode, 0) << skip.error;
+  ASSERT_EQ(every.exitCode, 0) << every.error;
+  EXPECT_NE(skip.steps[2].loss, every.steps[2].loss);
+  model["train"]["weight_decay"] = 0.0;
+  all["train"]["weight_decay"] = 0.0;
+  EXPECT_EQ(train(planOf(model), 3).steps[2].loss,
+            train(planOf(all), 3).steps[2].loss);
+  // lr_mult 2 on every module trains as twice the learning rate.
+  json doubled = test::example("vlm-fan-in.json");
+  json mult = doubled;
+  doubled["train"]["lr"] = 2 * doubled["train"].value("lr", 1e-3);
+  for (json &module : mult["modules"])
+    module["lr_mult"] = 2.0;
+  exec::RunResult a = train(planOf(doubled), 3), b = train(planOf(mult), 3);
+  ASSERT_EQ(a.exitCode, 0) << a.error;
+  ASSERT_EQ(b.exitCode, 0) << b.error;
+  for (size_t s = 0; s < 3; ++s)
+    EXPECT_LE(relative(a.steps[s].loss, b.steps[s].loss), 1e-6);
+  // And lr_mult 2 on the encoder alone is another run.
+  json encoderOnly = test::example("vlm-fan-in.json");
+  encoderOnly["modules"][0]["lr_mult"] = 2.0;
+  EXPECT_NE(train(planOf(encoderOnly), 3).steps[2].loss,
+            train(planOf(test::example("vlm-fan-in.json")), 3).steps[2].loss);
+}
+
+} // namespace
