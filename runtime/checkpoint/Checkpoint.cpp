@@ -2,12 +2,12 @@
 
 #include "runtime/checkpoint/Checkpoint.h"
 
-#include "runtime/support/InputFile.h"
-#include "runtime/json/JsonReader.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/support/Limits.h"
 #include "runtime/config/Parameters.h"
+#include "runtime/json/JsonReader.h"
 #include "runtime/model/Model.h"
+#include "runtime/support/InputFile.h"
+#include "runtime/support/Limits.h"
 #include "runtime/support/Random.h"
 
 #include <cerrno>
@@ -129,8 +129,11 @@ void transferBlock(File &file, const safetensors::Header &header,
   if (!entry)
     throw std::runtime_error("checkpoint: no tensor '" + name + "'");
   int64_t rows = p.rowEnd - p.rowBegin, cols = p.colEnd - p.colBegin;
+  // A frozen parameter keeps no moments: zeros are written, and what a
+  // checkpoint holds is checked and dropped.
+  const bool absent = t.size() == 0 && rows * cols > 0;
   std::vector<float> host;
-  if (write)
+  if (write && !absent)
     host = t.toHost();
   else
     host.resize(static_cast<size_t>(rows * cols));
@@ -168,7 +171,7 @@ void transferBlock(File &file, const safetensors::Header &header,
                                               : "") +
             "; the checkpoint is damaged: load an earlier step");
       }
-    if (!host.empty())
+    if (!host.empty() && !absent)
       t.device().upload(t.raw(), host.data(), t.bytes());
   }
 }

@@ -160,17 +160,23 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
               ? t.microbatches // every microbatch forward before the pipeline
               : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
       for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {
-        int64_t params = 0, values = 0;
+        // Frozen parameters (`freeze`) keep no moments and share one
+        // scratch gradient: the largest of them.
+        int64_t params = 0, values = 0, trainable = 0, scratch = 0;
         for (const ParamSpec &spec : specs) {
           int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
           params += n;
           values += padded(n);
+          if (module->frozen(spec.local))
+            scratch = std::max(scratch, padded(n));
+          else
+            trainable += padded(n);
         }
         // The gradient all-reduce over DP x CP stages every other member's
         // buffer plus an accumulator (comm/Comm.cpp).
         double group =
             static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
-        double staging = group > 1 ? kFloat * group * values : 0;
+        double staging = group > 1 ? kFloat * group * trainable : 0;
         double activations = std::max(
             static_cast<double>(inFlight) * mb.saved + mb.working, staging);
         for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
@@ -183,9 +189,10 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           double copies = config.precision == "bf16" ? 1.5 : 1.0;
           r.paramBytes =
               saturatingAdd(r.paramBytes, saturate(values * 4.0 * copies));
-          r.gradBytes = saturatingAdd(r.gradBytes, saturate(values * 4.0));
+          r.gradBytes =
+              saturatingAdd(r.gradBytes, saturate((trainable + scratch) * 4.0));
           r.optimizerBytes =
-              saturatingAdd(r.optimizerBytes, saturate(values * 8.0));
+              saturatingAdd(r.optimizerBytes, saturate(trainable * 8.0));
           r.activationBytes =
               saturatingAdd(r.activationBytes, saturate(activations));
         }

@@ -3,10 +3,10 @@
 #include "runtime/exec/Calibrate.h"
 
 #include "runtime/comm/Comm.h"
-#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <algorithm>
 #include <chrono>

@@ -5,10 +5,10 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/support/Limits.h"
-#include "runtime/support/OutputFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/model/Model.h"
+#include "runtime/support/Limits.h"
+#include "runtime/support/OutputFile.h"
 
 #include <nlohmann/json.hpp>
 

@@ -13,12 +13,12 @@
 #ifndef MIMO_RUNTIME_EXEC_EXECUTOR_H
 #define MIMO_RUNTIME_EXEC_EXECUTOR_H
 
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/plan/PlanFile.h"
-#include "runtime/device/Device.h"
-#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/data/Data.h"
+#include "runtime/device/Device.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <functional>
 #include <memory>
@@ -79,9 +79,10 @@ struct RunOptions {
   /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
   /// shared by the ranks of this process (or of this node under mpirun).
   int threads = 0;
-  /// Checkpoints (docs/checkpoints.md): written to saveDir after every saveEvery-th
-  /// step (0: only after the last); `resume` (checked by openCheckpoint)
-  /// restores a run, which then trains the steps after its step.
+  /// Checkpoints (docs/checkpoints.md): written to saveDir after every
+  /// saveEvery-th step (0: only after the last); `resume` (checked by
+  /// openCheckpoint) restores a run, which then trains the steps after its
+  /// step.
   std::string saveDir;
   int64_t saveEvery = 0;
   std::shared_ptr<const Checkpoint> resume;

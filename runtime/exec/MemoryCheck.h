@@ -1,17 +1,17 @@
 //===- MemoryCheck.h - Will the plan fit, before anything is allocated -*- C++
 //-*-===//
 //
-// docs/tune.md: mimo-run compares the memory plan's estimate (cost/MemoryPlan.h)
-// of the ranks this process runs with what their devices have, and refuses
-// a layout that would not fit, naming the ranks, the estimate and what
-// would help, before a single parameter is allocated.
+// docs/tune.md: mimo-run compares the memory plan's estimate
+// (cost/MemoryPlan.h) of the ranks this process runs with what their devices
+// have, and refuses a layout that would not fit, naming the ranks, the estimate
+// and what would help, before a single parameter is allocated.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_EXEC_MEMORYCHECK_H
 #define MIMO_RUNTIME_EXEC_MEMORYCHECK_H
 
-#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Device.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <cstdint>
 #include <optional>

@@ -33,8 +33,8 @@ struct OptimizerRun {
 struct ParamGroups {
   /// What AdamW updates, adjacent stretches of one setting merged.
   std::vector<OptimizerRun> trainable;
-  /// Stretches of frozen parameters: their gradients are zeroed before the
-  /// norm, their values and moments never change.
+  /// Stretches of frozen parameters (after the trainable ones: no moments,
+  /// no gradient of their own, model/Model.h); their values never change.
   std::vector<std::pair<int64_t, int64_t>> frozen;
   /// This rank's elements of each kind.
   int64_t trainableElements = 0, frozenElements = 0;

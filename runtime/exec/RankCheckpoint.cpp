@@ -4,8 +4,8 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
-#include "runtime/support/Limits.h"
 #include "runtime/device/Devices.h"
+#include "runtime/support/Limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -39,8 +39,8 @@ void RankExecutor::load(const Checkpoint &checkpoint) {
   dev.synchronize();
 }
 
-/// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0 makes
-/// the files before and the checkpoint complete after (atomic).
+/// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0
+/// makes the files before and the checkpoint complete after (atomic).
 void RankExecutor::save(const std::string &dir, int64_t step,
                         int64_t killDuringSave) {
   CheckpointFiles files = checkpointFiles(plan.config);

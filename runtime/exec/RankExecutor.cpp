@@ -245,8 +245,8 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
         in.op == InstrOp::Backward && in.index == static_cast<int64_t>(m.index);
   std::vector<Param> &params = m.stage->params();
   std::vector<ParamSlot> slots;
-  for (const Param &p : params)
-    slots.push_back({p.flatBegin, p.flatEnd,
+  for (const Param &p : params) // frozen: an empty slot, never reduced
+    slots.push_back({p.frozen ? 0 : p.flatBegin, p.frozen ? 0 : p.flatEnd,
                      p.partialUnderSp     ? 0
                      : p.replicatedOverTp ? 1
                                           : 2});

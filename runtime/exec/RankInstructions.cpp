@@ -356,7 +356,7 @@ void RankExecutor::reduceGrads(ModuleState &m) {
         m.reduction->finish(dev, flat.spPartial);
     channelSpans.insert(channelSpans.end(), spans.begin(), spans.end());
   } else if (m.dpcpGroup.size() > 1) {
-    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.total);
+    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.trainable);
   }
 }
 
@@ -373,19 +373,14 @@ void RankExecutor::optimizerStep() {
     stepLoss = host[1];
     return;
   }
-  // Frozen parameters take no share of the norm (nor of the update).
-  for (auto &m : modules)
-    if (m)
-      for (const auto &[begin, end] : m->groups.frozen)
-        dev.fillZero(m->stage->flat().grads.data() + begin,
-                     (end - begin) * int64_t(sizeof(float)));
   for (auto &m : modules) {
     if (!m || m->coords.dp != 0 || m->coords.cp != 0)
       continue;
     // Each replica once: replicated parameters on TP rank 0 only.
     FlatParams &flat = m->stage->flat();
     int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
-    dev.sumSquaresInto(flat.grads.data() + from, flat.total - from, sums);
+    // Frozen parameters (after `trainable`) take no share of the norm.
+    dev.sumSquaresInto(flat.grads.data() + from, flat.trainable - from, sums);
   }
   double peak = static_cast<double>(dev.peakBytes());
   dev.upload(sums + 2 + rank, &peak, sizeof(peak));
@@ -450,6 +445,8 @@ std::string RankExecutor::firstNonFiniteGradient() {
     if (!m)
       continue;
     for (Param &p : m->stage->params()) {
+      if (p.frozen)
+        continue; // its gradient is scratch nobody reads
       std::vector<float> host = p.grad.toHost();
       for (size_t i = 0; i < host.size(); ++i)
         if (!std::isfinite(host[i])) {

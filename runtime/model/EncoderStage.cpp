@@ -2,10 +2,10 @@
 
 #include "runtime/model/Model.h"
 
-#include "runtime/plan/Sharding.h"
 #include "runtime/model/ModelOps.h"
-#include "runtime/support/Random.h"
 #include "runtime/model/TransformerLayer.h"
+#include "runtime/plan/Sharding.h"
+#include "runtime/support/Random.h"
 
 #include <cmath>
 #include <cstring>
@@ -32,7 +32,7 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
     : Stage(std::move(context)), featureDim(module.featureDim),
       hiddenSize(module.hiddenSize), outHidden(outputHidden) {
   buildParameters(
-      stageParameters(module, outputHidden, false, ctx.pp, ctx.ppRank));
+      stageParameters(module, outputHidden, false, ctx.pp, ctx.ppRank), module);
   if (isFirst()) {
     patchW = indexOf("patch.weight");
     patchB = indexOf("patch.bias");

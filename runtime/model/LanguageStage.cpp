@@ -2,10 +2,10 @@
 
 #include "runtime/model/Model.h"
 
-#include "runtime/plan/Sharding.h"
 #include "runtime/model/ModelOps.h"
-#include "runtime/support/Random.h"
 #include "runtime/model/TransformerLayer.h"
+#include "runtime/plan/Sharding.h"
+#include "runtime/support/Random.h"
 
 #include <cmath>
 #include <cstring>
@@ -34,7 +34,8 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
   vocabLocal = vocab / ctx.tp;
   buildParameters(stageParameters(module, hiddenSize,
                                   ctx.sequenceParallel && ctx.tp > 1, ctx.pp,
-                                  ctx.ppRank));
+                                  ctx.ppRank),
+                  module);
   if (isFirst())
     embedding = indexOf("embedding");
   auto [begin, end] = stageLayers(module.numLayers, ctx.pp, ctx.ppRank);

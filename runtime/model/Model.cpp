@@ -2,10 +2,10 @@
 
 #include "runtime/model/Model.h"
 
-#include "runtime/plan/Sharding.h"
 #include "runtime/model/ModelOps.h"
-#include "runtime/support/Random.h"
 #include "runtime/model/TransformerLayer.h"
+#include "runtime/plan/Sharding.h"
+#include "runtime/support/Random.h"
 
 #include <cmath>
 #include <cstring>
@@ -31,7 +31,8 @@ Tensor Stage::layersBackward(std::vector<LayerCache> &caches, Tensor dx,
 // Parameters
 //===----------------------------------------------------------------------===//
 
-void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
+void Stage::buildParameters(const std::vector<ParamSpec> &specs,
+                            const ModuleConfig &module) {
   for (const ParamSpec &spec : specs) {
     ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank);
     Param p;
@@ -44,6 +45,7 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs) {
     p.globalCols = spec.cols;
     p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
     p.partialUnderSp = spec.partialUnderSp && p.replicatedOverTp;
+    p.frozen = module.frozen(spec.local);
     int64_t rows = block.rowEnd - block.rowBegin;
     int64_t cols = block.colEnd - block.colBegin;
     float scale = spec.scale > 0
@@ -81,26 +83,31 @@ size_t Stage::indexOf(const std::string &local) const {
 }
 
 void Stage::finalizeParameters() {
-  // Flat layout: SP-partial replicated, other replicated, sharded; each
-  // parameter at a multiple of 64 values (256 bytes, what GEMM libraries
-  // align to), the padding zero in every buffer (AdamW keeps it zero).
+  // Flat layout: SP-partial replicated, other replicated, sharded, frozen;
+  // each parameter at a multiple of 64 values (256 bytes, what GEMM
+  // libraries align to), the padding zero in every buffer (AdamW keeps it
+  // zero).
   auto group = [](const Param &p) {
-    return p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
+    return p.frozen ? 3 : p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
   };
   auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
   std::vector<int64_t> offset(parameters.size());
   FlatParams &f = flatParams;
-  int64_t at = 0;
-  for (int g = 0; g < 3; ++g) {
+  int64_t at = 0, scratch = 0;
+  for (int g = 0; g < 4; ++g) {
     for (size_t i = 0; i < parameters.size(); ++i)
       if (group(parameters[i]) == g) {
         offset[i] = at;
         at += aligned(parameters[i].size());
+        if (g == 3)
+          scratch = std::max(scratch, aligned(parameters[i].size()));
       }
     if (g == 0)
       f.spPartial = at;
     if (g == 1)
       f.replicated = at;
+    if (g == 2)
+      f.trainable = at;
   }
   f.total = at;
   std::vector<float> values(static_cast<size_t>(at), 0.0f);
@@ -108,18 +115,24 @@ void Stage::finalizeParameters() {
     std::copy(initialValues[i].begin(), initialValues[i].end(),
               values.begin() + offset[i]);
   f.values = Tensor::fromHost(values);
-  f.grads = zeros(at);
-  f.m = zeros(at);
-  f.v = zeros(at);
+  // Frozen parameters' gradients land in one scratch after the trainable
+  // ones (the weight GEMMs still write them; nothing reads them).
+  f.grads = zeros(f.trainable + scratch);
+  f.m = zeros(f.trainable);
+  f.v = zeros(f.trainable);
   if (ctx.bf16)
     f.working = Tensor::empty(at, device::DType::BF16);
   for (size_t i = 0; i < parameters.size(); ++i) {
     Param &p = parameters[i];
     p.value = f.values.view(offset[i], p.size());
     p.work = (ctx.bf16 ? f.working : f.values).view(offset[i], p.size());
-    p.grad = f.grads.view(offset[i], p.size());
-    p.m = f.m.view(offset[i], p.size());
-    p.v = f.v.view(offset[i], p.size());
+    if (p.frozen) {
+      p.grad = f.grads.view(f.trainable, p.size());
+    } else {
+      p.grad = f.grads.view(offset[i], p.size());
+      p.m = f.m.view(offset[i], p.size());
+      p.v = f.v.view(offset[i], p.size());
+    }
     p.flatBegin = offset[i];
     p.flatEnd = offset[i] + aligned(p.size());
   }

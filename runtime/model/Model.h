@@ -26,13 +26,13 @@
 #define MIMO_RUNTIME_MODEL_MODEL_H
 
 #include "runtime/comm/Comm.h"
-#include "runtime/cost/MemoryPlan.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
-#include "runtime/plan/Plan.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "runtime/data/Data.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
-#include "runtime/data/Data.h"
+#include "runtime/plan/Plan.h"
 
 #include <cmath>
 #include <functional>
@@ -65,6 +65,10 @@ struct Param {
   /// Under SP, each TP rank's gradient covers its sequence shard only and
   /// must be summed over the TP group.
   bool partialUnderSp = false;
+  /// Never updated (the module's `freeze`): no moments (m and v empty), its
+  /// gradient a view of scratch that every frozen parameter shares and
+  /// nothing reads.
+  bool frozen = false;
   int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }
   /// The working values as a GEMM operand: fp32, or bf16 bits.
   device::Bf16Operand weight() const {
@@ -74,16 +78,18 @@ struct Param {
   }
 };
 
-/// A stage's parameters in one allocation per role, laid out in three
-/// groups: [replicated and SP-partial | other replicated | TP-sharded], so
-/// the SP-partial gradients are a prefix (summed over TP) and the sharded
-/// ones a suffix (each TP rank's own share of the norm).
+/// A stage's parameters in one allocation per role, laid out in four
+/// groups: [replicated and SP-partial | other replicated | TP-sharded |
+/// frozen], so the SP-partial gradients are a prefix (summed over TP), the
+/// sharded ones follow (each TP rank's own share of the norm) and the
+/// trainable ones end at `trainable`. `grads`, `m` and `v` cover
+/// [0, trainable) only (grads plus the frozen parameters' shared scratch).
 struct FlatParams {
   Tensor values, grads, m, v;
   /// bf16 only: the working weights, `values` rounded to bfloat16 and
   /// held as bf16.
   Tensor working;
-  int64_t spPartial = 0, replicated = 0, total = 0;
+  int64_t spPartial = 0, replicated = 0, trainable = 0, total = 0;
 };
 
 /// A rank's place in one module's grid, with the groups it computes with.
@@ -153,7 +159,8 @@ protected:
   /// Creates this rank's block of each parameter (config/Parameters.h), its
   /// initial values a pure function of (seed, module, name, global index),
   /// in flat buffers (finalizeParameters).
-  void buildParameters(const std::vector<ParamSpec> &specs);
+  void buildParameters(const std::vector<ParamSpec> &specs,
+                       const ModuleConfig &module);
   /// The index of parameter `local` of this stage's module.
   size_t indexOf(const std::string &local) const;
   /// Allocates the flat buffers, uploads the initial values and points

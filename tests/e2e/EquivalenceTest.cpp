@@ -520,6 +520,32 @@ TEST(MemoryPlan, EstimateBoundsTheMeasuredPeakOfEveryLayout) {
 /// backward: the peak beyond the parameters and their state falls well
 /// below fp32's, and the estimate, which counts them at two bytes, still
 /// bounds the peak.
+TEST(MemoryPlan, FrozenParametersKeepNoGradientsOrMoments) {
+  // LLaVA stage 1: the language model and the encoder's body frozen. The
+  // estimate still bounds the measured peak, the frozen ranks hold no
+  // moments and one scratch gradient, and the measured peak drops.
+  json full = example("vlm-fan-in.json");
+  json stageOne = full;
+  stageOne["modules"][0]["freeze"] = {"patch", "layers"};
+  stageOne["modules"][1]["freeze"] = true;
+  Plan a = planOf(full), b = planOf(stageOne);
+  std::vector<RankMemory> ea = memoryPlan(a.topology, a.config);
+  std::vector<RankMemory> eb = memoryPlan(b.topology, b.config);
+  for (size_t r = 0; r < ea.size(); ++r) {
+    EXPECT_LT(eb[r].gradBytes, ea[r].gradBytes) << "rank " << r;
+    EXPECT_LT(eb[r].optimizerBytes, ea[r].optimizerBytes) << "rank " << r;
+    EXPECT_EQ(eb[r].paramBytes, ea[r].paramBytes) << "rank " << r;
+  }
+  EXPECT_EQ(eb[4].optimizerBytes, 0); // a language rank: all frozen
+  exec::RunResult runA, runB;
+  runTwoSteps(a, exec::RunOptions(), runA);
+  expectPeakNearEstimate(b);
+  runTwoSteps(b, exec::RunOptions(), runB);
+  ASSERT_FALSE(runA.steps.empty());
+  ASSERT_FALSE(runB.steps.empty());
+  EXPECT_LT(runB.steps.back().peakBytes, runA.steps.back().peakBytes);
+}
+
 TEST(MemoryPlan, Bf16KeepsActivationsInHalfTheBytes) {
   for (const char *name : {"vlm-fan-in.json", "lm-cp2-sp.json"}) {
     SCOPED_TRACE(name);
