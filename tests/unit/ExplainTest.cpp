@@ -61,6 +61,14 @@ TEST(ExplainTest, FanInExample) {
   EXPECT_DOUBLE_EQ(e["modules"][0]["flops_per_rank"].get<double>(), images / 4);
   e["modules"][0].erase("flops_per_step");
   e["modules"][0].erase("flops_per_rank");
+  // Nothing frozen: every parameter of the module trains, at the model's
+  // learning rate.
+  EXPECT_GT(e["modules"][0]["trainable_params"].get<int64_t>(), 0);
+  EXPECT_EQ(e["modules"][0]["frozen_params"], 0);
+  EXPECT_EQ(e["modules"][0]["lr_mult"], 1.0);
+  e["modules"][0].erase("trainable_params");
+  e["modules"][0].erase("frozen_params");
+  e["modules"][0].erase("lr_mult");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},
