@@ -341,4 +341,27 @@ TEST(ExplainTest, StreamedJsonIsTheWholeDocument) {
   EXPECT_EQ(text, expected.dump(2));
 }
 
+TEST(ExplainTest, FrozenAndTrainableParametersPerModule) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  json whole = explain(m.dump());
+  m["modules"][0]["freeze"] = {"patch", "layers"};
+  m["modules"][0]["lr_mult"] = 0.1;
+  m["modules"][1]["freeze"] = true;
+  json e = explain(m.dump());
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(e["modules"][i]["trainable_params"].get<int64_t>() +
+                  e["modules"][i]["frozen_params"].get<int64_t>(),
+              whole["modules"][i]["trainable_params"].get<int64_t>());
+  // The images encoder trains its projector alone: two linear layers with
+  // biases, hidden 64 -> 128 -> 128 (the language width).
+  EXPECT_EQ(e["modules"][0]["trainable_params"],
+            64 * 128 + 128 + 128 * 128 + 128);
+  EXPECT_EQ(e["modules"][1]["trainable_params"], 0);
+  std::string text = explainText(m.dump());
+  EXPECT_NE(text.find("training:\n  images: 24832 of 126784 parameters "
+                      "trained, learning rate x0.1\n  language: frozen\n"),
+            std::string::npos)
+      << text;
+}
+
 } // namespace
