@@ -48,6 +48,15 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
         indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), hiddenSize,
         module.numHeads, module.ffnHiddenSize, ctx));
   }
+  if (isFirst()) {
+    bool frozen = parameters[patchW].frozen && parameters[patchB].frozen;
+    for (size_t l = 0; l < layers.size() && frozen; ++l) {
+      for (size_t i : layers[l]->paramIndices())
+        frozen = frozen && parameters[i].frozen;
+      if (frozen)
+        frozenBelow = static_cast<int64_t>(l) + 1;
+    }
+  }
   if (isLast()) {
     proj1W = indexOf("projection.fc1.weight");
     proj1B = indexOf("projection.fc1.bias");
@@ -123,19 +132,38 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
     dev.biasBackward(dx.data(), P[proj2B].grad.data(), rows, O);
     Tensor dz = empty(rows * O);
     matmulBackward(dev, ctx.bf16, c.z.data(), P[proj2W].weight(), dx.data(),
-                   dz.data(), P[proj2W].grad.data(), rows, O, O);
+                   dz.data(), weightGrad(P[proj2W]), rows, O, O);
     Tensor dy1 = empty(rows * O);
     dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
     dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
     dx = empty(rows * H);
     matmulBackward(dev, ctx.bf16, c.last.data(), P[proj1W].weight(), dy1.data(),
-                   dx.data(), P[proj1W].grad.data(), rows, H, O);
+                   dx.data(), weightGrad(P[proj1W]), rows, H, O);
     gradsDone({proj1W, proj1B, proj2W, proj2B});
+  }
+  // On the first stage, the backward stops below the lowest layer that has
+  // something trainable at or under it: a frozen body (LLaVA's vision
+  // tower) costs no backward at all.
+  if (isFirst() && frozenBelow > 0) {
+    std::vector<size_t> skipped;
+    for (size_t l = 0; l < static_cast<size_t>(frozenBelow); ++l) {
+      std::vector<size_t> indices = layers[l]->paramIndices();
+      skipped.insert(skipped.end(), indices.begin(), indices.end());
+    }
+    for (size_t l = layers.size(); l-- > static_cast<size_t>(frozenBelow);) {
+      dx = layers[l]->backward(c.layers[l], dx, c.meta);
+      gradsDone(layers[l]->paramIndices());
+    }
+    skipped.push_back(patchW);
+    skipped.push_back(patchB);
+    gradsDone(skipped);
+    caches.erase(it);
+    return Tensor();
   }
   dx = layersBackward(c.layers, std::move(dx), c.meta);
   if (isFirst()) {
     dev.biasBackward(dx.data(), parameters[patchB].grad.data(), rows, H);
-    if (rows > 0)
+    if (rows > 0 && !parameters[patchW].frozen)
       gemm(dev, ctx.bf16, true, false, featureDim, H, rows, 1.0f,
            c.input.data(), dx.data(), 1.0f, parameters[patchW].grad.data());
     gradsDone({patchW, patchB});

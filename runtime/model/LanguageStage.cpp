@@ -279,7 +279,7 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
       dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
                                gmax.data(), s.data(), rowScale, dz.data());
     matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
-                   c.dhNf.data() + r0 * H, W.grad.data(), rows, H, Vl);
+                   c.dhNf.data() + r0 * H, weightGrad(W), rows, H, Vl);
   }
   caches[mb] = std::move(cache);
   return {};
@@ -366,8 +366,10 @@ std::vector<Tensor> LanguageStage::inputBackward(int64_t mb,
   const device::TokenGroups groups =
       device::TokenGroups::of(ids.data(), T, vb, vb + vocabLocal);
   Tensor deviceGroups = indices(groups.packed);
-  ctx.dev->embeddingBackward(groups.view(deviceGroups.data<int64_t>()),
-                             full.data(), H, parameters[embedding].grad.data());
+  if (!parameters[embedding].frozen)
+    ctx.dev->embeddingBackward(groups.view(deviceGroups.data<int64_t>()),
+                               full.data(), H,
+                               parameters[embedding].grad.data());
   gradsDone({embedding});
   std::vector<Tensor> grads(encoders);
   for (size_t e = 0; e < encoders && e < lane.modalityRow.size(); ++e) {

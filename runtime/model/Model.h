@@ -170,6 +170,11 @@ protected:
   void copyRows(Tensor &dst, const std::vector<int64_t> &dstRows,
                 const Tensor &src, const std::vector<int64_t> &srcRows,
                 int64_t cols);
+  /// Where a weight GEMM accumulates `p`'s gradient: null when `p` is
+  /// frozen (the GEMM is skipped).
+  static float *weightGrad(Param &p) {
+    return p.frozen ? nullptr : p.grad.data();
+  }
   /// Tells the listener (onGradsDone) that `params` are accumulated.
   void gradsDone(const std::vector<size_t> &params) const {
     if (gradsDoneHook)
@@ -206,6 +211,9 @@ public:
   void dropCaches() override;
 
 private:
+  /// First stage: its lowest layers whose backward is skipped (they and
+  /// everything under them, the patch embedding, are frozen).
+  int64_t frozenBelow = 0;
   int64_t featureDim, hiddenSize, outHidden;
   size_t patchW = 0, patchB = 0, proj1W = 0, proj1B = 0, proj2W = 0, proj2B = 0;
   struct Cache;

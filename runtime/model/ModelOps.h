@@ -65,7 +65,8 @@ inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
                            int64_t K, int64_t N, float dxBeta = 0.0f) {
   if (dx)
     gemm(dev, bf16, false, true, M, K, N, 1.0f, dy, w, dxBeta, dx);
-  gemm(dev, bf16, true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
+  if (dw) // null for a frozen weight: no gradient to make
+    gemm(dev, bf16, true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
 }
 
 /// Buffers that are written whole before they are read, and buffers that

@@ -123,8 +123,8 @@ public:
     Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
     const Bf16Operand dm = gemmOperand(fullRows(dout, gatheredOut, sp), dmBits);
     Tensor ds = empty(Tc * Fl);
-    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), G(w2), Tc,
-                   Fl, H);
+    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), WG(w2),
+                   Tc, Fl, H);
     Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = Tensor::empty(Tc * Fl, gradType);
@@ -136,7 +136,7 @@ public:
         dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                            du.data(), Tc * Fl);
       matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
-                     dh2f.data(), G(w3), Tc, H, Fl);
+                     dh2f.data(), WG(w3), Tc, H, Fl);
     } else if (ctx.bf16) {
       dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
                            Tc * Fl);
@@ -144,7 +144,7 @@ public:
       dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
     }
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
-                   dh2f.data(), G(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
+                   dh2f.data(), WG(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
@@ -154,7 +154,7 @@ public:
     // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
     Tensor da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
                               /*transW=*/true);
-    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, G(wo), Tc,
+    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, WG(wo), Tc,
                    Hl, H);
     const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
     const Tensor &V = ctx.cp > 1 ? c.values : c.v;
@@ -183,11 +183,11 @@ public:
                               m, false, false);
     Tensor dhf = empty(Tc * H);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
-                   G(wq), Tc, H, Hl);
+                   WG(wq), Tc, H, Hl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
-                   G(wk), Tc, H, Hl, 1.0f);
+                   WG(wk), Tc, H, Hl, 1.0f);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
-                   G(wv), Tc, H, Hl, 1.0f);
+                   WG(wv), Tc, H, Hl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -279,6 +279,11 @@ private:
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
   Tensor V(size_t i) const { return owner.vectorOf(params[i]); }
   float *G(size_t i) { return params[i].grad.data(); }
+  /// Where a weight GEMM accumulates its gradient: null for a frozen
+  /// weight (the GEMM is skipped; norms write theirs into scratch).
+  float *WG(size_t i) {
+    return params[i].frozen ? nullptr : params[i].grad.data();
+  }
 
   /// The norm of x as the input of the GEMMs after it, all TP ranks' rows
   /// under SP: under bf16 the norm writes its bits itself (one pass), unless

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <thread>
 
 using namespace mimo;
@@ -297,6 +298,72 @@ TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   encoder.backward(0, weights);
   int checked = checkParameters(encoder, gradients(encoder), objective);
   EXPECT_GT(checked, 30);
+}
+
+/// Every trainable parameter's gradient, by name (frozen ones' are
+/// scratch nobody reads).
+std::map<std::string, std::vector<float>> trainableGradients(Stage &stage) {
+  std::map<std::string, std::vector<float>> grads;
+  for (Param &p : stage.params())
+    if (!p.frozen)
+      grads[p.name] = p.grad.toHost();
+  return grads;
+}
+
+TEST(ModelGradient, FrozenPartsLeaveEveryTrainableGradientBitwiseAlone) {
+  // A frozen encoder body: its layers' backward and every frozen weight's
+  // GEMM are skipped; the projector's gradients are those of the unfrozen
+  // encoder, bit for bit.
+  SingleRank r;
+  ModuleConfig frozenConfig = encoderConfig();
+  frozenConfig.freezePrefixes = {"patch", "layers"};
+  EncoderStage whole(encoderConfig(), 16, r.context());
+  EncoderStage frozen(frozenConfig, 16, r.context());
+  int64_t rows = 5;
+  std::vector<int64_t> segment = {0, 0, 0, 1, 1};
+  std::vector<float> f(static_cast<size_t>(rows * 6)), w(rows * 16);
+  Stream rng(3);
+  for (float &v : f)
+    v = static_cast<float>(2 * rng.uniform() - 1);
+  for (float &v : w)
+    v = static_cast<float>(rng.uniform() - 0.5);
+  Tensor features = Tensor::fromHost(f), weights = Tensor::fromHost(w);
+  for (EncoderStage *e : {&whole, &frozen}) {
+    e->forward(0, features, segment, rows);
+    e->backward(0, weights);
+  }
+  auto a = trainableGradients(whole), b = trainableGradients(frozen);
+  ASSERT_EQ(b.size(), 4u); // the projector's two weights and biases
+  for (const auto &[name, grad] : b)
+    EXPECT_EQ(grad, a[name]) << name;
+  // The language model with its embedding, head and first layer frozen:
+  // the other layers' gradients and the modality rows' are unchanged.
+  ModuleConfig lmFrozen = languageConfig();
+  lmFrozen.freezePrefixes = {"embedding", "head", "layers.0"};
+  LanguageStage lmWhole(languageConfig(), makeShard(1, 1, false, false),
+                        r.context());
+  LanguageStage lmPart(lmFrozen, makeShard(1, 1, false, false), r.context());
+  std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
+  Microbatch batch = smallBatch();
+  LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
+  std::vector<float> values(3 * 16);
+  for (float &v : values)
+    v = static_cast<float>(rng.uniform() - 0.5);
+  Tensor modality = Tensor::fromHost(values);
+  std::vector<std::vector<float>> modalityGrads;
+  for (LanguageStage *lm : {&lmWhole, &lmPart}) {
+    Tensor sum = Tensor::zeros(1, device::DType::F64);
+    lm->forward(0, lane, lm->shard(0, lane, {&modality}), 0.25, &sum);
+    Tensor dx = lm->backward(0, nullptr);
+    modalityGrads.push_back(lm->inputBackward(0, lane, dx, 1)[0].toHost());
+  }
+  EXPECT_EQ(modalityGrads[0], modalityGrads[1]);
+  a = trainableGradients(lmWhole);
+  b = trainableGradients(lmPart);
+  EXPECT_LT(b.size(), a.size());
+  EXPECT_GT(b.size(), 5u);
+  for (const auto &[name, grad] : b)
+    EXPECT_EQ(grad, a[name]) << name;
 }
 
 } // namespace
