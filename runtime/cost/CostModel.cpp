@@ -166,6 +166,7 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
       static_cast<double>(microBatchSize) / static_cast<double>(par.dp);
   auto [begin, end] = stageLayers(m.numLayers, par.pp, stage);
   shape.layers = static_cast<double>(end - begin);
+  shape.firstLayer = begin;
   shape.first = stage == 0;
   shape.last = stage == par.pp - 1;
   shape.sequenceParallel = shape.language && sequenceParallel && par.tp > 1;
@@ -193,19 +194,48 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   const double passes = backward ? 2 : 1; // dX and dW
   // SwiGLU has gate, up and down; the encoders' GELU MLP fc1 and fc2.
   const double mlpIn = shape.language ? 2 : 1;
+  // A frozen weight's backward makes no dW (model/TransformerLayer.h); a
+  // first encoder stage runs no backward below its lowest layer with
+  // something trainable at or under it (model/EncoderStage.cpp).
+  auto trains = [&](const std::string &local) { return !m.frozen(local); };
+  const double gemms[4] = {
+      gemmSeconds(p, rows, 3 * H / tp, H), gemmSeconds(p, rows, H, H / tp),
+      gemmSeconds(p, rows, mlpIn * F / tp, H), gemmSeconds(p, rows, H, F / tp)};
+  bool truncated = backward && !shape.language && shape.first &&
+                   !trains("patch.weight") && !trains("patch.bias");
   StageWork w;
-  double layer =
-      gemmSeconds(p, rows, 3 * H / tp, H) + gemmSeconds(p, rows, H, H / tp) +
-      gemmSeconds(p, rows, mlpIn * F / tp, H) + gemmSeconds(p, rows, H, F / tp);
-  // The elementwise kernels (norms, RoPE, residuals, activation, packing).
-  layer *= passes;
-  layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
-                                                         shape.language,
-                                                         shape.bf16, backward));
-  layer += passes * kernelSeconds(p, 18);
-  layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
-  w.compute = shape.layers * (layer + passes * p.layerOverheadUs * 1e-6 /
-                                          std::max(p.computeScale, 1e-9));
+  for (int64_t l = shape.firstLayer;
+       l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l) {
+    const std::string at = "layers." + std::to_string(l) + ".";
+    const bool dw[4] = {
+        trains(at + "wq") || trains(at + "wk") || trains(at + "wv"),
+        trains(at + "wo"),
+        shape.language ? trains(at + "gate") || trains(at + "up")
+                       : trains(at + "fc1"),
+        trains(at + (shape.language ? "down" : "fc2"))};
+    if (truncated) {
+      bool layerFrozen = !dw[0] && !dw[1] && !dw[2] && !dw[3];
+      for (const char *norm :
+           {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"})
+        layerFrozen = layerFrozen && !trains(at + norm);
+      if (layerFrozen)
+        continue; // no backward here at all
+      truncated = false;
+    }
+    double layer = 0;
+    for (int g = 0; g < 4; ++g)
+      layer += gemms[g] * (backward ? (dw[g] ? 2 : 1) : 1);
+    // The elementwise kernels (norms, RoPE, residuals, activation,
+    // packing).
+    layer += memorySeconds(
+        p, rows * layerElementwiseBytes(H, H / tp, F / tp, shape.language,
+                                        shape.bf16, backward));
+    layer += passes * kernelSeconds(p, 18);
+    layer +=
+        attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
+    w.compute += layer + passes * p.layerOverheadUs * 1e-6 /
+                             std::max(p.computeScale, 1e-9);
+  }
   // Two all-reduces (or SP all-gather + reduce-scatter) per layer over TP;
   // the keys and values gathered over CP.
   w.tpExchanges = 2 * shape.layers;
@@ -214,18 +244,21 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   w.cpBytes = kFloat * 2 * rows * H / tp;
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
-    w.compute += passes * gemmSeconds(p, rows, V / tp, H) +
+    w.compute += (backward && !trains("head") ? 1 : passes) *
+                     gemmSeconds(p, rows, V / tp, H) +
                  passes * memorySeconds(p, kFloat * 3 * rows * V / tp) +
                  kernelSeconds(p, 8);
     w.logitExchanges = 3;
     w.logitBytes = kFloat * rows;
   }
   if (!shape.language && shape.first)
-    w.compute +=
-        passes * gemmSeconds(p, rows, H, static_cast<double>(m.featureDim));
+    w.compute += (backward && !trains("patch.weight") ? 0 : passes) *
+                 gemmSeconds(p, rows, H, static_cast<double>(m.featureDim));
   if (!shape.language && shape.last)
-    w.compute += passes * (gemmSeconds(p, rows, outputHidden, H) +
-                           gemmSeconds(p, rows, outputHidden, outputHidden));
+    w.compute += (backward && !trains("projection.fc1.weight") ? 1 : passes) *
+                     gemmSeconds(p, rows, outputHidden, H) +
+                 (backward && !trains("projection.fc2.weight") ? 1 : passes) *
+                     gemmSeconds(p, rows, outputHidden, outputHidden);
   w.compute *= p.computeScale;
   return w;
 }

@@ -75,6 +75,8 @@ struct StageShape {
   /// precision "bf16": the layer's buffers as model/TransformerLayer.h
   /// keeps them (layerElementwiseBytes).
   bool bf16 = false;
+  /// The stage's first layer (global index), for the module's `freeze`.
+  int64_t firstLayer = 0;
 };
 
 /// Bytes the elementwise kernels of one transformer layer read and write
