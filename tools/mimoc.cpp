@@ -13,11 +13,11 @@
 #include "codegen/Explain.h"
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
+#include "runtime/data/Data.h"
+#include "runtime/json/JsonReader.h"
 #include "runtime/support/BuildInfo.h"
 #include "runtime/support/InputFile.h"
-#include "runtime/json/JsonReader.h"
 #include "runtime/support/OutputFile.h"
-#include "runtime/data/Data.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -260,8 +260,7 @@ std::unique_ptr<MemoryBuffer> readInput(StringRef path) {
 }
 
 /// Reads a plan file, or compiles a model.json, into a plan.
-std::optional<mimo::Plan> readPlan(mlir::MLIRContext &context,
-                                   StringRef path) {
+std::optional<mimo::Plan> readPlan(mlir::MLIRContext &context, StringRef path) {
   std::unique_ptr<MemoryBuffer> buffer = readInput(path);
   if (!buffer)
     return std::nullopt;
@@ -438,6 +437,7 @@ std::optional<mimo::ModelConfig> modelOf(StringRef path) {
     mimo::printDiagnostics(errs(), path, parsed.diagnostics);
     return std::nullopt;
   }
+  mimo::resolveInitPaths(*parsed.config, sys::path::parent_path(path).str());
   std::vector<mimo::Diagnostic> data = mimo::exec::resolveDataPaths(
       *parsed.config, sys::path::parent_path(path).str());
   if (!data.empty()) {

@@ -266,15 +266,66 @@ std::optional<int64_t> parseCheckpointState(std::string_view text,
   return static_cast<int64_t>(state["step"].get<uint64_t>());
 }
 
-std::optional<Checkpoint> openCheckpoint(const std::string &path,
-                                         const ModelConfig &config,
-                                         std::string &error, bool otherRun) {
+/// Why tensor `want` does not fit the file `path` whose header is `got`,
+/// or "".
+std::string tensorMismatch(const std::string &path,
+                           const safetensors::TensorEntry &want,
+                           const safetensors::Header &got) {
+  const safetensors::TensorEntry *g = got.find(want.name);
+  auto shape = [](const std::vector<int64_t> &s) {
+    std::string t;
+    for (int64_t d : s)
+      t += (t.empty() ? "" : ", ") + std::to_string(d);
+    return "[" + t + "]";
+  };
+  if (!g)
+    return path + ": error: tensor '" + want.name +
+           "' is missing: the checkpoint is of another model "
+           "(architecture), or incomplete";
+  if (g->dtype != "F32")
+    return path + ": error: tensor '" + want.name + "' is " + g->dtype +
+           ", expected F32";
+  if (g->shape != want.shape)
+    return path + ": error: tensor '" + want.name + "' has shape " +
+           shape(g->shape) + " in the checkpoint but " + shape(want.shape) +
+           " in this model: the checkpoint is of another architecture";
+  return "";
+}
+
+std::optional<ModuleWeights> openModuleWeights(const std::string &path,
+                                               const ModelConfig &config,
+                                               const ModuleConfig &module,
+                                               std::string &error) {
+  std::optional<std::string> dir = checkpointStepDir(path, error);
+  if (!dir)
+    return std::nullopt;
+  ModuleWeights weights;
+  weights.dir = *dir;
+  std::string file = (fs::path(*dir) / kModelFile).string();
+  std::optional<safetensors::Header> header =
+      safetensors::readHeader(file, error);
+  if (!header)
+    return std::nullopt;
+  CheckpointFiles expected = checkpointFiles(config);
+  const std::string prefix = module.name + ".";
+  for (const safetensors::TensorEntry &w : expected.model.tensors) {
+    if (w.name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    error = tensorMismatch(file, w, *header);
+    if (!error.empty())
+      return std::nullopt;
+  }
+  weights.model = std::move(*header);
+  return weights;
+}
+
+std::optional<std::string> checkpointStepDir(const std::string &path,
+                                             std::string &error) {
   std::error_code ec;
-  Checkpoint c;
   fs::path latest = fs::path(path) / "latest";
-  if (fs::exists(fs::path(path) / "state.json", ec)) {
-    c.dir = path;
-  } else if (fs::exists(latest, ec)) {
+  if (fs::exists(fs::path(path) / "state.json", ec))
+    return path;
+  if (fs::exists(latest, ec)) {
     std::optional<std::string> text = readInputFile(
         latest.string(), 4096, "the checkpoint's `latest`", error);
     if (!text)
@@ -288,21 +339,32 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
               (name.size() > 80 ? name.substr(0, 80) + "..." : name) + "'";
       return std::nullopt;
     }
-    c.dir = (fs::path(path) / name).string();
+    std::string dir = (fs::path(path) / name).string();
     // A re-save moves step-N.resave to step-N just before `latest` follows
     // (finishCheckpoint): killed in between, step-N is that checkpoint.
     const std::string resave = ".resave";
     if (name.size() > resave.size() &&
         name.compare(name.size() - resave.size(), resave.size(), resave) == 0 &&
-        !fs::exists(c.dir, ec))
-      c.dir = (fs::path(path) / name.substr(0, name.size() - resave.size()))
-                  .string();
-  } else {
-    error = path + ": error: no checkpoint here (neither " + latest.string() +
-            " nor " + (fs::path(path) / "state.json").string() +
-            "); give a --save directory or one of its step-N directories";
-    return std::nullopt;
+        !fs::exists(dir, ec))
+      dir = (fs::path(path) / name.substr(0, name.size() - resave.size()))
+                .string();
+    return dir;
   }
+  error = path + ": error: no checkpoint here (neither " + latest.string() +
+          " nor " + (fs::path(path) / "state.json").string() +
+          "); give a --save directory or one of its step-N directories";
+  return std::nullopt;
+}
+
+std::optional<Checkpoint> openCheckpoint(const std::string &path,
+                                         const ModelConfig &config,
+                                         std::string &error, bool otherRun) {
+  std::error_code ec;
+  Checkpoint c;
+  std::optional<std::string> dir = checkpointStepDir(path, error);
+  if (!dir)
+    return std::nullopt;
+  c.dir = *dir;
   // state.json
   std::string statePath = (fs::path(c.dir) / "state.json").string();
   if (!fs::exists(statePath, ec)) {
@@ -330,30 +392,9 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
     if (!header)
       return false;
     for (const safetensors::TensorEntry &w : want.tensors) {
-      const safetensors::TensorEntry *g = header->find(w.name);
-      auto shape = [](const std::vector<int64_t> &s) {
-        std::string t;
-        for (int64_t d : s)
-          t += (t.empty() ? "" : ", ") + std::to_string(d);
-        return "[" + t + "]";
-      };
-      if (!g) {
-        error = p + ": error: tensor '" + w.name +
-                "' is missing: the checkpoint is of another model "
-                "(architecture), or incomplete";
+      error = tensorMismatch(p, w, *header);
+      if (!error.empty())
         return false;
-      }
-      if (g->dtype != "F32") {
-        error = p + ": error: tensor '" + w.name + "' is " + g->dtype +
-                ", expected F32";
-        return false;
-      }
-      if (g->shape != w.shape) {
-        error = p + ": error: tensor '" + w.name + "' has shape " +
-                shape(g->shape) + " in the checkpoint but " + shape(w.shape) +
-                " in this model: the checkpoint is of another architecture";
-        return false;
-      }
     }
     for (const safetensors::TensorEntry &g : header->tensors)
       if (!want.find(g.name)) {
@@ -542,6 +583,13 @@ void finishCheckpoint(const std::string &dir, int64_t step,
     move(tmp, final);
   }
   pointLatestAt(stepName(step));
+}
+
+void readModuleWeights(const ModuleWeights &weights,
+                       const std::vector<Param *> &params) {
+  File model((fs::path(weights.dir) / kModelFile).string(), O_RDONLY);
+  for (Param *p : params)
+    transferBlock(model, weights.model, p->name, *p, p->value, false);
 }
 
 void readCheckpointShards(const Checkpoint &checkpoint,

@@ -25,8 +25,8 @@
 #ifndef MIMO_RUNTIME_CHECKPOINT_CHECKPOINT_H
 #define MIMO_RUNTIME_CHECKPOINT_CHECKPOINT_H
 
-#include "runtime/config/ModelConfig.h"
 #include "runtime/checkpoint/Safetensors.h"
+#include "runtime/config/ModelConfig.h"
 
 #include <nlohmann/json.hpp>
 
@@ -62,9 +62,9 @@ struct Checkpoint {
   nlohmann::json state;
 };
 
-/// Validates the text of a checkpoint's state.json (docs/checkpoints.md, docs/limits.md): fills
-/// `state` and returns the step it was written after, or std::nullopt with
-/// `error` naming the file and the problem.
+/// Validates the text of a checkpoint's state.json (docs/checkpoints.md,
+/// docs/limits.md): fills `state` and returns the step it was written after, or
+/// std::nullopt with `error` naming the file and the problem.
 std::optional<int64_t> parseCheckpointState(std::string_view text,
                                             const std::string &statePath,
                                             nlohmann::json &state,
@@ -80,6 +80,32 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
                                          const ModelConfig &config,
                                          std::string &error,
                                          bool otherRun = false);
+
+/// The step directory a checkpoint path names: DIR/step-N itself, or the
+/// one DIR/latest names; nullopt with `error` when neither is there.
+std::optional<std::string> checkpointStepDir(const std::string &path,
+                                             std::string &error);
+
+/// A module's starting weights (docs/model-json.md `init`, format mimo):
+/// the step directory and its model file's header.
+struct ModuleWeights {
+  std::string dir;
+  safetensors::Header model;
+};
+
+/// Opens the checkpoint at `path` for `module`'s weights: every parameter
+/// of the module there, F32, at this model's shapes (other modules'
+/// tensors, the optimizer state, the model name and seed are not looked
+/// at); nullopt with `error` naming the file and the tensor.
+std::optional<ModuleWeights> openModuleWeights(const std::string &path,
+                                               const ModelConfig &config,
+                                               const ModuleConfig &module,
+                                               std::string &error);
+
+/// Every rank: the blocks of `params` (one module's, any layout) from
+/// `weights`; moments untouched.
+void readModuleWeights(const ModuleWeights &weights,
+                       const std::vector<Param *> &params);
 
 /// Whether `dir` can hold checkpoints (created when missing); the reason
 /// when not.

@@ -2,8 +2,8 @@
 
 #include "runtime/checkpoint/Safetensors.h"
 
-#include "runtime/support/InputFile.h"
 #include "runtime/json/JsonReader.h"
+#include "runtime/support/InputFile.h"
 
 #include <nlohmann/json.hpp>
 

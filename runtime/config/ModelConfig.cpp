@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -27,15 +28,16 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
         "attention_mask"}},
       {"/modules/N (encoder)",
        {"name", "kind", "arch", "parallel", "special_token_id", "freeze",
-        "lr_mult"}},
+        "lr_mult", "init"}},
       {"/modules/N (language)",
-       {"name", "kind", "arch", "parallel", "freeze", "lr_mult"}},
+       {"name", "kind", "arch", "parallel", "freeze", "lr_mult", "init"}},
       {"/modules/N/arch (encoder)",
        {"feature_dim", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size"}},
       {"/modules/N/arch (language)",
        {"vocab_size", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size"}},
+      {"/modules/N/init", {"from", "format"}},
       {"/modules/N/parallel",
        {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"}},
       {"/data",
@@ -55,6 +57,19 @@ bool namePrefixMatches(const std::string &local, const std::string &prefix) {
          local.compare(0, prefix.size(), prefix) == 0 &&
          (local.size() == prefix.size() || local[prefix.size()] == '.' ||
           prefix.back() == '.');
+}
+
+void resolveInitPaths(ModelConfig &config, const std::string &modelDir) {
+  namespace fs = std::filesystem;
+  for (ModuleConfig &module : config.modules)
+    if (module.init && !module.init->from.empty() &&
+        !fs::path(module.init->from).is_absolute()) {
+      std::error_code ec;
+      fs::path joined =
+          fs::path(modelDir.empty() ? "." : modelDir) / module.init->from;
+      fs::path absolute = fs::absolute(joined, ec);
+      module.init->from = (ec ? joined : absolute).lexically_normal().string();
+    }
 }
 
 bool ModuleConfig::frozen(const std::string &local) const {

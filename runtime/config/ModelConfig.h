@@ -37,6 +37,14 @@ struct ParallelConfig {
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }
 };
 
+/// docs/model-json.md `init`: the module's starting weights.
+struct InitConfig {
+  /// A mimo checkpoint folder (DIR or DIR/step-N), absolute once compiled
+  /// (resolveInitPaths).
+  std::string from;
+  std::string format = "mimo";
+};
+
 struct ModuleConfig {
   std::string name;
   ModuleKind kind = ModuleKind::Encoder;
@@ -55,6 +63,8 @@ struct ModuleConfig {
   std::vector<std::string> freezePrefixes;
   /// Scales the learning rate of the module's parameters.
   double lrMult = 1.0;
+  /// Where the module's weights start (else they are initialised).
+  std::optional<InitConfig> init;
   /// JSON pointer of this module ("/modules/1").
   std::string pointer;
 
@@ -160,6 +170,10 @@ ParseResult validateModelConfig(const nlohmann::json &document,
 
 /// The canonical model.json of `config`, every default written out; parsing
 /// it gives `config` back.
+/// Every module's `init.from`, relative to `modelDir` when not absolute
+/// (the folder may not exist yet: stage 2 compiles before stage 1 runs).
+void resolveInitPaths(ModelConfig &config, const std::string &modelDir);
+
 nlohmann::json toJson(const ModelConfig &config);
 
 } // namespace mimo

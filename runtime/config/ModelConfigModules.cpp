@@ -223,6 +223,27 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;
+  if (const json *init = v.member(moduleJson, pointer, "init", false,
+                                  "where the module's weights start")) {
+    const std::string at = pointer + "/init";
+    if (v.object(*init, at, modelJsonKeys("/modules/N/init"),
+                 "the module's starting weights")) {
+      InitConfig config;
+      if (auto from = v.string(*init, at, "from", true,
+                               "the checkpoint folder the weights come from"))
+        config.from = *from;
+      if (auto format = v.choice(*init, at, "format", true, {"mimo", "hf"},
+                                 "what `from` holds")) {
+        config.format = *format;
+        if (*format == "hf")
+          v.error(at + "/format",
+                  "Hugging Face folders (\"hf\") are not read by this "
+                  "version of mimo; start from a mimo checkpoint (\"mimo\") "
+                  "or leave init out");
+      }
+      module.init = config;
+    }
+  }
   config.modules.push_back(std::move(module));
 }
 

@@ -47,6 +47,9 @@ json toJson(const ModelConfig &config) {
       entry["freeze"] = module.freezePrefixes;
     if (module.lrMult != 1.0)
       entry["lr_mult"] = module.lrMult;
+    if (module.init)
+      entry["init"] = {{"from", module.init->from},
+                       {"format", module.init->format}};
     modules.push_back(entry);
   }
   json data = {{"source", config.data.source}};

@@ -50,6 +50,32 @@ struct DataSources {
   explicit operator bool() const { return train != nullptr; }
 };
 
+/// Each module's starting weights (docs/model-json.md `init`), opened and
+/// checked once: none when resuming (--load takes precedence); on a
+/// problem, exit 1 naming the file and the tensor.
+std::map<std::string, std::shared_ptr<const ModuleWeights>>
+initsFor(const Plan &plan, const RunOptions &options, RunResult &result) {
+  std::map<std::string, std::shared_ptr<const ModuleWeights>> inits;
+  if (options.resume)
+    return inits;
+  for (const ModuleConfig &module : plan.config.modules) {
+    if (!module.init)
+      continue;
+    std::string error;
+    std::optional<ModuleWeights> weights =
+        openModuleWeights(module.init->from, plan.config, module, error);
+    if (!weights) {
+      result.exitCode = 1;
+      result.error += (result.error.empty() ? "" : "\n") + error +
+                      " (the init of module '" + module.name + "')";
+      continue;
+    }
+    inits[module.name] =
+        std::make_shared<const ModuleWeights>(std::move(*weights));
+  }
+  return inits;
+}
+
 DataSources dataFor(const Plan &plan, const RunOptions &options,
                     RunResult &result) {
   DataSources sources;
@@ -138,6 +164,8 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
     const TrainConfig &train = plan.config.train;
     if (options.resume)
       executor->load(*options.resume);
+    else if (!overlap.inits.empty())
+      executor->loadInits(overlap.inits);
     // With a trace, a device that times its kernels puts them on a stream
     // of their own, on the trace's clock.
     const bool kernels = options.collectTrace && dev->timeKernels(true);
@@ -335,6 +363,9 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
   DataSources data = dataFor(plan, options, result);
   if (!data)
     return result;
+  auto inits = initsFor(plan, options, result);
+  if (result.exitCode != 0)
+    return result;
   int64_t world = plan.topology.worldSize;
   RunOptions local = options;
   if (local.threads <= 0)
@@ -380,6 +411,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       overlap.sendsAhead = on && !ncclLike;
       overlap.logitChunkBytes = options.logitChunkBytes;
       overlap.skipNonFinite = options.skipNonFinite;
+      overlap.inits = inits;
       overlap.progress = &progress[static_cast<size_t>(rank)];
       overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
@@ -463,6 +495,9 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   DataSources data = dataFor(plan, options, result);
   if (!data)
     return result;
+  auto inits = initsFor(plan, options, result);
+  if (result.exitCode != 0)
+    return result;
   comm.setTimeout(std::chrono::duration<double>(options.timeoutSeconds));
   try {
     comm.prepareGroups(communicatorGroups(plan.topology));
@@ -480,6 +515,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   std::vector<TraceEvent> events;
   RankOptions rankOptions;
   rankOptions.skipNonFinite = options.skipNonFinite;
+  rankOptions.inits = inits;
   rankOptions.logitChunkBytes = options.logitChunkBytes;
   std::vector<RankProgress> progress(1);
   rankOptions.progress = &progress[0];

@@ -39,6 +39,23 @@ void RankExecutor::load(const Checkpoint &checkpoint) {
   dev.synchronize();
 }
 
+void RankExecutor::loadInits(
+    const std::map<std::string, std::shared_ptr<const ModuleWeights>> &inits) {
+  for (auto &m : modules) {
+    if (!m)
+      continue;
+    auto it = inits.find(m->config->name);
+    if (it == inits.end() || !it->second)
+      continue;
+    std::vector<Param *> params;
+    for (Param &p : m->stage->params())
+      params.push_back(&p);
+    readModuleWeights(*it->second, params);
+    m->stage->refreshWorking();
+  }
+  dev.synchronize();
+}
+
 /// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0
 /// makes the files before and the checkpoint complete after (atomic).
 void RankExecutor::save(const std::string &dir, int64_t step,

@@ -109,6 +109,9 @@ struct RankOptions {
   bool skipNonFinite = false;
   /// Kept up to date at each instruction's start and end, when set.
   RankProgress *progress = nullptr;
+  /// The modules' starting weights (`init`), by module name, opened once
+  /// per process; unused when resuming.
+  std::map<std::string, std::shared_ptr<const ModuleWeights>> inits;
 };
 
 /// The tag channel of a rank's send channel (its messages carry their own
@@ -139,6 +142,10 @@ public:
 
   /// Restores parameters and moments from a checkpoint (any layout's).
   void load(const Checkpoint &checkpoint);
+  /// Each held module's starting weights from `inits` (docs/model-json.md
+  /// `init`); optimizer state stays fresh.
+  void loadInits(
+      const std::map<std::string, std::shared_ptr<const ModuleWeights>> &inits);
 
   /// docs/checkpoints.md: every rank writes its blocks into step-N.tmp; rank 0
   /// makes the files before and the checkpoint complete after (atomic).

@@ -211,4 +211,73 @@ TEST(Recipes, DecayRuleAndLearningRateMultiplier) {
             train(planOf(test::example("vlm-fan-in.json")), 3).steps[2].loss);
 }
 
+TEST(Recipes, StageTwoStartsFromStageOnesWeightsWithAFreshOptimizer) {
+  // Stage 1 on the fan-in layout (the language model trained too, so that
+  // its moments are not zero), saved after 2 steps.
+  json one = test::example("vlm-fan-in.json");
+  one["modules"][0]["freeze"] = {"patch", "layers"};
+  std::string first = scratch("stage1"), second = scratch("stage2");
+  ASSERT_EQ(train(planOf(one), 2, first).exitCode, 0);
+  // Stage 2 on the colocated layout, from stage 1's weights: the encoder
+  // frozen whole, the language model trained.
+  json two = test::example("vlm-colocated.json");
+  for (json &module : two["modules"])
+    module["init"] = {{"from", first}, {"format", "mimo"}};
+  two["modules"][0]["freeze"] = true;
+  Plan plan = planOf(two);
+  exec::RunResult run = train(plan, 1, second);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+  EXPECT_EQ(run.steps[0].step, 1); // the step count starts again
+  auto a = tensorsOf(first + "/step-2/model.safetensors");
+  auto b = tensorsOf(second + "/step-1/model.safetensors");
+  auto moments = tensorsOf(second + "/step-1/optimizer.safetensors");
+  auto before = tensorsOf(first + "/step-2/optimizer.safetensors");
+  size_t images = 0;
+  for (const auto &[name, values] : b)
+    if (name.rfind("images.", 0) == 0) {
+      ++images;
+      EXPECT_EQ(values, a[name]) << name << ": not stage 1's weights";
+    } else {
+      EXPECT_NE(values, a[name]) << name << ": did not train";
+    }
+  EXPECT_GT(images, 5u);
+  // A fresh optimizer: after one step m = (1 - beta1) g and v = (1 - beta2)
+  // g^2, so m^2 / v = (1 - beta1)^2 / (1 - beta2) = 10 for every element
+  // (betas 0.9, 0.999); stage 1's moments carried over would break it.
+  const std::string m = "language.layers.0.wq.exp_avg";
+  ASSERT_TRUE(moments.count(m) && moments.count(m + "_sq"));
+  size_t checked = 0;
+  for (size_t k = 0; k < moments[m].size(); ++k) {
+    double mk = moments[m][k], vk = moments[m + "_sq"][k];
+    if (vk < 1e-30)
+      continue;
+    ++checked;
+    ASSERT_NEAR(mk * mk / vk, 10.0, 1e-3) << m << "[" << k << "]";
+  }
+  EXPECT_GT(checked, 100u);
+  // Stage 1's moments there were not (1 - beta1) g: the check can tell.
+  ASSERT_TRUE(before.count(m));
+  exec::RunResult uninitialised =
+      train(planOf(test::example("vlm-colocated.json")), 1);
+  EXPECT_NE(uninitialised.steps[0].loss, run.steps[0].loss);
+  // A checkpoint of another architecture is refused naming the tensor and
+  // the module; so is a folder with no checkpoint.
+  json other = two;
+  other["modules"][1]["arch"]["ffn_hidden_size"] = 256;
+  exec::RunResult refused = train(planOf(other), 1);
+  EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_NE(refused.error.find("tensor 'language.layers.0.gate' has shape"),
+            std::string::npos)
+      << refused.error;
+  EXPECT_NE(refused.error.find("(the init of module 'language')"),
+            std::string::npos)
+      << refused.error;
+  std::filesystem::remove_all(first);
+  exec::RunResult missing = train(plan, 1);
+  EXPECT_EQ(missing.exitCode, 1);
+  EXPECT_NE(missing.error.find("no checkpoint here"), std::string::npos)
+      << missing.error;
+  std::filesystem::remove_all(second);
+}
+
 } // namespace

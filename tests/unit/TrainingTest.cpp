@@ -349,6 +349,24 @@ TEST(ModelJson, FreezeLrMultAndDecayAllRoundTripAndAreChecked) {
   bad = m;
   bad["modules"][0]["lr_mult"] = 0;
   EXPECT_EQ(error(bad).rfind("/modules/0/lr_mult:", 0), 0u);
+  // init: a mimo checkpoint; Hugging Face folders are refused for now.
+  json init = m;
+  init["modules"][1]["init"] = {{"from", "/ckpt/stage1"}, {"format", "mimo"}};
+  ParseResult withInit = parseModelConfig(init.dump(), "m.json");
+  ASSERT_TRUE(withInit.config);
+  ASSERT_TRUE(withInit.config->modules[1].init);
+  EXPECT_EQ(withInit.config->modules[1].init->from, "/ckpt/stage1");
+  EXPECT_EQ(toJson(*withInit.config)["modules"][1]["init"]["from"],
+            "/ckpt/stage1");
+  ModelConfig relative = *withInit.config;
+  relative.modules[1].init->from = "runs/one";
+  resolveInitPaths(relative, "/models");
+  EXPECT_EQ(relative.modules[1].init->from, "/models/runs/one");
+  init["modules"][1]["init"]["format"] = "hf";
+  EXPECT_EQ(
+      error(init).rfind("/modules/1/init/format: Hugging Face folders", 0), 0u);
+  init["modules"][1]["init"] = {{"format", "mimo"}};
+  EXPECT_EQ(error(init).rfind("/modules/1/init/from:", 0), 0u);
 }
 
 } // namespace

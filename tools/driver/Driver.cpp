@@ -8,9 +8,9 @@
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
 #include "passes/Passes.h"
-#include "runtime/support/InputFile.h"
-#include "runtime/json/JsonLocator.h"
 #include "runtime/data/Data.h"
+#include "runtime/json/JsonLocator.h"
+#include "runtime/support/InputFile.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -104,6 +104,7 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
   result.config = std::move(parsed.config);
   // Data files: relative to model.json, checked now, stored resolved.
   std::string directory = llvm::sys::path::parent_path(file).str();
+  resolveInitPaths(*result.config, directory);
   std::vector<Diagnostic> dataProblems =
       exec::resolveDataPaths(*result.config, directory);
   if (!dataProblems.empty()) {
