@@ -49,9 +49,11 @@ for job in "${jobs[@]}"; do
     cmake --build build-tsan -j "$(nproc)"
     # Every runtime test: communicators, executor, training, checkpoints and
     # the end-to-end layouts on the local backend (threads). The GPU checks'
-    # CPU dry runs repeat those trainings ten times slower: left to ASan.
+    # CPU dry runs repeat those trainings ten times slower, and the training
+    # recipes (frozen parts, parameter groups) run the same threads as the
+    # layouts: both left to ASan.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
-      -j "$(nproc)" --timeout 1500 -E '^gpu-checks-dry-run'
+      -j "$(nproc)" --timeout 1500 -E '^(gpu-checks-dry-run|Recipes\.)'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
