@@ -2,6 +2,11 @@
 
 #include "runtime/config/Flops.h"
 
+#include "runtime/config/Parameters.h"
+
+#include <algorithm>
+#include <string>
+
 namespace mimo {
 
 double languageForwardFlops(const ModuleConfig &m, double tokens,
@@ -58,6 +63,68 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
   return m;
 }
 
+namespace {
+
+/// A frozen module's step (docs/model-json.md `freeze`): each weight's
+/// forward GEMM, its input gradient where the backward runs through it,
+/// and its weight gradient only when it trains; attention three times
+/// where the backward runs. A first encoder stage's bottom layers that are
+/// frozen, with the patch embedding, run no backward (as the runtime).
+double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
+                  double squares) {
+  const bool language = m.kind == ModuleKind::Language;
+  const double H = static_cast<double>(m.hiddenSize);
+  const double F = static_cast<double>(m.ffnHiddenSize);
+  auto trains = [&](const std::string &local) { return !m.frozen(local); };
+  // A weight whose forward is `forward` FLOPs, with or without a backward.
+  auto weight = [&](double forward, const std::string &local, bool backward) {
+    return forward * (1.0 + (backward ? 1.0 + (trains(local) ? 1.0 : 0.0) : 0));
+  };
+  double work = 0;
+  int64_t truncated = 0;
+  if (!language && !trains("patch.weight") && !trains("patch.bias")) {
+    const int64_t firstStageEnd =
+        stageLayers(m.numLayers, m.parallel.pp, 0).second;
+    for (int64_t l = 0; l < firstStageEnd; ++l) {
+      const std::string at = "layers." + std::to_string(l) + ".";
+      bool frozen = true;
+      for (const char *p : {"wq", "wk", "wv", "wo", "ln1.weight", "ln1.bias",
+                            "ln2.weight", "ln2.bias", "fc1", "fc2"})
+        frozen = frozen && !trains(at + p);
+      if (!frozen)
+        break;
+      truncated = l + 1;
+    }
+  }
+  for (int64_t l = 0; l < m.numLayers; ++l) {
+    const std::string at = "layers." + std::to_string(l) + ".";
+    const bool backward = l >= truncated;
+    for (const char *w : {"wq", "wk", "wv", "wo"})
+      work += weight(2.0 * H * H * tokens, at + w, backward);
+    if (language)
+      for (const char *w : {"gate", "up", "down"})
+        work += weight(2.0 * H * F * tokens, at + w, backward);
+    else
+      for (const char *w : {"fc1", "fc2"})
+        work += weight(2.0 * H * F * tokens, at + w, backward);
+    work += squares * 4.0 * H * (backward ? 3.0 : 1.0);
+  }
+  if (language) {
+    const double V = static_cast<double>(m.vocabSize);
+    work += weight(2.0 * H * V * tokens, "head", true);
+  } else {
+    const double D = static_cast<double>(m.featureDim);
+    const double O = static_cast<double>(outputHidden);
+    // The patch embedding's input needs no gradient: its dW alone.
+    work += 2.0 * D * H * tokens * (trains("patch.weight") ? 2.0 : 1.0);
+    work += weight(2.0 * H * O * tokens, "projection.fc1.weight", true);
+    work += weight(2.0 * O * O * tokens, "projection.fc2.weight", true);
+  }
+  return work;
+}
+
+} // namespace
+
 std::vector<double> moduleFlopsPerStep(const ModelConfig &config) {
   double samples = static_cast<double>(config.batch.microBatchSize *
                                        config.batch.numMicrobatches);
@@ -68,12 +135,17 @@ std::vector<double> moduleFlopsPerStep(const ModelConfig &config) {
   for (const ModuleConfig &m : config.modules) {
     if (m.kind == ModuleKind::Encoder) {
       TokenMoments c = expectedModalityTokens(config, e++);
-      flops.push_back(3.0 * encoderForwardFlops(m, language.hiddenSize,
-                                                samples * c.mean,
-                                                samples * c.square));
+      flops.push_back(m.freezesAny()
+                          ? frozenWork(m, language.hiddenSize, samples * c.mean,
+                                       samples * c.square)
+                          : 3.0 * encoderForwardFlops(m, language.hiddenSize,
+                                                      samples * c.mean,
+                                                      samples * c.square));
     } else {
-      flops.push_back(3.0 * languageForwardFlops(m, samples * S,
-                                                 samples * S * (S + 1) / 2));
+      double pairs = samples * S * (S + 1) / 2;
+      flops.push_back(m.freezesAny()
+                          ? frozenWork(m, 0, samples * S, pairs)
+                          : 3.0 * languageForwardFlops(m, samples * S, pairs));
     }
   }
   return flops;

@@ -4,7 +4,9 @@
 // `mimoc explain`'s `model_flops_per_step`): the multiply-adds of the model's
 // matrix products, 2 FLOPs each, forward plus backward = 3 x forward (the usual
 // MFU convention: no recomputation, no elementwise work, the causal mask's
-// skipped half not counted).
+// skipped half not counted). A module with frozen parameters (`freeze`)
+// counts the work done: a frozen weight makes no weight gradient, and a
+// frozen bottom of an encoder's first stage runs no backward at all.
 //
 // Per token, forward: language layers 2 (4 H^2 + 3 H F), head 2 H V;
 // encoder patch 2 D H, layers 2 (4 H^2 + 2 H F), projection 2 (H O + O^2).

@@ -160,6 +160,40 @@ TEST(ModelFlops, LanguageModelByHand) {
   EXPECT_DOUBLE_EQ(modelFlopsPerStep(*r.config), 3 * forward);
 }
 
+TEST(Flops, FrozenModulesCountTheWorkDone) {
+  json model = json::parse(test::readExample("vlm-fan-in.json"));
+  ParseResult whole = parse(model);
+  ASSERT_TRUE(whole.config) << firstError(whole);
+  std::vector<double> full = moduleFlopsPerStep(*whole.config);
+  // LLaVA stage 1: the encoder's body runs forward only, its projector
+  // trains; the frozen language model makes input gradients, no weight
+  // gradients.
+  model["modules"][0]["freeze"] = {"patch", "layers"};
+  model["modules"][1]["freeze"] = true;
+  ParseResult frozen = parse(model);
+  ASSERT_TRUE(frozen.config) << firstError(frozen);
+  std::vector<double> stageOne = moduleFlopsPerStep(*frozen.config);
+  const ModuleConfig &e = frozen.config->modules[0];
+  double samples = frozen.config->batch.microBatchSize *
+                   frozen.config->batch.numMicrobatches;
+  TokenMoments c = expectedModalityTokens(*frozen.config, 0);
+  double H = e.hiddenSize, O = frozen.config->language().hiddenSize;
+  double tokens = samples * c.mean;
+  double forward =
+      encoderForwardFlops(e, int64_t(O), tokens, samples * c.square);
+  double projection = tokens * 2 * (H * O + O * O);
+  EXPECT_NEAR(stageOne[0], forward + 2 * projection, 1e-9 * forward);
+  EXPECT_LT(stageOne[1], full[1]);
+  EXPECT_GT(stageOne[1], 2.0 / 3.0 * full[1]);
+  // Freezing nothing through prefixes of nothing trainable changes nothing:
+  // every parameter trains, 3 x forward.
+  model["modules"][0]["freeze"] = json::array();
+  model["modules"][1]["freeze"] = false;
+  ParseResult none = parse(model);
+  ASSERT_TRUE(none.config);
+  EXPECT_EQ(moduleFlopsPerStep(*none.config), full);
+}
+
 TEST(MemoryPlan, ParametersAddUpAndShardWithTheLayout) {
   Plan plan = planOf(test::baseModel()); // images DP4, language TP2 PP2
   std::vector<RankMemory> memory = memoryPlan(plan.topology, plan.config);
