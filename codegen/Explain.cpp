@@ -153,6 +153,7 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              {"flops_per_rank", flops / static_cast<double>(g.size())},
              {"trainable_params", trainable},
              {"frozen_params", frozen},
+             {"forward_only", module->forwardOnly},
              {"lr_mult", config.lrMult}});
   }
   result["modules"] = moduleList;

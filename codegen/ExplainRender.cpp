@@ -235,7 +235,9 @@ std::string renderExplainText(const Explanation &whole,
     if (frozen == 0 && mult == 1.0)
       continue;
     recipe += "  " + module["name"].get<std::string>() + ": " +
-              (trainable == 0 ? std::string("frozen")
+              (trainable == 0 ? std::string(module["forward_only"].get<bool>()
+                                                ? "frozen, forward only"
+                                                : "frozen")
                               : std::to_string(trainable) + " of " +
                                     std::to_string(trainable + frozen) +
                                     " parameters trained");

@@ -3,11 +3,11 @@
 #include "codegen/SimulateReport.h"
 
 #include "codegen/Explain.h"
-#include "runtime/json/Diagnostic.h"
 #include "runtime/config/Flops.h"
-#include "runtime/support/InputFile.h"
+#include "runtime/json/Diagnostic.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/json/JsonValidator.h"
+#include "runtime/support/InputFile.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -5,10 +5,10 @@
 #include "codegen/Explain.h"
 #include "codegen/SimulateReport.h"
 #include "runtime/config/Flops.h"
-#include "runtime/cost/MemoryPlan.h"
 #include "runtime/config/Parameters.h"
-#include "runtime/plan/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/cost/Simulate.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <algorithm>
 #include <cmath>

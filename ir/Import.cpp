@@ -4,6 +4,7 @@
 
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
+#include "runtime/config/Parameters.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -83,7 +84,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
                                      module.numHeads, module.ffnHiddenSize);
     auto encoder = builder.create<EncoderOp>(
         loc(module.pointer), tokensType, builder.getStringAttr(module.name),
-        batch, grids[i], i64(module.specialTokenId), arch);
+        batch, grids[i], i64(module.specialTokenId), arch,
+        runsForwardOnly(config, module) ? builder.getUnitAttr() : nullptr);
     modalityInputs.push_back(encoder.getOutput());
     modalityNames.push_back(builder.getStringAttr(module.name));
   }

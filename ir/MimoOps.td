@@ -117,6 +117,9 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
     Embeds the features of its modality's samples and projects them to the
     language hidden size, giving a sample-major token list. The symbol name
     is the modality name; `special_token_id` marks its positions in input_ids.
+    `forward_only`: every parameter is frozen (`freeze` in model.json), so
+    the encoder runs no backward and its bridges carry no gradients: the
+    programs leave them out (docs/model-json.md).
 
     ```mlir
     %images = mimo.encoder @images(%batch) on %grid {special_token_id = 1000 : i64,
@@ -127,7 +130,7 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, Mimo_BatchType:$batch,
                        Mimo_GridType:$grid, I64Attr:$special_token_id,
-                       Mimo_EncoderArchAttr:$arch);
+                       Mimo_EncoderArchAttr:$arch, UnitAttr:$forward_only);
   let results = (outs Mimo_TokensType:$output);
   let assemblyFormat = [{
     $sym_name `(` $batch `)` `on` $grid attr-dict `:` type($output)

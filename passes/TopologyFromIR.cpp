@@ -52,6 +52,7 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
     m.hidden = static_cast<int64_t>(encoder.getArch().getHiddenSize());
     m.outputHidden = lmHidden;
     m.specialTokenId = static_cast<int64_t>(encoder.getSpecialTokenId());
+    m.forwardOnly = encoder.getForwardOnly();
     topology.modules.push_back(std::move(m));
   }
   ModuleTopology lm;

@@ -135,6 +135,11 @@ std::vector<double> moduleFlopsPerStep(const ModelConfig &config) {
   for (const ModuleConfig &m : config.modules) {
     if (m.kind == ModuleKind::Encoder) {
       TokenMoments c = expectedModalityTokens(config, e++);
+      if (runsForwardOnly(config, m)) { // no backward at all
+        flops.push_back(encoderForwardFlops(
+            m, language.hiddenSize, samples * c.mean, samples * c.square));
+        continue;
+      }
       flops.push_back(m.freezesAny()
                           ? frozenWork(m, language.hiddenSize, samples * c.mean,
                                        samples * c.square)

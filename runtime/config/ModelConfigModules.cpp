@@ -346,6 +346,17 @@ void parseModules(Validator &v, const json &root, ModelConfig &config) {
                   " (docs/model.md)");
     }
   }
+  // Something must train.
+  if (lm.hiddenSize > 0 && v.diagnostics.empty()) {
+    bool all = true;
+    for (const ModuleConfig &module : config.modules)
+      all = all && module.hiddenSize > 0 && module.numLayers > 0 &&
+            everyParameterFrozen(config, module);
+    if (all)
+      v.error("/modules",
+              "every parameter of every module is frozen (freeze): nothing "
+              "would train; unfreeze a module, or a part of one");
+  }
   for (const ModuleConfig &module : config.modules)
     if (module.kind == ModuleKind::Encoder && lm.vocabSize > 0 &&
         module.specialTokenId >= lm.vocabSize)

@@ -125,4 +125,23 @@ std::vector<ParamSpec> modelParameters(const ModelConfig &config) {
   return all;
 }
 
+bool everyParameterFrozen(const ModelConfig &config,
+                          const ModuleConfig &module) {
+  if (module.freezeAll)
+    return true;
+  if (module.freezePrefixes.empty())
+    return false;
+  int64_t outputHidden = config.language().hiddenSize;
+  for (const ParamSpec &spec :
+       stageParameters(module, outputHidden, false, 1, 0))
+    if (!module.frozen(spec.local))
+      return false;
+  return true;
+}
+
+bool runsForwardOnly(const ModelConfig &config, const ModuleConfig &module) {
+  return module.kind == ModuleKind::Encoder &&
+         everyParameterFrozen(config, module);
+}
+
 } // namespace mimo

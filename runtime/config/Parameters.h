@@ -65,6 +65,17 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
 /// Every parameter of the model: each module's stages in order.
 std::vector<ParamSpec> modelParameters(const ModelConfig &config);
 
+/// Whether every parameter of `module` is frozen (docs/model-json.md
+/// `freeze`).
+bool everyParameterFrozen(const ModelConfig &config,
+                          const ModuleConfig &module);
+
+/// Whether `module` runs forward only: an encoder (nothing is upstream of
+/// it) whose every parameter is frozen. Its backward, its pipeline's and
+/// bridges' gradient messages and its gradient reduction are left out of
+/// the programs.
+bool runsForwardOnly(const ModelConfig &config, const ModuleConfig &module);
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_CONFIG_PARAMETERS_H

@@ -156,7 +156,8 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
                              language.hiddenSize, bf16);
       const StageTopology *s = t.stageOf(m, stage);
       int64_t inFlight =
-          !topo.isLanguage && encodersFirst
+          topo.forwardOnly ? 0 // nothing saved for a backward
+          : !topo.isLanguage && encodersFirst
               ? t.microbatches // every microbatch forward before the pipeline
               : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
       for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {

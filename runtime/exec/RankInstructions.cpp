@@ -246,6 +246,8 @@ void RankExecutor::forward(ModuleState &m, int64_t mb) {
     Tensor input = m.encoder->isFirst() ? Tensor::fromHost(lane.features)
                                         : take(actIn, key, "activation");
     Tensor out = m.encoder->forward(mb, input, lane.segment, lane.rows);
+    if (m.topo->forwardOnly) // no backward will read what it saved
+      m.encoder->dropCaches();
     if (!m.encoder->isLast())
       actOut[key] = std::move(out);
     else if (handsOn(m.index))
@@ -302,7 +304,7 @@ void RankExecutor::inputBackward(ModuleState &lm, int64_t mb,
       lm.language->inputBackward(mb, lane(lm, mb), grad, lm.index);
   for (size_t b = 0; b < topo.bridges.size(); ++b)
     if (topo.bridges[b].dst == lm.index)
-      if (takesBack(b))
+      if (takesBack(b) && !topo.modules[topo.bridges[b].src].forwardOnly)
         bridgeGrad[{b, mb}] = std::move(grads[topo.bridges[b].src]);
 }
 

@@ -1,7 +1,8 @@
 //===- Plan.h - Per-rank programs and the plan they form -------*- C++ -*-===//
 //
-// The compiled form of a model (docs/architecture.md, docs/plan.md), MLIR-free so that the passes,
-// codegen, the plan loader, the runtime and the tests share one definition:
+// The compiled form of a model (docs/architecture.md, docs/plan.md), MLIR-free
+// so that the passes, codegen, the plan loader, the runtime and the tests share
+// one definition:
 //
 //  * Topology: the module grids, the bridges between them, the 1F1B stages
 //    and the sequence sharding: everything a rank needs to know who its
@@ -39,6 +40,10 @@ struct ModuleTopology {
   int64_t hidden = 0, outputHidden = 0;
   /// Encoders only.
   int64_t specialTokenId = -1;
+  /// Every parameter frozen and nothing trainable upstream
+  /// (config/Parameters.h runsForwardOnly): no backward, no gradient
+  /// messages, no gradient reduction.
+  bool forwardOnly = false;
 };
 
 /// A bridge from an encoder's last stage to the language first stage
@@ -205,8 +210,8 @@ struct ProgramSet {
 };
 ProgramSet buildPrograms(const Topology &topology);
 
-/// The forward half of a program (a held-out evaluation: docs/runtime.md): every
-/// backward-direction instruction (instrInfo().isGrad) dropped, fused
+/// The forward half of a program (a held-out evaluation: docs/runtime.md):
+/// every backward-direction instruction (instrInfo().isGrad) dropped, fused
 /// batches re-cut so that each keeps only its forward members. Since the
 /// dropped instructions are dropped on every rank, sends still meet their
 /// receives (tests/unit/PlanTest.cpp verifies it for every layout).

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/PlanFile.h"
 
+#include "runtime/config/Parameters.h"
 #include "runtime/plan/ShapeRules.h"
 
 #include "runtime/json/JsonReader.h"
@@ -87,6 +88,7 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
     m.hidden = module.hiddenSize;
     m.outputHidden = config.modules[lm].hiddenSize;
     m.specialTokenId = module.specialTokenId;
+    m.forwardOnly = runsForwardOnly(config, module);
     spans.push_back({m.grid.rankOffset(), m.grid.endRank()});
     topology.modules.push_back(std::move(m));
   }

@@ -10,8 +10,8 @@
 #ifndef MIMO_RUNTIME_PLAN_PLANFILE_H
 #define MIMO_RUNTIME_PLAN_PLANFILE_H
 
-#include "runtime/json/Diagnostic.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/json/Diagnostic.h"
 #include "runtime/plan/Plan.h"
 
 #include <nlohmann/json.hpp>
@@ -31,12 +31,12 @@ struct Plan {
   std::vector<int32_t> rankProgram;
 };
 
-/// The shape checks of docs/model-json.md, docs/data.md, docs/plan.md that make a model trainable
-/// (heads, ffn and vocabulary divisible by tp, layers by pp, the micro-batch
-/// by every dp, the sequence by the CP/SP factor, encoder cp 1, no dense
-/// mask with CP), with JSON pointers into model.json. mimo-assign-grids
-/// reports the same at IR locations when compiling; the plan loader checks
-/// them again because a plan's embedded model can be edited.
+/// The shape checks of docs/model-json.md, docs/data.md, docs/plan.md that make
+/// a model trainable (heads, ffn and vocabulary divisible by tp, layers by pp,
+/// the micro-batch by every dp, the sequence by the CP/SP factor, encoder cp 1,
+/// no dense mask with CP), with JSON pointers into model.json.
+/// mimo-assign-grids reports the same at IR locations when compiling; the plan
+/// loader checks them again because a plan's embedded model can be edited.
 std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config);
 
 /// The topology a model compiles to (grids, bridges, stages, sharding),

@@ -252,6 +252,41 @@ void buildColocatedProgram(const Topology &topology, std::vector<Instr> &out) {
   emit.add(InstrOp::OptimizerStep, -1);
 }
 
+/// The instructions of `in` for which `keep` holds; a batch posted
+/// together stays one batch (its kept members), an emptied one goes.
+std::vector<Instr> keptInstrs(const std::vector<Instr> &in,
+                              const std::function<bool(const Instr &)> &keep) {
+  std::vector<Instr> out;
+  for (size_t i = 0; i < in.size();) {
+    size_t end = i;
+    while (end + 1 < in.size() && in[end].fused)
+      ++end;
+    size_t first = out.size();
+    for (size_t j = i; j <= end; ++j)
+      if (keep(in[j])) {
+        out.push_back(in[j]);
+        out.back().fused = true;
+      }
+    if (out.size() > first)
+      out.back().fused = false; // the batch ends here
+    i = end + 1;
+  }
+  return out;
+}
+
+/// Whether `in` is backward work of a forward-only module (its backward,
+/// pipeline gradients and gradient reduction) or of a bridge from one.
+bool forwardOnlyGradient(const Topology &topology, const Instr &in) {
+  const InstrInfo &info = instrInfo(in.op);
+  if (!info.isGrad || in.index < 0)
+    return false;
+  size_t module = info.operand == InstrOperand::Bridge
+                      ? topology.bridges[static_cast<size_t>(in.index)].src
+                      : static_cast<size_t>(in.index);
+  return info.operand != InstrOperand::None &&
+         topology.modules[module].forwardOnly;
+}
+
 } // namespace
 
 ProgramSet buildPrograms(const Topology &topology) {
@@ -273,6 +308,10 @@ ProgramSet buildPrograms(const Topology &topology) {
         buildPipelineProgram(topology, rank, topology.modulesOf(rank).front(),
                              /*bridges=*/true, /*finalize=*/true,
                              program.instrs);
+      // Forward-only modules (every parameter frozen) run no backward.
+      program.instrs = keptInstrs(program.instrs, [&](const Instr &in) {
+        return !forwardOnlyGradient(topology, in);
+      });
       set.programs.push_back(std::move(program));
     }
     set.rankProgram[static_cast<size_t>(rank)] = it->second;
@@ -283,21 +322,8 @@ ProgramSet buildPrograms(const Topology &topology) {
 Program forwardOnly(const Program &program) {
   Program out;
   out.role = program.role;
-  const std::vector<Instr> &in = program.instrs;
-  for (size_t i = 0; i < in.size();) {
-    size_t end = i;
-    while (end + 1 < in.size() && in[end].fused)
-      ++end;
-    size_t first = out.instrs.size();
-    for (size_t j = i; j <= end; ++j)
-      if (!instrInfo(in[j].op).isGrad) {
-        out.instrs.push_back(in[j]);
-        out.instrs.back().fused = true;
-      }
-    if (out.instrs.size() > first)
-      out.instrs.back().fused = false; // the batch ends here
-    i = end + 1;
-  }
+  out.instrs = keptInstrs(
+      program.instrs, [](const Instr &in) { return !instrInfo(in.op).isGrad; });
   return out;
 }
 

@@ -281,4 +281,48 @@ TEST(Recipes, StageTwoStartsFromStageOnesWeightsWithAFreshOptimizer) {
   std::filesystem::remove_all(second);
 }
 
+TEST(Recipes, AWhollyFrozenEncoderRunsForwardOnly) {
+  // Every parameter of the images encoder frozen: its programs hold no
+  // backward, no gradient messages and no gradient reduction (nor do the
+  // bridges' other ends), and every layout still trains like its
+  // reference.
+  for (const char *file : {"vlm-fan-in.json", "vlm-colocated.json",
+                           "vlm-colocated-pp2.json", "avlm.json"}) {
+    SCOPED_TRACE(file);
+    json model = test::example(file);
+    model["modules"][0]["freeze"] = true;
+    Plan plan = planOf(model);
+    ASSERT_TRUE(plan.topology.modules[0].forwardOnly);
+    for (const Program &program : plan.programs)
+      for (const Instr &in : program.instrs) {
+        const InstrInfo &info = instrInfo(in.op);
+        size_t module = info.operand == InstrOperand::Bridge
+                            ? plan.topology.bridges[in.index].src
+                            : static_cast<size_t>(std::max(in.index, 0));
+        EXPECT_FALSE(info.isGrad && info.operand != InstrOperand::None &&
+                     module == 0)
+            << program.role << ": " << describeInstr(plan.topology, in);
+      }
+    exec::RunResult distributed = train(plan, 3);
+    ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+    std::string error;
+    exec::RunResult reference =
+        train(*exec::referencePlan(plan.config, &error), 3);
+    ASSERT_EQ(reference.exitCode, 0) << reference.error;
+    for (size_t s = 0; s < 3; ++s)
+      EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
+                1e-5)
+          << "step " << s + 1;
+  }
+  // Nothing left to train is refused.
+  json none = test::example("vlm-fan-in.json");
+  none["modules"][0]["freeze"] = true;
+  none["modules"][1]["freeze"] = true;
+  ParseResult refused = parseModelConfig(none.dump(), "model.json");
+  ASSERT_FALSE(refused.config);
+  EXPECT_EQ(refused.diagnostics[0].pointer, "/modules");
+  EXPECT_NE(refused.diagnostics[0].message.find("nothing would train"),
+            std::string::npos);
+}
+
 } // namespace

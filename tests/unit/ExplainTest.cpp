@@ -69,6 +69,8 @@ TEST(ExplainTest, FanInExample) {
   e["modules"][0].erase("trainable_params");
   e["modules"][0].erase("frozen_params");
   e["modules"][0].erase("lr_mult");
+  EXPECT_EQ(e["modules"][0]["forward_only"], false);
+  e["modules"][0].erase("forward_only");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},
