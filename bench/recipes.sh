@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training recipes on the CPU (docs/model-json.md `freeze`): LLaVA stage 1
 # (the vision tower's body and the language model frozen, the projector
-# trained) and stage 2 (the language model trained too) against full
+# trained), stage 2 (the language model trained too) and a tower frozen
+# whole (forward only: the language model trained alone) against full
 # training of the same model. Per recipe: the median step time of steps
 # 2..N and the peak device bytes (mimo-run's metrics), the memory plan's
 # largest rank (mimoc explain --json) and simulate's predicted step, and
@@ -31,7 +32,8 @@ base = {"version": 1, "name": "recipe", "seed": 7,
         "train": {"lr": 1e-3, "weight_decay": 0.1}}
 recipes = {"full": ({}, {}),
            "stage1": ({"freeze": ["patch", "layers"]}, {"freeze": True}),
-           "stage2": ({"freeze": ["patch", "layers"], "lr_mult": 0.1}, {})}
+           "stage2": ({"freeze": ["patch", "layers"], "lr_mult": 0.1}, {}),
+           "frozen-tower": ({"freeze": True}, {})}
 for name, (enc, lm) in recipes.items():
     m = json.loads(json.dumps(base))
     m["modules"][0].update(enc)
@@ -40,7 +42,7 @@ for name, (enc, lm) in recipes.items():
 PY
 printf "| recipe | step s (measured) | ratio | step s (simulate) | ratio | peak MiB (measured) | ratio | peak MiB (plan) | ratio |\n"
 printf "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-for recipe in full stage1 stage2; do
+for recipe in full stage1 stage2 frozen-tower; do
   "$build/bin/mimoc" compile -q "$work/$recipe.json" -o "$work/$recipe.plan.json"
   "$build/bin/mimo-run" "$work/$recipe.plan.json" --steps "$steps" \
     --metrics "$work/$recipe.metrics.jsonl" >/dev/null
@@ -51,7 +53,7 @@ python3 - "$work" <<'PY'
 import json, statistics, sys
 work = sys.argv[1]
 rows = {}
-for recipe in ("full", "stage1", "stage2"):
+for recipe in ("full", "stage1", "stage2", "frozen-tower"):
     steps = [json.loads(l) for l in open(f"{work}/{recipe}.metrics.jsonl")]
     seconds = statistics.median(s["seconds"] for s in steps[1:])
     peak = max(s["peak_bytes"] for s in steps) / 2**20
