@@ -53,7 +53,7 @@ for job in "${jobs[@]}"; do
     # recipes (frozen parts, parameter groups) run the same threads as the
     # layouts: both left to ASan.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
-      -j "$(nproc)" --timeout 1500 -E '^(gpu-checks-dry-run|Recipes\.)'
+      -j "$(nproc)" --timeout 1500 -E '^(gpu-checks-dry-run|Recipes\.|MemoryPlan\.Frozen)'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
