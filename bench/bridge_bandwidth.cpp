@@ -1,7 +1,7 @@
 //===- bridge_bandwidth.cpp - Bridge throughput against the machine -------===//
 //
-// docs/runtime.md: bridge fan-in / fan-out throughput against what the machine can
-// do with the same pattern, for 1 to 256 MiB, measured in the same run:
+// docs/runtime.md: bridge fan-in / fan-out throughput against what the machine
+// can do with the same pattern, for 1 to 256 MiB, measured in the same run:
 //  - local backend (threads): fan-in (one receiver copies k pieces) against
 //    one thread's memcpy of the same bytes; fan-out (k receivers copy a
 //    piece each, at once) against k threads each memcpy-ing a piece at once.

@@ -1,4 +1,4 @@
-//===- gpu_bench.cpp - First GPU benchmarks (docs/gpu.md) --------------------===//
+//===- gpu_bench.cpp - First GPU benchmarks (docs/gpu.md) -----------------===//
 //
 // Prints markdown tables (scripts/gpu-check.sh writes them into
 // bench/results/gpu-<device>.md), every figure measured in this run:
@@ -25,11 +25,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
-#include "runtime/plan/PlanFile.h"
 #include "runtime/device/AttentionTiles.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -1,5 +1,4 @@
-//===- JsonStream.h - A large JSON report written piece by piece -*- C++
-//-*-===//
+//===- JsonStream.h - Large JSON written piece by piece ---------*- C++ -*-===//
 //
 // explain --json and simulate --format json at 2^20 ranks would hold a JSON
 // object per rank (gigabytes): their per-rank arrays are made one item at a

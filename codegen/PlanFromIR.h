@@ -1,5 +1,4 @@
-//===- PlanFromIR.h - The plan file's contents from the final IR -*- C++
-//-*-===//
+//===- PlanFromIR.h - The plan file from the final IR -----------*- C++ -*-===//
 //
 // Codegen (docs/plan.md): after mimo-verify-plan, the IR holds everything the
 // plan file needs: grids, bridges, stages, sharding and per-role programs.

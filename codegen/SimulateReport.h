@@ -11,8 +11,8 @@
 #define MIMO_CODEGEN_SIMULATEREPORT_H
 
 #include "runtime/cost/CostModel.h"
-#include "runtime/plan/PlanFile.h"
 #include "runtime/cost/Simulate.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <nlohmann/json.hpp>
 

@@ -22,8 +22,8 @@
 #ifndef MIMO_CODEGEN_TUNE_H
 #define MIMO_CODEGEN_TUNE_H
 
-#include "runtime/cost/CostModel.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/cost/CostModel.h"
 
 #include <nlohmann/json.hpp>
 

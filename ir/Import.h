@@ -3,8 +3,8 @@
 #ifndef MIMO_IR_IMPORT_H
 #define MIMO_IR_IMPORT_H
 
-#include "runtime/json/JsonLocator.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/json/JsonLocator.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"

@@ -17,7 +17,8 @@
 #include "ir/MimoEnums.h.inc"
 
 namespace mimo::ir {
-/// The IR's enumerations and the runtime's (runtime/config and runtime/plan), one to one.
+/// The IR's enumerations and the runtime's (runtime/config and runtime/plan),
+/// one to one.
 BridgeModeKind toIR(BridgeMode mode);
 BridgeMode fromIR(BridgeModeKind mode);
 LayoutKind toIR(Layout layout);

@@ -1,8 +1,8 @@
 //===- AssignGrids.cpp - mimo-assign-grids --------------------------------===//
 //
 // Fixes the rank layout of every mimo.model and checks each module grid
-// against it (docs/model-json.md, docs/data.md, docs/plan.md). Diagnostics are located at
-// the offending model.json field and carry notes at the other side.
+// against it (docs/model-json.md, docs/data.md, docs/plan.md). Diagnostics are
+// located at the offending model.json field and carry notes at the other side.
 //
 //===----------------------------------------------------------------------===//
 

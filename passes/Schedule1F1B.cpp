@@ -1,7 +1,8 @@
 //===- Schedule1F1B.cpp - mimo-schedule-1f1b ------------------------------===//
 //
 // Places every (module, pipeline stage) in the multi-module 1F1B
-// (docs/plan.md, schedule) with the shared formulas (runtime/plan/Schedule.h via assignStages).
+// (docs/plan.md, schedule) with the shared formulas (runtime/plan/Schedule.h
+// via assignStages).
 //
 //===----------------------------------------------------------------------===//
 

@@ -11,15 +11,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
-#include "runtime/support/BuildInfo.h"
-#include "runtime/support/InputFile.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/support/OutputFile.h"
-#include "runtime/plan/PlanFile.h"
 #include "runtime/device/Devices.h"
 #include "runtime/exec/Calibrate.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MemoryCheck.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/BuildInfo.h"
+#include "runtime/support/InputFile.h"
+#include "runtime/support/OutputFile.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,4 @@
-//===- Checkpoint.h - Checkpoints that reshard --------------------*- C++
-//-*-===//
+//===- Checkpoint.h - Checkpoints that reshard ------------------*- C++ -*-===//
 //
 // docs/checkpoints.md. A checkpoint is a directory DIR/step-N holding
 //   model.safetensors      every parameter as one global, unsharded fp32

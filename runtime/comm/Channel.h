@@ -1,5 +1,4 @@
-//===- Channel.h - Collectives posted now, completed in the background -*- C++
-//-*-===//
+//===- Channel.h - Collectives completed in the background ------*- C++ -*-===//
 //
 // docs/gpu.md (overlap). A Channel is a second communicator of one rank with a
 // thread and a device stream of its own: the caller posts a collective and

@@ -1,12 +1,12 @@
 //===- Comm.h - Communicators and group collectives -------------*- C++ -*-===//
 //
-// The executor talks to other ranks only through this interface (docs/runtime.md):
-// blocking tagged point-to-point messages, batches of them posted together
-// (like batch_isend_irecv), and collectives over explicit groups of world
-// ranks. Backends: `local` (threads of one process, shared memory), `mpi`
-// (one process per rank) and `nccl` (a process and a GPU per rank,
-// NcclComm.cpp: batches as grouped NCCL sends and receives enqueued on the
-// rank's stream, NCCL's collectives over the plan's groups). Collectives
+// The executor talks to other ranks only through this interface
+// (docs/runtime.md): blocking tagged point-to-point messages, batches of them
+// posted together (like batch_isend_irecv), and collectives over explicit
+// groups of world ranks. Backends: `local` (threads of one process, shared
+// memory), `mpi` (one process per rank) and `nccl` (a process and a GPU per
+// rank, NcclComm.cpp: batches as grouped NCCL sends and receives enqueued on
+// the rank's stream, NCCL's collectives over the plan's groups). Collectives
 // posted beside the compute go through a Channel (Channel.h).
 //
 // Buffers are memory of the communicator's device (device/Device.h): the

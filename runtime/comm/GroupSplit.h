@@ -1,5 +1,4 @@
-//===- GroupSplit.h - How a rank splits the world into its groups -*- C++
-//-*-===//
+//===- GroupSplit.h - How a rank splits the world ---------------*- C++ -*-===//
 //
 // The nccl backend makes one communicator per group of the plan's list
 // (plan/Plan.h communicatorGroups) with one ncclCommSplit of the world per

@@ -31,9 +31,9 @@
 
 #include "runtime/comm/BoundedExit.h"
 #include "runtime/comm/GroupSplit.h"
-#include "runtime/support/SharedLibrary.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
+#include "runtime/support/SharedLibrary.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -17,8 +17,8 @@
 #ifndef MIMO_RUNTIME_COST_COSTMODEL_H
 #define MIMO_RUNTIME_COST_COSTMODEL_H
 
-#include "runtime/cost/DeviceProfile.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/cost/DeviceProfile.h"
 #include "runtime/plan/Plan.h"
 
 #include <map>

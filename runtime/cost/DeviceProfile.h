@@ -1,5 +1,4 @@
-//===- DeviceProfile.h - Devices and clusters for the cost model -*- C++
-//-*-===//
+//===- DeviceProfile.h - Device and cluster profiles ------------*- C++ -*-===//
 //
 // What `mimoc simulate` and `mimoc tune` know about the hardware
 // (docs/tune.md):

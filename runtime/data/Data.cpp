@@ -2,9 +2,9 @@
 
 #include "runtime/data/Data.h"
 
-#include "runtime/support/InputFile.h"
-#include "runtime/json/JsonReader.h"
 #include "runtime/data/IndexedData.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/support/InputFile.h"
 #include "runtime/support/Random.h"
 
 #include <algorithm>
@@ -34,10 +34,10 @@ bool isSpecial(const std::vector<EncoderInfo> &encoders, int64_t id) {
   return false;
 }
 
-/// docs/data.md, docs/runtime.md synthetic source (docs/data.md defines it exactly): per
-/// sample, modality-token counts drawn from each encoder's [min, max] (all
-/// zero for a text-only sample), a block of each modality's special tokens
-/// at a random place, and text from a seeded sparse Markov chain: each
+/// docs/data.md, docs/runtime.md synthetic source (docs/data.md defines it
+/// exactly): per sample, modality-token counts drawn from each encoder's [min,
+/// max] (all zero for a text-only sample), a block of each modality's special
+/// tokens at a random place, and text from a seeded sparse Markov chain: each
 /// token has kSuccessors possible next tokens, chosen with probabilities
 /// 1/2, 1/4, 1/8, 1/8, so the text carries structure a model can learn
 /// (the best possible loss is 1.21 nats per text token, far below ln V).
@@ -141,8 +141,8 @@ private:
   const char *stream;
 };
 
-/// docs/runtime.md: one sample per line. Samples are taken in file order, cycling:
-/// global sample index (step·M + mb)·B + b.
+/// docs/runtime.md: one sample per line. Samples are taken in file order,
+/// cycling: global sample index (step·M + mb)·B + b.
 class JsonlSource final : public DataSource {
 public:
   JsonlSource(const ModelConfig &config, std::vector<Sample> samples)

@@ -1,10 +1,10 @@
 //===- Data.h - Training data: synthetic and jsonl sources ------*- C++ -*-===//
 //
-// docs/data.md, docs/runtime.md. Every rank derives the same global microbatch from
-// (seed, step, microbatch); a module's data-parallel lane takes its slice of
-// samples. The lane views below turn samples into what a module computes
-// on: token lists for encoders, [sequence, batch] token grids (or one packed
-// THD row) for the language module.
+// docs/data.md, docs/runtime.md. Every rank derives the same global microbatch
+// from (seed, step, microbatch); a module's data-parallel lane takes its slice
+// of samples. The lane views below turn samples into what a module computes on:
+// token lists for encoders, [sequence, batch] token grids (or one packed THD
+// row) for the language module.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DATA_DATA_H
@@ -72,8 +72,8 @@ std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
                                       std::istream &in, const std::string &path,
                                       std::vector<std::string> &errors);
 
-/// docs/runtime.md, at compile time: resolves data.path and data.eval_path (file
-/// sources) against `modelDir` (then the working directory), checks that
+/// docs/runtime.md, at compile time: resolves data.path and data.eval_path
+/// (file sources) against `modelDir` (then the working directory), checks that
 /// each file exists and that its first record parses, and writes the
 /// resolved absolute paths into `config`. Errors name the pointer and every
 /// path tried.

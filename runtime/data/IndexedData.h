@@ -1,7 +1,7 @@
 //===- IndexedData.h - Megatron's mmap indexed dataset ---------*- C++ -*-===//
 //
-// docs/runtime.md `data.source: "indexed"`: text from PREFIX.bin and PREFIX.idx as
-// Megatron's preprocess_data.py writes them (docs/data.md has the layout):
+// docs/runtime.md `data.source: "indexed"`: text from PREFIX.bin and PREFIX.idx
+// as Megatron's preprocess_data.py writes them (docs/data.md has the layout):
 //   .idx  "MMIDIDX\0\0", u64 version 1, u8 dtype code, u64 sequence count
 //         S, u64 document-index count D, i32 lengths[S], i64 byte
 //         pointers[S], i64 document indices[D] (then, multimodal, i8

@@ -1,5 +1,4 @@
-//===- Device.h - The device interface at the bottom of the runtime -*- C++
-//-*-===//
+//===- Device.h - The device interface --------------------------*- C++ -*-===//
 //
 // docs/gpu.md. The model, the executor and the communicators compute, copy and
 // order work only through this interface, over buffers the device

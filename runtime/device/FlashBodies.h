@@ -3,9 +3,9 @@
 // The CUDA device's fused attention (flash-style: online softmax over
 // streamed key chunks; no S x S scores anywhere), written once as three
 // block programs over the tile plan of AttentionTiles.h, so the same code
-// runs as a CUDA kernel (cuda/CudaDeviceImpl.cuh eachBlock: one thread block per (block,
-// head), a __syncthreads between phases) and on the host, thread by thread
-// phase by phase (runOnHost below), where the unit tests compare it with
+// runs as a CUDA kernel (cuda/CudaDeviceImpl.cuh eachBlock: one thread block
+// per (block, head), a __syncthreads between phases) and on the host, thread by
+// thread phase by phase (runOnHost below), where the unit tests compare it with
 // the float64 reference of cpu/Kernels.h on every mask (tests/unit/
 // TiledAttentionTest.cpp). A program is:
 //

@@ -1,5 +1,4 @@
-//===- Executor.h - Runs a plan: every rank's instruction stream -*- C++
-//-*-===//
+//===- Executor.h - Runs every rank's instruction stream --------*- C++ -*-===//
 //
 // docs/runtime.md. A RankExecutor interprets one rank's program
 // (the plan's 1F1B stream: forward/backward of its stages, pipeline and

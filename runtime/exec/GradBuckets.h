@@ -1,5 +1,4 @@
-//===- GradBuckets.h - Data-parallel gradient reduction in buckets -*- C++
-//-*-===//
+//===- GradBuckets.h - Gradient reduction in buckets ------------*- C++ -*-===//
 //
 // docs/gpu.md (overlap). A stage's flat gradient buffer is cut into buckets:
 // contiguous ranges of whole parameters of about `bucketValues` values,

@@ -1,5 +1,4 @@
-//===- MemoryCheck.h - Will the plan fit, before anything is allocated -*- C++
-//-*-===//
+//===- MemoryCheck.h - Will the plan fit? -----------------------*- C++ -*-===//
 //
 // docs/tune.md: mimo-run compares the memory plan's estimate
 // (cost/MemoryPlan.h) of the ranks this process runs with what their devices

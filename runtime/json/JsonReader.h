@@ -1,9 +1,9 @@
 //===- JsonReader.h - Bounded JSON parsing for every reader ----*- C++ -*-===//
 //
 // One entry point for every JSON document mimo reads (model.json, plans,
-// jsonl lines, checkpoint headers and state; docs/limits.md): the text is scanned
-// once before nlohmann builds a tree, so a document that is not valid UTF-8,
-// nests deeper than kMaxJsonDepth (nlohmann's parser and destructor
+// jsonl lines, checkpoint headers and state; docs/limits.md): the text is
+// scanned once before nlohmann builds a tree, so a document that is not valid
+// UTF-8, nests deeper than kMaxJsonDepth (nlohmann's parser and destructor
 // recurse) or holds a number beyond double's range is refused with a
 // line:column, and no exception of nlohmann's escapes.
 //

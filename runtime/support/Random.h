@@ -2,7 +2,8 @@
 //
 // Data and parameters are pure functions of their coordinates (seed, step,
 // microbatch, sample; or seed, module, parameter, global index), never of
-// the layout or of the order in which ranks compute them (docs/data.md, docs/model.md).
+// the layout or of the order in which ranks compute them (docs/data.md,
+// docs/model.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_SUPPORT_RANDOM_H

@@ -7,10 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/support/Limits.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/plan/PlanFile.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Limits.h"
 #include "tests/e2e/Layouts.h"
 
 #include <gtest/gtest.h>
@@ -221,8 +221,8 @@ exec::RunResult trainFrom(const json &model, int64_t steps,
 }
 
 TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
-  // docs/checkpoints.md: save after step 2 of TP2 x PP2 (+ encoder DP4), then resume:
-  // in the same layout bit for bit, in others (language DP4; colocated)
+  // docs/checkpoints.md: save after step 2 of TP2 x PP2 (+ encoder DP4), then
+  // resume: in the same layout bit for bit, in others (language DP4; colocated)
   // within 1e-5 of the uninterrupted run.
   json model = example("vlm-fan-in.json");
   exec::RunResult whole = trainFrom(model, 4);

@@ -1,7 +1,7 @@
 //===- Layouts.h - Every layout the runtime is checked on ------*- C++ -*-===//
 //
-// One list for every equivalence check (docs/runtime.md): the CPU tests run each
-// distributed against its single-rank reference (EquivalenceTest.cpp), the
+// One list for every equivalence check (docs/runtime.md): the CPU tests run
+// each distributed against its single-rank reference (EquivalenceTest.cpp), the
 // GPU check runs each on the CUDA device against the CPU reference
 // (tests/gpu/CudaTrainCheck.cpp). Each example, plus variations that
 // reach what the examples do not.

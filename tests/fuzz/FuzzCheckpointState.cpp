@@ -1,5 +1,4 @@
-//===- FuzzCheckpointState.cpp - A checkpoint's state.json
-//-----------------===//
+//===- FuzzCheckpointState.cpp - A checkpoint's state.json ----------------===//
 
 #include "FuzzInput.h"
 

@@ -1,5 +1,4 @@
-//===- FuzzIndexed.cpp - Megatron's indexed dataset reader
-//-----------------===//
+//===- FuzzIndexed.cpp - Megatron's indexed dataset reader ----------------===//
 //
 // The input is split into PREFIX.idx and PREFIX.bin (the first byte, times
 // the size over 256, is where the .idx ends); readIndexedDataset returns

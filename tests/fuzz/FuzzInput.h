@@ -1,9 +1,9 @@
 //===- FuzzInput.h - Helpers shared by the fuzz targets --------*- C++ -*-===//
 //
-// Each target under tests/fuzz/ feeds one reader (docs/limits.md) with arbitrary
-// bytes; the only acceptable outcomes are a value or a located error. Built
-// two ways: with libFuzzer (scripts/fuzz.sh, clang) to search, and with the
-// normal compiler against ReplayMain.cpp, so that ctest replays the seed
+// Each target under tests/fuzz/ feeds one reader (docs/limits.md) with
+// arbitrary bytes; the only acceptable outcomes are a value or a located error.
+// Built two ways: with libFuzzer (scripts/fuzz.sh, clang) to search, and with
+// the normal compiler against ReplayMain.cpp, so that ctest replays the seed
 // corpus and every crash ever found on every machine.
 //
 //===----------------------------------------------------------------------===//

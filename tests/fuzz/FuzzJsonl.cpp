@@ -1,5 +1,4 @@
-//===- FuzzJsonl.cpp - The jsonl data reader
-//-------------------------------===//
+//===- FuzzJsonl.cpp - The jsonl data reader ------------------------------===//
 //
 // Any bytes as a jsonl file for a fixed two-encoder model: readJsonl returns
 // a source, whose microbatches are then built, or located errors.

@@ -1,5 +1,4 @@
-//===- FuzzModelJson.cpp - model.json reader, and what it feeds
-//------------===//
+//===- FuzzModelJson.cpp - model.json reader, and what it feeds -----------===//
 //
 // Any bytes: parseModelConfig returns a config or located diagnostics. A
 // config that is accepted must plan: its topology, memory estimate and plan
@@ -8,8 +7,8 @@
 
 #include "FuzzInput.h"
 
-#include "runtime/cost/MemoryPlan.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/plan/PlanFile.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,5 +1,4 @@
-//===- FuzzPlan.cpp - The plan reader
-//--------------------------------------===//
+//===- FuzzPlan.cpp - The plan reader -------------------------------------===//
 //
 // Any bytes: loadPlan returns a fully validated plan (ranks, groups, peers,
 // operands, the verifier's simulation) or located diagnostics.

@@ -1,5 +1,4 @@
-//===- FuzzSafetensors.cpp - The checkpoint file reader
-//--------------------===//
+//===- FuzzSafetensors.cpp - The checkpoint file reader -------------------===//
 //
 // Any bytes as a safetensors file: readHeader returns a header whose tensors
 // tile the data section, or an error naming the file.

@@ -16,11 +16,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/plan/PlanFile.h"
-#include "runtime/device/Devices.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/device/Devices.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MemoryCheck.h"
+#include "runtime/plan/PlanFile.h"
 #include "tests/e2e/Layouts.h"
 #include "tests/gpu/GpuCheck.h"
 

@@ -1,8 +1,8 @@
-//===- CompileErrorsTest.cpp - docs/limits.md model errors, end to end -----------===//
+//===- CompileErrorsTest.cpp - docs/limits.md model errors, end to end ----===//
 //
-// One case per model-side error of docs/limits.md: a mutation of the fan-in example,
-// compiled by the same driver as mimoc, must fail with a diagnostic at the
-// expected JSON pointer that says what was expected and how to fix it.
+// One case per model-side error of docs/limits.md: a mutation of the fan-in
+// example, compiled by the same driver as mimoc, must fail with a diagnostic at
+// the expected JSON pointer that says what was expected and how to fix it.
 //
 //===----------------------------------------------------------------------===//
 

@@ -15,12 +15,12 @@
 #include "runtime/comm/BoundedExit.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/comm/GroupSplit.h"
-#include "runtime/cost/MemoryPlan.h"
 #include "runtime/config/ModelConfig.h"
-#include "runtime/plan/PlanFile.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/device/GpuSelection.h"
 #include "runtime/device/OncePerDevice.h"
 #include "runtime/exec/MemoryCheck.h"
+#include "runtime/plan/PlanFile.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>

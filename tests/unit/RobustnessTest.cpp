@@ -1,19 +1,19 @@
 //===- RobustnessTest.cpp - Every reader refuses bad input, located -------===//
 //
-// docs/limits.md: one test per class of hostile input that once crashed, aborted
-// or hung a tool; each must now be exit-1 material: a Diagnostic (or error
-// text) naming the place and the fix.
+// docs/limits.md: one test per class of hostile input that once crashed,
+// aborted or hung a tool; each must now be exit-1 material: a Diagnostic (or
+// error text) naming the place and the fix.
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/json/JsonReader.h"
-#include "runtime/support/Limits.h"
-#include "runtime/cost/MemoryPlan.h"
-#include "runtime/config/ModelConfig.h"
-#include "runtime/plan/PlanFile.h"
-#include "runtime/checkpoint/Safetensors.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/Safetensors.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/cost/MemoryPlan.h"
 #include "runtime/data/Data.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/support/Limits.h"
 #include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>

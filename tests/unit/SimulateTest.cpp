@@ -4,11 +4,11 @@
 
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
-#include "runtime/cost/CostModel.h"
 #include "runtime/config/Flops.h"
+#include "runtime/cost/CostModel.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/plan/Schedule.h"
 #include "runtime/cost/Simulate.h"
+#include "runtime/plan/Schedule.h"
 
 #include <gtest/gtest.h>
 

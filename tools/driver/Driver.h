@@ -8,8 +8,8 @@
 #ifndef MIMO_TOOLS_DRIVER_DRIVER_H
 #define MIMO_TOOLS_DRIVER_DRIVER_H
 
-#include "runtime/json/Diagnostic.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/json/Diagnostic.h"
 #include "runtime/plan/PlanFile.h"
 
 #include "mlir/IR/BuiltinOps.h"

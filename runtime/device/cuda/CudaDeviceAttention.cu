@@ -1,5 +1,4 @@
-//===- CudaDeviceAttention.cu - CUDA flash attention
-//------------------------===//
+//===- CudaDeviceAttention.cu - CUDA flash attention ----------------------===//
 //
 // The fp32 block programs of FlashBodies.h, and bf16 attention on the
 // tensor cores (FlashMma.h) where the head dimension, this GPU's limits and

@@ -1,5 +1,4 @@
-//===- CudaDeviceElementwise.cu - Per-index CUDA kernels
-//--------------------===//
+//===- CudaDeviceElementwise.cu - Per-index CUDA kernels ------------------===//
 //
 // Copies, bf16 packing, scaling, residuals, activations, RoPE, embeddings
 // and AdamW: each a per-index body of KernelBodies.h in a grid-stride loop.

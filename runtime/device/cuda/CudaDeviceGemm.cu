@@ -1,5 +1,4 @@
-//===- CudaDeviceGemm.cu - CUDA GEMMs through cuBLASLt
-//----------------------===//
+//===- CudaDeviceGemm.cu - CUDA GEMMs through cuBLASLt --------------------===//
 //
 // fp32 GEMMs (TF32 off) and bf16 GEMMs with fp32 accumulation, their fp32
 // operands rounded to bf16 in stream-ordered scratch first.

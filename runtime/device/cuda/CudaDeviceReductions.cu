@@ -1,5 +1,4 @@
-//===- CudaDeviceReductions.cu - CUDA norms, losses and sums
-//----------------===//
+//===- CudaDeviceReductions.cu - CUDA norms, losses and sums --------------===//
 //
 // RMSNorm and LayerNorm, cross-entropy, bias gradients and the step's scalar
 // sums. Sums are two launches: a fixed number of blocks each reducing its
