@@ -222,6 +222,7 @@ json Explanation::rankJson(int64_t rank) const {
               {"program", plan_->programs[e.program].role},
               {"memory",
                {{"params", mem.params},
+                {"trainable_params", mem.trainableParams},
                 {"param_bytes", mem.paramBytes},
                 {"grad_bytes", mem.gradBytes},
                 {"optimizer_bytes", mem.optimizerBytes},

@@ -164,14 +164,17 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         // Frozen parameters (`freeze`) keep no moments and share one
         // scratch gradient: the largest of them.
         int64_t params = 0, values = 0, trainable = 0, scratch = 0;
+        int64_t trainableParams = 0;
         for (const ParamSpec &spec : specs) {
           int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
           params += n;
           values += padded(n);
           if (module->frozen(spec.local))
             scratch = std::max(scratch, padded(n));
-          else
+          else {
             trainable += padded(n);
+            trainableParams += n;
+          }
         }
         // The gradient all-reduce over DP x CP stages every other member's
         // buffer plus an accumulator (comm/Comm.cpp).
@@ -186,6 +189,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
             continue;
           RankMemory &r = ranks[static_cast<size_t>(rank)];
           r.params = saturatingAdd(r.params, params);
+          r.trainableParams = saturatingAdd(r.trainableParams, trainableParams);
           // bf16: fp32 masters plus their working copy in bf16 (2 bytes).
           double copies = config.precision == "bf16" ? 1.5 : 1.0;
           r.paramBytes =

@@ -24,7 +24,9 @@
 namespace mimo {
 
 struct RankMemory {
-  int64_t params = 0;
+  /// The parameters the rank holds, and of them those that train (not
+  /// frozen).
+  int64_t params = 0, trainableParams = 0;
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
   int64_t activationBytes = 0;
   int64_t totalBytes = 0;

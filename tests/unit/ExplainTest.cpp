@@ -359,6 +359,14 @@ TEST(ExplainTest, FrozenAndTrainableParametersPerModule) {
   EXPECT_EQ(e["modules"][0]["trainable_params"],
             64 * 128 + 128 + 128 * 128 + 128);
   EXPECT_EQ(e["modules"][1]["trainable_params"], 0);
+  // Per rank: the language ranks (4-7) train nothing; an images rank
+  // (DP4: each holds the whole encoder) trains its projector.
+  for (int r = 4; r < 8; ++r)
+    EXPECT_EQ(e["ranks"][r]["memory"]["trainable_params"], 0) << r;
+  EXPECT_EQ(e["ranks"][0]["memory"]["trainable_params"],
+            e["modules"][0]["trainable_params"]);
+  EXPECT_GT(e["ranks"][0]["memory"]["params"].get<int64_t>(),
+            e["ranks"][0]["memory"]["trainable_params"].get<int64_t>());
   std::string text = explainText(m.dump());
   EXPECT_NE(text.find("training:\n  images: 24832 of 126784 parameters "
                       "trained, learning rate x0.1\n  language: frozen\n"),
