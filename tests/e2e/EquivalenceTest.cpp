@@ -29,17 +29,9 @@ using nlohmann::json;
 
 namespace {
 
-/// The plan of `model`; one that does not plan fails the test.
-Plan planOf(const json &model) {
-  return test::requirePlan(
-      test::requireConfig(parseModelConfig(model.dump(), "model.json")));
-}
-
 using test::example;
-
-double relative(double a, double b) {
-  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
-}
+using test::planOf;
+using test::relative;
 
 /// Runs `plan` and its one-rank reference (docs/runtime.md; with
 /// `referenceOptions` when given, else `options`); both must succeed.

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,6 +34,18 @@ inline void PrintTo(const Layout &layout, std::ostream *os) {
 
 inline nlohmann::json example(const std::string &file) {
   return nlohmann::json::parse(readExample(file));
+}
+
+/// The plan of `model`; one that does not plan fails the test.
+inline Plan planOf(const nlohmann::json &model) {
+  return requirePlan(
+      requireConfig(parseModelConfig(model.dump(), "model.json")));
+}
+
+/// |a - b| / |b|: how the end-to-end tests compare a run with its
+/// reference.
+inline double relative(double a, double b) {
+  return std::abs(a - b) / std::max(std::abs(b), 1e-12);
 }
 
 inline std::vector<Layout> equivalenceLayouts() {

@@ -274,28 +274,39 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   }
 }
 
+/// Five rows of two samples' features for encoderConfig(), and the
+/// weights of a linear objective of its output (width 16).
+struct EncoderInputs {
+  int64_t rows = 5;
+  std::vector<int64_t> segment = {0, 0, 0, 1, 1};
+  std::vector<float> f = std::vector<float>(5 * 6),
+                     w = std::vector<float>(5 * 16);
+  Tensor features, weights;
+  EncoderInputs() {
+    Stream rng(3);
+    for (float &v : f)
+      v = static_cast<float>(2 * rng.uniform() - 1);
+    for (float &v : w)
+      v = static_cast<float>(rng.uniform() - 0.5);
+    features = Tensor::fromHost(f);
+    weights = Tensor::fromHost(w);
+  }
+};
+
 TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   SingleRank r;
   EncoderStage encoder(encoderConfig(), 16, r.context());
-  int64_t rows = 5;
-  std::vector<int64_t> segment = {0, 0, 0, 1, 1};
-  std::vector<float> f(static_cast<size_t>(rows * 6)), w(rows * 16);
-  Stream rng(3);
-  for (float &v : f)
-    v = static_cast<float>(2 * rng.uniform() - 1);
-  for (float &v : w)
-    v = static_cast<float>(rng.uniform() - 0.5);
-  Tensor features = Tensor::fromHost(f), weights = Tensor::fromHost(w);
+  EncoderInputs in;
   auto objective = [&]() {
     std::vector<float> out =
-        encoder.forward(0, features, segment, rows).toHost();
+        encoder.forward(0, in.features, in.segment, in.rows).toHost();
     double sum = 0;
     for (size_t i = 0; i < out.size(); ++i)
-      sum += static_cast<double>(out[i]) * w[i];
+      sum += static_cast<double>(out[i]) * in.w[i];
     return sum;
   };
   objective();
-  encoder.backward(0, weights);
+  encoder.backward(0, in.weights);
   int checked = checkParameters(encoder, gradients(encoder), objective);
   EXPECT_GT(checked, 30);
 }
@@ -319,18 +330,10 @@ TEST(ModelGradient, FrozenPartsLeaveEveryTrainableGradientBitwiseAlone) {
   frozenConfig.freezePrefixes = {"patch", "layers"};
   EncoderStage whole(encoderConfig(), 16, r.context());
   EncoderStage frozen(frozenConfig, 16, r.context());
-  int64_t rows = 5;
-  std::vector<int64_t> segment = {0, 0, 0, 1, 1};
-  std::vector<float> f(static_cast<size_t>(rows * 6)), w(rows * 16);
-  Stream rng(3);
-  for (float &v : f)
-    v = static_cast<float>(2 * rng.uniform() - 1);
-  for (float &v : w)
-    v = static_cast<float>(rng.uniform() - 0.5);
-  Tensor features = Tensor::fromHost(f), weights = Tensor::fromHost(w);
+  EncoderInputs in;
   for (EncoderStage *e : {&whole, &frozen}) {
-    e->forward(0, features, segment, rows);
-    e->backward(0, weights);
+    e->forward(0, in.features, in.segment, in.rows);
+    e->backward(0, in.weights);
   }
   auto a = trainableGradients(whole), b = trainableGradients(frozen);
   ASSERT_EQ(b.size(), 4u); // the projector's two weights and biases
@@ -347,6 +350,7 @@ TEST(ModelGradient, FrozenPartsLeaveEveryTrainableGradientBitwiseAlone) {
   Microbatch batch = smallBatch();
   LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
   std::vector<float> values(3 * 16);
+  Stream rng(9);
   for (float &v : values)
     v = static_cast<float>(rng.uniform() - 0.5);
   Tensor modality = Tensor::fromHost(values);
