@@ -28,6 +28,18 @@ model["modules"][1]["arch"].update(hidden_size=448, num_heads=4, ffn_hidden_size
 json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/heads-72-112.json" -o "$bundle/plans/heads-72-112.plan.json"
+# A vision tower frozen whole (forward only: no backward, no gradient
+# messages) beside a language model with its first layer frozen (no
+# weight-gradient GEMMs there); the LLaVA examples cover a frozen body.
+python3 - "$bundle/frozen-tower.json" <<'PY'
+import json, sys
+model = json.load(open("examples/vlm-colocated-pp2.json"))
+model["name"] = "frozen-tower"
+model["modules"][0]["freeze"] = True
+model["modules"][1]["freeze"] = ["layers.0"]
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/frozen-tower.json" -o "$bundle/plans/frozen-tower.plan.json"
 # The nccl check's one-rank plan, and the overlap benchmark's layouts.
 mkdir -p "$bundle/nccl"
 python3 - "$bundle/nccl/single.json" <<'PY'
