@@ -394,3 +394,33 @@ TEST(Tune, ImpossibleWorldsSayWhy) {
   EXPECT_TRUE(result.ranked.empty());
   EXPECT_NE(result.problem.find("divisibility"), std::string::npos);
 }
+
+TEST(CostModel, FrozenWeightsMakeNoWeightGradientsAndATowerNoBackward) {
+  // The same model trained whole, with its vision tower's body frozen
+  // (no backward there) and with its language model frozen too (input
+  // gradients only): each backward costs less, forwards the same.
+  auto plan = [](const std::string &encoderFreeze, bool languageFrozen) {
+    nlohmann::json m = nlohmann::json::parse(readExample("vlm-fan-in.json"));
+    if (!encoderFreeze.empty())
+      m["modules"][0]["freeze"] = {encoderFreeze, "layers"};
+    if (languageFrozen)
+      m["modules"][1]["freeze"] = true;
+    return requirePlan(requireConfig(parseModelConfig(m.dump(), "m.json")));
+  };
+  Plan full = plan("", false), body = plan("patch", false),
+       both = plan("patch", true);
+  auto work = [](const Plan &p, int64_t rank, InstrOp op) {
+    CostModel costs(p.topology, p.config, flatProfile(1), freeLinks(8, 0));
+    for (const Instr &in : p.programs[p.rankProgram[rank]].instrs)
+      if (in.op == op)
+        return costs.work(rank, in).compute;
+    return -1.0;
+  };
+  // Rank 0: an images rank; rank 4: the language first stage.
+  EXPECT_EQ(work(body, 0, InstrOp::Forward), work(full, 0, InstrOp::Forward));
+  EXPECT_LT(work(body, 0, InstrOp::Backward),
+            0.5 * work(full, 0, InstrOp::Backward));
+  EXPECT_EQ(work(body, 4, InstrOp::Backward), work(full, 4, InstrOp::Backward));
+  EXPECT_LT(work(both, 4, InstrOp::Backward), work(full, 4, InstrOp::Backward));
+  EXPECT_GT(work(both, 4, InstrOp::Backward), work(full, 4, InstrOp::Forward));
+}
