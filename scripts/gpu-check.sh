@@ -246,6 +246,13 @@ if has_phase bench && [ "$gpu" != cpu ]; then
   keep "$logs/bench.md"
   cat "$logs/bench.md"
   [ "$rc" = 0 ] || { status=1; note "benchmarks failed"; }
+  # The device profile mimoc simulate and mimoc tune take (docs/tune.md),
+  # before the longer benchmarks: a call cut off at its limit still has it.
+  if todo "$logs/profile.json"; then
+    "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
+      { status=1; note "mimo-run --calibrate failed"; }
+  fi
+  keep "$logs/profile.json"
   # Overlapped gradient buckets against one all-reduce after the backward.
   if todo "$logs/overlap.md"; then
     python3 bench/overlap.py --build "$build" --device cuda --plans .gpu-bundle/overlap \
@@ -262,12 +269,6 @@ if has_phase bench && [ "$gpu" != cpu ]; then
       { status=1; note "1B benchmark failed"; tail -5 "$logs/train-1b.log"; }
   fi
   keep "$logs/train-1b.md"
-  # The device profile mimoc simulate and mimoc tune take (docs/tune.md).
-  if todo "$logs/profile.json"; then
-    "$build/bin/mimo-run" --calibrate --device cuda -o "$logs/profile.json" ||
-      { status=1; note "mimo-run --calibrate failed"; }
-  fi
-  keep "$logs/profile.json"
 fi
 
 if has_phase report; then
