@@ -32,6 +32,23 @@ const CudaStatus &cudaStatus() {
   return status;
 }
 
+double datasheetBf16Tflops(const std::string &name) {
+  auto has = [&](const char *part) {
+    return name.find(part) != std::string::npos;
+  };
+  // Most specific first: the PCIe and NVL cards run slower clocks.
+  if (has("H100") || has("H200") || has("H800")) {
+    if (has("PCIe"))
+      return 756.5;
+    if (has("NVL"))
+      return 835.5;
+    return 989.4;
+  }
+  if (has("A100") || has("A800"))
+    return 312.0;
+  return 0;
+}
+
 const char *kindName(DeviceKind kind) {
   return kind == DeviceKind::Cuda ? "cuda" : "cpu";
 }

@@ -30,8 +30,9 @@ struct CudaStatus {
   /// The first GPU's peak fp32 rate without tensor cores (TFLOP/s):
   /// multiprocessors x 128 FP32 lanes x 2 x the peak clock (sm_80, sm_90).
   double peakFp32Tflops = 0;
-  /// Its dense bf16 tensor-core peak: multiprocessors x (4096 on sm_90,
-  /// 2048 on sm_80) FLOPs per clock x the peak clock.
+  /// Its dense bf16 tensor-core peak: the datasheet's for the GPUs
+  /// datasheetBf16Tflops knows (the MFU convention), else multiprocessors
+  /// x (4096 on sm_90, 2048 on sm_80) FLOPs per clock x the peak clock.
   double peakBf16Tflops = 0;
   /// The shared memory one block of the first GPU may opt in to (bytes).
   int64_t sharedOptIn = 0;
@@ -40,6 +41,13 @@ struct CudaStatus {
 /// Asks the CUDA runtime (once per process; cheap afterwards). Never
 /// throws, never aborts, also on machines without a driver.
 const CudaStatus &cudaStatus();
+
+/// The dense bf16 tensor-core peak NVIDIA's datasheet gives for the GPU
+/// of this name (as CUDA reports it: "NVIDIA H100 80GB HBM3"), in TFLOP/s;
+/// 0 for a name it does not know. The datasheets count at the boost clock
+/// (1830 MHz on an H100 SXM), below the peak clock CUDA reports (1980 MHz):
+/// the clock formula would say 1070 where MFU is customarily taken of 989.
+double datasheetBf16Tflops(const std::string &name);
 
 const char *kindName(DeviceKind kind);
 std::optional<DeviceKind> parseKind(const std::string &name);

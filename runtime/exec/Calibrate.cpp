@@ -101,15 +101,21 @@ std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu, bool bf16) {
   return points;
 }
 
-/// Causal attention over samples of `span` tokens, about 1024 tokens in
-/// all (4096 on a GPU), 4 heads of 32; bf16: as precision "bf16" runs it
-/// (tensor cores on a GPU).
+/// Causal attention over samples of `span` tokens; bf16: as precision
+/// "bf16" runs it (tensor cores on a GPU). On the CPU 4 heads of 32 over
+/// about 1024 tokens in all; on a GPU a shape that fills it, as a model's
+/// layer does (16 heads of 128 over 16384 tokens: 4 heads of 32 over 4096
+/// tokens kept most multiprocessors idle and measured a fifth of the rate
+/// a 1B model's layers get), and spans up to 4096.
 void measureAttention(device::Device &dev, bool gpu, bool bf16,
                       std::vector<RatePoint> &forward,
                       std::vector<RatePoint> &backward) {
-  const int64_t heads = 4, d = 32, H = heads * d;
-  for (int64_t span : {16, 64, 128, 256, 512, 1024}) {
-    int64_t tokens = std::max<int64_t>(span, gpu ? 4096 : 1024);
+  const int64_t heads = gpu ? 16 : 4, d = gpu ? 128 : 32, H = heads * d;
+  std::vector<int64_t> spans = {16, 64, 128, 256, 512, 1024};
+  if (gpu)
+    spans.insert(spans.end(), {2048, 4096});
+  for (int64_t span : spans) {
+    int64_t tokens = std::max<int64_t>(span, gpu ? 16384 : 1024);
     int64_t samples = tokens / span;
     tokens = samples * span;
     std::vector<int64_t> pos(static_cast<size_t>(tokens)),
@@ -380,8 +386,7 @@ calibrate(device::DeviceKind kind,
     p.memoryGBs = 3.0 * 4.0 * static_cast<double>(n) / seconds / 1e9;
     Buffer one(*dev, 1);
     p.kernelOverheadUs =
-        1e6 * timePerCall(
-                  *dev, [&] { dev->scale(one.data, 1.0f, 1); }, 0.05);
+        1e6 * timePerCall(*dev, [&] { dev->scale(one.data, 1.0f, 1); }, 0.05);
   }
   progress("a small model's forward and backward");
   fitLayerCosts(kind, p);

@@ -17,6 +17,7 @@
 #include "runtime/comm/GroupSplit.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/cost/MemoryPlan.h"
+#include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
 #include "runtime/device/OncePerDevice.h"
 #include "runtime/exec/MemoryCheck.h"
@@ -312,3 +313,16 @@ TEST(WarmUp, EveryPeerAndGroupIsOpenedBeforeTheFirstStep) {
 }
 
 } // namespace
+
+// MFU is customarily taken of the datasheet's dense bf16 peak (989.4 on an
+// H100 SXM, at its 1830 MHz boost clock), not of the peak clock CUDA
+// reports (1980 MHz: 1070): the first H100 run's profile said 1070.
+TEST(DatasheetPeak, KnownGpusByTheNameCudaReports) {
+  using mimo::device::datasheetBf16Tflops;
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA H100 80GB HBM3"), 989.4);
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA H200"), 989.4);
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA H100 PCIe"), 756.5);
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA H100 NVL"), 835.5);
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA A100-SXM4-80GB"), 312.0);
+  EXPECT_DOUBLE_EQ(datasheetBf16Tflops("NVIDIA GeForce RTX 4090"), 0.0);
+}

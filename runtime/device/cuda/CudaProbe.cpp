@@ -124,6 +124,8 @@ CudaStatus probe() {
                             (props.major >= 9 ? 4096.0 : 2048.0) * clockKHz *
                             1e3 / 1e12;
   }
+  if (double datasheet = datasheetBf16Tflops(props.name); datasheet > 0)
+    status.peakBf16Tflops = datasheet;
   (void)cudaGetLastError();
   status.firstName = props.name;
   status.sharedOptIn = static_cast<int64_t>(props.sharedMemPerBlockOptin);
