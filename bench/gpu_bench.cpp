@@ -389,12 +389,12 @@ void benchRows() {
          dx = Tensor::empty(*dev, n), dw = Tensor::zeros(*dev, hidden);
   Tensor bits = Tensor::empty(*dev, n, device::DType::BF16);
   row("rmsnorm forward", shape, 8.0 * n, [&] {
-    dev->rmsnormForward(x.data(), w.data(), y.data(), rstd.data(), rows,
-                        hidden);
+    dev->rmsnormForward(x.data(), w.data(), y.data(), rstd.data(), rows, hidden,
+                        1e-5f);
   });
   row("rmsnorm forward, bf16 out", shape, 6.0 * n, [&] {
     dev->rmsnormForwardBf16(x.data(), w.data(), bits.data<uint16_t>(),
-                            rstd.data(), rows, hidden);
+                            rstd.data(), rows, hidden, 1e-5f);
   });
   // dw's partials read x and dy; dx's rows read them again and write dx.
   row("rmsnorm backward (dx and dw)", shape, 20.0 * n, [&] {

@@ -40,6 +40,24 @@ model["modules"][1]["freeze"] = ["layers.0"]
 json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/frozen-tower.json" -o "$bundle/plans/frozen-tower.plan.json"
+# A Llama 3-like language model (docs/model-json.md): TP2 splitting two
+# key/value groups with SP, CP2 gathering the groups, rope_theta 500000
+# with the llama3 rope_scaling, norm_eps 1e-6.
+python3 - "$bundle/llama3-gqa.json" <<'PY'
+import json, sys
+model = json.load(open("examples/lm-cp2-sp.json"))
+model["name"] = "llama3-gqa"
+for module in model["modules"]:
+    module["arch"]["norm_eps"] = 1e-6
+    if module["kind"] == "language":
+        module["arch"].update(num_query_groups=2, rope_theta=500000.0,
+                              rope_scaling={"type": "llama3", "factor": 8.0,
+                                            "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 64})
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/llama3-gqa.json" -o "$bundle/plans/llama3-gqa.plan.json"
 # The nccl check's one-rank plan, and the overlap benchmark's layouts.
 mkdir -p "$bundle/nccl"
 python3 - "$bundle/nccl/single.json" <<'PY'

@@ -6,10 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # MLIR 19 pinned: the -22 packages conflict with it and would replace it.
+# python3-torch and python3-numpy: the PyTorch twin test (tests/e2e/twin.py).
 packages=(
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
   libopenblas-dev ninja-build cmake g++ python3 ccache clang-format-19
+  python3-numpy python3-torch
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -15,7 +15,9 @@ double languageForwardFlops(const ModuleConfig &m, double tokens,
   double F = static_cast<double>(m.ffnHiddenSize);
   double V = static_cast<double>(m.vocabSize);
   double L = static_cast<double>(m.numLayers);
-  double perToken = L * 2.0 * (4.0 * H * H + 3.0 * H * F) + 2.0 * H * V;
+  double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
+  double perToken =
+      L * 2.0 * (2.0 * H * H + 2.0 * H * KV + 3.0 * H * F) + 2.0 * H * V;
   return tokens * perToken + L * pairs * 4.0 * H;
 }
 
@@ -99,8 +101,10 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
   for (int64_t l = 0; l < m.numLayers; ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
     const bool backward = l >= truncated;
+    const double KV = static_cast<double>(m.kvHidden());
     for (const char *w : {"wq", "wk", "wv", "wo"})
-      work += weight(2.0 * H * H * tokens, at + w, backward);
+      work += weight(2.0 * H * (w[1] == 'k' || w[1] == 'v' ? KV : H) * tokens,
+                     at + w, backward);
     if (language)
       for (const char *w : {"gate", "up", "down"})
         work += weight(2.0 * H * F * tokens, at + w, backward);

@@ -45,6 +45,12 @@ struct InitConfig {
   std::string format = "mimo";
 };
 
+/// docs/model-json.md `rope_scaling`: Llama 3.1's ("llama3").
+struct RopeScaling {
+  double factor = 8.0, lowFreqFactor = 1.0, highFreqFactor = 4.0;
+  double originalMaxPositions = 8192;
+};
+
 struct ModuleConfig {
   std::string name;
   ModuleKind kind = ModuleKind::Encoder;
@@ -54,6 +60,15 @@ struct ModuleConfig {
   /// vocabSize the language vocabulary; the other is 0.
   int64_t featureDim = 0, vocabSize = 0;
   int64_t hiddenSize = 0, numLayers = 0, numHeads = 0, ffnHiddenSize = 0;
+  /// docs/model-json.md `num_query_groups` (language): the key and value
+  /// heads (GQA; numHeads when absent: plain multi-head attention).
+  int64_t numQueryGroups = 0;
+  /// `rope_theta` and `rope_scaling` (language): RoPE's base and Llama
+  /// 3.1's rescaling of its frequencies.
+  double ropeTheta = 10000.0;
+  std::optional<RopeScaling> ropeScaling;
+  /// `norm_eps`: the ε of every norm of the module.
+  double normEps = 1e-5;
   ParallelConfig parallel;
   /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
   /// whose local names begin with one of `freezePrefixes` in whole
@@ -67,6 +82,14 @@ struct ModuleConfig {
   std::optional<InitConfig> init;
   /// JSON pointer of this module ("/modules/1").
   std::string pointer;
+
+  /// The key/value heads (numQueryGroups, else numHeads) and their width.
+  int64_t kvHeads() const {
+    return numQueryGroups > 0 ? numQueryGroups : numHeads;
+  }
+  int64_t kvHidden() const {
+    return numHeads > 0 ? kvHeads() * (hiddenSize / numHeads) : hiddenSize;
+  }
 
   /// Whether parameter `local` (its name within the module) is frozen.
   bool frozen(const std::string &local) const;

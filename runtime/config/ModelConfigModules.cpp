@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <sstream>
 
 namespace mimo::detail {
 
@@ -104,6 +105,81 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
   }
 }
 
+/// 4, 0.5, 1e-06: a number as a user wrote it.
+std::string shortNumber(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+/// docs/model-json.md: the architecture keys of Llama/Mistral/Qwen-style
+/// language models (`num_query_groups`, `rope_theta`, `rope_scaling`) and
+/// both modules' `norm_eps`; absent, each keeps today's model.
+void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
+                     ModuleConfig &module) {
+  if (auto eps = v.number(arch, at, "norm_eps", 0, true, 1, true,
+                          "the epsilon of the module's norms"))
+    module.normEps = *eps;
+  if (module.kind != ModuleKind::Language)
+    return;
+  if (auto groups = v.integer(arch, at, "num_query_groups", false, 1,
+                              "the key and value heads (GQA)", kMaxWidth)) {
+    module.numQueryGroups = *groups;
+    if (module.numHeads > 0 && module.numHeads % *groups != 0)
+      v.error(at + "/num_query_groups",
+              "expected num_query_groups to divide num_heads " +
+                  std::to_string(module.numHeads) + ", found " +
+                  std::to_string(*groups) +
+                  "; use a group count that divides the head count (1: "
+                  "multi-query attention)");
+  }
+  if (auto theta = v.number(arch, at, "rope_theta", 1, false, 1e12, false,
+                            "the base of the rotary embeddings"))
+    module.ropeTheta = *theta;
+  const std::string scalingAt = at + "/rope_scaling";
+  if (const json *scaling = v.member(arch, at, "rope_scaling", false,
+                                     "how RoPE's frequencies are rescaled")) {
+    if (!v.object(*scaling, scalingAt,
+                  modelJsonKeys("/modules/N/arch/rope_scaling"),
+                  "RoPE's rescaling"))
+      return;
+    RopeScaling r;
+    if (auto type = v.string(*scaling, scalingAt, "type", true,
+                             "the kind of rescaling");
+        type && *type != "llama3")
+      v.error(scalingAt + "/type",
+              "expected \"llama3\" (Llama 3.1's rescaling), found \"" +
+                  type->substr(0, 40) +
+                  "\"; other kinds (linear, dynamic, yarn) are not supported: "
+                  "remove rope_scaling or use \"llama3\"");
+    auto positive = [&](const char *key, const char *meaning, double &out) {
+      if (!scaling->contains(key)) {
+        v.error(scalingAt + "/" + key,
+                std::string("missing ") + key + " (" + meaning +
+                    "); copy it from the model's config.json");
+        return;
+      }
+      if (auto x =
+              v.number(*scaling, scalingAt, key, 0, true, 1e12, false, meaning))
+        out = *x;
+    };
+    positive("factor", "how much longer the context is than trained", r.factor);
+    positive("low_freq_factor", "where the low frequencies begin",
+             r.lowFreqFactor);
+    positive("high_freq_factor", "where the high frequencies end",
+             r.highFreqFactor);
+    positive("original_max_position_embeddings",
+             "the context length the model was trained at",
+             r.originalMaxPositions);
+    if (r.highFreqFactor <= r.lowFreqFactor)
+      v.error(scalingAt + "/high_freq_factor",
+              "expected high_freq_factor above low_freq_factor " +
+                  shortNumber(r.lowFreqFactor) + ", found " +
+                  shortNumber(r.highFreqFactor) + "; Llama 3.1 uses 1 and 4");
+    module.ropeScaling = r;
+  }
+}
+
 void parseModule(Validator &v, const json &moduleJson, size_t index,
                  ModelConfig &config, bool &ok) {
   ModuleConfig module;
@@ -193,9 +269,21 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                       std::to_string(module.hiddenSize / module.numHeads) +
                       "; choose num_heads so that the head size is even");
       }
+      parseArchExtras(v, *arch, archPointer, module);
     }
   }
   parseParallel(v, moduleJson, module);
+  // GQA splits the KV groups over TP (the compiler checks num_heads).
+  if (module.numQueryGroups > 0 && module.parallel.tp > 0 &&
+      module.numHeads % module.numQueryGroups == 0 &&
+      module.numQueryGroups % module.parallel.tp != 0)
+    v.error(pointer + "/parallel/tp",
+            "num_query_groups " + std::to_string(module.numQueryGroups) +
+                " of module '" + module.name + "' is not divisible by tp " +
+                std::to_string(module.parallel.tp) +
+                "; use a tp that divides " +
+                std::to_string(module.numQueryGroups) +
+                " or change arch.num_query_groups");
   if (const json *freeze =
           v.member(moduleJson, pointer, "freeze", false, "what stays fixed")) {
     const std::string at = pointer + "/freeze";

@@ -26,6 +26,20 @@ json toJson(const ModelConfig &config) {
     arch["num_layers"] = module.numLayers;
     arch["num_heads"] = module.numHeads;
     arch["ffn_hidden_size"] = module.ffnHiddenSize;
+    // Written only when set: a model without them keeps its digest.
+    if (module.numQueryGroups > 0)
+      arch["num_query_groups"] = module.numQueryGroups;
+    if (module.ropeTheta != 10000.0)
+      arch["rope_theta"] = module.ropeTheta;
+    if (const std::optional<RopeScaling> &r = module.ropeScaling)
+      arch["rope_scaling"] = {
+          {"type", "llama3"},
+          {"factor", r->factor},
+          {"low_freq_factor", r->lowFreqFactor},
+          {"high_freq_factor", r->highFreqFactor},
+          {"original_max_position_embeddings", r->originalMaxPositions}};
+    if (module.normEps != 1e-5)
+      arch["norm_eps"] = module.normEps;
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;
     json parallel = {{"tp", p.tp},

@@ -59,12 +59,14 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   auto [begin, end] = stageLayers(module.numLayers, pp, ppRank);
   using L = ParamLayout;
   using I = ParamInit;
+  const int64_t KV = module.kvHidden(); // H unless grouped-query attention
   auto attention = [&](const std::string &p) {
-    // Q, K and V split by heads (column-parallel), the output projection
-    // by the same heads (row-parallel).
+    // Q, K and V split by heads (column-parallel; K and V by their groups
+    // under GQA, which TP divides), the output projection by the same
+    // heads (row-parallel).
     add(p + "wq", H, H, L::ColumnParallel);
-    add(p + "wk", H, H, L::ColumnParallel);
-    add(p + "wv", H, H, L::ColumnParallel);
+    add(p + "wk", H, KV, L::ColumnParallel);
+    add(p + "wv", H, KV, L::ColumnParallel);
     add(p + "wo", H, H, L::RowParallel);
   };
   if (module.kind == ModuleKind::Language) {

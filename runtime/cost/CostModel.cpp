@@ -198,9 +198,11 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   // first encoder stage runs no backward below its lowest layer with
   // something trainable at or under it (model/EncoderStage.cpp).
   auto trains = [&](const std::string &local) { return !m.frozen(local); };
-  const double gemms[4] = {
-      gemmSeconds(p, rows, 3 * H / tp, H), gemmSeconds(p, rows, H, H / tp),
-      gemmSeconds(p, rows, mlpIn * F / tp, H), gemmSeconds(p, rows, H, F / tp)};
+  const double KV = static_cast<double>(m.kvHidden()); // GQA: K and V
+  const double gemms[4] = {gemmSeconds(p, rows, (H + 2 * KV) / tp, H),
+                           gemmSeconds(p, rows, H, H / tp),
+                           gemmSeconds(p, rows, mlpIn * F / tp, H),
+                           gemmSeconds(p, rows, H, F / tp)};
   bool truncated = backward && !shape.language && shape.first &&
                    !trains("patch.weight") && !trains("patch.bias");
   StageWork w;
@@ -237,11 +239,11 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                              std::max(p.computeScale, 1e-9);
   }
   // Two all-reduces (or SP all-gather + reduce-scatter) per layer over TP;
-  // the keys and values gathered over CP.
+  // the keys and values (their groups under GQA) gathered over CP.
   w.tpExchanges = 2 * shape.layers;
   w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
   w.cpExchanges = shape.layers;
-  w.cpBytes = kFloat * 2 * rows * H / tp;
+  w.cpBytes = kFloat * 2 * rows * KV / tp;
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
     w.compute += (backward && !trains("head") ? 1 : passes) *

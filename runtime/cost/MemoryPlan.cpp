@@ -56,13 +56,16 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double Vl = static_cast<double>(m.vocabSize) / tp;
+  // K and V's width on a rank: Hl, or their groups' under GQA.
+  const double KVl = static_cast<double>(m.kvHidden()) / tp;
   // Per layer (model/TransformerLayer.h LayerCache), kept: x, x1 (local
   // rows); the gathered norms' outputs; q, k, v, the attention output; the
   // gathered keys and values under CP; gate, up and SwiGLU output. In
   // fp32: the norms' statistics and the log-sum-exp.
-  double kept = 2 * Tl * H + 2 * Tc * H + 4 * Tc * Hl + 3 * Tc * Fl;
+  double kept =
+      2 * Tl * H + 2 * Tc * H + 2 * Tc * Hl + 2 * Tc * KVl + 3 * Tc * Fl;
   if (cp > 1)
-    kept += 2 * T * Hl;
+    kept += 2 * T * KVl;
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
@@ -82,6 +85,11 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
                         (cp > 1 ? 2 * T * Hl : 0)) +
               keptBytes(bf16) * 2 * Tc * Fl;
+  if (KVl < Hl) { // GQA: the keys and values repeated per head, and the
+                  // gradients of the groups
+    const double Tk = cp > 1 ? T : Tc;
+    b.working += keptBytes(bf16) * 2 * Tk * Hl + kFloat * 2 * Tk * KVl;
+  }
   if (last) {
     const double R = static_cast<double>(
         logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));

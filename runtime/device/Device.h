@@ -22,6 +22,7 @@
 
 #include "runtime/device/AttentionTiles.h"
 #include "runtime/device/DType.h"
+#include "runtime/device/RopeSpec.h"
 #include "runtime/device/TokenGroups.h"
 
 #include <cmath>
@@ -198,14 +199,17 @@ public:
   virtual void gemmBf16Out(bool transA, bool transB, int64_t M, int64_t N,
                            int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
                            uint16_t *C) = 0;
+  /// The norms' forwards take the module's ε (model.json `norm_eps`); their
+  /// backwards need none (they read the forward's statistics).
   virtual void rmsnormForward(const float *x, const float *w, float *y,
-                              float *rstd, int64_t rows, int64_t cols) = 0;
+                              float *rstd, int64_t rows, int64_t cols,
+                              float eps) = 0;
   virtual void rmsnormBackward(const float *x, const float *w,
                                const float *rstd, const float *dy, float *dx,
                                float *dw, int64_t rows, int64_t cols) = 0;
   virtual void layernormForward(const float *x, const float *w, const float *b,
                                 float *y, float *mean, float *rstd,
-                                int64_t rows, int64_t cols) = 0;
+                                int64_t rows, int64_t cols, float eps) = 0;
   virtual void layernormBackward(const float *x, const float *w,
                                  const float *mean, const float *rstd,
                                  const float *dy, float *dx, float *dw,
@@ -235,11 +239,12 @@ public:
   /// fp32 op followed by packBf16, in one pass (precision "bf16": what a
   /// GEMM reads next and the backward keeps).
   virtual void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
-                                  float *rstd, int64_t rows, int64_t cols) = 0;
+                                  float *rstd, int64_t rows, int64_t cols,
+                                  float eps) = 0;
   virtual void layernormForwardBf16(const float *x, const float *w,
                                     const float *b, uint16_t *y, float *mean,
-                                    float *rstd, int64_t rows,
-                                    int64_t cols) = 0;
+                                    float *rstd, int64_t rows, int64_t cols,
+                                    float eps) = 0;
   virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n) = 0;
   virtual void swigluForwardBf16(const float *gate, const float *up,
                                  uint16_t *y, int64_t n) = 0;
@@ -258,14 +263,27 @@ public:
   virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
                                   const float *dy, uint16_t *dgate,
                                   uint16_t *dup, int64_t n) = 0;
+  /// RoPE in place on x [tokens, heads, dim] (docs/model.md), each pair's
+  /// frequency from `spec` (device/RopeSpec.h: rope_theta, rope_scaling).
   virtual void rope(float *x, const int64_t *positions, int64_t tokens,
-                    int64_t heads, int64_t dim, bool inverse) = 0;
+                    int64_t heads, int64_t dim, bool inverse,
+                    const RopeSpec &spec) = 0;
   /// rope of x written as bf16 bits into y: the bits of the fp32 rotation
   /// followed by packBf16, in one pass (precision "bf16"'s q and k as
   /// attention reads them; inverse: dq and dk as their GEMMs read them).
   virtual void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
                         int64_t tokens, int64_t heads, int64_t dim,
-                        bool inverse) = 0;
+                        bool inverse, const RopeSpec &spec) = 0;
+  /// Grouped-query attention (model.json `num_query_groups`): x [rows,
+  /// groups, dim] with each group's head repeated `repeat` times into y
+  /// [rows, groups x repeat, dim] (query head h reads group h / repeat), as
+  /// attention reads keys and values; `type` F32 or BF16 (bits copied).
+  virtual void repeatKv(DType type, const void *x, void *y, int64_t rows,
+                        int64_t groups, int64_t repeat, int64_t dim) = 0;
+  /// Its adjoint: y [rows, groups, dim] = the sum over each group's
+  /// `repeat` heads of dy [rows, groups x repeat, dim], in head order.
+  virtual void sumKvGroups(const float *dy, float *y, int64_t rows,
+                           int64_t groups, int64_t repeat, int64_t dim) = 0;
   /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask
   /// of `plan` (AttentionTiles.h: built on the host from the positions and
   /// segments the reference takes, its packed array in this device's

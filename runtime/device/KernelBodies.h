@@ -22,6 +22,7 @@
 #ifndef MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 #define MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 
+#include "runtime/device/RopeSpec.h"
 #include "runtime/device/TokenGroups.h"
 
 #include <cmath>
@@ -382,7 +383,8 @@ void columnSumsOnHost(const Terms &terms, int64_t rows, int64_t cols, T *out0,
 //===----------------------------------------------------------------------===//
 
 /// y = RoPE(x) (inverse: the rotation back), per token and head: pairs
-/// (i, i + dim/2) rotated by position * 10000^(-2i/dim); an odd dim's last
+/// (i, i + dim/2) rotated by position * spec.invFreq(i, dim) (RopeSpec.h:
+/// 10000^(-2i/dim) by default); an odd dim's last
 /// value is copied. y may be x (in place); Out = uint16_t writes bf16 bits
 /// (the rotation in fp32, then rounded: precision "bf16"'s q and k).
 template <typename T, typename Out = T> struct Rope {
@@ -391,6 +393,7 @@ template <typename T, typename Out = T> struct Rope {
   const int64_t *positions;
   int64_t tokens, heads, dim;
   bool inverse;
+  RopeSpec spec;
   MIMO_HD int64_t count() const { return tokens * heads * ((dim + 1) / 2); }
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t half = dim / 2, pairs = (dim + 1) / 2;
@@ -403,14 +406,50 @@ template <typename T, typename Out = T> struct Rope {
       return;
     }
     const int64_t t = th / heads;
-    double invFreq = ::pow(10000.0, -2.0 * static_cast<double>(i) /
-                                        static_cast<double>(dim));
+    double invFreq = spec.invFreq(i, dim);
     double a = static_cast<double>(positions[t]) * invFreq;
     double c = ::cos(a), s = (inverse ? -1.0 : 1.0) * ::sin(a);
     double x1 = static_cast<double>(xh[i]);
     double x2 = static_cast<double>(xh[i + half]);
     yh[i] = narrow<Out>(static_cast<T>(x1 * c - x2 * s));
     yh[i + half] = narrow<Out>(static_cast<T>(x2 * c + x1 * s));
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Grouped-query attention: keys and values repeated per head, and back
+//===----------------------------------------------------------------------===//
+
+/// y [rows, groups x repeat, dim] = x [rows, groups, dim] with head h
+/// reading group h / repeat (T: float, or bf16 bits copied as they are).
+template <typename T> struct RepeatKv {
+  const T *x;
+  T *y;
+  int64_t rows, groups, repeat, dim;
+  MIMO_HD int64_t count() const { return rows * groups * repeat * dim; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t e = idx % dim, rest = idx / dim;
+    const int64_t heads = groups * repeat;
+    const int64_t h = rest % heads, r = rest / heads;
+    y[idx] = x[(r * groups + h / repeat) * dim + e];
+  }
+};
+
+/// y [rows, groups, dim] = the sum of each group's heads of dy [rows,
+/// groups x repeat, dim], in head order (RepeatKv's adjoint).
+struct SumKvGroups {
+  const float *dy;
+  float *y;
+  int64_t rows, groups, repeat, dim;
+  MIMO_HD int64_t count() const { return rows * groups * dim; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t e = idx % dim, rest = idx / dim;
+    const int64_t g = rest % groups, r = rest / groups;
+    const float *from = dy + ((r * groups + g) * repeat) * dim + e;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < repeat; ++j)
+      sum += from[j * dim];
+    y[idx] = sum;
   }
 };
 

@@ -45,8 +45,7 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
         *this, parameters, false, indexOf(p + "ln1.weight"),
         indexOf(p + "ln1.bias"), indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), indexOf(p + "ln2.weight"),
-        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), hiddenSize,
-        module.numHeads, module.ffnHiddenSize, ctx));
+        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), module, ctx));
   }
   if (isFirst()) {
     bool frozen = parameters[patchW].frozen && parameters[patchB].frozen;

@@ -30,7 +30,8 @@ struct LanguageStage::Cache {
 LanguageStage::LanguageStage(const ModuleConfig &module,
                              const ShardTopology &shard, StageContext context)
     : Stage(std::move(context)), hiddenSize(module.hiddenSize),
-      vocab(module.vocabSize), shardTopology(shard) {
+      vocab(module.vocabSize), normEps(static_cast<float>(module.normEps)),
+      shardTopology(shard) {
   vocabLocal = vocab / ctx.tp;
   buildParameters(stageParameters(module, hiddenSize,
                                   ctx.sequenceParallel && ctx.tp > 1, ctx.pp,
@@ -45,8 +46,7 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
-        indexOf(p + "up"), indexOf(p + "down"), hiddenSize, module.numHeads,
-        module.ffnHiddenSize, ctx));
+        indexOf(p + "up"), indexOf(p + "down"), module, ctx));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");
@@ -205,10 +205,10 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   const Tensor finalWeight = vectorOf(parameters[finalNorm]);
   if (normBits)
     dev.rmsnormForwardBf16(c.xf.data(), finalWeight.data(), hN.data<uint16_t>(),
-                           c.rstdF.data(), Tl, H);
+                           c.rstdF.data(), Tl, H, normEps);
   else
     dev.rmsnormForward(c.xf.data(), finalWeight.data(), hN.data(),
-                       c.rstdF.data(), Tl, H);
+                       c.rstdF.data(), Tl, H, normEps);
   Tensor hNf =
       gemmInput(dev, ctx.bf16 && sp,
                 sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN));

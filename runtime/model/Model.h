@@ -259,6 +259,7 @@ public:
 
 private:
   int64_t hiddenSize, vocab, vocabLocal;
+  float normEps; // the final norm's (model.json norm_eps)
   ShardTopology shardTopology;
   size_t embedding = 0, finalNorm = 0, head = 0;
   struct Cache;

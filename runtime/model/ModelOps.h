@@ -9,6 +9,7 @@
 #define MIMO_RUNTIME_MODEL_MODELOPS_H
 
 #include "runtime/comm/Comm.h"
+#include "runtime/config/ModelConfig.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
 
@@ -71,6 +72,19 @@ inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
 
 /// Buffers that are written whole before they are read, and buffers that
 /// are accumulated into.
+/// RoPE's frequencies of a module (model.json `rope_theta`, `rope_scaling`).
+inline device::RopeSpec ropeSpec(const ModuleConfig &m) {
+  device::RopeSpec spec;
+  spec.theta = m.ropeTheta;
+  if (m.ropeScaling) {
+    spec.factor = m.ropeScaling->factor;
+    spec.lowFreqFactor = m.ropeScaling->lowFreqFactor;
+    spec.highFreqFactor = m.ropeScaling->highFreqFactor;
+    spec.originalMax = m.ropeScaling->originalMaxPositions;
+  }
+  return spec;
+}
+
 inline Tensor empty(int64_t n) { return Tensor::empty(n); }
 inline Tensor zeros(int64_t n, device::DType type = device::DType::F32) {
   return Tensor::zeros(n, type);

@@ -42,15 +42,20 @@ public:
   TransformerLayer(Stage &owner, std::vector<Param> &params, bool language,
                    size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
                    size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
-                   size_t w2, int64_t hidden, int64_t heads, int64_t ffn,
+                   size_t w2, const ModuleConfig &module,
                    const StageContext &ctx)
       : owner(owner), params(params), language(language), norm1(norm1),
         norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
-        norm2b(norm2b), w1(w1), w3(w3), w2(w2), H(hidden), ctx(ctx) {
-    headsLocal = heads / ctx.tp;
-    headDim = hidden / heads;
+        norm2b(norm2b), w1(w1), w3(w3), w2(w2), H(module.hiddenSize),
+        eps(static_cast<float>(module.normEps)), ctx(ctx) {
+    headsLocal = module.numHeads / ctx.tp;
+    headDim = H / module.numHeads;
     Hl = headsLocal * headDim;
-    Fl = ffn / ctx.tp;
+    kvHeadsLocal = module.kvHeads() / ctx.tp;
+    KVl = kvHeadsLocal * headDim;
+    repeat = headsLocal / kvHeadsLocal;
+    Fl = module.ffnHiddenSize / ctx.tp;
+    rope = ropeSpec(module);
   }
 
   Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
@@ -62,15 +67,18 @@ public:
     c.hf = normedInput(c.x, norm1, norm1b, c.mean1, c.rstd1, Tl, sp);
     // Under bf16 q, k and v are bf16 bits as attention reads them (and the
     // backward keeps them), and so is its output, the wo GEMM's input.
-    c.q = queryOrKey(c.hf, wq, m);
-    c.k = queryOrKey(c.hf, wk, m);
-    c.v = storedProduct(dev, ctx.bf16, operand(c.hf), P(wv), Tc, H, Hl);
+    // With grouped-query attention k and v hold the rank's KV groups (and
+    // so does what CP gathers); attention reads them repeated per head.
+    c.q = queryOrKey(c.hf, wq, m, headsLocal);
+    c.k = queryOrKey(c.hf, wk, m, kvHeadsLocal);
+    c.v = storedProduct(dev, ctx.bf16, operand(c.hf), P(wv), Tc, H, KVl);
     if (ctx.cp > 1) {
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
       c.values = gatherRows(comm, ctx.cpGroup, c.v);
     }
-    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
-    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
+    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
     c.a = Tensor::empty(Tc * Hl, c.q.dtype());
     c.lse = empty(headsLocal * Tc);
     if (Tc > 0 && ctx.bf16)
@@ -156,8 +164,9 @@ public:
                               /*transW=*/true);
     matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, WG(wo), Tc,
                    Hl, H);
-    const Tensor &K = ctx.cp > 1 ? c.keys : c.k;
-    const Tensor &V = ctx.cp > 1 ? c.values : c.v;
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
+    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
     // Without queries no key gets a gradient.
     Tensor dq = empty(Tc * Hl);
     Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
@@ -174,20 +183,24 @@ public:
     // The saved q and k are rotated: their gradients are rotated back (the
     // weight gradients need the inputs, which hf holds, so nothing else to
     // undo).
-    dq = rotatedStored(std::move(dq), m, language, true);
+    // GQA: each group's gradient sums its heads' (before CP sums the
+    // ranks' over the gathered rows).
+    dK = perGroup(std::move(dK), Tk);
+    dV = perGroup(std::move(dV), Tk);
+    dq = rotatedStored(std::move(dq), m, language, true, headsLocal);
     Tensor dk = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK)
                                          : std::move(dK),
-                              m, language, true);
+                              m, language, true, kvHeadsLocal);
     Tensor dv = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV)
                                          : std::move(dV),
-                              m, false, false);
+                              m, false, false, kvHeadsLocal);
     Tensor dhf = empty(Tc * H);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
                    WG(wq), Tc, H, Hl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
-                   WG(wk), Tc, H, Hl, 1.0f);
+                   WG(wk), Tc, H, KVl, 1.0f);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
-                   WG(wv), Tc, H, Hl, 1.0f);
+                   WG(wv), Tc, H, KVl, 1.0f);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -232,24 +245,46 @@ private:
     return operand(bits);
   }
 
-  /// y ([Tc, Hl], fp32) rotated by RoPE when `rotate` (inverse: back), as
-  /// its next reader takes it: under bf16 as bits (rotated in fp32 and
-  /// rounded as written, one pass), else fp32.
-  Tensor rotatedStored(Tensor y, const LayerMeta &m, bool rotate,
-                       bool inverse) const {
+  /// y ([Tc, heads x d], fp32) rotated by RoPE when `rotate` (inverse:
+  /// back), as its next reader takes it: under bf16 as bits (rotated in
+  /// fp32 and rounded as written, one pass), else fp32.
+  Tensor rotatedStored(Tensor y, const LayerMeta &m, bool rotate, bool inverse,
+                       int64_t heads) const {
     Device &dev = *ctx.dev;
     if (!ctx.bf16) {
       if (rotate)
-        dev.rope(y.data(), m.qposData(), m.cpRows, headsLocal, headDim,
-                 inverse);
+        dev.rope(y.data(), m.qposData(), m.cpRows, heads, headDim, inverse,
+                 rope);
       return y;
     }
     if (!rotate)
       return packBf16(dev, y);
     Tensor bits = Tensor::empty(y.size(), device::DType::BF16);
-    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows,
-                 headsLocal, headDim, inverse);
+    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows, heads,
+                 headDim, inverse, rope);
     return bits;
+  }
+
+  /// Keys or values [rows, KV groups x d] as attention reads them, one
+  /// head per query head: the tensor itself without GQA, else each group
+  /// repeated into `storage`.
+  const Tensor &perHead(const Tensor &grouped, Tensor &storage) const {
+    if (repeat == 1)
+      return grouped;
+    const int64_t rows = grouped.size() / KVl;
+    storage = Tensor::empty(rows * Hl, grouped.dtype());
+    ctx.dev->repeatKv(grouped.dtype(), grouped.raw(), storage.raw(), rows,
+                      kvHeadsLocal, repeat, headDim);
+    return storage;
+  }
+  /// The adjoint of perHead on a gradient [rows, heads x d] (fp32).
+  Tensor perGroup(Tensor perHeadGrad, int64_t rows) const {
+    if (repeat == 1)
+      return perHeadGrad;
+    Tensor grouped = empty(rows * KVl);
+    ctx.dev->sumKvGroups(perHeadGrad.data(), grouped.data(), rows, kvHeadsLocal,
+                         repeat, headDim);
+    return grouped;
   }
 
   /// in · W of a row-parallel linear (wo, w2; K inputs a row), summed over
@@ -265,15 +300,17 @@ private:
     return rowParallelOut(std::move(y), sp);
   }
 
-  /// hf · W for the queries or keys, rotated (RoPE) in the language model,
-  /// stored as attention reads it: bf16 bits under bf16.
-  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m) {
-    const int64_t Tc = m.cpRows;
+  /// hf · W for the queries or keys (`heads` of them), rotated (RoPE) in
+  /// the language model, stored as attention reads it: bf16 bits under
+  /// bf16.
+  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m,
+                    int64_t heads) {
+    const int64_t Tc = m.cpRows, cols = heads * headDim;
     if (!language)
-      return storedProduct(*ctx.dev, ctx.bf16, operand(hf), P(w), Tc, H, Hl);
-    Tensor y = empty(Tc * Hl);
-    matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, Hl);
-    return rotatedStored(std::move(y), m, true, false);
+      return storedProduct(*ctx.dev, ctx.bf16, operand(hf), P(w), Tc, H, cols);
+    Tensor y = empty(Tc * cols);
+    matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, cols);
+    return rotatedStored(std::move(y), m, true, false, heads);
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
@@ -307,10 +344,10 @@ private:
     if (language) {
       if (bits)
         dev.rmsnormForwardBf16(x.data(), weight.data(), y.data<uint16_t>(),
-                               rstd.data(), rows, H);
+                               rstd.data(), rows, H, eps);
       else
         dev.rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(), rows,
-                           H);
+                           H, eps);
       return y;
     }
     mean = empty(rows);
@@ -318,10 +355,10 @@ private:
     if (bits)
       dev.layernormForwardBf16(x.data(), weight.data(), bias.data(),
                                y.data<uint16_t>(), mean.data(), rstd.data(),
-                               rows, H);
+                               rows, H, eps);
     else
       dev.layernormForward(x.data(), weight.data(), bias.data(), y.data(),
-                           mean.data(), rstd.data(), rows, H);
+                           mean.data(), rstd.data(), rows, H, eps);
     return y;
   }
 
@@ -395,6 +432,11 @@ private:
   bool language;
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
+  /// Grouped-query attention: the rank's key/value heads, their width and
+  /// the query heads per group (1 without GQA).
+  int64_t kvHeadsLocal = 1, KVl = 1, repeat = 1;
+  float eps;
+  device::RopeSpec rope;
   const StageContext &ctx;
 };
 

@@ -37,6 +37,9 @@ std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
       check(at + "cp", encoderCpRule(module, p.cp));
     check(at + "tp",
           divisibleRule(module, "num_heads", m.numHeads, "tp", p.tp));
+    if (m.numQueryGroups > 0)
+      check(at + "tp", divisibleRule(module, "num_query_groups",
+                                     m.numQueryGroups, "tp", p.tp));
     check(at + "tp", divisibleRule(module, "ffn_hidden_size", m.ffnHiddenSize,
                                    "tp", p.tp));
     if (language)

@@ -127,6 +127,12 @@ TEST(Bf16, LayoutsMatchTheirReferenceAndFollowFp32) {
     model["precision"] = "bf16";
     expectMatchesReference(model, world, 1e-2);
   }
+  { // grouped-query attention, rescaled RoPE and norm_eps under bf16
+    SCOPED_TRACE("llama3-like lm-cp2-sp.json");
+    json model = test::llama3Like(example("lm-cp2-sp.json"), 2);
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 6, 1e-2);
+  }
   json model = example("vlm-fan-in.json");
   exec::RunOptions options;
   options.steps = 10;

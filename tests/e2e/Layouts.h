@@ -48,6 +48,27 @@ inline double relative(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-12);
 }
 
+/// `model` with its language model made Llama 3-like (docs/model.md):
+/// grouped-query attention with `groups` key/value heads, rope_theta
+/// 500000 with Llama 3.1's rope_scaling (an original context of 64: at
+/// head size 32 some frequencies kept, some blended, the rest divided),
+/// and every module's norm_eps 1e-6.
+inline nlohmann::json llama3Like(nlohmann::json model, int64_t groups) {
+  for (nlohmann::json &module : model["modules"]) {
+    module["arch"]["norm_eps"] = 1e-6;
+    if (module["kind"] != "language")
+      continue;
+    module["arch"]["num_query_groups"] = groups;
+    module["arch"]["rope_theta"] = 500000.0;
+    module["arch"]["rope_scaling"] = {{"type", "llama3"},
+                                      {"factor", 8.0},
+                                      {"low_freq_factor", 1.0},
+                                      {"high_freq_factor", 4.0},
+                                      {"original_max_position_embeddings", 64}};
+  }
+  return model;
+}
+
 inline std::vector<Layout> equivalenceLayouts() {
   using nlohmann::json;
   std::vector<Layout> layouts = {
@@ -92,6 +113,14 @@ inline std::vector<Layout> equivalenceLayouts() {
   fanOut["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
   fanOut["modules"][1]["parallel"] = {{"tp", 2}, {"dp", 4}};
   layouts.push_back({"FanOutColocatedAndTensorParallelWithoutSp", fanOut, 8});
+  // Llama 3-like language models: TP2 splitting 2 KV groups with SP and
+  // CP2 gathering the groups; multi-query attention (one KV head) under
+  // PP2 colocated with the encoder.
+  layouts.push_back(
+      {"Llama3GqaTp2SpCp2", llama3Like(example("lm-cp2-sp.json"), 2), 6});
+  json mqa = llama3Like(example("vlm-colocated-pp2.json"), 1);
+  mqa["modules"][1]["parallel"] = {{"tp", 1}, {"pp", 2}, {"dp", 4}};
+  layouts.push_back({"MultiQueryColocatedPp2", mqa, 8});
   return layouts;
 }
 

@@ -430,18 +430,21 @@ public:
       int64_t rows = s.a, cols = s.b;
       std::string sz = " " + std::to_string(rows) + "x" + std::to_string(cols);
       int64_t n = rows * cols;
+      // model.json norm_eps: the default and Llama 3's.
+      const float eps = rows % 2 ? 1e-5f : 1e-6f;
       compare("rmsnorm forward" + sz,
               {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
               [=](Device &d, const Ptr &p) {
                 d.rmsnormForward(p.in[0], p.in[1], p.out[0], p.out[1], rows,
-                                 cols);
+                                 cols, eps);
               });
       compare(
           "rmsnorm forward, bf16 out" + sz,
           {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.rmsnormForwardBf16(p.in[0], p.in[1], y, p.out[1], rows, cols);
+              d.rmsnormForwardBf16(p.in[0], p.in[1], y, p.out[1], rows, cols,
+                                   eps);
             });
           },
           kBf16Step);
@@ -454,7 +457,7 @@ public:
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
               d.layernormForwardBf16(p.in[0], p.in[1], p.in[2], y, p.out[1],
-                                     p.out[2], rows, cols);
+                                     p.out[2], rows, cols, eps);
             });
           },
           kBf16Step);
@@ -475,7 +478,7 @@ public:
                {n, rows, rows}},
               [=](Device &d, const Ptr &p) {
                 d.layernormForward(p.in[0], p.in[1], p.in[2], p.out[0],
-                                   p.out[1], p.out[2], rows, cols);
+                                   p.out[1], p.out[2], rows, cols, eps);
               });
       compare("layernorm backward" + sz,
               {{random(n, -2, 2), random(cols, 0.5, 1.5),
@@ -507,34 +510,69 @@ public:
   }
 
   void rope() {
-    for (Dims s : {Dims{1, 1, 2, 0}, Dims{37, 3, 10, 0}, Dims{300, 8, 64, 0},
-                   Dims{5, 2, 7, 0}}) {
-      int64_t tokens = s.a, heads = s.b, dim = s.c;
-      std::vector<int64_t> positions;
-      for (int64_t t = 0; t < tokens; ++t)
-        positions.push_back((t * 7919) % 4096);
-      int64_t n = tokens * heads * dim;
-      const std::string sz = std::to_string(tokens) + "x" +
-                             std::to_string(heads) + "x" + std::to_string(dim);
-      for (bool inverse : {false, true})
-        compare(std::string("rope") + (inverse ? " inverse " : " ") + sz,
-                {{}, {positions}, {random(n)}, {}},
-                [=](Device &d, const Ptr &p) {
-                  d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse);
-                });
-      // bf16 out (precision "bf16"'s q and k, and their gradients): a bf16
-      // step apart at most.
-      for (bool inverse : {false, true})
-        compare(
-            std::string("rope") + (inverse ? " inverse" : "") + ", bf16 out " +
-                sz,
-            {{random(n)}, {positions}, {}, {n}},
-            [=](Device &d, const Ptr &p) {
-              viaBits(d, p.out[0], n, [&](uint16_t *y) {
-                d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim, inverse);
+    // The default frequencies, and Llama 3.1's (rope_theta 500000 and its
+    // llama3 rescaling, original context 64: all three bands at dim 64).
+    mimo::device::RopeSpec llama3;
+    llama3.theta = 500000;
+    llama3.factor = 8;
+    llama3.originalMax = 64;
+    for (const mimo::device::RopeSpec &spec :
+         {mimo::device::RopeSpec{}, llama3})
+      for (Dims s : {Dims{1, 1, 2, 0}, Dims{37, 3, 10, 0}, Dims{300, 8, 64, 0},
+                     Dims{5, 2, 7, 0}}) {
+        int64_t tokens = s.a, heads = s.b, dim = s.c;
+        std::vector<int64_t> positions;
+        for (int64_t t = 0; t < tokens; ++t)
+          positions.push_back((t * 7919) % 4096);
+        int64_t n = tokens * heads * dim;
+        const std::string sz =
+            std::to_string(tokens) + "x" + std::to_string(heads) + "x" +
+            std::to_string(dim) + (spec.factor > 0 ? " llama3" : "");
+        for (bool inverse : {false, true})
+          compare(
+              std::string("rope") + (inverse ? " inverse " : " ") + sz,
+              {{}, {positions}, {random(n)}, {}}, [=](Device &d, const Ptr &p) {
+                d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse, spec);
               });
-            },
-            kBf16Step);
+        // bf16 out (precision "bf16"'s q and k, and their gradients): a bf16
+        // step apart at most.
+        for (bool inverse : {false, true})
+          compare(
+              std::string("rope") + (inverse ? " inverse" : "") +
+                  ", bf16 out " + sz,
+              {{random(n)}, {positions}, {}, {n}},
+              [=](Device &d, const Ptr &p) {
+                viaBits(d, p.out[0], n, [&](uint16_t *y) {
+                  d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim, inverse,
+                             spec);
+                });
+              },
+              kBf16Step);
+      }
+    // Grouped-query attention: keys and values repeated per head (fp32,
+    // and bf16 bits copied), and the groups' gradients summed back.
+    for (Dims s : {Dims{1, 1, 2, 1}, Dims{37, 2, 4, 16}, Dims{300, 1, 8, 64}}) {
+      int64_t rows = s.a, groups = s.b, repeat = s.c, dim = s.d;
+      int64_t n = rows * groups * dim, wide = n * repeat;
+      const std::string sz = std::to_string(rows) + "x" +
+                             std::to_string(groups) + "x" +
+                             std::to_string(repeat) + "x" + std::to_string(dim);
+      compare("repeat kv " + sz, {{random(n)}, {}, {}, {wide}},
+              [=](Device &d, const Ptr &p) {
+                d.repeatKv(DType::F32, p.in[0], p.out[0], rows, groups, repeat,
+                           dim);
+              });
+      compare("repeat kv, bf16 " + sz, {{random(n)}, {}, {}, {wide}},
+              [=](Device &d, const Ptr &p) {
+                Bits x(d, p.in[0], n);
+                viaBits(d, p.out[0], wide, [&](uint16_t *y) {
+                  d.repeatKv(DType::BF16, x.data, y, rows, groups, repeat, dim);
+                });
+              });
+      compare("sum kv groups " + sz, {{random(wide)}, {}, {}, {n}},
+              [=](Device &d, const Ptr &p) {
+                d.sumKvGroups(p.in[0], p.out[0], rows, groups, repeat, dim);
+              });
     }
   }
 

@@ -337,15 +337,17 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   cpu->swigluForwardBf16(xBits.data(), uBits.data(), fromBits.data(), n);
   EXPECT_EQ(fromBits, bits) << "cpu swiglu of bf16 inputs";
   // The CPU device: its bf16 forwards against its fp32 ones, packed.
-  cpu->rmsnormForward(x.data(), w.data(), y.data(), stat.data(), rows, cols);
+  cpu->rmsnormForward(x.data(), w.data(), y.data(), stat.data(), rows, cols,
+                      1e-5f);
   cpu->rmsnormForwardBf16(x.data(), w.data(), bits.data(), rstdBits.data(),
-                          rows, cols);
+                          rows, cols, 1e-5f);
   EXPECT_EQ(bits, pack(y)) << "cpu rmsnorm";
   EXPECT_EQ(rstdBits, stat);
   cpu->layernormForward(x.data(), w.data(), bias.data(), y.data(), stat2.data(),
-                        stat.data(), rows, cols);
+                        stat.data(), rows, cols, 1e-6f);
   cpu->layernormForwardBf16(x.data(), w.data(), bias.data(), bits.data(),
-                            meanBits.data(), rstdBits.data(), rows, cols);
+                            meanBits.data(), rstdBits.data(), rows, cols,
+                            1e-6f);
   EXPECT_EQ(bits, pack(y)) << "cpu layernorm";
   EXPECT_EQ(meanBits, stat2);
   cpu->geluForward(x.data(), y.data(), n);
@@ -386,12 +388,18 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   std::vector<uint16_t> bits(n), bits2(n);
   // RoPE: the rows x cols values as 2 tokens of 3 heads of dimension cols.
   std::vector<int64_t> positions = {3, 1000};
-  for (bool inverse : {false, true}) {
-    std::vector<float> rotated = x;
-    cpu->rope(rotated.data(), positions.data(), 2, 3, cols, inverse);
-    cpu->ropeBf16(x.data(), bits.data(), positions.data(), 2, 3, cols, inverse);
-    EXPECT_EQ(bits, pack(rotated)) << "rope, inverse " << inverse;
-  }
+  mimo::device::RopeSpec llama3;
+  llama3.theta = 500000;
+  llama3.factor = 8;
+  llama3.originalMax = 64;
+  for (const mimo::device::RopeSpec &spec : {mimo::device::RopeSpec{}, llama3})
+    for (bool inverse : {false, true}) {
+      std::vector<float> rotated = x;
+      cpu->rope(rotated.data(), positions.data(), 2, 3, cols, inverse, spec);
+      cpu->ropeBf16(x.data(), bits.data(), positions.data(), 2, 3, cols,
+                    inverse, spec);
+      EXPECT_EQ(bits, pack(rotated)) << "rope, inverse " << inverse;
+    }
   // The residual: x + round(branch), rounded; the branch fp32 or bits.
   std::vector<float> sum(n), fromFloats(n), fromBits(n);
   cpu->add(mimo::device::DType::F32, sum.data(), xr.data(), yr.data(), n);
@@ -567,15 +575,23 @@ TYPED_TEST(KernelBodies, Rope) {
   std::mt19937 rng(4);
   const int64_t tokens = 5, heads = 3;
   std::vector<int64_t> positions = {0, 7, 3, 100, 2047};
-  for (int64_t dim : {6, 7, 1}) // an odd dim's last value is not rotated
-    for (bool inverse : {false, true}) {
-      const int64_t n = tokens * heads * dim;
-      auto x = random<T>(rng, n), xr = x;
-      runAll(b::Rope<T>{x.data(), x.data(), positions.data(), tokens, heads,
-                        dim, inverse});
-      k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse);
-      expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
-    }
+  // The default frequencies, and Llama 3.1's rescaled ones (all three
+  // bands at dim 6 and 7 with an original context of 8 and theta 20).
+  mimo::device::RopeSpec llama3;
+  llama3.theta = 20;
+  llama3.factor = 8;
+  llama3.originalMax = 8;
+  for (const mimo::device::RopeSpec &spec : {mimo::device::RopeSpec{}, llama3})
+    for (int64_t dim : {6, 7, 1}) // an odd dim's last value is not rotated
+      for (bool inverse : {false, true}) {
+        const int64_t n = tokens * heads * dim;
+        auto x = random<T>(rng, n), xr = x;
+        runAll(b::Rope<T>{x.data(), x.data(), positions.data(), tokens, heads,
+                          dim, inverse, spec});
+        k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse,
+                   spec);
+        expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
+      }
 }
 
 /// The backwards reading bf16 g, u and writing bf16 gradients: the fp32
@@ -680,10 +696,22 @@ TEST(KernelBodies, RopeToBf16BitsIsTheFp32RopeRounded) {
       const int64_t n = tokens * heads * dim;
       auto x = random<float>(rng, n), rotated = x;
       std::vector<uint16_t> bits(static_cast<size_t>(n));
-      runAll(b::Rope<float, uint16_t>{x.data(), bits.data(), positions.data(),
-                                      tokens, heads, dim, inverse});
-      runAll(b::Rope<float>{rotated.data(), rotated.data(), positions.data(),
-                            tokens, heads, dim, inverse});
+      runAll(b::Rope<float, uint16_t>{x.data(),
+                                      bits.data(),
+                                      positions.data(),
+                                      tokens,
+                                      heads,
+                                      dim,
+                                      inverse,
+                                      {}});
+      runAll(b::Rope<float>{rotated.data(),
+                            rotated.data(),
+                            positions.data(),
+                            tokens,
+                            heads,
+                            dim,
+                            inverse,
+                            {}});
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(bits[size_t(i)], b::bf16Bits(rotated[size_t(i)])) << i;
     }
@@ -853,6 +881,65 @@ TYPED_TEST(KernelBodies, AdamWWithClipping) {
   EXPECT_EQ(p, pr);
   EXPECT_EQ(m, mr);
   EXPECT_EQ(v, vr);
+}
+
+/// RopeSpec (docs/model.md, model.json rope_theta and rope_scaling): the
+/// default keeps 10000^(-2i/d) bit for bit; Llama 3.1's rescaling keeps the
+/// high frequencies, divides the low ones by the factor and blends between
+/// (values from an independent computation of Hugging Face's formula).
+TEST(RopeSpec, DefaultAndLlama3Frequencies) {
+  mimo::device::RopeSpec plain;
+  for (int64_t i = 0; i < 32; ++i)
+    EXPECT_EQ(plain.invFreq(i, 64), std::pow(10000.0, -2.0 * i / 64.0)) << i;
+  mimo::device::RopeSpec llama3;
+  llama3.theta = 500000;
+  llama3.factor = 8;
+  llama3.lowFreqFactor = 1;
+  llama3.highFreqFactor = 4;
+  llama3.originalMax = 64;
+  EXPECT_DOUBLE_EQ(llama3.invFreq(0, 64), 1.0);                     // high band
+  EXPECT_NEAR(llama3.invFreq(4, 64), 0.0794030091792082, 1e-15);    // blended
+  EXPECT_NEAR(llama3.invFreq(10, 64), 0.002070055010124306, 1e-17); // low
+}
+
+/// Grouped-query attention's repeat and its adjoint, against plain loops:
+/// head h reads group h / repeat; a group's gradient sums its heads'.
+TEST(KernelBodies, RepeatKvAndSumKvGroups) {
+  std::mt19937 rng(5);
+  const int64_t rows = 3, groups = 2, repeat = 3, dim = 4;
+  auto x = random<float>(rng, rows * groups * dim);
+  std::vector<float> y(rows * groups * repeat * dim, -1);
+  runAll(b::RepeatKv<float>{x.data(), y.data(), rows, groups, repeat, dim});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < groups * repeat; ++h)
+      for (int64_t e = 0; e < dim; ++e)
+        EXPECT_EQ(y[(r * groups * repeat + h) * dim + e],
+                  x[(r * groups + h / repeat) * dim + e]);
+  auto dy = random<float>(rng, y.size());
+  std::vector<float> sum(x.size(), -1);
+  runAll(b::SumKvGroups{dy.data(), sum.data(), rows, groups, repeat, dim});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t e = 0; e < dim; ++e) {
+        float expect = 0;
+        for (int64_t j = 0; j < repeat; ++j)
+          expect += dy[(r * groups * repeat + g * repeat + j) * dim + e];
+        EXPECT_EQ(sum[(r * groups + g) * dim + e], expect);
+      }
+  // bf16 bits are copied as they are, and the CPU device runs the bodies.
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::vector<uint16_t> bits(x.size()), wide(y.size());
+  cpu->packBf16(x.data(), bits.data(), static_cast<int64_t>(x.size()));
+  cpu->repeatKv(mimo::device::DType::BF16, bits.data(), wide.data(), rows,
+                groups, repeat, dim);
+  for (size_t i = 0; i < wide.size(); ++i)
+    EXPECT_EQ(
+        wide[i],
+        bits[static_cast<size_t>(
+            ((static_cast<int64_t>(i) / dim) / (groups * repeat) * groups +
+             (static_cast<int64_t>(i) / dim) % (groups * repeat) / repeat) *
+                dim +
+            static_cast<int64_t>(i) % dim)]);
 }
 
 } // namespace

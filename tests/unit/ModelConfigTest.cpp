@@ -62,6 +62,47 @@ TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
             json({"tp", "cp", "dp", "pp"}));
 }
 
+/// docs/model-json.md: the Llama-style keys parse, survive the canonical
+/// JSON, and are written there only when set (a model without them keeps
+/// its canonical form, hence its plan's digest).
+TEST(ModelConfigTest, LlamaStyleArchitectureKeys) {
+  json document = test::baseModel();
+  ModelConfig plain = test::requireConfig(parse(document));
+  EXPECT_EQ(plain.language().kvHeads(), plain.language().numHeads);
+  EXPECT_EQ(plain.language().kvHidden(), plain.language().hiddenSize);
+  EXPECT_DOUBLE_EQ(plain.language().ropeTheta, 10000.0);
+  EXPECT_FALSE(plain.language().ropeScaling);
+  EXPECT_DOUBLE_EQ(plain.language().normEps, 1e-5);
+  json canonical = toJson(plain);
+  for (const char *key :
+       {"num_query_groups", "rope_theta", "rope_scaling", "norm_eps"})
+    EXPECT_FALSE(canonical["modules"][1]["arch"].contains(key)) << key;
+
+  json &arch = document["modules"][1]["arch"];
+  arch["num_query_groups"] = 2;
+  arch["rope_theta"] = 500000;
+  arch["rope_scaling"] = {{"type", "llama3"},
+                          {"factor", 8},
+                          {"low_freq_factor", 1},
+                          {"high_freq_factor", 4},
+                          {"original_max_position_embeddings", 8192}};
+  arch["norm_eps"] = 1e-6;
+  document["modules"][0]["arch"]["norm_eps"] = 1e-6;
+  ModelConfig llama = test::requireConfig(parse(document));
+  const ModuleConfig &language = llama.language();
+  EXPECT_EQ(language.kvHeads(), 2);
+  EXPECT_EQ(language.kvHidden(), language.hiddenSize / 2);
+  EXPECT_DOUBLE_EQ(language.ropeTheta, 500000.0);
+  ASSERT_TRUE(language.ropeScaling);
+  EXPECT_DOUBLE_EQ(language.ropeScaling->originalMaxPositions, 8192);
+  EXPECT_DOUBLE_EQ(language.normEps, 1e-6);
+  EXPECT_DOUBLE_EQ(llama.modules[0].normEps, 1e-6);
+  canonical = toJson(llama);
+  ModelConfig again = test::requireConfig(parse(canonical));
+  EXPECT_EQ(toJson(again), canonical);
+  EXPECT_EQ(canonical["modules"][1]["arch"]["rope_scaling"]["type"], "llama3");
+}
+
 TEST(ModelConfigTest, LanguageTokenIdHintStaysOnItsKey) {
   json document = test::baseModel();
   document["modules"][1]["special_token_id"] = 5;
@@ -171,6 +212,39 @@ INSTANTIATE_TEST_SUITE_P(
                   "expected num_heads to divide hidden_size 64, found 5"},
         FieldCase{"odd_head_size", "/modules/1/arch/hidden_size", 132,
                   "/modules/1/arch/num_heads", "expected an even head size"},
+        FieldCase{"groups_divide_heads", "/modules/1/arch/num_query_groups", 3,
+                  "/modules/1/arch/num_query_groups",
+                  "expected num_query_groups to divide num_heads 4, found 3"},
+        FieldCase{"tp_divides_groups", "/modules/1/arch/num_query_groups", 1,
+                  "/modules/1/parallel/tp",
+                  "num_query_groups 1 of module 'language' is not divisible "
+                  "by tp 2"},
+        FieldCase{"rope_scaling_type", "/modules/1/arch/rope_scaling",
+                  json{{"type", "yarn"},
+                       {"factor", 4},
+                       {"low_freq_factor", 1},
+                       {"high_freq_factor", 4},
+                       {"original_max_position_embeddings", 8192}},
+                  "/modules/1/arch/rope_scaling/type",
+                  "other kinds (linear, dynamic, yarn) are not supported"},
+        FieldCase{"rope_scaling_missing", "/modules/1/arch/rope_scaling",
+                  json{{"type", "llama3"},
+                       {"factor", 8},
+                       {"low_freq_factor", 1},
+                       {"high_freq_factor", 4}},
+                  "/modules/1/arch/rope_scaling/"
+                  "original_max_position_embeddings",
+                  "missing original_max_position_embeddings"},
+        FieldCase{"rope_scaling_bands", "/modules/1/arch/rope_scaling",
+                  json{{"type", "llama3"},
+                       {"factor", 8},
+                       {"low_freq_factor", 4},
+                       {"high_freq_factor", 1},
+                       {"original_max_position_embeddings", 8192}},
+                  "/modules/1/arch/rope_scaling/high_freq_factor",
+                  "expected high_freq_factor above low_freq_factor 4"},
+        FieldCase{"norm_eps", "/modules/0/arch/norm_eps", 0,
+                  "/modules/0/arch/norm_eps", "expected a number in (0, 1)"},
         FieldCase{"module_name", "/modules/1/name", "my language",
                   "/modules/1/name", "expected a name of letters"},
         FieldCase{"jsonl_needs_path", "/data", json{{"source", "jsonl"}},

@@ -30,7 +30,6 @@ namespace mimo::device {
 namespace {
 
 namespace k = mimo::kernels;
-constexpr float kNormEps = 1e-5f;
 
 /// Freed blocks kept for reuse, by size class: a step allocates the same
 /// shapes as the last one, so after the first step its buffers come from
@@ -201,6 +200,10 @@ public:
                     int64_t n) override {
     residual(bodies::ResidualBf16<uint16_t>{x, branch, out, n});
   }
+  template <typename Body> static void run(const Body &body) {
+    for (int64_t i = 0; i < body.count(); ++i)
+      body(i);
+  }
   template <typename Body> static void residual(const Body &body) {
     for (int64_t i = 0; i < body.count(); ++i)
       body(i);
@@ -268,8 +271,8 @@ public:
     return out;
   }
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
-                      int64_t rows, int64_t cols) override {
-    k::rmsnormForward<float>(x, w, y, rstd, rows, cols, kNormEps);
+                      int64_t rows, int64_t cols, float eps) override {
+    k::rmsnormForward<float>(x, w, y, rstd, rows, cols, eps);
   }
   void rmsnormBackward(const float *x, const float *w, const float *rstd,
                        const float *dy, float *dx, float *dw, int64_t rows,
@@ -278,8 +281,8 @@ public:
   }
   void layernormForward(const float *x, const float *w, const float *b,
                         float *y, float *mean, float *rstd, int64_t rows,
-                        int64_t cols) override {
-    k::layernormForward<float>(x, w, b, y, mean, rstd, rows, cols, kNormEps);
+                        int64_t cols, float eps) override {
+    k::layernormForward<float>(x, w, b, y, mean, rstd, rows, cols, eps);
   }
   void layernormBackward(const float *x, const float *w, const float *mean,
                          const float *rstd, const float *dy, float *dx,
@@ -305,15 +308,17 @@ public:
   // The bf16-output forwards: the fp32 op into scratch, then packed (on the
   // CPU the pass saved is not worth a second kernel).
   void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
-                          float *rstd, int64_t rows, int64_t cols) override {
-    packed(y, rows * cols,
-           [&](float *out) { rmsnormForward(x, w, out, rstd, rows, cols); });
+                          float *rstd, int64_t rows, int64_t cols,
+                          float eps) override {
+    packed(y, rows * cols, [&](float *out) {
+      rmsnormForward(x, w, out, rstd, rows, cols, eps);
+    });
   }
   void layernormForwardBf16(const float *x, const float *w, const float *b,
                             uint16_t *y, float *mean, float *rstd, int64_t rows,
-                            int64_t cols) override {
+                            int64_t cols, float eps) override {
     packed(y, rows * cols, [&](float *out) {
-      layernormForward(x, w, b, out, mean, rstd, rows, cols);
+      layernormForward(x, w, b, out, mean, rstd, rows, cols, eps);
     });
   }
   void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
@@ -364,17 +369,32 @@ public:
     packBf16(out.data(), y, n);
   }
   void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
-            int64_t dim, bool inverse) override {
-    k::rope<float>(x, positions, tokens, heads, dim, inverse);
+            int64_t dim, bool inverse, const RopeSpec &spec) override {
+    k::rope<float>(x, positions, tokens, heads, dim, inverse, spec);
   }
   void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim,
-                bool inverse) override {
+                int64_t tokens, int64_t heads, int64_t dim, bool inverse,
+                const RopeSpec &spec) override {
     const int64_t n = tokens * heads * dim;
     packed(y, n, [&](float *out) {
       std::copy(x, x + n, out);
-      rope(out, positions, tokens, heads, dim, inverse);
+      rope(out, positions, tokens, heads, dim, inverse, spec);
     });
+  }
+  void repeatKv(DType type, const void *x, void *y, int64_t rows,
+                int64_t groups, int64_t repeat, int64_t dim) override {
+    if (type == DType::BF16)
+      run(bodies::RepeatKv<uint16_t>{static_cast<const uint16_t *>(x),
+                                     static_cast<uint16_t *>(y), rows, groups,
+                                     repeat, dim});
+    else
+      run(bodies::RepeatKv<float>{static_cast<const float *>(x),
+                                  static_cast<float *>(y), rows, groups, repeat,
+                                  dim});
+  }
+  void sumKvGroups(const float *dy, float *y, int64_t rows, int64_t groups,
+                   int64_t repeat, int64_t dim) override {
+    run(bodies::SumKvGroups{dy, y, rows, groups, repeat, dim});
   }
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
                         int64_t n) override {

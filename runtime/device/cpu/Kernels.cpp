@@ -351,14 +351,13 @@ void swigluBackward(const T *gate, const T *up, const T *dy, T *dgate, T *dup,
 
 template <typename T>
 void rope(T *x, const int64_t *positions, int64_t tokens, int64_t heads,
-          int64_t dim, bool inverse) {
+          int64_t dim, bool inverse, const device::RopeSpec &spec) {
   int64_t half = dim / 2;
   if (half == 0)
     return;
   std::vector<double> invFreq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
-    invFreq[static_cast<size_t>(i)] = std::pow(
-        10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+    invFreq[static_cast<size_t>(i)] = spec.invFreq(i, dim);
   std::vector<double> cosv(static_cast<size_t>(half));
   std::vector<double> sinv(static_cast<size_t>(half));
   double sign = inverse ? -1.0 : 1.0;
@@ -638,8 +637,8 @@ template <typename T> void axpy(int64_t n, T alpha, const T *x, T *y) {
   template void swigluForward<T>(const T *, const T *, T *, int64_t);          \
   template void swigluBackward<T>(const T *, const T *, const T *, T *, T *,   \
                                   int64_t);                                    \
-  template void rope<T>(T *, const int64_t *, int64_t, int64_t, int64_t,       \
-                        bool);                                                 \
+  template void rope<T>(T *, const int64_t *, int64_t, int64_t, int64_t, bool, \
+                        const device::RopeSpec &);                             \
   template void attentionForward<T>(const T *, const T *, const T *, T *, T *, \
                                     const int64_t *, const int64_t *,          \
                                     const int64_t *, const int64_t *, int64_t, \

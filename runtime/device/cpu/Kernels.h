@@ -10,6 +10,8 @@
 #ifndef MIMO_RUNTIME_DEVICE_CPU_KERNELS_H
 #define MIMO_RUNTIME_DEVICE_CPU_KERNELS_H
 
+#include "runtime/device/RopeSpec.h"
+
 #include <cstdint>
 
 namespace mimo::kernels {
@@ -61,11 +63,11 @@ void swigluBackward(const T *gate, const T *up, const T *dy, T *dgate, T *dup,
                     int64_t n);
 
 /// RoPE (rotate-half convention) in place on x[tokens, heads, dim] with the
-/// position of each token; theta base 10000. inverse = true applies the
-/// transposed rotation (the backward).
+/// position of each token; the frequencies of `spec` (device/RopeSpec.h).
+/// inverse = true applies the transposed rotation (the backward).
 template <typename T>
 void rope(T *x, const int64_t *positions, int64_t tokens, int64_t heads,
-          int64_t dim, bool inverse);
+          int64_t dim, bool inverse, const device::RopeSpec &spec = {});
 
 /// Masked softmax attention. q[Tq,heads,d], k/v[Tk,heads,d], o[Tq,heads,d].
 /// Query i may attend key j iff qseg[i] == kseg[j] and (!causal or

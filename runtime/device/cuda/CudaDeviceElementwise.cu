@@ -109,17 +109,37 @@ void CudaDevice::swigluBackward(const float *g, const float *u, const float *dy,
 }
 
 void CudaDevice::rope(float *x, const int64_t *positions, int64_t tokens,
-                      int64_t heads, int64_t dim, bool inverse) {
+                      int64_t heads, int64_t dim, bool inverse,
+                      const RopeSpec &spec) {
   if (dim / 2 == 0)
     return;
-  launch("rope", b::Rope<float>{x, x, positions, tokens, heads, dim, inverse});
+  launch("rope",
+         b::Rope<float>{x, x, positions, tokens, heads, dim, inverse, spec});
 }
 
 void CudaDevice::ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
                           int64_t tokens, int64_t heads, int64_t dim,
-                          bool inverse) {
+                          bool inverse, const RopeSpec &spec) {
   launch("rope_bf16_out", b::Rope<float, uint16_t>{x, y, positions, tokens,
-                                                   heads, dim, inverse});
+                                                   heads, dim, inverse, spec});
+}
+
+void CudaDevice::repeatKv(DType type, const void *x, void *y, int64_t rows,
+                          int64_t groups, int64_t repeat, int64_t dim) {
+  if (type == DType::BF16)
+    launch("repeat_kv_bf16",
+           b::RepeatKv<uint16_t>{static_cast<const uint16_t *>(x),
+                                 static_cast<uint16_t *>(y), rows, groups,
+                                 repeat, dim});
+  else
+    launch("repeat_kv", b::RepeatKv<float>{static_cast<const float *>(x),
+                                           static_cast<float *>(y), rows,
+                                           groups, repeat, dim});
+}
+
+void CudaDevice::sumKvGroups(const float *dy, float *y, int64_t rows,
+                             int64_t groups, int64_t repeat, int64_t dim) {
+  launch("sum_kv_groups", b::SumKvGroups{dy, y, rows, groups, repeat, dim});
 }
 
 void CudaDevice::geluBackwardBf16(const uint16_t *x, const float *dy,

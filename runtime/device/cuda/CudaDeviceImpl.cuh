@@ -40,7 +40,6 @@ namespace mimo::device::cuda::detail {
 
 namespace b = mimo::device::bodies;
 
-inline constexpr float kNormEps = 1e-5f;
 inline constexpr int kReduceThreads = 256;
 inline constexpr int kReduceBlocks = 256;
 
@@ -229,7 +228,7 @@ public:
   /// n values rounded to bf16, in new stream-ordered scratch.
   uint16_t *toBf16(const float *x, int64_t n);
   void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
-                      int64_t rows, int64_t cols) override;
+                      int64_t rows, int64_t cols, float eps) override;
   void rmsnormBackward(const float *x, const float *w, const float *rstd,
                        const float *dy, float *dx, float *dw, int64_t rows,
                        int64_t cols) override;
@@ -242,7 +241,7 @@ public:
                                 float *db, int64_t rows, int64_t cols) override;
   void layernormForward(const float *x, const float *w, const float *bias,
                         float *y, float *mean, float *rstd, int64_t rows,
-                        int64_t cols) override;
+                        int64_t cols, float eps) override;
   void layernormBackward(const float *x, const float *w, const float *mean,
                          const float *rstd, const float *dy, float *dx,
                          float *dw, float *db, int64_t rows,
@@ -253,10 +252,11 @@ public:
   void swigluForward(const float *g, const float *u, float *y,
                      int64_t n) override;
   void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
-                          float *rstd, int64_t rows, int64_t cols) override;
+                          float *rstd, int64_t rows, int64_t cols,
+                          float eps) override;
   void layernormForwardBf16(const float *x, const float *w, const float *bias,
                             uint16_t *y, float *mean, float *rstd, int64_t rows,
-                            int64_t cols) override;
+                            int64_t cols, float eps) override;
   void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override;
   void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
                          int64_t n) override;
@@ -266,10 +266,14 @@ public:
   void swigluBackward(const float *g, const float *u, const float *dy,
                       float *dg, float *du, int64_t n) override;
   void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
-            int64_t dim, bool inverse) override;
+            int64_t dim, bool inverse, const RopeSpec &spec) override;
   void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim,
-                bool inverse) override;
+                int64_t tokens, int64_t heads, int64_t dim, bool inverse,
+                const RopeSpec &spec) override;
+  void repeatKv(DType type, const void *x, void *y, int64_t rows,
+                int64_t groups, int64_t repeat, int64_t dim) override;
+  void sumKvGroups(const float *dy, float *y, int64_t rows, int64_t groups,
+                   int64_t repeat, int64_t dim) override;
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
                         int64_t n) override;
   void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,

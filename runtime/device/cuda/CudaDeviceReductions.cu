@@ -68,9 +68,10 @@ void CudaDevice::biasBackward(const float *dy, float *db, int64_t rows,
 }
 
 void CudaDevice::rmsnormForward(const float *x, const float *w, float *y,
-                                float *rstd, int64_t rows, int64_t cols) {
-  launchRows("rmsnorm_forward", rowwise::RmsnormForward<float>{
-                                    x, w, y, rstd, rows, cols, kNormEps});
+                                float *rstd, int64_t rows, int64_t cols,
+                                float eps) {
+  launchRows("rmsnorm_forward",
+             rowwise::RmsnormForward<float>{x, w, y, rstd, rows, cols, eps});
 }
 
 void CudaDevice::rmsnormBackward(const float *x, const float *w,
@@ -112,10 +113,11 @@ void CudaDevice::layernormBackwardAddBf16(const uint16_t *x, const float *w,
 
 void CudaDevice::layernormForward(const float *x, const float *w,
                                   const float *bias, float *y, float *mean,
-                                  float *rstd, int64_t rows, int64_t cols) {
+                                  float *rstd, int64_t rows, int64_t cols,
+                                  float eps) {
   launchRows("layernorm_forward",
              rowwise::LayernormForward<float>{x, w, bias, y, mean, rstd, rows,
-                                              cols, kNormEps});
+                                              cols, eps});
 }
 
 void CudaDevice::layernormBackward(const float *x, const float *w,
@@ -131,18 +133,19 @@ void CudaDevice::layernormBackward(const float *x, const float *w,
 }
 
 void CudaDevice::rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
-                                    float *rstd, int64_t rows, int64_t cols) {
+                                    float *rstd, int64_t rows, int64_t cols,
+                                    float eps) {
   launchRows("rmsnorm_forward_bf16", rowwise::RmsnormForward<float, uint16_t>{
-                                         x, w, y, rstd, rows, cols, kNormEps});
+                                         x, w, y, rstd, rows, cols, eps});
 }
 
 void CudaDevice::layernormForwardBf16(const float *x, const float *w,
                                       const float *bias, uint16_t *y,
                                       float *mean, float *rstd, int64_t rows,
-                                      int64_t cols) {
+                                      int64_t cols, float eps) {
   launchRows("layernorm_forward_bf16",
-             rowwise::LayernormForward<float, uint16_t>{
-                 x, w, bias, y, mean, rstd, rows, cols, kNormEps});
+             rowwise::LayernormForward<float, uint16_t>{x, w, bias, y, mean,
+                                                        rstd, rows, cols, eps});
 }
 
 void CudaDevice::crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,

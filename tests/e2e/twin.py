@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""An independent PyTorch twin of mimo's language model (docs/model.md).
+
+usage: twin.py [BUILD_DIR] [--cases a,b,c,freeze] [--keep DIR] [--jobs N]
+
+Builds, in float64 PyTorch, a small random Llama-style causal language model
+written from the Hugging Face LlamaForCausalLM semantics (token embedding;
+pre-norm layers of RMSNorm, grouped-query attention with rotary embeddings
+in the rotate-half layout, optionally rescaled as Llama 3.1's "llama3"
+rope_scaling; SwiGLU MLP; final RMSNorm; an untied head), with no code of
+mimo's. Its weights are written as a mimo checkpoint folder (a small
+safetensors writer of its own) that the language module's
+`"init": {"from": DIR, "format": "mimo"}` starts from; the token sequences
+go to a jsonl file. Then BUILD_DIR/bin/mimoc compiles and BUILD_DIR/bin/
+mimo-run trains the same model in several layouts, and every step's loss of
+mimo must match the twin's within 1e-5 relative.
+
+Cases:
+  a       defaults (num_heads key/value heads, rope theta 10000, eps 1e-5)
+  b       "llama3": GQA (2 key/value heads of 4), rope_theta 500000,
+          llama3 rope_scaling, norm_eps 1e-6
+  c       MQA: one key/value head
+  freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
+          parameters of more than one row, bias correction, warm-up and
+          cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
+          step's loss and gradient norm against the twin's, the frozen
+          weights of mimo's saved checkpoint bit for bit the ones written,
+          their moments zero, the trained ones near the twin's.
+
+Prints one line per (case, layout); exits 1 on any mismatch or failed run
+(with mimo's stderr). Run it with a python3 that has torch (Debian's
+python3-torch: /usr/bin/python3).
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+TOL = 1e-5
+
+# The model: small enough that a step takes well under a second.
+VOCAB, HIDDEN, LAYERS, HEADS, FFN = 96, 64, 4, 4, 128
+SEQ, MICRO, MICROBATCHES = 32, 4, 2
+GLOBAL_BATCH = MICRO * MICROBATCHES
+FREEZE_STEPS = 4
+
+LAYOUTS = [  # name, the language module's `parallel`
+    ("1", {}),
+    ("tp2", {"tp": 2}),
+    ("pp2", {"pp": 2}),
+    ("cp2", {"cp": 2}),
+    ("dp2", {"dp": 2}),
+    ("tp2pp2", {"tp": 2, "pp": 2, "sequence_parallel": True}),
+]
+
+# The arch of each case: (extra model.json `arch` keys, the twin's config).
+CASES = {
+    "a": ({}, dict(groups=HEADS, theta=10000.0, eps=1e-5, scaling=None)),
+    "b": ({"num_query_groups": 2, "rope_theta": 500000.0,
+           # original_max_position_embeddings 64 (not Llama 3.1's 8192)
+           # puts the head size's 8 frequencies in all three bands of the
+           # rescaling: kept, smoothed, divided (checked below).
+           "rope_scaling": {"type": "llama3", "factor": 8.0,
+                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 64},
+           "norm_eps": 1e-6},
+          dict(groups=2, theta=500000.0, eps=1e-6,
+               scaling=dict(factor=8.0, low_freq_factor=1.0,
+                            high_freq_factor=4.0,
+                            original_max_position_embeddings=64))),
+    "c": ({"num_query_groups": 1}, dict(groups=1, theta=10000.0, eps=1e-5,
+                                        scaling=None)),
+}
+
+FREEZE = ["embedding", "layers.0"]
+TRAIN = {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
+         "clip_grad": 1.0,
+         "lr_schedule": {"warmup_steps": 2, "decay": "cosine",
+                         "decay_steps": 2, "min_lr": 0.001}}
+
+
+# --------------------------------------------------------------------------
+# The twin: Hugging Face Llama semantics, float64.
+
+
+def inv_freq(d, theta, scaling):
+    """RoPE's inverse frequencies, rescaled like HF's
+    _compute_llama3_parameters when `scaling` is given."""
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if scaling is None:
+        return inv
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    orig = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = orig / low
+    high_freq_wavelen = orig / high
+    wavelen = 2 * math.pi / inv
+    out = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+    smooth = (orig / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, out)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+class Twin:
+    """A LlamaForCausalLM: weights as torch.nn.Linear holds them, [out, in]."""
+
+    def __init__(self, cfg, seed):
+        self.cfg = cfg
+        g = torch.Generator().manual_seed(seed)
+        d = HIDDEN // HEADS
+        kv = cfg["groups"] * d
+
+        def uniform(shape, scale):
+            w = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1)
+            # Rounded to fp32: mimo starts from exactly these values.
+            return (w * scale).float().double()
+
+        def norm():
+            return uniform((HIDDEN,), 0.2) + 1.0
+
+        p = {}
+        # Small embeddings: mean(x^2) ~ 1e-4, so the norms' eps matters.
+        p["embed_tokens"] = uniform((VOCAB, HIDDEN), 0.02)
+        for l in range(LAYERS):
+            s = 1 / math.sqrt(HIDDEN)
+            p[f"layers.{l}.input_layernorm"] = norm()
+            # Larger q and k: sharp, position-dependent attention.
+            p[f"layers.{l}.q_proj"] = uniform((HIDDEN, HIDDEN), 4 * s)
+            p[f"layers.{l}.k_proj"] = uniform((kv, HIDDEN), 4 * s)
+            p[f"layers.{l}.v_proj"] = uniform((kv, HIDDEN), s)
+            p[f"layers.{l}.o_proj"] = uniform((HIDDEN, HIDDEN), s)
+            p[f"layers.{l}.post_attention_layernorm"] = norm()
+            p[f"layers.{l}.gate_proj"] = uniform((FFN, HIDDEN), s)
+            p[f"layers.{l}.up_proj"] = uniform((FFN, HIDDEN), s)
+            p[f"layers.{l}.down_proj"] = uniform((HIDDEN, FFN), 1 / math.sqrt(FFN))
+        p["norm"] = norm()
+        p["lm_head"] = uniform((VOCAB, HIDDEN), 2 / math.sqrt(HIDDEN))
+        self.params = p
+
+    def mimo_name(self, name):
+        """mimo's local name (docs/model.md) of a twin parameter."""
+        rename = {"embed_tokens": "embedding", "norm": "final_norm",
+                  "lm_head": "head", "input_layernorm": "attn_norm",
+                  "post_attention_layernorm": "mlp_norm", "q_proj": "wq",
+                  "k_proj": "wk", "v_proj": "wv", "o_proj": "wo",
+                  "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
+        parts = name.split(".")
+        parts[-1] = rename[parts[-1]]
+        return ".".join(parts)
+
+    def mimo_tensor(self, name, t):
+        """The tensor as a mimo checkpoint stores it: a linear layer's weight
+        [in, out] (the transpose of torch's), the embedding [V, H], norms
+        [H]."""
+        if name == "embed_tokens" or t.dim() == 1:
+            return t
+        return t.t()
+
+    def forward_sample(self, ids, p, kv_map=None, inv=None):
+        cfg = self.cfg
+        n, G, d = HEADS, cfg["groups"], HIDDEN // HEADS
+        ell = len(ids)
+        eps = cfg["eps"]
+        if inv is None:
+            inv = inv_freq(d, cfg["theta"], cfg["scaling"])
+        pos = torch.arange(ell, dtype=torch.float64)
+        freqs = torch.outer(pos, inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        causal = torch.ones(ell, ell, dtype=torch.bool).tril()
+        # HF's repeat_kv: query head i reads key/value head i // (n / G).
+        if kv_map is None:
+            kv_map = [i // (n // G) for i in range(n)]
+        x = p["embed_tokens"][torch.tensor(ids)]
+        for l in range(LAYERS):
+            w = lambda k: p[f"layers.{l}.{k}"]
+            a = rms_norm(x, w("input_layernorm"), eps)
+            q = (a @ w("q_proj").t()).view(ell, n, d).transpose(0, 1)
+            k = (a @ w("k_proj").t()).view(ell, G, d).transpose(0, 1)
+            v = (a @ w("v_proj").t()).view(ell, G, d).transpose(0, 1)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            k, v = k[kv_map], v[kv_map]
+            scores = q @ k.transpose(1, 2) / math.sqrt(d)
+            scores = scores.masked_fill(~causal, float("-inf"))
+            o = torch.softmax(scores, dim=-1) @ v
+            x = x + o.transpose(0, 1).reshape(ell, n * d) @ w("o_proj").t()
+            a = rms_norm(x, w("post_attention_layernorm"), eps)
+            gate = a @ w("gate_proj").t()
+            up = a @ w("up_proj").t()
+            x = x + (torch.nn.functional.silu(gate) * up) @ w("down_proj").t()
+        logits = rms_norm(x, p["norm"], eps) @ p["lm_head"].t()
+        return logits
+
+    def loss(self, batch, p=None, **kw):
+        """docs/model.md's Loss: next-token cross-entropy summed over every
+        counted position (s + 1 < length) of the global batch, divided by
+        their count."""
+        p = self.params if p is None else p
+        total, count = 0.0, 0
+        for ids in batch:
+            logits = self.forward_sample(ids, p, **kw)
+            target = torch.tensor(ids[1:])
+            logp = torch.log_softmax(logits[:-1], dim=-1)
+            total = total + -logp.gather(1, target[:, None]).sum()
+            count += len(ids) - 1
+        return total / count
+
+
+# --------------------------------------------------------------------------
+# Files: safetensors, the checkpoint folder, jsonl, model.json.
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: [(name, np.float32 array)] in order."""
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    at = 0
+    blobs = []
+    for name, a in tensors:
+        data = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [at, at + len(data)]}
+        at += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    """{name: (shape, raw little-endian bytes)}, checking the tiling."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    header.pop("__metadata__", None)
+    out, spans = {}, []
+    for name, t in header.items():
+        assert t["dtype"] == "F32", (path, name, t["dtype"])
+        b, e = t["data_offsets"]
+        assert e - b == 4 * int(np.prod(t["shape"], dtype=np.int64)), (path, name)
+        spans.append((b, e))
+        out[name] = (tuple(t["shape"]), body[b:e])
+    at = 0
+    for b, e in sorted(spans):
+        assert b == at, (path, "tensors do not tile the data")
+        at = e
+    assert at == len(body), (path, "trailing or missing bytes")
+    return out
+
+
+def write_init(twin, folder):
+    """A mimo checkpoint folder that `init` accepts (runtime/checkpoint/
+    Checkpoint.cpp openModuleWeights): a step folder with state.json (only
+    its presence is needed; a valid minimal one is written) and
+    model.safetensors holding every parameter of the module as F32 at its
+    global shape, named `language.LOCAL`. Returns {mimo name: fp32 bytes}."""
+    os.makedirs(folder, exist_ok=True)
+    tensors, raw = [], {}
+    for name, t in twin.params.items():
+        a = twin.mimo_tensor(name, t).numpy().astype("<f4")
+        full = "language." + twin.mimo_name(name)
+        tensors.append((full, a))
+        raw[full] = np.ascontiguousarray(a).tobytes()
+    write_safetensors(os.path.join(folder, "model.safetensors"), tensors,
+                      {"format": "mimo", "model": "twin"})
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump({"format": "mimo-checkpoint", "version": 1, "model": "twin",
+                   "step": 1}, f)
+    return raw
+
+
+def make_samples(seed, count):
+    """Token sequences: mostly full length, some shorter (padded by mimo and
+    masked from the loss)."""
+    g = np.random.default_rng(seed)
+    samples = []
+    for i in range(count):
+        length = SEQ if i % 3 else int(g.integers(SEQ // 2, SEQ))
+        samples.append([int(t) for t in g.integers(0, VOCAB, length)])
+    return samples
+
+
+def model_json(path, name, arch_extra, parallel, init_dir, data_path,
+               freeze=None, train=None):
+    world = 1
+    for k in ("tp", "cp", "pp", "dp"):
+        world *= parallel.get(k, 1)
+    arch = {"vocab_size": VOCAB, "hidden_size": HIDDEN, "num_layers": LAYERS,
+            "num_heads": HEADS, "ffn_hidden_size": FFN}
+    arch.update(arch_extra)
+    module = {"name": "language", "kind": "language", "arch": arch,
+              "parallel": dict(parallel),
+              "init": {"from": init_dir, "format": "mimo"}}
+    if freeze:
+        module["freeze"] = freeze
+    model = {"version": 1, "name": name, "seed": 7, "precision": "fp32",
+             "world_size": world,
+             "batch": {"micro_batch_size": MICRO,
+                       "num_microbatches": MICROBATCHES, "seq_length": SEQ},
+             "modules": [module],
+             "data": {"source": "jsonl", "path": data_path}}
+    if train:
+        model["train"] = train
+    with open(path, "w") as f:
+        json.dump(model, f, indent=1)
+
+
+# --------------------------------------------------------------------------
+# Running mimo.
+
+
+class RunError(Exception):
+    pass
+
+
+def run_mimo(bin_dir, work, tag, model, steps, save=None):
+    plan = os.path.join(work, tag + ".plan.json")
+    metrics = os.path.join(work, tag + ".metrics.jsonl")
+    cmds = [[os.path.join(bin_dir, "mimoc"), "compile", model, "-o", plan],
+            [os.path.join(bin_dir, "mimo-run"), plan, "--steps", str(steps),
+             "--device", "cpu", "--threads", "1", "--metrics", metrics]]
+    if save:
+        cmds[1] += ["--save", save]
+    for cmd in cmds:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RunError(f"{' '.join(cmd)} exited {r.returncode}\n"
+                           f"{r.stdout[-4000:]}{r.stderr[-8000:]}")
+    lines = [json.loads(l) for l in open(metrics) if l.strip()]
+    lines = [l for l in lines if "loss" in l and "step" in l]
+    if [l["step"] for l in lines] != list(range(1, steps + 1)):
+        raise RunError(f"{metrics}: expected steps 1..{steps}, found "
+                       f"{[l['step'] for l in lines]}")
+    return lines
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+# --------------------------------------------------------------------------
+# The checks.
+
+
+def design_checks(case, twin, batch):
+    """The twin's own sanity: the case's features move the loss far more
+    than the tolerance, so that matching within it proves them."""
+    cfg = twin.cfg
+    d = HIDDEN // HEADS
+    problems = []
+    with torch.no_grad():
+        base = twin.loss(batch).item()
+        if cfg["scaling"]:
+            plain = inv_freq(d, cfg["theta"], None)
+            scaled = inv_freq(d, cfg["theta"], cfg["scaling"])
+            s = cfg["scaling"]
+            wavelen = 2 * math.pi / plain
+            orig = s["original_max_position_embeddings"]
+            high = wavelen < orig / s["high_freq_factor"]
+            low = wavelen > orig / s["low_freq_factor"]
+            mid = ~high & ~low
+            if not (high.any() and mid.any() and low.any()):
+                problems.append("rope_scaling: not every band is used "
+                                f"(high {high.tolist()}, low {low.tolist()})")
+            if not torch.equal(scaled[high], plain[high]):
+                problems.append("rope_scaling: the high band changed")
+            if not torch.allclose(scaled[low], plain[low] / s["factor"]):
+                problems.append("rope_scaling: the low band is not divided")
+            if not (((scaled[mid] < plain[mid]) &
+                     (scaled[mid] > plain[mid] / s["factor"])).all()):
+                problems.append("rope_scaling: the medium band is not between")
+            print(f"  twin {case}: inv_freq plain  {plain.numpy().round(6).tolist()}")
+            print(f"  twin {case}: inv_freq llama3 {scaled.numpy().round(6).tolist()}"
+                  f" (bands: {int(high.sum())} kept, {int(mid.sum())} smoothed, "
+                  f"{int(low.sum())} divided)")
+            other = twin.loss(batch, inv=plain).item()
+            if rel(other, base) < 100 * TOL:
+                problems.append(f"rope_scaling moves the loss only {rel(other, base):.2e}")
+            print(f"  twin {case}: loss without rope_scaling {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+        if cfg["theta"] != 10000.0:
+            saved = dict(cfg)
+            twin.cfg = dict(cfg, theta=10000.0)
+            other = twin.loss(batch).item()
+            twin.cfg = saved
+            print(f"  twin {case}: loss with theta 10000 {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+            if rel(other, base) < 100 * TOL:
+                problems.append("rope_theta barely moves the loss")
+        if cfg["eps"] != 1e-5:
+            saved = dict(cfg)
+            twin.cfg = dict(cfg, eps=1e-5)
+            other = twin.loss(batch).item()
+            twin.cfg = saved
+            print(f"  twin {case}: loss with eps 1e-5 {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+            if rel(other, base) < 100 * TOL:
+                problems.append("norm_eps barely moves the loss")
+        G = cfg["groups"]
+        if 1 < G < HEADS:
+            # Query head i on key/value head i % G (interleaved, not HF's).
+            other = twin.loss(batch, kv_map=[i % G for i in range(HEADS)]).item()
+            print(f"  twin {case}: loss with interleaved kv heads {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+            if rel(other, base) < 100 * TOL:
+                problems.append("the kv-head mapping barely moves the loss")
+    return problems
+
+
+def run_cases(args, bin_dir, work, samples, data_path, cases):
+    failures = []
+    for case in cases:
+        failures += run_case(args, bin_dir, work, samples, data_path, case)
+    return failures
+
+
+def run_case(args, bin_dir, work, samples, data_path, case):
+    """One case: the twin's loss and design checks, then mimo in every
+    layout the case allows, args.jobs runs at once."""
+    failures = []
+    jobs = []
+    arch_extra, cfg = CASES[case]
+    twin = Twin(cfg, seed=100 + ord(case))
+    init_dir = os.path.join(work, f"init-{case}")
+    write_init(twin, init_dir)
+    batch = samples[:GLOBAL_BATCH]
+    with torch.no_grad():
+        want = twin.loss(batch).item()
+    problems = design_checks(case, twin, batch)
+    for p in problems:
+        print(f"FAIL twin {case}: {p}")
+        failures.append(f"{case}: {p}")
+    for layout, parallel in LAYOUTS:
+        tp = parallel.get("tp", 1)
+        if cfg["groups"] % tp:
+            print(f"skip {case}/{layout}: tp {tp} does not divide "
+                  f"{cfg['groups']} key/value heads")
+            continue
+        tag = f"{case}-{layout}"
+        model = os.path.join(work, tag + ".json")
+        model_json(model, "twin", arch_extra, parallel, init_dir,
+                   data_path)
+        jobs.append((case, layout, want, tag, model))
+
+    def one(job):
+        case, layout, want, tag, model = job
+        try:
+            got = run_mimo(bin_dir, work, tag, model, 1)[0]["loss"]
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            return job, None, str(e)
+        return job, got, None
+
+    seen = {}  # error text (less the file names) -> the case that had it
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for job, got, err in pool.map(one, jobs):
+            case, layout, want, tag, model = job
+            if err is not None:
+                key = err.replace(tag, "")
+                if key in seen:
+                    err = f"(the same error as {seen[key]})"
+                else:
+                    seen[key] = f"{case}/{layout}"
+                print(f"FAIL {case}/{layout}: twin {want:.8f} mimo failed:\n{err}")
+                failures.append(f"{case}/{layout}: run failed")
+                continue
+            r = rel(got, want)
+            ok = r <= TOL
+            print(f"{'ok  ' if ok else 'FAIL'} {case}/{layout}: twin {want:.8f} "
+                  f"mimo {got:.8f} rel {r:.2e}")
+            if not ok:
+                failures.append(f"{case}/{layout}: rel {r:.2e}")
+    return failures
+
+
+def lr_at(k, train):
+    """docs/model.md's schedule, step k from 1."""
+    lr, s = train["lr"], train["lr_schedule"]
+    warm, decay, min_lr = s["warmup_steps"], s["decay_steps"], s["min_lr"]
+    if k <= warm:
+        return lr * k / warm
+    t = k - warm
+    if t > decay:
+        return min_lr
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t / decay)) / 2
+
+
+def frozen(name):
+    parts = name.split(".")
+    return any(parts[:len(f.split("."))] == f.split(".") for f in FREEZE)
+
+
+def run_freeze(args, bin_dir, work, samples, data_path):
+    """AdamW by hand (docs/model.md's Optimizer), float64."""
+    failures = []
+    cfg = CASES["a"][1]
+    twin = Twin(cfg, seed=300)
+    init_dir = os.path.join(work, "init-freeze")
+    written = write_init(twin, init_dir)
+    params = {k: v.clone() for k, v in twin.params.items()}
+    trainable = [k for k in params if not frozen(twin.mimo_name(k))]
+    for k in trainable:
+        params[k].requires_grad_(True)
+    m = {k: torch.zeros_like(params[k]) for k in trainable}
+    v = {k: torch.zeros_like(params[k]) for k in trainable}
+    b1, b2 = TRAIN["betas"]
+    eps, wd, clip = TRAIN["eps"], TRAIN["weight_decay"], TRAIN["clip_grad"]
+    want = []
+    for k in range(1, FREEZE_STEPS + 1):
+        batch = samples[(k - 1) * GLOBAL_BATCH:k * GLOBAL_BATCH]
+        loss = twin.loss(batch, params)
+        for name in trainable:
+            params[name].grad = None
+        loss.backward()
+        norm = math.sqrt(sum(float((params[n].grad ** 2).sum()) for n in trainable))
+        scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
+        lr = lr_at(k, TRAIN)
+        with torch.no_grad():
+            for n in trainable:
+                p, g = params[n], params[n].grad * scale
+                m[n].mul_(b1).add_((1 - b1) * g)
+                v[n].mul_(b2).add_((1 - b2) * g * g)
+                mhat = m[n] / (1 - b1 ** k)
+                vhat = v[n] / (1 - b2 ** k)
+                # One-row parameters (norm weights: 1-D here) are not decayed.
+                decay = wd if p.dim() > 1 else 0.0
+                p -= lr * (mhat / (vhat.sqrt() + eps) + decay * p)
+        want.append((loss.item(), norm))
+
+    for layout, parallel in [("1", {}), ("tp2pp2", {"tp": 2, "pp": 2}),
+                             ("dp2cp2", {"dp": 2, "cp": 2})]:
+        tag = f"freeze-{layout}"
+        model = os.path.join(work, tag + ".json")
+        model_json(model, "twin", {}, parallel, init_dir, data_path,
+                   freeze=FREEZE, train=TRAIN)
+        save = os.path.join(work, tag + ".save")
+        try:
+            lines = run_mimo(bin_dir, work, tag, model, FREEZE_STEPS, save=save)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL freeze/{layout}: mimo failed:\n{e}")
+            failures.append(f"freeze/{layout}: run failed")
+            continue
+        for (wl, wn), line in zip(want, lines):
+            r, rn = rel(line["loss"], wl), rel(line["grad_norm"], wn)
+            # The gradient norm is more sensitive than the loss to the fp32
+            # against float64 updates of elements whose gradient is noise.
+            ok = r <= TOL and rn <= (1e-4 if line["step"] == 1 else 1e-3)
+            print(f"{'ok  ' if ok else 'FAIL'} freeze/{layout}/step {line['step']}: "
+                  f"twin {wl:.8f} mimo {line['loss']:.8f} rel {r:.2e} "
+                  f"(grad_norm twin {wn:.6f} mimo {line['grad_norm']:.6f} rel {rn:.2e})")
+            if not ok:
+                failures.append(f"freeze/{layout}/step {line['step']}: rel {r:.2e}, "
+                                f"grad_norm rel {rn:.2e}")
+        step_dir = os.path.join(save, f"step-{FREEZE_STEPS}")
+        try:
+            saved = read_safetensors(os.path.join(step_dir, "model.safetensors"))
+            moments = read_safetensors(os.path.join(step_dir, "optimizer.safetensors"))
+        except (OSError, AssertionError, ValueError) as e:
+            print(f"FAIL freeze/{layout}: cannot read the checkpoint: {e}")
+            failures.append(f"freeze/{layout}: checkpoint")
+            continue
+        bad, diffs = [], []
+        for name, t in twin.params.items():
+            full = "language." + twin.mimo_name(name)
+            shape, data = saved[full]
+            if frozen(twin.mimo_name(name)):
+                if data != written[full]:
+                    bad.append(f"{full} changed")
+                for suffix in (".exp_avg", ".exp_avg_sq"):
+                    if any(np.frombuffer(moments[full + suffix][1], "<f4")):
+                        bad.append(f"{full}{suffix} not zero")
+            else:
+                if data == written[full]:
+                    bad.append(f"{full} not trained")
+                got = np.frombuffer(data, "<f4").reshape(shape)
+                ref = twin.mimo_tensor(name, params[name].detach()).numpy()
+                diffs.append(np.abs(got - ref).ravel())
+        # Almost every trained element within 1e-4 of the twin's (the median
+        # is about 5e-7). AdamW moves an element by about lr a step whatever
+        # its gradient, so fp32 against float64 can move the few elements
+        # whose gradient is rounding noise differently: a handful of them (a
+        # 1e-4 share at most) may differ by up to lr.
+        diffs = np.concatenate(diffs)
+        far = float((diffs > 1e-4).mean())
+        worst = float(diffs.max())
+        if far > 1e-3 or worst > TRAIN["lr"]:
+            bad.append(f"trained weights: {far:.2e} of the elements differ "
+                       f"from the twin's by more than 1e-4, at most by {worst:.2e}")
+        n_frozen = sum(frozen(twin.mimo_name(n)) for n in twin.params)
+        print(f"{'ok  ' if not bad else 'FAIL'} freeze/{layout}/checkpoint: "
+              f"{n_frozen} frozen tensors bit for bit, their moments zero; "
+              f"trained weights: median difference {float(np.median(diffs)):.1e}, "
+              f"{far:.1e} of them above 1e-4, max {worst:.1e}")
+        for b in bad:
+            print(f"    {b}")
+        if bad:
+            failures.append(f"freeze/{layout}: checkpoint")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("build", nargs="?", default="build",
+                    help="the build folder (its bin/ holds mimoc, mimo-run)")
+    ap.add_argument("--cases", default="a,b,c,freeze")
+    ap.add_argument("--keep", help="work in this folder and keep it")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="mimo runs at once (default 2)")
+    args = ap.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in CASES and c != "freeze":
+            ap.error(f"unknown case '{c}' (a, b, c, freeze)")
+    bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
+    for tool in ("mimoc", "mimo-run"):
+        if not os.access(os.path.join(bin_dir, tool), os.X_OK):
+            sys.exit(f"twin.py: error: no {tool} in {bin_dir}")
+    torch.set_num_threads(1)
+    if args.keep:
+        work = os.path.abspath(args.keep)
+        os.makedirs(work, exist_ok=True)
+    else:
+        work = tempfile.mkdtemp(prefix="mimo-twin-")
+    try:
+        samples = make_samples(11, FREEZE_STEPS * GLOBAL_BATCH)
+        data_path = os.path.join(work, "data.jsonl")
+        with open(data_path, "w") as f:
+            for s in samples:
+                f.write(json.dumps({"input_ids": s}) + "\n")
+        failures = []
+        plain = [c for c in cases if c in CASES]
+        if plain:
+            failures += run_cases(args, bin_dir, work, samples, data_path, plain)
+        if "freeze" in cases:
+            failures += run_freeze(args, bin_dir, work, samples, data_path)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        print(f"twin.py: {len(failures)} failure(s): " + "; ".join(failures))
+        return 1
+    print("twin.py: every case matches the twin")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
