@@ -69,6 +69,9 @@ struct ModuleConfig {
   std::optional<RopeScaling> ropeScaling;
   /// `norm_eps`: the ε of every norm of the module.
   double normEps = 1e-5;
+  /// `qkv_bias` (language: Qwen2's biases on q, k and v) and `bias`
+  /// (encoder: CLIP's and SigLIP's on q, k, v, o, fc1 and fc2).
+  bool qkvBias = false, bias = false;
   ParallelConfig parallel;
   /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
   /// whose local names begin with one of `freezePrefixes` in whole

@@ -120,8 +120,14 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
   if (auto eps = v.number(arch, at, "norm_eps", 0, true, 1, true,
                           "the epsilon of the module's norms"))
     module.normEps = *eps;
-  if (module.kind != ModuleKind::Language)
+  if (module.kind != ModuleKind::Language) {
+    if (auto bias =
+            v.boolean(arch, at, "bias", "biases on q, k, v, o, fc1 and fc2"))
+      module.bias = *bias;
     return;
+  }
+  if (auto bias = v.boolean(arch, at, "qkv_bias", "biases on q, k and v"))
+    module.qkvBias = *bias;
   if (auto groups = v.integer(arch, at, "num_query_groups", false, 1,
                               "the key and value heads (GQA)", kMaxWidth)) {
     module.numQueryGroups = *groups;

@@ -40,6 +40,10 @@ json toJson(const ModelConfig &config) {
           {"original_max_position_embeddings", r->originalMaxPositions}};
     if (module.normEps != 1e-5)
       arch["norm_eps"] = module.normEps;
+    if (module.qkvBias)
+      arch["qkv_bias"] = true;
+    if (module.bias)
+      arch["bias"] = true;
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;
     json parallel = {{"tp", p.tp},

@@ -60,6 +60,10 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   using L = ParamLayout;
   using I = ParamInit;
   const int64_t KV = module.kvHidden(); // H unless grouped-query attention
+  // Biases (docs/model.md): of a column-parallel weight split with its
+  // columns; of a row-parallel one (added once to the summed output)
+  // replicated, its gradient partial over TP under SP (as the norms').
+  const bool qkvBias = module.qkvBias || module.bias;
   auto attention = [&](const std::string &p) {
     // Q, K and V split by heads (column-parallel; K and V by their groups
     // under GQA, which TP divides), the output projection by the same
@@ -68,6 +72,13 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
     add(p + "wk", H, KV, L::ColumnParallel);
     add(p + "wv", H, KV, L::ColumnParallel);
     add(p + "wo", H, H, L::RowParallel);
+    if (qkvBias) {
+      add(p + "bq", 1, H, L::ColumnParallel, I::Zeros);
+      add(p + "bk", 1, KV, L::ColumnParallel, I::Zeros);
+      add(p + "bv", 1, KV, L::ColumnParallel, I::Zeros);
+    }
+    if (module.bias)
+      add(p + "bo", 1, H, L::Replicated, I::Zeros, 0, sequenceParallel);
   };
   if (module.kind == ModuleKind::Language) {
     const bool sp = sequenceParallel;
@@ -103,6 +114,10 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
     add(p + "ln2.bias", 1, H, L::Replicated, I::Zeros);
     add(p + "fc1", H, F, L::ColumnParallel);
     add(p + "fc2", F, H, L::RowParallel);
+    if (module.bias) {
+      add(p + "fc1_bias", 1, F, L::ColumnParallel, I::Zeros);
+      add(p + "fc2_bias", 1, H, L::Replicated, I::Zeros);
+    }
   }
   if (last) {
     add("projection.fc1.weight", H, O, L::Replicated);

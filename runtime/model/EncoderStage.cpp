@@ -41,11 +41,17 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     size_t fc1 = indexOf(p + "fc1");
+    LayerBiases biases;
+    if (module.bias)
+      biases = {indexOf(p + "bq"),       indexOf(p + "bk"),
+                indexOf(p + "bv"),       indexOf(p + "bo"),
+                indexOf(p + "fc1_bias"), indexOf(p + "fc2_bias")};
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, false, indexOf(p + "ln1.weight"),
         indexOf(p + "ln1.bias"), indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), indexOf(p + "ln2.weight"),
-        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), module, ctx));
+        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), module, ctx,
+        biases));
   }
   if (isFirst()) {
     bool frozen = parameters[patchW].frozen && parameters[patchB].frozen;

@@ -43,10 +43,16 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     size_t n1 = indexOf(p + "attn_norm"), n2 = indexOf(p + "mlp_norm");
+    LayerBiases biases;
+    if (module.qkvBias) {
+      biases.q = indexOf(p + "bq");
+      biases.k = indexOf(p + "bk");
+      biases.v = indexOf(p + "bv");
+    }
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
-        indexOf(p + "up"), indexOf(p + "down"), module, ctx));
+        indexOf(p + "up"), indexOf(p + "down"), module, ctx, biases));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");

@@ -35,6 +35,13 @@ struct LayerCache {
       h2f, g, u, s;
 };
 
+/// The indices of a layer's biases in the stage's list (docs/model.md:
+/// `qkv_bias` q, k, v; an encoder's `bias` all six); kNone where absent.
+struct LayerBiases {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t q = kNone, k = kNone, v = kNone, o = kNone, fc1 = kNone, fc2 = kNone;
+};
+
 class TransformerLayer {
 public:
   /// language: RMSNorm, RoPE, causal, SwiGLU; encoder: LayerNorm, no RoPE,
@@ -43,10 +50,10 @@ public:
                    size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
                    size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
                    size_t w2, const ModuleConfig &module,
-                   const StageContext &ctx)
+                   const StageContext &ctx, LayerBiases biases = {})
       : owner(owner), params(params), language(language), norm1(norm1),
         norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
-        norm2b(norm2b), w1(w1), w3(w3), w2(w2), H(module.hiddenSize),
+        norm2b(norm2b), w1(w1), w3(w3), w2(w2), b(biases), H(module.hiddenSize),
         eps(static_cast<float>(module.normEps)), ctx(ctx) {
     headsLocal = module.numHeads / ctx.tp;
     headDim = H / module.numHeads;
@@ -69,9 +76,9 @@ public:
     // backward keeps them), and so is its output, the wo GEMM's input.
     // With grouped-query attention k and v hold the rank's KV groups (and
     // so does what CP gathers); attention reads them repeated per head.
-    c.q = queryOrKey(c.hf, wq, m, headsLocal);
-    c.k = queryOrKey(c.hf, wk, m, kvHeadsLocal);
-    c.v = storedProduct(dev, ctx.bf16, operand(c.hf), P(wv), Tc, H, KVl);
+    c.q = queryOrKey(c.hf, wq, b.q, m, headsLocal);
+    c.k = queryOrKey(c.hf, wk, b.k, m, kvHeadsLocal);
+    c.v = projected(c.hf, wv, b.v, Tc, H, KVl);
     if (ctx.cp > 1) {
       c.keys = gatherRows(comm, ctx.cpGroup, c.k);
       c.values = gatherRows(comm, ctx.cpGroup, c.v);
@@ -90,13 +97,13 @@ public:
       dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
                            c.lse.data(), m.attention.view(), headsLocal,
                            headDim);
-    c.x1 = residual(c.x, rowParallelLinear(c.a, wo, Tc, Hl, sp));
+    c.x1 = residual(c.x, rowParallelLinear(c.a, wo, b.o, Tc, Hl, sp));
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
     // Under bf16 the gate and up projections come out of their GEMMs as
     // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
     // input as bf16 bits.
-    c.g = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w1), Tc, H, Fl);
+    c.g = projected(c.h2f, w1, b.fc1, Tc, H, Fl);
     c.s = Tensor::empty(Tc * Fl,
                         ctx.bf16 ? device::DType::BF16 : device::DType::F32);
     if (language) {
@@ -111,7 +118,7 @@ public:
     } else {
       dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
     }
-    Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, Tc, Fl, sp));
+    Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, b.fc2, Tc, Fl, sp));
     keep(c);
     return out;
   }
@@ -127,7 +134,9 @@ public:
     // anyway: nothing changes but the bytes.)
     const device::DType gradType =
         ctx.bf16 ? device::DType::BF16 : device::DType::F32;
-    // MLP.
+    // MLP. A bias added to a row-parallel output takes the residual
+    // stream's gradient of the rank's rows.
+    biasGrad(dout, b.fc2, Tl, H);
     Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
     const Bf16Operand dm = gemmOperand(fullRows(dout, gatheredOut, sp), dmBits);
     Tensor ds = empty(Tc * Fl);
@@ -151,12 +160,14 @@ public:
     } else {
       dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
     }
+    biasGrad(dg, b.fc1, Tc, Fl);
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
                    dh2f.data(), WG(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
+    biasGrad(dx1, b.o, Tl, H);
     const Bf16Operand dof =
         gemmOperand(fullRows(dx1, gatheredDx1, sp), dofBits);
     // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
@@ -194,6 +205,9 @@ public:
     Tensor dv = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV)
                                          : std::move(dV),
                               m, false, false, kvHeadsLocal);
+    biasGrad(dq, b.q, Tc, Hl);
+    biasGrad(dk, b.k, Tc, KVl);
+    biasGrad(dv, b.v, Tc, KVl);
     Tensor dhf = empty(Tc * H);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
                    WG(wq), Tc, H, Hl);
@@ -211,8 +225,10 @@ public:
   /// The indices of this layer's parameters in the stage's list.
   std::vector<size_t> paramIndices() const {
     std::vector<size_t> out;
-    for (size_t p : {norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2})
-      if (std::find(out.begin(), out.end(), p) == out.end())
+    for (size_t p : {norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2,
+                     b.q, b.k, b.v, b.o, b.fc1, b.fc2})
+      if (p != LayerBiases::kNone &&
+          std::find(out.begin(), out.end(), p) == out.end())
         out.push_back(p);
     return out;
   }
@@ -291,25 +307,62 @@ private:
   /// TP (all-reduced, or reduce-scattered under SP). Under bf16 with one TP
   /// rank its GEMM writes bf16 bits: the residual adds it rounded anyway
   /// (with TP the fp32 partial sums are reduced first).
-  Tensor rowParallelLinear(const Tensor &in, size_t w, int64_t rows, int64_t K,
-                           bool sp) {
-    if (ctx.bf16 && ctx.tp == 1)
+  /// A bias (`bias`, else kNone) is added once to the summed output (the
+  /// rank's rows under SP), in fp32.
+  Tensor rowParallelLinear(const Tensor &in, size_t w, size_t bias,
+                           int64_t rows, int64_t K, bool sp) {
+    if (ctx.bf16 && ctx.tp == 1 && bias == LayerBiases::kNone)
       return storedProduct(*ctx.dev, true, operand(in), P(w), rows, K, H);
     Tensor y = empty(rows * H);
     matmul(*ctx.dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, H);
-    return rowParallelOut(std::move(y), sp);
+    y = rowParallelOut(std::move(y), sp);
+    if (bias != LayerBiases::kNone)
+      ctx.dev->addBias(y.data(), V(bias).data(), y.size() / H, H);
+    return y;
+  }
+
+  /// in · W (+ bias) of a column-parallel linear, stored as its readers
+  /// take it (bf16 bits under bf16): with a bias the fp32 sums plus the
+  /// bias, rounded once.
+  Tensor projected(const Tensor &in, size_t w, size_t bias, int64_t rows,
+                   int64_t K, int64_t N) {
+    Device &dev = *ctx.dev;
+    if (bias == LayerBiases::kNone)
+      return storedProduct(dev, ctx.bf16, operand(in), P(w), rows, K, N);
+    Tensor y = empty(rows * N);
+    matmul(dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, N);
+    dev.addBias(y.data(), V(bias).data(), rows, N);
+    if (ctx.bf16)
+      return packBf16(dev, y);
+    return y;
+  }
+
+  /// The gradient of `bias` (if any): the column sums of its output's
+  /// gradient `g` [rows, cols] as the weight's GEMMs read it (bf16 bits
+  /// under bf16, unpacked; the residual stream's fp32 for o and fc2).
+  void biasGrad(const Tensor &g, size_t bias, int64_t rows, int64_t cols) {
+    if (bias == LayerBiases::kNone)
+      return;
+    if (g.dtype() == device::DType::BF16) {
+      Tensor values = unpackBf16(*ctx.dev, g);
+      ctx.dev->biasBackward(values.data(), G(bias), rows, cols);
+    } else {
+      ctx.dev->biasBackward(g.data(), G(bias), rows, cols);
+    }
   }
 
   /// hf · W for the queries or keys (`heads` of them), rotated (RoPE) in
   /// the language model, stored as attention reads it: bf16 bits under
   /// bf16.
-  Tensor queryOrKey(const Tensor &hf, size_t w, const LayerMeta &m,
+  Tensor queryOrKey(const Tensor &hf, size_t w, size_t bias, const LayerMeta &m,
                     int64_t heads) {
     const int64_t Tc = m.cpRows, cols = heads * headDim;
     if (!language)
-      return storedProduct(*ctx.dev, ctx.bf16, operand(hf), P(w), Tc, H, cols);
+      return projected(hf, w, bias, Tc, H, cols);
     Tensor y = empty(Tc * cols);
     matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, cols);
+    if (bias != LayerBiases::kNone) // before RoPE, as Qwen2's
+      ctx.dev->addBias(y.data(), V(bias).data(), Tc, cols);
     return rotatedStored(std::move(y), m, true, false, heads);
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
@@ -431,6 +484,7 @@ private:
   std::vector<Param> &params;
   bool language;
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
+  LayerBiases b;
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
   /// Grouped-query attention: the rank's key/value heads, their width and
   /// the query heads per group (1 without GQA).

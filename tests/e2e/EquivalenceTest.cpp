@@ -133,6 +133,12 @@ TEST(Bf16, LayoutsMatchTheirReferenceAndFollowFp32) {
     model["precision"] = "bf16";
     expectMatchesReference(model, 6, 1e-2);
   }
+  { // biases (qkv_bias, an encoder's bias) under bf16
+    SCOPED_TRACE("biases vlm-fan-in.json");
+    json model = test::withBiases(example("vlm-fan-in.json"));
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 8, 1e-2);
+  }
   json model = example("vlm-fan-in.json");
   exec::RunOptions options;
   options.steps = 10;

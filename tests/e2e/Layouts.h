@@ -69,6 +69,15 @@ inline nlohmann::json llama3Like(nlohmann::json model, int64_t groups) {
   return model;
 }
 
+/// `model` with Qwen2's biases on the language model's q, k and v
+/// (`qkv_bias`) and biases on every linear layer of its encoders (`bias`,
+/// as CLIP's and SigLIP's).
+inline nlohmann::json withBiases(nlohmann::json model) {
+  for (nlohmann::json &module : model["modules"])
+    module["arch"][module["kind"] == "language" ? "qkv_bias" : "bias"] = true;
+  return model;
+}
+
 inline std::vector<Layout> equivalenceLayouts() {
   using nlohmann::json;
   std::vector<Layout> layouts = {
@@ -121,6 +130,11 @@ inline std::vector<Layout> equivalenceLayouts() {
   json mqa = llama3Like(example("vlm-colocated-pp2.json"), 1);
   mqa["modules"][1]["parallel"] = {{"tp", 1}, {"pp", 2}, {"dp", 4}};
   layouts.push_back({"MultiQueryColocatedPp2", mqa, 8});
+  // Biases: q, k, v's split over TP with their columns (language TP2·PP2
+  // with SP; encoder TP4, its o and fc2 biases added after the reduction).
+  layouts.push_back(
+      {"BiasesFanInTp2Pp2Sp", withBiases(example("vlm-fan-in.json")), 8});
+  layouts.push_back({"BiasesColocatedEncoderTp4", withBiases(fanOut), 8});
   return layouts;
 }
 

@@ -20,6 +20,7 @@ Cases:
   b       "llama3": GQA (2 key/value heads of 4), rope_theta 500000,
           llama3 rope_scaling, norm_eps 1e-6
   c       MQA: one key/value head
+  qwen2   Qwen2: biases on q, k and v (before RoPE), GQA, rope_theta 1e6
   freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
           parameters of more than one row, bias correction, warm-up and
           cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
@@ -79,6 +80,11 @@ CASES = {
                             original_max_position_embeddings=64))),
     "c": ({"num_query_groups": 1}, dict(groups=1, theta=10000.0, eps=1e-5,
                                         scaling=None)),
+    # Qwen2: biases on q, k and v (added before RoPE), GQA, theta 1e6.
+    "qwen2": ({"num_query_groups": 2, "rope_theta": 1000000.0,
+               "qkv_bias": True},
+              dict(groups=2, theta=1000000.0, eps=1e-5, scaling=None,
+                   qkv_bias=True)),
 }
 
 FREEZE = ["embedding", "layers.0"]
@@ -147,6 +153,10 @@ class Twin:
             p[f"layers.{l}.q_proj"] = uniform((HIDDEN, HIDDEN), 4 * s)
             p[f"layers.{l}.k_proj"] = uniform((kv, HIDDEN), 4 * s)
             p[f"layers.{l}.v_proj"] = uniform((kv, HIDDEN), s)
+            if cfg.get("qkv_bias"):
+                p[f"layers.{l}.q_bias"] = uniform((HIDDEN,), 1.0)
+                p[f"layers.{l}.k_bias"] = uniform((kv,), 1.0)
+                p[f"layers.{l}.v_bias"] = uniform((kv,), 1.0)
             p[f"layers.{l}.o_proj"] = uniform((HIDDEN, HIDDEN), s)
             p[f"layers.{l}.post_attention_layernorm"] = norm()
             p[f"layers.{l}.gate_proj"] = uniform((FFN, HIDDEN), s)
@@ -162,7 +172,8 @@ class Twin:
                   "lm_head": "head", "input_layernorm": "attn_norm",
                   "post_attention_layernorm": "mlp_norm", "q_proj": "wq",
                   "k_proj": "wk", "v_proj": "wv", "o_proj": "wo",
-                  "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
+                  "gate_proj": "gate", "up_proj": "up", "down_proj": "down",
+                  "q_bias": "bq", "k_bias": "bk", "v_bias": "bv"}
         parts = name.split(".")
         parts[-1] = rename[parts[-1]]
         return ".".join(parts)
@@ -194,9 +205,13 @@ class Twin:
         for l in range(LAYERS):
             w = lambda k: p[f"layers.{l}.{k}"]
             a = rms_norm(x, w("input_layernorm"), eps)
-            q = (a @ w("q_proj").t()).view(ell, n, d).transpose(0, 1)
-            k = (a @ w("k_proj").t()).view(ell, G, d).transpose(0, 1)
-            v = (a @ w("v_proj").t()).view(ell, G, d).transpose(0, 1)
+            q, k, v = (a @ w("q_proj").t(), a @ w("k_proj").t(),
+                       a @ w("v_proj").t())
+            if cfg.get("qkv_bias"):
+                q, k, v = q + w("q_bias"), k + w("k_bias"), v + w("v_bias")
+            q = q.view(ell, n, d).transpose(0, 1)
+            k = k.view(ell, G, d).transpose(0, 1)
+            v = v.view(ell, G, d).transpose(0, 1)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             k, v = k[kv_map], v[kv_map]
@@ -422,6 +437,15 @@ def design_checks(case, twin, batch):
                   f"(rel {rel(other, base):.2e})")
             if rel(other, base) < 100 * TOL:
                 problems.append("norm_eps barely moves the loss")
+        if cfg.get("qkv_bias"):
+            saved = dict(cfg)
+            twin.cfg = dict(cfg, qkv_bias=False)
+            other = twin.loss(batch).item()
+            twin.cfg = saved
+            print(f"  twin {case}: loss without the q, k, v biases {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+            if rel(other, base) < 100 * TOL:
+                problems.append("qkv_bias barely moves the loss")
         G = cfg["groups"]
         if 1 < G < HEADS:
             # Query head i on key/value head i % G (interleaved, not HF's).
@@ -446,7 +470,7 @@ def run_case(args, bin_dir, work, samples, data_path, case):
     failures = []
     jobs = []
     arch_extra, cfg = CASES[case]
-    twin = Twin(cfg, seed=100 + ord(case))
+    twin = Twin(cfg, seed=100 + sum(map(ord, case)))
     init_dir = os.path.join(work, f"init-{case}")
     write_init(twin, init_dir)
     batch = samples[:GLOBAL_BATCH]
@@ -627,7 +651,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build", nargs="?", default="build",
                     help="the build folder (its bin/ holds mimoc, mimo-run)")
-    ap.add_argument("--cases", default="a,b,c,freeze")
+    ap.add_argument("--cases", default=",".join(list(CASES) + ["freeze"]))
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--jobs", type=int, default=2,
                     help="mimo runs at once (default 2)")
@@ -635,7 +659,7 @@ def main():
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
         if c not in CASES and c != "freeze":
-            ap.error(f"unknown case '{c}' (a, b, c, freeze)")
+            ap.error(f"unknown case '{c}' ({', '.join(CASES)}, freeze)")
     bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
     for tool in ("mimoc", "mimo-run"):
         if not os.access(os.path.join(bin_dir, tool), os.X_OK):
