@@ -115,7 +115,8 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
   }
   if (language) {
     const double V = static_cast<double>(m.vocabSize);
-    work += weight(2.0 * H * V * tokens, "head", true);
+    work += weight(2.0 * H * V * tokens, m.tieEmbeddings ? "embedding" : "head",
+                   true);
   } else {
     const double D = static_cast<double>(m.featureDim);
     const double O = static_cast<double>(outputHidden);

@@ -37,7 +37,7 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N/arch (language)",
        {"vocab_size", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size", "num_query_groups", "rope_theta", "rope_scaling",
-        "norm_eps", "qkv_bias"}},
+        "norm_eps", "qkv_bias", "tie_embeddings"}},
       {"/modules/N/arch/rope_scaling",
        {"type", "factor", "low_freq_factor", "high_freq_factor",
         "original_max_position_embeddings"}},
@@ -54,6 +54,13 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
        {"warmup_steps", "decay", "decay_steps", "min_lr"}},
   };
   return objects;
+}
+
+std::string tiedStagesProblem(const std::string &name) {
+  return "module '" + name +
+         "' ties its head to its embedding (tie_embeddings), which this "
+         "version keeps on one pipeline stage; use pp 1 for it, or set "
+         "tie_embeddings false";
 }
 
 bool namePrefixMatches(const std::string &local, const std::string &prefix) {

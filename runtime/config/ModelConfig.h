@@ -72,6 +72,8 @@ struct ModuleConfig {
   /// `qkv_bias` (language: Qwen2's biases on q, k and v) and `bias`
   /// (encoder: CLIP's and SigLIP's on q, k, v, o, fc1 and fc2).
   bool qkvBias = false, bias = false;
+  /// `tie_embeddings` (language): the head is the embedding's transpose.
+  bool tieEmbeddings = false;
   ParallelConfig parallel;
   /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
   /// whose local names begin with one of `freezePrefixes` in whole
@@ -102,6 +104,10 @@ struct ModuleConfig {
 /// Whether local parameter name `local` begins with `prefix` in whole
 /// dot-separated parts.
 bool namePrefixMatches(const std::string &local, const std::string &prefix);
+
+/// Why `tie_embeddings` cannot split module `name` into pipeline stages
+/// (this version ties the head to the embedding on one stage).
+std::string tiedStagesProblem(const std::string &name);
 
 struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;

@@ -128,6 +128,9 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
   }
   if (auto bias = v.boolean(arch, at, "qkv_bias", "biases on q, k and v"))
     module.qkvBias = *bias;
+  if (auto tie = v.boolean(arch, at, "tie_embeddings",
+                           "whether the head is the embedding's transpose"))
+    module.tieEmbeddings = *tie;
   if (auto groups = v.integer(arch, at, "num_query_groups", false, 1,
                               "the key and value heads (GQA)", kMaxWidth)) {
     module.numQueryGroups = *groups;
@@ -279,6 +282,8 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseParallel(v, moduleJson, module);
+  if (module.tieEmbeddings && module.parallel.pp > 1)
+    v.error(pointer + "/parallel/pp", tiedStagesProblem(module.name));
   // GQA splits the KV groups over TP (the compiler checks num_heads).
   if (module.numQueryGroups > 0 && module.parallel.tp > 0 &&
       module.numHeads % module.numQueryGroups == 0 &&

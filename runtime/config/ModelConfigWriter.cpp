@@ -42,6 +42,8 @@ json toJson(const ModelConfig &config) {
       arch["norm_eps"] = module.normEps;
     if (module.qkvBias)
       arch["qkv_bias"] = true;
+    if (module.tieEmbeddings)
+      arch["tie_embeddings"] = true;
     if (module.bias)
       arch["bias"] = true;
     entry["arch"] = arch;

@@ -2,6 +2,7 @@
 
 #include "runtime/config/Parameters.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace mimo {
@@ -83,8 +84,13 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   if (module.kind == ModuleKind::Language) {
     const bool sp = sequenceParallel;
     const int64_t V = module.vocabSize;
-    if (first) // vocab-parallel: each TP rank its rows of the vocabulary
-      add("embedding", V, H, L::RowParallel, I::Weight, 1.0f);
+    // Vocab-parallel: each TP rank its rows of the vocabulary. Tied, the
+    // embedding is the head too, initialised as the head would be (fan-in
+    // H): at scale 1 the first logits would be ~√H wide.
+    if (first)
+      add("embedding", V, H, L::RowParallel, I::Weight,
+          module.tieEmbeddings ? 1.0f / std::sqrt(static_cast<float>(H))
+                               : 1.0f);
     for (int64_t l = begin; l < end; ++l) {
       std::string p = "layers." + std::to_string(l) + ".";
       add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
@@ -96,7 +102,8 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
     }
     if (last) {
       add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-      add("head", H, V, L::ColumnParallel); // vocab-parallel logits
+      if (!module.tieEmbeddings)              // tied: the embedding's transpose
+        add("head", H, V, L::ColumnParallel); // vocab-parallel logits
     }
     return out;
   }

@@ -246,7 +246,8 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   w.cpBytes = kFloat * 2 * rows * KV / tp;
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
-    w.compute += (backward && !trains("head") ? 1 : passes) *
+    const char *head = m.tieEmbeddings ? "embedding" : "head";
+    w.compute += (backward && !trains(head) ? 1 : passes) *
                      gemmSeconds(p, rows, V / tp, H) +
                  passes * memorySeconds(p, kFloat * 3 * rows * V / tp) +
                  kernelSeconds(p, 8);

@@ -56,7 +56,10 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");
-    head = indexOf("head");
+    // tie_embeddings (one stage holds both): the head is the embedding's
+    // transpose, and its gradient adds into the embedding's.
+    tied = module.tieEmbeddings;
+    head = tied ? embedding : indexOf("head");
   }
 }
 
@@ -247,11 +250,13 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     const float *rowScale = weight.data() + r0;
     Tensor z = logits.view(0, rows * Vl), dz = dlogits.view(0, rows * Vl);
     const Tensor h = hNf.view(r0 * H, rows * H);
+    // Tied: W is the embedding's [Vl, H] rows, read transposed.
     if (ctx.bf16)
-      dev.gemmBf16Out(false, false, rows, Vl, H, 1.0f, operand(h), W.weight(),
+      dev.gemmBf16Out(false, tied, rows, Vl, H, 1.0f, operand(h), W.weight(),
                       z.data<uint16_t>());
     else
-      matmul(dev, false, operand(h), W.weight(), z.data(), rows, H, Vl);
+      gemm(dev, false, false, tied, rows, Vl, H, 1.0f, operand(h), W.weight(),
+           0.0f, z.data());
     if (ctx.bf16)
       dev.crossEntropyRowMaxBf16(z.data<uint16_t>(), rows, Vl, gmax.data());
     else
@@ -284,8 +289,16 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     else
       dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
                                gmax.data(), s.data(), rowScale, dz.data());
-    matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
-                   c.dhNf.data() + r0 * H, weightGrad(W), rows, H, Vl);
+    if (tied) { // dh = dz · E; dE += dzᵀ · h
+      gemm(dev, ctx.bf16, false, false, rows, H, Vl, 1.0f, operand(dz),
+           W.weight(), 0.0f, c.dhNf.data() + r0 * H);
+      if (float *dE = weightGrad(W))
+        gemm(dev, ctx.bf16, true, false, Vl, H, rows, 1.0f, operand(dz),
+             operand(h), 1.0f, dE);
+    } else {
+      matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
+                     c.dhNf.data() + r0 * H, weightGrad(W), rows, H, Vl);
+    }
   }
   caches[mb] = std::move(cache);
   return {};
@@ -316,7 +329,11 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
     dev.rmsnormBackward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
-    gradsDone({head, finalNorm});
+    // Tied, the embedding's gradient is done in inputBackward.
+    if (tied)
+      gradsDone({finalNorm});
+    else
+      gradsDone({head, finalNorm});
   } else {
     if (!gradOutput)
       throw std::logic_error("language backward without an output gradient");

@@ -262,6 +262,7 @@ private:
   float normEps; // the final norm's (model.json norm_eps)
   ShardTopology shardTopology;
   size_t embedding = 0, finalNorm = 0, head = 0;
+  bool tied = false; // tie_embeddings: head == embedding
   struct Cache;
   std::map<int64_t, std::unique_ptr<Cache>> caches;
 };

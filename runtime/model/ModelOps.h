@@ -70,8 +70,6 @@ inline void matmulBackward(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
     gemm(dev, bf16, true, false, K, N, M, 1.0f, x, dy, 1.0f, dw);
 }
 
-/// Buffers that are written whole before they are read, and buffers that
-/// are accumulated into.
 /// RoPE's frequencies of a module (model.json `rope_theta`, `rope_scaling`).
 inline device::RopeSpec ropeSpec(const ModuleConfig &m) {
   device::RopeSpec spec;
@@ -85,6 +83,8 @@ inline device::RopeSpec ropeSpec(const ModuleConfig &m) {
   return spec;
 }
 
+/// Buffers that are written whole before they are read, and buffers that
+/// are accumulated into.
 inline Tensor empty(int64_t n) { return Tensor::empty(n); }
 inline Tensor zeros(int64_t n, device::DType type = device::DType::F32) {
   return Tensor::zeros(n, type);

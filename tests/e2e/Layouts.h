@@ -135,6 +135,10 @@ inline std::vector<Layout> equivalenceLayouts() {
   layouts.push_back(
       {"BiasesFanInTp2Pp2Sp", withBiases(example("vlm-fan-in.json")), 8});
   layouts.push_back({"BiasesColocatedEncoderTp4", withBiases(fanOut), 8});
+  // The head tied to the vocab-parallel embedding (TP2 with SP, CP2).
+  json tied = example("lm-cp2-sp.json");
+  tied["modules"][1]["arch"]["tie_embeddings"] = true;
+  layouts.push_back({"TiedEmbeddingsTp2SpCp2", tied, 6});
   return layouts;
 }
 

@@ -21,6 +21,7 @@ Cases:
           llama3 rope_scaling, norm_eps 1e-6
   c       MQA: one key/value head
   qwen2   Qwen2: biases on q, k and v (before RoPE), GQA, rope_theta 1e6
+  tied    the head tied to the embedding (tie_embeddings), GQA
   freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
           parameters of more than one row, bias correction, warm-up and
           cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
@@ -85,6 +86,11 @@ CASES = {
                "qkv_bias": True},
               dict(groups=2, theta=1000000.0, eps=1e-5, scaling=None,
                    qkv_bias=True)),
+    # Llama 3.2 1B/3B and the small Qwen2.5: the head is the embedding's
+    # transpose (one pipeline stage: mimo refuses tie_embeddings with pp).
+    "tied": ({"num_query_groups": 2, "tie_embeddings": True},
+             dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
+                  tied=True)),
 }
 
 FREEZE = ["embedding", "layers.0"]
@@ -145,7 +151,9 @@ class Twin:
 
         p = {}
         # Small embeddings: mean(x^2) ~ 1e-4, so the norms' eps matters.
-        p["embed_tokens"] = uniform((VOCAB, HIDDEN), 0.02)
+        # Tied, the embedding is the head too: large enough for sharp logits.
+        p["embed_tokens"] = uniform((VOCAB, HIDDEN),
+                                    1.0 if cfg.get("tied") else 0.02)
         for l in range(LAYERS):
             s = 1 / math.sqrt(HIDDEN)
             p[f"layers.{l}.input_layernorm"] = norm()
@@ -163,7 +171,8 @@ class Twin:
             p[f"layers.{l}.up_proj"] = uniform((FFN, HIDDEN), s)
             p[f"layers.{l}.down_proj"] = uniform((HIDDEN, FFN), 1 / math.sqrt(FFN))
         p["norm"] = norm()
-        p["lm_head"] = uniform((VOCAB, HIDDEN), 2 / math.sqrt(HIDDEN))
+        if not cfg.get("tied"):
+            p["lm_head"] = uniform((VOCAB, HIDDEN), 2 / math.sqrt(HIDDEN))
         self.params = p
 
     def mimo_name(self, name):
@@ -223,7 +232,8 @@ class Twin:
             gate = a @ w("gate_proj").t()
             up = a @ w("up_proj").t()
             x = x + (torch.nn.functional.silu(gate) * up) @ w("down_proj").t()
-        logits = rms_norm(x, p["norm"], eps) @ p["lm_head"].t()
+        head = p["embed_tokens"] if cfg.get("tied") else p["lm_head"]
+        logits = rms_norm(x, p["norm"], eps) @ head.t()
         return logits
 
     def loss(self, batch, p=None, **kw):
@@ -437,6 +447,17 @@ def design_checks(case, twin, batch):
                   f"(rel {rel(other, base):.2e})")
             if rel(other, base) < 100 * TOL:
                 problems.append("norm_eps barely moves the loss")
+        if cfg.get("tied"):
+            untied = dict(twin.params)
+            untied["lm_head"] = twin.params["embed_tokens"].flip(0)
+            saved = dict(cfg)
+            twin.cfg = dict(cfg, tied=False)
+            other = twin.loss(batch, p=untied).item()
+            twin.cfg = saved
+            print(f"  twin {case}: loss with another head {other:.8f} "
+                  f"(rel {rel(other, base):.2e})")
+            if rel(other, base) < 100 * TOL:
+                problems.append("tying the head barely moves the loss")
         if cfg.get("qkv_bias"):
             saved = dict(cfg)
             twin.cfg = dict(cfg, qkv_bias=False)
@@ -485,6 +506,9 @@ def run_case(args, bin_dir, work, samples, data_path, case):
         if cfg["groups"] % tp:
             print(f"skip {case}/{layout}: tp {tp} does not divide "
                   f"{cfg['groups']} key/value heads")
+            continue
+        if cfg.get("tied") and parallel.get("pp", 1) > 1:
+            print(f"skip {case}/{layout}: tie_embeddings keeps one stage")
             continue
         tag = f"{case}-{layout}"
         model = os.path.join(work, tag + ".json")
