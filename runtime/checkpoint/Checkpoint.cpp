@@ -1,6 +1,7 @@
 //===- Checkpoint.cpp - Checkpoints that reshard --------------------------===//
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/HfWeights.h"
 
 #include "runtime/config/LearningRate.h"
 #include "runtime/config/Parameters.h"
@@ -296,10 +297,28 @@ std::optional<ModuleWeights> openModuleWeights(const std::string &path,
                                                const ModelConfig &config,
                                                const ModuleConfig &module,
                                                std::string &error) {
+  ModuleWeights weights;
+  weights.module = module.name;
+  if (module.init && module.init->format == "hf") {
+    std::optional<HfFolder> folder = openHfFolder(path, error);
+    if (!folder)
+      return std::nullopt;
+    std::vector<Diagnostic> problems = hfConfigProblems(*folder, module);
+    if (!problems.empty()) {
+      error = folder->configPath + ": error: " + problems.front().pointer +
+              " of the model: " + problems.front().message;
+      return std::nullopt;
+    }
+    error = hfTensorProblem(*folder, config, module);
+    if (!error.empty())
+      return std::nullopt;
+    weights.dir = path;
+    weights.hf = std::make_shared<const HfFolder>(std::move(*folder));
+    return weights;
+  }
   std::optional<std::string> dir = checkpointStepDir(path, error);
   if (!dir)
     return std::nullopt;
-  ModuleWeights weights;
   weights.dir = *dir;
   std::string file = (fs::path(*dir) / kModelFile).string();
   std::optional<safetensors::Header> header =
@@ -587,6 +606,10 @@ void finishCheckpoint(const std::string &dir, int64_t step,
 
 void readModuleWeights(const ModuleWeights &weights,
                        const std::vector<Param *> &params) {
+  if (weights.hf) {
+    readHfWeights(*weights.hf, weights.module, params);
+    return;
+  }
   File model((fs::path(weights.dir) / kModelFile).string(), O_RDONLY);
   for (Param *p : params)
     transferBlock(model, weights.model, p->name, *p, p->value, false);

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,11 +86,15 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
 std::optional<std::string> checkpointStepDir(const std::string &path,
                                              std::string &error);
 
-/// A module's starting weights (docs/model-json.md `init`, format mimo):
-/// the step directory and its model file's header.
+struct HfFolder;
+
+/// A module's starting weights (docs/model-json.md `init`): format mimo,
+/// the step directory and its model file's header; format hf, the opened
+/// Hugging Face folder (checkpoint/HfWeights.h).
 struct ModuleWeights {
-  std::string dir;
+  std::string dir, module;
   safetensors::Header model;
+  std::shared_ptr<const HfFolder> hf;
 };
 
 /// Opens the checkpoint at `path` for `module`'s weights: every parameter

@@ -78,19 +78,23 @@ CASES = {
           dict(groups=2, theta=500000.0, eps=1e-6,
                scaling=dict(factor=8.0, low_freq_factor=1.0,
                             high_freq_factor=4.0,
-                            original_max_position_embeddings=64))),
+                            original_max_position_embeddings=64),
+               # A Hugging Face folder: bf16 weights in two shards.
+               hf=dict(model_type="llama", dtype="BF16", shards=2))),
     "c": ({"num_query_groups": 1}, dict(groups=1, theta=10000.0, eps=1e-5,
                                         scaling=None)),
     # Qwen2: biases on q, k and v (added before RoPE), GQA, theta 1e6.
     "qwen2": ({"num_query_groups": 2, "rope_theta": 1000000.0,
                "qkv_bias": True},
               dict(groups=2, theta=1000000.0, eps=1e-5, scaling=None,
-                   qkv_bias=True)),
+                   qkv_bias=True,
+                   hf=dict(model_type="qwen2", dtype="F32", shards=1))),
     # Llama 3.2 1B/3B and the small Qwen2.5: the head is the embedding's
     # transpose (one pipeline stage: mimo refuses tie_embeddings with pp).
     "tied": ({"num_query_groups": 2, "tie_embeddings": True},
              dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
-                  tied=True)),
+                  tied=True,
+                  hf=dict(model_type="llama", dtype="F16", shards=1))),
 }
 
 FREEZE = ["embedding", "layers.0"]
@@ -141,13 +145,21 @@ class Twin:
         d = HIDDEN // HEADS
         kv = cfg["groups"] * d
 
-        def uniform(shape, scale):
+        dtype = cfg.get("hf", {}).get("dtype", "F32")
+
+        def uniform(shape, scale, offset=0.0):
             w = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1)
-            # Rounded to fp32: mimo starts from exactly these values.
-            return (w * scale).float().double()
+            # Rounded as the weights are written: mimo starts from exactly
+            # these values.
+            w = w * scale + offset
+            if dtype == "BF16":
+                return w.to(torch.bfloat16).double()
+            if dtype == "F16":
+                return w.half().double()
+            return w.float().double()
 
         def norm():
-            return uniform((HIDDEN,), 0.2) + 1.0
+            return uniform((HIDDEN,), 0.2, 1.0)
 
         p = {}
         # Small embeddings: mean(x^2) ~ 1e-4, so the norms' eps matters.
@@ -255,16 +267,29 @@ class Twin:
 # Files: safetensors, the checkpoint folder, jsonl, model.json.
 
 
-def write_safetensors(path, tensors, metadata=None):
-    """tensors: [(name, np.float32 array)] in order."""
+def bf16_bytes(a):
+    """float32 values (already bf16-exact) as little-endian bf16 bits."""
+    bits = np.ascontiguousarray(a, dtype="<f4").view("<u4")
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype("<u2").tobytes()
+
+
+def write_safetensors(path, tensors, metadata=None, dtype="F32"):
+    """tensors: [(name, np.float32 array)] in order, written as `dtype`
+    (F32, BF16 or F16)."""
     header = {}
     if metadata:
         header["__metadata__"] = metadata
     at = 0
     blobs = []
     for name, a in tensors:
-        data = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape),
+        if dtype == "BF16":
+            data = bf16_bytes(a)
+        elif dtype == "F16":
+            data = np.ascontiguousarray(a, dtype="<f2").tobytes()
+        else:
+            data = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
                         "data_offsets": [at, at + len(data)]}
         at += len(data)
         blobs.append(data)
@@ -320,6 +345,78 @@ def write_init(twin, folder):
     return raw
 
 
+HF_NAMES = {"input_layernorm": "input_layernorm.weight",
+            "post_attention_layernorm": "post_attention_layernorm.weight",
+            "q_proj": "self_attn.q_proj.weight",
+            "k_proj": "self_attn.k_proj.weight",
+            "v_proj": "self_attn.v_proj.weight",
+            "o_proj": "self_attn.o_proj.weight",
+            "q_bias": "self_attn.q_proj.bias",
+            "k_bias": "self_attn.k_proj.bias",
+            "v_bias": "self_attn.v_proj.bias",
+            "gate_proj": "mlp.gate_proj.weight",
+            "up_proj": "mlp.up_proj.weight",
+            "down_proj": "mlp.down_proj.weight"}
+
+
+def hf_name(name):
+    """The Hugging Face (LlamaForCausalLM, Qwen2ForCausalLM) name of a twin
+    parameter."""
+    if name == "embed_tokens":
+        return "model.embed_tokens.weight"
+    if name == "norm":
+        return "model.norm.weight"
+    if name == "lm_head":
+        return "lm_head.weight"
+    layer, l, part = name.split(".")
+    return f"model.layers.{l}.{HF_NAMES[part]}"
+
+
+def write_hf(twin, folder):
+    """A Hugging Face model folder of the twin, as transformers saves one:
+    config.json, the tensors in torch's layout ([out, in]) under their
+    Hugging Face names, in the case's dtype, one file or shards named by
+    model.safetensors.index.json."""
+    cfg, hf = twin.cfg, twin.cfg["hf"]
+    os.makedirs(folder, exist_ok=True)
+    config = {"architectures": ["Qwen2ForCausalLM" if hf["model_type"] == "qwen2"
+                                else "LlamaForCausalLM"],
+              "model_type": hf["model_type"], "hidden_act": "silu",
+              "hidden_size": HIDDEN, "intermediate_size": FFN,
+              "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+              "num_key_value_heads": cfg["groups"], "vocab_size": VOCAB,
+              "rms_norm_eps": cfg["eps"], "rope_theta": cfg["theta"],
+              "tie_word_embeddings": bool(cfg.get("tied")),
+              "max_position_embeddings": 4 * SEQ,
+              "torch_dtype": {"F32": "float32", "BF16": "bfloat16",
+                              "F16": "float16"}[hf["dtype"]]}
+    if hf["model_type"] == "llama":
+        config["attention_bias"] = False
+        config["mlp_bias"] = False
+    if cfg["scaling"]:
+        config["rope_scaling"] = dict(cfg["scaling"], rope_type="llama3")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    tensors = [(hf_name(n), t.numpy().astype("<f4"))
+               for n, t in twin.params.items()]
+    shards = hf["shards"]
+    if shards == 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), tensors,
+                          {"format": "pt"}, hf["dtype"])
+        return
+    per = (len(tensors) + shards - 1) // shards
+    weight_map = {}
+    for i in range(shards):
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = tensors[i * per:(i + 1) * per]
+        write_safetensors(os.path.join(folder, name), part, {"format": "pt"},
+                          hf["dtype"])
+        weight_map.update({n: name for n, _ in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f,
+                  indent=2)
+
+
 def make_samples(seed, count):
     """Token sequences: mostly full length, some shorter (padded by mimo and
     masked from the loss)."""
@@ -332,7 +429,7 @@ def make_samples(seed, count):
 
 
 def model_json(path, name, arch_extra, parallel, init_dir, data_path,
-               freeze=None, train=None):
+               freeze=None, train=None, init_format="mimo"):
     world = 1
     for k in ("tp", "cp", "pp", "dp"):
         world *= parallel.get(k, 1)
@@ -341,7 +438,7 @@ def model_json(path, name, arch_extra, parallel, init_dir, data_path,
     arch.update(arch_extra)
     module = {"name": "language", "kind": "language", "arch": arch,
               "parallel": dict(parallel),
-              "init": {"from": init_dir, "format": "mimo"}}
+              "init": {"from": init_dir, "format": init_format}}
     if freeze:
         module["freeze"] = freeze
     model = {"version": 1, "name": name, "seed": 7, "precision": "fp32",
@@ -493,7 +590,11 @@ def run_case(args, bin_dir, work, samples, data_path, case):
     arch_extra, cfg = CASES[case]
     twin = Twin(cfg, seed=100 + sum(map(ord, case)))
     init_dir = os.path.join(work, f"init-{case}")
-    write_init(twin, init_dir)
+    init_format = "hf" if cfg.get("hf") else "mimo"
+    if cfg.get("hf"):
+        write_hf(twin, init_dir)
+    else:
+        write_init(twin, init_dir)
     batch = samples[:GLOBAL_BATCH]
     with torch.no_grad():
         want = twin.loss(batch).item()
@@ -513,7 +614,7 @@ def run_case(args, bin_dir, work, samples, data_path, case):
         tag = f"{case}-{layout}"
         model = os.path.join(work, tag + ".json")
         model_json(model, "twin", arch_extra, parallel, init_dir,
-                   data_path)
+                   data_path, init_format=init_format)
         jobs.append((case, layout, want, tag, model))
 
     def one(job):

@@ -8,6 +8,7 @@
 #include "ir/Locations.h"
 #include "ir/MimoOps.h"
 #include "passes/Passes.h"
+#include "runtime/checkpoint/HfWeights.h"
 #include "runtime/data/Data.h"
 #include "runtime/json/JsonLocator.h"
 #include "runtime/support/InputFile.h"
@@ -105,6 +106,12 @@ CompileResult compileModel(mlir::MLIRContext &context, llvm::StringRef file,
   // Data files: relative to model.json, checked now, stored resolved.
   std::string directory = llvm::sys::path::parent_path(file).str();
   resolveInitPaths(*result.config, directory);
+  // Hugging Face folders: config.json against arch, and the tensors.
+  std::vector<Diagnostic> initProblems = exec::initProblems(*result.config);
+  if (!initProblems.empty()) {
+    result.diagnostics = std::move(initProblems);
+    return result;
+  }
   std::vector<Diagnostic> dataProblems =
       exec::resolveDataPaths(*result.config, directory);
   if (!dataProblems.empty()) {
