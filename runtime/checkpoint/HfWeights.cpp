@@ -403,7 +403,14 @@ std::vector<Diagnostic> hfConfigProblems(const HfFolder &folder,
           ? &c["rope_scaling"]
           : nullptr;
   if (scaling) {
-    std::string kind = scaling->value("rope_type", scaling->value("type", ""));
+    auto text = [&](const char *key) {
+      auto it = scaling->find(key);
+      return it != scaling->end() && it->is_string() ? it->get<std::string>()
+                                                     : std::string();
+    };
+    std::string kind = text("rope_type");
+    if (kind.empty())
+      kind = text("type");
     if (kind != "llama3" && kind != "default") {
       problem("rope_scaling",
               where("rope_scaling") + " is of type '" + kind +
@@ -416,7 +423,10 @@ std::vector<Diagnostic> hfConfigProblems(const HfFolder &folder,
       } else {
         const RopeScaling &r = *module.ropeScaling;
         auto same = [&](const char *key, double mine) {
-          double theirs = scaling->value(key, std::nan(""));
+          auto it = scaling->find(key);
+          double theirs = it != scaling->end() && it->is_number()
+                              ? it->get<double>()
+                              : std::nan("");
           if (!(std::abs(theirs - mine) <= 1e-9 * std::abs(theirs)))
             problem(std::string("rope_scaling/") + key,
                     numberText(mine) + " here, but " +

@@ -1,0 +1,351 @@
+//===- HfWeightsTest.cpp - Hugging Face folders in ------------------------===//
+//
+// docs/pretrained.md: what mimoc compile says of a Hugging Face folder that
+// does not fit the model (config.json against arch, with both pointers;
+// missing, unexpected, misshapen and unreadable tensors; broken indexes),
+// and how a rank's block of each tensor is read (transposed, converted).
+// The end-to-end proof against an independent model is tests/e2e/twin.py.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/checkpoint/HfWeights.h"
+#include "runtime/config/ModelConfig.h"
+#include "runtime/config/Parameters.h"
+#include "runtime/device/Device.h"
+#include "runtime/model/Model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+using namespace mimo;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "mimo-hf-XXXXXX");
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+constexpr int64_t V = 16, H = 8, L = 2, N = 2, G = 1, F = 12;
+
+/// A one-module model.json (the language model) starting from `dir`.
+json modelJson(const std::string &dir) {
+  return {
+      {"version", 1},
+      {"name", "hf"},
+      {"world_size", 1},
+      {"batch",
+       {{"micro_batch_size", 1}, {"num_microbatches", 1}, {"seq_length", 8}}},
+      {"modules",
+       {{{"name", "language"},
+         {"kind", "language"},
+         {"arch",
+          {{"vocab_size", V},
+           {"hidden_size", H},
+           {"num_layers", L},
+           {"num_heads", N},
+           {"num_query_groups", G},
+           {"ffn_hidden_size", F},
+           {"rope_theta", 500000},
+           {"norm_eps", 1e-6}}},
+         {"init", {{"from", dir}, {"format", "hf"}}}}}}};
+}
+
+json hfConfig() {
+  return {{"model_type", "llama"},
+          {"hidden_size", H},
+          {"num_hidden_layers", L},
+          {"num_attention_heads", N},
+          {"num_key_value_heads", G},
+          {"intermediate_size", F},
+          {"vocab_size", V},
+          {"rope_theta", 500000.0},
+          {"rms_norm_eps", 1e-6},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", false}};
+}
+
+/// Every tensor of the model above under its Hugging Face name and shape
+/// ([out, in] for linear layers), element i = value(name) + i / 1000.
+std::vector<std::pair<std::string, std::vector<int64_t>>> hfTensors() {
+  const int64_t d = H / N, KV = G * d;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
+      {"model.embed_tokens.weight", {V, H}},
+      {"model.norm.weight", {H}},
+      {"lm_head.weight", {V, H}}};
+  for (int64_t l = 0; l < L; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {H}});
+    t.push_back({p + "post_attention_layernorm.weight", {H}});
+    t.push_back({p + "self_attn.q_proj.weight", {H, H}});
+    t.push_back({p + "self_attn.k_proj.weight", {KV, H}});
+    t.push_back({p + "self_attn.v_proj.weight", {KV, H}});
+    t.push_back({p + "self_attn.o_proj.weight", {H, H}});
+    t.push_back({p + "mlp.gate_proj.weight", {F, H}});
+    t.push_back({p + "mlp.up_proj.weight", {F, H}});
+    t.push_back({p + "mlp.down_proj.weight", {H, F}});
+  }
+  return t;
+}
+
+/// Writes `tensors` as a safetensors file of `dtype` (F32 or BF16; values
+/// i / 1000, bf16-exact where needed: multiples of 1/128 below 2).
+void writeFile(
+    const fs::path &path,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> &tensors,
+    const std::string &dtype = "F32") {
+  safetensors::Header header;
+  for (const auto &[name, shape] : tensors)
+    header.tensors.push_back({name, dtype, shape, 0, 0});
+  std::string bytes = safetensors::encodeHeader(header);
+  for (const safetensors::TensorEntry &t : header.tensors) {
+    int64_t n = 1;
+    for (int64_t s : t.shape)
+      n *= s;
+    for (int64_t i = 0; i < n; ++i) {
+      float x = static_cast<float>(i % 256) / 128.0f;
+      if (dtype == "BF16") {
+        uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        uint16_t top = static_cast<uint16_t>(bits >> 16);
+        bytes.append(reinterpret_cast<const char *>(&top), 2);
+      } else if (dtype == "F32") {
+        bytes.append(reinterpret_cast<const char *>(&x), 4);
+      } else {
+        bytes.append(static_cast<size_t>(safetensors::dtypeSize(dtype)), '\0');
+      }
+    }
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+void writeFolder(
+    const fs::path &dir, const json &config,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> &tensors,
+    const std::string &dtype = "F32") {
+  std::ofstream(dir / "config.json") << config.dump(2);
+  writeFile(dir / "model.safetensors", tensors, dtype);
+}
+
+std::vector<Diagnostic> problemsOf(const json &model) {
+  ParseResult parsed = parseModelConfig(model.dump(), "model.json");
+  if (!parsed.config)
+    return parsed.diagnostics;
+  return exec::initProblems(*parsed.config);
+}
+
+std::string describe(const std::vector<Diagnostic> &problems) {
+  std::string out;
+  for (const Diagnostic &d : problems)
+    out += d.pointer + ": " + d.message + "\n";
+  return out;
+}
+
+TEST(HfWeights, AFolderThatFitsHasNoProblems) {
+  TempDir dir;
+  writeFolder(dir.path, hfConfig(), hfTensors(), "BF16");
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+}
+
+/// Every config.json mismatch is named at the model.json key, with the
+/// config's key and value and the fix.
+TEST(HfWeights, ConfigMismatchesNameBothPointers) {
+  TempDir dir;
+  json config = hfConfig();
+  config["hidden_size"] = 16;
+  config["num_key_value_heads"] = 2;
+  config["rope_theta"] = 10000.0;
+  config["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
+  writeFolder(dir.path, config, hfTensors());
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  std::string all = describe(problems);
+  ASSERT_EQ(problems.size(), 4u) << all;
+  EXPECT_EQ(problems[0].pointer, "/modules/0/arch/hidden_size");
+  EXPECT_NE(problems[0].message.find("8 here, but /hidden_size of " +
+                                     (dir.path / "config.json").string() +
+                                     " is 16: set arch.hidden_size to 16"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(problems[1].pointer, "/modules/0/arch/num_query_groups");
+  EXPECT_EQ(problems[2].pointer, "/modules/0/arch/rope_theta");
+  EXPECT_NE(problems[2].message.find("500000 here, but /rope_theta"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(problems[3].pointer, "/modules/0/arch/rope_scaling");
+  EXPECT_NE(problems[3].message.find("copy it into arch.rope_scaling"),
+            std::string::npos)
+      << all;
+  // Another family, and what mimo does not compute.
+  config = hfConfig();
+  config["model_type"] = "gpt2";
+  writeFolder(dir.path, config, hfTensors());
+  problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/modules/0/init/from");
+  EXPECT_NE(problems[0].message.find("a 'gpt2'"), std::string::npos);
+  config = hfConfig();
+  config["attention_bias"] = true;
+  writeFolder(dir.path, config, hfTensors());
+  problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_NE(problems[0].message.find("none on o"), std::string::npos);
+}
+
+TEST(HfWeights, TensorProblemsNameTheFileAndTheTensor) {
+  TempDir dir;
+  auto tensors = hfTensors();
+  // Missing.
+  auto missing = tensors;
+  missing.pop_back(); // layer 1's down_proj
+  writeFolder(dir.path, hfConfig(), missing);
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/modules/0/init/from");
+  EXPECT_NE(problems[0].message.find(
+                "tensor 'model.layers.1.mlp.down_proj.weight' is missing "
+                "(mimo's 'language.layers.1.down')"),
+            std::string::npos)
+      << problems[0].message;
+  // Unexpected: a third layer's.
+  auto extra = tensors;
+  extra.push_back({"model.layers.2.self_attn.q_proj.weight", {H, H}});
+  writeFolder(dir.path, hfConfig(), extra);
+  problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("tensor "
+                                     "'model.layers.2.self_attn.q_proj.weight' "
+                                     "is not a parameter of this model"),
+            std::string::npos)
+      << problems[0].message;
+  // RoPE's cached frequencies are not an error.
+  auto cached = tensors;
+  cached.push_back(
+      {"model.layers.0.self_attn.rotary_emb.inv_freq", {H / N / 2}});
+  writeFolder(dir.path, hfConfig(), cached);
+  problems = problemsOf(modelJson(dir.path.string()));
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+  // Misshapen: k_proj as if every head had its own.
+  auto shaped = tensors;
+  for (auto &[name, shape] : shaped)
+    if (name == "model.layers.0.self_attn.k_proj.weight")
+      shape = {H, H};
+  writeFolder(dir.path, hfConfig(), shaped);
+  problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("has shape [8, 8], but mimo's "
+                                     "'language.layers.0.wk' needs [4, 8]"),
+            std::string::npos)
+      << problems[0].message;
+  // An integer dtype.
+  writeFolder(dir.path, hfConfig(), tensors, "I8");
+  problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("is I8; mimo reads BF16, F16 and F32"),
+            std::string::npos)
+      << problems[0].message;
+  // No folder at all.
+  problems = problemsOf(modelJson((dir.path / "nowhere").string()));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("config.json"), std::string::npos);
+}
+
+TEST(HfWeights, ShardsAndTheLlavaLayout) {
+  TempDir dir;
+  // Two shards; the index names a third file that is not there.
+  auto tensors = hfTensors();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> a(
+      tensors.begin(), tensors.begin() + 5),
+      b(tensors.begin() + 5, tensors.end());
+  writeFile(dir.path / "model-1.safetensors", a);
+  writeFile(dir.path / "model-2.safetensors", b);
+  std::ofstream(dir.path / "config.json") << hfConfig().dump();
+  json map;
+  for (auto &[name, shape] : a)
+    map[name] = "model-1.safetensors";
+  for (auto &[name, shape] : b)
+    map[name] = "model-2.safetensors";
+  std::ofstream(dir.path / "model.safetensors.index.json")
+      << json{{"weight_map", map}}.dump();
+  EXPECT_TRUE(problemsOf(modelJson(dir.path.string())).empty());
+  map["model.norm.weight"] = "model-3.safetensors";
+  std::ofstream(dir.path / "model.safetensors.index.json")
+      << json{{"weight_map", map}}.dump();
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("model-3.safetensors"), std::string::npos)
+      << problems[0].message;
+
+  // LLaVA: the language model under language_model., its config the
+  // text_config; the vision tower's tensors are another module's.
+  TempDir llava;
+  auto prefixed = hfTensors();
+  for (auto &[name, shape] : prefixed)
+    name = "language_model." + name;
+  prefixed.push_back({"vision_tower.vision_model.post_layernorm.weight", {4}});
+  writeFolder(llava.path,
+              {{"model_type", "llava"}, {"text_config", hfConfig()}}, prefixed);
+  problems = problemsOf(modelJson(llava.path.string()));
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+}
+
+/// A rank's block: mimo's [in, out] block of a transposed [out, in] tensor,
+/// bf16 widened exactly.
+TEST(HfWeights, EachRankReadsItsBlockTransposedAndWidened) {
+  TempDir dir;
+  writeFolder(dir.path, hfConfig(), hfTensors(), "BF16");
+  ParseResult parsed =
+      parseModelConfig(modelJson(dir.path.string()).dump(), "m.json");
+  ASSERT_TRUE(parsed.config);
+  std::string error;
+  std::optional<exec::HfFolder> folder =
+      exec::openHfFolder(dir.path.string(), error);
+  ASSERT_TRUE(folder) << error;
+  std::unique_ptr<device::Device> cpu = device::makeCpuDevice();
+  // TP rank 1 of 2's block of wq [H, H] (columns 4..8) and of the head
+  // [H, V] (columns 8..16), and the embedding's rows 8..16.
+  auto block = [&](const std::string &local, int64_t r0, int64_t r1, int64_t c0,
+                   int64_t c1, int64_t rows, int64_t cols) {
+    exec::Param p;
+    p.name = "language." + local;
+    p.rowBegin = r0, p.rowEnd = r1, p.colBegin = c0, p.colEnd = c1;
+    p.globalRows = rows, p.globalCols = cols;
+    p.value = device::Tensor::empty(*cpu, (r1 - r0) * (c1 - c0));
+    return p;
+  };
+  exec::Param wq = block("layers.0.wq", 0, H, 4, 8, H, H);
+  exec::Param head = block("head", 0, H, 8, 16, H, V);
+  exec::Param embedding = block("embedding", 8, 16, 0, H, V, H);
+  exec::readHfWeights(*folder, "language", {&wq, &head, &embedding});
+  auto expect = [](int64_t element) {
+    return static_cast<float>(element % 256) / 128.0f;
+  };
+  std::vector<float> got = wq.value.toHost();
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t c = 4; c < 8; ++c) // mimo wq[r][c] = q_proj[c][r]
+      ASSERT_EQ(got[static_cast<size_t>(r * 4 + c - 4)], expect(c * H + r))
+          << r << ", " << c;
+  got = head.value.toHost();
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t c = 8; c < 16; ++c) // head[h][v] = lm_head[v][h]
+      ASSERT_EQ(got[static_cast<size_t>(r * 8 + c - 8)], expect(c * H + r));
+  got = embedding.value.toHost();
+  for (int64_t r = 8; r < 16; ++r)
+    for (int64_t c = 0; c < H; ++c)
+      ASSERT_EQ(got[static_cast<size_t>((r - 8) * H + c)], expect(r * H + c));
+}
+
+} // namespace
