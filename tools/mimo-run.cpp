@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/checkpoint/HfExport.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/cost/MemoryPlan.h"
 #include "runtime/device/Devices.h"
@@ -101,6 +102,12 @@ const char *kHelp =
     "                       naming the step and the first non-finite\n"
     "                       gradient) or skip (no update for that step;\n"
     "                       metrics mark it \"skipped\")\n"
+    "  --export-hf DIR      train nothing: write the --load checkpoint's\n"
+    "                       language model as a Hugging Face folder\n"
+    "                       DIR/<module> (config.json, safetensors sharded\n"
+    "                       at 5 GB) that transformers and init format hf\n"
+    "                       read (docs/pretrained.md)\n"
+    "  --export-dtype T     bf16 or fp32 (default: the model's precision)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
     "                       messages, and write the profile mimoc simulate\n"
@@ -183,6 +190,9 @@ struct CommandLine {
   bool reference = false;
   bool skipNonFinite = false;
   bool loadOtherRun = false;
+  /// --export-hf DIR (with --load): write Hugging Face folders, train
+  /// nothing; --export-dtype bf16|fp32 (default: the model's precision).
+  std::string exportDir, exportDtype;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
   bool underMpirun = false;
@@ -299,6 +309,16 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
                           "naming the step and the first non-finite "
                           "gradient) or skip (no update for that step)");
       cli.skipNonFinite = *v == "skip";
+    } else if (is("--export-hf")) {
+      auto v = value("--export-hf");
+      if (!v || v->empty())
+        return usageError("--export-hf expects a directory");
+      cli.exportDir = *v;
+    } else if (is("--export-dtype")) {
+      auto v = value("--export-dtype");
+      if (!v || (*v != "bf16" && *v != "fp32"))
+        return usageError("--export-dtype expects bf16 or fp32");
+      cli.exportDtype = *v;
     } else if (arg == "--calibrate") {
       cli.calibrate = true;
     } else if (is("-o")) {
@@ -334,6 +354,11 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
     return usageError("--save-every needs --save DIR");
   if (cli.loadOtherRun && cli.loadPath.empty())
     return usageError("--load-other-run goes with --load PATH");
+  if (!cli.exportDtype.empty() && cli.exportDir.empty())
+    return usageError("--export-dtype goes with --export-hf DIR");
+  if (!cli.exportDir.empty() && cli.loadPath.empty())
+    return usageError("--export-hf writes the weights of a checkpoint: give "
+                      "it with --load PATH");
   return std::nullopt;
 }
 
@@ -688,6 +713,43 @@ int runCalibrate(const CommandLine &cli, device::DeviceKind kind) {
   return 0;
 }
 
+/// --export-hf: the checkpoint's weights as Hugging Face folders
+/// (docs/pretrained.md), nothing trained.
+int runExport(const CommandLine &cli) {
+  std::string unreadable;
+  std::optional<std::string> text =
+      readInputFile(cli.planPath, kMaxPlanFileBytes, "the plan", unreadable);
+  if (!text) {
+    std::cerr << "mimo-run: " << unreadable << "\n";
+    return 1;
+  }
+  PlanLoadResult loaded = loadPlan(*text, cli.planPath);
+  if (!loaded.plan) {
+    for (const Diagnostic &d : loaded.diagnostics)
+      std::cerr << formatDiagnostic(cli.planPath, d) << "\n";
+    return 1;
+  }
+  const ModelConfig &config = loaded.plan->config;
+  const std::string dtype = cli.exportDtype.empty()
+                                ? (config.precision == "bf16" ? "bf16" : "fp32")
+                                : cli.exportDtype;
+  std::vector<std::string> written;
+  std::string error;
+  try {
+    error = exec::exportHf(config, cli.loadPath, cli.exportDir, dtype, written);
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  for (const std::string &line : written)
+    std::cout << "mimo-run: exported " << line << "\n";
+  if (!error.empty()) {
+    std::cerr << (error.rfind("mimo-run", 0) == 0 ? "" : "mimo-run: ") << error
+              << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int run(int argc, char **argv) {
   CommandLine cli;
   if (std::optional<int> code = parseCommandLine(argc, argv, cli))
@@ -697,6 +759,8 @@ int run(int argc, char **argv) {
     return *code;
   if (cli.calibrate)
     return runCalibrate(cli, kind);
+  if (!cli.exportDir.empty())
+    return runExport(cli);
 
   // mpi: the world; nccl: its bootstrap under mpirun (and the host
   // messages); `ranks` is the process's communicator (null: local).

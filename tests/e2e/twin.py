@@ -461,14 +461,21 @@ class RunError(Exception):
     pass
 
 
-def run_mimo(bin_dir, work, tag, model, steps, save=None):
+def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None):
+    """Compiles `model` and trains it `steps` steps (saving into `save`
+    after each step when given); then, with `export`, writes step 1's
+    checkpoint as Hugging Face folders there (--export-hf, fp32)."""
     plan = os.path.join(work, tag + ".plan.json")
     metrics = os.path.join(work, tag + ".metrics.jsonl")
     cmds = [[os.path.join(bin_dir, "mimoc"), "compile", model, "-o", plan],
             [os.path.join(bin_dir, "mimo-run"), plan, "--steps", str(steps),
              "--device", "cpu", "--threads", "1", "--metrics", metrics]]
     if save:
-        cmds[1] += ["--save", save]
+        cmds[1] += ["--save", save, "--save-every", "1"]
+    if export:
+        cmds.append([os.path.join(bin_dir, "mimo-run"), plan, "--load",
+                     os.path.join(save, "step-1"), "--export-hf", export,
+                     "--export-dtype", "fp32"])
     for cmd in cmds:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
@@ -579,6 +586,80 @@ def run_cases(args, bin_dir, work, samples, data_path, cases):
     failures = []
     for case in cases:
         failures += run_case(args, bin_dir, work, samples, data_path, case)
+        if CASES[case][1].get("hf"):
+            failures += run_export(bin_dir, work, samples, data_path, case)
+    return failures
+
+
+def twin_from_hf(cfg, folder):
+    """A twin whose weights are a Hugging Face folder's (one fp32 file):
+    the exported model, read with no code of mimo's."""
+    twin = Twin(cfg, seed=0)
+    tensors = read_safetensors(os.path.join(folder, "model.safetensors"))
+    by_hf = {hf_name(n): n for n in twin.params}
+    if set(tensors) != set(by_hf):
+        raise RunError(f"{folder}: tensors {sorted(set(tensors) ^ set(by_hf))} "
+                       "differ from the twin's")
+    for name, (shape, raw) in tensors.items():
+        mine = by_hf[name]
+        if tuple(twin.params[mine].shape) != shape:
+            raise RunError(f"{folder}: {name} has shape {shape}, the twin's "
+                           f"{tuple(twin.params[mine].shape)}")
+        twin.params[mine] = torch.from_numpy(
+            np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float64))
+    return twin
+
+
+def run_export(bin_dir, work, samples, data_path, case):
+    """--export-hf: mimo trains the case's model 2 steps from its Hugging
+    Face folder, saving each; step 1's checkpoint exported as a Hugging Face
+    folder (fp32) must (1) have a config.json the twin's config agrees
+    with, (2) hold tensors with which the twin's loss on step 2's batch is
+    mimo's step-2 loss, and (3) start mimo again (init format hf), its first
+    loss the twin's on the exported weights."""
+    arch_extra, cfg = CASES[case]
+    tag = f"{case}-export"
+    model = os.path.join(work, tag + ".json")
+    model_json(model, "twin", arch_extra, {}, os.path.join(work, f"init-{case}"),
+               data_path, init_format="hf")
+    save, out = os.path.join(work, tag + "-save"), os.path.join(work, tag + "-hf")
+    failures = []
+    try:
+        lines = run_mimo(bin_dir, work, tag, model, 2, save=save, export=out)
+        folder = os.path.join(out, "language")
+        config = json.load(open(os.path.join(folder, "config.json")))
+        want = {"num_key_value_heads": cfg["groups"], "rope_theta": cfg["theta"],
+                "rms_norm_eps": cfg["eps"], "hidden_size": HIDDEN,
+                "num_hidden_layers": LAYERS, "intermediate_size": FFN,
+                "tie_word_embeddings": bool(cfg.get("tied")),
+                "model_type": cfg["hf"]["model_type"]}
+        wrong = {k: (config.get(k), v) for k, v in want.items()
+                 if config.get(k) != v}
+        if wrong:
+            raise RunError(f"{folder}/config.json: (found, expected) {wrong}")
+        exported = twin_from_hf(cfg, folder)
+        with torch.no_grad():
+            second = exported.loss(samples[GLOBAL_BATCH:2 * GLOBAL_BATCH]).item()
+            first = exported.loss(samples[:GLOBAL_BATCH]).item()
+        r = rel(lines[1]["loss"], second)
+        print(f"{'ok  ' if r <= TOL else 'FAIL'} {case}/export: the twin on the "
+              f"export, step 2's batch {second:.8f}, mimo's step 2 "
+              f"{lines[1]['loss']:.8f} rel {r:.2e}")
+        if r > TOL:
+            failures.append(f"{case}/export: rel {r:.2e}")
+        again = os.path.join(work, tag + "-again.json")
+        model_json(again, "twin", arch_extra, {}, folder, data_path,
+                   init_format="hf")
+        got = run_mimo(bin_dir, work, tag + "-again", again, 1)[0]["loss"]
+        r = rel(got, first)
+        print(f"{'ok  ' if r <= TOL else 'FAIL'} {case}/re-import: mimo from "
+              f"the export {got:.8f}, the twin {first:.8f} rel {r:.2e}")
+        if r > TOL:
+            failures.append(f"{case}/re-import: rel {r:.2e}")
+    except (RunError, subprocess.TimeoutExpired, OSError, ValueError,
+            KeyError) as e:
+        print(f"FAIL {case}/export: {e}")
+        failures.append(f"{case}/export")
     return failures
 
 

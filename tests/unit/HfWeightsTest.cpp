@@ -9,10 +9,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/checkpoint/HfWeights.h"
+#include "runtime/checkpoint/HfExport.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/device/Device.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/model/Model.h"
+#include "runtime/plan/PlanFile.h"
 
 #include <gtest/gtest.h>
 
@@ -346,6 +349,62 @@ TEST(HfWeights, EachRankReadsItsBlockTransposedAndWidened) {
   for (int64_t r = 8; r < 16; ++r)
     for (int64_t c = 0; c < H; ++c)
       ASSERT_EQ(got[static_cast<size_t>((r - 8) * H + c)], expect(r * H + c));
+}
+
+/// --export-hf (docs/pretrained.md): a trained checkpoint's language model
+/// as a Hugging Face folder that init format hf accepts as it is (config
+/// and tensors), sharded when a file would pass the limit, fp32 or bf16;
+/// an existing folder is never overwritten. (tests/e2e/twin.py checks the
+/// exported model's losses against an independent PyTorch model.)
+TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
+  TempDir dir;
+  json model = modelJson("");
+  model["modules"][0].erase("init");
+  model["modules"][0]["arch"]["qkv_bias"] = true; // a Qwen2
+  ParseResult parsed = parseModelConfig(model.dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
+  std::string error;
+  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+  ASSERT_TRUE(plan) << error;
+  exec::RunOptions options;
+  options.steps = 1;
+  options.saveDir = (dir.path / "save").string();
+  exec::RunResult run = exec::runLocal(*plan, options);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+
+  const ModuleConfig &language = parsed.config->language();
+  for (const char *dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const fs::path out = dir.path / dtype;
+    std::vector<std::string> written;
+    error = exec::exportHf(*parsed.config, options.saveDir, out.string(), dtype,
+                           written, /*shardBytes=*/1024);
+    ASSERT_EQ(error, "");
+    ASSERT_EQ(written.size(), 1u);
+    EXPECT_NE(written[0].find("shards"), std::string::npos) << written[0];
+    const fs::path folderPath = out / "language";
+    EXPECT_TRUE(fs::exists(folderPath / "model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(out / ".language.partial"));
+    std::optional<exec::HfFolder> folder =
+        exec::openHfFolder(folderPath.string(), error);
+    ASSERT_TRUE(folder) << error;
+    EXPECT_GT(folder->files.size(), 1u);
+    EXPECT_EQ(folder->config["model_type"], "qwen2");
+    std::vector<Diagnostic> problems =
+        exec::hfConfigProblems(*folder, language);
+    EXPECT_TRUE(problems.empty()) << describe(problems);
+    EXPECT_EQ(exec::hfTensorProblem(*folder, *parsed.config, language), "");
+    const safetensors::TensorEntry *k =
+        folder->find("model.layers.1.self_attn.k_proj.weight");
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->dtype, std::string(dtype) == "bf16" ? "BF16" : "F32");
+    EXPECT_EQ(k->shape, (std::vector<int64_t>{G * H / N, H}));
+    // Never over an earlier export.
+    written.clear();
+    error = exec::exportHf(*parsed.config, options.saveDir, out.string(), dtype,
+                           written, 1024);
+    EXPECT_NE(error.find("it exists; remove it"), std::string::npos) << error;
+  }
 }
 
 } // namespace

@@ -383,7 +383,7 @@ TEST(ModelJson, FreezeLrMultAndDecayAllRoundTripAndAreChecked) {
   bad = m;
   bad["modules"][0]["lr_mult"] = 0;
   EXPECT_EQ(error(bad).rfind("/modules/0/lr_mult:", 0), 0u);
-  // init: a mimo checkpoint; Hugging Face folders are refused for now.
+  // init: a mimo checkpoint, or a Hugging Face folder (language only).
   json init = m;
   init["modules"][1]["init"] = {{"from", "/ckpt/stage1"}, {"format", "mimo"}};
   ParseResult withInit = parseModelConfig(init.dump(), "m.json");
@@ -396,9 +396,13 @@ TEST(ModelJson, FreezeLrMultAndDecayAllRoundTripAndAreChecked) {
   relative.modules[1].init->from = "runs/one";
   resolveInitPaths(relative, "/models");
   EXPECT_EQ(relative.modules[1].init->from, "/models/runs/one");
+  // Hugging Face folders start the language model, not (yet) an encoder.
   init["modules"][1]["init"]["format"] = "hf";
+  EXPECT_TRUE(parseModelConfig(init.dump(), "m.json").config);
+  init["modules"][0]["init"] = {{"from", "/hf/clip"}, {"format", "hf"}};
   EXPECT_EQ(
-      error(init).rfind("/modules/1/init/format: Hugging Face folders", 0), 0u);
+      error(init).rfind("/modules/0/init/format: Hugging Face folders", 0), 0u);
+  init["modules"][0].erase("init");
   init["modules"][1]["init"] = {{"format", "mimo"}};
   EXPECT_EQ(error(init).rfind("/modules/1/init/from:", 0), 0u);
 }

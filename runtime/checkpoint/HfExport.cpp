@@ -1,0 +1,244 @@
+//===- HfExport.cpp - Hugging Face model folders out ----------------------===//
+
+#include "runtime/checkpoint/HfExport.h"
+
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/HfWeights.h"
+#include "runtime/checkpoint/Safetensors.h"
+#include "runtime/config/Parameters.h"
+#include "runtime/device/KernelBodies.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace mimo::exec {
+
+namespace fs = std::filesystem;
+
+nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
+                                  const ModuleConfig &m,
+                                  const std::string &dtype) {
+  const bool qwen = m.qkvBias;
+  nlohmann::ordered_json c;
+  c["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  c["model_type"] = qwen ? "qwen2" : "llama";
+  c["vocab_size"] = m.vocabSize;
+  c["hidden_size"] = m.hiddenSize;
+  c["intermediate_size"] = m.ffnHiddenSize;
+  c["num_hidden_layers"] = m.numLayers;
+  c["num_attention_heads"] = m.numHeads;
+  c["num_key_value_heads"] = m.kvHeads();
+  c["head_dim"] = m.hiddenSize / m.numHeads;
+  c["hidden_act"] = "silu";
+  c["max_position_embeddings"] = config.batch.seqLength;
+  c["rms_norm_eps"] = m.normEps;
+  c["rope_theta"] = m.ropeTheta;
+  if (m.ropeScaling)
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", m.ropeScaling->factor},
+                         {"low_freq_factor", m.ropeScaling->lowFreqFactor},
+                         {"high_freq_factor", m.ropeScaling->highFreqFactor},
+                         {"original_max_position_embeddings",
+                          m.ropeScaling->originalMaxPositions}};
+  else
+    c["rope_scaling"] = nullptr;
+  c["tie_word_embeddings"] = m.tieEmbeddings;
+  if (!qwen) {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+  }
+  c["attention_dropout"] = 0.0;
+  c["initializer_range"] = 0.02;
+  c["use_cache"] = true;
+  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  c["transformers_version"] = "4.45.0";
+  return c;
+}
+
+namespace {
+
+struct OutTensor {
+  std::string name;           // Hugging Face
+  std::string source;         // mimo, in the checkpoint
+  int64_t rows = 0, cols = 0; // mimo's global shape
+  bool transposed = false;
+  std::vector<int64_t> shape; // Hugging Face's
+  int64_t bytes = 0;
+};
+
+/// Reads a checkpoint tensor (F32, global [rows, cols]) whole.
+std::vector<float> readTensor(int fd, const safetensors::Header &header,
+                              const safetensors::TensorEntry &entry,
+                              const std::string &path) {
+  std::vector<float> values(static_cast<size_t>((entry.end - entry.begin) / 4));
+  char *p = reinterpret_cast<char *>(values.data());
+  int64_t left = entry.end - entry.begin, at = header.dataOffset + entry.begin;
+  while (left > 0) {
+    ssize_t n = ::pread(fd, p, static_cast<size_t>(left), at);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      throw std::runtime_error(path + ": error: cannot read tensor '" +
+                               entry.name + "'");
+    p += n, left -= n, at += n;
+  }
+  return values;
+}
+
+} // namespace
+
+std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
+                     const std::string &out, const std::string &dtype,
+                     std::vector<std::string> &written, int64_t shardBytes) {
+  std::string error;
+  std::optional<Checkpoint> ckpt =
+      openCheckpoint(checkpoint, config, error, /*otherRun=*/true);
+  if (!ckpt)
+    return error;
+  const std::string modelPath =
+      (fs::path(ckpt->dir) / "model.safetensors").string();
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec)
+    return out + ": error: cannot create it: " + ec.message();
+  const int64_t esize = dtype == "bf16" ? 2 : 4;
+  for (const ModuleConfig &module : config.modules) {
+    if (module.kind != ModuleKind::Language) {
+      written.push_back("module '" + module.name +
+                        "' (an encoder): not exported; encoders have no "
+                        "Hugging Face family in this version (its weights "
+                        "stay in " +
+                        ckpt->dir + ")");
+      continue;
+    }
+    const fs::path final = fs::path(out) / module.name;
+    if (fs::exists(final, ec))
+      return final.string() +
+             ": error: it exists; remove it or give another --export-hf "
+             "folder (nothing is overwritten)";
+    // The tensors, in the checkpoint's parameter order.
+    std::vector<OutTensor> tensors;
+    for (const ParamSpec &spec :
+         stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
+      std::optional<HfSource> source = hfLanguageSource("", spec.local);
+      if (!source)
+        return "mimo-run: error: parameter '" + spec.name() +
+               "' has no Hugging Face name";
+      OutTensor t;
+      t.name = source->name;
+      t.source = spec.name();
+      t.rows = spec.rows, t.cols = spec.cols;
+      t.transposed = source->transposed;
+      t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
+                : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
+                               : std::vector<int64_t>{spec.rows, spec.cols};
+      t.bytes = spec.rows * spec.cols * esize;
+      tensors.push_back(std::move(t));
+    }
+    // Shards of at most shardBytes (a larger tensor alone in its own).
+    std::vector<std::vector<size_t>> shards(1);
+    int64_t filled = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!shards.back().empty() && filled + tensors[i].bytes > shardBytes) {
+        shards.emplace_back();
+        filled = 0;
+      }
+      shards.back().push_back(i);
+      filled += tensors[i].bytes;
+    }
+    const fs::path partial = fs::path(out) / ("." + module.name + ".partial");
+    fs::remove_all(partial, ec);
+    fs::create_directories(partial, ec);
+    if (ec)
+      return partial.string() + ": error: cannot create it: " + ec.message();
+    int fd = ::open(modelPath.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return modelPath + ": error: cannot open it: " + std::strerror(errno);
+    nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+    int64_t total = 0;
+    try {
+      for (size_t s = 0; s < shards.size(); ++s) {
+        char name[64];
+        if (shards.size() == 1)
+          std::snprintf(name, sizeof name, "model.safetensors");
+        else
+          std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors",
+                        s + 1, shards.size());
+        safetensors::Header header;
+        header.metadata = {{"format", "pt"}};
+        for (size_t i : shards[s])
+          header.tensors.push_back({tensors[i].name,
+                                    dtype == "bf16" ? "BF16" : "F32",
+                                    tensors[i].shape, 0, 0});
+        const fs::path file = partial / name;
+        std::ofstream os(file, std::ios::binary);
+        os << safetensors::encodeHeader(header);
+        for (size_t i : shards[s]) {
+          const OutTensor &t = tensors[i];
+          const safetensors::TensorEntry *entry = ckpt->model.find(t.source);
+          if (!entry)
+            throw std::runtime_error(modelPath + ": error: no tensor '" +
+                                     t.source + "'");
+          std::vector<float> v = readTensor(fd, ckpt->model, *entry, modelPath);
+          std::vector<float> hf(v.size());
+          for (int64_t r = 0; r < t.rows; ++r)
+            for (int64_t c = 0; c < t.cols; ++c)
+              hf[static_cast<size_t>(t.transposed ? c * t.rows + r
+                                                  : r * t.cols + c)] =
+                  v[static_cast<size_t>(r * t.cols + c)];
+          if (dtype == "bf16") {
+            std::vector<uint16_t> bits(hf.size());
+            for (size_t k = 0; k < hf.size(); ++k)
+              bits[k] = device::bodies::bf16Bits(hf[k]);
+            os.write(reinterpret_cast<const char *>(bits.data()),
+                     static_cast<std::streamsize>(bits.size() * 2));
+          } else {
+            os.write(reinterpret_cast<const char *>(hf.data()),
+                     static_cast<std::streamsize>(hf.size() * 4));
+          }
+          weightMap[t.name] = name;
+          total += t.bytes;
+        }
+        os.close();
+        if (!os)
+          throw std::runtime_error(file.string() + ": error: cannot write it");
+      }
+    } catch (const std::exception &e) {
+      ::close(fd);
+      fs::remove_all(partial, ec);
+      return e.what();
+    }
+    ::close(fd);
+    if (shards.size() > 1) {
+      nlohmann::ordered_json index;
+      index["metadata"] = {{"total_size", total}};
+      index["weight_map"] = weightMap;
+      std::ofstream(partial / "model.safetensors.index.json")
+          << index.dump(2) << "\n";
+    }
+    std::ofstream cfg(partial / "config.json");
+    cfg << hfConfigOf(config, module, dtype).dump(2) << "\n";
+    cfg.close();
+    if (!cfg) {
+      fs::remove_all(partial, ec);
+      return (partial / "config.json").string() + ": error: cannot write it";
+    }
+    fs::rename(partial, final, ec);
+    if (ec) {
+      fs::remove_all(partial, ec);
+      return final.string() + ": error: cannot move the export there";
+    }
+    written.push_back("module '" + module.name + "': " + final.string() + " (" +
+                      std::to_string(tensors.size()) + " tensors, " + dtype +
+                      ", " + std::to_string(shards.size()) +
+                      (shards.size() == 1 ? " file)" : " shards)"));
+  }
+  return "";
+}
+
+} // namespace mimo::exec
