@@ -279,7 +279,9 @@ if has_phase report; then
   [ -n "$name" ] || name="unknown GPU"
   slug=$(echo "$name" | tr 'A-Z' 'a-z' | grep -oE '[a-z][0-9]{3,4}' | head -1)
   [ -n "$slug" ] || slug=$(echo "$name" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-')
-  commit=$(git rev-parse --short HEAD 2>/dev/null || cat .gpu-bundle/commit 2>/dev/null || echo unknown)
+  # The bundle's commit (made with the tree here); a device copy's git may
+  # be another's.
+  commit=$(cat .gpu-bundle/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
   report=bench/results/gpu-$slug.md
   [ "$gpu" = cpu ] && report=$logs/gpu-dry-run.md # not a GPU's figures
   if [ "$gpu" != cpu ] && [ -f "$logs/profile.json" ]; then
