@@ -295,7 +295,7 @@ std::pair<double, double> layerTimes(device::DeviceKind kind,
 /// at shapes that fill the device, and the calibration model's are far too
 /// small for its time to scale with them (the first H100 profile fitted a
 /// scale of 2.2 there, which made a 1B model's predicted step 2.3 times its
-/// measured one; with 1 it is within 6%).
+/// measured one; with 1 it is within 10%).
 void fitLayerCosts(device::DeviceKind kind, DeviceProfile &p) {
   p.computeScale = 1;
   p.layerOverheadUs = 0;
