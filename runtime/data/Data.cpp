@@ -267,14 +267,43 @@ std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
     sample.length = static_cast<int64_t>(sample.ids.size());
     if (!config.batch.packing)
       sample.ids.resize(static_cast<size_t>(S), 0);
+    // loss_mask: 0 or 1 (or false/true) per id; all 1 is the default.
+    if (auto mask = json.find("loss_mask"); mask != json.end()) {
+      if (!mask->is_array() ||
+          mask->size() != static_cast<size_t>(sample.length)) {
+        error("/loss_mask",
+              "expected an array of " + std::to_string(sample.length) +
+                  " 0s and 1s (one per input id), found " +
+                  (mask->is_array() ? std::to_string(mask->size()) + " values"
+                                    : briefJson(*mask)));
+        continue;
+      }
+      for (size_t i = 0; i < mask->size() && ok; ++i) {
+        const auto &m = (*mask)[i];
+        const bool bit = m.is_boolean() ||
+                         (m.is_number_integer() &&
+                          (m.get<int64_t>() == 0 || m.get<int64_t>() == 1));
+        if (!bit) {
+          error("/loss_mask/" + std::to_string(i),
+                "expected 0 or 1 (1: token " + std::to_string(i) +
+                    " is a target), found " + briefJson(m));
+          ok = false;
+          break;
+        }
+        sample.target.push_back(m.is_boolean() ? m.get<bool>()
+                                               : m.get<int64_t>() == 1);
+      }
+      if (!ok)
+        continue;
+    }
     for (auto it = json.begin(); it != json.end(); ++it) {
-      bool known = it.key() == "input_ids";
+      bool known = it.key() == "input_ids" || it.key() == "loss_mask";
       for (const EncoderInfo &e : encoders)
         known = known || it.key() == e.name;
       if (!known) {
         error("/" + escapePointerToken(it.key()),
               "unknown key '" + it.key().substr(0, 60) +
-                  "'; expected input_ids or a modality name");
+                  "'; expected input_ids, loss_mask or a modality name");
         ok = false;
       }
     }
@@ -463,6 +492,8 @@ std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
 bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
                 int64_t s) {
   if (s + 1 >= sample.length)
+    return true;
+  if (!sample.target.empty() && !sample.target[static_cast<size_t>(s + 1)])
     return true;
   return isSpecial(encoders, sample.ids[static_cast<size_t>(s)]) ||
          isSpecial(encoders, sample.ids[static_cast<size_t>(s + 1)]);

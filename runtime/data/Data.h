@@ -31,6 +31,10 @@ struct Sample {
   /// [count, feature_dim] row-major.
   std::vector<int64_t> counts;
   std::vector<std::vector<float>> features;
+  /// docs/data.md `loss_mask`: target[i] = 0 leaves token i out of the
+  /// loss as a label (the prediction of it from the positions before);
+  /// empty: every token is a target.
+  std::vector<uint8_t> target;
 };
 
 struct Microbatch {
@@ -81,7 +85,8 @@ std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
                                          const std::string &modelDir);
 
 /// Loss mask of position s of a sample (docs/data.md): 0 at modality tokens
-/// (as input or as label), padding and the last position.
+/// (as input or as label), padding, the last position, and where the
+/// sample's loss_mask leaves token s + 1 out.
 bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
                 int64_t position);
 

@@ -22,6 +22,7 @@ Cases:
   c       MQA: one key/value head
   qwen2   Qwen2: biases on q, k and v (before RoPE), GQA, rope_theta 1e6
   tied    the head tied to the embedding (tie_embeddings), GQA
+  mask    loss_mask in the jsonl: prompts and a span left out of the loss
   freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
           parameters of more than one row, bias correction, warm-up and
           cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
@@ -89,6 +90,11 @@ CASES = {
               dict(groups=2, theta=1000000.0, eps=1e-5, scaling=None,
                    qkv_bias=True,
                    hf=dict(model_type="qwen2", dtype="F32", shards=1))),
+    # Instruction tuning: each sample's prompt (and a span inside) masked
+    # from the loss by the jsonl's loss_mask.
+    "mask": ({"num_query_groups": 2},
+             dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
+                  masked=True)),
     # Llama 3.2 1B/3B and the small Qwen2.5: the head is the embedding's
     # transpose (one pipeline stage: mimo refuses tie_embeddings with pp).
     "tied": ({"num_query_groups": 2, "tie_embeddings": True},
@@ -248,18 +254,23 @@ class Twin:
         logits = rms_norm(x, p["norm"], eps) @ head.t()
         return logits
 
-    def loss(self, batch, p=None, **kw):
+    def loss(self, batch, p=None, masks=None, **kw):
         """docs/model.md's Loss: next-token cross-entropy summed over every
         counted position (s + 1 < length) of the global batch, divided by
-        their count."""
+        their count. `masks` (docs/data.md loss_mask, Hugging Face's
+        labels = -100): token i with mask 0 is no target."""
         p = self.params if p is None else p
         total, count = 0.0, 0
-        for ids in batch:
+        for b, ids in enumerate(batch):
             logits = self.forward_sample(ids, p, **kw)
             target = torch.tensor(ids[1:])
             logp = torch.log_softmax(logits[:-1], dim=-1)
-            total = total + -logp.gather(1, target[:, None]).sum()
-            count += len(ids) - 1
+            nll = -logp.gather(1, target[:, None])[:, 0]
+            keep = torch.ones(len(ids) - 1, dtype=torch.bool)
+            if masks is not None:
+                keep = torch.tensor(masks[b][1:], dtype=torch.bool)
+            total = total + nll[keep].sum()
+            count += int(keep.sum())
         return total / count
 
 
@@ -677,8 +688,30 @@ def run_case(args, bin_dir, work, samples, data_path, case):
     else:
         write_init(twin, init_dir)
     batch = samples[:GLOBAL_BATCH]
+    masks = None
+    if cfg.get("masked"):
+        # Prompts of 1 to half the sample, and 3 tokens inside the answer.
+        g = np.random.default_rng(5)
+        masks = []
+        for ids in batch:
+            m = [1] * len(ids)
+            for i in range(int(g.integers(1, len(ids) // 2 + 1))):
+                m[i] = 0
+            at = int(g.integers(len(ids) // 2, len(ids) - 3))
+            m[at:at + 3] = [0, 0, 0]
+            masks.append(m)
+        data_path = os.path.join(work, "data-mask.jsonl")
+        with open(data_path, "w") as f:
+            for ids, m in zip(batch, masks):
+                f.write(json.dumps({"input_ids": ids, "loss_mask": m}) + "\n")
     with torch.no_grad():
-        want = twin.loss(batch).item()
+        want = twin.loss(batch, masks=masks).item()
+        if masks is not None:
+            unmasked = twin.loss(batch).item()
+            print(f"  twin {case}: loss without the masks {unmasked:.8f} "
+                  f"(rel {rel(unmasked, want):.2e})")
+            if rel(unmasked, want) < 100 * TOL:
+                failures.append(f"{case}: the masks barely move the loss")
     problems = design_checks(case, twin, batch)
     for p in problems:
         print(f"FAIL twin {case}: {p}")

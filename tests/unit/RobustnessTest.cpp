@@ -427,6 +427,37 @@ std::vector<std::string> jsonlErrors(const std::string &text) {
   return errors;
 }
 
+/// docs/data.md loss_mask: 0/1 (or booleans) per input id; a wrong length
+/// or value is located, and the mask leaves its tokens out as targets.
+TEST(Jsonl, LossMasksAreCheckedAndLeaveTargetsOut) {
+  std::vector<std::string> errors =
+      jsonlErrors("{\"input_ids\": [1, 2, 3], \"loss_mask\": [0, 1]}\n"
+                  "{\"input_ids\": [1, 2], \"loss_mask\": [0, 2]}\n"
+                  "{\"input_ids\": [1, 2], \"loss_mask\": \"yes\"}\n");
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(errors[0], "data.jsonl:1: /loss_mask: error: expected an array of "
+                       "3 0s and 1s (one per input id), found 2 values");
+  EXPECT_EQ(errors[1].rfind("data.jsonl:2: /loss_mask/1: error: expected 0 or "
+                            "1 (1: token 1 is a target), found 2",
+                            0),
+            0u)
+      << errors[1];
+  EXPECT_NE(errors[2].find("found \"yes\""), std::string::npos) << errors[2];
+  std::istringstream in("{\"input_ids\": [1, 2, 3, 4, 5], "
+                        "\"loss_mask\": [0, false, 1, true, 0]}\n");
+  std::vector<std::string> none;
+  std::unique_ptr<exec::DataSource> data =
+      exec::readJsonl(jsonlModel(), in, "data.jsonl", none);
+  ASSERT_TRUE(data) << (none.empty() ? "" : none[0]);
+  const exec::Sample s = data->get(0, 0).samples[0];
+  std::vector<bool> masked;
+  for (int64_t p = 0; p < 5; ++p)
+    masked.push_back(exec::lossMasked(s, {}, p));
+  // Position p predicts token p + 1: tokens 1 and 4 are no targets (the
+  // mask of token 0 never matters), and the last position predicts nothing.
+  EXPECT_EQ(masked, (std::vector<bool>{true, false, false, true, true}));
+}
+
 TEST(Jsonl, DeepLinesAreLocatedErrors) {
   std::vector<std::string> errors =
       jsonlErrors("{\"input_ids\": [1, 2]}\n" + nested(100000) + "\n");
