@@ -97,23 +97,28 @@ float halfToFloat(uint16_t h) {
   return out;
 }
 
-/// Element `index` of a tensor's data as fp32.
-float elementAt(const unsigned char *data, const std::string &dtype,
-                int64_t index) {
+/// Elements [first, first + n) of a tensor's data as fp32 into out[k *
+/// stride].
+void widen(const unsigned char *data, const std::string &dtype, int64_t first,
+           int64_t n, float *out, int64_t stride) {
   if (dtype == "F32") {
-    float x;
-    std::memcpy(&x, data + index * 4, 4);
-    return x;
+    const unsigned char *p = data + first * 4;
+    for (int64_t k = 0; k < n; ++k)
+      std::memcpy(out + k * stride, p + k * 4, 4);
+    return;
   }
-  uint16_t h;
-  std::memcpy(&h, data + index * 2, 2);
-  if (dtype == "BF16") {
-    uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float x;
-    std::memcpy(&x, &bits, 4);
-    return x;
+  const unsigned char *p = data + first * 2;
+  const bool bf16 = dtype == "BF16";
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t h;
+    std::memcpy(&h, p + k * 2, 2);
+    if (bf16) {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(out + k * stride, &bits, 4);
+    } else {
+      out[k * stride] = halfToFloat(h); // F16
+    }
   }
-  return halfToFloat(h); // F16
 }
 
 bool readableDtype(const std::string &dtype) {
@@ -521,21 +526,26 @@ void readHfWeights(const HfFolder &folder, const std::string &module,
     const int64_t rows = p->rowEnd - p->rowBegin,
                   cols = p->colEnd - p->colBegin;
     std::vector<float> host(static_cast<size_t>(rows * cols));
-    // mimo's [in, out] block (r, c) is element [c][r] of a transposed
-    // tensor's [out, in] (each of its rows read along r).
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t gr = p->rowBegin + r, gc = p->colBegin + c;
-        const int64_t index = source->transposed ? gc * p->globalRows + gr
-                                                 : gr * p->globalCols + gc;
-        const float x = elementAt(data, t->dtype, index);
-        if (!std::isfinite(x))
-          throw std::runtime_error(map->path + ": error: tensor '" + t->name +
-                                   "' holds " + std::to_string(x) +
-                                   " at element " + std::to_string(index) +
-                                   "; the weights are damaged");
-        host[static_cast<size_t>(r * cols + c)] = x;
-      }
+    // Runs of contiguous elements, widened a run at a time: mimo's [in, out]
+    // block column c is row colBegin + c of a transposed tensor's [out, in]
+    // (its elements rowBegin.. contiguous); row r of a plain one is
+    // contiguous from colBegin.
+    const int64_t runs = source->transposed ? cols : rows;
+    const int64_t length = source->transposed ? rows : cols;
+    for (int64_t i = 0; i < runs; ++i) {
+      const int64_t first =
+          source->transposed ? (p->colBegin + i) * p->globalRows + p->rowBegin
+                             : (p->rowBegin + i) * p->globalCols + p->colBegin;
+      float *out = host.data() + (source->transposed ? i : i * cols);
+      const int64_t stride = source->transposed ? cols : 1;
+      widen(data, t->dtype, first, length, out, stride);
+      for (int64_t k = 0; k < length; ++k)
+        if (!std::isfinite(out[k * stride]))
+          throw std::runtime_error(
+              map->path + ": error: tensor '" + t->name + "' holds " +
+              std::to_string(out[k * stride]) + " at element " +
+              std::to_string(first + k) + "; the weights are damaged");
+    }
     if (!host.empty())
       p->value.device().upload(p->value.raw(), host.data(), p->value.bytes());
   }
