@@ -143,7 +143,7 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
     for (int64_t cp = 1; cp <= (language ? maxSize : 1); ++cp) {
       if (cp > 1 && (S % (2 * cp) || model.batch.attentionMask == "dense"))
         continue;
-      for (int64_t pp : divisors(m.numLayers)) {
+      for (int64_t pp : divisors(m.layers())) {
         if (colocated && !language && pp > 1)
           continue;
         for (int64_t dp : divisors(microBatchSize)) {

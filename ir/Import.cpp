@@ -80,7 +80,7 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
     if (module.kind != ModuleKind::Encoder)
       continue;
     auto arch = EncoderArchAttr::get(context, module.featureDim,
-                                     module.hiddenSize, module.numLayers,
+                                     module.hiddenSize, module.layers(),
                                      module.numHeads, module.ffnHiddenSize);
     auto encoder = builder.create<EncoderOp>(
         loc(module.pointer), tokensType, builder.getStringAttr(module.name),

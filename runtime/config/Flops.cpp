@@ -14,7 +14,7 @@ double languageForwardFlops(const ModuleConfig &m, double tokens,
   double H = static_cast<double>(m.hiddenSize);
   double F = static_cast<double>(m.ffnHiddenSize);
   double V = static_cast<double>(m.vocabSize);
-  double L = static_cast<double>(m.numLayers);
+  double L = static_cast<double>(m.layers());
   double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
   double perToken =
       L * 2.0 * (2.0 * H * H + 2.0 * H * KV + 3.0 * H * F) + 2.0 * H * V;
@@ -27,7 +27,7 @@ double encoderForwardFlops(const ModuleConfig &m, int64_t outputHidden,
   double F = static_cast<double>(m.ffnHiddenSize);
   double D = static_cast<double>(m.featureDim);
   double O = static_cast<double>(outputHidden);
-  double L = static_cast<double>(m.numLayers);
+  double L = static_cast<double>(m.layers());
   double perToken = 2.0 * D * H + L * 2.0 * (4.0 * H * H + 2.0 * H * F) +
                     2.0 * (H * O + O * O);
   return tokens * perToken + L * squares * 4.0 * H;
@@ -84,9 +84,9 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
   };
   double work = 0;
   int64_t truncated = 0;
-  if (!language && !trains("patch.weight") && !trains("patch.bias")) {
+  if (!language && encoderBottomFrozen(m)) {
     const int64_t firstStageEnd =
-        stageLayers(m.numLayers, m.parallel.pp, 0).second;
+        stageLayers(m.layers(), m.parallel.pp, 0).second;
     for (int64_t l = 0; l < firstStageEnd; ++l) {
       const std::string at = "layers." + std::to_string(l) + ".";
       bool frozen = true;
@@ -98,7 +98,7 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
       truncated = l + 1;
     }
   }
-  for (int64_t l = 0; l < m.numLayers; ++l) {
+  for (int64_t l = 0; l < m.layers(); ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
     const bool backward = l >= truncated;
     const double KV = static_cast<double>(m.kvHidden());

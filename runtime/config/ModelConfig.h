@@ -74,6 +74,20 @@ struct ModuleConfig {
   bool qkvBias = false, bias = false;
   /// `tie_embeddings` (language): the head is the embedding's transpose.
   bool tieEmbeddings = false;
+  /// Encoders, the ViT family (docs/model-json.md): learned position
+  /// embeddings (`position_embeddings` "learned", a table of maxPositions
+  /// rows), CLIP's LayerNorm before the layers (`pre_norm`), SigLIP's
+  /// after them (`final_norm`), CLIP's class token (dropped from the
+  /// output), the patch embedding's bias (`patch_bias`), the layer whose
+  /// output is taken (`output_layer`: -1 the last; later layers are not
+  /// computed) and the projector (`projector` "mlp2x_gelu" or "linear").
+  bool learnedPositions = false;
+  int64_t maxPositions = 0;
+  bool preNorm = false, finalNorm = false, classToken = false, patchBias = true;
+  int64_t outputLayer = -1;
+  bool linearProjector = false;
+  /// The layers computed: numLayers, less those after output_layer.
+  int64_t layers() const { return numLayers + outputLayer + 1; }
   ParallelConfig parallel;
   /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
   /// whose local names begin with one of `freezePrefixes` in whole

@@ -3,6 +3,7 @@
 #include "runtime/config/ModelConfigParse.h"
 
 #include "runtime/config/Parameters.h"
+#include "runtime/json/JsonReader.h"
 #include "runtime/support/Limits.h"
 
 #include <algorithm>
@@ -124,6 +125,51 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
     if (auto bias =
             v.boolean(arch, at, "bias", "biases on q, k, v, o, fc1 and fc2"))
       module.bias = *bias;
+    if (auto kind =
+            v.choice(arch, at, "position_embeddings", false,
+                     {"none", "learned"}, "the encoder's position embeddings"))
+      module.learnedPositions = *kind == "learned";
+    if (auto rows =
+            v.integer(arch, at, "max_positions", false, 1,
+                      "rows of the position-embedding table", kMaxWidth)) {
+      module.maxPositions = *rows;
+      if (!module.learnedPositions)
+        v.error(at + "/max_positions",
+                "max_positions sizes learned position embeddings; add "
+                "\"position_embeddings\": \"learned\" or remove it");
+    } else if (module.learnedPositions) {
+      v.error(at + "/max_positions",
+              "missing max_positions: the rows of the learned "
+              "position-embedding table (CLIP ViT-L/14 at 336 px: 577, the "
+              "class token's included)");
+    }
+    auto flag = [&](const char *key, const char *meaning, bool &out) {
+      if (auto b = v.boolean(arch, at, key, meaning))
+        out = *b;
+    };
+    flag("pre_norm", "a LayerNorm before the layers (CLIP)", module.preNorm);
+    flag("final_norm", "a LayerNorm after the layers (SigLIP)",
+         module.finalNorm);
+    flag("class_token", "a learned row before each sample's rows (CLIP)",
+         module.classToken);
+    flag("patch_bias", "a bias on the patch embedding", module.patchBias);
+    if (arch.contains("output_layer")) {
+      const json &layer = arch["output_layer"];
+      if (!layer.is_number_integer() || layer.get<int64_t>() >= 0 ||
+          (module.numLayers > 0 && layer.get<int64_t>() < -module.numLayers))
+        v.error(at + "/output_layer",
+                "expected an integer from -1 (the last layer) down to -" +
+                    (module.numLayers > 0 ? std::to_string(module.numLayers)
+                                          : std::string("num_layers")) +
+                    ", found " + briefJson(layer) +
+                    "; LLaVA takes -2, the penultimate layer");
+      else
+        module.outputLayer = layer.get<int64_t>();
+    }
+    if (auto projector =
+            v.choice(arch, at, "projector", false, {"mlp2x_gelu", "linear"},
+                     "the projection to the language width"))
+      module.linearProjector = *projector == "linear";
     return;
   }
   if (auto bias = v.boolean(arch, at, "qkv_bias", "biases on q, k and v"))
@@ -282,6 +328,11 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseParallel(v, moduleJson, module);
+  if (module.classToken && module.parallel.pp > 1)
+    v.error(pointer + "/parallel/pp",
+            "encoder '" + module.name +
+                "' has a class token, whose row this version keeps on one "
+                "pipeline stage; use pp 1 for it (encoders rarely need more)");
   if (module.tieEmbeddings && module.parallel.pp > 1)
     v.error(pointer + "/parallel/pp", tiedStagesProblem(module.name));
   // GQA splits the KV groups over TP (the compiler checks num_heads).

@@ -46,6 +46,22 @@ json toJson(const ModelConfig &config) {
       arch["tie_embeddings"] = true;
     if (module.bias)
       arch["bias"] = true;
+    if (module.learnedPositions) {
+      arch["position_embeddings"] = "learned";
+      arch["max_positions"] = module.maxPositions;
+    }
+    if (module.preNorm)
+      arch["pre_norm"] = true;
+    if (module.finalNorm)
+      arch["final_norm"] = true;
+    if (module.classToken)
+      arch["class_token"] = true;
+    if (!module.patchBias)
+      arch["patch_bias"] = false;
+    if (module.outputLayer != -1)
+      arch["output_layer"] = module.outputLayer;
+    if (module.linearProjector)
+      arch["projector"] = "linear";
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;
     json parallel = {{"tp", p.tp},

@@ -57,7 +57,8 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   Declare add{module.name, out};
   const int64_t H = module.hiddenSize, F = module.ffnHiddenSize;
   const bool first = ppRank == 0, last = ppRank == pp - 1;
-  auto [begin, end] = stageLayers(module.numLayers, pp, ppRank);
+  // An encoder's layers after its output_layer are not computed (nor held).
+  auto [begin, end] = stageLayers(module.layers(), pp, ppRank);
   using L = ParamLayout;
   using I = ParamInit;
   const int64_t KV = module.kvHidden(); // H unless grouped-query attention
@@ -110,7 +111,18 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   const int64_t D = module.featureDim, O = outputHidden;
   if (first) {
     add("patch.weight", D, H, L::Replicated);
-    add("patch.bias", 1, H, L::Replicated, I::Zeros);
+    if (module.patchBias)
+      add("patch.bias", 1, H, L::Replicated, I::Zeros);
+    if (module.classToken)
+      add("class_token", 1, H, L::Replicated, I::Weight,
+          1.0f / std::sqrt(static_cast<float>(H)));
+    if (module.learnedPositions)
+      add("position_embedding", module.maxPositions, H, L::Replicated,
+          I::Weight, 0.02f);
+    if (module.preNorm) {
+      add("pre_norm.weight", 1, H, L::Replicated, I::Ones);
+      add("pre_norm.bias", 1, H, L::Replicated, I::Zeros);
+    }
   }
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
@@ -127,10 +139,17 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
     }
   }
   if (last) {
+    if (module.finalNorm) {
+      add("final_norm.weight", 1, H, L::Replicated, I::Ones);
+      add("final_norm.bias", 1, H, L::Replicated, I::Zeros);
+    }
+    // projector "linear": fc1 alone.
     add("projection.fc1.weight", H, O, L::Replicated);
     add("projection.fc1.bias", 1, O, L::Replicated, I::Zeros);
-    add("projection.fc2.weight", O, O, L::Replicated);
-    add("projection.fc2.bias", 1, O, L::Replicated, I::Zeros);
+    if (!module.linearProjector) {
+      add("projection.fc2.weight", O, O, L::Replicated);
+      add("projection.fc2.bias", 1, O, L::Replicated, I::Zeros);
+    }
   }
   return out;
 }
@@ -159,6 +178,22 @@ bool everyParameterFrozen(const ModelConfig &config,
   for (const ParamSpec &spec :
        stageParameters(module, outputHidden, false, 1, 0))
     if (!module.frozen(spec.local))
+      return false;
+  return true;
+}
+
+bool encoderBottomFrozen(const ModuleConfig &module) {
+  const bool held[6] = {true,
+                        module.patchBias,
+                        module.classToken,
+                        module.learnedPositions,
+                        module.preNorm,
+                        module.preNorm};
+  const char *names[6] = {"patch.weight",    "patch.bias",
+                          "class_token",     "position_embedding",
+                          "pre_norm.weight", "pre_norm.bias"};
+  for (int i = 0; i < 6; ++i)
+    if (held[i] && !module.frozen(names[i]))
       return false;
   return true;
 }

@@ -76,6 +76,12 @@ bool everyParameterFrozen(const ModelConfig &config,
 /// the programs.
 bool runsForwardOnly(const ModelConfig &config, const ModuleConfig &module);
 
+/// Whether everything an encoder's first stage holds below its layers is
+/// frozen (the patch embedding, and the class token, position embeddings
+/// and pre_norm it has): then its backward stops at its lowest layer with
+/// something trainable at or under it.
+bool encoderBottomFrozen(const ModuleConfig &module);
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_CONFIG_PARAMETERS_H

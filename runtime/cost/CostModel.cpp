@@ -164,7 +164,7 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
   shape.cp = static_cast<double>(par.cp);
   shape.samples =
       static_cast<double>(microBatchSize) / static_cast<double>(par.dp);
-  auto [begin, end] = stageLayers(m.numLayers, par.pp, stage);
+  auto [begin, end] = stageLayers(m.layers(), par.pp, stage);
   shape.layers = static_cast<double>(end - begin);
   shape.firstLayer = begin;
   shape.first = stage == 0;
@@ -203,8 +203,8 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                            gemmSeconds(p, rows, H, H / tp),
                            gemmSeconds(p, rows, mlpIn * F / tp, H),
                            gemmSeconds(p, rows, H, F / tp)};
-  bool truncated = backward && !shape.language && shape.first &&
-                   !trains("patch.weight") && !trains("patch.bias");
+  bool truncated =
+      backward && !shape.language && shape.first && encoderBottomFrozen(m);
   StageWork w;
   for (int64_t l = shape.firstLayer;
        l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l) {
@@ -384,7 +384,7 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     double values = 0, tensors = 0;
     for (size_t mi : topology.modulesOf(rank)) {
       values += localValues(mi, rank);
-      tensors += 4 * static_cast<double>(moduleConfigs[mi]->numLayers + 2);
+      tensors += 4 * static_cast<double>(moduleConfigs[mi]->layers() + 2);
     }
     // AdamW reads parameter, gradient and both moments and writes three;
     // the norm reads the gradients once more.

@@ -215,7 +215,23 @@ private:
   /// everything under them, the patch embedding, are frozen).
   int64_t frozenBelow = 0;
   int64_t featureDim, hiddenSize, outHidden;
-  size_t patchW = 0, patchB = 0, proj1W = 0, proj1B = 0, proj2W = 0, proj2B = 0;
+  float normEps;
+  int64_t maxPositions;
+  std::string moduleName;
+  /// Parameter indices; kNone where the architecture has none.
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t patchW = kNone, patchB = kNone, classToken = kNone, positions = kNone,
+         preW = kNone, preB = kNone, finalW = kNone, finalB = kNone,
+         proj1W = kNone, proj1B = kNone, proj2W = kNone, proj2B = kNone;
+  /// What the first stage holds below its layers.
+  std::vector<size_t> bottomParams() const;
+  /// LayerNorm of the module (pre_norm, final_norm) of `x` [rows, hidden],
+  /// stored; keeps its input and statistics for the backward.
+  Tensor layerNorm(Tensor x, size_t w, size_t b, Tensor &in, Tensor &mean,
+                   Tensor &rstd, int64_t rows);
+  Tensor layerNormBackward(const Tensor &dy, size_t w, size_t b,
+                           const Tensor &in, const Tensor &mean,
+                           const Tensor &rstd, int64_t rows);
   struct Cache;
   std::map<int64_t, std::unique_ptr<Cache>> caches;
 };

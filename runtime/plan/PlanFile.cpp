@@ -46,7 +46,7 @@ std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
       check(at + "tp",
             divisibleRule(module, "vocab_size", m.vocabSize, "tp", p.tp));
     check(at + "pp",
-          divisibleRule(module, "num_layers", m.numLayers, "pp", p.pp));
+          divisibleRule(module, "num_layers", m.layers(), "pp", p.pp));
     if (m.tieEmbeddings && p.pp > 1)
       check(at + "pp", tiedStagesProblem(m.name));
     check(at + "dp", microBatchRule(module, config.batch.microBatchSize, p.dp));

@@ -134,6 +134,12 @@ TEST(Bf16, LayoutsMatchTheirReferenceAndFollowFp32) {
     model["precision"] = "bf16";
     expectMatchesReference(model, 6, 1e-2);
   }
+  { // a CLIP tower under bf16
+    SCOPED_TRACE("clip vlm-colocated.json");
+    json model = test::clipLike(example("vlm-colocated.json"), 17);
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 8, 1e-2);
+  }
   { // biases (qkv_bias, an encoder's bias) under bf16
     SCOPED_TRACE("biases vlm-fan-in.json");
     json model = test::withBiases(example("vlm-fan-in.json"));

@@ -78,6 +78,35 @@ inline nlohmann::json withBiases(nlohmann::json model) {
   return model;
 }
 
+/// `model`'s first encoder made a CLIP vision tower as LLaVA uses it
+/// (docs/model.md): biases, learned position embeddings (`positions` rows,
+/// the class token's included), CLIP's pre-layernorm, a class token
+/// dropped from the output, the penultimate layer's output
+/// (output_layer -2: the last layer not computed), no patch bias.
+inline nlohmann::json clipLike(nlohmann::json model, int64_t positions) {
+  nlohmann::json &arch = model["modules"][0]["arch"];
+  arch["bias"] = true;
+  arch["position_embeddings"] = "learned";
+  arch["max_positions"] = positions;
+  arch["pre_norm"] = true;
+  arch["class_token"] = true;
+  arch["output_layer"] = -2;
+  arch["patch_bias"] = false;
+  return model;
+}
+
+/// `model`'s first encoder made a SigLIP tower: biases, learned position
+/// embeddings, the final LayerNorm, a linear projector.
+inline nlohmann::json siglipLike(nlohmann::json model, int64_t positions) {
+  nlohmann::json &arch = model["modules"][0]["arch"];
+  arch["bias"] = true;
+  arch["position_embeddings"] = "learned";
+  arch["max_positions"] = positions;
+  arch["final_norm"] = true;
+  arch["projector"] = "linear";
+  return model;
+}
+
 inline std::vector<Layout> equivalenceLayouts() {
   using nlohmann::json;
   std::vector<Layout> layouts = {
@@ -139,6 +168,16 @@ inline std::vector<Layout> equivalenceLayouts() {
   json tied = example("lm-cp2-sp.json");
   tied["modules"][1]["arch"]["tie_embeddings"] = true;
   layouts.push_back({"TiedEmbeddingsTp2SpCp2", tied, 6});
+  // Vision towers: CLIP's (class token, pre-norm, the penultimate layer)
+  // colocated at encoder TP2; SigLIP's (final norm, linear projector)
+  // over encoder TP2 x PP2 (positions on the first stage, the norm on the
+  // last) and at DP4 with samples of no rows.
+  layouts.push_back({"ClipTowerColocatedTp2",
+                     clipLike(example("vlm-colocated.json"), 17), 8});
+  layouts.push_back(
+      {"SiglipTowerTp2Pp2", siglipLike(example("vlm-fan-out.json"), 32), 8});
+  layouts.push_back(
+      {"SiglipTowerFanInDp4", siglipLike(example("vlm-fan-in.json"), 24), 8});
   return layouts;
 }
 

@@ -103,6 +103,18 @@ TEST(ModelConfigTest, LlamaStyleArchitectureKeys) {
   EXPECT_EQ(canonical["modules"][1]["arch"]["rope_scaling"]["type"], "llama3");
 }
 
+/// A class token keeps its encoder on one pipeline stage.
+TEST(ModelConfigTest, ClassTokenRefusesPipelineStages) {
+  json document = test::baseModel();
+  document["modules"][0]["arch"]["class_token"] = true;
+  document["modules"][0]["parallel"] = {{"pp", 2}, {"dp", 2}};
+  ParseResult result = parse(document);
+  ASSERT_FALSE(result.config);
+  EXPECT_EQ(result.diagnostics[0].pointer, "/modules/0/parallel/pp");
+  EXPECT_NE(result.diagnostics[0].message.find("has a class token"),
+            std::string::npos);
+}
+
 TEST(ModelConfigTest, LanguageTokenIdHintStaysOnItsKey) {
   json document = test::baseModel();
   document["modules"][1]["special_token_id"] = 5;
@@ -246,6 +258,20 @@ INSTANTIATE_TEST_SUITE_P(
         FieldCase{"tied_pipeline", "/modules/1/arch/tie_embeddings", true,
                   "/modules/1/parallel/pp",
                   "module 'language' ties its head to its embedding"},
+        FieldCase{"positions_need_rows", "/modules/0/arch/position_embeddings",
+                  "learned", "/modules/0/arch/max_positions",
+                  "missing max_positions"},
+        FieldCase{"rows_need_positions", "/modules/0/arch/max_positions", 10,
+                  "/modules/0/arch/max_positions",
+                  "add \"position_embeddings\": \"learned\""},
+        FieldCase{"output_layer", "/modules/0/arch/output_layer", 0,
+                  "/modules/0/arch/output_layer",
+                  "expected an integer from -1 (the last layer) down to -2, "
+                  "found 0"},
+        FieldCase{"output_layer_deep", "/modules/0/arch/output_layer", -3,
+                  "/modules/0/arch/output_layer", "found -3"},
+        FieldCase{"projector", "/modules/0/arch/projector", "mlp3x",
+                  "/modules/0/arch/projector", "\"mlp2x_gelu\""},
         FieldCase{"norm_eps", "/modules/0/arch/norm_eps", 0,
                   "/modules/0/arch/norm_eps", "expected a number in (0, 1)"},
         FieldCase{"module_name", "/modules/1/name", "my language",
