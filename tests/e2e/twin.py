@@ -23,6 +23,9 @@ Cases:
   qwen2   Qwen2: biases on q, k and v (before RoPE), GQA, rope_theta 1e6
   tied    the head tied to the embedding (tie_embeddings), GQA
   mask    loss_mask in the jsonl: prompts and a span left out of the loss
+  vlm     LLaVA's shape: a CLIP-style vision tower (class token, learned
+          positions, pre-norm, biases, the penultimate layer, mlp2x_gelu)
+          feeding the language model, in three layouts
   freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
           parameters of more than one row, bias correction, warm-up and
           cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
@@ -214,9 +217,17 @@ class Twin:
         return t.t()
 
     def forward_sample(self, ids, p, kv_map=None, inv=None):
+        """The logits of one sample of token ids (HF's repeat_kv: query
+        head i reads key/value head i // (n / G) unless `kv_map` says)."""
+        x = p["embed_tokens"][torch.tensor(ids)]
+        return self.forward_embedded(x, p, kv_map, inv)
+
+    def forward_embedded(self, x, p=None, kv_map=None, inv=None):
+        """The layers, final norm and head over input rows x [ell, H]."""
         cfg = self.cfg
+        p = self.params if p is None else p
         n, G, d = HEADS, cfg["groups"], HIDDEN // HEADS
-        ell = len(ids)
+        ell = x.shape[0]
         eps = cfg["eps"]
         if inv is None:
             inv = inv_freq(d, cfg["theta"], cfg["scaling"])
@@ -225,10 +236,8 @@ class Twin:
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
         causal = torch.ones(ell, ell, dtype=torch.bool).tril()
-        # HF's repeat_kv: query head i reads key/value head i // (n / G).
         if kv_map is None:
             kv_map = [i // (n // G) for i in range(n)]
-        x = p["embed_tokens"][torch.tensor(ids)]
         for l in range(LAYERS):
             w = lambda k: p[f"layers.{l}.{k}"]
             a = rms_norm(x, w("input_layernorm"), eps)
@@ -335,7 +344,7 @@ def read_safetensors(path):
     return out
 
 
-def write_init(twin, folder):
+def write_init(twin, folder, extra=None):
     """A mimo checkpoint folder that `init` accepts (runtime/checkpoint/
     Checkpoint.cpp openModuleWeights): a step folder with state.json (only
     its presence is needed; a valid minimal one is written) and
@@ -346,6 +355,10 @@ def write_init(twin, folder):
     for name, t in twin.params.items():
         a = twin.mimo_tensor(name, t).numpy().astype("<f4")
         full = "language." + twin.mimo_name(name)
+        tensors.append((full, a))
+        raw[full] = np.ascontiguousarray(a).tobytes()
+    for full, t in (extra or {}).items():  # other modules', mimo's layout
+        a = t.numpy().astype("<f4")
         tensors.append((full, a))
         raw[full] = np.ascontiguousarray(a).tobytes()
     write_safetensors(os.path.join(folder, "model.safetensors"), tensors,
@@ -426,6 +439,191 @@ def write_hf(twin, folder):
     with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f,
                   indent=2)
+
+
+# --------------------------------------------------------------------------
+# The vision tower: a CLIP-style encoder (docs/model.md's Encoder) feeding
+# the language model, as LLaVA builds it.
+
+E_D, E_H, E_LAYERS, E_HEADS, E_FFN = 12, 32, 2, 4, 64
+E_POSITIONS, IMAGE_ID = 9, VOCAB - 1
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) *
+                                     (x + 0.044715 * x ** 3)))
+
+
+def layer_norm(x, w, b, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * w + b
+
+
+class VisionTwin:
+    """CLIP's vision tower as LLaVA takes it: a patch embedding without
+    bias, a class token before the patches, learned position embeddings,
+    CLIP's pre-layernorm, pre-norm layers with biases (bidirectional
+    attention within the image, tanh GELU), the penultimate layer's output
+    (output_layer -2), the class token dropped, LLaVA's mlp2x_gelu
+    projector. Weights in mimo's layout ([in, out]), named as mimo names
+    them (docs/model.md), so that x @ W is the layer."""
+
+    def __init__(self, seed):
+        g = torch.Generator().manual_seed(seed)
+
+        def u(shape, scale, offset=0.0):
+            w = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1)
+            return (w * scale + offset).float().double()
+
+        p = {"patch.weight": u((E_D, E_H), 1 / math.sqrt(E_D)),
+             "class_token": u((E_H,), 1.0),
+             "position_embedding": u((E_POSITIONS, E_H), 0.5),
+             "pre_norm.weight": u((E_H,), 0.2, 1.0),
+             "pre_norm.bias": u((E_H,), 0.2)}
+        s = 1 / math.sqrt(E_H)
+        for l in range(E_LAYERS - 1):  # output_layer -2: the last is not run
+            q = f"layers.{l}."
+            p[q + "ln1.weight"], p[q + "ln1.bias"] = u((E_H,), 0.2, 1.0), u((E_H,), 0.2)
+            p[q + "ln2.weight"], p[q + "ln2.bias"] = u((E_H,), 0.2, 1.0), u((E_H,), 0.2)
+            for w in ("wq", "wk", "wv", "wo"):
+                p[q + w] = u((E_H, E_H), 2 * s)
+            for b in ("bq", "bk", "bv", "bo"):
+                p[q + b] = u((E_H,), 0.5)
+            p[q + "fc1"], p[q + "fc1_bias"] = u((E_H, E_FFN), s), u((E_FFN,), 0.5)
+            p[q + "fc2"] = u((E_FFN, E_H), 1 / math.sqrt(E_FFN))
+            p[q + "fc2_bias"] = u((E_H,), 0.5)
+        p["projection.fc1.weight"] = u((E_H, HIDDEN), s)
+        p["projection.fc1.bias"] = u((HIDDEN,), 0.5)
+        p["projection.fc2.weight"] = u((HIDDEN, HIDDEN), 1 / math.sqrt(HIDDEN))
+        p["projection.fc2.bias"] = u((HIDDEN,), 0.1)
+        self.params = p
+
+    def forward(self, features):
+        """One image's feature rows [c, D] -> [c, H of the language]."""
+        p = self.params
+        d = E_H // E_HEADS
+        h = torch.cat([p["class_token"][None], features @ p["patch.weight"]])
+        h = h + p["position_embedding"][:h.shape[0]]
+        h = layer_norm(h, p["pre_norm.weight"], p["pre_norm.bias"])
+        for l in range(E_LAYERS - 1):
+            w = lambda k: p[f"layers.{l}.{k}"]
+            a = layer_norm(h, w("ln1.weight"), w("ln1.bias"))
+            q, k, v = (a @ w("wq") + w("bq"), a @ w("wk") + w("bk"),
+                       a @ w("wv") + w("bv"))
+            split = lambda t: t.view(-1, E_HEADS, d).transpose(0, 1)
+            att = torch.softmax(split(q) @ split(k).transpose(1, 2) /
+                                math.sqrt(d), dim=-1) @ split(v)
+            h = h + att.transpose(0, 1).reshape(-1, E_H) @ w("wo") + w("bo")
+            a = layer_norm(h, w("ln2.weight"), w("ln2.bias"))
+            h = h + gelu_tanh(a @ w("fc1") + w("fc1_bias")) @ w("fc2") + w("fc2_bias")
+        h = h[1:]  # the class token's row dropped
+        y = gelu_tanh(h @ p["projection.fc1.weight"] + p["projection.fc1.bias"])
+        return y @ p["projection.fc2.weight"] + p["projection.fc2.bias"]
+
+
+def vlm_loss(lm, vision, batch):
+    """docs/model.md's Loss for samples with images: the image tokens'
+    input rows are the tower's output rows, in order; a position counts
+    when s + 1 < length and neither t_s nor t_{s+1} is an image token."""
+    total, count = 0.0, 0
+    cfg, p = lm.cfg, lm.params
+    for ids, feats in batch:
+        x = p["embed_tokens"][torch.tensor(ids)].clone()
+        rows = [i for i, t in enumerate(ids) if t == IMAGE_ID]
+        if rows:
+            x[rows] = vision.forward(feats)
+        logits = lm.forward_embedded(x)
+        logp = torch.log_softmax(logits[:-1], dim=-1)
+        nll = -logp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        keep = torch.tensor([ids[s] != IMAGE_ID and ids[s + 1] != IMAGE_ID
+                             for s in range(len(ids) - 1)])
+        total = total + nll[keep].sum()
+        count += int(keep.sum())
+    return total / count
+
+
+def run_vlm(bin_dir, work):
+    """LLaVA's shape: a CLIP-style tower (class token, learned positions,
+    pre-norm, biases, the penultimate layer, mlp2x_gelu) feeding the
+    Llama-style language model; the first loss of mimo, started from the
+    twins' weights, against theirs in three layouts."""
+    cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
+    lm, vision = Twin(cfg, seed=301), VisionTwin(seed=302)
+    g = np.random.default_rng(9)
+    batch = []
+    for i in range(GLOBAL_BATCH):
+        c = int(g.integers(0, E_POSITIONS - 1)) if i % 4 else 0  # some text-only
+        at = int(g.integers(1, SEQ - c - 2))
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
+        ids[at:at + c] = [IMAGE_ID] * c
+        feats = torch.from_numpy(
+            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
+        batch.append((ids, feats))
+    with torch.no_grad():
+        want = vlm_loss(lm, vision, batch).item()
+        # The twin's own sanity: the tower's details move the loss.
+        failures = []
+        for key in ("position_embedding", "class_token", "pre_norm.weight",
+                    "layers.0.bq"):
+            saved = vision.params[key]
+            vision.params[key] = saved.flip(0)
+            other = vlm_loss(lm, vision, batch).item()
+            vision.params[key] = saved
+            if rel(other, want) < 10 * TOL:
+                print(f"FAIL twin vlm: {key} barely moves the loss "
+                      f"(rel {rel(other, want):.2e})")
+                failures.append(f"vlm: {key} barely moves the loss")
+    data = os.path.join(work, "vlm.jsonl")
+    with open(data, "w") as f:
+        for ids, feats in batch:
+            sample = {"input_ids": ids}
+            if feats.shape[0]:
+                sample["images"] = {"features": feats.numpy().tolist()}
+            f.write(json.dumps(sample) + "\n")
+    init = os.path.join(work, "init-vlm")
+    write_init(lm, init, extra={"images." + n: t
+                                for n, t in vision.params.items()})
+    layouts = [("1+1", {}, {"rank_offset": 1}, 2),
+               ("tp2+tp2pp2", {"tp": 2}, {"tp": 2, "pp": 2, "rank_offset": 2}, 6),
+               ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
+    for name, enc_par, lang_par, world in layouts:
+        model = {"version": 1, "name": "twin-vlm", "seed": 7, "world_size": world,
+                 "batch": {"micro_batch_size": MICRO,
+                           "num_microbatches": MICROBATCHES, "seq_length": SEQ},
+                 "modules": [
+                     {"name": "images", "kind": "encoder",
+                      "special_token_id": IMAGE_ID,
+                      "arch": {"feature_dim": E_D, "hidden_size": E_H,
+                               "num_layers": E_LAYERS, "num_heads": E_HEADS,
+                               "ffn_hidden_size": E_FFN, "bias": True,
+                               "position_embeddings": "learned",
+                               "max_positions": E_POSITIONS, "pre_norm": True,
+                               "class_token": True, "output_layer": -2,
+                               "patch_bias": False},
+                      "parallel": enc_par,
+                      "init": {"from": init, "format": "mimo"}},
+                     {"name": "language", "kind": "language",
+                      "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
+                               "num_layers": LAYERS, "num_heads": HEADS,
+                               "num_query_groups": 2, "ffn_hidden_size": FFN},
+                      "parallel": lang_par,
+                      "init": {"from": init, "format": "mimo"}}],
+                 "data": {"source": "jsonl", "path": data}}
+        path = os.path.join(work, f"vlm-{name}.json")
+        json.dump(model, open(path, "w"), indent=1)
+        try:
+            got = run_mimo(bin_dir, work, f"vlm-{name}", path, 1)[0]["loss"]
+            r = rel(got, want)
+            ok = r <= TOL
+            print(f"{'ok  ' if ok else 'FAIL'} vlm/{name}: twin {want:.8f} "
+                  f"mimo {got:.8f} rel {r:.2e}")
+            if not ok:
+                failures.append(f"vlm/{name}: rel {r:.2e}")
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL vlm/{name}: {e}")
+            failures.append(f"vlm/{name}")
+    return failures
 
 
 def make_samples(seed, count):
@@ -890,15 +1088,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build", nargs="?", default="build",
                     help="the build folder (its bin/ holds mimoc, mimo-run)")
-    ap.add_argument("--cases", default=",".join(list(CASES) + ["freeze"]))
+    ap.add_argument("--cases",
+                    default=",".join(list(CASES) + ["freeze", "vlm"]))
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--jobs", type=int, default=2,
                     help="mimo runs at once (default 2)")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
-        if c not in CASES and c != "freeze":
-            ap.error(f"unknown case '{c}' ({', '.join(CASES)}, freeze)")
+        if c not in CASES and c not in ("freeze", "vlm"):
+            ap.error(f"unknown case '{c}' ({', '.join(CASES)}, freeze, vlm)")
     bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
     for tool in ("mimoc", "mimo-run"):
         if not os.access(os.path.join(bin_dir, tool), os.X_OK):
@@ -921,6 +1120,8 @@ def main():
             failures += run_cases(args, bin_dir, work, samples, data_path, plain)
         if "freeze" in cases:
             failures += run_freeze(args, bin_dir, work, samples, data_path)
+        if "vlm" in cases:
+            failures += run_vlm(bin_dir, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
