@@ -74,7 +74,9 @@ const char *kHelp =
     "  --save-every N       ... and every N steps\n"
     "  --load PATH          resume from DIR (its latest) or DIR/step-N, saved\n"
     "                       in any layout of the same model (its name, seed\n"
-    "                       and architecture are checked)\n"
+    "                       and architecture are checked); --save DIR --load\n"
+    "                       DIR with no checkpoint in DIR yet starts fresh\n"
+    "                       (the requeue idiom)\n"
     "  --load-other-run     accept a checkpoint of another run of this\n"
     "                       architecture (another model name or seed):\n"
     "                       starting from it on purpose\n"
@@ -556,7 +558,25 @@ bool prepareRun(const CommandLine &cli, const Plan &plan,
       error = "mimo-run: error: --save: " + *problem;
       return false;
     }
-  if (!cli.loadPath.empty()) {
+  // The requeue idiom, --save DIR --load DIR: no checkpoint there yet (a
+  // step-N.tmp of a run killed while saving is none) is a fresh start.
+  bool fresh = false;
+  if (!cli.loadPath.empty() && !cli.saveDir.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path dir = fs::weakly_canonical(cli.loadPath, ec);
+    if (!ec && dir == fs::weakly_canonical(cli.saveDir, ec) && !ec &&
+        !fs::exists(dir / "latest", ec) &&
+        !fs::exists(dir / "state.json", ec)) {
+      fresh = true;
+      if (printer)
+        std::cout << "mimo-run: no checkpoint in " << cli.saveDir
+                  << " yet: starting fresh (--save and --load name the same "
+                     "folder)"
+                  << std::endl;
+    }
+  }
+  if (!cli.loadPath.empty() && !fresh) {
     std::string problem;
     std::optional<exec::Checkpoint> checkpoint = exec::openCheckpoint(
         cli.loadPath, plan.config, problem, cli.loadOtherRun);

@@ -426,4 +426,18 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "tensor 'language.stray' is not a parameter of this model" "$work/extra.err" &&
   pass "an extra tensor: exit 1 naming it" || { cat "$work/extra.err"; fail "extra tensor (rc $rc)"; }
 
+# The requeue idiom: --save DIR --load DIR starts fresh while DIR holds no
+# checkpoint (a step-N.tmp left by a kill is none), then resumes from it.
+mkdir -p "$work/requeue/step-1.tmp"
+"$bin/mimo-run" "$plan" --device cpu --steps 2 --save "$work/requeue" \
+  --load "$work/requeue" >"$work/rq1.out" 2>&1 &&
+  grep -q "no checkpoint in .*requeue yet: starting fresh" "$work/rq1.out" &&
+  [ "$(cat "$work/requeue/latest")" = "step-2" ] &&
+  "$bin/mimo-run" "$plan" --device cpu --steps 3 --save "$work/requeue" \
+    --load "$work/requeue" >"$work/rq2.out" 2>&1 &&
+  grep -q "resuming from .*step-2 (step 2)" "$work/rq2.out" &&
+  grep -q "^step 3/3" "$work/rq2.out" &&
+  pass "--save DIR --load DIR: a fresh start, then a resume" ||
+  { cat "$work/rq1.out" "$work/rq2.out"; fail "requeue idiom"; }
+
 finish
