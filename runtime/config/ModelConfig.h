@@ -86,6 +86,9 @@ struct ModuleConfig {
   bool preNorm = false, finalNorm = false, classToken = false, patchBias = true;
   int64_t outputLayer = -1;
   bool linearProjector = false;
+  /// `activation` of an encoder's MLP ("gelu_tanh", "gelu" exact,
+  /// "quick_gelu") and `projector_activation` ("gelu_tanh", "gelu").
+  std::string activation = "gelu_tanh", projectorActivation = "gelu_tanh";
   /// The layers computed: numLayers, less those after output_layer.
   int64_t layers() const { return numLayers + outputLayer + 1; }
   ParallelConfig parallel;

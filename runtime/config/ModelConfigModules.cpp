@@ -170,6 +170,14 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
             v.choice(arch, at, "projector", false, {"mlp2x_gelu", "linear"},
                      "the projection to the language width"))
       module.linearProjector = *projector == "linear";
+    if (auto kind = v.choice(arch, at, "activation", false,
+                             {"gelu_tanh", "gelu", "quick_gelu"},
+                             "the MLP's activation"))
+      module.activation = *kind;
+    if (auto kind =
+            v.choice(arch, at, "projector_activation", false,
+                     {"gelu_tanh", "gelu"}, "the projector's activation"))
+      module.projectorActivation = *kind;
     return;
   }
   if (auto bias = v.boolean(arch, at, "qkv_bias", "biases on q, k and v"))

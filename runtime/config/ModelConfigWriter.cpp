@@ -62,6 +62,10 @@ json toJson(const ModelConfig &config) {
       arch["output_layer"] = module.outputLayer;
     if (module.linearProjector)
       arch["projector"] = "linear";
+    if (module.activation != "gelu_tanh")
+      arch["activation"] = module.activation;
+    if (module.projectorActivation != "gelu_tanh")
+      arch["projector_activation"] = module.projectorActivation;
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;
     json parallel = {{"tp", p.tp},

@@ -20,6 +20,7 @@
 #ifndef MIMO_RUNTIME_DEVICE_DEVICE_H
 #define MIMO_RUNTIME_DEVICE_DEVICE_H
 
+#include "runtime/device/Activation.h"
 #include "runtime/device/AttentionTiles.h"
 #include "runtime/device/DType.h"
 #include "runtime/device/RopeSpec.h"
@@ -214,9 +215,11 @@ public:
                                  const float *mean, const float *rstd,
                                  const float *dy, float *dx, float *dw,
                                  float *db, int64_t rows, int64_t cols) = 0;
-  virtual void geluForward(const float *x, float *y, int64_t n) = 0;
+  /// GELU of `kind` (Activation.h: the tanh form, exact, QuickGELU), and
+  /// its backward; the bf16 variants below take the kind too.
+  virtual void geluForward(const float *x, float *y, int64_t n, Gelu kind) = 0;
   virtual void geluBackward(const float *x, const float *dy, float *dx,
-                            int64_t n) = 0;
+                            int64_t n, Gelu kind) = 0;
   virtual void swigluForward(const float *gate, const float *up, float *y,
                              int64_t n) = 0;
   virtual void swigluBackward(const float *gate, const float *up,
@@ -245,12 +248,14 @@ public:
                                     const float *b, uint16_t *y, float *mean,
                                     float *rstd, int64_t rows, int64_t cols,
                                     float eps) = 0;
-  virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n) = 0;
+  virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
+                               Gelu kind) = 0;
   virtual void swigluForwardBf16(const float *gate, const float *up,
                                  uint16_t *y, int64_t n) = 0;
   /// The two above reading bf16 bits (the GEMM outputs of gemmBf16Out):
   /// the same bits as on their values in fp32.
-  virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) = 0;
+  virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
+                               Gelu kind) = 0;
   virtual void swigluForwardBf16(const uint16_t *gate, const uint16_t *up,
                                  uint16_t *y, int64_t n) = 0;
   /// The backwards of GeLU and SwiGLU reading their forward's inputs as
@@ -259,7 +264,7 @@ public:
   /// values followed by packBf16, in one pass (precision "bf16": the
   /// gradients are read only by bf16 GEMMs, which round them so anyway).
   virtual void geluBackwardBf16(const uint16_t *x, const float *dy,
-                                uint16_t *dx, int64_t n) = 0;
+                                uint16_t *dx, int64_t n, Gelu kind) = 0;
   virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
                                   const float *dy, uint16_t *dgate,
                                   uint16_t *dup, int64_t n) = 0;

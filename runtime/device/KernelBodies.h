@@ -22,6 +22,7 @@
 #ifndef MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 #define MIMO_RUNTIME_DEVICE_KERNELBODIES_H
 
+#include "runtime/device/Activation.h"
 #include "runtime/device/RopeSpec.h"
 #include "runtime/device/TokenGroups.h"
 
@@ -41,9 +42,6 @@ namespace mimo::device::bodies {
 /// The largest head dimension the fused attention takes (FlashBodies.h: a
 /// thread's accumulators live in fixed-size local arrays).
 inline constexpr int64_t kMaxHeadDim = 256;
-
-constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
-constexpr double kGeluA = 0.044715;
 
 MIMO_HD inline bool isNan(double x) { return x != x; }
 MIMO_HD inline double negativeInfinity() { return -HUGE_VAL; }
@@ -208,15 +206,16 @@ template <typename T> struct AddBias {
 
 /// The forwards below write Out: T, or bf16 bits (narrow).
 /// In: how x is stored (T, or bf16 bits read as their floats).
+/// `kind`: Activation.h's GELU variants (the tanh form by default).
 template <typename T, typename Out = T, typename In = T> struct GeluForward {
   const In *x;
   Out *y;
   int64_t n;
+  Gelu kind = Gelu::Tanh;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
     double xv = static_cast<double>(widen(x[i]));
-    double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
-    y[i] = narrow<Out>(static_cast<T>(0.5 * xv * (1.0 + t)));
+    y[i] = narrow<Out>(static_cast<T>(geluValue(xv, kind)));
   }
 };
 
@@ -227,12 +226,11 @@ template <typename T, typename Out = T, typename In = T> struct GeluBackward {
   const T *dy;
   Out *dx;
   int64_t n;
+  Gelu kind = Gelu::Tanh;
   MIMO_HD int64_t count() const { return n; }
   MIMO_HD void operator()(int64_t i) const {
     double xv = static_cast<double>(widen(x[i]));
-    double t = ::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
-    double du = kGeluC * (1.0 + 3.0 * kGeluA * xv * xv);
-    double d = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * du;
+    double d = geluSlope(xv, kind);
     dx[i] = narrow<Out>(static_cast<T>(static_cast<double>(dy[i]) * d));
   }
 };

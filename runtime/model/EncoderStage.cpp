@@ -38,7 +38,8 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
     : Stage(std::move(context)), featureDim(module.featureDim),
       hiddenSize(module.hiddenSize), outHidden(outputHidden),
       normEps(static_cast<float>(module.normEps)),
-      maxPositions(module.maxPositions), moduleName(module.name) {
+      maxPositions(module.maxPositions), moduleName(module.name),
+      projectorGelu(geluOf(module.projectorActivation)) {
   buildParameters(
       stageParameters(module, outputHidden, false, ctx.pp, ctx.ppRank), module);
   auto optional = [&](bool held, const char *name) {
@@ -206,7 +207,7 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
       x = c.y1.view(0, c.y1.size());
     } else {
       c.z = empty(rows * O);
-      dev.geluForward(c.y1.data(), c.z.data(), rows * O);
+      dev.geluForward(c.y1.data(), c.z.data(), rows * O, projectorGelu);
       store(c.z);
       x = empty(rows * O);
       matmul(dev, ctx.bf16, c.z.data(), parameters[proj2W].weight(), x.data(),
@@ -265,7 +266,8 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
       matmulBackward(dev, ctx.bf16, c.z.data(), P[proj2W].weight(), dx.data(),
                      dz.data(), weightGrad(P[proj2W]), rows, O, O);
       dy1 = empty(rows * O);
-      dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O);
+      dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O,
+                       projectorGelu);
     }
     dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
     dx = empty(rows * H);

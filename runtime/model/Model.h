@@ -218,6 +218,7 @@ private:
   float normEps;
   int64_t maxPositions;
   std::string moduleName;
+  device::Gelu projectorGelu; // projector_activation
   /// Parameter indices; kNone where the architecture has none.
   static constexpr size_t kNone = static_cast<size_t>(-1);
   size_t patchW = kNone, patchB = kNone, classToken = kNone, positions = kNone,

@@ -83,6 +83,14 @@ inline device::RopeSpec ropeSpec(const ModuleConfig &m) {
   return spec;
 }
 
+/// The GELU variant a model.json activation names ("gelu_tanh", "gelu",
+/// "quick_gelu").
+inline device::Gelu geluOf(const std::string &name) {
+  return name == "gelu"         ? device::Gelu::Exact
+         : name == "quick_gelu" ? device::Gelu::Quick
+                                : device::Gelu::Tanh;
+}
+
 /// Buffers that are written whole before they are read, and buffers that
 /// are accumulated into.
 inline Tensor empty(int64_t n) { return Tensor::empty(n); }

@@ -63,6 +63,7 @@ public:
     repeat = headsLocal / kvHeadsLocal;
     Fl = module.ffnHiddenSize / ctx.tp;
     rope = ropeSpec(module);
+    gelu = geluOf(module.activation);
   }
 
   Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
@@ -114,9 +115,10 @@ public:
       else
         dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
     } else if (ctx.bf16) {
-      dev.geluForwardBf16(c.g.data<uint16_t>(), c.s.data<uint16_t>(), Tc * Fl);
+      dev.geluForwardBf16(c.g.data<uint16_t>(), c.s.data<uint16_t>(), Tc * Fl,
+                          gelu);
     } else {
-      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl);
+      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl, gelu);
     }
     Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, b.fc2, Tc, Fl, sp));
     keep(c);
@@ -156,9 +158,9 @@ public:
                      dh2f.data(), WG(w3), Tc, H, Fl);
     } else if (ctx.bf16) {
       dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
-                           Tc * Fl);
+                           Tc * Fl, gelu);
     } else {
-      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl);
+      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl, gelu);
     }
     biasGrad(dg, b.fc1, Tc, Fl);
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
@@ -491,6 +493,7 @@ private:
   int64_t kvHeadsLocal = 1, KVl = 1, repeat = 1;
   float eps;
   device::RopeSpec rope;
+  device::Gelu gelu = device::Gelu::Tanh; // an encoder MLP's activation
   const StageContext &ctx;
 };
 

@@ -82,7 +82,8 @@ inline nlohmann::json withBiases(nlohmann::json model) {
 /// (docs/model.md): biases, learned position embeddings (`positions` rows,
 /// the class token's included), CLIP's pre-layernorm, a class token
 /// dropped from the output, the penultimate layer's output
-/// (output_layer -2: the last layer not computed), no patch bias.
+/// (output_layer -2: the last layer not computed), no patch bias,
+/// QuickGELU in the layers and LLaVA's exact GELU in the projector.
 inline nlohmann::json clipLike(nlohmann::json model, int64_t positions) {
   nlohmann::json &arch = model["modules"][0]["arch"];
   arch["bias"] = true;
@@ -92,6 +93,8 @@ inline nlohmann::json clipLike(nlohmann::json model, int64_t positions) {
   arch["class_token"] = true;
   arch["output_layer"] = -2;
   arch["patch_bias"] = false;
+  arch["activation"] = "quick_gelu";
+  arch["projector_activation"] = "gelu";
   return model;
 }
 

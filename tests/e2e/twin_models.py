@@ -191,9 +191,12 @@ E_D, E_H, E_LAYERS, E_HEADS, E_FFN = 12, 32, 2, 4, 64
 E_POSITIONS, IMAGE_ID = 9, VOCAB - 1
 
 
-def gelu_tanh(x):
-    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) *
-                                     (x + 0.044715 * x ** 3)))
+def gelu_exact(x):
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+def quick_gelu(x):
+    return x * torch.sigmoid(1.702 * x)
 
 
 def layer_norm(x, w, b, eps=1e-5):
@@ -206,9 +209,9 @@ class VisionTwin:
     """CLIP's vision tower as LLaVA takes it: a patch embedding without
     bias, a class token before the patches, learned position embeddings,
     CLIP's pre-layernorm, pre-norm layers with biases (bidirectional
-    attention within the image, tanh GELU), the penultimate layer's output
-    (output_layer -2), the class token dropped, LLaVA's mlp2x_gelu
-    projector. Weights in mimo's layout ([in, out]), named as mimo names
+    attention within the image, QuickGELU as OpenAI's CLIP), the
+    penultimate layer's output (output_layer -2), the class token dropped,
+    LLaVA's mlp2x_gelu projector (exact GELU). Weights in mimo's layout ([in, out]), named as mimo names
     them (docs/model.md), so that x @ W is the layer."""
 
     def __init__(self, seed):
@@ -258,9 +261,9 @@ class VisionTwin:
                                 math.sqrt(d), dim=-1) @ split(v)
             h = h + att.transpose(0, 1).reshape(-1, E_H) @ w("wo") + w("bo")
             a = layer_norm(h, w("ln2.weight"), w("ln2.bias"))
-            h = h + gelu_tanh(a @ w("fc1") + w("fc1_bias")) @ w("fc2") + w("fc2_bias")
+            h = h + quick_gelu(a @ w("fc1") + w("fc1_bias")) @ w("fc2") + w("fc2_bias")
         h = h[1:]  # the class token's row dropped
-        y = gelu_tanh(h @ p["projection.fc1.weight"] + p["projection.fc1.bias"])
+        y = gelu_exact(h @ p["projection.fc1.weight"] + p["projection.fc1.bias"])
         return y @ p["projection.fc2.weight"] + p["projection.fc2.bias"]
 
 

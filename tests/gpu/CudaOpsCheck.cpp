@@ -28,6 +28,7 @@
 using namespace mimo;
 using device::Device;
 using device::DType;
+using device::Gelu;
 using device::Tensor;
 
 namespace {
@@ -265,10 +266,27 @@ public:
       Io io;
       io.in = {random(n, -4, 4), random(n), random(n)};
       io.out = {n, n};
-      compare("gelu forward/backward" + sz, io, [=](Device &d, const Ptr &p) {
-        d.geluForward(p.in[0], p.out[0], n);
-        d.geluBackward(p.in[0], p.in[1], p.out[1], n);
-      });
+      // Every GELU variant (model.json activation): tanh, exact, quick.
+      for (auto [kind, name] :
+           {std::pair{Gelu::Tanh, ""}, std::pair{Gelu::Exact, " (exact)"},
+            std::pair{Gelu::Quick, " (quick)"}})
+        compare(std::string("gelu forward/backward") + name + sz, io,
+                [=](Device &d, const Ptr &p) {
+                  d.geluForward(p.in[0], p.out[0], n, kind);
+                  d.geluBackward(p.in[0], p.in[1], p.out[1], n, kind);
+                });
+      compare(
+          "gelu forward/backward, bf16 (quick)" + sz, {io.in, {}, {}, {n, n}},
+          [=](Device &d, const Ptr &p) {
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.geluForwardBf16(p.in[0], y, n, Gelu::Quick);
+            });
+            Bits x(d, p.in[0], n);
+            viaBits(d, p.out[1], n, [&](uint16_t *dx) {
+              d.geluBackwardBf16(x.data, p.in[1], dx, n, Gelu::Exact);
+            });
+          },
+          kBf16Step);
       compare("swiglu forward" + sz, {io.in, {}, {}, {n}},
               [=](Device &d, const Ptr &p) {
                 d.swigluForward(p.in[0], p.in[1], p.out[0], n);
@@ -281,8 +299,9 @@ public:
       compare(
           "gelu and swiglu forward, bf16 out" + sz, {io.in, {}, {}, {n, n}},
           [=](Device &d, const Ptr &p) {
-            viaBits(d, p.out[0], n,
-                    [&](uint16_t *y) { d.geluForwardBf16(p.in[0], y, n); });
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.geluForwardBf16(p.in[0], y, n, Gelu::Tanh);
+            });
             viaBits(d, p.out[1], n, [&](uint16_t *y) {
               d.swigluForwardBf16(p.in[0], p.in[1], y, n);
             });
@@ -297,8 +316,9 @@ public:
                 d.allocate(std::max<int64_t>(2 * n, 1) * 2));
             d.packBf16(p.in[0], in, n);
             d.packBf16(p.in[1], in + n, n);
-            viaBits(d, p.out[0], n,
-                    [&](uint16_t *y) { d.geluForwardBf16(in, y, n); });
+            viaBits(d, p.out[0], n, [&](uint16_t *y) {
+              d.geluForwardBf16(in, y, n, Gelu::Tanh);
+            });
             viaBits(d, p.out[1], n, [&](uint16_t *y) {
               d.swigluForwardBf16(in, in + n, y, n);
             });
@@ -317,7 +337,7 @@ public:
             d.packBf16(p.in[0], in, n);
             d.packBf16(p.in[1], in + n, n);
             viaBits(d, p.out[0], n, [&](uint16_t *dx) {
-              d.geluBackwardBf16(in, p.in[2], dx, n);
+              d.geluBackwardBf16(in, p.in[2], dx, n, Gelu::Tanh);
             });
             viaBits(d, p.out[1], n, [&](uint16_t *dg) {
               d.swigluBackwardBf16(in, in + n, p.in[2], dg, du, n);

@@ -30,6 +30,7 @@
 namespace k = mimo::kernels;
 namespace b = mimo::device::bodies;
 namespace rw = mimo::device::rowwise;
+using mimo::device::Gelu;
 
 namespace {
 
@@ -327,7 +328,7 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   runAll(b::GeluForward<float, uint16_t, uint16_t>{xBits.data(),
                                                    fromBits.data(), n});
   EXPECT_EQ(fromBits, bits) << "gelu of bf16 inputs";
-  cpu->geluForwardBf16(xBits.data(), fromBits.data(), n);
+  cpu->geluForwardBf16(xBits.data(), fromBits.data(), n, Gelu::Tanh);
   EXPECT_EQ(fromBits, bits) << "cpu gelu of bf16 inputs";
   runAll(
       b::SwigluForward<float, uint16_t>{xr.data(), ur.data(), bits.data(), n});
@@ -350,8 +351,8 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
                             1e-6f);
   EXPECT_EQ(bits, pack(y)) << "cpu layernorm";
   EXPECT_EQ(meanBits, stat2);
-  cpu->geluForward(x.data(), y.data(), n);
-  cpu->geluForwardBf16(x.data(), bits.data(), n);
+  cpu->geluForward(x.data(), y.data(), n, Gelu::Tanh);
+  cpu->geluForwardBf16(x.data(), bits.data(), n, Gelu::Tanh);
   EXPECT_EQ(bits, pack(y)) << "cpu gelu";
   cpu->swigluForward(x.data(), u.data(), y.data(), n);
   cpu->swigluForwardBf16(x.data(), u.data(), bits.data(), n);
@@ -410,8 +411,8 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   EXPECT_EQ(fromBits, sum) << "residual, bf16 branch";
   // GeLU and SwiGLU backwards on bf16 inputs, into bf16 gradients.
   std::vector<float> dg(n), du(n);
-  cpu->geluBackward(xr.data(), dy.data(), dg.data(), n);
-  cpu->geluBackwardBf16(xBits.data(), dy.data(), bits.data(), n);
+  cpu->geluBackward(xr.data(), dy.data(), dg.data(), n, Gelu::Tanh);
+  cpu->geluBackwardBf16(xBits.data(), dy.data(), bits.data(), n, Gelu::Tanh);
   EXPECT_EQ(bits, pack(dg)) << "gelu backward";
   cpu->swigluBackward(xr.data(), yr.data(), dy.data(), dg.data(), du.data(), n);
   cpu->swigluBackwardBf16(xBits.data(), yBits.data(), dy.data(), bits.data(),
@@ -940,6 +941,42 @@ TEST(KernelBodies, RepeatKvAndSumKvGroups) {
              (static_cast<int64_t>(i) / dim) % (groups * repeat) / repeat) *
                 dim +
             static_cast<int64_t>(i) % dim)]);
+}
+
+/// Activation.h's GELU variants (model.json activation) against the
+/// formulas written out here: exact erf GELU, QuickGELU x·σ(1.702x), the
+/// tanh form; their slopes against central differences; the CPU device
+/// runs the same bodies.
+TEST(KernelBodies, GeluVariants) {
+  for (double x : {-3.0, -0.5, 0.0, 0.7, 2.5}) {
+    EXPECT_NEAR(mimo::device::geluValue(x, Gelu::Exact),
+                0.5 * x * (1 + std::erf(x / std::sqrt(2.0))), 1e-15);
+    EXPECT_NEAR(mimo::device::geluValue(x, Gelu::Quick),
+                x / (1 + std::exp(-1.702 * x)), 1e-15);
+    EXPECT_NEAR(
+        mimo::device::geluValue(x, Gelu::Tanh),
+        0.5 * x *
+            (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))),
+        1e-15);
+    for (Gelu kind : {Gelu::Tanh, Gelu::Exact, Gelu::Quick}) {
+      const double h = 1e-6;
+      const double slope = (mimo::device::geluValue(x + h, kind) -
+                            mimo::device::geluValue(x - h, kind)) /
+                           (2 * h);
+      EXPECT_NEAR(mimo::device::geluSlope(x, kind), slope, 1e-8) << x;
+    }
+  }
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::vector<float> x = {-2.0f, -0.25f, 0.5f, 3.0f}, y(4), dy = {1, 2, 3, 4},
+                     dx(4);
+  cpu->geluForward(x.data(), y.data(), 4, Gelu::Quick);
+  cpu->geluBackward(x.data(), dy.data(), dx.data(), 4, Gelu::Exact);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(
+        y[i], static_cast<float>(mimo::device::geluValue(x[i], Gelu::Quick)));
+    EXPECT_FLOAT_EQ(dx[i], static_cast<float>(dy[i] * mimo::device::geluSlope(
+                                                          x[i], Gelu::Exact)));
+  }
 }
 
 } // namespace

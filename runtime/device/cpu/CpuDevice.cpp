@@ -290,12 +290,19 @@ public:
                          int64_t cols) override {
     k::layernormBackward<float>(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
   }
-  void geluForward(const float *x, float *y, int64_t n) override {
-    k::fast::geluForward(x, y, n);
+  // The tanh form takes the vectorised kernels; the others the bodies.
+  void geluForward(const float *x, float *y, int64_t n, Gelu kind) override {
+    if (kind == Gelu::Tanh)
+      k::fast::geluForward(x, y, n);
+    else
+      run(bodies::GeluForward<float>{x, y, n, kind});
   }
-  void geluBackward(const float *x, const float *dy, float *dx,
-                    int64_t n) override {
-    k::fast::geluBackward(x, dy, dx, n);
+  void geluBackward(const float *x, const float *dy, float *dx, int64_t n,
+                    Gelu kind) override {
+    if (kind == Gelu::Tanh)
+      k::fast::geluBackward(x, dy, dx, n);
+    else
+      run(bodies::GeluBackward<float>{x, dy, dx, n, kind});
   }
   void swigluForward(const float *g, const float *u, float *y,
                      int64_t n) override {
@@ -340,16 +347,18 @@ public:
                       cols);
     axpy(rows * cols, 1.0f, d.data(), dx);
   }
-  void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override {
-    packed(y, n, [&](float *out) { geluForward(x, out, n); });
+  void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
+                       Gelu kind) override {
+    packed(y, n, [&](float *out) { geluForward(x, out, n, kind); });
   }
   void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
                          int64_t n) override {
     packed(y, n, [&](float *out) { swigluForward(g, u, out, n); });
   }
-  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) override {
+  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
+                       Gelu kind) override {
     std::vector<float> in = unpacked(x, n);
-    geluForwardBf16(in.data(), y, n);
+    geluForwardBf16(in.data(), y, n, kind);
   }
   void swigluForwardBf16(const uint16_t *g, const uint16_t *u, uint16_t *y,
                          int64_t n) override {
@@ -397,9 +406,10 @@ public:
     run(bodies::SumKvGroups{dy, y, rows, groups, repeat, dim});
   }
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
-                        int64_t n) override {
+                        int64_t n, Gelu kind) override {
     std::vector<float> in = unpacked(x, n);
-    packed(dx, n, [&](float *out) { geluBackward(in.data(), dy, out, n); });
+    packed(dx, n,
+           [&](float *out) { geluBackward(in.data(), dy, out, n, kind); });
   }
   void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
                           uint16_t *dg, uint16_t *du, int64_t n) override {

@@ -69,13 +69,13 @@ void CudaDevice::addBias(float *y, const float *bias, int64_t rows,
   launch("add_bias", b::AddBias<float>{y, bias, rows, cols});
 }
 
-void CudaDevice::geluForward(const float *x, float *y, int64_t n) {
-  launch("gelu_forward", b::GeluForward<float>{x, y, n});
+void CudaDevice::geluForward(const float *x, float *y, int64_t n, Gelu kind) {
+  launch("gelu_forward", b::GeluForward<float>{x, y, n, kind});
 }
 
 void CudaDevice::geluBackward(const float *x, const float *dy, float *dx,
-                              int64_t n) {
-  launch("gelu_backward", b::GeluBackward<float>{x, dy, dx, n});
+                              int64_t n, Gelu kind) {
+  launch("gelu_backward", b::GeluBackward<float>{x, dy, dx, n, kind});
 }
 
 void CudaDevice::swigluForward(const float *g, const float *u, float *y,
@@ -83,8 +83,9 @@ void CudaDevice::swigluForward(const float *g, const float *u, float *y,
   launch("swiglu_forward", b::SwigluForward<float>{g, u, y, n});
 }
 
-void CudaDevice::geluForwardBf16(const float *x, uint16_t *y, int64_t n) {
-  launch("gelu_forward_bf16", b::GeluForward<float, uint16_t>{x, y, n});
+void CudaDevice::geluForwardBf16(const float *x, uint16_t *y, int64_t n,
+                                 Gelu kind) {
+  launch("gelu_forward_bf16", b::GeluForward<float, uint16_t>{x, y, n, kind});
 }
 
 void CudaDevice::swigluForwardBf16(const float *g, const float *u, uint16_t *y,
@@ -92,9 +93,10 @@ void CudaDevice::swigluForwardBf16(const float *g, const float *u, uint16_t *y,
   launch("swiglu_forward_bf16", b::SwigluForward<float, uint16_t>{g, u, y, n});
 }
 
-void CudaDevice::geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) {
+void CudaDevice::geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
+                                 Gelu kind) {
   launch("gelu_forward_bf16_in",
-         b::GeluForward<float, uint16_t, uint16_t>{x, y, n});
+         b::GeluForward<float, uint16_t, uint16_t>{x, y, n, kind});
 }
 
 void CudaDevice::swigluForwardBf16(const uint16_t *g, const uint16_t *u,
@@ -143,9 +145,9 @@ void CudaDevice::sumKvGroups(const float *dy, float *y, int64_t rows,
 }
 
 void CudaDevice::geluBackwardBf16(const uint16_t *x, const float *dy,
-                                  uint16_t *dx, int64_t n) {
+                                  uint16_t *dx, int64_t n, Gelu kind) {
   launch("gelu_backward_bf16",
-         b::GeluBackward<float, uint16_t, uint16_t>{x, dy, dx, n});
+         b::GeluBackward<float, uint16_t, uint16_t>{x, dy, dx, n, kind});
 }
 
 void CudaDevice::swigluBackwardBf16(const uint16_t *g, const uint16_t *u,

@@ -246,9 +246,9 @@ public:
                          const float *rstd, const float *dy, float *dx,
                          float *dw, float *db, int64_t rows,
                          int64_t cols) override;
-  void geluForward(const float *x, float *y, int64_t n) override;
-  void geluBackward(const float *x, const float *dy, float *dx,
-                    int64_t n) override;
+  void geluForward(const float *x, float *y, int64_t n, Gelu kind) override;
+  void geluBackward(const float *x, const float *dy, float *dx, int64_t n,
+                    Gelu kind) override;
   void swigluForward(const float *g, const float *u, float *y,
                      int64_t n) override;
   void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
@@ -257,10 +257,12 @@ public:
   void layernormForwardBf16(const float *x, const float *w, const float *bias,
                             uint16_t *y, float *mean, float *rstd, int64_t rows,
                             int64_t cols, float eps) override;
-  void geluForwardBf16(const float *x, uint16_t *y, int64_t n) override;
+  void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
+                       Gelu kind) override;
   void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
                          int64_t n) override;
-  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n) override;
+  void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
+                       Gelu kind) override;
   void swigluForwardBf16(const uint16_t *g, const uint16_t *u, uint16_t *y,
                          int64_t n) override;
   void swigluBackward(const float *g, const float *u, const float *dy,
@@ -275,7 +277,7 @@ public:
   void sumKvGroups(const float *dy, float *y, int64_t rows, int64_t groups,
                    int64_t repeat, int64_t dim) override;
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
-                        int64_t n) override;
+                        int64_t n, Gelu kind) override;
   void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
                           uint16_t *dg, uint16_t *du, int64_t n) override;
   void attentionForward(const float *q, const float *k, const float *v,
