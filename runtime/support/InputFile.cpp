@@ -28,7 +28,7 @@ int openRegular(const std::string &path, const std::string &what,
             std::strerror(errno) + "; check the path";
     return -1;
   }
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
                        : S_ISDIR(st.st_mode)  ? "a directory"

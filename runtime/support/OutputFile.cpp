@@ -164,7 +164,7 @@ bool writeOutput(const std::string &path, const std::string &text,
     return ok;
   }
   // mode: the existing file's, else what a new file gets (umask applied).
-  struct stat st {};
+  struct stat st{};
   mode_t mode;
   if (::stat(out->target.c_str(), &st) == 0) {
     mode = st.st_mode & 07777;

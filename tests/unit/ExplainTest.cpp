@@ -330,13 +330,12 @@ TEST(ExplainTest, StreamedJsonIsTheWholeDocument) {
                                 {"c", {{"d", {1, 2}}, {"e", "x\"y"}}},
                                 {"f", nullptr}};
   std::string text;
-  writeJsonStreamed(doc,
-                    {{"b", 0, nullptr},
-                     {"f", 2,
-                      [](size_t i) {
-                        return nlohmann::ordered_json{{"i", i}, {"l", {i}}};
-                      }}},
-                    [&](std::string_view piece) { text += piece; });
+  writeJsonStreamed(
+      doc,
+      {{"b", 0, nullptr},
+       {"f", 2,
+        [](size_t i) { return nlohmann::ordered_json{{"i", i}, {"l", {i}}}; }}},
+      [&](std::string_view piece) { text += piece; });
   nlohmann::ordered_json expected = doc;
   expected["b"] = nlohmann::ordered_json::array();
   expected["f"] = {{{"i", 0}, {"l", {0}}}, {{"i", 1}, {"l", {1}}}};

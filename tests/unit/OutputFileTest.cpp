@@ -59,7 +59,7 @@ TEST(OutputFile, NewAndExistingFilesAreReplacedWholeLinksWrittenThrough) {
   ::chmod(out.c_str(), 0640);
   ASSERT_TRUE(writeOutput(out.string(), "second", problem)) << problem;
   EXPECT_EQ(contents(out), "second");
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(out.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u) << "the file keeps its mode";
   fs::create_symlink("plan.json", dir.path / "link.json");
@@ -88,9 +88,7 @@ TEST(OutputFile, AWriteThatFailsHalfWayLeavesTheOldFile) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit limit {
-      100, 100
-    };
+    struct rlimit limit{100, 100};
     ::setrlimit(RLIMIT_FSIZE, &limit);
     std::string reason;
     bool ok = writeOutput(out.string(), std::string(100000, 'x'), reason);
