@@ -1,6 +1,7 @@
 //===- Checkpoint.cpp - Checkpoints that reshard --------------------------===//
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfWeights.h"
 
 #include "runtime/config/LearningRate.h"
@@ -39,68 +40,6 @@ std::vector<int64_t> shapeOf(const ParamSpec &spec) {
 }
 
 std::string stepName(int64_t step) { return "step-" + std::to_string(step); }
-
-[[noreturn]] void systemError(const std::string &what,
-                              const std::string &path) {
-  throw std::runtime_error("checkpoint: cannot " + what + " '" + path +
-                           "': " + std::strerror(errno));
-}
-
-/// An open file descriptor, closed on scope exit.
-class File {
-public:
-  File(const std::string &path, int flags) : path(path) {
-    fd = ::open(path.c_str(), flags, 0644);
-    if (fd < 0)
-      systemError("open", path);
-  }
-  ~File() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-  File(const File &) = delete;
-  File &operator=(const File &) = delete;
-  void writeAt(const void *data, int64_t bytes, int64_t offset) {
-    const char *p = static_cast<const char *>(data);
-    while (bytes > 0) {
-      ssize_t n = ::pwrite(fd, p, static_cast<size_t>(bytes), offset);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        systemError("write", path);
-      p += n;
-      bytes -= n;
-      offset += n;
-    }
-  }
-  void readAt(void *data, int64_t bytes, int64_t offset) {
-    char *p = static_cast<char *>(data);
-    while (bytes > 0) {
-      ssize_t n = ::pread(fd, p, static_cast<size_t>(bytes), offset);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        systemError("read", path);
-      p += n;
-      bytes -= n;
-      offset += n;
-    }
-  }
-  void sync() {
-    if (::fsync(fd) != 0)
-      systemError("sync", path);
-  }
-  void resize(int64_t bytes) {
-    if (::ftruncate(fd, bytes) != 0)
-      systemError("size", path);
-  }
-
-  const std::string &name() const { return path; }
-
-private:
-  std::string path;
-  int fd = -1;
-};
 
 void syncDirectory(const std::string &dir) {
   File d(dir, O_RDONLY | O_DIRECTORY);

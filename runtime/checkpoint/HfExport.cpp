@@ -3,6 +3,7 @@
 #include "runtime/checkpoint/HfExport.h"
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfWeights.h"
 #include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/Parameters.h"
@@ -72,21 +73,11 @@ struct OutTensor {
 };
 
 /// Reads a checkpoint tensor (F32, global [rows, cols]) whole.
-std::vector<float> readTensor(int fd, const safetensors::Header &header,
-                              const safetensors::TensorEntry &entry,
-                              const std::string &path) {
+std::vector<float> readTensor(File &file, const safetensors::Header &header,
+                              const safetensors::TensorEntry &entry) {
   std::vector<float> values(static_cast<size_t>((entry.end - entry.begin) / 4));
-  char *p = reinterpret_cast<char *>(values.data());
-  int64_t left = entry.end - entry.begin, at = header.dataOffset + entry.begin;
-  while (left > 0) {
-    ssize_t n = ::pread(fd, p, static_cast<size_t>(left), at);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      throw std::runtime_error(path + ": error: cannot read tensor '" +
-                               entry.name + "'");
-    p += n, left -= n, at += n;
-  }
+  file.readAt(values.data(), entry.end - entry.begin,
+              header.dataOffset + entry.begin);
   return values;
 }
 
@@ -156,12 +147,10 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     fs::create_directories(partial, ec);
     if (ec)
       return partial.string() + ": error: cannot create it: " + ec.message();
-    int fd = ::open(modelPath.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return modelPath + ": error: cannot open it: " + std::strerror(errno);
     nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
     int64_t total = 0;
     try {
+      File model(modelPath, O_RDONLY | O_CLOEXEC);
       for (size_t s = 0; s < shards.size(); ++s) {
         char name[64];
         if (shards.size() == 1)
@@ -184,7 +173,7 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
           if (!entry)
             throw std::runtime_error(modelPath + ": error: no tensor '" +
                                      t.source + "'");
-          std::vector<float> v = readTensor(fd, ckpt->model, *entry, modelPath);
+          std::vector<float> v = readTensor(model, ckpt->model, *entry);
           std::vector<float> hf(v.size());
           for (int64_t r = 0; r < t.rows; ++r)
             for (int64_t c = 0; c < t.cols; ++c)
@@ -209,11 +198,9 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
           throw std::runtime_error(file.string() + ": error: cannot write it");
       }
     } catch (const std::exception &e) {
-      ::close(fd);
       fs::remove_all(partial, ec);
       return e.what();
     }
-    ::close(fd);
     if (shards.size() > 1) {
       nlohmann::ordered_json index;
       index["metadata"] = {{"total_size", total}};

@@ -121,10 +121,13 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
   if (auto eps = v.number(arch, at, "norm_eps", 0, true, 1, true,
                           "the epsilon of the module's norms"))
     module.normEps = *eps;
+  // An optional true/false key into `out`.
+  auto flag = [&](const char *key, const char *meaning, bool &out) {
+    if (auto b = v.boolean(arch, at, key, meaning))
+      out = *b;
+  };
   if (module.kind != ModuleKind::Language) {
-    if (auto bias =
-            v.boolean(arch, at, "bias", "biases on q, k, v, o, fc1 and fc2"))
-      module.bias = *bias;
+    flag("bias", "biases on q, k, v, o, fc1 and fc2", module.bias);
     if (auto kind =
             v.choice(arch, at, "position_embeddings", false,
                      {"none", "learned"}, "the encoder's position embeddings"))
@@ -143,10 +146,6 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
               "position-embedding table (CLIP ViT-L/14 at 336 px: 577, the "
               "class token's included)");
     }
-    auto flag = [&](const char *key, const char *meaning, bool &out) {
-      if (auto b = v.boolean(arch, at, key, meaning))
-        out = *b;
-    };
     flag("pre_norm", "a LayerNorm before the layers (CLIP)", module.preNorm);
     flag("final_norm", "a LayerNorm after the layers (SigLIP)",
          module.finalNorm);
@@ -180,11 +179,9 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
       module.projectorActivation = *kind;
     return;
   }
-  if (auto bias = v.boolean(arch, at, "qkv_bias", "biases on q, k and v"))
-    module.qkvBias = *bias;
-  if (auto tie = v.boolean(arch, at, "tie_embeddings",
-                           "whether the head is the embedding's transpose"))
-    module.tieEmbeddings = *tie;
+  flag("qkv_bias", "biases on q, k and v", module.qkvBias);
+  flag("tie_embeddings", "whether the head is the embedding's transpose",
+       module.tieEmbeddings);
   if (auto groups = v.integer(arch, at, "num_query_groups", false, 1,
                               "the key and value heads (GQA)", kMaxWidth)) {
     module.numQueryGroups = *groups;

@@ -15,6 +15,18 @@ namespace mimo::exec {
 
 using namespace ops;
 
+namespace {
+
+/// 0, 1, ..., n - 1: the rows of a dense block, for copyRows.
+std::vector<int64_t> firstRows(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (size_t r = 0; r < rows.size(); ++r)
+    rows[r] = static_cast<int64_t>(r);
+  return rows;
+}
+
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // Encoder
 //===----------------------------------------------------------------------===//
@@ -144,10 +156,7 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
     store(patches);
     if (classToken != kNone) {
       x = ops::zeros(W * H);
-      std::vector<int64_t> identity(static_cast<size_t>(rows));
-      for (int64_t r = 0; r < rows; ++r)
-        identity[static_cast<size_t>(r)] = r;
-      copyRows(x, c.patchRow, patches, identity, H);
+      copyRows(x, c.patchRow, patches, firstRows(rows), H);
       Tensor token = vectorOf(parameters[classToken]);
       copyRows(x, c.classRow, token, std::vector<int64_t>(c.classRow.size(), 0),
                H);
@@ -190,10 +199,7 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
                     c.finalRstd, W);
     if (classToken != kNone) { // the class token's rows are dropped
       Tensor kept = empty(rows * H);
-      std::vector<int64_t> identity(static_cast<size_t>(rows));
-      for (int64_t r = 0; r < rows; ++r)
-        identity[static_cast<size_t>(r)] = r;
-      copyRows(kept, identity, x, c.patchRow, H);
+      copyRows(kept, firstRows(rows), x, c.patchRow, H);
       x = std::move(kept);
     }
     int64_t O = outHidden;
@@ -275,10 +281,7 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
                    dx.data(), weightGrad(P[proj1W]), rows, H, O);
     if (classToken != kNone) { // the dropped rows get no gradient
       Tensor wide = ops::zeros(W * H);
-      std::vector<int64_t> identity(static_cast<size_t>(rows));
-      for (int64_t r = 0; r < rows; ++r)
-        identity[static_cast<size_t>(r)] = r;
-      copyRows(wide, c.patchRow, dx, identity, H);
+      copyRows(wide, c.patchRow, dx, firstRows(rows), H);
       dx = std::move(wide);
     }
     std::vector<size_t> done = {proj1W, proj1B};
@@ -324,17 +327,10 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
     if (classToken != kNone) {
       const int64_t S = static_cast<int64_t>(c.classRow.size());
       Tensor tokenRows = empty(S * H), patchRows = empty(rows * H);
-      std::vector<int64_t> identity(static_cast<size_t>(std::max(S, rows)));
-      for (size_t r = 0; r < identity.size(); ++r)
-        identity[r] = static_cast<int64_t>(r);
-      copyRows(tokenRows,
-               std::vector<int64_t>(identity.begin(), identity.begin() + S), dx,
-               c.classRow, H);
+      copyRows(tokenRows, firstRows(S), dx, c.classRow, H);
       dev.biasBackward(tokenRows.data(), parameters[classToken].grad.data(), S,
                        H);
-      copyRows(patchRows,
-               std::vector<int64_t>(identity.begin(), identity.begin() + rows),
-               dx, c.patchRow, H);
+      copyRows(patchRows, firstRows(rows), dx, c.patchRow, H);
       dx = std::move(patchRows);
     }
     if (patchB != kNone)

@@ -191,12 +191,7 @@ def run_vlm(bin_dir, work):
         json.dump(model, open(path, "w"), indent=1)
         try:
             got = run_mimo(bin_dir, work, f"vlm-{name}", path, 1)[0]["loss"]
-            r = rel(got, want)
-            ok = r <= TOL
-            print(f"{'ok  ' if ok else 'FAIL'} vlm/{name}: twin {want:.8f} "
-                  f"mimo {got:.8f} rel {r:.2e}")
-            if not ok:
-                failures.append(f"vlm/{name}: rel {r:.2e}")
+            compare(f"vlm/{name}", want, got, failures)
         except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
             print(f"FAIL vlm/{name}: {e}")
             failures.append(f"vlm/{name}")
@@ -277,6 +272,16 @@ def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None):
 
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
+
+
+def compare(tag, want, got, failures):
+    """One line for a loss of mimo's against the twin's; a mismatch beyond
+    TOL joins `failures`."""
+    r = rel(got, want)
+    print(f"{'ok  ' if r <= TOL else 'FAIL'} {tag}: twin {want:.8f} "
+          f"mimo {got:.8f} rel {r:.2e}")
+    if r > TOL:
+        failures.append(f"{tag}: rel {r:.2e}")
 
 
 # --------------------------------------------------------------------------
@@ -427,21 +432,14 @@ def run_export(bin_dir, work, samples, data_path, case):
         with torch.no_grad():
             second = exported.loss(samples[GLOBAL_BATCH:2 * GLOBAL_BATCH]).item()
             first = exported.loss(samples[:GLOBAL_BATCH]).item()
-        r = rel(lines[1]["loss"], second)
-        print(f"{'ok  ' if r <= TOL else 'FAIL'} {case}/export: the twin on the "
-              f"export, step 2's batch {second:.8f}, mimo's step 2 "
-              f"{lines[1]['loss']:.8f} rel {r:.2e}")
-        if r > TOL:
-            failures.append(f"{case}/export: rel {r:.2e}")
+        # The twin on the export, step 2's batch, against mimo's step 2.
+        compare(f"{case}/export", second, lines[1]["loss"], failures)
         again = os.path.join(work, tag + "-again.json")
         model_json(again, "twin", arch_extra, {}, folder, data_path,
                    init_format="hf")
         got = run_mimo(bin_dir, work, tag + "-again", again, 1)[0]["loss"]
-        r = rel(got, first)
-        print(f"{'ok  ' if r <= TOL else 'FAIL'} {case}/re-import: mimo from "
-              f"the export {got:.8f}, the twin {first:.8f} rel {r:.2e}")
-        if r > TOL:
-            failures.append(f"{case}/re-import: rel {r:.2e}")
+        # mimo from the export against the twin on it, step 1's batch.
+        compare(f"{case}/re-import", first, got, failures)
     except (RunError, subprocess.TimeoutExpired, OSError, ValueError,
             KeyError) as e:
         print(f"FAIL {case}/export: {e}")
@@ -527,12 +525,7 @@ def run_case(args, bin_dir, work, samples, data_path, case):
                 print(f"FAIL {case}/{layout}: twin {want:.8f} mimo failed:\n{err}")
                 failures.append(f"{case}/{layout}: run failed")
                 continue
-            r = rel(got, want)
-            ok = r <= TOL
-            print(f"{'ok  ' if ok else 'FAIL'} {case}/{layout}: twin {want:.8f} "
-                  f"mimo {got:.8f} rel {r:.2e}")
-            if not ok:
-                failures.append(f"{case}/{layout}: rel {r:.2e}")
+            compare(f"{case}/{layout}", want, got, failures)
     return failures
 
 
