@@ -6,7 +6,7 @@
 # tests/fuzz/corpus/TARGET; a crash is copied to tests/fuzz/crashes/TARGET/,
 # where ctest replays it on every build once committed with its fix.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
-#   targets: model-json plan jsonl indexed safetensors checkpoint-state
+#   targets: model-json plan jsonl indexed safetensors checkpoint-state hf-folder
 # Needs clang and libFuzzer (Debian: clang-19 libfuzzer-19-dev).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 ((${#targets[@]})) ||
-  targets=(model-json plan jsonl indexed safetensors checkpoint-state)
+  targets=(model-json plan jsonl indexed safetensors checkpoint-state hf-folder)
 jobs=${JOBS:-$(nproc)}
 
 cxx=""

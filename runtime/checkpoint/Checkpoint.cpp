@@ -253,6 +253,7 @@ std::optional<ModuleWeights> openModuleWeights(const std::string &path,
       return std::nullopt;
     weights.dir = path;
     weights.hf = std::make_shared<const HfFolder>(std::move(*folder));
+    weights.hfModule = std::make_shared<const ModuleConfig>(module);
     return weights;
   }
   std::optional<std::string> dir = checkpointStepDir(path, error);
@@ -546,7 +547,7 @@ void finishCheckpoint(const std::string &dir, int64_t step,
 void readModuleWeights(const ModuleWeights &weights,
                        const std::vector<Param *> &params) {
   if (weights.hf) {
-    readHfWeights(*weights.hf, weights.module, params);
+    readHfWeights(*weights.hf, *weights.hfModule, params);
     return;
   }
   File model((fs::path(weights.dir) / kModelFile).string(), O_RDONLY);

@@ -94,7 +94,10 @@ struct HfFolder;
 struct ModuleWeights {
   std::string dir, module;
   safetensors::Header model;
+  /// A Hugging Face folder, and the module it initialises (its kind and
+  /// arch decide the names).
   std::shared_ptr<const HfFolder> hf;
+  std::shared_ptr<const ModuleConfig> hfModule;
 };
 
 /// Opens the checkpoint at `path` for `module`'s weights: every parameter

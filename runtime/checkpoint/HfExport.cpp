@@ -10,6 +10,7 @@
 #include "runtime/device/KernelBodies.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,38 @@ nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
   return c;
 }
 
+nlohmann::ordered_json hfVisionConfigOf(const ModelConfig &config,
+                                        const ModuleConfig &m,
+                                        const std::string &dtype) {
+  std::string why;
+  const bool clip = visionFamilyOf(m, why) == VisionFamily::Clip;
+  const PatchGeometry patch = patchGeometryOf(m.featureDim);
+  const int64_t grid = m.maxPositions - (m.classToken ? 1 : 0);
+  const auto side =
+      static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(grid))));
+  nlohmann::ordered_json c;
+  c["architectures"] = {clip ? "CLIPVisionModel" : "SiglipVisionModel"};
+  c["model_type"] = clip ? "clip_vision_model" : "siglip_vision_model";
+  c["hidden_size"] = m.hiddenSize;
+  c["intermediate_size"] = m.ffnHiddenSize;
+  c["num_hidden_layers"] = m.numLayers;
+  c["num_attention_heads"] = m.numHeads;
+  c["num_channels"] = patch.channels;
+  c["patch_size"] = patch.patch;
+  c["image_size"] = side * patch.patch;
+  c["hidden_act"] = hfActivationName(m.activation);
+  c["layer_norm_eps"] = m.normEps;
+  c["attention_dropout"] = 0.0;
+  // LLaVA's keys for the tower's output and the projector.
+  c["vision_feature_layer"] = m.outputLayer;
+  c["vision_feature_select_strategy"] = m.classToken ? "default" : "full";
+  c["projector_hidden_act"] = hfActivationName(m.projectorActivation);
+  c["projector_hidden_size"] = config.language().hiddenSize;
+  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  c["transformers_version"] = "4.45.0";
+  return c;
+}
+
 namespace {
 
 struct OutTensor {
@@ -99,14 +132,16 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     return out + ": error: cannot create it: " + ec.message();
   const int64_t esize = dtype == "bf16" ? 2 : 4;
   for (const ModuleConfig &module : config.modules) {
-    if (module.kind != ModuleKind::Language) {
+    const bool language = module.kind == ModuleKind::Language;
+    std::string why;
+    if (!language && !visionFamilyOf(module, why)) {
       written.push_back("module '" + module.name +
-                        "' (an encoder): not exported; encoders have no "
-                        "Hugging Face family in this version (its weights "
-                        "stay in " +
-                        ckpt->dir + ")");
+                        "' (an encoder): not exported: " + why +
+                        " (its weights stay in " + ckpt->dir + ")");
       continue;
     }
+    const std::string visionPrefix = "vision_model.",
+                      projectorPrefix = "multi_modal_projector.";
     const fs::path final = fs::path(out) / module.name;
     if (fs::exists(final, ec))
       return final.string() +
@@ -116,7 +151,9 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     std::vector<OutTensor> tensors;
     for (const ParamSpec &spec :
          stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
-      std::optional<HfSource> source = hfLanguageSource("", spec.local);
+      std::optional<HfSource> source =
+          language ? hfLanguageSource("", spec.local)
+                   : hfVisionSource(visionPrefix, projectorPrefix, spec.local);
       if (!source)
         return "mimo-run: error: parameter '" + spec.name() +
                "' has no Hugging Face name";
@@ -128,6 +165,10 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
                 : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
                                : std::vector<int64_t>{spec.rows, spec.cols};
+      if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
+        const PatchGeometry patch = patchGeometryOf(module.featureDim);
+        t.shape = {spec.cols, patch.channels, patch.patch, patch.patch};
+      }
       t.bytes = spec.rows * spec.cols * esize;
       tensors.push_back(std::move(t));
     }
@@ -209,7 +250,10 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
           << index.dump(2) << "\n";
     }
     std::ofstream cfg(partial / "config.json");
-    cfg << hfConfigOf(config, module, dtype).dump(2) << "\n";
+    cfg << (language ? hfConfigOf(config, module, dtype)
+                     : hfVisionConfigOf(config, module, dtype))
+               .dump(2)
+        << "\n";
     cfg.close();
     if (!cfg) {
       fs::remove_all(partial, ec);

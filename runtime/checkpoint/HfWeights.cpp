@@ -36,12 +36,6 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return out + "]";
 }
 
-std::string numberText(double x) {
-  std::ostringstream out;
-  out << x;
-  return out.str();
-}
-
 /// A read-only mapping of a whole file (the page cache's pages: a rank
 /// touches only the ones of its blocks).
 class Mapping {
@@ -51,7 +45,7 @@ public:
     if (fd < 0)
       throw std::runtime_error(
           path + ": error: cannot open it: " + std::strerror(errno));
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
       ::close(fd);
       throw std::runtime_error(path + ": error: cannot read its size");
@@ -139,20 +133,6 @@ bool ignoredTensor(const std::string &name, const std::string &prefix,
 
 } // namespace
 
-HfFolder &HfFolder::operator=(HfFolder &&other) noexcept {
-  dir = std::move(other.dir);
-  configPath = std::move(other.configPath);
-  // `text` points into `config`: re-point it after the move.
-  std::string pointer = other.textPointer;
-  config = std::move(other.config);
-  textPointer = pointer;
-  text = pointer.empty() ? &config : &config["text_config"];
-  files = std::move(other.files);
-  fileOf = std::move(other.fileOf);
-  languagePrefix = std::move(other.languagePrefix);
-  return *this;
-}
-
 const safetensors::TensorEntry *HfFolder::find(const std::string &name) const {
   auto it = fileOf.find(name);
   return it == fileOf.end() ? nullptr : files[it->second].header.find(name);
@@ -175,10 +155,18 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
     return std::nullopt;
   }
   folder.config = std::move(*config);
-  const bool llava = folder.config.contains("text_config") &&
-                     folder.config["text_config"].is_object();
+  const json &c = folder.config;
+  const bool llava = c.contains("text_config") && c["text_config"].is_object();
   folder.textPointer = llava ? "/text_config" : "";
-  folder.text = llava ? &folder.config["text_config"] : &folder.config;
+  folder.text = llava ? c["text_config"] : c;
+  if (c.contains("vision_config") && c["vision_config"].is_object()) {
+    folder.visionPointer = "/vision_config";
+    folder.vision = c["vision_config"];
+  } else if (c.contains("model_type") && c["model_type"].is_string() &&
+             (c["model_type"] == "clip_vision_model" ||
+              c["model_type"] == "siglip_vision_model")) {
+    folder.vision = c;
+  }
 
   // The shards: the index's weight_map, else the single file.
   std::vector<std::string> names;
@@ -247,235 +235,56 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
               folder.find("language_model.model.norm.weight")
           ? "language_model."
           : "";
+  folder.visionPrefix =
+      folder.find("vision_tower.vision_model.embeddings.patch_embedding.weight")
+          ? "vision_tower.vision_model."
+          : "vision_model.";
+  folder.projectorPrefix = folder.find("multi_modal_projector.linear_1.weight")
+                               ? "multi_modal_projector."
+                               : "";
   return folder;
 }
 
-std::optional<HfSource> hfLanguageSource(const std::string &prefix,
-                                         const std::string &local) {
-  const std::string m = prefix + "model.";
-  if (local == "embedding")
-    return HfSource{m + "embed_tokens.weight", false};
-  if (local == "final_norm")
-    return HfSource{m + "norm.weight", false};
-  if (local == "head")
-    return HfSource{prefix + "lm_head.weight", true};
-  // layers.L.NAME
-  if (local.rfind("layers.", 0) != 0)
-    return std::nullopt;
-  size_t dot = local.find('.', 7);
-  if (dot == std::string::npos)
-    return std::nullopt;
-  const std::string layer = m + local.substr(0, dot) + ".";
-  const std::string name = local.substr(dot + 1);
-  static const std::map<std::string, std::pair<const char *, bool>> map = {
-      {"attn_norm", {"input_layernorm.weight", false}},
-      {"mlp_norm", {"post_attention_layernorm.weight", false}},
-      {"wq", {"self_attn.q_proj.weight", true}},
-      {"wk", {"self_attn.k_proj.weight", true}},
-      {"wv", {"self_attn.v_proj.weight", true}},
-      {"wo", {"self_attn.o_proj.weight", true}},
-      {"bq", {"self_attn.q_proj.bias", false}},
-      {"bk", {"self_attn.k_proj.bias", false}},
-      {"bv", {"self_attn.v_proj.bias", false}},
-      {"gate", {"mlp.gate_proj.weight", true}},
-      {"up", {"mlp.up_proj.weight", true}},
-      {"down", {"mlp.down_proj.weight", true}},
-  };
-  auto it = map.find(name);
-  if (it == map.end())
-    return std::nullopt;
-  return HfSource{layer + it->second.first, it->second.second};
-}
-
-std::vector<Diagnostic> hfConfigProblems(const HfFolder &folder,
-                                         const ModuleConfig &module) {
-  std::vector<Diagnostic> problems;
-  const json &c = *folder.text;
-  const std::string arch = module.pointer + "/arch/";
-  auto where = [&](const std::string &key) {
-    return folder.textPointer + "/" + key + " of " + folder.configPath;
-  };
-  auto problem = [&](const std::string &key, const std::string &message) {
-    problems.push_back(Diagnostic::error(arch + key, message));
-  };
-  if (module.kind != ModuleKind::Language) {
-    problems.push_back(Diagnostic::error(
-        module.pointer + "/init/format",
-        "Hugging Face folders initialise the language module in this "
-        "version (Llama, Mistral, Qwen2); start encoder '" +
-            module.name +
-            "' from a mimo checkpoint (\"mimo\") or leave init "
-            "out"));
-    return problems;
-  }
-  const std::string type =
-      c.contains("model_type") && c["model_type"].is_string()
-          ? c["model_type"].get<std::string>()
-          : "";
-  if (type != "llama" && type != "mistral" && type != "qwen2") {
-    problems.push_back(Diagnostic::error(
-        module.pointer + "/init/from",
-        "the folder's model is " +
-            (type.empty() ? std::string("of no model_type")
-                          : "a '" + type + "'") +
-            " (" + where("model_type") +
-            "); mimo's language model reads the Llama, Mistral and Qwen2 "
-            "families"));
-    return problems;
-  }
-  // An integer size of config.json against arch.
-  auto size = [&](const char *key, const char *hfKey, int64_t mine,
-                  std::optional<int64_t> fallback = std::nullopt) {
-    std::optional<int64_t> theirs = fallback;
-    if (c.contains(hfKey) && c[hfKey].is_number_integer())
-      theirs = c[hfKey].get<int64_t>();
-    if (!theirs) {
-      problem(key, std::string("config.json gives no integer ") + hfKey + " (" +
-                       where(hfKey) + ")");
-      return;
-    }
-    if (*theirs != mine)
-      problem(key, std::to_string(mine) + " here, but " + where(hfKey) +
-                       " is " + std::to_string(*theirs) + ": set arch." + key +
-                       " to " + std::to_string(*theirs) +
-                       " (the pretrained model's)");
-  };
-  auto number = [&](const char *key, const char *hfKey, double mine,
-                    double fallback) {
-    double theirs = fallback;
-    if (c.contains(hfKey) && c[hfKey].is_number())
-      theirs = c[hfKey].get<double>();
-    if (std::abs(theirs - mine) > 1e-9 * std::max(std::abs(theirs), 1e-30))
-      problem(key, numberText(mine) + " here, but " + where(hfKey) + " is " +
-                       numberText(theirs) + ": set arch." + key + " to " +
-                       numberText(theirs));
-  };
-  auto flag = [&](const char *key, const std::string &hfKey, bool mine,
-                  bool theirs) {
-    if (mine != theirs)
-      problem(key, std::string(mine ? "true" : "false") + " here, but " +
-                       where(hfKey) + " makes it " +
-                       (theirs ? "true" : "false") + ": set arch." + key +
-                       " to " + (theirs ? "true" : "false"));
-  };
-  size("vocab_size", "vocab_size", module.vocabSize);
-  size("hidden_size", "hidden_size", module.hiddenSize);
-  size("num_layers", "num_hidden_layers", module.numLayers);
-  size("num_heads", "num_attention_heads", module.numHeads);
-  size("ffn_hidden_size", "intermediate_size", module.ffnHiddenSize);
-  std::optional<int64_t> heads;
-  if (c.contains("num_attention_heads") &&
-      c["num_attention_heads"].is_number_integer())
-    heads = c["num_attention_heads"].get<int64_t>();
-  size("num_query_groups", "num_key_value_heads", module.kvHeads(), heads);
-  if (c.contains("head_dim") && c["head_dim"].is_number_integer() &&
-      module.numHeads > 0 &&
-      c["head_dim"].get<int64_t>() != module.hiddenSize / module.numHeads)
-    problem("num_heads", where("head_dim") + " is " +
-                             std::to_string(c["head_dim"].get<int64_t>()) +
-                             ", not hidden_size / num_attention_heads: mimo's "
-                             "heads are hidden_size / num_heads wide");
-  number("rope_theta", "rope_theta", module.ropeTheta, 10000.0);
-  number("norm_eps", "rms_norm_eps", module.normEps, 1e-6);
-  const bool tied = c.contains("tie_word_embeddings") &&
-                    c["tie_word_embeddings"].is_boolean() &&
-                    c["tie_word_embeddings"].get<bool>();
-  flag("tie_embeddings", "tie_word_embeddings", module.tieEmbeddings, tied);
-  // Qwen2 always has q, k, v biases; Llama's attention_bias also puts one
-  // on o, which mimo has not.
-  const bool llamaBias = c.contains("attention_bias") &&
-                         c["attention_bias"].is_boolean() &&
-                         c["attention_bias"].get<bool>();
-  if (type == "qwen2")
-    flag("qkv_bias", "model_type", module.qkvBias, true);
-  else if (llamaBias)
-    problem("qkv_bias", where("attention_bias") +
-                            " is true: biases on q, k, v and o, and mimo's "
-                            "language model has none on o");
-  else
-    flag("qkv_bias", "attention_bias", module.qkvBias, false);
-  if (c.contains("mlp_bias") && c["mlp_bias"].is_boolean() &&
-      c["mlp_bias"].get<bool>())
-    problem("ffn_hidden_size",
-            where("mlp_bias") + " is true: mimo's SwiGLU has no biases");
-  if (c.contains("hidden_act") && c["hidden_act"] != "silu")
-    problem("ffn_hidden_size", where("hidden_act") + " is " +
-                                   briefJson(c["hidden_act"]) +
-                                   ": mimo's language MLP is SwiGLU (silu)");
-  // RoPE's rescaling.
-  const json *scaling =
-      c.contains("rope_scaling") && c["rope_scaling"].is_object()
-          ? &c["rope_scaling"]
-          : nullptr;
-  if (scaling) {
-    auto text = [&](const char *key) {
-      auto it = scaling->find(key);
-      return it != scaling->end() && it->is_string() ? it->get<std::string>()
-                                                     : std::string();
-    };
-    std::string kind = text("rope_type");
-    if (kind.empty())
-      kind = text("type");
-    if (kind != "llama3" && kind != "default") {
-      problem("rope_scaling",
-              where("rope_scaling") + " is of type '" + kind +
-                  "', which mimo does not compute (it computes \"llama3\")");
-    } else if (kind == "llama3") {
-      if (!module.ropeScaling) {
-        problem("rope_scaling", "absent here, but " + where("rope_scaling") +
-                                    " rescales RoPE (llama3): copy it into "
-                                    "arch.rope_scaling with type \"llama3\"");
-      } else {
-        const RopeScaling &r = *module.ropeScaling;
-        auto same = [&](const char *key, double mine) {
-          auto it = scaling->find(key);
-          double theirs = it != scaling->end() && it->is_number()
-                              ? it->get<double>()
-                              : std::nan("");
-          if (!(std::abs(theirs - mine) <= 1e-9 * std::abs(theirs)))
-            problem(std::string("rope_scaling/") + key,
-                    numberText(mine) + " here, but " +
-                        where(std::string("rope_scaling/") + key) + " is " +
-                        numberText(theirs));
-        };
-        same("factor", r.factor);
-        same("low_freq_factor", r.lowFreqFactor);
-        same("high_freq_factor", r.highFreqFactor);
-        same("original_max_position_embeddings", r.originalMaxPositions);
-      }
-    } else if (module.ropeScaling) {
-      problem("rope_scaling", "set here, but " + where("rope_scaling") +
-                                  " does not rescale RoPE: remove it");
-    }
-  } else if (module.ropeScaling) {
-    problem("rope_scaling", "set here, but " + where("rope_scaling") +
-                                " is absent (no rescaling): remove it");
-  }
-  return problems;
+std::optional<HfSource> HfFolder::sourceOf(const ModuleConfig &module,
+                                           const std::string &local) const {
+  if (module.kind == ModuleKind::Language)
+    return hfLanguageSource(languagePrefix, local);
+  return hfVisionSource(visionPrefix, projectorPrefix, local);
 }
 
 std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
                             const ModuleConfig &module) {
-  const std::string &prefix = folder.languagePrefix;
+  const bool language = module.kind == ModuleKind::Language;
   std::set<std::string> used;
   for (const ParamSpec &spec :
        stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
-    std::optional<HfSource> source = hfLanguageSource(prefix, spec.local);
-    if (!source)
+    std::optional<HfSource> source = folder.sourceOf(module, spec.local);
+    if (!source) {
+      if (!language && spec.local.rfind("projection.", 0) == 0)
+        continue; // no projector in the folder: mimo's init
       return folder.dir + ": error: mimo's parameter '" + spec.name() +
              "' has no Hugging Face name (docs/pretrained.md)";
+    }
     const safetensors::TensorEntry *t = folder.find(source->name);
     if (!t)
       return folder.dir + ": error: tensor '" + source->name +
              "' is missing (mimo's '" + spec.name() +
-             "'): the folder is of another architecture, or incomplete";
+             "'): the folder is of another architecture, or incomplete "
+             "(check arch)";
     used.insert(source->name);
     std::vector<int64_t> want =
         spec.rows == 1       ? std::vector<int64_t>{spec.cols}
         : source->transposed ? std::vector<int64_t>{spec.cols, spec.rows}
                              : std::vector<int64_t>{spec.rows, spec.cols};
     const std::string &file = folder.files[folder.fileOf.at(t->name)].path;
-    if (t->shape != want)
+    // The patch convolution's [hidden, C, p, p] is [hidden, C·p·p].
+    std::vector<int64_t> shape = t->shape;
+    if (spec.local == "patch.weight" && shape.size() == 4 &&
+        shape[1] * shape[2] * shape[3] == spec.rows) {
+      shape = {shape[0], spec.rows};
+      want = {spec.cols, spec.rows};
+    }
+    if (shape != want)
       return file + ": error: tensor '" + t->name + "' has shape " +
              shapeText(t->shape) + ", but mimo's '" + spec.name() + "' needs " +
              shapeText(want) +
@@ -484,29 +293,46 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
       return file + ": error: tensor '" + t->name + "' is " + t->dtype +
              "; mimo reads BF16, F16 and F32 weights";
   }
-  // What the folder holds of the language model beyond its parameters.
+  // What the folder holds of the module beyond its parameters (a LLaVA
+  // folder's other modules are theirs).
   for (const auto &[name, f] : folder.fileOf) {
-    const bool language = name.rfind(prefix + "model.", 0) == 0 ||
-                          name.rfind(prefix + "lm_head.", 0) == 0;
-    if (!language || used.count(name) ||
-        ignoredTensor(name, prefix, module.tieEmbeddings))
+    if (used.count(name))
+      continue;
+    bool ours = false, unused = false;
+    if (language) {
+      const std::string &prefix = folder.languagePrefix;
+      ours = name.rfind(prefix + "model.", 0) == 0 ||
+             name.rfind(prefix + "lm_head.", 0) == 0;
+      unused = ignoredTensor(name, prefix, module.tieEmbeddings);
+    } else if (name.rfind(folder.visionPrefix, 0) == 0) {
+      ours = true;
+      unused = hfVisionUnused(name.substr(folder.visionPrefix.size()), module);
+    } else {
+      ours = !folder.projectorPrefix.empty() &&
+             name.rfind(folder.projectorPrefix, 0) == 0;
+    }
+    if (!ours || unused)
       continue;
     return folder.files[f].path + ": error: tensor '" + name +
            "' is not a parameter of this model (module '" + module.name +
-           "'): the folder is of another architecture (check arch: "
-           "num_layers, qkv_bias, tie_embeddings)";
+           "'): the folder is of another architecture (check arch: " +
+           (language ? "num_layers, qkv_bias, tie_embeddings"
+                     : "num_layers, final_norm, patch_bias, projector") +
+           ")";
   }
   return "";
 }
 
-void readHfWeights(const HfFolder &folder, const std::string &module,
+void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params) {
   std::map<size_t, std::unique_ptr<Mapping>> maps;
-  const std::string moduleDot = module + ".";
+  const std::string moduleDot = module.name + ".";
   for (Param *p : params) {
     const std::string local = p->name.substr(moduleDot.size());
-    std::optional<HfSource> source =
-        hfLanguageSource(folder.languagePrefix, local);
+    std::optional<HfSource> source = folder.sourceOf(module, local);
+    if (!source && module.kind == ModuleKind::Encoder &&
+        local.rfind("projection.", 0) == 0)
+      continue; // no projector in the folder: mimo's init stays
     const safetensors::TensorEntry *t =
         source ? folder.find(source->name) : nullptr;
     if (!t)

@@ -3,19 +3,19 @@
 // docs/pretrained.md: a module's `"init": {"from": DIR, "format": "hf"}`.
 // DIR is a Hugging Face model folder: config.json and model.safetensors,
 // or shards named by model.safetensors.index.json. The language model
-// reads the Llama, Mistral and Qwen2 families (LlamaForCausalLM's names:
-// model.embed_tokens, model.layers.N.self_attn.q_proj, ..., lm_head; also
-// under a LLaVA checkpoint's language_model. prefix, its config.json's
-// text_config). config.json is checked against the module's `arch`,
-// every tensor against the parameters (missing, unexpected, shape,
-// dtype); each rank then reads only its own block of each tensor, through
-// a read-only mapping of the file, converting bf16, fp16 or fp32 to the
-// fp32 masters.
+// reads the Llama, Mistral and Qwen2 families, an encoder a CLIP or SigLIP
+// vision tower and LLaVA's projector where the folder has one (a LLaVA
+// folder serves both; checkpoint/HfNames.h has the names). config.json is
+// checked against the module's `arch`, every tensor against the
+// parameters (missing, unexpected, shape, dtype); each rank then reads
+// only its own block of each tensor, through a read-only mapping of the
+// file, converting bf16, fp16 or fp32 to the fp32 masters.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_CHECKPOINT_HFWEIGHTS_H
 #define MIMO_RUNTIME_CHECKPOINT_HFWEIGHTS_H
 
+#include "runtime/checkpoint/HfNames.h"
 #include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/json/Diagnostic.h"
@@ -34,12 +34,13 @@ struct Param;
 /// An opened Hugging Face folder: its config and every tensor's file.
 struct HfFolder {
   std::string dir, configPath;
-  /// config.json, and the part that describes the language model (itself,
-  /// or a LLaVA config's text_config) with its JSON pointer ("" or
-  /// "/text_config").
   nlohmann::json config;
-  const nlohmann::json *text = nullptr;
-  std::string textPointer;
+  /// The part of config.json that describes the language model (itself,
+  /// or a LLaVA config's text_config) and the vision tower's (a LLaVA,
+  /// CLIP or SigLIP config's vision_config, or itself for a CLIP or SigLIP
+  /// vision model; null when there is none), with their JSON pointers.
+  nlohmann::json text, vision;
+  std::string textPointer, visionPointer;
   struct File {
     std::string path;
     safetensors::Header header;
@@ -47,32 +48,24 @@ struct HfFolder {
   std::vector<File> files;
   /// Tensor name -> its file (an index into `files`).
   std::map<std::string, size_t> fileOf;
-  /// Where the language model's names begin ("" or "language_model.").
-  std::string languagePrefix;
-
-  HfFolder() = default;
-  HfFolder(const HfFolder &) = delete;
-  HfFolder &operator=(const HfFolder &) = delete;
-  HfFolder(HfFolder &&other) noexcept { *this = std::move(other); }
-  HfFolder &operator=(HfFolder &&other) noexcept;
+  /// Where the language model's names begin ("" or "language_model."),
+  /// the vision tower's ("vision_model." or "vision_tower.vision_model."),
+  /// and LLaVA's projector's ("multi_modal_projector.", or "" when the
+  /// folder has no projector).
+  std::string languagePrefix, visionPrefix, projectorPrefix;
 
   const safetensors::TensorEntry *find(const std::string &name) const;
+  /// The tensor `module`'s parameter `local` comes from; nullopt when the
+  /// folder has no such part (an encoder's projector then starts from
+  /// mimo's init).
+  std::optional<HfSource> sourceOf(const ModuleConfig &module,
+                                   const std::string &local) const;
 };
 
 /// Reads config.json and the safetensors headers of `dir`; nullopt with
 /// `error` ("PATH: error: ...") when a file is missing or malformed.
 std::optional<HfFolder> openHfFolder(const std::string &dir,
                                      std::string &error);
-
-/// The Hugging Face tensor a parameter of the language module comes from,
-/// and whether it is stored transposed there ([out, in] against mimo's
-/// [in, out]); nullopt for a parameter no such tensor holds.
-struct HfSource {
-  std::string name;
-  bool transposed = false;
-};
-std::optional<HfSource> hfLanguageSource(const std::string &prefix,
-                                         const std::string &local);
 
 /// Every disagreement between config.json and `module`'s arch (and what
 /// mimo does not compute), each at the model.json pointer of the key with
@@ -89,7 +82,7 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
 /// Every rank: the blocks of `params` (the module's, any layout) from the
 /// folder, converted to fp32; a value that is not finite is an error
 /// naming the file, the tensor and the element.
-void readHfWeights(const HfFolder &folder, const std::string &module,
+void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params);
 
 /// mimoc compile: every module whose init is a Hugging Face folder,

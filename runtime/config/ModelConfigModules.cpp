@@ -388,17 +388,8 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                                "the checkpoint folder the weights come from"))
         config.from = *from;
       if (auto format = v.choice(*init, at, "format", true, {"mimo", "hf"},
-                                 "what `from` holds")) {
+                                 "what `from` holds"))
         config.format = *format;
-        if (*format == "hf" && module.kind == ModuleKind::Encoder)
-          v.error(at + "/format",
-                  "Hugging Face folders (\"hf\") initialise the language "
-                  "model in this version (Llama, Mistral, Qwen2); start "
-                  "encoder '" +
-                      module.name +
-                      "' from a mimo checkpoint (\"mimo\") or leave init "
-                      "out");
-      }
       module.init = config;
     }
   }

@@ -440,4 +440,46 @@ mkdir -p "$work/requeue/step-1.tmp"
   pass "--save DIR --load DIR: a fresh start, then a resume" ||
   { cat "$work/rq1.out" "$work/rq2.out"; fail "requeue idiom"; }
 
+# docs/pretrained.md's worked example as a user runs it: its Hugging Face
+# folders written beside a copy of the model.json, LLaVA stage 1 from a
+# Llama 3.1 and a SigLIP (relative init paths), matching --reference and
+# under mpirun; then both modules exported and stage 2 started from them.
+numpy_python=""
+for py in /usr/bin/python3 python3; do
+  if "$py" -c "import numpy" 2>/dev/null; then numpy_python=$py; break; fi
+done
+if [ -z "$numpy_python" ]; then
+  fail "pretrained example: no python3 with numpy (scripts/setup.sh installs python3-numpy)"
+else
+  pre=$work/pretrained
+  mkdir -p "$pre"
+  cp "$examples/pretrained/llava-siglip.json" "$examples/pretrained/make-folders.py" "$pre/"
+  "$numpy_python" "$pre/make-folders.py" >/dev/null &&
+    "$bin/mimoc" compile -q "$pre/llava-siglip.json" -o "$work/llava-siglip.plan.json" &&
+    "$bin/mimo-run" "$work/llava-siglip.plan.json" --steps 2 --reference \
+      --metrics "$work/ls.ref.jsonl" >/dev/null &&
+    mpirun -np 2 "$bin/mimo-run" "$work/llava-siglip.plan.json" --steps 2 \
+      --metrics "$work/ls.mpi.jsonl" --save "$work/ls-save" >"$work/ls.out" 2>&1 &&
+    python3 "$here/compare_metrics.py" "$work/ls.mpi.jsonl" "$work/ls.ref.jsonl" 2 &&
+    pass "pretrained example: stage 1 from Hugging Face folders, mpirun matches --reference" ||
+    { cat "$work/ls.out"; fail "pretrained example"; }
+  "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
+    --export-hf "$pre/out" >"$work/ls-export.out" 2>&1 &&
+    grep -q "exported module 'images'" "$work/ls-export.out" &&
+    grep -q "exported module 'language'" "$work/ls-export.out" &&
+    python3 - "$pre" <<'PY' &&
+import json, sys
+pre = sys.argv[1]
+model = json.load(open(f"{pre}/llava-siglip.json"))
+for module in model["modules"]:
+    module["init"]["from"] = "out/" + module["name"]
+model["modules"][1].pop("freeze")  # stage 2: the language model trains
+json.dump(model, open(f"{pre}/stage2.json", "w"))
+PY
+    "$bin/mimoc" compile -q "$pre/stage2.json" -o "$work/stage2.plan.json" &&
+    "$bin/mimo-run" "$work/stage2.plan.json" --steps 2 >"$work/ls2.out" 2>&1 &&
+    pass "pretrained example: exported as two Hugging Face folders, stage 2 starts from them" ||
+    { cat "$work/ls-export.out" "$work/ls2.out"; fail "pretrained example export"; }
+fi
+
 finish

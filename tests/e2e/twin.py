@@ -26,15 +26,14 @@ Cases:
   qwen2   Qwen2: biases on q, k and v (before RoPE), GQA, rope_theta 1e6
   tied    the head tied to the embedding (tie_embeddings), GQA
   mask    loss_mask in the jsonl: prompts and a span left out of the loss
-  vlm     LLaVA's shape: a CLIP-style vision tower (class token, learned
-          positions, pre-norm, biases, the penultimate layer, mlp2x_gelu)
-          feeding the language model, in three layouts
   freeze  4 AdamW steps (docs/model.md's Optimizer: clipping, decay on
           parameters of more than one row, bias correction, warm-up and
           cosine decay) with `"freeze": ["embedding", "layers.0"]`; every
           step's loss and gradient norm against the twin's, the frozen
           weights of mimo's saved checkpoint bit for bit the ones written,
           their moments zero, the trained ones near the twin's.
+  vlm, llava, siglip: vision towers feeding the language model
+          (twin_vision.py)
 
 Prints one line per (case, layout); exits 1 on any mismatch or failed run
 (with mimo's stderr). Run it with a python3 that has torch (Debian's
@@ -54,14 +53,13 @@ import numpy as np
 import torch
 
 from twin_files import SEQ, hf_name, read_safetensors, write_hf, write_init
-from twin_models import (E_D, E_FFN, E_H, E_HEADS, E_LAYERS, E_POSITIONS, FFN,
-                         HEADS, HIDDEN, IMAGE_ID, LAYERS, VOCAB, Twin,
-                         VisionTwin, inv_freq, vlm_loss)
+from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB, Twin, inv_freq
+from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, RunError,
+                      compare, rel, run_mimo)
+from twin_vision import run_llava, run_siglip, run_vlm
 
-TOL = 1e-5
+VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip}
 
-MICRO, MICROBATCHES = 4, 2
-GLOBAL_BATCH = MICRO * MICROBATCHES
 FREEZE_STEPS = 4
 
 LAYOUTS = [  # name, the language module's `parallel`
@@ -118,86 +116,6 @@ TRAIN = {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1,
                          "decay_steps": 2, "min_lr": 0.001}}
 
 
-def run_vlm(bin_dir, work):
-    """LLaVA's shape: a CLIP-style tower (class token, learned positions,
-    pre-norm, biases, the penultimate layer, mlp2x_gelu) feeding the
-    Llama-style language model; the first loss of mimo, started from the
-    twins' weights, against theirs in three layouts."""
-    cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
-    lm, vision = Twin(cfg, seed=301), VisionTwin(seed=302)
-    g = np.random.default_rng(9)
-    batch = []
-    for i in range(GLOBAL_BATCH):
-        c = int(g.integers(0, E_POSITIONS - 1)) if i % 4 else 0  # some text-only
-        at = int(g.integers(1, SEQ - c - 2))
-        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
-        ids[at:at + c] = [IMAGE_ID] * c
-        feats = torch.from_numpy(
-            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
-        batch.append((ids, feats))
-    with torch.no_grad():
-        want = vlm_loss(lm, vision, batch).item()
-        # The twin's own sanity: the tower's details move the loss.
-        failures = []
-        for key in ("position_embedding", "class_token", "pre_norm.weight",
-                    "layers.0.bq"):
-            saved = vision.params[key]
-            vision.params[key] = saved.flip(0)
-            other = vlm_loss(lm, vision, batch).item()
-            vision.params[key] = saved
-            if rel(other, want) < 10 * TOL:
-                print(f"FAIL twin vlm: {key} barely moves the loss "
-                      f"(rel {rel(other, want):.2e})")
-                failures.append(f"vlm: {key} barely moves the loss")
-    data = os.path.join(work, "vlm.jsonl")
-    with open(data, "w") as f:
-        for ids, feats in batch:
-            sample = {"input_ids": ids}
-            if feats.shape[0]:
-                sample["images"] = {"features": feats.numpy().tolist()}
-            f.write(json.dumps(sample) + "\n")
-    init = os.path.join(work, "init-vlm")
-    write_init(lm, init, extra={"images." + n: t
-                                for n, t in vision.params.items()})
-    layouts = [("1+1", {}, {"rank_offset": 1}, 2),
-               ("tp2+tp2pp2", {"tp": 2}, {"tp": 2, "pp": 2, "rank_offset": 2}, 6),
-               ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
-    for name, enc_par, lang_par, world in layouts:
-        model = {"version": 1, "name": "twin-vlm", "seed": 7, "world_size": world,
-                 "batch": {"micro_batch_size": MICRO,
-                           "num_microbatches": MICROBATCHES, "seq_length": SEQ},
-                 "modules": [
-                     {"name": "images", "kind": "encoder",
-                      "special_token_id": IMAGE_ID,
-                      "arch": {"feature_dim": E_D, "hidden_size": E_H,
-                               "num_layers": E_LAYERS, "num_heads": E_HEADS,
-                               "ffn_hidden_size": E_FFN, "bias": True,
-                               "position_embeddings": "learned",
-                               "max_positions": E_POSITIONS, "pre_norm": True,
-                               "class_token": True, "output_layer": -2,
-                               "patch_bias": False,
-                               "activation": "quick_gelu",
-                               "projector_activation": "gelu"},
-                      "parallel": enc_par,
-                      "init": {"from": init, "format": "mimo"}},
-                     {"name": "language", "kind": "language",
-                      "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
-                               "num_layers": LAYERS, "num_heads": HEADS,
-                               "num_query_groups": 2, "ffn_hidden_size": FFN},
-                      "parallel": lang_par,
-                      "init": {"from": init, "format": "mimo"}}],
-                 "data": {"source": "jsonl", "path": data}}
-        path = os.path.join(work, f"vlm-{name}.json")
-        json.dump(model, open(path, "w"), indent=1)
-        try:
-            got = run_mimo(bin_dir, work, f"vlm-{name}", path, 1)[0]["loss"]
-            compare(f"vlm/{name}", want, got, failures)
-        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
-            print(f"FAIL vlm/{name}: {e}")
-            failures.append(f"vlm/{name}")
-    return failures
-
-
 def make_samples(seed, count):
     """Token sequences: mostly full length, some shorter (padded by mimo and
     masked from the loss)."""
@@ -232,56 +150,6 @@ def model_json(path, name, arch_extra, parallel, init_dir, data_path,
         model["train"] = train
     with open(path, "w") as f:
         json.dump(model, f, indent=1)
-
-
-# --------------------------------------------------------------------------
-# Running mimo.
-
-
-class RunError(Exception):
-    pass
-
-
-def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None):
-    """Compiles `model` and trains it `steps` steps (saving into `save`
-    after each step when given); then, with `export`, writes step 1's
-    checkpoint as Hugging Face folders there (--export-hf, fp32)."""
-    plan = os.path.join(work, tag + ".plan.json")
-    metrics = os.path.join(work, tag + ".metrics.jsonl")
-    cmds = [[os.path.join(bin_dir, "mimoc"), "compile", model, "-o", plan],
-            [os.path.join(bin_dir, "mimo-run"), plan, "--steps", str(steps),
-             "--device", "cpu", "--threads", "1", "--metrics", metrics]]
-    if save:
-        cmds[1] += ["--save", save, "--save-every", "1"]
-    if export:
-        cmds.append([os.path.join(bin_dir, "mimo-run"), plan, "--load",
-                     os.path.join(save, "step-1"), "--export-hf", export,
-                     "--export-dtype", "fp32"])
-    for cmd in cmds:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise RunError(f"{' '.join(cmd)} exited {r.returncode}\n"
-                           f"{r.stdout[-4000:]}{r.stderr[-8000:]}")
-    lines = [json.loads(l) for l in open(metrics) if l.strip()]
-    lines = [l for l in lines if "loss" in l and "step" in l]
-    if [l["step"] for l in lines] != list(range(1, steps + 1)):
-        raise RunError(f"{metrics}: expected steps 1..{steps}, found "
-                       f"{[l['step'] for l in lines]}")
-    return lines
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
-
-
-def compare(tag, want, got, failures):
-    """One line for a loss of mimo's against the twin's; a mismatch beyond
-    TOL joins `failures`."""
-    r = rel(got, want)
-    print(f"{'ok  ' if r <= TOL else 'FAIL'} {tag}: twin {want:.8f} "
-          f"mimo {got:.8f} rel {r:.2e}")
-    if r > TOL:
-        failures.append(f"{tag}: rel {r:.2e}")
 
 
 # --------------------------------------------------------------------------
@@ -659,15 +527,16 @@ def main():
     ap.add_argument("build", nargs="?", default="build",
                     help="the build folder (its bin/ holds mimoc, mimo-run)")
     ap.add_argument("--cases",
-                    default=",".join(list(CASES) + ["freeze", "vlm"]))
+                    default=",".join(list(CASES) + ["freeze"] + list(VISION)))
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--jobs", type=int, default=2,
                     help="mimo runs at once (default 2)")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
-        if c not in CASES and c not in ("freeze", "vlm"):
-            ap.error(f"unknown case '{c}' ({', '.join(CASES)}, freeze, vlm)")
+        if c not in CASES and c != "freeze" and c not in VISION:
+            ap.error(f"unknown case '{c}' "
+                     f"({', '.join(list(CASES) + ['freeze'] + list(VISION))})")
     bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
     for tool in ("mimoc", "mimo-run"):
         if not os.access(os.path.join(bin_dir, tool), os.X_OK):
@@ -690,8 +559,9 @@ def main():
             failures += run_cases(args, bin_dir, work, samples, data_path, plain)
         if "freeze" in cases:
             failures += run_freeze(args, bin_dir, work, samples, data_path)
-        if "vlm" in cases:
-            failures += run_vlm(bin_dir, work)
+        for case, run in VISION.items():
+            if case in cases:
+                failures += run(bin_dir, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,8 @@ import struct
 
 import numpy as np
 
-from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB
+from twin_models import (E_CHANNELS, E_FFN, E_H, E_HEADS, E_IMAGE, E_LAYERS,
+                         E_PATCH, FFN, HEADS, HIDDEN, IMAGE_ID, LAYERS, VOCAB)
 
 SEQ = 32  # the samples' length (twin.py's seq_length)
 
@@ -127,13 +128,9 @@ def hf_name(name):
     return f"model.layers.{l}.{HF_NAMES[part]}"
 
 
-def write_hf(twin, folder):
-    """A Hugging Face model folder of the twin, as transformers saves one:
-    config.json, the tensors in torch's layout ([out, in]) under their
-    Hugging Face names, in the case's dtype, one file or shards named by
-    model.safetensors.index.json."""
+def hf_config(twin):
+    """The twin's config.json (LlamaConfig's or Qwen2Config's keys)."""
     cfg, hf = twin.cfg, twin.cfg["hf"]
-    os.makedirs(folder, exist_ok=True)
     config = {"architectures": ["Qwen2ForCausalLM" if hf["model_type"] == "qwen2"
                                 else "LlamaForCausalLM"],
               "model_type": hf["model_type"], "hidden_act": "silu",
@@ -150,14 +147,28 @@ def write_hf(twin, folder):
         config["mlp_bias"] = False
     if cfg["scaling"]:
         config["rope_scaling"] = dict(cfg["scaling"], rope_type="llama3")
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+    return config
+
+
+def write_hf(twin, folder):
+    """A Hugging Face model folder of the twin, as transformers saves one:
+    config.json, the tensors in torch's layout ([out, in]) under their
+    Hugging Face names, in the case's dtype, one file or shards named by
+    model.safetensors.index.json."""
     tensors = [(hf_name(n), t.numpy().astype("<f4"))
                for n, t in twin.params.items()]
-    shards = hf["shards"]
+    write_folder(folder, hf_config(twin), tensors, twin.cfg["hf"]["dtype"],
+                 twin.cfg["hf"]["shards"])
+
+
+def write_folder(folder, config, tensors, dtype, shards):
+    """config.json and `tensors` [(name, array)] in one file or shards."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
     if shards == 1:
         write_safetensors(os.path.join(folder, "model.safetensors"), tensors,
-                          {"format": "pt"}, hf["dtype"])
+                          {"format": "pt"}, dtype)
         return
     per = (len(tensors) + shards - 1) // shards
     weight_map = {}
@@ -165,8 +176,59 @@ def write_hf(twin, folder):
         name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
         part = tensors[i * per:(i + 1) * per]
         write_safetensors(os.path.join(folder, name), part, {"format": "pt"},
-                          hf["dtype"])
+                          dtype)
         weight_map.update({n: name for n, _ in part})
     with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f,
                   indent=2)
+
+
+# --------------------------------------------------------------------------
+# Vision towers: CLIP and SigLIP folders, LLaVA's.
+
+
+def tower_config(tower):
+    """A CLIPVisionConfig's or SiglipVisionConfig's keys."""
+    return {"model_type": ("clip" if tower.clip else "siglip") + "_vision_model",
+            "hidden_size": E_H, "intermediate_size": E_FFN,
+            "num_hidden_layers": E_LAYERS, "num_attention_heads": E_HEADS,
+            "num_channels": E_CHANNELS, "patch_size": E_PATCH,
+            "image_size": E_IMAGE, "layer_norm_eps": tower.eps,
+            "hidden_act": "quick_gelu" if tower.clip else "gelu_pytorch_tanh"}
+
+
+def write_tower(tower, folder):
+    """A SiglipVisionModel's (or CLIPVisionModel's) folder with LLaVA's
+    projector beside the tower, fp32 (as mimo's --export-hf writes one)."""
+    config = dict(tower_config(tower), projector_hidden_act=tower.projector_act,
+                  vision_feature_layer=tower.feature_layer,
+                  vision_feature_select_strategy="default" if tower.clip else "full")
+    tensors = [(n, t.numpy().astype("<f4")) for n, t in tower.tensors.items()]
+    write_folder(folder, config, tensors, "F32", 1)
+
+
+def write_llava(lm, tower, folder, dtype, shards):
+    """A LlavaForConditionalGeneration folder: config.json with text_config
+    and vision_config; the tower under vision_tower., the projector, the
+    language model under language_model."""
+    config = {"architectures": ["LlavaForConditionalGeneration"],
+              "model_type": "llava", "text_config": hf_config(lm),
+              "vision_config": tower_config(tower),
+              "projector_hidden_act": tower.projector_act,
+              "vision_feature_layer": tower.feature_layer,
+              "vision_feature_select_strategy": "default",
+              "image_token_index": IMAGE_ID}
+    tensors = []
+    for n, t in tower.tensors.items():
+        name = n if n.startswith("multi_modal_projector.") else "vision_tower." + n
+        tensors.append((name, t.numpy().astype("<f4")))
+    tensors += [("language_model." + hf_name(n), t.numpy().astype("<f4"))
+                for n, t in lm.params.items()]
+    write_folder(folder, config, tensors, dtype, shards)
+
+
+def read_folder(folder):
+    """{name: np.float64 array} of a one-file fp32 folder."""
+    return {name: np.frombuffer(raw, "<f4").reshape(shape).astype(np.float64)
+            for name, (shape, raw) in
+            read_safetensors(os.path.join(folder, "model.safetensors")).items()}

@@ -286,3 +286,124 @@ def vlm_loss(lm, vision, batch):
         total = total + nll[keep].sum()
         count += int(keep.sum())
     return total / count
+
+
+# --------------------------------------------------------------------------
+# A Hugging Face vision tower: CLIPVisionModel or SiglipVisionModel as
+# transformers' modeling code computes them, on tensors under their Hugging
+# Face names ([out, in] linear weights, the patch embedding a convolution),
+# with LLaVA's projector (LlavaForConditionalGeneration's image features:
+# hidden_states[vision_feature_layer], the class token's row dropped by
+# the "default" strategy, linear_1, the activation, linear_2).
+
+E_CHANNELS, E_PATCH, E_IMAGE = 3, 2, 4  # 4x4 images of 2x2 patches: E_D = 12
+E_GRID = (E_IMAGE // E_PATCH) ** 2
+
+
+def patch_rows(image):
+    """docs/model.md's feature rows of an image [C, S, S]: each patch
+    flattened in (channel, row, col) order, the patches row-major. Written
+    apart from the convolution, which checks the order."""
+    rows = []
+    for i in range(0, image.shape[1], E_PATCH):
+        for j in range(0, image.shape[2], E_PATCH):
+            rows.append(image[:, i:i + E_PATCH, j:j + E_PATCH].reshape(-1))
+    return torch.stack(rows)
+
+
+class HfTower:
+    def __init__(self, family, seed, feature_layer, final_norm=False,
+                 dtype="F32", projector_act="gelu"):
+        self.family, self.feature_layer = family, feature_layer
+        self.final_norm, self.projector_act = final_norm, projector_act
+        self.clip = family == "clip"
+        self.eps = 1e-5 if self.clip else 1e-6
+        g = torch.Generator().manual_seed(seed)
+
+        def u(shape, scale, offset=0.0):
+            w = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1)
+            w = w * scale + offset
+            return (w.to(torch.bfloat16) if dtype == "BF16" else w.float()).double()
+
+        v = "vision_model."
+        positions = E_GRID + (1 if self.clip else 0)
+        t = {v + "embeddings.patch_embedding.weight":
+             u((E_H, E_CHANNELS, E_PATCH, E_PATCH), 1 / math.sqrt(E_D)),
+             v + "embeddings.position_embedding.weight": u((positions, E_H), 0.5),
+             v + "post_layernorm.weight": u((E_H,), 0.2, 1.0),
+             v + "post_layernorm.bias": u((E_H,), 0.2)}
+        if self.clip:
+            t[v + "embeddings.class_embedding"] = u((E_H,), 1.0)
+            t[v + "pre_layrnorm.weight"] = u((E_H,), 0.2, 1.0)
+            t[v + "pre_layrnorm.bias"] = u((E_H,), 0.2)
+        else:
+            t[v + "embeddings.patch_embedding.bias"] = u((E_H,), 0.5)
+            # SiglipVisionModel's attention-pooling head (not used here).
+            t[v + "head.probe"] = u((1, 1, E_H), 1.0)
+            t[v + "head.attention.in_proj_weight"] = u((3 * E_H, E_H), 0.1)
+        s = 1 / math.sqrt(E_H)
+        for l in range(E_LAYERS):
+            q = f"{v}encoder.layers.{l}."
+            for n in ("layer_norm1", "layer_norm2"):
+                t[q + n + ".weight"], t[q + n + ".bias"] = (
+                    u((E_H,), 0.2, 1.0), u((E_H,), 0.2))
+            for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                t[f"{q}self_attn.{n}.weight"] = u((E_H, E_H), 2 * s)
+                t[f"{q}self_attn.{n}.bias"] = u((E_H,), 0.5)
+            t[q + "mlp.fc1.weight"], t[q + "mlp.fc1.bias"] = (
+                u((E_FFN, E_H), s), u((E_FFN,), 0.5))
+            t[q + "mlp.fc2.weight"] = u((E_H, E_FFN), 1 / math.sqrt(E_FFN))
+            t[q + "mlp.fc2.bias"] = u((E_H,), 0.5)
+        m = "multi_modal_projector."
+        t[m + "linear_1.weight"] = u((HIDDEN, E_H), s)
+        t[m + "linear_1.bias"] = u((HIDDEN,), 0.5)
+        t[m + "linear_2.weight"] = u((HIDDEN, HIDDEN), 1 / math.sqrt(HIDDEN))
+        t[m + "linear_2.bias"] = u((HIDDEN,), 0.1)
+        self.tensors = t
+
+    def act(self, x, name):
+        if name == "quick_gelu":
+            return x * torch.sigmoid(1.702 * x)
+        if name == "gelu":
+            return gelu_exact(x)
+        assert name == "gelu_pytorch_tanh", name
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+    def forward(self, image):
+        """One image [C, S, S] -> its rows in the language model [r, HIDDEN]."""
+        t, v = self.tensors, "vision_model."
+        lin = lambda x, n: x @ t[n + ".weight"].T + t[n + ".bias"]
+        x = torch.nn.functional.conv2d(
+            image[None], t[v + "embeddings.patch_embedding.weight"],
+            t.get(v + "embeddings.patch_embedding.bias"), stride=E_PATCH)
+        x = x.flatten(2).transpose(1, 2)[0]  # [grid, H]
+        if self.clip:
+            x = torch.cat([t[v + "embeddings.class_embedding"][None], x])
+        x = x + t[v + "embeddings.position_embedding.weight"][:x.shape[0]]
+        norm = lambda x, n: torch.nn.functional.layer_norm(
+            x, (E_H,), t[n + ".weight"], t[n + ".bias"], self.eps)
+        if self.clip:
+            x = norm(x, v + "pre_layrnorm")
+        hidden = [x]
+        d = E_H // E_HEADS
+        for l in range(E_LAYERS):
+            q = f"{v}encoder.layers.{l}."
+            a = norm(x, q + "layer_norm1")
+            split = lambda y: y.view(-1, E_HEADS, d).transpose(0, 1)
+            qs, ks, vs = (split(lin(a, f"{q}self_attn.{n}_proj"))
+                          for n in ("q", "k", "v"))
+            w = torch.softmax(qs @ ks.transpose(1, 2) * d ** -0.5, dim=-1)
+            x = x + lin((w @ vs).transpose(0, 1).reshape(-1, E_H),
+                        q + "self_attn.out_proj")
+            a = norm(x, q + "layer_norm2")
+            act = "quick_gelu" if self.clip else "gelu_pytorch_tanh"
+            x = x + lin(self.act(lin(a, q + "mlp.fc1"), act), q + "mlp.fc2")
+            hidden.append(x)
+        h = hidden[self.feature_layer]
+        if self.final_norm:  # SiglipVisionModel's last_hidden_state
+            h = norm(h, v + "post_layernorm")
+        if self.clip:  # LLaVA's "default" strategy: the class token dropped
+            h = h[1:]
+        m = "multi_modal_projector."
+        return lin(self.act(lin(h, m + "linear_1"), self.projector_act),
+                   m + "linear_2")

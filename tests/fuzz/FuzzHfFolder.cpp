@@ -3,8 +3,8 @@
 // Any bytes as a Hugging Face folder (docs/pretrained.md): up to the first
 // NUL its config.json, after it (if any) its model.safetensors.index.json,
 // beside a fixed shard. openHfFolder returns a folder or an error naming
-// the file; the checks against a small language module return diagnostics,
-// never crash.
+// the file; the checks against a small language module and a CLIP-like
+// encoder return diagnostics, never crash.
 
 #include "FuzzInput.h"
 
@@ -51,9 +51,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     language.numLayers = 1;
     language.numHeads = 2;
     language.ffnHiddenSize = 8;
+    ModuleConfig encoder;
+    encoder.name = "images";
+    encoder.kind = ModuleKind::Encoder;
+    encoder.pointer = "/modules/1";
+    encoder.featureDim = 12;
+    encoder.hiddenSize = 4;
+    encoder.numLayers = 2;
+    encoder.numHeads = 2;
+    encoder.ffnHiddenSize = 8;
+    encoder.bias = true;
+    encoder.learnedPositions = true;
+    encoder.maxPositions = 5;
+    encoder.classToken = encoder.preNorm = true;
+    encoder.patchBias = false;
+    encoder.outputLayer = -2;
+    config.modules.push_back(encoder);
     config.modules.push_back(language);
-    (void)exec::hfConfigProblems(*folder, language);
-    (void)exec::hfTensorProblem(*folder, config, language);
+    for (const ModuleConfig &module : config.modules) {
+      (void)exec::hfConfigProblems(*folder, module);
+      (void)exec::hfTensorProblem(*folder, config, module);
+    }
   }
   fs::remove_all(dir);
   return 0;

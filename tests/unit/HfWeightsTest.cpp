@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/checkpoint/HfWeights.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfExport.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
@@ -19,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -332,7 +335,8 @@ TEST(HfWeights, EachRankReadsItsBlockTransposedAndWidened) {
   exec::Param wq = block("layers.0.wq", 0, H, 4, 8, H, H);
   exec::Param head = block("head", 0, H, 8, 16, H, V);
   exec::Param embedding = block("embedding", 8, 16, 0, H, V, H);
-  exec::readHfWeights(*folder, "language", {&wq, &head, &embedding});
+  exec::readHfWeights(*folder, parsed.config->language(),
+                      {&wq, &head, &embedding});
   auto expect = [](int64_t element) {
     return static_cast<float>(element % 256) / 128.0f;
   };
@@ -404,6 +408,322 @@ TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
     error = exec::exportHf(*parsed.config, options.saveDir, out.string(), dtype,
                            written, 1024);
     EXPECT_NE(error.find("it exists; remove it"), std::string::npos) << error;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Vision towers (CLIP, SigLIP) and LLaVA's projector.
+
+constexpr int64_t EH = 8, EL = 2, EN = 2, EF = 12, ED = 12; // 3 x 2 x 2
+
+/// A two-module model: a CLIP-like encoder (4 patches of a 4x4 image, the
+/// class token's row: 5 positions; the penultimate layer) starting from
+/// `dir`, and the language model above from random weights.
+json visionModelJson(const std::string &dir) {
+  json model = modelJson("");
+  model["world_size"] = 2;
+  json language = model["modules"][0];
+  language.erase("init");
+  language["parallel"] = {{"rank_offset", 1}};
+  json encoder = {{"name", "images"},
+                  {"kind", "encoder"},
+                  {"special_token_id", V - 1},
+                  {"arch",
+                   {{"feature_dim", ED},
+                    {"hidden_size", EH},
+                    {"num_layers", EL},
+                    {"num_heads", EN},
+                    {"ffn_hidden_size", EF},
+                    {"bias", true},
+                    {"position_embeddings", "learned"},
+                    {"max_positions", 5},
+                    {"pre_norm", true},
+                    {"class_token", true},
+                    {"patch_bias", false},
+                    {"output_layer", -2},
+                    {"activation", "quick_gelu"},
+                    {"projector_activation", "gelu"}}}};
+  if (!dir.empty())
+    encoder["init"] = {{"from", dir}, {"format", "hf"}};
+  model["modules"] = {encoder, language};
+  model["data"] = {{"source", "synthetic"},
+                   {"tokens_per_sample", {{"images", {4, 4}}}}};
+  return model;
+}
+
+json clipConfig() {
+  return {{"model_type", "clip_vision_model"},
+          {"hidden_size", EH},
+          {"intermediate_size", EF},
+          {"num_hidden_layers", EL},
+          {"num_attention_heads", EN},
+          {"num_channels", 3},
+          {"patch_size", 2},
+          {"image_size", 4},
+          {"layer_norm_eps", 1e-5},
+          {"hidden_act", "quick_gelu"}};
+}
+
+/// A CLIPVisionModel's tensors (every layer, the post-layernorm, a cached
+/// position_ids), with LLaVA's projector when `projector`.
+std::vector<std::pair<std::string, std::vector<int64_t>>>
+clipTensors(const std::string &prefix, bool projector) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
+      {prefix + "embeddings.patch_embedding.weight", {EH, 3, 2, 2}},
+      {prefix + "embeddings.class_embedding", {EH}},
+      {prefix + "embeddings.position_embedding.weight", {5, EH}},
+      {prefix + "embeddings.position_ids", {1, 5}},
+      {prefix + "pre_layrnorm.weight", {EH}},
+      {prefix + "pre_layrnorm.bias", {EH}},
+      {prefix + "post_layernorm.weight", {EH}},
+      {prefix + "post_layernorm.bias", {EH}}};
+  for (int64_t l = 0; l < EL; ++l) {
+    std::string p = prefix + "encoder.layers." + std::to_string(l) + ".";
+    for (const char *n : {"layer_norm1", "layer_norm2"}) {
+      t.push_back({p + n + ".weight", {EH}});
+      t.push_back({p + n + ".bias", {EH}});
+    }
+    for (const char *n : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      t.push_back({p + "self_attn." + n + ".weight", {EH, EH}});
+      t.push_back({p + "self_attn." + n + ".bias", {EH}});
+    }
+    t.push_back({p + "mlp.fc1.weight", {EF, EH}});
+    t.push_back({p + "mlp.fc1.bias", {EF}});
+    t.push_back({p + "mlp.fc2.weight", {EH, EF}});
+    t.push_back({p + "mlp.fc2.bias", {EH}});
+  }
+  if (projector) {
+    t.push_back({"multi_modal_projector.linear_1.weight", {H, EH}});
+    t.push_back({"multi_modal_projector.linear_1.bias", {H}});
+    t.push_back({"multi_modal_projector.linear_2.weight", {H, H}});
+    t.push_back({"multi_modal_projector.linear_2.bias", {H}});
+  }
+  return t;
+}
+
+template <typename Pred>
+void dropTensors(
+    std::vector<std::pair<std::string, std::vector<int64_t>>> &tensors,
+    Pred pred) {
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(), pred),
+                tensors.end());
+}
+
+/// docs/pretrained.md: an encoder reads a CLIP vision model folder (its
+/// projector then starts from mimo's init), a LLaVA folder (tower under
+/// vision_tower., projector, language model), and SigLIP's; the layers
+/// after output_layer, CLIP's post-layernorm and cached buffers are read
+/// past.
+TEST(HfVision, ClipLlavaAndSiglipFoldersFitTheirArch) {
+  TempDir clip;
+  writeFolder(clip.path, clipConfig(), clipTensors("vision_model.", false));
+  std::vector<Diagnostic> problems =
+      problemsOf(visionModelJson(clip.path.string()));
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+
+  TempDir llava;
+  auto tensors = clipTensors("vision_tower.vision_model.", true);
+  for (auto [name, shape] : hfTensors())
+    tensors.push_back({"language_model." + name, shape});
+  json config = {{"model_type", "llava"},
+                 {"vision_config", clipConfig()},
+                 {"text_config", hfConfig()},
+                 {"projector_hidden_act", "gelu"},
+                 {"vision_feature_layer", -2},
+                 {"vision_feature_select_strategy", "default"}};
+  writeFolder(llava.path, config, tensors, "BF16");
+  json model = visionModelJson(llava.path.string());
+  model["modules"][1]["init"] = {{"from", llava.path.string()},
+                                 {"format", "hf"}};
+  problems = problemsOf(model);
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+
+  TempDir siglip;
+  json sc = clipConfig();
+  sc["model_type"] = "siglip_vision_model";
+  sc["hidden_act"] = "gelu_pytorch_tanh";
+  sc["layer_norm_eps"] = 1e-6;
+  tensors = clipTensors("vision_model.", true);
+  dropTensors(tensors, [](const auto &t) {
+    return t.first.find("class_embedding") != std::string::npos ||
+           t.first.find("pre_layrnorm") != std::string::npos ||
+           t.first.find("position_ids") != std::string::npos;
+  });
+  for (auto &[name, shape] : tensors)
+    if (name.find("position_embedding") != std::string::npos)
+      shape = {4, EH};
+  tensors.push_back({"vision_model.embeddings.patch_embedding.bias", {EH}});
+  tensors.push_back({"vision_model.head.probe", {1, 1, EH}}); // pooling head
+  writeFolder(siglip.path, sc, tensors);
+  model = visionModelJson(siglip.path.string());
+  json &arch = model["modules"][0]["arch"];
+  arch.erase("pre_norm"), arch.erase("class_token"), arch.erase("patch_bias");
+  arch["max_positions"] = 4;
+  arch["final_norm"] = true;
+  arch["norm_eps"] = 1e-6;
+  arch["activation"] = "gelu_tanh";
+  arch["output_layer"] = -1;
+  problems = problemsOf(model);
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+}
+
+TEST(HfVision, MismatchesNameBothPointersAndTheFix) {
+  TempDir dir;
+  json config = {{"model_type", "llava"},
+                 {"vision_config", clipConfig()},
+                 {"text_config", hfConfig()},
+                 {"projector_hidden_act", "gelu_pytorch_tanh"},
+                 {"vision_feature_layer", -1},
+                 {"vision_feature_select_strategy", "full"}};
+  config["vision_config"]["patch_size"] = 4; // 48 values, 1 patch
+  config["vision_config"]["hidden_act"] = "relu";
+  writeFolder(dir.path, config,
+              clipTensors("vision_tower.vision_model.", true));
+  json model = visionModelJson(dir.path.string());
+  model["modules"][0]["arch"]["final_norm"] = true;
+  std::vector<Diagnostic> problems = problemsOf(model);
+  const std::string all = describe(problems);
+  auto has = [&](const std::string &pointer, const std::string &text) {
+    for (const Diagnostic &d : problems)
+      if (d.pointer == pointer && d.message.find(text) != std::string::npos)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(has("/modules/0/arch/feature_dim",
+                  "/vision_config/patch_size of " + dir.path.string()))
+      << all;
+  EXPECT_TRUE(has("/modules/0/arch/feature_dim", "48 values")) << all;
+  EXPECT_TRUE(
+      has("/modules/0/arch/max_positions", "set arch.max_positions to 2"))
+      << all;
+  EXPECT_TRUE(has("/modules/0/arch/activation", "'relu', which mimo does not"))
+      << all;
+  EXPECT_TRUE(has("/modules/0/arch/output_layer",
+                  "/vision_feature_layer of " + dir.path.string()))
+      << all;
+  EXPECT_TRUE(has("/modules/0/arch/class_token", "keeps every row")) << all;
+  EXPECT_TRUE(has("/modules/0/arch/projector_activation",
+                  "set arch.projector_activation to \"gelu_tanh\""))
+      << all;
+  EXPECT_TRUE(has("/modules/0/arch/final_norm", "post_layernorm")) << all;
+
+  // A language model's folder has no tower; a Llama is not a tower.
+  TempDir llama;
+  writeFolder(llama.path, hfConfig(), hfTensors());
+  problems = problemsOf(visionModelJson(llama.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/modules/0/init/from");
+  EXPECT_NE(problems[0].message.find("no vision tower"), std::string::npos);
+}
+
+TEST(HfVision, TensorProblemsNameTheTensor) {
+  // A layer past num_layers is another architecture's; a missing tensor
+  // is named with mimo's parameter.
+  TempDir dir;
+  auto tensors = clipTensors("vision_model.", false);
+  tensors.push_back({"vision_model.encoder.layers.2.mlp.fc1.bias", {EF}});
+  writeFolder(dir.path, clipConfig(), tensors);
+  std::vector<Diagnostic> problems =
+      problemsOf(visionModelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_NE(problems[0].message.find(
+                "'vision_model.encoder.layers.2.mlp.fc1.bias' is not a "
+                "parameter of this model"),
+            std::string::npos)
+      << problems[0].message;
+
+  tensors = clipTensors("vision_model.", false);
+  dropTensors(tensors, [](const auto &t) {
+    return t.first == "vision_model.encoder.layers.0.self_attn.out_proj.bias";
+  });
+  writeFolder(dir.path, clipConfig(), tensors);
+  problems = problemsOf(visionModelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_NE(problems[0].message.find("'vision_model.encoder.layers.0.self_"
+                                     "attn.out_proj.bias' is missing (mimo's "
+                                     "'images.layers.0.bo')"),
+            std::string::npos)
+      << problems[0].message;
+
+  // The patch convolution of another shape.
+  tensors = clipTensors("vision_model.", false);
+  tensors[0].second = {EH, 3, 2, 3};
+  writeFolder(dir.path, clipConfig(), tensors);
+  problems = problemsOf(visionModelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_NE(problems[0].message.find("has shape [8, 3, 2, 3]"),
+            std::string::npos)
+      << problems[0].message;
+}
+
+/// --export-hf of an encoder: a CLIP vision model folder with LLaVA's
+/// projector beside it, config.json and the convolution's [H, C, p, p];
+/// init format hf reads every parameter back bit for bit (the language
+/// model's too).
+TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
+  TempDir dir;
+  ParseResult parsed = parseModelConfig(visionModelJson("").dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
+  std::string error;
+  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+  ASSERT_TRUE(plan) << error;
+  exec::RunOptions options;
+  options.steps = 1;
+  options.saveDir = (dir.path / "save").string();
+  exec::RunResult run = exec::runLocal(*plan, options);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+  std::vector<std::string> written;
+  const fs::path out = dir.path / "hf";
+  error = exec::exportHf(*parsed.config, options.saveDir, out.string(), "fp32",
+                         written);
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(written.size(), 2u);
+  std::optional<exec::Checkpoint> ckpt =
+      exec::openCheckpoint(options.saveDir, *parsed.config, error, true);
+  ASSERT_TRUE(ckpt) << error;
+  exec::File model((fs::path(ckpt->dir) / "model.safetensors").string(),
+                   O_RDONLY);
+  std::unique_ptr<device::Device> cpu = device::makeCpuDevice();
+  for (const ModuleConfig &module : parsed.config->modules) {
+    SCOPED_TRACE(module.name);
+    std::optional<exec::HfFolder> folder =
+        exec::openHfFolder((out / module.name).string(), error);
+    ASSERT_TRUE(folder) << error;
+    std::vector<Diagnostic> problems = exec::hfConfigProblems(*folder, module);
+    EXPECT_TRUE(problems.empty()) << describe(problems);
+    EXPECT_EQ(exec::hfTensorProblem(*folder, *parsed.config, module), "");
+    if (module.kind == ModuleKind::Encoder) {
+      EXPECT_EQ(folder->config["model_type"], "clip_vision_model");
+      EXPECT_EQ(folder->config["image_size"], 4);
+      const safetensors::TensorEntry *patch =
+          folder->find("vision_model.embeddings.patch_embedding.weight");
+      ASSERT_TRUE(patch);
+      EXPECT_EQ(patch->shape, (std::vector<int64_t>{EH, 3, 2, 2}));
+      EXPECT_TRUE(folder->find("multi_modal_projector.linear_2.bias"));
+    }
+    std::vector<exec::Param> params;
+    for (const ParamSpec &spec : stageParameters(module, H, false, 1, 0)) {
+      exec::Param p;
+      p.name = spec.name();
+      p.rowEnd = p.globalRows = spec.rows;
+      p.colEnd = p.globalCols = spec.cols;
+      p.value = device::Tensor::empty(*cpu, spec.rows * spec.cols);
+      params.push_back(std::move(p));
+    }
+    std::vector<exec::Param *> pointers;
+    for (exec::Param &p : params)
+      pointers.push_back(&p);
+    exec::readHfWeights(*folder, module, pointers);
+    for (exec::Param &p : params) {
+      const safetensors::TensorEntry *saved = ckpt->model.find(p.name);
+      ASSERT_TRUE(saved) << p.name;
+      std::vector<float> want(static_cast<size_t>(p.globalRows * p.globalCols));
+      model.readAt(want.data(), saved->end - saved->begin,
+                   ckpt->model.dataOffset + saved->begin);
+      std::vector<float> got = p.value.toHost();
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << p.name;
+    }
   }
 }
 

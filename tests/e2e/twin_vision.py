@@ -1,0 +1,308 @@
+"""The vision cases of tests/e2e/twin.py: an encoder feeding the language
+model, with no code of mimo's.
+
+  vlm     LLaVA's shape in mimo's names: a CLIP-style vision tower (class
+          token, learned positions, pre-norm, biases, the penultimate layer,
+          mlp2x_gelu) feeding the language model, from a mimo checkpoint, in
+          three layouts
+  llava   a LlavaForConditionalGeneration folder (bf16, two shards): a
+          CLIPVisionModel under vision_tower., LLaVA's projector, the
+          Llama under language_model.; both modules start from it (init
+          format hf) in three layouts; the images are pixels, the twin
+          runs the patch convolution, mimo reads the patch rows
+  siglip  a SiglipVisionModel folder with LLaVA's projector beside it (the
+          pooling head and nothing else left unread) and a Llama folder;
+          mimo trains 2 steps from them and exports both (--export-hf),
+          which the twin reads back: its step-2 loss is mimo's, and mimo
+          started again from the export gives the twin's first loss
+"""
+import json
+import os
+import subprocess
+
+import numpy as np
+import torch
+
+from twin_files import (SEQ, read_folder, write_hf, write_init, write_llava,
+                        write_tower)
+from twin_models import (E_CHANNELS, E_D, E_FFN, E_GRID, E_H, E_HEADS,
+                         E_IMAGE, E_LAYERS, E_POSITIONS, FFN, HEADS, HIDDEN,
+                         IMAGE_ID, LAYERS, VOCAB, HfTower, Twin, VisionTwin,
+                         patch_rows, vlm_loss)
+from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, RunError,
+                      compare, rel, run_mimo)
+
+# The LLaVA layouts: name, the encoder's and the language model's
+# `parallel`, the world size.
+LAYOUTS = [("1+1", {}, {"rank_offset": 1}, 2),
+           ("tp2+tp2pp2", {"tp": 2}, {"tp": 2, "pp": 2, "rank_offset": 2}, 6),
+           ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
+
+
+def run_vlm(bin_dir, work):
+    """LLaVA's shape: a CLIP-style tower (class token, learned positions,
+    pre-norm, biases, the penultimate layer, mlp2x_gelu) feeding the
+    Llama-style language model; the first loss of mimo, started from the
+    twins' weights, against theirs in three layouts."""
+    cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
+    lm, vision = Twin(cfg, seed=301), VisionTwin(seed=302)
+    g = np.random.default_rng(9)
+    batch = []
+    for i in range(GLOBAL_BATCH):
+        c = int(g.integers(0, E_POSITIONS - 1)) if i % 4 else 0  # some text-only
+        at = int(g.integers(1, SEQ - c - 2))
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
+        ids[at:at + c] = [IMAGE_ID] * c
+        feats = torch.from_numpy(
+            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
+        batch.append((ids, feats))
+    with torch.no_grad():
+        want = vlm_loss(lm, vision, batch).item()
+        # The twin's own sanity: the tower's details move the loss.
+        failures = []
+        for key in ("position_embedding", "class_token", "pre_norm.weight",
+                    "layers.0.bq"):
+            saved = vision.params[key]
+            vision.params[key] = saved.flip(0)
+            other = vlm_loss(lm, vision, batch).item()
+            vision.params[key] = saved
+            if rel(other, want) < 10 * TOL:
+                print(f"FAIL twin vlm: {key} barely moves the loss "
+                      f"(rel {rel(other, want):.2e})")
+                failures.append(f"vlm: {key} barely moves the loss")
+    data = os.path.join(work, "vlm.jsonl")
+    with open(data, "w") as f:
+        for ids, feats in batch:
+            sample = {"input_ids": ids}
+            if feats.shape[0]:
+                sample["images"] = {"features": feats.numpy().tolist()}
+            f.write(json.dumps(sample) + "\n")
+    init = os.path.join(work, "init-vlm")
+    write_init(lm, init, extra={"images." + n: t
+                                for n, t in vision.params.items()})
+    layouts = [("1+1", {}, {"rank_offset": 1}, 2),
+               ("tp2+tp2pp2", {"tp": 2}, {"tp": 2, "pp": 2, "rank_offset": 2}, 6),
+               ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
+    for name, enc_par, lang_par, world in layouts:
+        model = {"version": 1, "name": "twin-vlm", "seed": 7, "world_size": world,
+                 "batch": {"micro_batch_size": MICRO,
+                           "num_microbatches": MICROBATCHES, "seq_length": SEQ},
+                 "modules": [
+                     {"name": "images", "kind": "encoder",
+                      "special_token_id": IMAGE_ID,
+                      "arch": {"feature_dim": E_D, "hidden_size": E_H,
+                               "num_layers": E_LAYERS, "num_heads": E_HEADS,
+                               "ffn_hidden_size": E_FFN, "bias": True,
+                               "position_embeddings": "learned",
+                               "max_positions": E_POSITIONS, "pre_norm": True,
+                               "class_token": True, "output_layer": -2,
+                               "patch_bias": False,
+                               "activation": "quick_gelu",
+                               "projector_activation": "gelu"},
+                      "parallel": enc_par,
+                      "init": {"from": init, "format": "mimo"}},
+                     {"name": "language", "kind": "language",
+                      "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
+                               "num_layers": LAYERS, "num_heads": HEADS,
+                               "num_query_groups": 2, "ffn_hidden_size": FFN},
+                      "parallel": lang_par,
+                      "init": {"from": init, "format": "mimo"}}],
+                 "data": {"source": "jsonl", "path": data}}
+        path = os.path.join(work, f"vlm-{name}.json")
+        json.dump(model, open(path, "w"), indent=1)
+        try:
+            got = run_mimo(bin_dir, work, f"vlm-{name}", path, 1)[0]["loss"]
+            compare(f"vlm/{name}", want, got, failures)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL vlm/{name}: {e}")
+            failures.append(f"vlm/{name}")
+    return failures
+
+
+def image_batch(seed, count):
+    """Samples with one 4x4 RGB image each (every fourth text-only): the
+    image's E_GRID tokens at a random place; (ids, image or None)."""
+    g = np.random.default_rng(seed)
+    batch = []
+    for i in range(count):
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
+        image = None
+        if i % 4:
+            at = int(g.integers(1, len(ids) - E_GRID - 2))
+            ids[at:at + E_GRID] = [IMAGE_ID] * E_GRID
+            image = torch.from_numpy(g.standard_normal(
+                (E_CHANNELS, E_IMAGE, E_IMAGE)).astype(np.float32)
+                .astype(np.float64))
+        batch.append((ids, image))
+    return batch
+
+
+def write_images(path, batch):
+    """jsonl: the image's patch rows as the encoder's features."""
+    with open(path, "w") as f:
+        for ids, image in batch:
+            sample = {"input_ids": ids}
+            if image is not None:
+                sample["images"] = {"features": patch_rows(image).numpy().tolist()}
+            f.write(json.dumps(sample) + "\n")
+
+
+def tower_arch(tower):
+    """The encoder's arch for a tower (docs/pretrained.md's table)."""
+    arch = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
+            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
+            "position_embeddings": "learned",
+            "max_positions": E_GRID + (1 if tower.clip else 0),
+            "output_layer": tower.feature_layer,
+            "projector_activation": "gelu"}
+    if tower.clip:
+        arch.update(pre_norm=True, class_token=True, patch_bias=False,
+                    activation="quick_gelu")
+    else:
+        arch.update(final_norm=tower.final_norm, norm_eps=1e-6,
+                    activation="gelu_tanh")
+    return arch
+
+
+def vision_model(path, tower, encoder_init, language_init, enc_par, lang_par,
+                 world, data):
+    model = {"version": 1, "name": "twin-vision", "seed": 7, "world_size": world,
+             "batch": {"micro_batch_size": MICRO,
+                       "num_microbatches": MICROBATCHES, "seq_length": SEQ},
+             "modules": [
+                 {"name": "images", "kind": "encoder",
+                  "special_token_id": IMAGE_ID, "arch": tower_arch(tower),
+                  "parallel": enc_par,
+                  "init": {"from": encoder_init, "format": "hf"}},
+                 {"name": "language", "kind": "language",
+                  "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
+                           "num_layers": LAYERS, "num_heads": HEADS,
+                           "num_query_groups": 2, "ffn_hidden_size": FFN},
+                  "parallel": lang_par,
+                  "init": {"from": language_init, "format": "hf"}}],
+             "data": {"source": "jsonl", "path": data}}
+    with open(path, "w") as f:
+        json.dump(model, f, indent=1)
+
+
+def tower_checks(name, lm, tower, batch, keys):
+    """The twin's own sanity: each of `keys` moves the loss."""
+    failures = []
+    with torch.no_grad():
+        want = vlm_loss(lm, tower, batch).item()
+        for key in keys:
+            saved = tower.tensors[key]
+            tower.tensors[key] = saved.flip(0)
+            other = vlm_loss(lm, tower, batch).item()
+            tower.tensors[key] = saved
+            if rel(other, want) < 10 * TOL:
+                print(f"FAIL twin {name}: {key} barely moves the loss "
+                      f"(rel {rel(other, want):.2e})")
+                failures.append(f"{name}: {key} barely moves the loss")
+    return want, failures
+
+
+def run_llava(bin_dir, work):
+    """One LLaVA folder starts both modules; mimo's first loss against the
+    twin's in three layouts."""
+    lm = Twin(dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
+                   hf=dict(model_type="llama", dtype="BF16", shards=2)),
+              seed=401)
+    tower = HfTower("clip", seed=402, feature_layer=-2, dtype="BF16")
+    batch = image_batch(13, GLOBAL_BATCH)
+    v = "vision_model."
+    want, failures = tower_checks(
+        "llava", lm, tower, batch,
+        [v + "embeddings.patch_embedding.weight", v + "embeddings.class_embedding",
+         v + "embeddings.position_embedding.weight", v + "pre_layrnorm.weight",
+         v + "encoder.layers.0.self_attn.out_proj.bias",
+         "multi_modal_projector.linear_2.weight"])
+    folder = os.path.join(work, "llava-hf")
+    write_llava(lm, tower, folder, "BF16", 2)
+    data = os.path.join(work, "llava.jsonl")
+    write_images(data, batch)
+    for name, enc_par, lang_par, world in LAYOUTS:
+        path = os.path.join(work, f"llava-{name}.json")
+        vision_model(path, tower, folder, folder, enc_par, lang_par, world, data)
+        try:
+            got = run_mimo(bin_dir, work, f"llava-{name}", path, 1)[0]["loss"]
+            compare(f"llava/{name}", want, got, failures)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL llava/{name}: {e}")
+            failures.append(f"llava/{name}")
+    return failures
+
+
+def run_siglip(bin_dir, work):
+    """A SigLIP folder (with a projector) and a Llama folder: mimo's first
+    loss in two layouts; then 2 steps, --export-hf, and the twin on the
+    export."""
+    cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
+               hf=dict(model_type="llama", dtype="F32", shards=1))
+    lm = Twin(cfg, seed=501)
+    tower = HfTower("siglip", seed=502, feature_layer=-1, final_norm=True)
+    batch = image_batch(17, 2 * GLOBAL_BATCH)
+    v = "vision_model."
+    want, failures = tower_checks(
+        "siglip", lm, tower, batch[:GLOBAL_BATCH],
+        [v + "embeddings.patch_embedding.bias", v + "post_layernorm.weight",
+         v + "encoder.layers.1.mlp.fc2.bias"])
+    tower_dir, lm_dir = os.path.join(work, "siglip-hf"), os.path.join(work, "siglip-lm")
+    write_tower(tower, tower_dir)
+    write_hf(lm, lm_dir)
+    data = os.path.join(work, "siglip.jsonl")
+    write_images(data, batch)
+    layouts = [("dp2+tp2", {"dp": 2}, {"tp": 2, "rank_offset": 2}, 4),
+               ("colocated-tp2pp2", {"tp": 2, "dp": 2}, {"tp": 2, "pp": 2}, 4)]
+    for name, enc_par, lang_par, world in layouts:
+        path = os.path.join(work, f"siglip-{name}.json")
+        vision_model(path, tower, tower_dir, lm_dir, enc_par, lang_par, world, data)
+        try:
+            got = run_mimo(bin_dir, work, f"siglip-{name}", path, 1)[0]["loss"]
+            compare(f"siglip/{name}", want, got, failures)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL siglip/{name}: {e}")
+            failures.append(f"siglip/{name}")
+    # --export-hf after 2 steps, read back by the twin.
+    path = os.path.join(work, "siglip-export.json")
+    vision_model(path, tower, tower_dir, lm_dir, {}, {"rank_offset": 1}, 2, data)
+    save, out = os.path.join(work, "siglip-save"), os.path.join(work, "siglip-out")
+    try:
+        lines = run_mimo(bin_dir, work, "siglip-export", path, 2, save=save,
+                         export=out)
+        config = json.load(open(os.path.join(out, "images", "config.json")))
+        expect = {"model_type": "siglip_vision_model", "hidden_size": E_H,
+                  "num_hidden_layers": E_LAYERS, "patch_size": 2,
+                  "num_channels": E_CHANNELS, "image_size": E_IMAGE,
+                  "hidden_act": "gelu_pytorch_tanh"}
+        wrong = {k: (config.get(k), x) for k, x in expect.items()
+                 if config.get(k) != x}
+        if wrong:
+            raise RunError(f"images/config.json: (found, expected) {wrong}")
+        exported = HfTower("siglip", seed=0, feature_layer=-1, final_norm=True)
+        tensors = read_folder(os.path.join(out, "images"))
+        mine = {n for n in exported.tensors if ".head." not in n}
+        if set(tensors) != mine:
+            raise RunError(f"images: tensors {sorted(set(tensors) ^ mine)} "
+                           "differ from the twin's")
+        exported.tensors.update({n: torch.from_numpy(a) for n, a in tensors.items()})
+        again_lm = Twin(cfg, seed=0)
+        lm_tensors = read_folder(os.path.join(out, "language"))
+        from twin_files import hf_name
+        for n in again_lm.params:
+            again_lm.params[n] = torch.from_numpy(lm_tensors[hf_name(n)])
+        with torch.no_grad():
+            second = vlm_loss(again_lm, exported, batch[GLOBAL_BATCH:]).item()
+            first = vlm_loss(again_lm, exported, batch[:GLOBAL_BATCH]).item()
+        compare("siglip/export", second, lines[1]["loss"], failures)
+        again = os.path.join(work, "siglip-again.json")
+        vision_model(again, tower, os.path.join(out, "images"),
+                     os.path.join(out, "language"), {}, {"rank_offset": 1}, 2,
+                     data)
+        got = run_mimo(bin_dir, work, "siglip-again", again, 1)[0]["loss"]
+        compare("siglip/re-import", first, got, failures)
+    except (RunError, subprocess.TimeoutExpired, OSError, ValueError,
+            KeyError) as e:
+        print(f"FAIL siglip/export: {e}")
+        failures.append("siglip/export")
+    return failures
