@@ -149,8 +149,11 @@ std::vector<std::string> runInputs(const std::string &planPath,
   std::vector<std::string> inputs = {planPath};
   if (plan) {
     const std::string base = fs::path(planPath).parent_path().string();
-    for (const std::string &data :
-         {plan->config.data.path, plan->config.data.evalPath}) {
+    std::vector<std::string> files = {plan->config.data.path,
+                                      plan->config.data.evalPath};
+    for (const auto &entry : plan->config.data.blend)
+      files.push_back(entry.path);
+    for (const std::string &data : files) {
       if (data.empty())
         continue;
       for (const char *suffix : {"", ".bin", ".idx"}) {

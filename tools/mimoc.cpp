@@ -444,8 +444,11 @@ std::optional<mimo::ModelConfig> modelOf(StringRef path) {
     mimo::printDiagnostics(errs(), path, data);
     return std::nullopt;
   }
-  for (std::string *file :
-       {&parsed.config->data.path, &parsed.config->data.evalPath}) {
+  std::vector<std::string *> files = {&parsed.config->data.path,
+                                      &parsed.config->data.evalPath};
+  for (auto &entry : parsed.config->data.blend)
+    files.push_back(&entry.path);
+  for (std::string *file : files) {
     SmallString<256> absolute(*file);
     if (!file->empty() && !sys::fs::make_absolute(absolute))
       *file = absolute.str().str();

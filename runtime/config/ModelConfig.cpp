@@ -48,8 +48,9 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N/parallel",
        {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"}},
       {"/data",
-       {"source", "path", "eval_path", "tokens_per_sample",
+       {"source", "path", "eval_path", "blend", "shuffle", "tokens_per_sample",
         "text_only_fraction"}},
+      {"/data/blend/N", {"path", "weight"}},
       {"/train",
        {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "decay_all",
         "clip_grad", "lr_schedule", "eval_every", "eval_steps"}},
@@ -186,14 +187,46 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
               ? "the jsonl file, relative to model.json"
               : "the PREFIX of Megatron's PREFIX.bin and PREFIX.idx, "
                 "relative to model.json";
-      data.path =
-          v.string(dataJson, "/data", "path", true, meaning).value_or("");
+      // data.path, or data.blend's files with weights (not both).
+      if (!dataJson.contains("blend") || dataJson.contains("path"))
+        data.path =
+            v.string(dataJson, "/data", "path", true, meaning).value_or("");
+      if (dataJson.contains("blend") && dataJson.contains("path"))
+        v.error("/data/blend",
+                "expected path or blend, found both; keep path for one "
+                "dataset, or list every file in blend");
+      if (const json *blend = v.member(dataJson, "/data", "blend", false,
+                                       "datasets drawn from with weights")) {
+        if (!blend->is_array() || blend->empty() || blend->size() > 1024)
+          v.error("/data/blend",
+                  "expected an array of 1 to 1024 {\"path\": ..., "
+                  "\"weight\": ...} objects, found " +
+                      describeJson(*blend));
+        else
+          for (size_t i = 0; i < blend->size(); ++i) {
+            const std::string at = "/data/blend/" + std::to_string(i);
+            const json &entry = (*blend)[i];
+            if (!v.object(entry, at, modelJsonKeys("/data/blend/N"),
+                          "a blended dataset"))
+              continue;
+            DataConfig::BlendEntry e;
+            e.path = v.string(entry, at, "path", true, meaning).value_or("");
+            if (auto w = v.number(entry, at, "weight", 0, true, 1e12, false,
+                                  "the share of samples drawn from it "
+                                  "(relative to the others')"))
+              e.weight = *w;
+            data.blend.push_back(e);
+          }
+      }
+      if (auto shuffle = v.boolean(dataJson, "/data", "shuffle",
+                                   "a seeded permutation per epoch"))
+        data.shuffle = *shuffle;
       if (dataJson.contains("eval_path"))
         data.evalPath = v.string(dataJson, "/data", "eval_path", false,
                                  "the held-out data, like path")
                             .value_or("");
     } else {
-      for (const char *key : {"path", "eval_path"})
+      for (const char *key : {"path", "eval_path", "blend", "shuffle"})
         if (dataJson.contains(key))
           v.error(std::string("/data/") + key,
                   std::string("expected no ") + key +

@@ -148,6 +148,15 @@ struct DataConfig {
   /// (every encoder present, defaults filled).
   std::vector<std::pair<std::string, TokenRange>> tokensPerSample;
   double textOnlyFraction = 0.0;
+  /// Files only (docs/data.md "Order"): a seeded permutation of each
+  /// dataset's samples per epoch; several datasets of the source's kind
+  /// drawn from with weights (Megatron's blend) in place of `path`.
+  bool shuffle = false;
+  struct BlendEntry {
+    std::string path;
+    double weight = 1.0;
+  };
+  std::vector<BlendEntry> blend;
 };
 
 /// docs/runtime.md, Megatron's shape, counted from step 1.

@@ -94,7 +94,14 @@ json toJson(const ModelConfig &config) {
   }
   json data = {{"source", config.data.source}};
   if (config.data.source != "synthetic") {
-    data["path"] = config.data.path;
+    if (config.data.blend.empty()) {
+      data["path"] = config.data.path;
+    } else {
+      data["blend"] = json::array();
+      for (const DataConfig::BlendEntry &e : config.data.blend)
+        data["blend"].push_back({{"path", e.path}, {"weight", e.weight}});
+    }
+    data["shuffle"] = config.data.shuffle;
     if (!config.data.evalPath.empty())
       data["eval_path"] = config.data.evalPath;
   } else {

@@ -3,6 +3,7 @@
 #include "runtime/data/Data.h"
 
 #include "runtime/data/IndexedData.h"
+#include "runtime/data/Order.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/support/InputFile.h"
 #include "runtime/support/Random.h"
@@ -71,16 +72,25 @@ public:
 
   Microbatch get(int64_t step, int64_t mb) const override {
     Microbatch out;
-    int64_t B = config.batch.microBatchSize, S = config.batch.seqLength;
-    int64_t vocab = config.language().vocabSize;
-    bool variableLength =
+    const int64_t B = config.batch.microBatchSize;
+    for (int64_t b = 0; b < B; ++b)
+      out.samples.push_back(
+          sample(globalSample(step, mb, b, config.batch.numMicrobatches, B)));
+    return out;
+  }
+
+  /// Global sample g: keyed by (seed, stream, g) alone, so every layout and
+  /// micro-batch split of a global batch draws the same samples.
+  Sample sample(int64_t g) const {
+    const int64_t S = config.batch.seqLength;
+    const int64_t vocab = config.language().vocabSize;
+    const bool variableLength =
         config.batch.packing || config.batch.attentionMask == "dense";
-    uint64_t key = combine(
+    const uint64_t key =
         combine(combine(static_cast<uint64_t>(config.seed), hashString(stream)),
-                static_cast<uint64_t>(step)),
-        static_cast<uint64_t>(mb));
-    for (int64_t b = 0; b < B; ++b) {
-      Stream rng(combine(key, static_cast<uint64_t>(b)));
+                static_cast<uint64_t>(g));
+    {
+      Stream rng(key);
       Sample sample;
       bool textOnly = rng.uniform() < config.data.textOnlyFraction;
       sample.length = variableLength ? S / 4 + rng.below(S - S / 4 + 1) : S;
@@ -122,17 +132,15 @@ public:
           sample.ids[static_cast<size_t>(at++)] = encoders[e].specialTokenId;
       sample.features.resize(encoders.size());
       for (size_t e = 0; e < encoders.size(); ++e) {
-        Stream features(combine(combine(key, static_cast<uint64_t>(b)),
-                                hashString(encoders[e].name)));
+        Stream features(combine(key, hashString(encoders[e].name)));
         auto &rows = sample.features[e];
         rows.resize(
             static_cast<size_t>(sample.counts[e] * encoders[e].featureDim));
         for (float &value : rows)
           value = static_cast<float>(2.0 * features.uniform() - 1.0);
       }
-      out.samples.push_back(std::move(sample));
+      return sample;
     }
-    return out;
   }
 
 private:
@@ -141,29 +149,69 @@ private:
   const char *stream;
 };
 
-/// docs/runtime.md: one sample per line. Samples are taken in file order,
-/// cycling: global sample index (step·M + mb)·B + b.
-class JsonlSource final : public DataSource {
+/// docs/data.md: one sample per line, in file order.
+class JsonlDataset final : public Dataset {
 public:
-  JsonlSource(const ModelConfig &config, std::vector<Sample> samples)
-      : config(config), samples(std::move(samples)) {}
+  explicit JsonlDataset(std::vector<Sample> samples)
+      : samples(std::move(samples)) {}
+  int64_t size() const override { return static_cast<int64_t>(samples.size()); }
+  Sample at(int64_t i) const override {
+    return samples[static_cast<size_t>(i)];
+  }
+
+private:
+  std::vector<Sample> samples;
+};
+
+/// docs/data.md "Order": global sample g through the blend (several
+/// datasets) and each dataset's epochs, shuffled or in file order.
+class OrderedSource final : public DataSource {
+public:
+  OrderedSource(const ModelConfig &config,
+                std::vector<std::unique_ptr<Dataset>> datasets)
+      : config(config), datasets(std::move(datasets)) {
+    if (this->datasets.size() > 1) {
+      std::vector<double> weights;
+      for (const DataConfig::BlendEntry &entry : config.data.blend)
+        weights.push_back(entry.weight);
+      blend = std::make_unique<BlendOrder>(std::move(weights));
+    }
+  }
 
   Microbatch get(int64_t step, int64_t mb) const override {
+    const int64_t B = config.batch.microBatchSize;
+    const int64_t g =
+        globalSample(step, mb, 0, config.batch.numMicrobatches, B);
+    std::vector<std::pair<size_t, int64_t>> draws;
+    if (blend)
+      draws = blend->pick(g, B);
+    else
+      for (int64_t b = 0; b < B; ++b)
+        draws.emplace_back(0, g + b);
     Microbatch out;
-    int64_t B = config.batch.microBatchSize;
-    int64_t base = (step * config.batch.numMicrobatches + mb) * B;
-    for (int64_t b = 0; b < B; ++b)
-      out.samples.push_back(samples[static_cast<size_t>(
-          (base + b) % static_cast<int64_t>(samples.size()))]);
+    for (auto [d, k] : draws) {
+      const Dataset &dataset = *datasets[d];
+      const uint64_t key = combine(
+          combine(static_cast<uint64_t>(config.seed), hashString("shuffle")),
+          static_cast<uint64_t>(d));
+      out.samples.push_back(
+          dataset.at(epochSample(k, dataset.size(), config.data.shuffle, key)));
+    }
     return out;
   }
 
 private:
   ModelConfig config;
-  std::vector<Sample> samples;
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  std::unique_ptr<BlendOrder> blend;
 };
 
-std::unique_ptr<DataSource>
+std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
+                                          std::istream &in,
+                                          const std::string &path,
+                                          std::vector<std::string> &errors);
+
+std::unique_ptr<Dataset>
 loadJsonl(const ModelConfig &config, const std::string &written,
           const std::string &pointer, const std::string &baseDir,
           const std::string &planFile, std::vector<std::string> &errors) {
@@ -193,14 +241,13 @@ loadJsonl(const ModelConfig &config, const std::string &written,
         "working directory");
     return nullptr;
   }
-  return readJsonl(config, in, path, errors);
+  return readJsonlDataset(config, in, path, errors);
 }
 
-} // namespace
-
-std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
-                                      std::istream &in, const std::string &path,
-                                      std::vector<std::string> &errors) {
+std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
+                                          std::istream &in,
+                                          const std::string &path,
+                                          std::vector<std::string> &errors) {
   std::vector<EncoderInfo> encoders = encodersOf(config);
   int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
   std::vector<Sample> samples;
@@ -385,7 +432,26 @@ std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
                             "JSON object per line");
     return nullptr;
   }
-  return std::make_unique<JsonlSource>(config, std::move(samples));
+  return std::make_unique<JsonlDataset>(std::move(samples));
+}
+
+} // namespace
+
+std::unique_ptr<DataSource>
+orderedSource(const ModelConfig &config,
+              std::vector<std::unique_ptr<Dataset>> datasets) {
+  return std::make_unique<OrderedSource>(config, std::move(datasets));
+}
+
+std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
+                                      std::istream &in, const std::string &path,
+                                      std::vector<std::string> &errors) {
+  std::unique_ptr<Dataset> dataset = readJsonlDataset(config, in, path, errors);
+  if (!dataset)
+    return nullptr;
+  std::vector<std::unique_ptr<Dataset>> one;
+  one.push_back(std::move(dataset));
+  return orderedSource(config, std::move(one));
 }
 
 std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
@@ -394,13 +460,35 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
                                            std::vector<std::string> &errors,
                                            DataSplit split) {
   bool eval = split == DataSplit::Eval;
-  const std::string &path = eval ? config.data.evalPath : config.data.path;
-  std::string pointer = eval ? "/model/data/eval_path" : "/model/data/path";
-  if (config.data.source == "jsonl")
-    return loadJsonl(config, path, pointer, baseDir, planFile, errors);
-  if (config.data.source == "indexed")
-    return loadIndexed(config, path, pointer, baseDir, planFile, errors);
-  return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
+  if (config.data.source == "synthetic")
+    return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
+  // The files: the eval file, data.path, or every file of data.blend.
+  std::vector<std::pair<std::string, std::string>> files;
+  if (eval)
+    files.emplace_back(config.data.evalPath, "/model/data/eval_path");
+  else if (config.data.blend.empty())
+    files.emplace_back(config.data.path, "/model/data/path");
+  else
+    for (size_t i = 0; i < config.data.blend.size(); ++i)
+      files.emplace_back(config.data.blend[i].path,
+                         "/model/data/blend/" + std::to_string(i) + "/path");
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  for (const auto &[path, pointer] : files) {
+    std::unique_ptr<Dataset> dataset =
+        config.data.source == "jsonl"
+            ? loadJsonl(config, path, pointer, baseDir, planFile, errors)
+            : loadIndexed(config, path, pointer, baseDir, planFile, errors);
+    if (!dataset)
+      return nullptr;
+    datasets.push_back(std::move(dataset));
+  }
+  if (eval) { // held-out batches: one file, in file order
+    ModelConfig plain = config;
+    plain.data.shuffle = false;
+    plain.data.blend.clear();
+    return orderedSource(plain, std::move(datasets));
+  }
+  return orderedSource(config, std::move(datasets));
 }
 
 namespace {
@@ -486,6 +574,9 @@ std::vector<Diagnostic> resolveDataPaths(ModelConfig &config,
   };
   resolve(config.data.path, "/data/path");
   resolve(config.data.evalPath, "/data/eval_path");
+  for (size_t i = 0; i < config.data.blend.size(); ++i)
+    resolve(config.data.blend[i].path,
+            ("/data/blend/" + std::to_string(i) + "/path").c_str());
   return problems;
 }
 

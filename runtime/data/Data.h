@@ -1,10 +1,11 @@
 //===- Data.h - Training data: synthetic and jsonl sources ------*- C++ -*-===//
 //
 // docs/data.md, docs/runtime.md. Every rank derives the same global microbatch
-// from (seed, step, microbatch); a module's data-parallel lane takes its slice
-// of samples. The lane views below turn samples into what a module computes on:
-// token lists for encoders, [sequence, batch] token grids (or one packed THD
-// row) for the language module.
+// from (seed, step, microbatch) through the global sample index (data/
+// Order.h), the same in every layout and micro-batch split; a module's
+// data-parallel lane takes its slice of samples. The lane views below turn
+// samples into what a module computes on: token lists for encoders, [sequence,
+// batch] token grids (or one packed THD row) for the language module.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DATA_DATA_H
@@ -55,6 +56,23 @@ public:
   /// The global microbatch `mb` of step `step` (0-based).
   virtual Microbatch get(int64_t step, int64_t mb) const = 0;
 };
+
+/// One file's samples in file order (a jsonl file's lines, an indexed
+/// dataset's windows); data/Order.h decides which one a step reads.
+class Dataset {
+public:
+  virtual ~Dataset() = default;
+  /// The samples of one epoch.
+  virtual int64_t size() const = 0;
+  /// Sample i, 0 <= i < size().
+  virtual Sample at(int64_t i) const = 0;
+};
+
+/// The source over `datasets` (one, or data.blend's in order): global
+/// sample g through data/Order.h (the blend, epochs, data.shuffle).
+std::unique_ptr<DataSource>
+orderedSource(const ModelConfig &config,
+              std::vector<std::unique_ptr<Dataset>> datasets);
 
 /// Training data, or the held-out data of evaluations (docs/runtime.md).
 enum class DataSplit { Train, Eval };

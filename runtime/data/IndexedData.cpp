@@ -87,10 +87,10 @@ private:
   void *data = nullptr;
 };
 
-class IndexedSource final : public DataSource {
+class IndexedSamples final : public Dataset {
 public:
-  IndexedSource(const ModelConfig &config, IndexedDataset dataset,
-                std::unique_ptr<MappedFile> bin)
+  IndexedSamples(const ModelConfig &config, IndexedDataset dataset,
+                 std::unique_ptr<MappedFile> bin)
       : config(config), dataset(std::move(dataset)), bin(std::move(bin)) {
     starts.reserve(this->dataset.lengths.size() + 1);
     starts.push_back(0);
@@ -98,35 +98,37 @@ public:
       starts.push_back(starts.back() + length);
   }
 
-  Microbatch get(int64_t step, int64_t mb) const override {
-    Microbatch out;
-    int64_t B = config.batch.microBatchSize, S = config.batch.seqLength;
-    int64_t vocab = config.language().vocabSize;
-    int64_t base = (step * config.batch.numMicrobatches + mb) * B;
-    for (int64_t b = 0; b < B; ++b) {
-      Sample sample;
-      sample.length = S;
-      sample.ids.resize(static_cast<size_t>(S));
-      int64_t at = ((base + b) % period()) * S % dataset.totalTokens;
-      for (int64_t s = 0; s < S; ++s, at = (at + 1) % dataset.totalTokens) {
-        int64_t id = token(at);
-        if (id < 0 || id >= vocab)
-          throw std::runtime_error(
-              dataset.binPath + ": token " + std::to_string(at) +
-              " of the stream is " + std::to_string(id) +
-              ", outside the vocabulary [0, " + std::to_string(vocab) +
-              "); use the tokenizer the model's vocab_size was set for");
-        sample.ids[static_cast<size_t>(s)] = id;
-      }
-      out.samples.push_back(std::move(sample));
+  /// In file order, an epoch is as many windows as the stream has tokens
+  /// (window k starts at k · L mod the stream); shuffled, the stream's
+  /// whole windows (at least one).
+  int64_t size() const override {
+    const int64_t total = std::max<int64_t>(1, dataset.totalTokens);
+    return config.data.shuffle
+               ? std::max<int64_t>(1, total / config.batch.seqLength)
+               : total;
+  }
+
+  Sample at(int64_t k) const override {
+    const int64_t S = config.batch.seqLength;
+    const int64_t vocab = config.language().vocabSize;
+    Sample sample;
+    sample.length = S;
+    sample.ids.resize(static_cast<size_t>(S));
+    int64_t at = k * S % dataset.totalTokens;
+    for (int64_t s = 0; s < S; ++s, at = (at + 1) % dataset.totalTokens) {
+      int64_t id = token(at);
+      if (id < 0 || id >= vocab)
+        throw std::runtime_error(
+            dataset.binPath + ": token " + std::to_string(at) +
+            " of the stream is " + std::to_string(id) +
+            ", outside the vocabulary [0, " + std::to_string(vocab) +
+            "); use the tokenizer the model's vocab_size was set for");
+      sample.ids[static_cast<size_t>(s)] = id;
     }
-    return out;
+    return sample;
   }
 
 private:
-  /// Samples before the cut points repeat (keeps g * L from overflowing).
-  int64_t period() const { return std::max<int64_t>(1, dataset.totalTokens); }
-
   /// Token `index` of the stream of every sequence in order.
   int64_t token(int64_t index) const {
     size_t seq = static_cast<size_t>(
@@ -305,7 +307,7 @@ bool writeIndexedDataset(const std::string &prefix,
   return true;
 }
 
-std::unique_ptr<DataSource>
+std::unique_ptr<Dataset>
 loadIndexed(const ModelConfig &config, const std::string &written,
             const std::string &pointer, const std::string &baseDir,
             const std::string &planFile, std::vector<std::string> &errors) {
@@ -340,8 +342,8 @@ loadIndexed(const ModelConfig &config, const std::string &written,
     errors.push_back(error);
     return nullptr;
   }
-  return std::make_unique<IndexedSource>(config, std::move(dataset),
-                                         std::move(bin));
+  return std::make_unique<IndexedSamples>(config, std::move(dataset),
+                                          std::move(bin));
 }
 
 } // namespace mimo::exec

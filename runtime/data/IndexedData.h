@@ -8,9 +8,11 @@
 //         modes[S]); little-endian.
 //   .bin  the tokens of every sequence, back to back, in that dtype.
 // mimo reads the tokens as one stream (sequences in index order) and cuts
-// it into consecutive samples of seq_length tokens: global sample g (=
-// (step · num_microbatches + microbatch) · micro_batch_size + b) is stream
-// tokens [g · L, (g + 1) · L), wrapping around the end of the stream.
+// it into samples of seq_length tokens: in file order, sample k is stream
+// tokens [k · L, (k + 1) · L) (mod the stream's length: an epoch is as
+// many samples as the stream has tokens, so the windows wrap around);
+// with data.shuffle, the stream's whole windows (data/Order.h permutes
+// them).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_DATA_INDEXEDDATA_H
@@ -47,9 +49,9 @@ bool writeIndexedDataset(const std::string &prefix,
                          const std::vector<std::vector<int64_t>> &sequences,
                          int dtypeCode, std::string &error);
 
-/// The data source over an indexed dataset (paths tried as written, then
-/// relative to `baseDir`).
-std::unique_ptr<DataSource>
+/// The samples of an indexed dataset (paths tried as written, then
+/// relative to `baseDir`): windows of seq_length tokens of the stream.
+std::unique_ptr<Dataset>
 loadIndexed(const ModelConfig &config, const std::string &written,
             const std::string &pointer, const std::string &baseDir,
             const std::string &planFile, std::vector<std::string> &errors);
