@@ -7,6 +7,7 @@
 # where ctest replays it on every build once committed with its fix.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
 #   targets: model-json plan jsonl indexed safetensors checkpoint-state hf-folder
+#            feature-file
 # Needs clang and libFuzzer (Debian: clang-19 libfuzzer-19-dev).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,8 @@ seconds=${1:-600}
 shift || true
 targets=("$@")
 ((${#targets[@]})) ||
-  targets=(model-json plan jsonl indexed safetensors checkpoint-state hf-folder)
+  targets=(model-json plan jsonl indexed safetensors checkpoint-state hf-folder
+    feature-file)
 jobs=${JOBS:-$(nproc)}
 
 cxx=""

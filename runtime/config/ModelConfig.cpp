@@ -48,8 +48,8 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N/parallel",
        {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "order"}},
       {"/data",
-       {"source", "path", "eval_path", "blend", "shuffle", "tokens_per_sample",
-        "text_only_fraction"}},
+       {"source", "path", "eval_path", "blend", "shuffle", "samples",
+        "tokens_per_sample", "text_only_fraction"}},
       {"/data/blend/N", {"path", "weight"}},
       {"/train",
        {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "decay_all",
@@ -240,16 +240,26 @@ void parseData(Validator &v, const json &root, ModelConfig &config) {
                     " only with the synthetic source, found it with \"" +
                     data.source +
                     "\"; remove it (file samples carry their own tokens)");
-    if (data.source == "indexed")
-      for (const ModuleConfig &module : config.modules)
-        if (module.kind == ModuleKind::Encoder) {
-          v.error("/data/source",
-                  "expected jsonl for a model with encoders, found \"indexed\" "
-                  "(Megatron's indexed dataset holds text only); use \"jsonl\" "
-                  "or remove encoder '" +
-                      module.name + "'");
-          break;
-        }
+    const bool withEncoders = !encoders.empty();
+    if (data.source == "indexed") {
+      data.samples = withEncoders ? "sequences" : "windows";
+      if (auto samples = v.choice(dataJson, "/data", "samples", false,
+                                  {"windows", "sequences"},
+                                  "how the token data becomes samples"))
+        data.samples = *samples;
+      if (withEncoders && data.samples == "windows")
+        v.error("/data/samples",
+                "expected \"sequences\" for a model with encoders, found "
+                "\"windows\" (a window could cut a modality's token run "
+                "from its feature rows); remove it");
+    } else if (dataJson.contains("samples")) {
+      v.error("/data/samples",
+              "expected samples only with the indexed source, found it with "
+              "\"" +
+                  data.source +
+                  "\"; remove it (a jsonl line is a sample, synthetic "
+                  "samples are drawn whole)");
+    }
     if (auto fraction =
             v.number(dataJson, "/data", "text_only_fraction", 0.0, false, 1.0,
                      false, "share of samples with no modality tokens"))

@@ -152,6 +152,10 @@ struct DataConfig {
   /// dataset's samples per epoch; several datasets of the source's kind
   /// drawn from with weights (Megatron's blend) in place of `path`.
   bool shuffle = false;
+  /// Indexed only: "windows" (the token stream cut into seq_length
+  /// windows; text only) or "sequences" (one sample per sequence, with
+  /// binary features and masks; the default with encoders).
+  std::string samples = "windows";
   struct BlendEntry {
     std::string path;
     double weight = 1.0;

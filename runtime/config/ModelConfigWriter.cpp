@@ -102,6 +102,8 @@ json toJson(const ModelConfig &config) {
         data["blend"].push_back({{"path", e.path}, {"weight", e.weight}});
     }
     data["shuffle"] = config.data.shuffle;
+    if (config.data.source == "indexed")
+      data["samples"] = config.data.samples;
     if (!config.data.evalPath.empty())
       data["eval_path"] = config.data.evalPath;
   } else {

@@ -499,7 +499,9 @@ std::string firstRecordProblem(const ModelConfig &config,
   if (config.data.source == "indexed") {
     IndexedDataset dataset;
     std::string error;
-    return readIndexedDataset(path, dataset, error) ? "" : error;
+    if (!readIndexedDataset(path, dataset, error))
+      return error;
+    return openIndexedExtras(config, path, dataset, error) ? "" : error;
   }
   std::string problem = inputFileProblem(path, "the data");
   if (!problem.empty())

@@ -3,6 +3,7 @@
 #include "runtime/data/IndexedData.h"
 
 #include "runtime/support/InputFile.h"
+#include "runtime/support/MappedFile.h"
 
 #include <algorithm>
 #include <cstring>
@@ -44,64 +45,25 @@ template <typename T> bool readValue(std::istream &in, T &value) {
       in.read(reinterpret_cast<char *>(&value), sizeof(T)));
 }
 
-/// A read-only memory map of a whole file.
-class MappedFile {
-public:
-  ~MappedFile() {
-    if (data && data != MAP_FAILED)
-      munmap(data, static_cast<size_t>(size));
-  }
-  bool open(const std::string &path, std::string &error) {
-    error = inputFileProblem(path, "the token data");
-    if (!error.empty())
-      return false;
-    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
-    if (fd < 0) {
-      error = path + ": error: cannot open it";
-      return false;
-    }
-    struct stat st = {};
-    if (fstat(fd, &st) != 0) {
-      ::close(fd);
-      error = path + ": error: cannot read its size";
-      return false;
-    }
-    size = st.st_size;
-    if (size > 0)
-      data = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE,
-                  fd, 0);
-    ::close(fd);
-    if (data == MAP_FAILED) {
-      data = nullptr;
-      error = path + ": error: cannot map it into memory";
-      return false;
-    }
-    return true;
-  }
-  const unsigned char *bytes() const {
-    return static_cast<const unsigned char *>(data);
-  }
-  int64_t size = 0;
-
-private:
-  void *data = nullptr;
-};
-
 class IndexedSamples final : public Dataset {
 public:
   IndexedSamples(const ModelConfig &config, IndexedDataset dataset,
-                 std::unique_ptr<MappedFile> bin)
-      : config(config), dataset(std::move(dataset)), bin(std::move(bin)) {
+                 std::unique_ptr<MappedFile> bin, IndexedExtras extras)
+      : config(config), encoders(encodersOf(config)),
+        dataset(std::move(dataset)), bin(std::move(bin)),
+        extras(std::move(extras)) {
     starts.reserve(this->dataset.lengths.size() + 1);
     starts.push_back(0);
     for (int32_t length : this->dataset.lengths)
       starts.push_back(starts.back() + length);
   }
 
-  /// In file order, an epoch is as many windows as the stream has tokens
-  /// (window k starts at k · L mod the stream); shuffled, the stream's
-  /// whole windows (at least one).
+  /// Windows in file order: an epoch is as many windows as the stream has
+  /// tokens (window k starts at k · L mod the stream); shuffled, the
+  /// stream's whole windows (at least one). Sequences: one sample each.
   int64_t size() const override {
+    if (sequences())
+      return static_cast<int64_t>(dataset.lengths.size());
     const int64_t total = std::max<int64_t>(1, dataset.totalTokens);
     return config.data.shuffle
                ? std::max<int64_t>(1, total / config.batch.seqLength)
@@ -110,25 +72,65 @@ public:
 
   Sample at(int64_t k) const override {
     const int64_t S = config.batch.seqLength;
-    const int64_t vocab = config.language().vocabSize;
     Sample sample;
-    sample.length = S;
-    sample.ids.resize(static_cast<size_t>(S));
-    int64_t at = k * S % dataset.totalTokens;
-    for (int64_t s = 0; s < S; ++s, at = (at + 1) % dataset.totalTokens) {
-      int64_t id = token(at);
-      if (id < 0 || id >= vocab)
+    int64_t at = 0, length = S;
+    if (sequences()) {
+      at = starts[static_cast<size_t>(k)];
+      length = dataset.lengths[static_cast<size_t>(k)];
+      if (length > S || length < 1)
         throw std::runtime_error(
-            dataset.binPath + ": token " + std::to_string(at) +
-            " of the stream is " + std::to_string(id) +
-            ", outside the vocabulary [0, " + std::to_string(vocab) +
-            "); use the tokenizer the model's vocab_size was set for");
-      sample.ids[static_cast<size_t>(s)] = id;
+            dataset.idxPath + ": error: sequence " + std::to_string(k) +
+            " has " + std::to_string(length) + " tokens; samples hold 1 to " +
+            "seq_length (" + std::to_string(S) +
+            ") tokens: split or drop it when preparing the data");
+    } else {
+      at = k * S % dataset.totalTokens;
+    }
+    sample.length = length;
+    sample.ids.assign(static_cast<size_t>(config.batch.packing ? length : S),
+                      0);
+    if (extras.mask)
+      sample.target.resize(static_cast<size_t>(length));
+    for (int64_t s = 0; s < length; ++s, at = (at + 1) % dataset.totalTokens) {
+      sample.ids[static_cast<size_t>(s)] = checkedToken(at);
+      if (extras.mask)
+        sample.target[static_cast<size_t>(s)] = extras.mask->target(at);
+    }
+    // Each encoder's rows: one per special token of the sequence.
+    sample.counts.assign(encoders.size(), 0);
+    sample.features.resize(encoders.size());
+    for (size_t e = 0; e < encoders.size(); ++e) {
+      for (int64_t s = 0; s < length; ++s)
+        sample.counts[e] +=
+            sample.ids[static_cast<size_t>(s)] == encoders[e].specialTokenId;
+      const FeatureFile &file = *extras.features[e];
+      if (file.rowsOf(k) != sample.counts[e])
+        throw std::runtime_error(
+            file.path() + ": error: sequence " + std::to_string(k) + " has " +
+            std::to_string(file.rowsOf(k)) + " feature rows but " +
+            std::to_string(sample.counts[e]) + " '" + encoders[e].name +
+            "' tokens (id " + std::to_string(encoders[e].specialTokenId) +
+            ") in " + dataset.binPath + "; give one row per token");
+      file.read(k, sample.features[e]);
     }
     return sample;
   }
 
 private:
+  bool sequences() const { return config.data.samples == "sequences"; }
+
+  int64_t checkedToken(int64_t at) const {
+    const int64_t id = token(at);
+    if (id < 0 || id >= config.language().vocabSize)
+      throw std::runtime_error(
+          dataset.binPath + ": token " + std::to_string(at) +
+          " of the stream is " + std::to_string(id) +
+          ", outside the vocabulary [0, " +
+          std::to_string(config.language().vocabSize) +
+          "); use the tokenizer the model's vocab_size was set for");
+    return id;
+  }
+
   /// Token `index` of the stream of every sequence in order.
   int64_t token(int64_t index) const {
     size_t seq = static_cast<size_t>(
@@ -166,12 +168,44 @@ private:
   }
 
   ModelConfig config;
+  std::vector<EncoderInfo> encoders;
   IndexedDataset dataset;
   std::unique_ptr<MappedFile> bin;
+  IndexedExtras extras;
   std::vector<int64_t> starts; // stream index of each sequence's first token
 };
 
 } // namespace
+
+std::optional<IndexedExtras> openIndexedExtras(const ModelConfig &config,
+                                               const std::string &prefix,
+                                               const IndexedDataset &dataset,
+                                               std::string &error) {
+  IndexedExtras extras;
+  std::error_code ec;
+  const std::string maskPath = prefix + ".mask";
+  if (std::filesystem::exists(maskPath, ec)) {
+    extras.mask = MaskFile::open(maskPath, dataset.totalTokens, error);
+    if (!extras.mask)
+      return std::nullopt;
+  }
+  for (const EncoderInfo &e : encodersOf(config)) {
+    const std::string path = prefix + "." + e.name + ".feat";
+    if (!std::filesystem::exists(path, ec)) {
+      error = path + ": error: no feature rows for encoder '" + e.name +
+              "' beside " + dataset.idxPath +
+              " (docs/data.md, binary features: tools/mimo-prep writes them)";
+      return std::nullopt;
+    }
+    std::unique_ptr<FeatureFile> file =
+        FeatureFile::open(path, e.featureDim,
+                          static_cast<int64_t>(dataset.lengths.size()), error);
+    if (!file)
+      return std::nullopt;
+    extras.features.push_back(std::move(file));
+  }
+  return extras;
+}
 
 bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
                         std::string &error) {
@@ -338,12 +372,18 @@ loadIndexed(const ModelConfig &config, const std::string &written,
     return nullptr;
   }
   auto bin = std::make_unique<MappedFile>();
-  if (!bin->open(dataset.binPath, error)) {
+  if (!bin->open(dataset.binPath, "the token data", error)) {
+    errors.push_back(error);
+    return nullptr;
+  }
+  std::optional<IndexedExtras> extras =
+      openIndexedExtras(config, prefix, dataset, error);
+  if (!extras) {
     errors.push_back(error);
     return nullptr;
   }
   return std::make_unique<IndexedSamples>(config, std::move(dataset),
-                                          std::move(bin));
+                                          std::move(bin), std::move(*extras));
 }
 
 } // namespace mimo::exec

@@ -7,7 +7,9 @@
 //         pointers[S], i64 document indices[D] (then, multimodal, i8
 //         modes[S]); little-endian.
 //   .bin  the tokens of every sequence, back to back, in that dtype.
-// mimo reads the tokens as one stream (sequences in index order) and cuts
+// With data.samples "sequences" (the default with encoders) each sequence
+// is a sample, with its rows of PREFIX.<encoder>.feat; else mimo reads the
+// tokens as one stream (sequences in index order) and cuts
 // it into samples of seq_length tokens: in file order, sample k is stream
 // tokens [k · L, (k + 1) · L) (mod the stream's length: an epoch is as
 // many samples as the stream has tokens, so the windows wrap around);
@@ -19,9 +21,11 @@
 #define MIMO_RUNTIME_DATA_INDEXEDDATA_H
 
 #include "runtime/data/Data.h"
+#include "runtime/data/FeatureFile.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,18 @@ struct IndexedDataset {
   int64_t totalTokens = 0;
   std::string binPath, idxPath;
 };
+
+/// What may sit beside an indexed dataset (data/FeatureFile.h): the loss
+/// mask PREFIX.mask (optional) and each encoder's PREFIX.<encoder>.feat
+/// (required with encoders, in model order).
+struct IndexedExtras {
+  std::unique_ptr<MaskFile> mask;
+  std::vector<std::unique_ptr<FeatureFile>> features;
+};
+std::optional<IndexedExtras> openIndexedExtras(const ModelConfig &config,
+                                               const std::string &prefix,
+                                               const IndexedDataset &dataset,
+                                               std::string &error);
 
 /// Reads and checks PREFIX.idx against PREFIX.bin; on failure returns
 /// false with `error` naming the file and what is wrong.
