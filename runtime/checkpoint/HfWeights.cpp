@@ -45,7 +45,7 @@ public:
     if (fd < 0)
       throw std::runtime_error(
           path + ": error: cannot open it: " + std::strerror(errno));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
       ::close(fd);
       throw std::runtime_error(path + ": error: cannot read its size");
