@@ -60,13 +60,6 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
   return objects;
 }
 
-std::string tiedStagesProblem(const std::string &name) {
-  return "module '" + name +
-         "' ties its head to its embedding (tie_embeddings), which this "
-         "version keeps on one pipeline stage; use pp 1 for it, or set "
-         "tie_embeddings false";
-}
-
 bool namePrefixMatches(const std::string &local, const std::string &prefix) {
   return local.size() >= prefix.size() &&
          local.compare(0, prefix.size(), prefix) == 0 &&

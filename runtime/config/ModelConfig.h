@@ -122,10 +122,6 @@ struct ModuleConfig {
 /// dot-separated parts.
 bool namePrefixMatches(const std::string &local, const std::string &prefix);
 
-/// Why `tie_embeddings` cannot split module `name` into pipeline stages
-/// (this version ties the head to the embedding on one stage).
-std::string tiedStagesProblem(const std::string &name);
-
 struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
   bool packing = false;

@@ -338,8 +338,6 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
             "encoder '" + module.name +
                 "' has a class token, whose row this version keeps on one "
                 "pipeline stage; use pp 1 for it (encoders rarely need more)");
-  if (module.tieEmbeddings && module.parallel.pp > 1)
-    v.error(pointer + "/parallel/pp", tiedStagesProblem(module.name));
   // GQA splits the KV groups over TP (the compiler checks num_heads).
   if (module.numQueryGroups > 0 && module.parallel.tp > 0 &&
       module.numHeads % module.numQueryGroups == 0 &&

@@ -105,6 +105,9 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
       add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
       if (!module.tieEmbeddings)              // tied: the embedding's transpose
         add("head", H, V, L::ColumnParallel); // vocab-parallel logits
+      else if (!first) // the embedding's copy (docs/model.md: tied across PP)
+        add("embedding", V, H, L::RowParallel, I::Weight,
+            1.0f / std::sqrt(static_cast<float>(H)));
     }
     return out;
   }
@@ -163,9 +166,16 @@ std::vector<ParamSpec> modelParameters(const ModelConfig &config) {
           module, language.hiddenSize,
           module.parallel.sequenceParallel && module.parallel.tp > 1,
           module.parallel.pp, s);
-      all.insert(all.end(), stage.begin(), stage.end());
+      for (ParamSpec &spec : stage)
+        if (!tiedCopy(module, spec.local, s))
+          all.push_back(std::move(spec));
     }
   return all;
+}
+
+bool tiedCopy(const ModuleConfig &module, const std::string &local,
+              int64_t ppRank) {
+  return module.tieEmbeddings && ppRank > 0 && local == "embedding";
 }
 
 bool everyParameterFrozen(const ModelConfig &config,

@@ -70,6 +70,12 @@ std::vector<ParamSpec> modelParameters(const ModelConfig &config);
 bool everyParameterFrozen(const ModelConfig &config,
                           const ModuleConfig &module);
 
+/// Whether parameter `local` of pipeline stage `ppRank` is the copy of a
+/// tied embedding the last stage holds for its head (docs/model.md): the
+/// model has it once, on the first stage (checkpoints, the gradient norm).
+bool tiedCopy(const ModuleConfig &module, const std::string &local,
+              int64_t ppRank);
+
 /// Whether `module` runs forward only: an encoder (nothing is upstream of
 /// it) whose every parameter is frozen. Its backward, its pipeline's and
 /// bridges' gradient messages and its gradient reduction are left out of

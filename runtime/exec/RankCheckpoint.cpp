@@ -4,6 +4,7 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/LearningRate.h"
+#include "runtime/config/Parameters.h"
 #include "runtime/device/Devices.h"
 #include "runtime/support/Limits.h"
 
@@ -24,8 +25,13 @@ HeldParams RankExecutor::heldParams() {
     if (m)
       for (Param &p : m->stage->params()) {
         held.params.push_back(&p);
+        // A tied embedding's copy on the last stage: the first stage writes.
+        const bool copy =
+            tiedCopy(*m->config, p.name.substr(m->config->name.size() + 1),
+                     m->coords.pp);
         held.owned.push_back(m->coords.dp == 0 && m->coords.cp == 0 &&
-                             (!p.replicatedOverTp || m->coords.tp == 0));
+                             (!p.replicatedOverTp || m->coords.tp == 0) &&
+                             !copy);
       }
   return held;
 }

@@ -233,6 +233,16 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   }
   state->groups =
       paramGroups(state->stage->params(), *state->config, plan.config.train);
+  const int64_t stages = grid.size(Dim::PP);
+  if (state->topo->tiedAcrossStages && (c.pp == 0 || c.pp == stages - 1))
+    for (const Param &p : state->stage->params())
+      if (p.name == state->config->name + ".embedding" && !p.frozen) {
+        std::vector<int64_t> line = grid.groupOf(rank, {Dim::PP});
+        state->tiedGroup = {line.front(), line.back()};
+        state->tiedBegin = p.flatBegin;
+        state->tiedEnd = p.flatEnd;
+        state->tiedCopy = c.pp > 0;
+      }
   return state;
 }
 

@@ -67,6 +67,13 @@ struct ModuleState {
   std::unique_ptr<LanguageStage> language;
   Stage *stage = nullptr;
   std::vector<int64_t> dpcpGroup;
+  /// A tied embedding across pipeline stages (docs/model.md), on its first
+  /// and last stage: the pair that sums its gradient, and where the
+  /// gradient lies in the flat buffer; `tiedCopy` on the last stage, whose
+  /// copy the gradient norm and the checkpoint leave out.
+  std::vector<int64_t> tiedGroup;
+  int64_t tiedBegin = 0, tiedEnd = 0;
+  bool tiedCopy = false;
   int64_t laneBegin = 0, laneEnd = 0;
   /// Bucketed DP x CP gradient reduction overlapped with the backward
   /// (null: one all-reduce at ReduceGrads). Declared after the stage, so

@@ -375,14 +375,29 @@ void RankExecutor::optimizerStep() {
     stepLoss = host[1];
     return;
   }
+  // A tied embedding's first and last stage sum its two gradients (the
+  // lookup's and the head's), each pair on its own, every rank before the
+  // world's all-reduce below: both copies then take the same update.
+  for (auto &m : modules)
+    if (m && !m->tiedGroup.empty())
+      comm.allReduceSum(m->tiedGroup,
+                        m->stage->flat().grads.data() + m->tiedBegin,
+                        m->tiedEnd - m->tiedBegin);
   for (auto &m : modules) {
     if (!m || m->coords.dp != 0 || m->coords.cp != 0)
       continue;
-    // Each replica once: replicated parameters on TP rank 0 only.
+    // Each replica once: replicated parameters on TP rank 0 only, a tied
+    // embedding on its first stage only.
     FlatParams &flat = m->stage->flat();
     int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
     // Frozen parameters (after `trainable`) take no share of the norm.
-    dev.sumSquaresInto(flat.grads.data() + from, flat.trainable - from, sums);
+    if (m->tiedCopy) {
+      dev.sumSquaresInto(flat.grads.data() + from, m->tiedBegin - from, sums);
+      dev.sumSquaresInto(flat.grads.data() + m->tiedEnd,
+                         flat.trainable - m->tiedEnd, sums);
+    } else {
+      dev.sumSquaresInto(flat.grads.data() + from, flat.trainable - from, sums);
+    }
   }
   double peak = static_cast<double>(dev.peakBytes());
   dev.upload(sums + 2 + rank, &peak, sizeof(peak));

@@ -56,10 +56,11 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");
-    // tie_embeddings (one stage holds both): the head is the embedding's
-    // transpose, and its gradient adds into the embedding's.
+    // tie_embeddings: the head is the embedding's transpose, and its
+    // gradient adds into the embedding's (on one stage), or into the last
+    // stage's copy, which the executor sums with the first stage's.
     tied = module.tieEmbeddings;
-    head = tied ? embedding : indexOf("head");
+    head = tied ? indexOf("embedding") : indexOf("head");
   }
 }
 
@@ -329,8 +330,8 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
     dev.rmsnormBackward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
                         c.rstdF.data(), dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
-    // Tied, the embedding's gradient is done in inputBackward.
-    if (tied)
+    // Tied on one stage, the embedding's gradient is done in inputBackward.
+    if (tied && isFirst())
       gradsDone({finalNorm});
     else
       gradsDone({head, finalNorm});

@@ -44,6 +44,10 @@ struct ModuleTopology {
   /// (config/Parameters.h runsForwardOnly): no backward, no gradient
   /// messages, no gradient reduction.
   bool forwardOnly = false;
+  /// The language model's tied embedding on more than one pipeline stage
+  /// (docs/model.md): the last stage's copy and the first stage's sum
+  /// their gradients (tiedEmbeddingGroups).
+  bool tiedAcrossStages = false;
 };
 
 /// A bridge from an encoder's last stage to the language first stage
@@ -85,6 +89,10 @@ std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio, int64_t rank);
 struct Topology;
 std::vector<std::vector<std::vector<int64_t>>>
 communicatorGroups(const Topology &topology);
+
+/// Each pair {first stage, last stage} of a module's ranks with the same
+/// TP, CP and DP coordinates: the ranks that hold a tied embedding.
+std::vector<std::vector<int64_t>> tiedEmbeddingGroups(const Grid &grid);
 
 /// One pipeline stage of one module in the global 1F1B order.
 struct StageTopology {

@@ -47,8 +47,6 @@ std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
             divisibleRule(module, "vocab_size", m.vocabSize, "tp", p.tp));
     check(at + "pp",
           divisibleRule(module, "num_layers", m.layers(), "pp", p.pp));
-    if (m.tieEmbeddings && p.pp > 1)
-      check(at + "pp", tiedStagesProblem(m.name));
     check(at + "dp", microBatchRule(module, config.batch.microBatchSize, p.dp));
     if (!language)
       continue;
@@ -94,6 +92,8 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
     m.outputHidden = config.modules[lm].hiddenSize;
     m.specialTokenId = module.specialTokenId;
     m.forwardOnly = runsForwardOnly(config, module);
+    m.tiedAcrossStages = module.kind == ModuleKind::Language &&
+                         module.tieEmbeddings && module.parallel.pp > 1;
     spans.push_back({m.grid.rankOffset(), m.grid.endRank()});
     topology.modules.push_back(std::move(m));
   }

@@ -62,7 +62,18 @@ communicatorGroups(const Topology &topology) {
       add(m.grid.groups(dims));
   for (const BridgeTopology &bridge : topology.bridges)
     add(bridge.gatherGroups);
+  for (const ModuleTopology &m : topology.modules)
+    if (m.tiedAcrossStages)
+      add(tiedEmbeddingGroups(m.grid));
   return families;
+}
+
+std::vector<std::vector<int64_t>> tiedEmbeddingGroups(const Grid &grid) {
+  std::vector<std::vector<int64_t>> pairs;
+  for (const std::vector<int64_t> &stages : grid.groups({Dim::PP}))
+    if (stages.size() > 1)
+      pairs.push_back({stages.front(), stages.back()});
+  return pairs;
 }
 
 std::pair<int64_t, int64_t> laneSamples(int64_t batch, int64_t lanes,

@@ -322,6 +322,30 @@ TEST(DataOrder, LayoutsAndSplitsTrainOnTheSameSamples) {
   std::filesystem::remove_all(dir);
 }
 
+/// A tied embedding across pipeline stages is one tensor in a checkpoint
+/// (the first stage writes it): saved at PP2, resumed at PP2 bit for bit
+/// and with the language model on one stage (DP4) within 1e-5.
+TEST(Checkpoint, ATiedEmbeddingAcrossStagesIsSavedOnce) {
+  json model = example("vlm-fan-in.json");
+  model["modules"][1]["arch"]["tie_embeddings"] = true;
+  exec::RunResult whole = trainFrom(model, 3);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("tied");
+  ASSERT_EQ(trainFrom(model, 2, dir).exitCode, 0);
+  json dp4 = model;
+  dp4["modules"][1]["parallel"] = {{"dp", 4}, {"rank_offset", 4}};
+  for (const json &other : {model, dp4}) {
+    exec::RunResult resumed = trainFrom(other, 3, "", dir);
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.error;
+    ASSERT_EQ(resumed.steps.size(), 1u);
+    EXPECT_LE(relative(resumed.steps[0].loss, whole.steps[2].loss), 1e-5);
+    EXPECT_LE(relative(resumed.steps[0].gradNorm, whole.steps[2].gradNorm),
+              1e-5);
+  }
+  EXPECT_EQ(trainFrom(model, 3, "", dir).steps[0].loss, whole.steps[2].loss);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Checkpoint, AnotherModelSeedDigestOrModulesIsRefused) {
   json model = example("vlm-fan-in.json");
   std::string dir = scratchDir("identity");

@@ -171,6 +171,14 @@ inline std::vector<Layout> equivalenceLayouts() {
   json tied = example("lm-cp2-sp.json");
   tied["modules"][1]["arch"]["tie_embeddings"] = true;
   layouts.push_back({"TiedEmbeddingsTp2SpCp2", tied, 6});
+  // Tied across pipeline stages: the last stage's copy of the embedding,
+  // its gradient summed with the first stage's (fan-in, and colocated).
+  json tiedPp = example("vlm-fan-in.json");
+  tiedPp["modules"][1]["arch"]["tie_embeddings"] = true;
+  layouts.push_back({"TiedEmbeddingsTp2Pp2Sp", tiedPp, 8});
+  json tiedColocated = example("vlm-colocated-pp2.json");
+  tiedColocated["modules"][1]["arch"]["tie_embeddings"] = true;
+  layouts.push_back({"TiedEmbeddingsColocatedPp2", tiedColocated, 8});
   // Vision towers: CLIP's (class token, pre-norm, the penultimate layer)
   // colocated at encoder TP2; SigLIP's (final norm, linear projector)
   // over encoder TP2 x PP2 (positions on the first stage, the norm on the

@@ -102,7 +102,7 @@ CASES = {
              dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
                   masked=True)),
     # Llama 3.2 1B/3B and the small Qwen2.5: the head is the embedding's
-    # transpose (one pipeline stage: mimo refuses tie_embeddings with pp).
+    # transpose (across pipeline stages: the last stage's copy).
     "tied": ({"num_query_groups": 2, "tie_embeddings": True},
              dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
                   tied=True,
@@ -362,9 +362,6 @@ def run_case(args, bin_dir, work, samples, data_path, case):
         if cfg["groups"] % tp:
             print(f"skip {case}/{layout}: tp {tp} does not divide "
                   f"{cfg['groups']} key/value heads")
-            continue
-        if cfg.get("tied") and parallel.get("pp", 1) > 1:
-            print(f"skip {case}/{layout}: tie_embeddings keeps one stage")
             continue
         tag = f"{case}-{layout}"
         model = os.path.join(work, tag + ".json")
