@@ -22,7 +22,9 @@
 #include "runtime/support/InputFile.h"
 #include "runtime/support/OutputFile.h"
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +37,30 @@
 using namespace mimo;
 
 namespace {
+
+/// docs/runtime.md Preemption: SIGTERM, SIGINT or SIGUSR1 (Slurm's
+/// --signal) asks every rank to finish its step, save (with --save) and
+/// exit 3; a second one exits at once (128 + the signal).
+std::atomic<int> stopRequests{0};
+
+extern "C" void onStopSignal(int signal) {
+  if (stopRequests.fetch_add(1) >= 1)
+    _exit(128 + signal);
+  static const char message[] =
+      "\nmimo-run: stop requested: every rank finishes its step, saves (with "
+      "--save) and exits 3; a second signal exits at once\n";
+  ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+  (void)ignored;
+}
+
+void installStopHandlers() {
+  struct sigaction action{};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1})
+    sigaction(signal, &action, nullptr);
+}
 
 const char *kUsage =
     "usage: mimo-run PLAN.json [--steps N] [--backend local|mpi|nccl]\n"
@@ -121,7 +147,9 @@ const char *kHelp =
     "EXIT CODES\n"
     "  0 trained; 1 bad input (plan, flags, data, memory), nothing trained;\n"
     "  2 a rank failed while training: every rank stops, the message names\n"
-    "  the rank, step and instruction\n"
+    "  the rank, step and instruction; 3 stopped by SIGTERM, SIGINT or\n"
+    "  SIGUSR1: every rank finished its step, which --save saved (a second\n"
+    "  signal exits at once, 128 + the signal)\n"
     "\n"
     "EXAMPLES\n"
     "  mimoc compile examples/vlm-fan-in.json -o vlm.plan.json\n"
@@ -862,6 +890,7 @@ int run(int argc, char **argv) {
       !reporter.openMetrics(cli.metricsPath, inputs, problem))
     return fail("mimo-run: --metrics: " + problem);
   options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
+  options.stopRequests = &stopRequests;
   if (printer)
     std::cout << runBanner(plan, cli, options, total) << std::endl;
 
@@ -885,12 +914,25 @@ int run(int argc, char **argv) {
     return fail("mimo-run: error: cannot write '" + cli.metricsPath + "'");
   if (!traceWritten)
     return fail("mimo-run: --trace: " + problem);
+  if (result.stoppedAfter > 0) {
+    if (printer)
+      std::cerr << "mimo-run: stopped by a signal after step "
+                << result.stoppedAfter
+                << (cli.saveDir.empty()
+                        ? std::string(" (no --save: nothing saved)")
+                        : "; saved " + cli.saveDir + "/step-" +
+                              std::to_string(result.stoppedAfter) +
+                              " (resume with --load " + cli.saveDir + ")")
+                << "\n";
+    return finish(3);
+  }
   return finish(0);
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
+  installStopHandlers();
   try {
     return run(argc, argv);
   } catch (const std::exception &e) {

@@ -242,7 +242,8 @@ std::optional<ModuleWeights> openModuleWeights(const std::string &path,
     std::optional<HfFolder> folder = openHfFolder(path, error);
     if (!folder)
       return std::nullopt;
-    std::vector<Diagnostic> problems = hfConfigProblems(*folder, module);
+    std::vector<Diagnostic> problems =
+        hfConfigProblems(*folder, module, config.batch.seqLength);
     if (!problems.empty()) {
       error = folder->configPath + ": error: " + problems.front().pointer +
               " of the model: " + problems.front().message;

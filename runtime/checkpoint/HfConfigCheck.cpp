@@ -157,7 +157,7 @@ void ropeScalingProblems(ConfigCheck &k, const ModuleConfig &module) {
 }
 
 void languageProblems(const HfFolder &folder, const ModuleConfig &module,
-                      std::vector<Diagnostic> &problems) {
+                      int64_t seqLength, std::vector<Diagnostic> &problems) {
   ConfigCheck k{folder.text, folder.textPointer, folder.configPath,
                 module.pointer + "/arch/", problems};
   const std::string type = k.text("model_type", "");
@@ -208,6 +208,19 @@ void languageProblems(const HfFolder &folder, const ModuleConfig &module,
                                      briefJson(k.c["hidden_act"]) +
                                      ": mimo's language MLP is SwiGLU (silu)");
   ropeScalingProblems(k, module);
+  // Mistral's (and Qwen2's, when use_sliding_window) sliding window: mimo
+  // attends to the whole sample, the same while samples fit the window.
+  if (std::optional<int64_t> window = k.integer("sliding_window");
+      window && *window > 0 && k.boolean("use_sliding_window", true) &&
+      seqLength > *window)
+    problems.push_back(Diagnostic::error(
+        "/batch/seq_length",
+        std::to_string(seqLength) + " here, but " + k.where("sliding_window") +
+            " is " + std::to_string(*window) +
+            ": the model attends to its last " + std::to_string(*window) +
+            " positions, and mimo's attention to the whole sample; keep "
+            "seq_length at most " +
+            std::to_string(*window)));
 }
 
 /// A CLIP or SigLIP vision tower (and LLaVA's keys around it) against an
@@ -351,10 +364,11 @@ void visionProblems(const HfFolder &folder, const ModuleConfig &module,
 } // namespace
 
 std::vector<Diagnostic> hfConfigProblems(const HfFolder &folder,
-                                         const ModuleConfig &module) {
+                                         const ModuleConfig &module,
+                                         int64_t seqLength) {
   std::vector<Diagnostic> problems;
   if (module.kind == ModuleKind::Language)
-    languageProblems(folder, module, problems);
+    languageProblems(folder, module, seqLength, problems);
   else
     visionProblems(folder, module, problems);
   return problems;

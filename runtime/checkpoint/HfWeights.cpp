@@ -389,7 +389,8 @@ std::vector<Diagnostic> initProblems(const ModelConfig &config) {
           Diagnostic::error(module.pointer + "/init/from", error));
       continue;
     }
-    std::vector<Diagnostic> configProblems = hfConfigProblems(*folder, module);
+    std::vector<Diagnostic> configProblems =
+        hfConfigProblems(*folder, module, config.batch.seqLength);
     if (!configProblems.empty()) {
       problems.insert(problems.end(), configProblems.begin(),
                       configProblems.end());

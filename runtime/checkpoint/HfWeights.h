@@ -71,7 +71,8 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
 /// mimo does not compute), each at the model.json pointer of the key with
 /// config.json's pointer in the message.
 std::vector<Diagnostic> hfConfigProblems(const HfFolder &folder,
-                                         const ModuleConfig &module);
+                                         const ModuleConfig &module,
+                                         int64_t seqLength = 0);
 
 /// The first problem with the folder's tensors for `module` (missing,
 /// unexpected, wrong shape or dtype), naming the file and the tensor; ""

@@ -197,14 +197,23 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
         metrics.evalLoss = sum / static_cast<double>(train.evalSteps);
         takeKernels();
       }
+      // A stop signal (every rank knows it from the step's all-reduce):
+      // this step is the last, and it is saved.
+      const bool stop = executor->stopRequested();
       if (!options.saveDir.empty() &&
-          (step + 1 == steps ||
+          (stop || step + 1 == steps ||
            (options.saveEvery > 0 && (step + 1) % options.saveEvery == 0)))
         executor->save(options.saveDir, step + 1, options.killDuringSave);
       if (rank == 0) {
         result.steps.push_back(metrics);
         if (options.onStep)
           options.onStep(metrics);
+      }
+      if (stop && step + 1 < steps) {
+        // Each process's result (local: rank 0's, the one result).
+        if (rank == 0 || std::string(comm.backendName()) != "local")
+          result.stoppedAfter = step + 1;
+        break;
       }
     }
   } catch (const comm::CommError &e) {
@@ -411,6 +420,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       overlap.sendsAhead = on && !ncclLike;
       overlap.logitChunkBytes = options.logitChunkBytes;
       overlap.skipNonFinite = options.skipNonFinite;
+      overlap.stopRequests = options.stopRequests;
       overlap.inits = inits;
       overlap.progress = &progress[static_cast<size_t>(rank)];
       overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
@@ -515,6 +525,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   std::vector<TraceEvent> events;
   RankOptions rankOptions;
   rankOptions.skipNonFinite = options.skipNonFinite;
+  rankOptions.stopRequests = options.stopRequests;
   rankOptions.inits = inits;
   rankOptions.logitChunkBytes = options.logitChunkBytes;
   std::vector<RankProgress> progress(1);

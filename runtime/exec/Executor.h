@@ -19,6 +19,7 @@
 #include "runtime/device/Device.h"
 #include "runtime/plan/PlanFile.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -112,6 +113,11 @@ struct RunOptions {
   /// writes its own events to this path with ".rankR" before ".json"
   /// before the job is aborted (rank 0 cannot gather them then).
   std::string failureTracePath;
+  /// docs/runtime.md Preemption: how many stop signals (SIGTERM, SIGINT,
+  /// SIGUSR1) the process has had. When it is above 0 on any rank at a
+  /// step's optimizer step (the ranks agree through that step's
+  /// all-reduce), every rank ends after that step, saving to saveDir.
+  const std::atomic<int> *stopRequests = nullptr;
   /// A step whose loss or gradient norm is not finite: stop the run (exit
   /// 2 naming the step and the first non-finite gradient), or skip it (no
   /// update; mimo-run --on-nonfinite skip).
@@ -129,6 +135,8 @@ struct RunResult {
   /// 0 success, 1 invalid input (data), 2 runtime failure.
   int exitCode = 0;
   std::string error;
+  /// The step after which a stop request ended the run (0: none).
+  int64_t stoppedAfter = 0;
   std::vector<StepMetrics> steps;
   std::vector<TraceEvent> trace;
 };

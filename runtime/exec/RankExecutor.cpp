@@ -25,7 +25,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
     : plan(plan), topo(plan.topology), rank(rank), comm(comm), dev(dev),
       data(data), evalData(evalData), active(&data), origin(origin),
       encoders(encodersOf(plan.config)), skipNonFinite(overlap.skipNonFinite),
-      progress(overlap.progress),
+      progress(overlap.progress), stopRequests(overlap.stopRequests),
       hang(parseFault(std::getenv("MIMO_TEST_HANG"), nullptr)) {
   for (int64_t r = 0; r < topo.worldSize; ++r)
     world.push_back(r);
@@ -307,7 +307,8 @@ void RankExecutor::resetStep() {
   // [sum of squares of the gradients, loss], accumulated on the device.
   if (!evaluating)
     dev.resetPeakBytes();
-  stepScalars = Tensor::zeros(dev, 2 + topo.worldSize, device::DType::F64);
+  // [sum of squares, loss, each rank's peak bytes, stop requests]
+  stepScalars = Tensor::zeros(dev, 3 + topo.worldSize, device::DType::F64);
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;
   invN = 0;

@@ -116,6 +116,8 @@ struct RankOptions {
   bool skipNonFinite = false;
   /// Kept up to date at each instruction's start and end, when set.
   RankProgress *progress = nullptr;
+  /// The process's stop-signal count (RunOptions::stopRequests), or null.
+  const std::atomic<int> *stopRequests = nullptr;
   /// The modules' starting weights (`init`), by module name, opened once
   /// per process; unused when resuming.
   std::map<std::string, std::shared_ptr<const ModuleWeights>> inits;
@@ -162,6 +164,8 @@ public:
   void barrier();
 
   std::string where() const;
+  /// Whether every rank ends after the step just run (a stop signal).
+  bool stopRequested() const { return stepStop; }
 
 private:
   double micros() const;
@@ -270,6 +274,8 @@ private:
   std::map<Key, Tensor> actIn, actOut, gradIn, gradOut, encOut, encGrad,
       bridgeIn, bridgeGrad;
   Tensor stepScalars, lossScalar;
+  /// A stop was requested on some rank by this step's optimizer step.
+  bool stepStop = false;
   /// The last exchange's messages (for the trace).
   std::vector<comm::P2POp> exchanged;
   /// Collectives the channels finished since the last trace event.
@@ -289,6 +295,7 @@ private:
   bool stepSkipped = false;
   bool skipNonFinite = false;
   RankProgress *progress = nullptr;
+  const std::atomic<int> *stopRequests = nullptr;
   /// MIMO_TEST_HANG's rank and step (tests).
   std::optional<std::pair<int64_t, int64_t>> hang;
   std::string firstNonFiniteGradient();

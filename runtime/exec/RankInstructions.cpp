@@ -401,12 +401,19 @@ void RankExecutor::optimizerStep() {
   }
   double peak = static_cast<double>(dev.peakBytes());
   dev.upload(sums + 2 + rank, &peak, sizeof(peak));
+  // A stop signal on any rank: every rank learns it from this sum, so all
+  // end after the same step.
+  if (stopRequests && stopRequests->load(std::memory_order_relaxed) > 0) {
+    const double one = 1;
+    dev.upload(sums + 2 + topo.worldSize, &one, sizeof(one));
+  }
   int64_t count = stepScalars.size();
   comm.allReduceSum(world, sums, count);
   std::vector<double> host(static_cast<size_t>(count));
   dev.download(host.data(), sums, count * int64_t(sizeof(double)));
   stepNorm = std::sqrt(host[0]);
   stepLoss = host[1];
+  stepStop = host[static_cast<size_t>(2 + topo.worldSize)] > 0;
   stepPeakBytes = -1;
   stepPeakRank = -1;
   for (int64_t r = 0; r < topo.worldSize; ++r)

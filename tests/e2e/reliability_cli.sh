@@ -249,4 +249,56 @@ rc=$? took=$(( $(date +%s) - start ))
   pass "the only rank stuck computing: exit 2 in ${took} s naming it and its instruction" ||
   { cat "$work/hang1.err"; fail "all ranks stuck (rc $rc, ${took} s)"; }
 
+# Preemption (docs/runtime.md): SIGTERM (or SIGINT, SIGUSR1) lets every rank
+# finish its step, saves it and exits 3; the run resumes from there. Under
+# mpirun, SIGUSR1 to mpirun reaches every rank (Open MPI forwards it). A
+# second signal exits at once with 128 + the signal.
+# $1: tag, $2: signal, $3...: the command, which writes $work/$1.jsonl.
+signal_after_two_steps() {
+  local tag=$1 sig=$2
+  shift 2
+  "$@" >"$work/$tag.out" 2>&1 &
+  local pid=$! waited=0
+  until [ "$(grep -c '"loss"' "$work/$tag.jsonl" 2>/dev/null)" -ge 2 ] || [ $waited -ge 600 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  kill -"$sig" $pid
+  wait $pid
+}
+signal_after_two_steps term TERM "$bin/mimo-run" "$plan" --device cpu --steps 400 \
+  --save "$work/pre" --metrics "$work/term.jsonl"
+rc=$?
+last=$(grep -c '"loss"' "$work/term.jsonl")
+[ $rc -eq 3 ] && [ "$last" -ge 2 ] && [ "$last" -lt 400 ] &&
+  [ "$(cat "$work/pre/latest")" = "step-$last" ] &&
+  grep -q "stopped by a signal after step $last; saved $work/pre/step-$last" "$work/term.out" &&
+  pass "SIGTERM: step $last finished and saved, exit 3" ||
+  { cat "$work/term.out"; fail "SIGTERM (rc $rc, $last steps)"; }
+"$bin/mimo-run" "$plan" --device cpu --steps $((last + 1)) --load "$work/pre" \
+  --metrics "$work/resume.jsonl" >"$work/resume.out" 2>&1 &&
+  grep -q "\"step\": *$((last + 1))" "$work/resume.jsonl" &&
+  pass "the run resumes at step $((last + 1))" || { cat "$work/resume.out"; fail "resume after SIGTERM"; }
+signal_after_two_steps usr1 USR1 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 400 \
+  --save "$work/pre-mpi" --metrics "$work/usr1.jsonl"
+rc=$?
+last=$(grep -c '"loss"' "$work/usr1.jsonl")
+[ $rc -eq 3 ] && [ "$last" -lt 400 ] && [ "$(cat "$work/pre-mpi/latest")" = "step-$last" ] &&
+  pass "mpirun, SIGUSR1: every rank stopped after step $last, saved, exit 3" ||
+  { cat "$work/usr1.out"; fail "mpirun SIGUSR1 (rc $rc, $last steps)"; }
+# Twice: at once.
+"$bin/mimo-run" "$plan" --device cpu --steps 400 --metrics "$work/twice.jsonl" >"$work/twice.out" 2>&1 &
+pid=$! waited=0
+until [ "$(grep -c '"loss"' "$work/twice.jsonl" 2>/dev/null)" -ge 1 ] || [ $waited -ge 600 ]; do
+  sleep 0.1
+  waited=$((waited + 1))
+done
+kill -INT $pid
+sleep 0.05
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && pass "a second SIGINT exits at once (130)" ||
+  { cat "$work/twice.out"; fail "second signal (rc $rc)"; }
+
 finish

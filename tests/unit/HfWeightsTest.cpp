@@ -211,6 +211,28 @@ TEST(HfWeights, ConfigMismatchesNameBothPointers) {
   EXPECT_NE(problems[0].message.find("none on o"), std::string::npos);
 }
 
+/// Mistral's sliding window: the same as whole-sample attention while
+/// samples fit it; past that, refused at /batch/seq_length.
+TEST(HfWeights, ASlidingWindowShorterThanTheSamplesIsRefused) {
+  TempDir dir;
+  json config = hfConfig();
+  config["model_type"] = "mistral";
+  config["sliding_window"] = 4;
+  writeFolder(dir.path, config, hfTensors());
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/batch/seq_length");
+  EXPECT_NE(problems[0].message.find("keep seq_length at most 4"),
+            std::string::npos);
+  config["sliding_window"] = 8; // seq_length 8
+  writeFolder(dir.path, config, hfTensors());
+  EXPECT_TRUE(problemsOf(modelJson(dir.path.string())).empty());
+  config["sliding_window"] = 4;
+  config["use_sliding_window"] = false; // Qwen2's switch
+  writeFolder(dir.path, config, hfTensors());
+  EXPECT_TRUE(problemsOf(modelJson(dir.path.string())).empty());
+}
+
 TEST(HfWeights, TensorProblemsNameTheFileAndTheTensor) {
   TempDir dir;
   auto tensors = hfTensors();

@@ -130,13 +130,18 @@ TEST(TrainingConfig, BadScheduleAndDataKeysNameTheirPointer) {
                       "eval_path for the synthetic"),
             std::string::npos)
       << firstError(parse(evalPath));
+  // A model with encoders reads indexed data one sample per sequence
+  // (binary features beside it); windows would cut its modality runs.
   json indexed = test::baseModel(); // has an encoder
-  indexed["data"] = {{"source", "indexed"}, {"path", "corpus"}};
+  indexed["data"] = {
+      {"source", "indexed"}, {"path", "corpus"}, {"samples", "windows"}};
   EXPECT_NE(firstError(parse(indexed))
-                .find("/data/source: expected jsonl for "
-                      "a model with encoders"),
+                .find("/data/samples: expected \"sequences\" for a model "
+                      "with encoders"),
             std::string::npos)
       << firstError(parse(indexed));
+  indexed["data"].erase("samples");
+  EXPECT_TRUE(parse(indexed).config);
 }
 
 Plan planOf(const json &model) {
