@@ -883,12 +883,20 @@ int run(int argc, char **argv) {
   const std::vector<std::string> inputs =
       runInputs(cli.planPath, cli.loadPath, &plan);
   std::string problem;
+  // Rank 0 alone writes (and checks) them: under mpirun its refusal ends
+  // the job, or the other ranks would wait for it in their first step.
+  auto failAlone = [&](const std::string &error) {
+    std::cerr << error << "\n";
+    if (mpi && mpi->size() > 1)
+      comm::abortMpi(1);
+    return finish(1);
+  };
   if (printer && !cli.tracePath.empty() &&
       !checkOutput(cli.tracePath, inputs, problem))
-    return fail("mimo-run: --trace: " + problem);
+    return failAlone("mimo-run: --trace: " + problem);
   if (printer && !cli.metricsPath.empty() &&
       !reporter.openMetrics(cli.metricsPath, inputs, problem))
-    return fail("mimo-run: --metrics: " + problem);
+    return failAlone("mimo-run: --metrics: " + problem);
   options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
   options.stopRequests = &stopRequests;
   if (printer)

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# examples/slurm/train.sbatch run as Slurm would (docs/gpu.md): a stub srun
+# (records its options, launches the tasks with mpirun on this machine) and
+# a stub scontrol (records requeues). A job that ends trains and saves; a
+# job signalled with SIGUSR1 (Slurm's --signal) saves, exits 3 and
+# requeues itself; the requeued job resumes from the checkpoint.
+# usage: slurm_template.sh BIN_DIR EXAMPLES_DIR
+set -uo pipefail
+source "$(dirname "$0")/cli_common.sh"
+
+stubs=$work/stubs
+mkdir -p "$stubs"
+cat >"$stubs/srun" <<'STUB'
+#!/usr/bin/env bash
+# srun [--options...] PROGRAM ARGS...: the options to srun.log, then the
+# tasks as mpirun's processes (this PID becomes mpirun's: srun.pid).
+options=()
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do options+=("$1"); shift; done
+echo "${options[*]}" >>"$SLURM_STUB_DIR/srun.log"
+echo $$ >"$SLURM_STUB_DIR/srun.pid"
+exec mpirun -np "$SLURM_NTASKS" "$@"
+STUB
+cat >"$stubs/scontrol" <<'STUB'
+#!/usr/bin/env bash
+echo "$*" >>"$SLURM_STUB_DIR/scontrol.log"
+STUB
+chmod +x "$stubs/srun" "$stubs/scontrol"
+export PATH=$stubs:$PATH SLURM_STUB_DIR=$stubs SLURM_NTASKS=8 SLURM_JOB_NUM_NODES=1
+"$bin/mimoc" compile -q "$examples/vlm-fan-in.json" -o "$work/plan.json" || fail "compile"
+sbatch=$examples/slurm/train.sbatch
+grep -q '^#SBATCH --signal=USR1@' "$sbatch" && grep -q '^#SBATCH --requeue' "$sbatch" &&
+  pass "the template asks for SIGUSR1 before the limit and for requeueing" ||
+  fail "the template's #SBATCH lines"
+job() { # JOB_ID STEPS TAG: the template as that job (metrics-TAG.jsonl)
+  SLURM_JOB_ID=$1 PLAN=$work/plan.json CKPT=$work/ckpt MIMO_RUN=$bin/mimo-run \
+    METRICS=$work/metrics-$3.jsonl MIMO_RUN_ARGS="--steps $2" bash "$sbatch"
+}
+
+job 11 2 a >"$work/job11.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(cat "$work/ckpt/latest")" = "step-2" ] &&
+  grep -q -- "--mpi=pmix" "$stubs/srun.log" && [ ! -e "$stubs/scontrol.log" ] &&
+  pass "a job that ends: trained 2 steps through srun --mpi=pmix, saved, no requeue" ||
+  { cat "$work/job11.out"; fail "job 11 (rc $rc)"; }
+
+job 12 400 b >"$work/job12.out" 2>&1 &
+pid=$! waited=0
+until [ "$(grep -c '"loss"' "$work/metrics-b.jsonl" 2>/dev/null)" -ge 1 ] ||
+  [ $waited -ge 600 ]; do
+  sleep 0.1
+  waited=$((waited + 1))
+done
+kill -USR1 "$(cat "$stubs/srun.pid")"
+wait $pid
+rc=$?
+last=$(sed -n 's/^step-//p' "$work/ckpt/latest")
+[ $rc -eq 3 ] && [ "$last" -ge 3 ] && [ "$last" -lt 400 ] &&
+  grep -q "requeue 12" "$stubs/scontrol.log" &&
+  pass "SIGUSR1: step $last saved, exit 3, the job requeued itself" ||
+  { cat "$work/job12.out"; fail "job 12 (rc $rc, latest step-$last)"; }
+
+job 12 $((last + 1)) c >"$work/job12b.out" 2>&1 &&
+  grep -q "\"step\": *$((last + 1))" "$work/metrics-c.jsonl" &&
+  [ "$(cat "$work/ckpt/latest")" = "step-$((last + 1))" ] &&
+  pass "the requeued job resumes at step $((last + 1))" ||
+  { cat "$work/job12b.out"; fail "the requeued job"; }
+
+# Rank 0's refusal of an output (metrics over the plan it reads) ends
+# every rank at once, not after --timeout.
+start=$(date +%s)
+SLURM_JOB_ID=13 PLAN=$work/plan.json CKPT=$work/ckpt MIMO_RUN=$bin/mimo-run \
+  METRICS=$work/plan.json MIMO_RUN_ARGS="--steps 9 --timeout 60" \
+  bash "$sbatch" >"$work/job13.out" 2>&1
+rc=$? took=$(($(date +%s) - start))
+[ $rc -eq 1 ] && [ $took -lt 30 ] && grep -q "the output is the input" "$work/job13.out" &&
+  pass "a refused --metrics under srun: exit 1 in ${took} s" ||
+  { cat "$work/job13.out"; fail "refused output under srun (rc $rc, ${took} s)"; }
+
+finish
