@@ -88,6 +88,23 @@ struct ConfigCheck {
                        (theirs ? "true" : "false") + ": set arch." + key +
                        " to " + (theirs ? "true" : "false"));
   }
+  /// The transformer's sizes, named alike in every family's config.
+  void sizes(const ModuleConfig &module) {
+    size("hidden_size", "hidden_size", module.hiddenSize);
+    size("num_layers", "num_hidden_layers", module.numLayers);
+    size("num_heads", "num_attention_heads", module.numHeads);
+    size("ffn_hidden_size", "intermediate_size", module.ffnHiddenSize);
+  }
+  /// The folder's `what` is of a family mimo does not read.
+  void otherFamily(const ModuleConfig &module, const std::string &what,
+                   const std::string &type, const std::string &reads) {
+    problems.push_back(
+        Diagnostic::error(module.pointer + "/init/from",
+                          "the folder's " + what + " is " +
+                              (type.empty() ? std::string("of no model_type")
+                                            : "a '" + type + "'") +
+                              " (" + where("model_type") + "); " + reads));
+  }
   /// A choice of arch (`mine`) against config.json's, translated to
   /// mimo's name (`theirs`, "" when mimo does not compute it).
   void choice(const char *key, const char *hfKey, const std::string &mine,
@@ -162,21 +179,13 @@ void languageProblems(const HfFolder &folder, const ModuleConfig &module,
                 module.pointer + "/arch/", problems};
   const std::string type = k.text("model_type", "");
   if (type != "llama" && type != "mistral" && type != "qwen2") {
-    problems.push_back(Diagnostic::error(
-        module.pointer + "/init/from",
-        "the folder's model is " +
-            (type.empty() ? std::string("of no model_type")
-                          : "a '" + type + "'") +
-            " (" + k.where("model_type") +
-            "); mimo's language model reads the Llama, Mistral and Qwen2 "
-            "families"));
+    k.otherFamily(module, "model", type,
+                  "mimo's language model reads the Llama, Mistral and Qwen2 "
+                  "families");
     return;
   }
   k.size("vocab_size", "vocab_size", module.vocabSize);
-  k.size("hidden_size", "hidden_size", module.hiddenSize);
-  k.size("num_layers", "num_hidden_layers", module.numLayers);
-  k.size("num_heads", "num_attention_heads", module.numHeads);
-  k.size("ffn_hidden_size", "intermediate_size", module.ffnHiddenSize);
+  k.sizes(module);
   k.size("num_query_groups", "num_key_value_heads", module.kvHeads(),
          k.integer("num_attention_heads"));
   if (std::optional<int64_t> headDim = k.integer("head_dim");
@@ -246,19 +255,11 @@ void visionProblems(const HfFolder &folder, const ModuleConfig &module,
   const bool clip = type == "clip_vision_model" || type == "clip";
   const bool siglip = type == "siglip_vision_model" || type == "siglip";
   if (!clip && !siglip) {
-    problems.push_back(Diagnostic::error(
-        module.pointer + "/init/from",
-        "the folder's vision tower is " +
-            (type.empty() ? std::string("of no model_type")
-                          : "a '" + type + "'") +
-            " (" + k.where("model_type") +
-            "); mimo's encoder reads the CLIP and SigLIP vision towers"));
+    k.otherFamily(module, "vision tower", type,
+                  "mimo's encoder reads the CLIP and SigLIP vision towers");
     return;
   }
-  k.size("hidden_size", "hidden_size", module.hiddenSize);
-  k.size("num_layers", "num_hidden_layers", module.numLayers);
-  k.size("num_heads", "num_attention_heads", module.numHeads);
-  k.size("ffn_hidden_size", "intermediate_size", module.ffnHiddenSize);
+  k.sizes(module);
   k.number("norm_eps", "layer_norm_eps", module.normEps, clip ? 1e-5 : 1e-6);
   const std::string act =
       k.text("hidden_act", clip ? "quick_gelu" : "gelu_pytorch_tanh");

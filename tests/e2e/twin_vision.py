@@ -110,13 +110,19 @@ def run_vlm(bin_dir, work):
                  "data": {"source": "jsonl", "path": data}}
         path = os.path.join(work, f"vlm-{name}.json")
         json.dump(model, open(path, "w"), indent=1)
-        try:
-            got = run_mimo(bin_dir, work, f"vlm-{name}", path, 1)[0]["loss"]
-            compare(f"vlm/{name}", want, got, failures)
-        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
-            print(f"FAIL vlm/{name}: {e}")
-            failures.append(f"vlm/{name}")
+        first_loss(bin_dir, work, f"vlm-{name}", f"vlm/{name}", want, path,
+                   failures)
     return failures
+
+
+def first_loss(bin_dir, work, tag, label, want, path, failures):
+    """mimo's first loss of the model at `path` against the twin's `want`."""
+    try:
+        got = run_mimo(bin_dir, work, tag, path, 1)[0]["loss"]
+        compare(label, want, got, failures)
+    except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+        print(f"FAIL {label}: {e}")
+        failures.append(label)
 
 
 def image_batch(seed, count):
@@ -224,12 +230,8 @@ def run_llava(bin_dir, work):
     for name, enc_par, lang_par, world in LAYOUTS:
         path = os.path.join(work, f"llava-{name}.json")
         vision_model(path, tower, folder, folder, enc_par, lang_par, world, data)
-        try:
-            got = run_mimo(bin_dir, work, f"llava-{name}", path, 1)[0]["loss"]
-            compare(f"llava/{name}", want, got, failures)
-        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
-            print(f"FAIL llava/{name}: {e}")
-            failures.append(f"llava/{name}")
+        first_loss(bin_dir, work, f"llava-{name}", f"llava/{name}", want, path,
+                   failures)
     return failures
 
 
@@ -257,12 +259,8 @@ def run_siglip(bin_dir, work):
     for name, enc_par, lang_par, world in layouts:
         path = os.path.join(work, f"siglip-{name}.json")
         vision_model(path, tower, tower_dir, lm_dir, enc_par, lang_par, world, data)
-        try:
-            got = run_mimo(bin_dir, work, f"siglip-{name}", path, 1)[0]["loss"]
-            compare(f"siglip/{name}", want, got, failures)
-        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
-            print(f"FAIL siglip/{name}: {e}")
-            failures.append(f"siglip/{name}")
+        first_loss(bin_dir, work, f"siglip-{name}", f"siglip/{name}", want, path,
+                   failures)
     # --export-hf after 2 steps, read back by the twin.
     path = os.path.join(work, "siglip-export.json")
     vision_model(path, tower, tower_dir, lm_dir, {}, {"rank_offset": 1}, 2, data)

@@ -382,6 +382,18 @@ TEST(HfWeights, EachRankReadsItsBlockTransposedAndWidened) {
 /// and tensors), sharded when a file would pass the limit, fp32 or bf16;
 /// an existing folder is never overwritten. (tests/e2e/twin.py checks the
 /// exported model's losses against an independent PyTorch model.)
+/// Trains `model` one step, saving into `saveDir`.
+void trainOneStep(const ModelConfig &config, const std::string &saveDir) {
+  std::string error;
+  std::optional<Plan> plan = buildPlan(config, &error);
+  ASSERT_TRUE(plan) << error;
+  exec::RunOptions options;
+  options.steps = 1;
+  options.saveDir = saveDir;
+  exec::RunResult run = exec::runLocal(*plan, options);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+}
+
 TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
   TempDir dir;
   json model = modelJson("");
@@ -389,14 +401,10 @@ TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
   model["modules"][0]["arch"]["qkv_bias"] = true; // a Qwen2
   ParseResult parsed = parseModelConfig(model.dump(), "m.json");
   ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
-  std::string error;
-  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
-  ASSERT_TRUE(plan) << error;
   exec::RunOptions options;
-  options.steps = 1;
   options.saveDir = (dir.path / "save").string();
-  exec::RunResult run = exec::runLocal(*plan, options);
-  ASSERT_EQ(run.exitCode, 0) << run.error;
+  ASSERT_NO_FATAL_FAILURE(trainOneStep(*parsed.config, options.saveDir));
+  std::string error;
 
   const ModuleConfig &language = parsed.config->language();
   for (const char *dtype : {"fp32", "bf16"}) {
@@ -686,14 +694,10 @@ TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
   TempDir dir;
   ParseResult parsed = parseModelConfig(visionModelJson("").dump(), "m.json");
   ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
-  std::string error;
-  std::optional<Plan> plan = buildPlan(*parsed.config, &error);
-  ASSERT_TRUE(plan) << error;
   exec::RunOptions options;
-  options.steps = 1;
   options.saveDir = (dir.path / "save").string();
-  exec::RunResult run = exec::runLocal(*plan, options);
-  ASSERT_EQ(run.exitCode, 0) << run.error;
+  ASSERT_NO_FATAL_FAILURE(trainOneStep(*parsed.config, options.saveDir));
+  std::string error;
   std::vector<std::string> written;
   const fs::path out = dir.path / "hf";
   error = exec::exportHf(*parsed.config, options.saveDir, out.string(), "fp32",
