@@ -870,6 +870,11 @@ int run(int argc, char **argv) {
   options.failureTracePath = cli.tracePath;
   if (!prepareRun(cli, plan, options, printer, error))
     return fail(error);
+  // One --save folder for every rank (a filesystem every node shares).
+  if (mpi && mpi->size() > 1 && !cli.saveDir.empty())
+    if (std::string shared = exec::sharedFolderProblem(*mpi, cli.saveDir);
+        !shared.empty())
+      return fail(shared);
 
   int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
   const device::CudaStatus &cuda = device::cudaStatus();

@@ -34,6 +34,7 @@
 #include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
 #include "runtime/support/SharedLibrary.h"
+#include "runtime/support/Versions.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,10 @@ Loaded load() {
   bind(a.broadcast, "ncclBroadcast");
   bind(a.allGather, "ncclAllGather");
   bind(a.reduceScatter, "ncclReduceScatter");
+  // The features used (ncclCommSplit) need 2.18 (support/Versions.h).
+  int version = 0;
+  if (out.error.empty() && a.getVersion(&version) == ncclSuccess)
+    out.error = ncclVersionProblem(version);
   return out;
 }
 

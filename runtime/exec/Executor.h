@@ -153,6 +153,12 @@ RunResult runLocal(const Plan &plan, const RunOptions &options);
 RunResult runOnComm(const Plan &plan, comm::Comm &comm,
                     const RunOptions &options);
 
+/// docs/checkpoints.md: whether every rank of `comm` (host memory: the mpi
+/// backend, or the nccl backend's bootstrap) sees the same folder `dir`
+/// (created by rank 0 if missing): "" or the refusal naming the ranks that
+/// do not. Every rank gets the same answer.
+std::string sharedFolderProblem(comm::Comm &comm, const std::string &dir);
+
 /// Parses MIMO_INJECT_FAULT ("RANK:STEP"); std::nullopt when unset, error
 /// text when malformed.
 std::optional<std::pair<int64_t, int64_t>> parseFault(const char *text,

@@ -301,4 +301,15 @@ rc=$?
 [ $rc -eq 130 ] && pass "a second SIGINT exits at once (130)" ||
   { cat "$work/twice.out"; fail "second signal (rc $rc)"; }
 
+# One --save folder for every rank: a rank that does not see the file rank 0
+# wrote there (an unshared disk: MIMO_TEST_UNSHARED_RANK) is named, exit 1,
+# before any step.
+MIMO_TEST_UNSHARED_RANK=5 mpirun -np 8 "$bin/mimo-run" "$plan" --steps 1 \
+  --save "$work/unshared" >"$work/unshared.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "rank 5 does not see the file rank 0 wrote there" "$work/unshared.out" &&
+  [ ! -e "$work/unshared/latest" ] && [ ! -e "$work/unshared/.mimo-shared-folder-check" ] &&
+  pass "a --save folder rank 5 does not share: exit 1 naming it, nothing trained" ||
+  { cat "$work/unshared.out"; fail "unshared --save (rc $rc)"; }
+
 finish

@@ -8,6 +8,7 @@
 
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
+#include "runtime/support/Versions.h"
 
 #include <cstdlib>
 
@@ -24,10 +25,18 @@ std::string visibleDevicesNote() {
 
 std::string reasonOf(cudaError_t error) {
   switch (error) {
-  case cudaErrorInsufficientDriver:
-    return "no CUDA driver is installed, or it is older than this build's "
-           "CUDA runtime needs (" +
-           errorText(error) + ")";
+  case cudaErrorInsufficientDriver: {
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaGetLastError();
+    std::string problem = cudaDriverProblem(driver, runtime);
+    return (problem.empty() ? std::string("no CUDA driver is installed, or it "
+                                          "is older than this build's CUDA "
+                                          "runtime needs")
+                            : problem) +
+           " (" + errorText(error) + ")";
+  }
   case cudaErrorNoDevice:
     return "no GPU is visible" + visibleDevicesNote() + " (" +
            errorText(error) + ")";
