@@ -3,7 +3,8 @@
 # (records its options, launches the tasks with mpirun on this machine) and
 # a stub scontrol (records requeues). A job that ends trains and saves; a
 # job signalled with SIGUSR1 (Slurm's --signal) saves, exits 3 and
-# requeues itself; the requeued job resumes from the checkpoint.
+# requeues itself; the requeued job resumes from the checkpoint, also on
+# another number of tasks (re-planned).
 # usage: slurm_template.sh BIN_DIR EXAMPLES_DIR
 set -uo pipefail
 source "$(dirname "$0")/cli_common.sh"
@@ -32,8 +33,9 @@ grep -q '^#SBATCH --signal=USR1@' "$sbatch" && grep -q '^#SBATCH --requeue' "$sb
   pass "the template asks for SIGUSR1 before the limit and for requeueing" ||
   fail "the template's #SBATCH lines"
 job() { # JOB_ID STEPS TAG: the template as that job (metrics-TAG.jsonl)
-  SLURM_JOB_ID=$1 PLAN=$work/plan.json CKPT=$work/ckpt MIMO_RUN=$bin/mimo-run \
-    METRICS=$work/metrics-$3.jsonl MIMO_RUN_ARGS="--steps $2" bash "$sbatch"
+  SLURM_JOB_ID=$1 PLAN=$work/plan.json CKPT=${JOB_CKPT:-$work/ckpt} \
+    MIMO_RUN=$bin/mimo-run MIMOC=$bin/mimoc METRICS=$work/metrics-$3.jsonl \
+    MIMO_RUN_ARGS="--steps $2" bash "$sbatch"
 }
 
 job 11 2 a >"$work/job11.out" 2>&1
@@ -64,6 +66,41 @@ job 12 $((last + 1)) c >"$work/job12b.out" 2>&1 &&
   [ "$(cat "$work/ckpt/latest")" = "step-$((last + 1))" ] &&
   pass "the requeued job resumes at step $((last + 1))" ||
   { cat "$work/job12b.out"; fail "the requeued job"; }
+
+# Re-planning on another allocation: preempted on 8 ranks, the requeued job
+# gets 4 tasks, then 6; each finds its layout (mimoc tune), resumes the
+# checkpoint in it, and trains on as the uninterrupted 8-rank run (1e-5).
+export JOB_CKPT=$work/replan/ckpt MODEL=$examples/vlm-fan-in.json
+job 21 400 r8 >"$work/job21.out" 2>&1 &
+pid=$! waited=0
+until [ "$(grep -c '"loss"' "$work/metrics-r8.jsonl" 2>/dev/null)" -ge 1 ] ||
+  [ $waited -ge 600 ]; do
+  sleep 0.1
+  waited=$((waited + 1))
+done
+kill -USR1 "$(cat "$stubs/srun.pid")"
+wait $pid
+k=$(sed -n 's/^step-//p' "$JOB_CKPT/latest")
+SLURM_NTASKS=4 job 21 $((k + 1)) r4 >"$work/job21-4.out" 2>&1 &&
+  SLURM_NTASKS=6 job 21 $((k + 2)) r6 >"$work/job21-6.out" 2>&1 &&
+  grep -q "re-planning for 4" "$work/job21-4.out" && grep -q "re-planning for 6" "$work/job21-6.out" &&
+  mpirun -np 8 "$bin/mimo-run" "$work/plan.json" --steps $((k + 2)) \
+    --metrics "$work/whole.jsonl" >"$work/whole.out" 2>&1 &&
+  python3 - "$work" $((k + 1)) <<'PY' &&
+import json, sys
+work, k1 = sys.argv[1], int(sys.argv[2])
+def steps(path):
+    return {l["step"]: l for l in map(json.loads, open(path)) if "loss" in l}
+whole = steps(f"{work}/whole.jsonl")
+for tag, step in (("r4", k1), ("r6", k1 + 1)):
+    got = steps(f"{work}/metrics-{tag}.jsonl")[step]
+    for key in ("loss", "grad_norm"):
+        rel = abs(got[key] - whole[step][key]) / abs(whole[step][key])
+        assert rel <= 1e-5, (tag, step, key, got[key], whole[step][key])
+PY
+  pass "preempted at step $k on 8 ranks, resumed on 4 and then 6: re-planned, as the 8-rank run to 1e-5" ||
+  { cat "$work/job21.out" "$work/job21-4.out" "$work/job21-6.out"; fail "re-plan (step $k)"; }
+unset JOB_CKPT MODEL
 
 # Rank 0's refusal of an output (metrics over the plan it reads) ends
 # every rank at once, not after --timeout.
