@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -244,187 +245,206 @@ loadJsonl(const ModelConfig &config, const std::string &written,
   return readJsonlDataset(config, in, path, errors);
 }
 
-std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
-                                          std::istream &in,
-                                          const std::string &path,
-                                          std::vector<std::string> &errors) {
-  std::vector<EncoderInfo> encoders = encodersOf(config);
-  int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
-  std::vector<Sample> samples;
-  std::string line;
-  int64_t lineNumber = 0;
-  // A file of many bad lines reports the first few, then a count.
-  constexpr size_t kMaxErrors = 20;
-  size_t moreErrors = 0;
-  auto report = [&](std::string message) {
-    if (errors.size() >= kMaxErrors)
-      ++moreErrors;
-    else
-      errors.push_back(std::move(message));
-  };
+/// One line of a jsonl file as a sample (docs/data.md), or nullopt with its
+/// problems given to `report` ("PATH:LINE: POINTER: error: ...").
+std::optional<Sample> parseJsonlLine(
+    const ModelConfig &config, const std::vector<EncoderInfo> &encoders,
+    const std::string &line, const std::string &path, int64_t lineNumber,
+    const std::function<void(std::string)> &report) {
+  const int64_t S = config.batch.seqLength, vocab = config.language().vocabSize;
   auto error = [&](const std::string &pointer, const std::string &message) {
     report(path + ":" + std::to_string(lineNumber) + ": " +
            (pointer.empty() ? "" : pointer + ": ") + "error: " + message);
   };
+  Diagnostic syntax;
+  std::optional<nlohmann::json> parsed = parseJsonText(line, syntax);
+  if (!parsed) {
+    report(path + ":" + std::to_string(lineNumber) + ":" +
+           std::to_string(syntax.position.column) +
+           ": error: " + syntax.message);
+    return std::nullopt;
+  }
+  const nlohmann::json &json = *parsed;
+  if (!json.is_object()) {
+    error("", "expected one JSON object per line");
+    return std::nullopt;
+  }
+  Sample sample;
+  auto ids = json.find("input_ids");
+  if (ids == json.end() || !ids->is_array() || ids->empty()) {
+    error("/input_ids", "expected a non-empty array of token ids");
+    return std::nullopt;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < ids->size(); ++i) {
+    const auto &id = (*ids)[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= vocab) {
+      error("/input_ids/" + std::to_string(i), "expected a token id in [0, " +
+                                                   std::to_string(vocab) +
+                                                   "), found " + briefJson(id));
+      ok = false;
+      break;
+    }
+    sample.ids.push_back(id.get<int64_t>());
+  }
+  if (!ok)
+    return std::nullopt;
+  if (static_cast<int64_t>(sample.ids.size()) > S) {
+    error("/input_ids", "the sample has " + std::to_string(sample.ids.size()) +
+                            " tokens, more than seq_length " +
+                            std::to_string(S) + "; shorten it");
+    return std::nullopt;
+  }
+  sample.length = static_cast<int64_t>(sample.ids.size());
+  if (!config.batch.packing)
+    sample.ids.resize(static_cast<size_t>(S), 0);
+  // loss_mask: 0 or 1 (or false/true) per id; all 1 is the default.
+  if (auto mask = json.find("loss_mask"); mask != json.end()) {
+    if (!mask->is_array() ||
+        mask->size() != static_cast<size_t>(sample.length)) {
+      error("/loss_mask",
+            "expected an array of " + std::to_string(sample.length) +
+                " 0s and 1s (one per input id), found " +
+                (mask->is_array() ? std::to_string(mask->size()) + " values"
+                                  : briefJson(*mask)));
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < mask->size() && ok; ++i) {
+      const auto &m = (*mask)[i];
+      const bool bit =
+          m.is_boolean() || (m.is_number_integer() &&
+                             (m.get<int64_t>() == 0 || m.get<int64_t>() == 1));
+      if (!bit) {
+        error("/loss_mask/" + std::to_string(i),
+              "expected 0 or 1 (1: token " + std::to_string(i) +
+                  " is a target), found " + briefJson(m));
+        ok = false;
+        break;
+      }
+      sample.target.push_back(m.is_boolean() ? m.get<bool>()
+                                             : m.get<int64_t>() == 1);
+    }
+    if (!ok)
+      return std::nullopt;
+  }
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    bool known = it.key() == "input_ids" || it.key() == "loss_mask";
+    for (const EncoderInfo &e : encoders)
+      known = known || it.key() == e.name;
+    if (!known) {
+      error("/" + escapePointerToken(it.key()),
+            "unknown key '" + it.key().substr(0, 60) +
+                "'; expected input_ids, loss_mask or a modality name");
+      ok = false;
+    }
+  }
+  sample.counts.assign(encoders.size(), 0);
+  sample.features.resize(encoders.size());
+  for (size_t e = 0; e < encoders.size() && ok; ++e) {
+    int64_t count = 0;
+    for (int64_t s = 0; s < sample.length; ++s)
+      count += sample.ids[static_cast<size_t>(s)] == encoders[e].specialTokenId;
+    sample.counts[e] = count;
+    std::string pointer = "/" + encoders[e].name + "/features";
+    auto modality = json.find(encoders[e].name);
+    if (modality == json.end()) {
+      if (count > 0) {
+        error("/" + encoders[e].name,
+              "input_ids has " + std::to_string(count) + " '" +
+                  encoders[e].name + "' tokens (id " +
+                  std::to_string(encoders[e].specialTokenId) +
+                  ") but the sample has no '" + encoders[e].name +
+                  "' features; add {\"features\": [[...], ...]}");
+        ok = false;
+      }
+      continue;
+    }
+    auto features =
+        modality->is_object() ? modality->find("features") : modality->end();
+    if (!modality->is_object() || features == modality->end() ||
+        !features->is_array()) {
+      error(pointer, "expected {\"features\": [[...], ...]}");
+      ok = false;
+      continue;
+    }
+    if (static_cast<int64_t>(features->size()) != count) {
+      error(pointer, "the sample has " + std::to_string(features->size()) +
+                         " feature rows but input_ids has " +
+                         std::to_string(count) + " '" + encoders[e].name +
+                         "' tokens (id " +
+                         std::to_string(encoders[e].specialTokenId) +
+                         "); give one row per modality token");
+      ok = false;
+      continue;
+    }
+    for (size_t r = 0; r < features->size() && ok; ++r) {
+      const auto &row = (*features)[r];
+      if (!row.is_array() ||
+          static_cast<int64_t>(row.size()) != encoders[e].featureDim) {
+        error(
+            pointer + "/" + std::to_string(r),
+            "expected " + std::to_string(encoders[e].featureDim) +
+                " numbers (feature_dim), found " +
+                (row.is_array() ? std::to_string(row.size()) : briefJson(row)));
+        ok = false;
+        break;
+      }
+      for (const auto &value : row) {
+        if (!value.is_number() || !(std::fabs(value.get<double>()) <=
+                                    std::numeric_limits<float>::max())) {
+          error(pointer + "/" + std::to_string(r),
+                "expected numbers within float's range (+-3.4e38), found " +
+                    briefJson(value));
+          ok = false;
+          break;
+        }
+        sample.features[e].push_back(value.get<float>());
+      }
+    }
+  }
+  if (!ok)
+    return std::nullopt;
+  return sample;
+}
+
+/// The first 20 problems of a file, then a count.
+struct Problems {
+  std::vector<std::string> &errors;
+  size_t more = 0;
+  static constexpr size_t kMax = 20;
+  void operator()(std::string message) {
+    if (errors.size() >= kMax)
+      ++more;
+    else
+      errors.push_back(std::move(message));
+  }
+  void close(const std::string &path) {
+    if (more > 0)
+      errors.push_back(path + ": error: ... and " + std::to_string(more) +
+                       " more problems");
+  }
+};
+
+std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
+                                          std::istream &in,
+                                          const std::string &path,
+                                          std::vector<std::string> &errors) {
+  const std::vector<EncoderInfo> encoders = encodersOf(config);
+  std::vector<Sample> samples;
+  std::string line;
+  int64_t lineNumber = 0;
+  Problems problems{errors};
+  const std::function<void(std::string)> report = std::ref(problems);
   while (std::getline(in, line)) {
     ++lineNumber;
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
-    Diagnostic syntax;
-    std::optional<nlohmann::json> parsed = parseJsonText(line, syntax);
-    if (!parsed) {
-      report(path + ":" + std::to_string(lineNumber) + ":" +
-             std::to_string(syntax.position.column) +
-             ": error: " + syntax.message);
-      continue;
-    }
-    const nlohmann::json &json = *parsed;
-    if (!json.is_object()) {
-      error("", "expected one JSON object per line");
-      continue;
-    }
-    Sample sample;
-    auto ids = json.find("input_ids");
-    if (ids == json.end() || !ids->is_array() || ids->empty()) {
-      error("/input_ids", "expected a non-empty array of token ids");
-      continue;
-    }
-    bool ok = true;
-    for (size_t i = 0; i < ids->size(); ++i) {
-      const auto &id = (*ids)[i];
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-          id.get<int64_t>() >= vocab) {
-        error("/input_ids/" + std::to_string(i),
-              "expected a token id in [0, " + std::to_string(vocab) +
-                  "), found " + briefJson(id));
-        ok = false;
-        break;
-      }
-      sample.ids.push_back(id.get<int64_t>());
-    }
-    if (!ok)
-      continue;
-    if (static_cast<int64_t>(sample.ids.size()) > S) {
-      error("/input_ids", "the sample has " +
-                              std::to_string(sample.ids.size()) +
-                              " tokens, more than seq_length " +
-                              std::to_string(S) + "; shorten it");
-      continue;
-    }
-    sample.length = static_cast<int64_t>(sample.ids.size());
-    if (!config.batch.packing)
-      sample.ids.resize(static_cast<size_t>(S), 0);
-    // loss_mask: 0 or 1 (or false/true) per id; all 1 is the default.
-    if (auto mask = json.find("loss_mask"); mask != json.end()) {
-      if (!mask->is_array() ||
-          mask->size() != static_cast<size_t>(sample.length)) {
-        error("/loss_mask",
-              "expected an array of " + std::to_string(sample.length) +
-                  " 0s and 1s (one per input id), found " +
-                  (mask->is_array() ? std::to_string(mask->size()) + " values"
-                                    : briefJson(*mask)));
-        continue;
-      }
-      for (size_t i = 0; i < mask->size() && ok; ++i) {
-        const auto &m = (*mask)[i];
-        const bool bit = m.is_boolean() ||
-                         (m.is_number_integer() &&
-                          (m.get<int64_t>() == 0 || m.get<int64_t>() == 1));
-        if (!bit) {
-          error("/loss_mask/" + std::to_string(i),
-                "expected 0 or 1 (1: token " + std::to_string(i) +
-                    " is a target), found " + briefJson(m));
-          ok = false;
-          break;
-        }
-        sample.target.push_back(m.is_boolean() ? m.get<bool>()
-                                               : m.get<int64_t>() == 1);
-      }
-      if (!ok)
-        continue;
-    }
-    for (auto it = json.begin(); it != json.end(); ++it) {
-      bool known = it.key() == "input_ids" || it.key() == "loss_mask";
-      for (const EncoderInfo &e : encoders)
-        known = known || it.key() == e.name;
-      if (!known) {
-        error("/" + escapePointerToken(it.key()),
-              "unknown key '" + it.key().substr(0, 60) +
-                  "'; expected input_ids, loss_mask or a modality name");
-        ok = false;
-      }
-    }
-    sample.counts.assign(encoders.size(), 0);
-    sample.features.resize(encoders.size());
-    for (size_t e = 0; e < encoders.size() && ok; ++e) {
-      int64_t count = 0;
-      for (int64_t s = 0; s < sample.length; ++s)
-        count +=
-            sample.ids[static_cast<size_t>(s)] == encoders[e].specialTokenId;
-      sample.counts[e] = count;
-      std::string pointer = "/" + encoders[e].name + "/features";
-      auto modality = json.find(encoders[e].name);
-      if (modality == json.end()) {
-        if (count > 0) {
-          error("/" + encoders[e].name,
-                "input_ids has " + std::to_string(count) + " '" +
-                    encoders[e].name + "' tokens (id " +
-                    std::to_string(encoders[e].specialTokenId) +
-                    ") but the sample has no '" + encoders[e].name +
-                    "' features; add {\"features\": [[...], ...]}");
-          ok = false;
-        }
-        continue;
-      }
-      auto features =
-          modality->is_object() ? modality->find("features") : modality->end();
-      if (!modality->is_object() || features == modality->end() ||
-          !features->is_array()) {
-        error(pointer, "expected {\"features\": [[...], ...]}");
-        ok = false;
-        continue;
-      }
-      if (static_cast<int64_t>(features->size()) != count) {
-        error(pointer, "the sample has " + std::to_string(features->size()) +
-                           " feature rows but input_ids has " +
-                           std::to_string(count) + " '" + encoders[e].name +
-                           "' tokens (id " +
-                           std::to_string(encoders[e].specialTokenId) +
-                           "); give one row per modality token");
-        ok = false;
-        continue;
-      }
-      for (size_t r = 0; r < features->size() && ok; ++r) {
-        const auto &row = (*features)[r];
-        if (!row.is_array() ||
-            static_cast<int64_t>(row.size()) != encoders[e].featureDim) {
-          error(pointer + "/" + std::to_string(r),
-                "expected " + std::to_string(encoders[e].featureDim) +
-                    " numbers (feature_dim), found " +
-                    (row.is_array() ? std::to_string(row.size())
-                                    : briefJson(row)));
-          ok = false;
-          break;
-        }
-        for (const auto &value : row) {
-          if (!value.is_number() || !(std::fabs(value.get<double>()) <=
-                                      std::numeric_limits<float>::max())) {
-            error(pointer + "/" + std::to_string(r),
-                  "expected numbers within float's range (+-3.4e38), found " +
-                      briefJson(value));
-            ok = false;
-            break;
-          }
-          sample.features[e].push_back(value.get<float>());
-        }
-      }
-    }
-    if (ok)
-      samples.push_back(std::move(sample));
+    if (std::optional<Sample> sample =
+            parseJsonlLine(config, encoders, line, path, lineNumber, report))
+      samples.push_back(std::move(*sample));
   }
-  if (moreErrors > 0)
-    errors.push_back(path + ": error: ... and " + std::to_string(moreErrors) +
-                     " more problems");
+  problems.close(path);
   if (!errors.empty())
     return nullptr;
   if (samples.empty()) {
