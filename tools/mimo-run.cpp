@@ -918,7 +918,7 @@ int run(int argc, char **argv) {
     traceWritten = writeOutput(cli.tracePath, exec::traceJson(result.trace),
                                problem, inputs);
   if (result.exitCode != 0) {
-    if (printer || result.exitCode == 2)
+    if (printer || result.exitCode == 2 || result.ownError)
       std::cerr << (result.exitCode == 2 ? "mimo-run: " : "") << result.error
                 << "\n";
     return finish(result.exitCode);

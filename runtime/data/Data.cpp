@@ -6,15 +6,20 @@
 #include "runtime/data/Order.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/support/InputFile.h"
+#include "runtime/support/MappedFile.h"
 #include "runtime/support/Random.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace mimo::exec {
 
@@ -207,15 +212,95 @@ private:
   std::unique_ptr<BlendOrder> blend;
 };
 
-std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
-                                          std::istream &in,
-                                          const std::string &path,
-                                          std::vector<std::string> &errors);
+std::optional<Sample> parseJsonlLine(
+    const ModelConfig &config, const std::vector<EncoderInfo> &encoders,
+    const std::string &line, const std::string &path, int64_t lineNumber,
+    const std::function<void(std::string)> &report);
+
+/// The first 20 problems of a file, then a count.
+struct Problems {
+  std::vector<std::string> &errors;
+  size_t more = 0;
+  static constexpr size_t kMax = 20;
+  void operator()(std::string message) {
+    if (errors.size() >= kMax)
+      ++more;
+    else
+      errors.push_back(std::move(message));
+  }
+  void close(const std::string &path) {
+    if (more > 0)
+      errors.push_back(path + ": error: ... and " + std::to_string(more) +
+                       " more problems");
+  }
+};
+
+/// docs/data.md: a jsonl file through a memory map. Opening indexes its
+/// lines (and checks the share of them it is given); a step parses the
+/// lines it reads, and the last two global batches' samples are kept for
+/// the other ranks of the process.
+class JsonlFile final : public Dataset {
+public:
+  struct Line {
+    int64_t begin = 0, end = 0, number = 0;
+  };
+  JsonlFile(const ModelConfig &config, std::unique_ptr<MappedFile> map,
+            std::string path, std::vector<Line> lines)
+      : config(config), encoders(encodersOf(config)), map(std::move(map)),
+        path(std::move(path)), lines(std::move(lines)),
+        capacity(static_cast<size_t>(2 * config.batch.microBatchSize *
+                                         config.batch.numMicrobatches +
+                                     16)) {}
+
+  int64_t size() const override { return static_cast<int64_t>(lines.size()); }
+
+  Sample at(int64_t i) const override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (auto it = cache.find(i); it != cache.end())
+        return *it->second;
+    }
+    const Line &line = lines[static_cast<size_t>(i)];
+    const std::string text(reinterpret_cast<const char *>(map->bytes()) +
+                               line.begin,
+                           static_cast<size_t>(line.end - line.begin));
+    std::string problem;
+    std::optional<Sample> sample = parseJsonlLine(
+        config, encoders, text, path, line.number, [&](std::string m) {
+          if (problem.empty())
+            problem = std::move(m);
+        });
+    if (!sample) // a line another rank checked (the check failed there)
+      throw std::runtime_error(problem);
+    auto kept = std::make_shared<const Sample>(std::move(*sample));
+    std::lock_guard<std::mutex> lock(mutex);
+    if (cache.emplace(i, kept).second) {
+      order.push_back(i);
+      while (order.size() > capacity) {
+        cache.erase(order.front());
+        order.pop_front();
+      }
+    }
+    return *kept;
+  }
+
+private:
+  ModelConfig config;
+  std::vector<EncoderInfo> encoders;
+  std::unique_ptr<MappedFile> map;
+  std::string path;
+  std::vector<Line> lines;
+  size_t capacity;
+  mutable std::mutex mutex;
+  mutable std::unordered_map<int64_t, std::shared_ptr<const Sample>> cache;
+  mutable std::deque<int64_t> order;
+};
 
 std::unique_ptr<Dataset>
 loadJsonl(const ModelConfig &config, const std::string &written,
           const std::string &pointer, const std::string &baseDir,
-          const std::string &planFile, std::vector<std::string> &errors) {
+          const std::string &planFile, std::vector<std::string> &errors,
+          int64_t part, int64_t parts) {
   namespace fs = std::filesystem;
   std::string path = written;
   std::error_code ec;
@@ -230,8 +315,9 @@ loadJsonl(const ModelConfig &config, const std::string &written,
       return nullptr;
     }
   }
-  std::ifstream in(path);
-  if (!in) {
+  auto map = std::make_unique<MappedFile>();
+  std::string mapError;
+  if (!fs::exists(path, ec) || !map->open(path, "the jsonl data", mapError)) {
     errors.push_back(
         planFile + ": " + pointer + ": error: cannot open the jsonl file '" +
         written + "' (tried '" + written + "'" +
@@ -242,7 +328,43 @@ loadJsonl(const ModelConfig &config, const std::string &written,
         "working directory");
     return nullptr;
   }
-  return readJsonlDataset(config, in, path, errors);
+  // Index the lines (blank ones are none); check this process's share.
+  const char *bytes = reinterpret_cast<const char *>(map->bytes());
+  const int64_t size = map->size;
+  std::vector<JsonlFile::Line> lines;
+  Problems problems{errors};
+  const std::function<void(std::string)> report = std::ref(problems);
+  const std::vector<EncoderInfo> encoders = encodersOf(config);
+  int64_t number = 0;
+  for (int64_t at = 0; at < size;) {
+    const void *newline =
+        std::memchr(bytes + at, '\n', static_cast<size_t>(size - at));
+    const int64_t end =
+        newline ? static_cast<const char *>(newline) - bytes : size;
+    ++number;
+    bool blank = true;
+    for (int64_t k = at; k < end && blank; ++k)
+      blank = bytes[k] == ' ' || bytes[k] == '\t' || bytes[k] == '\r';
+    if (!blank) {
+      if (static_cast<int64_t>(lines.size()) % parts == part)
+        (void)parseJsonlLine(
+            config, encoders,
+            std::string(bytes + at, static_cast<size_t>(end - at)), path,
+            number, report);
+      lines.push_back({at, end, number});
+    }
+    at = end + 1;
+  }
+  problems.close(path);
+  if (!errors.empty())
+    return nullptr;
+  if (lines.empty()) {
+    errors.push_back(path + ": error: the jsonl file has no samples; add one "
+                            "JSON object per line");
+    return nullptr;
+  }
+  return std::make_unique<JsonlFile>(config, std::move(map), path,
+                                     std::move(lines));
 }
 
 /// One line of a jsonl file as a sample (docs/data.md), or nullopt with its
@@ -408,24 +530,6 @@ std::optional<Sample> parseJsonlLine(
   return sample;
 }
 
-/// The first 20 problems of a file, then a count.
-struct Problems {
-  std::vector<std::string> &errors;
-  size_t more = 0;
-  static constexpr size_t kMax = 20;
-  void operator()(std::string message) {
-    if (errors.size() >= kMax)
-      ++more;
-    else
-      errors.push_back(std::move(message));
-  }
-  void close(const std::string &path) {
-    if (more > 0)
-      errors.push_back(path + ": error: ... and " + std::to_string(more) +
-                       " more problems");
-  }
-};
-
 std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
                                           std::istream &in,
                                           const std::string &path,
@@ -474,11 +578,10 @@ std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
   return orderedSource(config, std::move(one));
 }
 
-std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
-                                           const std::string &baseDir,
-                                           const std::string &planFile,
-                                           std::vector<std::string> &errors,
-                                           DataSplit split) {
+std::unique_ptr<DataSource>
+makeDataSource(const ModelConfig &config, const std::string &baseDir,
+               const std::string &planFile, std::vector<std::string> &errors,
+               DataSplit split, int64_t checkPart, int64_t checkParts) {
   bool eval = split == DataSplit::Eval;
   if (config.data.source == "synthetic")
     return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
@@ -496,7 +599,8 @@ std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
   for (const auto &[path, pointer] : files) {
     std::unique_ptr<Dataset> dataset =
         config.data.source == "jsonl"
-            ? loadJsonl(config, path, pointer, baseDir, planFile, errors)
+            ? loadJsonl(config, path, pointer, baseDir, planFile, errors,
+                        checkPart, checkParts)
             : loadIndexed(config, path, pointer, baseDir, planFile, errors);
     if (!dataset)
       return nullptr;

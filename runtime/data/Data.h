@@ -79,14 +79,16 @@ enum class DataSplit { Train, Eval };
 
 /// The source model.json asks for: synthetic (the eval split its own stream
 /// of samples), or the file at data.path (eval: data.eval_path). File
-/// paths are tried as written, then relative to `baseDir`. Bad data fills
-/// `errors` with whole messages ("FILE:LINE: POINTER: error: ...; fix") and
-/// returns nullptr.
-std::unique_ptr<DataSource> makeDataSource(const ModelConfig &config,
-                                           const std::string &baseDir,
-                                           const std::string &planFile,
-                                           std::vector<std::string> &errors,
-                                           DataSplit split = DataSplit::Train);
+/// paths are tried as written, then relative to `baseDir`. A jsonl file's
+/// lines are checked when it is opened, those of share `checkPart` of
+/// `checkParts` (every line by default; under mpirun each rank its own
+/// share). Bad data fills `errors` with whole messages ("FILE:LINE:
+/// POINTER: error: ...; fix") and returns nullptr.
+std::unique_ptr<DataSource>
+makeDataSource(const ModelConfig &config, const std::string &baseDir,
+               const std::string &planFile, std::vector<std::string> &errors,
+               DataSplit split = DataSplit::Train, int64_t checkPart = 0,
+               int64_t checkParts = 1);
 
 /// The jsonl source of `in` (docs/data.md), or nullptr with `errors` filled
 /// ("PATH:LINE: POINTER: error: ...", at most 20 and a count).

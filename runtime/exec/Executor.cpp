@@ -77,7 +77,8 @@ initsFor(const Plan &plan, const RunOptions &options, RunResult &result) {
 }
 
 DataSources dataFor(const Plan &plan, const RunOptions &options,
-                    RunResult &result) {
+                    RunResult &result, int64_t checkPart = 0,
+                    int64_t checkParts = 1) {
   DataSources sources;
   if (std::string limits = limitsError(plan, options.planFile);
       !limits.empty()) {
@@ -87,10 +88,12 @@ DataSources dataFor(const Plan &plan, const RunOptions &options,
   }
   std::vector<std::string> errors;
   sources.train =
-      makeDataSource(plan.config, options.baseDir, options.planFile, errors);
+      makeDataSource(plan.config, options.baseDir, options.planFile, errors,
+                     DataSplit::Train, checkPart, checkParts);
   if (sources.train && plan.config.train.evalEvery > 0)
-    sources.eval = makeDataSource(plan.config, options.baseDir,
-                                  options.planFile, errors, DataSplit::Eval);
+    sources.eval =
+        makeDataSource(plan.config, options.baseDir, options.planFile, errors,
+                       DataSplit::Eval, checkPart, checkParts);
   if (!errors.empty()) {
     sources.train.reset();
     result.exitCode = 1;
@@ -502,7 +505,24 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
                    "it (GPU ranks under mpirun need the nccl backend)";
     return result;
   }
-  DataSources data = dataFor(plan, options, result);
+  // Each rank checks its share of a jsonl file's lines (docs/data.md);
+  // the ranks then agree, so all stop when any share is bad.
+  DataSources data = dataFor(plan, options, result, comm.rank(), comm.size());
+  if (comm.size() > 1) {
+    double bad = data ? 0.0 : 1.0;
+    std::vector<int64_t> world(static_cast<size_t>(comm.size()));
+    for (int64_t r = 0; r < comm.size(); ++r)
+      world[static_cast<size_t>(r)] = r;
+    comm.hostComm().allReduceSum(world, &bad, 1);
+    if (bad > 0) {
+      result.ownError = !data;
+      if (data) {
+        result.exitCode = 1;
+        result.error = "another rank found bad data (it names the lines)";
+      }
+      return result;
+    }
+  }
   if (!data)
     return result;
   auto inits = initsFor(plan, options, result);

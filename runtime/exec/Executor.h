@@ -137,6 +137,9 @@ struct RunResult {
   std::string error;
   /// The step after which a stop request ended the run (0: none).
   int64_t stoppedAfter = 0;
+  /// Under mpirun: this rank found the error itself (each rank checks a
+  /// share of the data), so it prints it too, not only rank 0.
+  bool ownError = false;
   std::vector<StepMetrics> steps;
   std::vector<TraceEvent> trace;
 };

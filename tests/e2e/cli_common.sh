@@ -17,3 +17,11 @@ finish() {
   echo "$failures failure(s)"
   [ $failures -eq 0 ]
 }
+# Waits (at most 60 s) until FILE, a --metrics file, has N steps.
+wait_for_steps() {
+  local waited=0
+  until [ "$(grep -c '"loss"' "$1" 2>/dev/null)" -ge "$2" ] || [ $waited -ge 600 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+}

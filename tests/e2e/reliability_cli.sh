@@ -258,11 +258,8 @@ signal_after_two_steps() {
   local tag=$1 sig=$2
   shift 2
   "$@" >"$work/$tag.out" 2>&1 &
-  local pid=$! waited=0
-  until [ "$(grep -c '"loss"' "$work/$tag.jsonl" 2>/dev/null)" -ge 2 ] || [ $waited -ge 600 ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-  done
+  local pid=$!
+  wait_for_steps "$work/$tag.jsonl" 2
   kill -"$sig" $pid
   wait $pid
 }
@@ -288,11 +285,8 @@ last=$(grep -c '"loss"' "$work/usr1.jsonl")
   { cat "$work/usr1.out"; fail "mpirun SIGUSR1 (rc $rc, $last steps)"; }
 # Twice: at once.
 "$bin/mimo-run" "$plan" --device cpu --steps 400 --metrics "$work/twice.jsonl" >"$work/twice.out" 2>&1 &
-pid=$! waited=0
-until [ "$(grep -c '"loss"' "$work/twice.jsonl" 2>/dev/null)" -ge 1 ] || [ $waited -ge 600 ]; do
-  sleep 0.1
-  waited=$((waited + 1))
-done
+pid=$!
+wait_for_steps "$work/twice.jsonl" 1
 kill -INT $pid
 sleep 0.05
 kill -INT $pid
@@ -311,5 +305,34 @@ rc=$?
   [ ! -e "$work/unshared/latest" ] && [ ! -e "$work/unshared/.mimo-shared-folder-check" ] &&
   pass "a --save folder rank 5 does not share: exit 1 naming it, nothing trained" ||
   { cat "$work/unshared.out"; fail "unshared --save (rc $rc)"; }
+
+# Under mpirun each rank checks its share of a jsonl file's lines (docs/data.md):
+# a bad line (the 30th: rank 29 mod 8 = 5 checks it) stops every rank at
+# once, exit 1, and the rank that found it names it.
+python3 - "$work/shares.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        ids = [(i * 7 + k) % 900 for k in range(64)]
+        if i == 29:
+            ids[3] = 5000  # outside the vocabulary
+        f.write(json.dumps({"input_ids": ids}) + "\n")
+PY
+python3 - "$examples/vlm-fan-in.json" "$work/shares.json" "$work/shares.jsonl" <<'PY'
+import json, sys
+model = json.load(open(sys.argv[1]))
+model["data"] = {"source": "jsonl", "path": sys.argv[3]}
+json.dump(model, open(sys.argv[2], "w"))
+PY
+"$bin/mimoc" compile -q "$work/shares.json" -o "$work/shares.plan.json" 2>/dev/null
+# mimoc checks the first record only; the run checks them all.
+start=$(date +%s)
+mpirun -np 8 "$bin/mimo-run" "$work/shares.plan.json" --steps 1 --timeout 60 \
+  >"$work/shares.out" 2>&1
+rc=$? took=$(($(date +%s) - start))
+[ $rc -eq 1 ] && [ $took -lt 30 ] &&
+  grep -q "shares.jsonl:30: /input_ids/3: error: expected a token id in \[0, 1024), found 5000" "$work/shares.out" &&
+  pass "mpirun: rank 5's share of the jsonl has a bad line: every rank exit 1 in ${took} s, the line named" ||
+  { cat "$work/shares.out"; fail "jsonl shares under mpirun (rc $rc, ${took} s)"; }
 
 finish

@@ -46,12 +46,8 @@ rc=$?
   { cat "$work/job11.out"; fail "job 11 (rc $rc)"; }
 
 job 12 400 b >"$work/job12.out" 2>&1 &
-pid=$! waited=0
-until [ "$(grep -c '"loss"' "$work/metrics-b.jsonl" 2>/dev/null)" -ge 1 ] ||
-  [ $waited -ge 600 ]; do
-  sleep 0.1
-  waited=$((waited + 1))
-done
+pid=$!
+wait_for_steps "$work/metrics-b.jsonl" 1
 kill -USR1 "$(cat "$stubs/srun.pid")"
 wait $pid
 rc=$?
@@ -72,12 +68,8 @@ job 12 $((last + 1)) c >"$work/job12b.out" 2>&1 &&
 # checkpoint in it, and trains on as the uninterrupted 8-rank run (1e-5).
 export JOB_CKPT=$work/replan/ckpt MODEL=$examples/vlm-fan-in.json
 job 21 400 r8 >"$work/job21.out" 2>&1 &
-pid=$! waited=0
-until [ "$(grep -c '"loss"' "$work/metrics-r8.jsonl" 2>/dev/null)" -ge 1 ] ||
-  [ $waited -ge 600 ]; do
-  sleep 0.1
-  waited=$((waited + 1))
-done
+pid=$!
+wait_for_steps "$work/metrics-r8.jsonl" 1
 kill -USR1 "$(cat "$stubs/srun.pid")"
 wait $pid
 k=$(sed -n 's/^step-//p' "$JOB_CKPT/latest")
