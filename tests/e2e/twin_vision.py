@@ -80,36 +80,16 @@ def run_vlm(bin_dir, work):
     init = os.path.join(work, "init-vlm")
     write_init(lm, init, extra={"images." + n: t
                                 for n, t in vision.params.items()})
-    layouts = [("1+1", {}, {"rank_offset": 1}, 2),
-               ("tp2+tp2pp2", {"tp": 2}, {"tp": 2, "pp": 2, "rank_offset": 2}, 6),
-               ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
-    for name, enc_par, lang_par, world in layouts:
-        model = {"version": 1, "name": "twin-vlm", "seed": 7, "world_size": world,
-                 "batch": {"micro_batch_size": MICRO,
-                           "num_microbatches": MICROBATCHES, "seq_length": SEQ},
-                 "modules": [
-                     {"name": "images", "kind": "encoder",
-                      "special_token_id": IMAGE_ID,
-                      "arch": {"feature_dim": E_D, "hidden_size": E_H,
-                               "num_layers": E_LAYERS, "num_heads": E_HEADS,
-                               "ffn_hidden_size": E_FFN, "bias": True,
-                               "position_embeddings": "learned",
-                               "max_positions": E_POSITIONS, "pre_norm": True,
-                               "class_token": True, "output_layer": -2,
-                               "patch_bias": False,
-                               "activation": "quick_gelu",
-                               "projector_activation": "gelu"},
-                      "parallel": enc_par,
-                      "init": {"from": init, "format": "mimo"}},
-                     {"name": "language", "kind": "language",
-                      "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
-                               "num_layers": LAYERS, "num_heads": HEADS,
-                               "num_query_groups": 2, "ffn_hidden_size": FFN},
-                      "parallel": lang_par,
-                      "init": {"from": init, "format": "mimo"}}],
-                 "data": {"source": "jsonl", "path": data}}
+    arch = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
+            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
+            "position_embeddings": "learned", "max_positions": E_POSITIONS,
+            "pre_norm": True, "class_token": True, "output_layer": -2,
+            "patch_bias": False, "activation": "quick_gelu",
+            "projector_activation": "gelu"}
+    for name, enc_par, lang_par, world in LAYOUTS:
         path = os.path.join(work, f"vlm-{name}.json")
-        json.dump(model, open(path, "w"), indent=1)
+        vision_model(path, arch, init, init, enc_par, lang_par, world, data,
+                     init_format="mimo", name="twin-vlm")
         first_loss(bin_dir, work, f"vlm-{name}", f"vlm/{name}", want, path,
                    failures)
     return failures
@@ -170,22 +150,24 @@ def tower_arch(tower):
     return arch
 
 
-def vision_model(path, tower, encoder_init, language_init, enc_par, lang_par,
-                 world, data):
-    model = {"version": 1, "name": "twin-vision", "seed": 7, "world_size": world,
+def vision_model(path, arch, encoder_init, language_init, enc_par, lang_par,
+                 world, data, init_format="hf", name="twin-vision"):
+    """model.json of an encoder (`arch`) feeding the language model, each
+    started from its folder (`init_format`)."""
+    model = {"version": 1, "name": name, "seed": 7, "world_size": world,
              "batch": {"micro_batch_size": MICRO,
                        "num_microbatches": MICROBATCHES, "seq_length": SEQ},
              "modules": [
                  {"name": "images", "kind": "encoder",
-                  "special_token_id": IMAGE_ID, "arch": tower_arch(tower),
+                  "special_token_id": IMAGE_ID, "arch": arch,
                   "parallel": enc_par,
-                  "init": {"from": encoder_init, "format": "hf"}},
+                  "init": {"from": encoder_init, "format": init_format}},
                  {"name": "language", "kind": "language",
                   "arch": {"vocab_size": VOCAB, "hidden_size": HIDDEN,
                            "num_layers": LAYERS, "num_heads": HEADS,
                            "num_query_groups": 2, "ffn_hidden_size": FFN},
                   "parallel": lang_par,
-                  "init": {"from": language_init, "format": "hf"}}],
+                  "init": {"from": language_init, "format": init_format}}],
              "data": {"source": "jsonl", "path": data}}
     with open(path, "w") as f:
         json.dump(model, f, indent=1)
@@ -229,7 +211,8 @@ def run_llava(bin_dir, work):
     write_images(data, batch)
     for name, enc_par, lang_par, world in LAYOUTS:
         path = os.path.join(work, f"llava-{name}.json")
-        vision_model(path, tower, folder, folder, enc_par, lang_par, world, data)
+        vision_model(path, tower_arch(tower), folder, folder, enc_par,
+                     lang_par, world, data)
         first_loss(bin_dir, work, f"llava-{name}", f"llava/{name}", want, path,
                    failures)
     return failures
@@ -258,12 +241,14 @@ def run_siglip(bin_dir, work):
                ("colocated-tp2pp2", {"tp": 2, "dp": 2}, {"tp": 2, "pp": 2}, 4)]
     for name, enc_par, lang_par, world in layouts:
         path = os.path.join(work, f"siglip-{name}.json")
-        vision_model(path, tower, tower_dir, lm_dir, enc_par, lang_par, world, data)
+        vision_model(path, tower_arch(tower), tower_dir, lm_dir, enc_par,
+                     lang_par, world, data)
         first_loss(bin_dir, work, f"siglip-{name}", f"siglip/{name}", want, path,
                    failures)
     # --export-hf after 2 steps, read back by the twin.
     path = os.path.join(work, "siglip-export.json")
-    vision_model(path, tower, tower_dir, lm_dir, {}, {"rank_offset": 1}, 2, data)
+    vision_model(path, tower_arch(tower), tower_dir, lm_dir, {},
+                 {"rank_offset": 1}, 2, data)
     save, out = os.path.join(work, "siglip-save"), os.path.join(work, "siglip-out")
     try:
         lines = run_mimo(bin_dir, work, "siglip-export", path, 2, save=save,
@@ -294,7 +279,7 @@ def run_siglip(bin_dir, work):
             first = vlm_loss(again_lm, exported, batch[:GLOBAL_BATCH]).item()
         compare("siglip/export", second, lines[1]["loss"], failures)
         again = os.path.join(work, "siglip-again.json")
-        vision_model(again, tower, os.path.join(out, "images"),
+        vision_model(again, tower_arch(tower), os.path.join(out, "images"),
                      os.path.join(out, "language"), {}, {"rank_offset": 1}, 2,
                      data)
         got = run_mimo(bin_dir, work, "siglip-again", again, 1)[0]["loss"]
