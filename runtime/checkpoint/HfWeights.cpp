@@ -6,6 +6,7 @@
 #include "runtime/json/JsonReader.h"
 #include "runtime/model/Model.h"
 #include "runtime/support/InputFile.h"
+#include "runtime/support/MappedFile.h"
 
 #include <cmath>
 #include <cstring>
@@ -35,36 +36,6 @@ std::string shapeText(const std::vector<int64_t> &shape) {
     out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
 }
-
-/// A read-only mapping of a whole file (the page cache's pages: a rank
-/// touches only the ones of its blocks).
-class Mapping {
-public:
-  explicit Mapping(const std::string &path) : path(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      throw std::runtime_error(
-          path + ": error: cannot open it: " + std::strerror(errno));
-    struct stat st{};
-    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
-      ::close(fd);
-      throw std::runtime_error(path + ": error: cannot read its size");
-    }
-    bytes = static_cast<size_t>(st.st_size);
-    void *p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED)
-      throw std::runtime_error(
-          path + ": error: cannot map it: " + std::strerror(errno));
-    data = static_cast<const unsigned char *>(p);
-  }
-  ~Mapping() { ::munmap(const_cast<unsigned char *>(data), bytes); }
-  Mapping(const Mapping &) = delete;
-  Mapping &operator=(const Mapping &) = delete;
-  const unsigned char *data = nullptr;
-  size_t bytes = 0;
-  std::string path;
-};
 
 /// IEEE half to float (exact).
 float halfToFloat(uint16_t h) {
@@ -325,7 +296,7 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
 
 void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params) {
-  std::map<size_t, std::unique_ptr<Mapping>> maps;
+  std::map<size_t, std::unique_ptr<MappedFile>> maps;
   const std::string moduleDot = module.name + ".";
   for (Param *p : params) {
     const std::string local = p->name.substr(moduleDot.size());
@@ -340,15 +311,18 @@ void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                                p->name + "'");
     const size_t f = folder.fileOf.at(t->name);
     auto &map = maps[f];
-    if (!map)
-      map = std::make_unique<Mapping>(folder.files[f].path);
+    if (!map) {
+      map = std::make_unique<MappedFile>();
+      std::string error;
+      if (!map->open(folder.files[f].path, "the weights", error))
+        throw std::runtime_error(error);
+    }
     const safetensors::Header &header = folder.files[f].header;
     const int64_t begin = header.dataOffset + t->begin;
-    if (begin < 0 ||
-        static_cast<size_t>(header.dataOffset + t->end) > map->bytes)
-      throw std::runtime_error(map->path + ": error: tensor '" + t->name +
-                               "' lies past the end of the file");
-    const unsigned char *data = map->data + begin;
+    if (begin < 0 || header.dataOffset + t->end > map->size)
+      throw std::runtime_error(folder.files[f].path + ": error: tensor '" +
+                               t->name + "' lies past the end of the file");
+    const unsigned char *data = map->bytes() + begin;
     const int64_t rows = p->rowEnd - p->rowBegin,
                   cols = p->colEnd - p->colBegin;
     std::vector<float> host(static_cast<size_t>(rows * cols));
@@ -368,8 +342,8 @@ void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
       for (int64_t k = 0; k < length; ++k)
         if (!std::isfinite(out[k * stride]))
           throw std::runtime_error(
-              map->path + ": error: tensor '" + t->name + "' holds " +
-              std::to_string(out[k * stride]) + " at element " +
+              folder.files[f].path + ": error: tensor '" + t->name +
+              "' holds " + std::to_string(out[k * stride]) + " at element " +
               std::to_string(first + k) + "; the weights are damaged");
     }
     if (!host.empty())
