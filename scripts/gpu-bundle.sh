@@ -58,6 +58,22 @@ for module in model["modules"]:
 json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/llama3-gqa.json" -o "$bundle/plans/llama3-gqa.plan.json"
+# The pretrained LLaVA example (docs/pretrained.md): its Hugging Face
+# folders (Llama 3.1 and SigLIP, random weights) travel in the bundle, and
+# the plan names them relative to the repository's root, where the
+# examples phase runs mimo-run.
+/usr/bin/python3 examples/pretrained/make-folders.py "$bundle/hf" >/dev/null
+python3 - "$bundle/llava-siglip.json" <<'PY'
+import json, sys
+model = json.load(open("examples/pretrained/llava-siglip.json"))
+for module in model["modules"]:
+    init = module.get("init")
+    if init:
+        init["from"] = "../.gpu-bundle/hf/" + init["from"].split("/")[-1]
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/llava-siglip.json" -o "$bundle/plans/llava-siglip.plan.json"
+sed -i "s#\"$PWD/#\"#g" "$bundle/plans/llava-siglip.plan.json"
 # The nccl check's one-rank plan, and the overlap benchmark's layouts.
 mkdir -p "$bundle/nccl"
 python3 - "$bundle/nccl/single.json" <<'PY'

@@ -34,9 +34,9 @@ ex=$!
 timeout $(($(left) - 150)) scripts/gpu-check.sh tests 2>&1 | tail -40
 wait $ex
 tail -30 /tmp/ex.out
-pkill -f mimo-cuda; pkill -f mimo-run; pkill ctest; sleep 1
+pkill -f mimo-cuda-; pkill -x mimo-run; pkill -x ctest; sleep 1
 echo "== checks done at $(($(date +%s) - t0)) s"
 l=$(left)
 [ "$l" -gt 20 ] && timeout "$l" scripts/gpu-check.sh bench 2>&1 | tail -60
-pkill -f mimo-run; pkill -f gpu_bench
+pkill -x mimo-run; pkill -x gpu_bench
 finish

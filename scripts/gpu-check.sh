@@ -224,6 +224,44 @@ if has_phase nccl; then
     else
       rc=1; { echo "FAIL injected fault under nccl (rc $r)"; tail -5 "$out/fault.out"; } >>"$logs/nccl.log"
     fi
+    # Preemption under nccl (docs/runtime.md): SIGTERM once two steps are
+    # logged ends the run with exit 3 and its step saved from the GPU;
+    # --save --load resumes there and its next two steps match the same
+    # steps of an uninterrupted run.
+    rm -rf "$out/ck" "$out/pre.jsonl" "$out/resumed.jsonl"
+    "$build/bin/mimo-run" "$plan" --steps 100000 --backend nccl --save "$out/ck" \
+      --metrics "$out/pre.jsonl" >"$out/pre.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      [ "$({ wc -l <"$out/pre.jsonl"; } 2>/dev/null || echo 0)" -ge 2 ] && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -TERM $pid 2>/dev/null
+    wait $pid
+    r=$?
+    n=$(grep -o 'stopped by a signal after step [0-9]*' "$out/pre.out" | grep -o '[0-9]*$')
+    if [ $r -eq 3 ] && [ -n "$n" ] && [ -d "$out/ck/step-$n" ] &&
+      "$build/bin/mimo-run" "$plan" --steps $((n + 2)) --backend nccl --save "$out/ck" \
+        --load "$out/ck" --metrics "$out/resumed.jsonl" >"$out/resumed.out" 2>&1 &&
+      "$build/bin/mimo-run" "$plan" --steps $((n + 2)) --backend nccl \
+        --metrics "$out/straight.jsonl" >"$out/straight.out" 2>&1 &&
+      python3 - "$out/resumed.jsonl" "$out/straight.jsonl" $n >>"$logs/nccl.log" 2>&1 <<'PY'
+import json, sys
+resumed = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+straight = {l["step"]: l for l in map(json.loads, open(sys.argv[2])) if l}
+n = int(sys.argv[3])
+assert [l["step"] for l in resumed] == [n + 1, n + 2], resumed
+for l in resumed:
+    for key in ("loss", "grad_norm"):
+        ref = straight[l["step"]][key]
+        assert abs(l[key] - ref) <= 1e-6 * max(abs(ref), 1e-12), (l, ref)
+PY
+    then
+      echo "ok   SIGTERM under nccl: exit 3 after step $n, saved; --load resumed steps $((n + 1))-$((n + 2)) match an uninterrupted run" >>"$logs/nccl.log"
+    else
+      rc=1; { echo "FAIL preemption under nccl (rc $r, step ${n:-none})"; tail -3 "$out/pre.out" "$out/resumed.out" 2>/dev/null; } >>"$logs/nccl.log"
+    fi
   fi
   # A dry run leaves the phase "not run" in the report.
   [ "$gpu" = cpu ] || echo "$rc $(elapsed $t0)" >"$logs/nccl.status"

@@ -25,14 +25,21 @@ inline constexpr double kGeluTanhC = 0.7978845608028654; // sqrt(2 / pi)
 inline constexpr double kGeluTanhA = 0.044715;
 inline constexpr double kQuickGelu = 1.702;
 
+/// The tanh form's (1 + tanh(u)) / 2 as sigmoid(2u), u = c(x + a x^3):
+/// 1 + tanh(u) itself cancels where tanh(u) nears -1 (all of a double's
+/// bits by x = -9, half of a float's by x = -4). 1 - tanh(u)^2 = 4s(1 - s).
+MIMO_GELU_HD inline double geluTanhSigmoid(double x) {
+  double u = kGeluTanhC * (x + kGeluTanhA * x * x * x);
+  return 1.0 / (1.0 + ::exp(-2.0 * u));
+}
+
 /// gelu(x).
 MIMO_GELU_HD inline double geluValue(double x, Gelu kind) {
   if (kind == Gelu::Exact)
     return 0.5 * x * (1.0 + ::erf(x * 0.7071067811865476));
   if (kind == Gelu::Quick)
     return x / (1.0 + ::exp(-kQuickGelu * x));
-  double t = ::tanh(kGeluTanhC * (x + kGeluTanhA * x * x * x));
-  return 0.5 * x * (1.0 + t);
+  return x * geluTanhSigmoid(x);
 }
 
 /// d gelu(x) / dx.
@@ -44,9 +51,9 @@ MIMO_GELU_HD inline double geluSlope(double x, Gelu kind) {
     double s = 1.0 / (1.0 + ::exp(-kQuickGelu * x));
     return s + kQuickGelu * x * s * (1.0 - s);
   }
-  double t = ::tanh(kGeluTanhC * (x + kGeluTanhA * x * x * x));
+  double s = geluTanhSigmoid(x);
   double du = kGeluTanhC * (1.0 + 3.0 * kGeluTanhA * x * x);
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+  return s + 2.0 * x * s * (1.0 - s) * du;
 }
 
 } // namespace mimo::device

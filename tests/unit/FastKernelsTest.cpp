@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/device/cpu/FastKernels.h"
+#include "runtime/device/Activation.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/cpu/FastMath.h"
 #include "runtime/device/cpu/Kernels.h"
@@ -137,6 +138,32 @@ TEST(FastKernels, ActivationsAndAdamWMatchTheReference) {
   EXPECT_LE(relativeError(p, pd), 1e-6);
   EXPECT_LE(relativeError(m, md), 1e-6);
   EXPECT_LE(relativeError(v, vd), 1e-6);
+}
+
+// Element by element, not relative to the largest: GELU's tanh form in
+// float, written 0.5v(1 + tanh(u)), lost all but a few bits where tanh(u)
+// nears -1 (2e-3 off at v = -4; the GPU check compares one element there).
+TEST(FastKernels, GeluIsCloseAtEveryElementOfItsTail) {
+  std::vector<float> x, dy;
+  for (float v = -9.0f; v <= 9.0f; v += 0.0625f) {
+    x.push_back(v);
+    dy.push_back(1.0f);
+  }
+  int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size()), g(x.size());
+  f::geluForward(x.data(), y.data(), n);
+  f::geluBackward(x.data(), dy.data(), g.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    double v = x[i];
+    double yv = mimo::device::geluValue(v, mimo::device::Gelu::Tanh);
+    double gv = mimo::device::geluSlope(v, mimo::device::Gelu::Tanh);
+    // exp(-2u) in float is good to |2u| float roundings: its conditioning.
+    double u2 = 2 * mimo::device::kGeluTanhC *
+                (v + mimo::device::kGeluTanhA * v * v * v);
+    double limit = (8 + std::abs(u2)) * 1.2e-7;
+    EXPECT_LE(std::abs(y[i] - yv), limit * std::abs(yv)) << "x " << v;
+    EXPECT_LE(std::abs(g[i] - gv), limit * std::abs(gv) + 1e-7) << "x " << v;
+  }
 }
 
 TEST(FastKernels, SumsAreFixedOrderAndClose) {

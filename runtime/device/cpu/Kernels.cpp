@@ -14,6 +14,7 @@
 
 #include "runtime/device/cpu/Kernels.h"
 
+#include "runtime/device/Activation.h"
 #include "runtime/device/cpu/FastKernels.h"
 
 #ifdef MIMO_HAVE_BLAS
@@ -52,9 +53,6 @@ template <typename T> inline double dot(const T *a, const T *b, int64_t n) {
     s += static_cast<double>(a[c]) * static_cast<double>(b[c]);
   return s;
 }
-
-constexpr double kGeluC = 0.7978845608028654; // sqrt(2 / pi)
-constexpr double kGeluA = 0.044715;
 
 } // namespace
 
@@ -305,19 +303,15 @@ void layernormBackward(const T *x, const T *w, const T *mean, const T *rstd,
 
 template <typename T> void geluForward(const T *x, T *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    double xv = static_cast<double>(x[i]);
-    double t = std::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
-    y[i] = static_cast<T>(0.5 * xv * (1.0 + t));
+    y[i] = static_cast<T>(
+        device::geluValue(static_cast<double>(x[i]), device::Gelu::Tanh));
   }
 }
 
 template <typename T>
 void geluBackward(const T *x, const T *dy, T *dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    double xv = static_cast<double>(x[i]);
-    double t = std::tanh(kGeluC * (xv + kGeluA * xv * xv * xv));
-    double du = kGeluC * (1.0 + 3.0 * kGeluA * xv * xv);
-    double d = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * du;
+    double d = device::geluSlope(static_cast<double>(x[i]), device::Gelu::Tanh);
     dx[i] = static_cast<T>(static_cast<double>(dy[i]) * d);
   }
 }
