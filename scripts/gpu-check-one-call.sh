@@ -4,7 +4,7 @@
 # examples and nccl phases (they share the GPU; the CPU references use the
 # host's cores), then the benchmarks in the time left; the report, the
 # profile and a tarball of every log go to $OUT whatever happens. On one
-# H100 the whole check took 267 s (bench/results/gpu-h100.md).
+# H100 the whole check took 283 s (bench/results/gpu-h100.md).
 # usage: scripts/gpu-check-one-call.sh [BUDGET_SECONDS]   (default 530)
 # Run scripts/gpu-bundle.sh first and carry .gpu-bundle.
 cd "$(dirname "$0")/.."
