@@ -32,7 +32,7 @@ Cases:
           step's loss and gradient norm against the twin's, the frozen
           weights of mimo's saved checkpoint bit for bit the ones written,
           their moments zero, the trained ones near the twin's.
-  vlm, llava, siglip: vision towers feeding the language model
+  vlm, llava, siglip, stage1: vision towers feeding the language model
           (twin_vision.py)
 
 Prints one line per (case, layout); exits 1 on any mismatch or failed run
@@ -54,11 +54,12 @@ import torch
 
 from twin_files import SEQ, hf_name, read_safetensors, write_hf, write_init
 from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB, Twin, inv_freq
-from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, RunError,
-                      compare, rel, run_mimo)
-from twin_vision import run_llava, run_siglip, run_vlm
+from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
+                      RunError, compare, rel, run_mimo)
+from twin_vision import run_llava, run_siglip, run_stage1, run_vlm
 
-VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip}
+VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip,
+          "stage1": run_stage1}
 
 FREEZE_STEPS = 4
 
@@ -394,18 +395,6 @@ def run_case(args, bin_dir, work, samples, data_path, case):
     return failures
 
 
-def lr_at(k, train):
-    """docs/model.md's schedule, step k from 1."""
-    lr, s = train["lr"], train["lr_schedule"]
-    warm, decay, min_lr = s["warmup_steps"], s["decay_steps"], s["min_lr"]
-    if k <= warm:
-        return lr * k / warm
-    t = k - warm
-    if t > decay:
-        return min_lr
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t / decay)) / 2
-
-
 def frozen(name):
     parts = name.split(".")
     return any(parts[:len(f.split("."))] == f.split(".") for f in FREEZE)
@@ -422,31 +411,13 @@ def run_freeze(args, bin_dir, work, samples, data_path):
     trainable = [k for k in params if not frozen(twin.mimo_name(k))]
     for k in trainable:
         params[k].requires_grad_(True)
-    m = {k: torch.zeros_like(params[k]) for k in trainable}
-    v = {k: torch.zeros_like(params[k]) for k in trainable}
-    b1, b2 = TRAIN["betas"]
-    eps, wd, clip = TRAIN["eps"], TRAIN["weight_decay"], TRAIN["clip_grad"]
+    adamw = AdamW(params, trainable, TRAIN)
     want = []
     for k in range(1, FREEZE_STEPS + 1):
         batch = samples[(k - 1) * GLOBAL_BATCH:k * GLOBAL_BATCH]
         loss = twin.loss(batch, params)
-        for name in trainable:
-            params[name].grad = None
         loss.backward()
-        norm = math.sqrt(sum(float((params[n].grad ** 2).sum()) for n in trainable))
-        scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
-        lr = lr_at(k, TRAIN)
-        with torch.no_grad():
-            for n in trainable:
-                p, g = params[n], params[n].grad * scale
-                m[n].mul_(b1).add_((1 - b1) * g)
-                v[n].mul_(b2).add_((1 - b2) * g * g)
-                mhat = m[n] / (1 - b1 ** k)
-                vhat = v[n] / (1 - b2 ** k)
-                # One-row parameters (norm weights: 1-D here) are not decayed.
-                decay = wd if p.dim() > 1 else 0.0
-                p -= lr * (mhat / (vhat.sqrt() + eps) + decay * p)
-        want.append((loss.item(), norm))
+        want.append((loss.item(), adamw.step()))
 
     for layout, parallel in [("1", {}), ("tp2pp2", {"tp": 2, "pp": 2}),
                              ("dp2cp2", {"dp": 2, "cp": 2})]:

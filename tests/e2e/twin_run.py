@@ -1,8 +1,11 @@
 """Running mimo for tests/e2e/twin.py: compile, train, export; compare a
 loss with the twin's."""
 import json
+import math
 import os
 import subprocess
+
+import torch
 
 TOL = 1e-5
 
@@ -54,3 +57,52 @@ def compare(tag, want, got, failures):
           f"mimo {got:.8f} rel {r:.2e}")
     if r > TOL:
         failures.append(f"{tag}: rel {r:.2e}")
+
+
+def lr_at(k, train):
+    """docs/model.md's schedule, step k from 1."""
+    lr, s = train["lr"], train["lr_schedule"]
+    warm, decay, min_lr = s["warmup_steps"], s["decay_steps"], s["min_lr"]
+    if k <= warm:
+        return lr * k / warm
+    t = k - warm
+    if t > decay:
+        return min_lr
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t / decay)) / 2
+
+
+class AdamW:
+    """docs/model.md's Optimizer by hand, float64, over the tensors of
+    `params` named in `trainable` (their .grad set): the gradient norm over
+    them, clipping, bias correction, the schedule, decay only on parameters
+    of more than one row (norm weights and biases are 1-D here), and each
+    name's learning rate times `lr_mult(name)`."""
+
+    def __init__(self, params, trainable, train, lr_mult=lambda name: 1.0):
+        self.params, self.trainable, self.train = params, trainable, train
+        self.lr_mult = lr_mult
+        self.m = {k: torch.zeros_like(params[k]) for k in trainable}
+        self.v = {k: torch.zeros_like(params[k]) for k in trainable}
+        self.k = 0
+
+    def step(self):
+        """One step from the gradients; returns the (unclipped) norm."""
+        self.k += 1
+        k, train = self.k, self.train
+        b1, b2 = train["betas"]
+        eps, wd, clip = train["eps"], train["weight_decay"], train["clip_grad"]
+        norm = math.sqrt(sum(float((self.params[n].grad ** 2).sum())
+                             for n in self.trainable))
+        scale = clip / (norm + 1e-6) if clip > 0 and norm > clip else 1.0
+        with torch.no_grad():
+            for n in self.trainable:
+                p, g = self.params[n], self.params[n].grad * scale
+                self.m[n].mul_(b1).add_((1 - b1) * g)
+                self.v[n].mul_(b2).add_((1 - b2) * g * g)
+                mhat = self.m[n] / (1 - b1 ** k)
+                vhat = self.v[n] / (1 - b2 ** k)
+                decay = wd if p.dim() > 1 else 0.0
+                lr = lr_at(k, train) * self.lr_mult(n)
+                p -= lr * (mhat / (vhat.sqrt() + eps) + decay * p)
+                p.grad = None
+        return norm

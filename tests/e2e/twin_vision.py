@@ -15,6 +15,11 @@ model, with no code of mimo's.
           mimo trains 2 steps from them and exports both (--export-hf),
           which the twin reads back: its step-2 loss is mimo's, and mimo
           started again from the export gives the twin's first loss
+  stage1  LLaVA's stage 1 from that folder: the tower (`freeze` of its
+          parts) and the language model (`freeze: true`) frozen, the
+          projector alone trained at the encoder's lr_mult 0.5 for 3 AdamW
+          steps; the twin trains only the projector's tensors
+          (requires_grad), every step's loss and gradient norm compared
 """
 import json
 import os
@@ -29,8 +34,8 @@ from twin_models import (E_CHANNELS, E_D, E_FFN, E_GRID, E_H, E_HEADS,
                          E_IMAGE, E_LAYERS, E_POSITIONS, FFN, HEADS, HIDDEN,
                          IMAGE_ID, LAYERS, VOCAB, HfTower, Twin, VisionTwin,
                          patch_rows, vlm_loss)
-from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, RunError,
-                      compare, rel, run_mimo)
+from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
+                      RunError, compare, rel, run_mimo)
 
 # The LLaVA layouts: name, the encoder's and the language model's
 # `parallel`, the world size.
@@ -151,9 +156,11 @@ def tower_arch(tower):
 
 
 def vision_model(path, arch, encoder_init, language_init, enc_par, lang_par,
-                 world, data, init_format="hf", name="twin-vision"):
+                 world, data, init_format="hf", name="twin-vision",
+                 recipe=None):
     """model.json of an encoder (`arch`) feeding the language model, each
-    started from its folder (`init_format`)."""
+    started from its folder (`init_format`); `recipe`: the encoder's and
+    the language model's extra keys (freeze, lr_mult) and `train`."""
     model = {"version": 1, "name": name, "seed": 7, "world_size": world,
              "batch": {"micro_batch_size": MICRO,
                        "num_microbatches": MICROBATCHES, "seq_length": SEQ},
@@ -169,6 +176,11 @@ def vision_model(path, arch, encoder_init, language_init, enc_par, lang_par,
                   "parallel": lang_par,
                   "init": {"from": language_init, "format": init_format}}],
              "data": {"source": "jsonl", "path": data}}
+    if recipe:
+        encoder, language, train = recipe
+        model["modules"][0].update(encoder)
+        model["modules"][1].update(language)
+        model["train"] = train
     with open(path, "w") as f:
         json.dump(model, f, indent=1)
 
@@ -288,4 +300,69 @@ def run_siglip(bin_dir, work):
             KeyError) as e:
         print(f"FAIL siglip/export: {e}")
         failures.append("siglip/export")
+    return failures
+
+
+STAGE1_STEPS = 3
+STAGE1_TRAIN = {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
+                "weight_decay": 0.1, "clip_grad": 0.05,
+                "lr_schedule": {"warmup_steps": 1, "decay": "cosine",
+                                "decay_steps": 2, "min_lr": 0.001}}
+# Every part of the CLIP tower but the projector, in mimo's names.
+STAGE1_FREEZE = ["patch", "class_token", "position_embedding", "pre_norm",
+                 "layers"]
+PROJECTOR = "multi_modal_projector."
+
+
+def run_stage1(bin_dir, work):
+    """LLaVA's stage 1: only the projector trains."""
+    lm = Twin(dict(groups=2, theta=10000.0, eps=1e-5, scaling=None,
+                   hf=dict(model_type="llama", dtype="BF16", shards=1)),
+              seed=601)
+    tower = HfTower("clip", seed=602, feature_layer=-2, dtype="BF16")
+    batch = image_batch(19, STAGE1_STEPS * GLOBAL_BATCH)
+    folder = os.path.join(work, "stage1-hf")
+    write_llava(lm, tower, folder, "BF16", 1)
+    data = os.path.join(work, "stage1.jsonl")
+    write_images(data, batch)
+    trainable = [n for n in tower.tensors if n.startswith(PROJECTOR)]
+    if len(trainable) != 4:
+        return [f"stage1: the twin's projector has {trainable}"]
+    for n in trainable:
+        tower.tensors[n].requires_grad_(True)
+    adamw = AdamW(tower.tensors, trainable, STAGE1_TRAIN, lambda n: 0.5)
+    want = []
+    for k in range(STAGE1_STEPS):
+        loss = vlm_loss(lm, tower, batch[k * GLOBAL_BATCH:(k + 1) * GLOBAL_BATCH])
+        loss.backward()
+        want.append((loss.item(), adamw.step()))
+    # Clipping at 0.05 must bite (the norms are about 3), or lr_mult and
+    # the clip would trade places unseen.
+    failures = []
+    if not all(norm > STAGE1_TRAIN["clip_grad"] for _, norm in want):
+        failures.append(f"stage1: the twin's norms {[n for _, n in want]} "
+                        "do not reach the clip")
+    recipe = ({"freeze": STAGE1_FREEZE, "lr_mult": 0.5}, {"freeze": True},
+              STAGE1_TRAIN)
+    for name, enc_par, lang_par, world in LAYOUTS[:2]:
+        path = os.path.join(work, f"stage1-{name}.json")
+        vision_model(path, tower_arch(tower), folder, folder, enc_par,
+                     lang_par, world, data, recipe=recipe)
+        try:
+            lines = run_mimo(bin_dir, work, f"stage1-{name}", path, STAGE1_STEPS)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL stage1/{name}: {e}")
+            failures.append(f"stage1/{name}")
+            continue
+        for (wl, wn), line in zip(want, lines):
+            r, rn = rel(line["loss"], wl), rel(line["grad_norm"], wn)
+            # The gradient norm is more sensitive than the loss (fp32 against
+            # float64 on bf16 weights), as in twin.py's freeze case.
+            ok = r <= TOL and rn <= (1e-4 if line["step"] == 1 else 1e-3)
+            print(f"{'ok  ' if ok else 'FAIL'} stage1/{name}/step {line['step']}: "
+                  f"twin {wl:.8f} mimo {line['loss']:.8f} rel {r:.2e} "
+                  f"(grad_norm twin {wn:.6f} mimo {line['grad_norm']:.6f} "
+                  f"rel {rn:.2e})")
+            if not ok:
+                failures.append(f"stage1/{name}/step {line['step']}")
     return failures
