@@ -154,7 +154,8 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              {"trainable_params", trainable},
              {"frozen_params", frozen},
              {"forward_only", module->forwardOnly},
-             {"lr_mult", config.lrMult}});
+             {"lr_mult", config.lrMult},
+             {"stage_layers", stageLayerCounts(config, g.size(Dim::PP))}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -219,11 +220,21 @@ std::string renderExplainText(const Explanation &whole,
     std::string order;
     for (const auto &dim : module["order"])
       order += (order.empty() ? "" : "-") + dim.get<std::string>();
-    modules.push_back(
-        {module["name"].get<std::string>(), module["kind"].get<std::string>(),
-         spanText(offset, size), number(module["tp"]), number(module["cp"]),
-         number(module["pp"]), number(module["dp"]), order,
-         flopsText(module["flops_per_rank"].get<double>())});
+    // Uneven stages (pipeline_layers): each stage's layers, "2 (3+1)".
+    std::string pp = number(module["pp"]);
+    const json &layers = module["stage_layers"];
+    if (std::adjacent_find(layers.begin(), layers.end(),
+                           std::not_equal_to<>()) != layers.end()) {
+      std::string split;
+      for (const auto &n : layers)
+        split += (split.empty() ? "" : "+") + number(n);
+      pp += " (" + split + ")";
+    }
+    modules.push_back({module["name"].get<std::string>(),
+                       module["kind"].get<std::string>(),
+                       spanText(offset, size), number(module["tp"]),
+                       number(module["cp"]), pp, number(module["dp"]), order,
+                       flopsText(module["flops_per_rank"].get<double>())});
   }
   os << table(modules);
   // What training changes, when a module freezes or scales anything.

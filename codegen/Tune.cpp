@@ -24,6 +24,11 @@ namespace {
 struct ModuleGrid {
   int64_t tp = 1, cp = 1, pp = 1, dp = 1;
   bool sp = false;
+  /// model.json `pipeline_layers` (empty: an even split); `balanced`: the
+  /// search gives each stage the layers that even out the stages' times
+  /// (Estimator::cost fills `split`).
+  std::vector<int64_t> split;
+  bool balanced = false;
   int64_t size() const { return tp * cp * pp * dp; }
   /// Analytic seconds of one microbatch's forward and backward on one
   /// stage, the step's gradient reduction and optimizer, and the core-
@@ -82,7 +87,9 @@ public:
     return exchangeWork(options.profile, link, members, bytes);
   }
 
-  void cost(size_t module, size_t encoder, ModuleGrid &g,
+  /// Costs `g`; false when it is a balanced grid whose split comes out
+  /// even (the even grid is the same layout).
+  bool cost(size_t module, size_t encoder, ModuleGrid &g,
             int64_t microBatchSize, int64_t microbatches) const {
     ModuleConfig m = model.modules[module];
     m.parallel.tp = g.tp;
@@ -90,11 +97,13 @@ public:
     m.parallel.pp = g.pp;
     m.parallel.dp = g.dp;
     double outputHidden = static_cast<double>(model.language().hiddenSize);
-    g.stage = 0;
-    double work = 0;
-    for (int64_t stage : {int64_t(0), g.pp - 1}) {
+    // One microbatch's forward and backward on `stage` (with `layers`
+    // layers when given): {seconds, compute seconds}.
+    auto stageTime = [&](int64_t stage, int64_t layers) {
       StageShape shape =
           stageShape(model, m, encoder, microBatchSize, stage, g.sp);
+      if (layers > 0)
+        shape.layers = static_cast<double>(layers);
       Work total;
       for (bool backward : {false, true}) {
         StageWork w =
@@ -104,8 +113,55 @@ public:
         total += exchange(g.cp, g.tp * g.cp, w.cpBytes) * w.cpExchanges;
         total += exchange(g.tp, g.tp, w.logitBytes) * w.logitExchanges;
       }
-      g.stage = std::max(g.stage, total.comm + total.compute / speed);
-      work = std::max(work, total.compute);
+      return std::pair{total.comm + total.compute / speed, total.compute};
+    };
+    if (g.balanced) {
+      // Each stage's time is about fixed + per-layer × its layers (the
+      // embedding, the head and the loss in the fixed part); one layer at a
+      // time to the stage that stays fastest with it evens out the slowest.
+      const int64_t layers = m.layers(), pp = g.pp;
+      m.pipelineLayers.assign(static_cast<size_t>(pp), layers / pp);
+      for (int64_t s = 0; s < layers % pp; ++s)
+        ++m.pipelineLayers[static_cast<size_t>(s)];
+      m.pipelineLayers.back() += m.numLayers - layers; // past output_layer
+      std::vector<double> fixed, perLayer;
+      for (int64_t s = 0; s < pp; ++s) {
+        double one = stageTime(s, 1).first, two = stageTime(s, 2).first;
+        perLayer.push_back(two - one);
+        fixed.push_back(one - (two - one));
+      }
+      std::vector<int64_t> counts(static_cast<size_t>(pp), 1);
+      for (int64_t left = layers - pp; left > 0; --left) {
+        size_t best = 0;
+        for (size_t s = 1; s < counts.size(); ++s)
+          if (fixed[s] + perLayer[s] * static_cast<double>(counts[s] + 1) <
+              fixed[best] +
+                  perLayer[best] * static_cast<double>(counts[best] + 1))
+            best = s;
+        ++counts[best];
+      }
+      if (layers % pp == 0 &&
+          std::all_of(counts.begin(), counts.end(),
+                      [&](int64_t c) { return c == layers / pp; }))
+        return false;
+      counts.back() += m.numLayers - layers;
+      g.split = counts;
+    }
+    m.pipelineLayers = g.split;
+    g.stage = 0;
+    double work = 0;
+    // Even stages: the first and the last are the slowest (the embedding,
+    // the head); uneven ones: any may be.
+    std::vector<int64_t> stages = {0, g.pp - 1};
+    if (!g.split.empty()) {
+      stages.clear();
+      for (int64_t s = 0; s < g.pp; ++s)
+        stages.push_back(s);
+    }
+    for (int64_t stage : stages) {
+      auto [seconds, compute] = stageTime(stage, 0);
+      g.stage = std::max(g.stage, seconds);
+      work = std::max(work, compute);
     }
     g.work = work * static_cast<double>(g.size() * microbatches);
     double local = 4.0 * parameters[module] / static_cast<double>(g.tp * g.pp);
@@ -113,6 +169,22 @@ public:
     g.tail =
         reduce.comm +
         (reduce.compute + memorySeconds(options.profile, 8 * local)) / speed;
+    return true;
+  }
+
+  /// Costs `g`; a balanced grid becomes the faster of its even split
+  /// (where pp divides the layers) and the one that evens out its stages.
+  void costBest(size_t module, size_t encoder, ModuleGrid &g,
+                int64_t microBatchSize, int64_t microbatches) const {
+    ModuleGrid even = g;
+    even.balanced = false;
+    bool divides = model.modules[module].layers() % g.pp == 0;
+    if (divides)
+      cost(module, encoder, even, microBatchSize, microbatches);
+    if (!g.balanced ||
+        !cost(module, encoder, g, microBatchSize, microbatches) ||
+        (divides && even.stage <= g.stage))
+      g = even;
   }
 
   /// The cores of every device, as busy ranks get them.
@@ -143,14 +215,21 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
     for (int64_t cp = 1; cp <= (language ? maxSize : 1); ++cp) {
       if (cp > 1 && (S % (2 * cp) || model.batch.attentionMask == "dense"))
         continue;
-      for (int64_t pp : divisors(m.layers())) {
-        if (colocated && !language && pp > 1)
+      // pp dividing the layers (split evenly), and the powers of two below
+      // them that do not (the layers split unevenly); a class token keeps
+      // its encoder on one stage.
+      for (int64_t pp = 1; pp <= std::min(m.layers(), maxSize); ++pp) {
+        bool even = m.layers() % pp == 0, power = (pp & (pp - 1)) == 0;
+        if ((!even && !power) ||
+            ((colocated || m.classToken) && !language && pp > 1))
           continue;
         for (int64_t dp : divisors(microBatchSize)) {
-          ModuleGrid g{tp, cp, pp, dp};
+          ModuleGrid g;
+          g.tp = tp, g.cp = cp, g.pp = pp, g.dp = dp;
           if (g.size() > maxSize)
             continue;
           g.sp = language && tp > 1 && S % (tp * (cp > 1 ? 2 * cp : 1)) == 0;
+          g.balanced = pp > 1;
           grids.push_back(g);
         }
       }
@@ -209,6 +288,7 @@ ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
     p.dp = g.dp;
     p.sequenceParallel = g.sp;
     p.order = kDefaultOrder;
+    config.modules[i].pipelineLayers = g.split;
     p.rankOffset = layout.colocated ? 0 : offset;
     offset += g.size();
   }
@@ -225,7 +305,16 @@ std::string summarize(const ModelConfig &config, bool colocated) {
     os << (i ? " | " : "") << m.name << " tp" << p.tp;
     if (p.cp > 1)
       os << " cp" << p.cp;
-    os << " pp" << p.pp << " dp" << p.dp << (p.sequenceParallel ? " sp" : "");
+    os << " pp" << p.pp;
+    if (!m.pipelineLayers.empty()) {
+      const char *plus = " (";
+      for (int64_t layers : m.pipelineLayers) {
+        os << plus << layers;
+        plus = "+";
+      }
+      os << ")";
+    }
+    os << " dp" << p.dp << (p.sequenceParallel ? " sp" : "");
     if (!colocated)
       os << " [" << spanText(p.rankOffset, p.tp * p.cp * p.pp * p.dp) << "]";
   }
@@ -277,8 +366,8 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
              moduleGrids(model, model.modules[i], world, B, colocated)) {
           if (colocated ? g.size() != world : g.size() % step != 0)
             continue;
+          estimator.costBest(i, encoderOf[i], g, B, M);
           ++result.enumerated;
-          estimator.cost(i, encoderOf[i], g, B, M);
           std::vector<ModuleGrid> &list = bySize[i][g.size()];
           if (world > 64 && !colocated) {
             auto same = std::find_if(list.begin(), list.end(),

@@ -40,9 +40,20 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
     auto parallel = ParallelAttr::get(context, p.tp, p.cp, p.pp, p.dp,
                                       p.rankOffset, formatOrder(p.order),
                                       builder.getBoolAttr(p.sequenceParallel));
+    mlir::DenseI64ArrayAttr split;
+    if (!module.pipelineLayers.empty()) {
+      // The layers each stage computes; model.json's counts where they do
+      // not fit (mimo-assign-grids says why).
+      std::vector<int64_t> counts = module.pipelineLayers;
+      try {
+        counts = stageLayerCounts(module, p.pp);
+      } catch (const std::invalid_argument &) {
+      }
+      split = builder.getDenseI64ArrayAttr(counts);
+    }
     grids.push_back(builder.create<GridOp>(loc(module.pointer + "/parallel"),
                                            GridType::get(context), parallel,
-                                           nullptr));
+                                           nullptr, split));
   }
 
   const DataConfig &data = config.data;

@@ -51,7 +51,9 @@ def Mimo_GridOp : Mimo_Op<"grid", [Pure]> {
   let summary = "a module's parallel grid and rank span";
   let description = [{
     `mimo-assign-grids` adds `span = array<i64: begin, end>`, the global
-    ranks the grid covers.
+    ranks the grid covers. `pipeline_layers` (model.json's, as computed:
+    an encoder's cut at its output layer) gives each pipeline stage's
+    layers, first to last; without it each stage holds num_layers / pp.
 
     ```mlir
     %grid = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 2, dp = 1,
@@ -59,7 +61,8 @@ def Mimo_GridOp : Mimo_Op<"grid", [Pure]> {
     ```
   }];
   let arguments = (ins Mimo_ParallelAttr:$parallel,
-                       OptionalAttr<DenseI64ArrayAttr>:$span);
+                       OptionalAttr<DenseI64ArrayAttr>:$span,
+                       OptionalAttr<DenseI64ArrayAttr>:$pipeline_layers);
   let results = (outs Mimo_GridType:$grid);
   let assemblyFormat = "$parallel attr-dict";
   let hasVerifier = 1;

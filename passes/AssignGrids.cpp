@@ -10,6 +10,7 @@
 
 #include "ir/Locations.h"
 #include "runtime/config/Grid.h"
+#include "runtime/config/Parameters.h"
 #include "runtime/plan/ShapeRules.h"
 #include "runtime/plan/Topology.h"
 
@@ -100,7 +101,16 @@ void AssignGridsPass::checkModule(const ModuleView &module,
                p.getTp());
   if (!module.isEncoder)
     checkDivides(module, "vocab_size", module.vocabSize, "tp", p.getTp());
-  checkDivides(module, "num_layers", module.numLayers, "pp", p.getPp());
+  if (auto split = module.grid.getPipelineLayers()) {
+    std::vector<int64_t> counts(split->begin(), split->end());
+    std::string problem =
+        pipelineLayersRule(module.describe(), counts, module.numLayers,
+                           module.numLayers, p.getPp());
+    if (!problem.empty())
+      error(ir::fieldLoc(module.op->getLoc(), "pipeline_layers")) << problem;
+  } else {
+    checkDivides(module, "num_layers", module.numLayers, "pp", p.getPp());
+  }
 
   int64_t microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
   if (std::string problem =

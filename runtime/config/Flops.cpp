@@ -85,8 +85,7 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
   double work = 0;
   int64_t truncated = 0;
   if (!language && encoderBottomFrozen(m)) {
-    const int64_t firstStageEnd =
-        stageLayers(m.layers(), m.parallel.pp, 0).second;
+    const int64_t firstStageEnd = stageLayers(m, m.parallel.pp, 0).second;
     for (int64_t l = 0; l < firstStageEnd; ++l) {
       const std::string at = "layers." + std::to_string(l) + ".";
       bool frozen = true;

@@ -100,6 +100,10 @@ struct ModuleConfig {
   std::vector<std::string> freezePrefixes;
   /// Scales the learning rate of the module's parameters.
   double lrMult = 1.0;
+  /// docs/model-json.md `pipeline_layers`: the layers of each pipeline
+  /// stage, first to last, summing to numLayers (empty: num_layers / pp
+  /// each). stageLayerCounts (Parameters.h) is what stages compute.
+  std::vector<int64_t> pipelineLayers;
   /// Where the module's weights start (else they are initialised).
   std::optional<InitConfig> init;
   /// JSON pointer of this module ("/modules/1").

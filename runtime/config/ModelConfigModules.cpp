@@ -376,6 +376,36 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;
+  if (const json *split = v.member(moduleJson, pointer, "pipeline_layers",
+                                   false, "the layers of each stage")) {
+    const std::string at = pointer + "/pipeline_layers";
+    bool counts = split->is_array() && !split->empty() &&
+                  split->size() <= static_cast<size_t>(kMaxRanks);
+    for (size_t i = 0; counts && i < split->size(); ++i)
+      counts = (*split)[i].is_number_integer();
+    if (!counts) {
+      v.error(at, "expected an array of layer counts, one per pipeline "
+                  "stage, found " +
+                      describeJson(*split) +
+                      "; write for example [7, 9] for pp 2 and 16 layers");
+    } else {
+      for (const json &n : *split)
+        module.pipelineLayers.push_back(n.get<int64_t>());
+      // Checked only once the arch and the grid are (their own errors
+      // name them).
+      if (module.numLayers > 0 && module.layers() > 0 &&
+          module.parallel.pp > 0) {
+        std::string problem = pipelineLayersRule(
+            (module.kind == ModuleKind::Language ? "language module '"
+                                                 : "encoder '") +
+                module.name + "'",
+            module.pipelineLayers, module.numLayers, module.layers(),
+            module.parallel.pp);
+        if (!problem.empty())
+          v.error(at, problem);
+      }
+    }
+  }
   if (const json *init = v.member(moduleJson, pointer, "init", false,
                                   "where the module's weights start")) {
     const std::string at = pointer + "/init";

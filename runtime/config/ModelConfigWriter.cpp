@@ -87,6 +87,8 @@ json toJson(const ModelConfig &config) {
       entry["freeze"] = module.freezePrefixes;
     if (module.lrMult != 1.0)
       entry["lr_mult"] = module.lrMult;
+    if (!module.pipelineLayers.empty())
+      entry["pipeline_layers"] = module.pipelineLayers;
     if (module.init)
       entry["init"] = {{"from", module.init->from},
                        {"format", module.init->format}};

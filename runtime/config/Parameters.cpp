@@ -2,6 +2,7 @@
 
 #include "runtime/config/Parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -33,6 +34,75 @@ std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
   return {ppRank * per, (ppRank + 1) * per};
 }
 
+std::string pipelineLayersRule(const std::string &module,
+                               const std::vector<int64_t> &split,
+                               int64_t numLayers, int64_t computed,
+                               int64_t pp) {
+  const std::string what = "pipeline_layers of " + module;
+  if (static_cast<int64_t>(split.size()) != pp)
+    return what + " gives " + std::to_string(split.size()) +
+           " layer counts for pp " + std::to_string(pp) +
+           "; give one count per pipeline stage";
+  int64_t sum = 0, begin = 0;
+  for (size_t s = 0; s < split.size(); ++s) {
+    if (split[s] < 1)
+      return what + " gives stage " + std::to_string(s) + " " +
+             std::to_string(split[s]) +
+             " layers; every stage holds at least one layer";
+    if (split[s] > numLayers)
+      return what + " gives stage " + std::to_string(s) + " " +
+             std::to_string(split[s]) + " layers, more than num_layers " +
+             std::to_string(numLayers) +
+             "; make the counts add up to num_layers";
+    sum += split[s];
+  }
+  if (sum != numLayers)
+    return what + " adds up to " + std::to_string(sum) +
+           " layers, not num_layers " + std::to_string(numLayers) +
+           "; make the counts add up to num_layers";
+  for (size_t s = 0; s < split.size(); ++s) {
+    if (begin >= computed)
+      return what + " leaves stage " + std::to_string(s) +
+             " no layer to compute (only the first " +
+             std::to_string(computed) + " of " + std::to_string(numLayers) +
+             " are, up to output_layer); give the earlier stages fewer";
+    begin += split[s];
+  }
+  return "";
+}
+
+std::vector<int64_t> stageLayerCounts(const ModuleConfig &module, int64_t pp) {
+  const int64_t computed = module.layers();
+  if (module.pipelineLayers.empty()) {
+    auto [begin, end] = stageLayers(computed, pp, 0);
+    return std::vector<int64_t>(static_cast<size_t>(pp), end - begin);
+  }
+  std::string problem =
+      pipelineLayersRule("module '" + module.name + "'", module.pipelineLayers,
+                         module.numLayers, computed, pp);
+  if (!problem.empty())
+    throw std::invalid_argument(problem);
+  std::vector<int64_t> counts;
+  int64_t begin = 0;
+  for (int64_t n : module.pipelineLayers) {
+    counts.push_back(std::min(begin + n, computed) - begin);
+    begin += n;
+  }
+  return counts;
+}
+
+std::pair<int64_t, int64_t> stageLayers(const ModuleConfig &module, int64_t pp,
+                                        int64_t ppRank) {
+  std::vector<int64_t> counts = stageLayerCounts(module, pp);
+  if (ppRank < 0 || ppRank >= pp)
+    throw std::invalid_argument("pipeline stage " + std::to_string(ppRank) +
+                                " of " + std::to_string(pp));
+  int64_t begin = 0;
+  for (int64_t s = 0; s < ppRank; ++s)
+    begin += counts[static_cast<size_t>(s)];
+  return {begin, begin + counts[static_cast<size_t>(ppRank)]};
+}
+
 namespace {
 
 /// Adds parameters named "module.name" to a list.
@@ -58,7 +128,7 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   const int64_t H = module.hiddenSize, F = module.ffnHiddenSize;
   const bool first = ppRank == 0, last = ppRank == pp - 1;
   // An encoder's layers after its output_layer are not computed (nor held).
-  auto [begin, end] = stageLayers(module.layers(), pp, ppRank);
+  auto [begin, end] = stageLayers(module, pp, ppRank);
   using L = ParamLayout;
   using I = ParamInit;
   const int64_t KV = module.kvHidden(); // H unless grouped-query attention

@@ -49,8 +49,27 @@ struct ParamBlock {
 };
 ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank);
 
-/// The layers [begin, end) of pipeline stage `ppRank` of `pp`.
+/// The layers [begin, end) of pipeline stage `ppRank` of `pp` when
+/// `layers` split evenly.
 std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
+                                        int64_t ppRank);
+
+/// "" when `split` (model.json `pipeline_layers`, summing to `numLayers`)
+/// gives each of `pp` stages at least one of the `computed` first layers
+/// (an encoder computes none past its output_layer), else why not and the
+/// fix. `module`: "encoder 'images'" or "language module 'language'".
+std::string pipelineLayersRule(const std::string &module,
+                               const std::vector<int64_t> &split,
+                               int64_t numLayers, int64_t computed, int64_t pp);
+
+/// The layers each of `pp` pipeline stages of `module` computes, first to
+/// last: its `pipeline_layers` cut at the layers computed, or layers() / pp
+/// each. Throws std::invalid_argument when they do not fit.
+std::vector<int64_t> stageLayerCounts(const ModuleConfig &module, int64_t pp);
+
+/// The layers [begin, end) of pipeline stage `ppRank` of `module` split
+/// over `pp` stages (stageLayerCounts).
+std::pair<int64_t, int64_t> stageLayers(const ModuleConfig &module, int64_t pp,
                                         int64_t ppRank);
 
 /// The parameters of pipeline stage `ppRank` of `pp` of `module` (global

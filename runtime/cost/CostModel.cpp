@@ -164,7 +164,7 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
   shape.cp = static_cast<double>(par.cp);
   shape.samples =
       static_cast<double>(microBatchSize) / static_cast<double>(par.dp);
-  auto [begin, end] = stageLayers(m.layers(), par.pp, stage);
+  auto [begin, end] = stageLayers(m, par.pp, stage);
   shape.layers = static_cast<double>(end - begin);
   shape.firstLayer = begin;
   shape.first = stage == 0;

@@ -154,7 +154,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
     for (int64_t stage = 0; stage < pp; ++stage) {
       std::vector<ParamSpec> specs =
           stageParameters(*module, language.hiddenSize, sp, pp, stage);
-      auto [begin, end] = stageLayers(module->layers(), pp, stage);
+      auto [begin, end] = stageLayers(*module, pp, stage);
       bool first = stage == 0, last = stage == pp - 1;
       const bool bf16 = config.precision == "bf16";
       MicrobatchBytes mb =

@@ -342,6 +342,7 @@ std::optional<Plan> referencePlan(const ModelConfig &config,
     DimOrder order = module.parallel.order;
     module.parallel = ParallelConfig();
     module.parallel.order = order;
+    module.pipelineLayers.clear(); // one stage
   }
   return buildPlan(reference, error);
 }

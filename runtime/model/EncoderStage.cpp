@@ -65,7 +65,7 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
     preW = optional(module.preNorm, "pre_norm.weight");
     preB = optional(module.preNorm, "pre_norm.bias");
   }
-  auto [begin, end] = stageLayers(module.layers(), ctx.pp, ctx.ppRank);
+  auto [begin, end] = stageLayers(module, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     size_t fc1 = indexOf(p + "fc1");

@@ -39,7 +39,7 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
                   module);
   if (isFirst())
     embedding = indexOf("embedding");
-  auto [begin, end] = stageLayers(module.layers(), ctx.pp, ctx.ppRank);
+  auto [begin, end] = stageLayers(module, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     size_t n1 = indexOf(p + "attn_norm"), n2 = indexOf(p + "mlp_norm");

@@ -45,8 +45,13 @@ std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
     if (language)
       check(at + "tp",
             divisibleRule(module, "vocab_size", m.vocabSize, "tp", p.tp));
-    check(at + "pp",
-          divisibleRule(module, "num_layers", m.layers(), "pp", p.pp));
+    if (m.pipelineLayers.empty())
+      check(at + "pp",
+            divisibleRule(module, "num_layers", m.layers(), "pp", p.pp));
+    else
+      check(m.pointer + "/pipeline_layers",
+            pipelineLayersRule(module, m.pipelineLayers, m.numLayers,
+                               m.layers(), p.pp));
     check(at + "dp", microBatchRule(module, config.batch.microBatchSize, p.dp));
     if (!language)
       continue;

@@ -135,6 +135,21 @@ inline std::vector<Layout> equivalenceLayouts() {
   pp4["modules"][1]["parallel"] = {
       {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
   layouts.push_back({"LanguagePp4With8Microbatches", pp4, 8});
+  // Uneven stages (pipeline_layers): the language model's first stage
+  // with half its layers and the other two a quarter each, beside an
+  // encoder of 4 layers cut at output_layer -2 whose [2, 2] computes
+  // [2, 1]; and colocated, the head's stage with one layer of four.
+  json uneven = example("vlm-fan-out.json");
+  uneven["modules"][0]["arch"]["num_layers"] = 4;
+  uneven["modules"][0]["arch"]["output_layer"] = -2;
+  uneven["modules"][0]["pipeline_layers"] = {2, 2};
+  uneven["modules"][1]["parallel"] = {
+      {"tp", 1}, {"pp", 3}, {"dp", 1}, {"rank_offset", 4}};
+  uneven["modules"][1]["pipeline_layers"] = {2, 1, 1};
+  layouts.push_back({"UnevenStagesFanOutEncoderPp2LanguagePp3", uneven, 7});
+  json unevenColocated = example("vlm-colocated-pp2.json");
+  unevenColocated["modules"][1]["pipeline_layers"] = {3, 1};
+  layouts.push_back({"UnevenStagesColocatedLanguagePp2", unevenColocated, 8});
   // Variable-length samples padded to seq_length; padding is masked from
   // attention keys and the loss.
   json dense = example("vlm-fan-in.json");

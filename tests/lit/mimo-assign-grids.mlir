@@ -143,6 +143,36 @@ mimo.model @layers_pp attributes {version = 1 : i64, seed = 0 : i64, precision =
 
 // -----
 
+// pipeline_layers splits layers that pp does not divide.
+// CHECK-LABEL: mimo.model @uneven_stages
+// CHECK: mimo.grid <tp = 1, cp = 1, pp = 2{{.*}}> {pipeline_layers = array<i64: 2, 1>, span = array<i64: 0, 4>}
+mimo.model @uneven_stages attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 2, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {pipeline_layers = array<i64: 2, 1>}
+  %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 2, dp = 1, rank_offset = 4, order = "tp-cp-dp-pp", sequence_parallel = false> {pipeline_layers = array<i64: 1, 3>}
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 8 : i64, num_microbatches = 2 : i64, seq_length = 128 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+  %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 3, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
+  %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// pipeline_layers must add up to the layers, one count per stage.
+mimo.model @uneven_stages_wrong attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g0 = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 2, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false> {pipeline_layers = array<i64: 2, 2>}
+  %g1 = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 2, dp = 1, rank_offset = 4, order = "tp-cp-dp-pp", sequence_parallel = false> {pipeline_layers = array<i64: 4>}
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 8 : i64, num_microbatches = 2 : i64, seq_length = 128 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+  // expected-error @+1 {{pipeline_layers of encoder 'images' adds up to 4 layers, not num_layers 3; make the counts add up to num_layers}}
+  %img = mimo.encoder @images(%mb) on %g0 {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 64, num_layers = 3, num_heads = 4, ffn_hidden_size = 256>} : !mimo.tokens<128>
+  // expected-error @+1 {{pipeline_layers of language module 'language' gives 1 layer counts for pp 2; give one count per pipeline stage}}
+  %loss = mimo.language @language(%mb, %img : !mimo.tokens<128>) on %g1 {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 1024, hidden_size = 128, num_layers = 4, num_heads = 4, ffn_hidden_size = 512>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
 // micro_batch_size must divide by every dp.
 mimo.model @micro_batch_dp attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
 // expected-error @+1 {{micro_batch_size 6 is not divisible by dp 4 of encoder 'images'; use a micro_batch_size that is a multiple of 4}}

@@ -71,6 +71,9 @@ TEST(ExplainTest, FanInExample) {
   e["modules"][0].erase("lr_mult");
   EXPECT_EQ(e["modules"][0]["forward_only"], false);
   e["modules"][0].erase("forward_only");
+  EXPECT_EQ(e["modules"][0]["stage_layers"], json({2}));
+  EXPECT_EQ(e["modules"][1]["stage_layers"], json({2, 2}));
+  e["modules"][0].erase("stage_layers");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},

@@ -3,6 +3,7 @@
 #include "TestModels.h"
 
 #include "runtime/config/ModelConfig.h"
+#include "runtime/config/Parameters.h"
 
 #include <gtest/gtest.h>
 
@@ -115,6 +116,44 @@ TEST(ModelConfigTest, ClassTokenRefusesPipelineStages) {
             std::string::npos);
 }
 
+/// pipeline_layers: uneven stages, written back, and cut at an encoder's
+/// output_layer; a stage left with nothing to compute is refused.
+TEST(ModelConfigTest, PipelineLayersSplitTheStages) {
+  json document = test::baseModel();
+  document["modules"][1]["pipeline_layers"] = {3, 1};
+  ModelConfig config = test::requireConfig(parse(document));
+  const ModuleConfig &lm = config.language();
+  EXPECT_EQ(stageLayerCounts(lm, 2), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(stageLayers(lm, 2, 1), (std::pair<int64_t, int64_t>{3, 4}));
+  json canonical = toJson(config);
+  EXPECT_EQ(canonical["modules"][1]["pipeline_layers"], json({3, 1}));
+  EXPECT_EQ(toJson(test::requireConfig(parse(canonical))), canonical);
+  // Without the key each stage holds num_layers / pp, and the key stays
+  // out of the canonical form (the model's digest is unchanged).
+  EXPECT_EQ(stageLayerCounts(
+                test::requireConfig(parse(test::baseModel())).language(), 2),
+            (std::vector<int64_t>{2, 2}));
+  EXPECT_FALSE(
+      toJson(test::requireConfig(parse(test::baseModel())))["modules"][1]
+          .contains("pipeline_layers"));
+
+  json encoder = test::baseModel();
+  encoder["modules"][0]["arch"]["num_layers"] = 5;
+  encoder["modules"][0]["arch"]["output_layer"] = -2; // computes 4
+  encoder["modules"][0]["parallel"] = {{"pp", 2}, {"dp", 2}};
+  encoder["modules"][0]["pipeline_layers"] = {3, 2};
+  ModelConfig cut = test::requireConfig(parse(encoder));
+  EXPECT_EQ(stageLayerCounts(cut.modules[0], 2), (std::vector<int64_t>{3, 1}));
+  encoder["modules"][0]["pipeline_layers"] = {4, 1};
+  ParseResult result = parse(encoder);
+  ASSERT_FALSE(result.config);
+  EXPECT_EQ(result.diagnostics[0].pointer, "/modules/0/pipeline_layers");
+  EXPECT_NE(result.diagnostics[0].message.find(
+                "leaves stage 1 no layer to compute (only the first 4 of 5"),
+            std::string::npos)
+      << result.diagnostics[0].message;
+}
+
 TEST(ModelConfigTest, LanguageTokenIdHintStaysOnItsKey) {
   json document = test::baseModel();
   document["modules"][1]["special_token_id"] = 5;
@@ -203,6 +242,22 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         FieldCase{"version", "/version", 2, "/version",
                   "expected version 1, found 2"},
+        FieldCase{"pipeline_layers_type", "/modules/1/pipeline_layers", 4,
+                  "/modules/1/pipeline_layers",
+                  "expected an array of layer counts, one per pipeline stage"},
+        FieldCase{"pipeline_layers_count", "/modules/1/pipeline_layers",
+                  json{1, 1, 2}, "/modules/1/pipeline_layers",
+                  "pipeline_layers of language module 'language' gives 3 "
+                  "layer counts for pp 2; give one count per pipeline stage"},
+        FieldCase{"pipeline_layers_sum", "/modules/1/pipeline_layers",
+                  json{1, 2}, "/modules/1/pipeline_layers",
+                  "adds up to 3 layers, not num_layers 4"},
+        FieldCase{"pipeline_layers_empty_stage", "/modules/1/pipeline_layers",
+                  json{4, 0}, "/modules/1/pipeline_layers",
+                  "gives stage 1 0 layers; every stage holds at least one"},
+        FieldCase{"pipeline_layers_fraction", "/modules/1/pipeline_layers",
+                  json{1.5, 2.5}, "/modules/1/pipeline_layers",
+                  "expected an array of layer counts"},
         FieldCase{"precision", "/precision", "fp16", "/precision",
                   "expected one of \"fp32\" or \"bf16\""},
         FieldCase{"order_duplicate", "/modules/1/parallel/order",

@@ -276,6 +276,56 @@ TEST(Simulate, EqualStagesGiveTheOneFOneBBubble) {
   }
 }
 
+/// pipeline_layers: with a head as costly as a few layers, the last stage
+/// of an even split is the slowest; moving layers off it shortens the step,
+/// and tune finds such a split by itself.
+TEST(Simulate, UnevenStagesBalanceAHeavyHead) {
+  auto model = [](std::vector<int64_t> split) {
+    ModelConfig config = pipelineModel(2, 8);
+    config.modules[0].vocabSize = 8192; // the head: ~3 layers' work
+    config.modules[0].pipelineLayers = std::move(split);
+    return config;
+  };
+  auto step = [&](std::vector<int64_t> split) {
+    Plan plan = requirePlan(model(std::move(split)));
+    CostModel costs(plan.topology, plan.config, flatProfile(1),
+                    freeLinks(8, 0));
+    Simulation sim =
+        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+    return sim.stepSeconds;
+  };
+  double even = step({});
+  EXPECT_DOUBLE_EQ(step({4, 4}), even);
+  double best = even;
+  int64_t bestFirst = 4;
+  for (int64_t first = 1; first < 8; ++first)
+    if (double t = step({first, 8 - first}); t < best)
+      best = t, bestFirst = first;
+  EXPECT_LT(best, 0.9 * even);
+  EXPECT_GT(bestFirst, 4); // the head's stage takes fewer layers
+
+  TuneOptions options;
+  options.worldSize = 2;
+  options.profile = flatProfile(1);
+  options.cluster = freeLinks(8, 0);
+  options.simulate = 0;
+  TuneResult result = tuneLayouts(model({}), options);
+  ASSERT_FALSE(result.ranked.empty()) << result.problem;
+  bool uneven = false;
+  for (const TuneCandidate &c : result.ranked) {
+    const ModuleConfig &lm = c.config.language();
+    if (lm.parallel.pp != 2)
+      continue;
+    ASSERT_EQ(lm.pipelineLayers.size(), 2u) << c.summary;
+    EXPECT_GT(lm.pipelineLayers[0], lm.pipelineLayers[1]) << c.summary;
+    EXPECT_NE(c.summary.find("pp2 ("), std::string::npos) << c.summary;
+    requirePlan(c.config);
+    uneven = true;
+  }
+  EXPECT_TRUE(uneven);
+}
+
 TEST(Simulate, RanksOnOneDeviceShareItsCores) {
   Plan plan = requirePlan(requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
