@@ -155,7 +155,11 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              {"frozen_params", frozen},
              {"forward_only", module->forwardOnly},
              {"lr_mult", config.lrMult},
-             {"stage_layers", stageLayerCounts(config, g.size(Dim::PP))}});
+             {"stage_layers", stageLayerCounts(config, g.size(Dim::PP))},
+             {"recompute", config.recompute},
+             {"recompute_layers", config.recomputeLayers < 0
+                                      ? json(nullptr)
+                                      : json(config.recomputeLayers)}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

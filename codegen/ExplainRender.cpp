@@ -243,7 +243,8 @@ std::string renderExplainText(const Explanation &whole,
     int64_t frozen = module["frozen_params"].get<int64_t>();
     int64_t trainable = module["trainable_params"].get<int64_t>();
     double mult = module["lr_mult"].get<double>();
-    if (frozen == 0 && mult == 1.0)
+    const std::string recompute = module["recompute"].get<std::string>();
+    if (frozen == 0 && mult == 1.0 && recompute == "none")
       continue;
     recipe += "  " + module["name"].get<std::string>() + ": " +
               (trainable == 0 ? std::string(module["forward_only"].get<bool>()
@@ -257,6 +258,15 @@ std::string renderExplainText(const Explanation &whole,
       std::snprintf(text, sizeof(text), "%g", mult);
       recipe += std::string(", learning rate x") + text;
     }
+    // docs/model.md Recomputation; the memory column counts it.
+    if (recompute == "selective")
+      recipe += ", recomputes its MLP activations";
+    else if (recompute == "full")
+      recipe += ", recomputes " +
+                (module["recompute_layers"].is_null()
+                     ? std::string("every layer")
+                     : "the first " + number(module["recompute_layers"]) +
+                           " layer(s) of each stage");
     recipe += "\n";
   }
   if (!recipe.empty())

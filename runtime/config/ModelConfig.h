@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -100,6 +101,25 @@ struct ModuleConfig {
   std::vector<std::string> freezePrefixes;
   /// Scales the learning rate of the module's parameters.
   double lrMult = 1.0;
+  /// docs/model-json.md `recompute` ("none", "selective" or "full") and
+  /// `recompute_layers` (full: how many layers of each stage, from its
+  /// first; -1: all). full: a layer keeps only its input from the forward
+  /// and runs its forward again in the backward; selective: every layer
+  /// drops its MLP activation's output and makes it again from the gate
+  /// (and up) projection in the backward.
+  std::string recompute = "none";
+  int64_t recomputeLayers = -1;
+  /// Whether the `index`-th of a stage's `count` layers recomputes.
+  bool recomputes(int64_t index, int64_t count) const {
+    return recompute == "full" && index < count &&
+           (recomputeLayers < 0 || index < recomputeLayers);
+  }
+  /// How many of a stage's `count` layers recompute.
+  int64_t recomputed(int64_t count) const {
+    if (recompute != "full")
+      return 0;
+    return recomputeLayers < 0 ? count : std::min(recomputeLayers, count);
+  }
   /// docs/model-json.md `pipeline_layers`: the layers of each pipeline
   /// stage, first to last, summing to numLayers (empty: num_layers / pp
   /// each). stageLayerCounts (Parameters.h) is what stages compute.

@@ -376,6 +376,19 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;
+  if (auto recompute = v.choice(moduleJson, pointer, "recompute", false,
+                                {"none", "selective", "full"},
+                                "what the backward recomputes"))
+    module.recompute = *recompute;
+  if (auto layers =
+          v.integer(moduleJson, pointer, "recompute_layers", false, 0,
+                    "the layers of each stage that recompute", kMaxLayers)) {
+    module.recomputeLayers = *layers;
+    if (module.recompute != "full")
+      v.error(pointer + "/recompute_layers",
+              "recompute_layers applies with recompute \"full\" only; set "
+              "\"recompute\": \"full\" or remove recompute_layers");
+  }
   if (const json *split = v.member(moduleJson, pointer, "pipeline_layers",
                                    false, "the layers of each stage")) {
     const std::string at = pointer + "/pipeline_layers";

@@ -87,6 +87,10 @@ json toJson(const ModelConfig &config) {
       entry["freeze"] = module.freezePrefixes;
     if (module.lrMult != 1.0)
       entry["lr_mult"] = module.lrMult;
+    if (module.recompute != "none")
+      entry["recompute"] = module.recompute;
+    if (module.recomputeLayers >= 0)
+      entry["recompute_layers"] = module.recomputeLayers;
     if (!module.pipelineLayers.empty())
       entry["pipeline_layers"] = module.pipelineLayers;
     if (module.init)

@@ -206,6 +206,7 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   bool truncated =
       backward && !shape.language && shape.first && encoderBottomFrozen(m);
   StageWork w;
+  double recomputed = 0;
   for (int64_t l = shape.firstLayer;
        l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
@@ -224,25 +225,41 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
         continue; // no backward here at all
       truncated = false;
     }
-    double layer = 0;
-    for (int g = 0; g < 4; ++g)
-      layer += gemms[g] * (backward ? (dw[g] ? 2 : 1) : 1);
-    // The elementwise kernels (norms, RoPE, residuals, activation,
-    // packing).
-    layer += memorySeconds(
-        p, rows * layerElementwiseBytes(H, H / tp, F / tp, shape.language,
-                                        shape.bf16, backward));
-    layer += passes * kernelSeconds(p, 18);
-    layer +=
-        attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, backward);
-    w.compute += layer + passes * p.layerOverheadUs * 1e-6 /
-                             std::max(p.computeScale, 1e-9);
+    // One pass of the layer, forward or backward.
+    auto pass = [&](bool back) {
+      double layer = 0;
+      for (int g = 0; g < 4; ++g)
+        layer += gemms[g] * (back ? (dw[g] ? 2 : 1) : 1);
+      // The elementwise kernels (norms, RoPE, residuals, activation,
+      // packing).
+      layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
+                                                             shape.language,
+                                                             shape.bf16, back));
+      layer += (back ? 2 : 1) * kernelSeconds(p, 18);
+      layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, back);
+      return layer + (back ? 2 : 1) * p.layerOverheadUs * 1e-6 /
+                         std::max(p.computeScale, 1e-9);
+    };
+    w.compute += pass(backward);
+    // Recomputation (docs/model.md): "full" runs the layer's forward again
+    // in its backward, "selective" its MLP activation (reading g and u,
+    // writing s).
+    const int64_t index = l - shape.firstLayer;
+    if (backward && m.recomputes(index, static_cast<int64_t>(shape.layers))) {
+      w.compute += pass(false);
+      ++recomputed;
+    } else if (backward && m.recompute == "selective") {
+      w.compute += memorySeconds(p, rows * F / tp * (shape.language ? 3 : 2) *
+                                        (shape.bf16 ? 2 : kFloat)) +
+                   kernelSeconds(p, 1);
+    }
   }
   // Two all-reduces (or SP all-gather + reduce-scatter) per layer over TP;
-  // the keys and values (their groups under GQA) gathered over CP.
-  w.tpExchanges = 2 * shape.layers;
+  // the keys and values (their groups under GQA) gathered over CP; a
+  // recomputed layer's forward makes its own again.
+  w.tpExchanges = 2 * (shape.layers + recomputed);
   w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
-  w.cpExchanges = shape.layers;
+  w.cpExchanges = shape.layers + recomputed;
   w.cpBytes = kFloat * 2 * rows * KV / tp;
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);

@@ -45,6 +45,8 @@ double keptBytes(bool bf16) { return bf16 ? 2.0 : kFloat; }
 MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
                               bool first, bool last, int64_t layers,
                               bool bf16) {
+  const int64_t recomputed = m.recomputed(layers);
+  const bool selective = m.recompute == "selective";
   const double tp = static_cast<double>(m.parallel.tp);
   const double cp = static_cast<double>(m.parallel.cp);
   const double samples = static_cast<double>(t.microBatchSize) /
@@ -62,8 +64,11 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // rows); the gathered norms' outputs; q, k, v, the attention output; the
   // gathered keys and values under CP; gate, up and SwiGLU output. In
   // fp32: the norms' statistics and the log-sum-exp.
-  double kept =
-      2 * Tl * H + 2 * Tc * H + 2 * Tc * Hl + 2 * Tc * KVl + 3 * Tc * Fl;
+  // recompute "selective" drops the SwiGLU output; "full" keeps a
+  // recomputed layer's input x alone, and its backward holds one layer's
+  // whole cache again (docs/model.md Recomputation).
+  double kept = 2 * Tl * H + 2 * Tc * H + 2 * Tc * Hl + 2 * Tc * KVl +
+                (selective ? 2 : 3) * Tc * Fl;
   if (cp > 1)
     kept += 2 * T * KVl;
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
@@ -71,7 +76,8 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // Query positions and the attention plan (device/AttentionTiles.h:
   // query and key orders, each query's end, blocks of 64).
   b.saved =
-      static_cast<double>(layers) * layer +
+      static_cast<double>(layers - recomputed) * layer +
+      static_cast<double>(recomputed) * keptBytes(bf16) * Tl * H +
       kIndex * (3 * Tc + T + 4 * std::ceil(Tc / 64) + 4 * std::ceil(T / 64));
   if (first)
     b.saved += kIndex * Tc; // token ids
@@ -84,7 +90,8 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // under bf16), with their statistics.
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
                         (cp > 1 ? 2 * T * Hl : 0)) +
-              keptBytes(bf16) * 2 * Tc * Fl;
+              keptBytes(bf16) * (selective ? 3 : 2) * Tc * Fl +
+              (recomputed > 0 ? layer : 0);
   if (KVl < Hl) { // GQA: the keys and values repeated per head, and the
                   // gradients of the groups
     const double Tk = cp > 1 ? T : Tc;
@@ -112,17 +119,25 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double O = static_cast<double>(outputHidden);
-  const double kept = 2 * R * H + 2 * R * H + 4 * R * Hl + 2 * R * Fl;
+  // Recomputation as languageBytes: "selective" drops the GeLU output,
+  // "full" keeps the input alone.
+  const int64_t recomputed = m.recomputed(layers);
+  const bool selective = m.recompute == "selective";
+  const double kept =
+      2 * R * H + 2 * R * H + 4 * R * Hl + (selective ? 1 : 2) * R * Fl;
   double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R);
   MicrobatchBytes b;
-  b.saved = static_cast<double>(layers) * layer +
+  b.saved = static_cast<double>(layers - recomputed) * layer +
+            static_cast<double>(recomputed) * keptBytes(bf16) * R * H +
             kIndex * (3 * R + 4 * std::ceil(R / 64) * 2); // attention plan
   if (first)
     b.saved += kFloat * R * static_cast<double>(m.featureDim);
   if (last)
     b.saved += kFloat * (R * H + 2 * R * O);
   b.working = kFloat * (2 * R * Fl + 3 * R * H + 4 * R * Hl + 2 * R * O) +
-              (kFloat - keptBytes(bf16)) * kept;
+              (kFloat - keptBytes(bf16)) * kept +
+              (selective ? keptBytes(bf16) * R * Fl : 0) +
+              (recomputed > 0 ? layer : 0);
   return b;
 }
 

@@ -52,7 +52,8 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
-        indexOf(p + "up"), indexOf(p + "down"), module, ctx, biases));
+        indexOf(p + "up"), indexOf(p + "down"), module, ctx, biases,
+        module.recomputes(l - begin, end - begin)));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");

@@ -50,8 +50,11 @@ public:
                    size_t norm1, size_t norm1b, size_t wq, size_t wk, size_t wv,
                    size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
                    size_t w2, const ModuleConfig &module,
-                   const StageContext &ctx, LayerBiases biases = {})
-      : owner(owner), params(params), language(language), norm1(norm1),
+                   const StageContext &ctx, LayerBiases biases = {},
+                   bool recomputeAll = false)
+      : owner(owner), params(params), language(language),
+        recomputeAll(recomputeAll),
+        recomputeActivation(module.recompute == "selective"), norm1(norm1),
         norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
         norm2b(norm2b), w1(w1), w3(w3), w2(w2), b(biases), H(module.hiddenSize),
         eps(static_cast<float>(module.normEps)), ctx(ctx) {
@@ -66,7 +69,63 @@ public:
     gelu = geluOf(module.activation);
   }
 
+  /// The layer's output; `c` keeps what the backward reads (docs/model.md
+  /// Recomputation): everything, the input alone (recompute "full"), or
+  /// everything but the MLP activation's output ("selective").
   Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
+    Tensor out = compute(c, std::move(x), m);
+    keep(c);
+    if (recomputeAll) {
+      Tensor input = std::move(c.x);
+      c = LayerCache();
+      c.x = std::move(input);
+    }
+    else if (recomputeActivation)
+      c.s = Tensor();
+    return out;
+  }
+
+  Tensor backward(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
+    if (recomputeAll) {
+      // The forward again, from the input it kept (bf16: packed, exactly:
+      // the input is rounded already): the same kernels on the same values,
+      // so the same bits, its collectives too.
+      Tensor x = ctx.bf16 ? unpackBf16(*ctx.dev, c.x) : std::move(c.x);
+      c = LayerCache();
+      compute(c, std::move(x), m);
+      keep(c);
+    } else if (recomputeActivation) {
+      c.s = activation(c, m.cpRows);
+    }
+    return backwardFrom(c, dout, m);
+  }
+
+  /// recompute "full": the backward runs the forward again.
+  bool recomputes() const { return recomputeAll; }
+
+private:
+  /// The MLP's activation of the kept gate (and up) projection: the w2
+  /// GEMM's input (bf16 bits under bf16).
+  Tensor activation(const LayerCache &c, int64_t Tc) const {
+    Device &dev = *ctx.dev;
+    Tensor s = Tensor::empty(Tc * Fl, ctx.bf16 ? device::DType::BF16
+                                               : device::DType::F32);
+    if (language) {
+      if (ctx.bf16)
+        dev.swigluForwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
+                              s.data<uint16_t>(), Tc * Fl);
+      else
+        dev.swigluForward(c.g.data(), c.u.data(), s.data(), Tc * Fl);
+    } else if (ctx.bf16) {
+      dev.geluForwardBf16(c.g.data<uint16_t>(), s.data<uint16_t>(), Tc * Fl,
+                          gelu);
+    } else {
+      dev.geluForward(c.g.data(), s.data(), Tc * Fl, gelu);
+    }
+    return s;
+  }
+
+  Tensor compute(LayerCache &c, Tensor x, const LayerMeta &m) {
     Device &dev = *ctx.dev;
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows;
@@ -105,27 +164,14 @@ public:
     // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
     // input as bf16 bits.
     c.g = projected(c.h2f, w1, b.fc1, Tc, H, Fl);
-    c.s = Tensor::empty(Tc * Fl,
-                        ctx.bf16 ? device::DType::BF16 : device::DType::F32);
-    if (language) {
+    if (language)
       c.u = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w3), Tc, H, Fl);
-      if (ctx.bf16)
-        dev.swigluForwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
-                              c.s.data<uint16_t>(), Tc * Fl);
-      else
-        dev.swigluForward(c.g.data(), c.u.data(), c.s.data(), Tc * Fl);
-    } else if (ctx.bf16) {
-      dev.geluForwardBf16(c.g.data<uint16_t>(), c.s.data<uint16_t>(), Tc * Fl,
-                          gelu);
-    } else {
-      dev.geluForward(c.g.data(), c.s.data(), Tc * Fl, gelu);
-    }
-    Tensor out = residual(c.x1, rowParallelLinear(c.s, w2, b.fc2, Tc, Fl, sp));
-    keep(c);
-    return out;
+    c.s = activation(c, Tc);
+    return residual(c.x1, rowParallelLinear(c.s, w2, b.fc2, Tc, Fl, sp));
   }
 
-  Tensor backward(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
+  /// The backward from a full cache.
+  Tensor backwardFrom(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
     Device &dev = *ctx.dev;
     comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
@@ -224,6 +270,7 @@ public:
     return dx;
   }
 
+public:
   /// The indices of this layer's parameters in the stage's list.
   std::vector<size_t> paramIndices() const {
     std::vector<size_t> out;
@@ -485,6 +532,8 @@ private:
   const Stage &owner;
   std::vector<Param> &params;
   bool language;
+  /// recompute "full" for this layer; "selective" for the module.
+  bool recomputeAll, recomputeActivation;
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
   LayerBiases b;
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;

@@ -274,6 +274,48 @@ TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
   std::filesystem::remove_all(dir);
 }
 
+/// docs/model.md Recomputation: "full" (every layer, or each stage's first
+/// `recompute_layers`) and "selective" change no bit of what a layout
+/// computes (TP with SP, PP, CP and bf16 among them), and full keeps less.
+TEST(Recompute, ChangesNoBitAndFullKeepsLess) {
+  json bf16 = example("vlm-colocated-pp2.json");
+  bf16["precision"] = "bf16";
+  for (const auto &[name, model] :
+       {std::pair<const char *, json>{"fan-in", example("vlm-fan-in.json")},
+        {"cp2", example("lm-cp2-sp.json")},
+        {"colocated bf16", bf16}}) {
+    SCOPED_TRACE(name);
+    exec::RunResult plain = trainFrom(model, 2);
+    ASSERT_EQ(plain.exitCode, 0) << plain.error;
+    auto with = [&](const char *mode, int64_t layers) {
+      json m = model;
+      for (json &module : m["modules"]) {
+        module["recompute"] = mode;
+        if (layers >= 0)
+          module["recompute_layers"] = layers;
+      }
+      return m;
+    };
+    for (const auto &[mode, layers] :
+         {std::pair<const char *, int64_t>{"full", -1},
+          {"full", 1},
+          {"selective", -1}}) {
+      SCOPED_TRACE(std::string(mode) + " " + std::to_string(layers));
+      exec::RunResult run = trainFrom(with(mode, layers), 2);
+      ASSERT_EQ(run.exitCode, 0) << run.error;
+      ASSERT_EQ(run.steps.size(), 2u);
+      for (size_t s = 0; s < 2; ++s) {
+        EXPECT_EQ(run.steps[s].loss, plain.steps[s].loss) << "step " << s + 1;
+        EXPECT_EQ(run.steps[s].gradNorm, plain.steps[s].gradNorm)
+            << "step " << s + 1;
+      }
+      if (std::string(mode) == "full" && layers < 0) {
+        EXPECT_LT(run.steps[1].peakBytes, plain.steps[1].peakBytes);
+      }
+    }
+  }
+}
+
 /// pipeline_layers: layer l keeps its name whatever the split, so a run
 /// saved with uneven stages resumes with even ones, the other way round
 /// and on four stages, each within 1e-5 of the uninterrupted run.

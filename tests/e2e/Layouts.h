@@ -150,6 +150,14 @@ inline std::vector<Layout> equivalenceLayouts() {
   json unevenColocated = example("vlm-colocated-pp2.json");
   unevenColocated["modules"][1]["pipeline_layers"] = {3, 1};
   layouts.push_back({"UnevenStagesColocatedLanguagePp2", unevenColocated, 8});
+  // Recomputation (docs/model.md): the language model's stages recompute
+  // their first layer whole, the encoder its activations.
+  json recompute = example("vlm-fan-in.json");
+  recompute["modules"][0]["recompute"] = "selective";
+  recompute["modules"][1]["recompute"] = "full";
+  recompute["modules"][1]["recompute_layers"] = 1;
+  layouts.push_back(
+      {"RecomputeSelectiveEncoderFullLanguageTp2Pp2", recompute, 8});
   // Variable-length samples padded to seq_length; padding is masked from
   // attention keys and the loss.
   json dense = example("vlm-fan-in.json");

@@ -46,14 +46,19 @@ for name in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm packed-thd llava-st
     { cat "$work/$name.mpi.out"; fail "$name under mpirun"; }
 done
 
-# 1c. Uneven pipeline stages (pipeline_layers) under mpirun: the language
-# model's three stages hold 2, 1 and 1 of its layers.
+# 1c. Uneven pipeline stages (pipeline_layers) and recomputation under
+# mpirun: the language model's three stages hold 2, 1 and 1 of its layers,
+# each stage's first recomputes whole; the encoder recomputes its
+# activations.
 python3 - "$examples/vlm-fan-in.json" "$work/uneven.json" <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
 model["modules"][1]["parallel"] = {"tp": 2, "pp": 3, "sequence_parallel": True,
                                    "rank_offset": 4}
 model["modules"][1]["pipeline_layers"] = [2, 1, 1]
+model["modules"][1]["recompute"] = "full"
+model["modules"][1]["recompute_layers"] = 1
+model["modules"][0]["recompute"] = "selective"
 json.dump(model, open(sys.argv[2], "w"))
 PY
 "$bin/mimoc" compile -q "$work/uneven.json" -o "$work/uneven.plan.json" &&
@@ -62,8 +67,8 @@ PY
   mpirun -np 10 "$bin/mimo-run" "$work/uneven.plan.json" --steps 3 \
     --metrics "$work/uneven.mpi.jsonl" >"$work/uneven.mpi.out" 2>&1 &&
   python3 "$here/compare_metrics.py" "$work/uneven.mpi.jsonl" "$work/uneven.ref.jsonl" &&
-  pass "pipeline_layers [2, 1, 1] mpirun -np 10 matches --reference" ||
-  { cat "$work/uneven.mpi.out" 2>/dev/null; fail "pipeline_layers under mpirun"; }
+  pass "pipeline_layers [2, 1, 1] with recomputation: mpirun -np 10 matches --reference" ||
+  { cat "$work/uneven.mpi.out" 2>/dev/null; fail "pipeline_layers and recompute under mpirun"; }
 
 # 2. An injected fault: every rank stops, exit 2, the message names the rank,
 # and the run ends well before the 20 s communication timeout (the failure

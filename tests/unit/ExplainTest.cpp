@@ -74,6 +74,10 @@ TEST(ExplainTest, FanInExample) {
   EXPECT_EQ(e["modules"][0]["stage_layers"], json({2}));
   EXPECT_EQ(e["modules"][1]["stage_layers"], json({2, 2}));
   e["modules"][0].erase("stage_layers");
+  EXPECT_EQ(e["modules"][0]["recompute"], "none");
+  EXPECT_TRUE(e["modules"][0]["recompute_layers"].is_null());
+  e["modules"][0].erase("recompute");
+  e["modules"][0].erase("recompute_layers");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},
@@ -372,6 +376,35 @@ TEST(ExplainTest, FrozenAndTrainableParametersPerModule) {
   std::string text = explainText(m.dump());
   EXPECT_NE(text.find("training:\n  images: 24832 of 126784 parameters "
                       "trained, learning rate x0.1\n  language: frozen\n"),
+            std::string::npos)
+      << text;
+}
+
+/// Recomputation (docs/model.md): the memory column and the memory plan
+/// count it, the training lines say it.
+TEST(ExplainTest, RecomputationShowsAndSavesActivationMemory) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  json plain = explain(m.dump());
+  m["modules"][0]["recompute"] = "selective";
+  m["modules"][1]["recompute"] = "full";
+  m["modules"][1]["recompute_layers"] = 1;
+  json e = explain(m.dump());
+  EXPECT_EQ(e["modules"][1]["recompute"], "full");
+  EXPECT_EQ(e["modules"][1]["recompute_layers"], 1);
+  // A language rank keeps one layer's cache of its two less per microbatch
+  // in flight; an encoder rank (one microbatch at a time) saves its
+  // activations' output only to make it again in the backward.
+  auto activations = [](const json &x, int r) {
+    return x["ranks"][r]["memory"]["activation_bytes"].get<double>();
+  };
+  EXPECT_LT(activations(e, 4), activations(plain, 4));
+  EXPECT_LE(activations(e, 0), activations(plain, 0));
+  std::string text = explainText(m.dump());
+  EXPECT_NE(text.find("  images: 126784 of 126784 parameters trained, "
+                      "recomputes its MLP activations\n  language: "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recomputes the first 1 layer(s) of each stage\n"),
             std::string::npos)
       << text;
 }

@@ -127,6 +127,18 @@ TEST(ModelConfigTest, PipelineLayersSplitTheStages) {
   EXPECT_EQ(stageLayers(lm, 2, 1), (std::pair<int64_t, int64_t>{3, 4}));
   json canonical = toJson(config);
   EXPECT_EQ(canonical["modules"][1]["pipeline_layers"], json({3, 1}));
+  // Recomputation round-trips too; each stage's first N layers recompute.
+  document["modules"][1]["recompute"] = "full";
+  document["modules"][1]["recompute_layers"] = 2;
+  ModelConfig recompute = test::requireConfig(parse(document));
+  EXPECT_EQ(toJson(recompute)["modules"][1]["recompute_layers"], 2);
+  EXPECT_EQ(toJson(test::requireConfig(parse(toJson(recompute)))),
+            toJson(recompute));
+  const ModuleConfig &rl = recompute.language();
+  EXPECT_TRUE(rl.recomputes(1, 3));
+  EXPECT_FALSE(rl.recomputes(2, 3));
+  EXPECT_EQ(rl.recomputed(1), 1);
+  EXPECT_EQ(rl.recomputed(3), 2);
   EXPECT_EQ(toJson(test::requireConfig(parse(canonical))), canonical);
   // Without the key each stage holds num_layers / pp, and the key stays
   // out of the canonical form (the model's digest is unchanged).
@@ -242,6 +254,15 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(
         FieldCase{"version", "/version", 2, "/version",
                   "expected version 1, found 2"},
+        FieldCase{"recompute_value", "/modules/1/recompute", "block",
+                  "/modules/1/recompute",
+                  "expected one of \"none\", \"selective\" or \"full\""},
+        FieldCase{"recompute_layers_without_full",
+                  "/modules/1/recompute_layers", 2,
+                  "/modules/1/recompute_layers",
+                  "recompute_layers applies with recompute \"full\" only"},
+        FieldCase{"recompute_layers_negative", "/modules/1/recompute_layers",
+                  -1, "/modules/1/recompute_layers", "expected"},
         FieldCase{"pipeline_layers_type", "/modules/1/pipeline_layers", 4,
                   "/modules/1/pipeline_layers",
                   "expected an array of layer counts, one per pipeline stage"},
