@@ -89,6 +89,16 @@ python3 bench/overlap.py --write-plans "$bundle/overlap"
 mkdir -p "$bundle/1b"
 build/bin/mimoc compile -q bench/models/lm-1b.json -o "$bundle/1b/lm-1b.plan.json"
 build/bin/mimoc explain "$bundle/1b/lm-1b.plan.json" --format json >"$bundle/1b/explain.json"
+# The same with recomputation (bench/recompute_gpu.sh): selective and full.
+for mode in selective full; do
+  python3 - "$mode" "$bundle/1b/lm-1b-$mode.json" <<'PY'
+import json, sys
+model = json.load(open("bench/models/lm-1b.json"))
+model["modules"][0]["recompute"] = sys.argv[1]
+json.dump(model, open(sys.argv[2], "w"), indent=1)
+PY
+  build/bin/mimoc compile -q "$bundle/1b/lm-1b-$mode.json" -o "$bundle/1b/lm-1b-$mode.plan.json"
+done
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+uncommitted" || true)
 echo "$(git rev-parse --short HEAD)$dirty" >"$bundle/commit"
 echo "gpu-bundle: $(du -sh "$bundle" | cut -f1) in $bundle (carry it to the GPU machine)"
