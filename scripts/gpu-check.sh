@@ -307,6 +307,13 @@ if has_phase bench && [ "$gpu" != cpu ]; then
       { status=1; note "1B benchmark failed"; tail -5 "$logs/train-1b.log"; }
   fi
   keep "$logs/train-1b.md"
+  # The same model with recomputation (selective, full): peak memory, step.
+  if [ -f .gpu-bundle/1b/lm-1b-full.plan.json ] && todo "$logs/recompute.md"; then
+    { echo "## Recomputation on the ~1.3B model (bench/recompute_gpu.sh)"; echo
+      bench/recompute_gpu.sh "$build" "$gpu"; } >"$logs/recompute.md" 2>&1 ||
+      { status=1; note "recomputation benchmark failed"; }
+  fi
+  keep "$logs/recompute.md"
 fi
 
 if has_phase report; then
@@ -376,6 +383,8 @@ if has_phase report; then
     [ -f "$logs/overlap.md" ] && sed 's/^# /## /' "$logs/overlap.md" || echo "Overlap benchmark: not run"
     echo
     [ -f "$logs/train-1b.md" ] && cat "$logs/train-1b.md" || echo "1B training benchmark: not run"
+    echo
+    [ -f "$logs/recompute.md" ] && cat "$logs/recompute.md" || echo "Recomputation benchmark: not run"
     echo
     if [ -f "$logs/profile.json" ]; then
       echo "Device profile for \`mimoc simulate/tune --profile\`: bench/results/profile-$slug.json"
