@@ -320,6 +320,9 @@ std::string summarize(const ModelConfig &config, bool colocated) {
   }
   os << "; " << config.batch.numMicrobatches << " x mb "
      << config.batch.microBatchSize;
+  // The recomputation the search chose (every module alike).
+  if (config.modules.front().recompute != "none")
+    os << "; recompute " << config.modules.front().recompute;
   return os.str();
 }
 
@@ -449,10 +452,41 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
       --result.valid; // the search's rules let through what the plan refuses
       continue;
     }
-    for (const RankMemory &r : memoryPlan(plan->topology, plan->config))
-      c.peakBytes = std::max(c.peakBytes, r.totalBytes);
-    if (result.memoryLimit > 0 &&
-        static_cast<double>(c.peakBytes) > result.memoryLimit) {
+    auto peakOf = [](const Plan &p) {
+      int64_t peak = 0;
+      for (const RankMemory &r : memoryPlan(p.topology, p.config))
+        peak = std::max(peak, r.totalBytes);
+      return peak;
+    };
+    c.peakBytes = peakOf(*plan);
+    // Over the limit, and the model leaves recomputation to the search:
+    // selective, then full, on every module (docs/model.md Recomputation;
+    // the simulation then counts the recomputed forwards).
+    auto over = [&](int64_t peak) {
+      return result.memoryLimit > 0 &&
+             static_cast<double>(peak) > result.memoryLimit;
+    };
+    bool searchRecompute = std::all_of(
+        model.modules.begin(), model.modules.end(),
+        [](const ModuleConfig &m) { return m.recompute == "none"; });
+    for (const char *mode : {"selective", "full"}) {
+      if (!over(c.peakBytes) || !searchRecompute)
+        break;
+      ModelConfig recomputing = c.config;
+      for (ModuleConfig &m : recomputing.modules)
+        m.recompute = mode;
+      std::optional<Plan> again = buildPlan(recomputing, &error);
+      if (!again)
+        break;
+      int64_t peak = peakOf(*again);
+      if (peak >= c.peakBytes)
+        continue;
+      c.config = std::move(recomputing);
+      c.summary = summarize(c.config, layout.colocated);
+      c.peakBytes = peak;
+      plan = std::move(again);
+    }
+    if (over(c.peakBytes)) {
       ++result.overMemory;
       continue;
     }

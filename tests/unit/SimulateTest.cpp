@@ -418,6 +418,42 @@ TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
   EXPECT_NE(none.problem.find("none fits"), std::string::npos);
 }
 
+/// --memory below every layout's peak without recomputation: tune finds
+/// layouts that fit with it (docs/tune.md), and only such.
+TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
+  ModelConfig model = requireConfig(
+      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json"));
+  TuneOptions options;
+  options.worldSize = 4;
+  options.profile = *builtinProfile("h100");
+  options.cluster = defaultCluster(options.profile);
+  options.simulate = 0;
+  TuneResult all = tuneLayouts(model, options);
+  ASSERT_FALSE(all.ranked.empty()) << all.problem;
+  int64_t least = all.ranked.front().peakBytes;
+  for (const TuneCandidate &c : all.ranked) {
+    least = std::min(least, c.peakBytes);
+    EXPECT_EQ(c.config.language().recompute, "none") << c.summary;
+  }
+  options.memoryBytes = static_cast<double>(least) - 1;
+  TuneResult tight = tuneLayouts(model, options);
+  ASSERT_FALSE(tight.ranked.empty()) << tight.problem;
+  for (const TuneCandidate &c : tight.ranked) {
+    EXPECT_NE(c.config.language().recompute, "none") << c.summary;
+    EXPECT_NE(c.summary.find("; recompute "), std::string::npos) << c.summary;
+    EXPECT_LT(c.peakBytes, least);
+    Plan plan = requirePlan(c.config);
+    for (const RankMemory &r : memoryPlan(plan.topology, plan.config))
+      EXPECT_LE(static_cast<double>(r.totalBytes), options.memoryBytes);
+  }
+  // A model that sets its own recomputation keeps it: nothing is searched.
+  ModelConfig fixed = model;
+  for (ModuleConfig &m : fixed.modules)
+    m.recompute = "selective";
+  for (const TuneCandidate &c : tuneLayouts(fixed, options).ranked)
+    EXPECT_EQ(c.config.language().recompute, "selective") << c.summary;
+}
+
 TEST(Tune, OneModuleHasOnePlacement) {
   TuneOptions options;
   options.worldSize = 4;
