@@ -79,8 +79,7 @@ public:
       Tensor input = std::move(c.x);
       c = LayerCache();
       c.x = std::move(input);
-    }
-    else if (recomputeActivation)
+    } else if (recomputeActivation)
       c.s = Tensor();
     return out;
   }

@@ -237,6 +237,19 @@ exec::RunResult trainFrom(const json &model, int64_t steps,
   return exec::runLocal(plan, options);
 }
 
+/// `moved`, resumed from step 2, trains steps 3 and 4 as `whole` did
+/// (within 1e-5).
+void expectResumedAtStep3(const exec::RunResult &moved,
+                          const exec::RunResult &whole) {
+  ASSERT_EQ(moved.exitCode, 0) << moved.error;
+  ASSERT_EQ(moved.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
+    EXPECT_LE(relative(moved.steps[s].gradNorm, whole.steps[s + 2].gradNorm),
+              1e-5);
+  }
+}
+
 TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
   // docs/checkpoints.md: save after step 2 of TP2 x PP2 (+ encoder DP4), then
   // resume: in the same layout bit for bit, in others (language DP4; colocated)
@@ -263,13 +276,7 @@ TEST(Checkpoint, ResumesBitIdenticallyAndUnderAnotherLayout) {
   colocated["modules"][1]["parallel"] = {{"tp", 4}, {"dp", 2}};
   for (const json &other : {dp4, colocated}) {
     exec::RunResult moved = trainFrom(other, 4, "", dir);
-    ASSERT_EQ(moved.exitCode, 0) << moved.error;
-    ASSERT_EQ(moved.steps.size(), 2u);
-    for (size_t s = 0; s < 2; ++s) {
-      EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
-      EXPECT_LE(relative(moved.steps[s].gradNorm, whole.steps[s + 2].gradNorm),
-                1e-5);
-    }
+    expectResumedAtStep3(moved, whole);
   }
   std::filesystem::remove_all(dir);
 }
@@ -339,13 +346,7 @@ TEST(Checkpoint, ReshardsBetweenPipelineSplits) {
         {"pp 4", pp4}}) {
     SCOPED_TRACE(name);
     exec::RunResult moved = trainFrom(other, 4, "", dir);
-    ASSERT_EQ(moved.exitCode, 0) << moved.error;
-    ASSERT_EQ(moved.steps.size(), 2u);
-    for (size_t s = 0; s < 2; ++s) {
-      EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
-      EXPECT_LE(relative(moved.steps[s].gradNorm, whole.steps[s + 2].gradNorm),
-                1e-5);
-    }
+    expectResumedAtStep3(moved, whole);
   }
   std::filesystem::remove_all(dir);
 }

@@ -55,7 +55,7 @@ import torch
 from twin_files import SEQ, hf_name, read_safetensors, write_hf, write_init
 from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB, Twin, inv_freq
 from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
-                      RunError, compare, rel, run_mimo)
+                      RunError, compare, compare_steps, rel, run_mimo)
 from twin_vision import run_llava, run_siglip, run_stage1, run_vlm
 
 VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip,
@@ -432,17 +432,7 @@ def run_freeze(args, bin_dir, work, samples, data_path):
             print(f"FAIL freeze/{layout}: mimo failed:\n{e}")
             failures.append(f"freeze/{layout}: run failed")
             continue
-        for (wl, wn), line in zip(want, lines):
-            r, rn = rel(line["loss"], wl), rel(line["grad_norm"], wn)
-            # The gradient norm is more sensitive than the loss to the fp32
-            # against float64 updates of elements whose gradient is noise.
-            ok = r <= TOL and rn <= (1e-4 if line["step"] == 1 else 1e-3)
-            print(f"{'ok  ' if ok else 'FAIL'} freeze/{layout}/step {line['step']}: "
-                  f"twin {wl:.8f} mimo {line['loss']:.8f} rel {r:.2e} "
-                  f"(grad_norm twin {wn:.6f} mimo {line['grad_norm']:.6f} rel {rn:.2e})")
-            if not ok:
-                failures.append(f"freeze/{layout}/step {line['step']}: rel {r:.2e}, "
-                                f"grad_norm rel {rn:.2e}")
+        compare_steps(f"freeze/{layout}", want, lines, failures)
         step_dir = os.path.join(save, f"step-{FREEZE_STEPS}")
         try:
             saved = read_safetensors(os.path.join(step_dir, "model.safetensors"))

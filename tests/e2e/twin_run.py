@@ -106,3 +106,19 @@ class AdamW:
                 p -= lr * (mhat / (vhat.sqrt() + eps) + decay * p)
                 p.grad = None
         return norm
+
+
+def compare_steps(tag, want, lines, failures):
+    """Each step's loss and gradient norm of mimo's `lines` against the
+    twin's `want` [(loss, norm)]: the loss within TOL; the norm, more
+    sensitive to fp32 against float64 (updates of elements whose gradient
+    is noise, bf16 weights), within 1e-4 at step 1 and 1e-3 after."""
+    for (wl, wn), line in zip(want, lines):
+        r, rn = rel(line["loss"], wl), rel(line["grad_norm"], wn)
+        ok = r <= TOL and rn <= (1e-4 if line["step"] == 1 else 1e-3)
+        print(f"{'ok  ' if ok else 'FAIL'} {tag}/step {line['step']}: "
+              f"twin {wl:.8f} mimo {line['loss']:.8f} rel {r:.2e} "
+              f"(grad_norm twin {wn:.6f} mimo {line['grad_norm']:.6f} rel {rn:.2e})")
+        if not ok:
+            failures.append(f"{tag}/step {line['step']}: rel {r:.2e}, "
+                            f"grad_norm rel {rn:.2e}")

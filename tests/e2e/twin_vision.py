@@ -35,7 +35,7 @@ from twin_models import (E_CHANNELS, E_D, E_FFN, E_GRID, E_H, E_HEADS,
                          IMAGE_ID, LAYERS, VOCAB, HfTower, Twin, VisionTwin,
                          patch_rows, vlm_loss)
 from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
-                      RunError, compare, rel, run_mimo)
+                      RunError, compare, compare_steps, rel, run_mimo)
 
 # The LLaVA layouts: name, the encoder's and the language model's
 # `parallel`, the world size.
@@ -354,15 +354,5 @@ def run_stage1(bin_dir, work):
             print(f"FAIL stage1/{name}: {e}")
             failures.append(f"stage1/{name}")
             continue
-        for (wl, wn), line in zip(want, lines):
-            r, rn = rel(line["loss"], wl), rel(line["grad_norm"], wn)
-            # The gradient norm is more sensitive than the loss (fp32 against
-            # float64 on bf16 weights), as in twin.py's freeze case.
-            ok = r <= TOL and rn <= (1e-4 if line["step"] == 1 else 1e-3)
-            print(f"{'ok  ' if ok else 'FAIL'} stage1/{name}/step {line['step']}: "
-                  f"twin {wl:.8f} mimo {line['loss']:.8f} rel {r:.2e} "
-                  f"(grad_norm twin {wn:.6f} mimo {line['grad_norm']:.6f} "
-                  f"rel {rn:.2e})")
-            if not ok:
-                failures.append(f"stage1/{name}/step {line['step']}")
+        compare_steps(f"stage1/{name}", want, lines, failures)
     return failures

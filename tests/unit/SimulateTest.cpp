@@ -382,13 +382,23 @@ TEST(Simulate, ReportAndTraceNameTheCriticalPath) {
   EXPECT_NE(text.find("is an estimate"), std::string::npos);
 }
 
-TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
-  ModelConfig model = requireConfig(
+static ModelConfig fanIn() {
+  return requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json"));
+}
+
+/// tune on `world` ranks with the built-in H100 profile.
+static TuneOptions h100Tune(int64_t world) {
   TuneOptions options;
-  options.worldSize = 4;
+  options.worldSize = world;
   options.profile = *builtinProfile("h100");
   options.cluster = defaultCluster(options.profile);
+  return options;
+}
+
+TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
+  ModelConfig model = fanIn();
+  TuneOptions options = h100Tune(4);
   options.simulate = 0; // every valid layout
   TuneResult result = tuneLayouts(model, options);
   ASSERT_FALSE(result.ranked.empty()) << result.problem;
@@ -421,12 +431,8 @@ TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
 /// --memory below every layout's peak without recomputation: tune finds
 /// layouts that fit with it (docs/tune.md), and only such.
 TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
-  ModelConfig model = requireConfig(
-      parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json"));
-  TuneOptions options;
-  options.worldSize = 4;
-  options.profile = *builtinProfile("h100");
-  options.cluster = defaultCluster(options.profile);
+  ModelConfig model = fanIn();
+  TuneOptions options = h100Tune(4);
   options.simulate = 0;
   TuneResult all = tuneLayouts(model, options);
   ASSERT_FALSE(all.ranked.empty()) << all.problem;
@@ -455,10 +461,7 @@ TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
 }
 
 TEST(Tune, OneModuleHasOnePlacement) {
-  TuneOptions options;
-  options.worldSize = 4;
-  options.profile = *builtinProfile("h100");
-  options.cluster = defaultCluster(options.profile);
+  TuneOptions options = h100Tune(4);
   options.simulate = 0;
   TuneResult result = tuneLayouts(pipelineModel(2, 4), options);
   ASSERT_FALSE(result.ranked.empty()) << result.problem;
