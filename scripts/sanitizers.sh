@@ -53,12 +53,13 @@ for job in "${jobs[@]}"; do
     # recipes (frozen parts, parameter groups) run the same threads as the
     # layouts, and so do the layouts that vary only the architecture (GQA,
     # biases, tied embeddings, vision towers), bf16 (the layouts again with
-    # other arithmetic on the same threads: 9 of TSan's 16 minutes) and the
-    # memory plan's tests (the same layouts again, measuring what shadow
+    # other arithmetic on the same threads: 9 of TSan's 16 minutes), the
+    # recomputation check (nine runs of three layouts again; the layout
+    # that recomputes stays) and the memory plan's tests (the same layouts again, measuring what shadow
     # memory distorts): all left to ASan.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
       -j "$(nproc)" --timeout 1500 \
-      -E '^(gpu-checks-dry-run|Recipes\.|MemoryPlan\.|Bf16\.|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip))'
+      -E '^(gpu-checks-dry-run|Recipes\.|Recompute\.|MemoryPlan\.|Bf16\.|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip))'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
