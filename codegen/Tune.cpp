@@ -323,6 +323,9 @@ std::string summarize(const ModelConfig &config, bool colocated) {
   // The recomputation the search chose (every module alike).
   if (config.modules.front().recompute != "none")
     os << "; recompute " << config.modules.front().recompute;
+  if (config.modules.front().recomputeLayers >= 0)
+    os << " (" << config.modules.front().recomputeLayers
+       << " layers of each stage)";
   return os.str();
 }
 
@@ -485,6 +488,37 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
       c.summary = summarize(c.config, layout.colocated);
       c.peakBytes = peak;
       plan = std::move(again);
+    }
+    // Full recomputation that fits: the fewest layers of each stage
+    // (recompute_layers) that still fit, each recomputed layer costing a
+    // forward (fewer layers kept in full cost more memory, monotonically).
+    if (searchRecompute && !over(c.peakBytes) &&
+        c.config.modules.front().recompute == "full") {
+      int64_t most = 1;
+      for (const ModuleConfig &m : c.config.modules)
+        for (int64_t n : stageLayerCounts(m, m.parallel.pp))
+          most = std::max(most, n);
+      int64_t low = 0, high = most; // high fits (every layer), low not
+      std::optional<Plan> best;
+      while (high - low > 1) {
+        int64_t mid = (low + high) / 2;
+        ModelConfig fewer = c.config;
+        for (ModuleConfig &m : fewer.modules)
+          m.recomputeLayers = mid;
+        std::optional<Plan> p = buildPlan(fewer, &error);
+        if (p && !over(peakOf(*p))) {
+          high = mid;
+          best = std::move(p);
+        } else {
+          low = mid;
+        }
+      }
+      if (best) {
+        c.config = best->config;
+        c.summary = summarize(c.config, layout.colocated);
+        c.peakBytes = peakOf(*best);
+        plan = std::move(best);
+      }
     }
     if (over(c.peakBytes)) {
       ++result.overMemory;

@@ -451,6 +451,18 @@ TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
     Plan plan = requirePlan(c.config);
     for (const RankMemory &r : memoryPlan(plan.topology, plan.config))
       EXPECT_LE(static_cast<double>(r.totalBytes), options.memoryBytes);
+    // Full recomputation of the fewest layers that fit: one fewer does not.
+    const ModuleConfig &lm = c.config.language();
+    if (lm.recompute == "full" && lm.recomputeLayers > 0) {
+      ModelConfig fewer = c.config;
+      for (ModuleConfig &m : fewer.modules)
+        m.recomputeLayers -= 1;
+      Plan less = requirePlan(fewer);
+      int64_t peak = 0;
+      for (const RankMemory &r : memoryPlan(less.topology, less.config))
+        peak = std::max(peak, r.totalBytes);
+      EXPECT_GT(static_cast<double>(peak), options.memoryBytes) << c.summary;
+    }
   }
   // A model that sets its own recomputation keeps it: nothing is searched.
   ModelConfig fixed = model;
