@@ -99,9 +99,6 @@ public:
     return backwardFrom(c, dout, m);
   }
 
-  /// recompute "full": the backward runs the forward again.
-  bool recomputes() const { return recomputeAll; }
-
 private:
   /// The MLP's activation of the kept gate (and up) projection: the w2
   /// GEMM's input (bf16 bits under bf16).
