@@ -155,20 +155,6 @@ private:
   const char *stream;
 };
 
-/// docs/data.md: one sample per line, in file order.
-class JsonlDataset final : public Dataset {
-public:
-  explicit JsonlDataset(std::vector<Sample> samples)
-      : samples(std::move(samples)) {}
-  int64_t size() const override { return static_cast<int64_t>(samples.size()); }
-  Sample at(int64_t i) const override {
-    return samples[static_cast<size_t>(i)];
-  }
-
-private:
-  std::vector<Sample> samples;
-};
-
 /// docs/data.md "Order": global sample g through the blend (several
 /// datasets) and each dataset's epochs, shuffled or in file order.
 class OrderedSource final : public DataSource {
@@ -235,19 +221,21 @@ struct Problems {
   }
 };
 
-/// docs/data.md: a jsonl file through a memory map. Opening indexes its
-/// lines (and checks the share of them it is given); a step parses the
-/// lines it reads, and the last two global batches' samples are kept for
-/// the other ranks of the process.
+/// docs/data.md: a jsonl file through a memory map (or a stream read
+/// whole: readJsonl). Opening indexes its lines (indexJsonl, which checks
+/// the share of them it is given); a step parses the lines it reads, and the
+/// last two global batches' samples are kept for the other ranks of the
+/// process.
 class JsonlFile final : public Dataset {
 public:
   struct Line {
     int64_t begin = 0, end = 0, number = 0;
   };
+  /// The file's bytes: `map`'s, or `text` (a stream read whole).
   JsonlFile(const ModelConfig &config, std::unique_ptr<MappedFile> map,
-            std::string path, std::vector<Line> lines)
+            std::string text, std::string path, std::vector<Line> lines)
       : config(config), encoders(encodersOf(config)), map(std::move(map)),
-        path(std::move(path)), lines(std::move(lines)),
+        text(std::move(text)), path(std::move(path)), lines(std::move(lines)),
         capacity(static_cast<size_t>(2 * config.batch.microBatchSize *
                                          config.batch.numMicrobatches +
                                      16)) {}
@@ -261,12 +249,13 @@ public:
         return *it->second;
     }
     const Line &line = lines[static_cast<size_t>(i)];
-    const std::string text(reinterpret_cast<const char *>(map->bytes()) +
-                               line.begin,
-                           static_cast<size_t>(line.end - line.begin));
+    const char *bytes =
+        map ? reinterpret_cast<const char *>(map->bytes()) : text.data();
+    const std::string one(bytes + line.begin,
+                          static_cast<size_t>(line.end - line.begin));
     std::string problem;
     std::optional<Sample> sample = parseJsonlLine(
-        config, encoders, text, path, line.number, [&](std::string m) {
+        config, encoders, one, path, line.number, [&](std::string m) {
           if (problem.empty())
             problem = std::move(m);
         });
@@ -288,6 +277,7 @@ private:
   ModelConfig config;
   std::vector<EncoderInfo> encoders;
   std::unique_ptr<MappedFile> map;
+  std::string text;
   std::string path;
   std::vector<Line> lines;
   size_t capacity;
@@ -295,6 +285,48 @@ private:
   mutable std::unordered_map<int64_t, std::shared_ptr<const Sample>> cache;
   mutable std::deque<int64_t> order;
 };
+
+/// Indexes the lines of a jsonl file's bytes (blank ones are none) and
+/// checks the share `part` of `parts` of them (line k by k mod parts);
+/// nothing with `errors` (the first 20 problems, then a count).
+std::optional<std::vector<JsonlFile::Line>>
+indexJsonl(const ModelConfig &config, const char *bytes, int64_t size,
+           const std::string &path, int64_t part, int64_t parts,
+           std::vector<std::string> &errors) {
+  std::vector<JsonlFile::Line> lines;
+  Problems problems{errors};
+  const std::function<void(std::string)> report = std::ref(problems);
+  const std::vector<EncoderInfo> encoders = encodersOf(config);
+  int64_t number = 0;
+  for (int64_t at = 0; at < size;) {
+    const void *newline =
+        std::memchr(bytes + at, '\n', static_cast<size_t>(size - at));
+    const int64_t end =
+        newline ? static_cast<const char *>(newline) - bytes : size;
+    ++number;
+    bool blank = true;
+    for (int64_t k = at; k < end && blank; ++k)
+      blank = bytes[k] == ' ' || bytes[k] == '\t' || bytes[k] == '\r';
+    if (!blank) {
+      if (static_cast<int64_t>(lines.size()) % parts == part)
+        (void)parseJsonlLine(
+            config, encoders,
+            std::string(bytes + at, static_cast<size_t>(end - at)), path,
+            number, report);
+      lines.push_back({at, end, number});
+    }
+    at = end + 1;
+  }
+  problems.close(path);
+  if (!errors.empty())
+    return std::nullopt;
+  if (lines.empty()) {
+    errors.push_back(path + ": error: the jsonl file has no samples; add one "
+                            "JSON object per line");
+    return std::nullopt;
+  }
+  return lines;
+}
 
 std::unique_ptr<Dataset>
 loadJsonl(const ModelConfig &config, const std::string &written,
@@ -328,43 +360,13 @@ loadJsonl(const ModelConfig &config, const std::string &written,
         "working directory");
     return nullptr;
   }
-  // Index the lines (blank ones are none); check this process's share.
   const char *bytes = reinterpret_cast<const char *>(map->bytes());
-  const int64_t size = map->size;
-  std::vector<JsonlFile::Line> lines;
-  Problems problems{errors};
-  const std::function<void(std::string)> report = std::ref(problems);
-  const std::vector<EncoderInfo> encoders = encodersOf(config);
-  int64_t number = 0;
-  for (int64_t at = 0; at < size;) {
-    const void *newline =
-        std::memchr(bytes + at, '\n', static_cast<size_t>(size - at));
-    const int64_t end =
-        newline ? static_cast<const char *>(newline) - bytes : size;
-    ++number;
-    bool blank = true;
-    for (int64_t k = at; k < end && blank; ++k)
-      blank = bytes[k] == ' ' || bytes[k] == '\t' || bytes[k] == '\r';
-    if (!blank) {
-      if (static_cast<int64_t>(lines.size()) % parts == part)
-        (void)parseJsonlLine(
-            config, encoders,
-            std::string(bytes + at, static_cast<size_t>(end - at)), path,
-            number, report);
-      lines.push_back({at, end, number});
-    }
-    at = end + 1;
-  }
-  problems.close(path);
-  if (!errors.empty())
+  std::optional<std::vector<JsonlFile::Line>> lines =
+      indexJsonl(config, bytes, map->size, path, part, parts, errors);
+  if (!lines)
     return nullptr;
-  if (lines.empty()) {
-    errors.push_back(path + ": error: the jsonl file has no samples; add one "
-                            "JSON object per line");
-    return nullptr;
-  }
-  return std::make_unique<JsonlFile>(config, std::move(map), path,
-                                     std::move(lines));
+  return std::make_unique<JsonlFile>(config, std::move(map), std::string(),
+                                     path, std::move(*lines));
 }
 
 /// One line of a jsonl file as a sample (docs/data.md), or nullopt with its
@@ -530,35 +532,6 @@ std::optional<Sample> parseJsonlLine(
   return sample;
 }
 
-std::unique_ptr<Dataset> readJsonlDataset(const ModelConfig &config,
-                                          std::istream &in,
-                                          const std::string &path,
-                                          std::vector<std::string> &errors) {
-  const std::vector<EncoderInfo> encoders = encodersOf(config);
-  std::vector<Sample> samples;
-  std::string line;
-  int64_t lineNumber = 0;
-  Problems problems{errors};
-  const std::function<void(std::string)> report = std::ref(problems);
-  while (std::getline(in, line)) {
-    ++lineNumber;
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
-      continue;
-    if (std::optional<Sample> sample =
-            parseJsonlLine(config, encoders, line, path, lineNumber, report))
-      samples.push_back(std::move(*sample));
-  }
-  problems.close(path);
-  if (!errors.empty())
-    return nullptr;
-  if (samples.empty()) {
-    errors.push_back(path + ": error: the jsonl file has no samples; add one "
-                            "JSON object per line");
-    return nullptr;
-  }
-  return std::make_unique<JsonlDataset>(std::move(samples));
-}
-
 } // namespace
 
 std::unique_ptr<DataSource>
@@ -570,11 +543,18 @@ orderedSource(const ModelConfig &config,
 std::unique_ptr<DataSource> readJsonl(const ModelConfig &config,
                                       std::istream &in, const std::string &path,
                                       std::vector<std::string> &errors) {
-  std::unique_ptr<Dataset> dataset = readJsonlDataset(config, in, path, errors);
-  if (!dataset)
+  // The file readers' indexer and dataset, over the stream's bytes.
+  std::ostringstream whole;
+  whole << in.rdbuf();
+  std::string text = whole.str();
+  std::optional<std::vector<JsonlFile::Line>> lines =
+      indexJsonl(config, text.data(), static_cast<int64_t>(text.size()), path,
+                 0, 1, errors);
+  if (!lines)
     return nullptr;
   std::vector<std::unique_ptr<Dataset>> one;
-  one.push_back(std::move(dataset));
+  one.push_back(std::make_unique<JsonlFile>(config, nullptr, std::move(text),
+                                            path, std::move(*lines)));
   return orderedSource(config, std::move(one));
 }
 
