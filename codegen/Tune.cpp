@@ -87,9 +87,9 @@ public:
     return exchangeWork(options.profile, link, members, bytes);
   }
 
-  /// Costs `g`; false when it is a balanced grid whose split comes out
-  /// even (the even grid is the same layout).
-  bool cost(size_t module, size_t encoder, ModuleGrid &g,
+  /// Costs `g` (a balanced grid: with the split that evens out its
+  /// stages).
+  void cost(size_t module, size_t encoder, ModuleGrid &g,
             int64_t microBatchSize, int64_t microbatches) const {
     ModuleConfig m = model.modules[module];
     m.parallel.tp = g.tp;
@@ -140,10 +140,6 @@ public:
             best = s;
         ++counts[best];
       }
-      if (layers % pp == 0 &&
-          std::all_of(counts.begin(), counts.end(),
-                      [&](int64_t c) { return c == layers / pp; }))
-        return false;
       counts.back() += m.numLayers - layers;
       g.split = counts;
     }
@@ -169,21 +165,20 @@ public:
     g.tail =
         reduce.comm +
         (reduce.compute + memorySeconds(options.profile, 8 * local)) / speed;
-    return true;
   }
 
   /// Costs `g`; a balanced grid becomes the faster of its even split
-  /// (where pp divides the layers) and the one that evens out its stages.
+  /// (where pp divides the layers; on a tie, or when the balanced split
+  /// comes out even) and the one that evens out its stages.
   void costBest(size_t module, size_t encoder, ModuleGrid &g,
                 int64_t microBatchSize, int64_t microbatches) const {
     ModuleGrid even = g;
     even.balanced = false;
-    bool divides = model.modules[module].layers() % g.pp == 0;
-    if (divides)
-      cost(module, encoder, even, microBatchSize, microbatches);
-    if (!g.balanced ||
-        !cost(module, encoder, g, microBatchSize, microbatches) ||
-        (divides && even.stage <= g.stage))
+    cost(module, encoder, g, microBatchSize, microbatches);
+    if (!g.balanced || model.modules[module].layers() % g.pp != 0)
+      return;
+    cost(module, encoder, even, microBatchSize, microbatches);
+    if (even.stage <= g.stage)
       g = even;
   }
 

@@ -6,7 +6,9 @@
 // encoder cp 1, no dense mask under CP. Each returns the problem's message
 // ("" when the rule holds); mimo-assign-grids, mimo-slice-batch and
 // mimo-shard-sequence report it at the IR location of the field, the plan
-// loader at its JSON pointer, with the same words.
+// loader at its JSON pointer, with the same words. A module's
+// `pipeline_layers` replaces "layers by pp" with pipelineLayersRule
+// (config/Parameters.h, below this room: model.json's reader states it too).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_PLAN_SHAPERULES_H
