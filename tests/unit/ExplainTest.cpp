@@ -380,6 +380,18 @@ TEST(ExplainTest, FrozenAndTrainableParametersPerModule) {
       << text;
 }
 
+/// pipeline_layers: the module table gives each stage's layers.
+TEST(ExplainTest, UnevenStagesShowTheirLayers) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  m["modules"][1]["pipeline_layers"] = {3, 1};
+  json e = explain(m.dump());
+  EXPECT_EQ(e["modules"][1]["stage_layers"], json({3, 1}));
+  std::string text = explainText(m.dump());
+  EXPECT_NE(text.find(" 2 (3+1) "), std::string::npos) << text;
+  EXPECT_EQ(explainText(test::readExample("vlm-fan-in.json")).find("(2+2)"),
+            std::string::npos);
+}
+
 /// Recomputation (docs/model.md): the memory column and the memory plan
 /// count it, the training lines say it.
 TEST(ExplainTest, RecomputationShowsAndSavesActivationMemory) {

@@ -326,6 +326,28 @@ TEST(Simulate, UnevenStagesBalanceAHeavyHead) {
   EXPECT_TRUE(uneven);
 }
 
+/// Recomputation costs time in the simulation (docs/model.md): full runs
+/// each layer's forward again in its backward, selective its activation.
+TEST(Simulate, RecomputationLengthensTheStep) {
+  auto step = [](const char *mode) {
+    ModelConfig config = pipelineModel(2, 4);
+    config.modules[0].recompute = mode;
+    Plan plan = requirePlan(config);
+    CostModel costs(plan.topology, plan.config, flatProfile(1),
+                    freeLinks(8, 0));
+    Simulation sim =
+        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+    return sim.stepSeconds;
+  };
+  double none = step("none"), selective = step("selective"),
+         full = step("full");
+  EXPECT_GT(selective, none);
+  // A layer's backward is about twice its forward: full adds about a half.
+  EXPECT_GT(full, 1.2 * none);
+  EXPECT_LT(full, 1.6 * none);
+}
+
 TEST(Simulate, RanksOnOneDeviceShareItsCores) {
   Plan plan = requirePlan(requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
