@@ -61,6 +61,16 @@ ModelConfig pipelineModel(int64_t pp, int64_t microbatches) {
   return requireConfig(parseModelConfig(model.dump(), "pipeline.json"));
 }
 
+/// The simulated step of `config` at flat rates on one core, free links.
+double flatStepSeconds(const ModelConfig &config) {
+  Plan plan = requirePlan(config);
+  CostModel costs(plan.topology, plan.config, flatProfile(1), freeLinks(8, 0));
+  Simulation sim =
+      simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+  EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+  return sim.stepSeconds;
+}
+
 } // namespace
 
 TEST(CostModel, RatesInterpolateInLogSizeAndClamp) {
@@ -287,13 +297,7 @@ TEST(Simulate, UnevenStagesBalanceAHeavyHead) {
     return config;
   };
   auto step = [&](std::vector<int64_t> split) {
-    Plan plan = requirePlan(model(std::move(split)));
-    CostModel costs(plan.topology, plan.config, flatProfile(1),
-                    freeLinks(8, 0));
-    Simulation sim =
-        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
-    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
-    return sim.stepSeconds;
+    return flatStepSeconds(model(std::move(split)));
   };
   double even = step({});
   EXPECT_DOUBLE_EQ(step({4, 4}), even);
@@ -332,13 +336,7 @@ TEST(Simulate, RecomputationLengthensTheStep) {
   auto step = [](const char *mode) {
     ModelConfig config = pipelineModel(2, 4);
     config.modules[0].recompute = mode;
-    Plan plan = requirePlan(config);
-    CostModel costs(plan.topology, plan.config, flatProfile(1),
-                    freeLinks(8, 0));
-    Simulation sim =
-        simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
-    EXPECT_TRUE(sim.problem.empty()) << sim.problem;
-    return sim.stepSeconds;
+    return flatStepSeconds(config);
   };
   double none = step("none"), selective = step("selective"),
          full = step("full");
