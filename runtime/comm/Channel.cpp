@@ -77,6 +77,15 @@ std::shared_ptr<Request> Channel::allReduceSum(std::vector<int64_t> group,
               std::move(ready), std::move(what));
 }
 
+std::shared_ptr<Request>
+Channel::reduceScatterV(std::vector<int64_t> group, const float *in,
+                        std::vector<int64_t> counts, float *out,
+                        device::EventPtr ready, std::string what) {
+  return post([group = std::move(group), in, counts = std::move(counts),
+               out](Comm &c) { c.reduceScatterV(group, in, counts, out); },
+              std::move(ready), std::move(what));
+}
+
 std::shared_ptr<Request> Channel::exchange(std::vector<P2POp> ops,
                                            device::EventPtr ready,
                                            std::string what) {

@@ -82,6 +82,13 @@ public:
   std::shared_ptr<Request> allReduceSum(std::vector<int64_t> group, float *data,
                                         int64_t count, device::EventPtr ready,
                                         std::string what);
+  /// Posts Comm::reduceScatterV (bit-identical to it), started after
+  /// `ready`; `out` may be this member's piece of `in` itself.
+  std::shared_ptr<Request> reduceScatterV(std::vector<int64_t> group,
+                                          const float *in,
+                                          std::vector<int64_t> counts,
+                                          float *out, device::EventPtr ready,
+                                          std::string what);
   /// Posts a batch of messages (Comm::exchange), started after `ready`.
   /// The buffers must stay valid until the request is done.
   std::shared_ptr<Request> exchange(std::vector<P2POp> ops,

@@ -120,6 +120,11 @@ struct ModuleConfig {
       return 0;
     return recomputeLayers < 0 ? count : std::min(recomputeLayers, count);
   }
+  /// docs/model-json.md `distributed_optimizer` (Megatron's
+  /// use_distributed_optimizer, ZeRO-1): the AdamW moments are sharded over
+  /// the module's DP x CP group, its gradients reduce-scattered and the
+  /// updated weights all-gathered (exec/OptimizerShards.h).
+  bool distributedOptimizer = false;
   /// docs/model-json.md `pipeline_layers`: the layers of each pipeline
   /// stage, first to last, summing to numLayers (empty: num_layers / pp
   /// each). stageLayerCounts (Parameters.h) is what stages compute.

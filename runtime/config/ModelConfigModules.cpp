@@ -389,6 +389,10 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
               "recompute_layers applies with recompute \"full\" only; set "
               "\"recompute\": \"full\" or remove recompute_layers");
   }
+  if (auto sharded = v.boolean(moduleJson, pointer, "distributed_optimizer",
+                               "whether the optimizer state is sharded over "
+                               "the module's DP x CP group"))
+    module.distributedOptimizer = *sharded;
   if (const json *split = v.member(moduleJson, pointer, "pipeline_layers",
                                    false, "the layers of each stage")) {
     const std::string at = pointer + "/pipeline_layers";

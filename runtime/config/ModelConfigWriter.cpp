@@ -91,6 +91,8 @@ json toJson(const ModelConfig &config) {
       entry["recompute"] = module.recompute;
     if (module.recomputeLayers >= 0)
       entry["recompute_layers"] = module.recomputeLayers;
+    if (module.distributedOptimizer)
+      entry["distributed_optimizer"] = true;
     if (!module.pipelineLayers.empty())
       entry["pipeline_layers"] = module.pipelineLayers;
     if (module.init)

@@ -200,10 +200,17 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           }
         }
         // The gradient all-reduce over DP x CP stages every other member's
-        // buffer plus an accumulator (comm/Comm.cpp).
+        // buffer plus an accumulator (comm/Comm.cpp); the distributed
+        // optimizer's reduce-scatter every other member's piece of this
+        // member's, and keeps the AdamW moments of its piece only
+        // (exec/OptimizerShards.h).
         double group =
             static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
-        double staging = group > 1 ? kFloat * group * trainable : 0;
+        const bool sharded = module->distributedOptimizer && group > 1;
+        const double moments =
+            sharded ? std::ceil(static_cast<double>(trainable) / group)
+                    : static_cast<double>(trainable);
+        double staging = group > 1 ? kFloat * group * moments : 0;
         double activations = std::max(
             static_cast<double>(inFlight) * mb.saved + mb.working, staging);
         for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
@@ -220,7 +227,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           r.gradBytes =
               saturatingAdd(r.gradBytes, saturate((trainable + scratch) * 4.0));
           r.optimizerBytes =
-              saturatingAdd(r.optimizerBytes, saturate(trainable * 8.0));
+              saturatingAdd(r.optimizerBytes, saturate(moments * 8.0));
           r.activationBytes =
               saturatingAdd(r.activationBytes, saturate(activations));
         }

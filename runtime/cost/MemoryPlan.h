@@ -6,7 +6,8 @@
 // the activations its forwards keep for their backwards while 1F1B has
 // microbatches in flight (two bytes a value under precision "bf16", which
 // keeps them packed), plus the largest working set of one backward, or
-// the staging of the gradient all-reduce, whichever is larger. Token
+// the staging of the gradient all-reduce, whichever is larger. The
+// distributed optimizer keeps the moments of 1/(dp·cp) of the values. Token
 // counts are those of the batch settings (each sample seq_length tokens;
 // encoders at their expected modality-token counts, as config/Flops.h).
 //

@@ -2,6 +2,8 @@
 
 #include "runtime/exec/GradBuckets.h"
 
+#include "runtime/exec/OptimizerShards.h"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -105,12 +107,36 @@ void BucketedReduction::post(size_t b, device::Device &dev, bool ahead) {
   const GradBucket &bucket = buckets[b];
   std::string name = "grad bucket " + std::to_string(b + 1) + "/" +
                      std::to_string(buckets.size()) + " " + module;
-  int64_t count = bucket.end - bucket.begin;
   posted.push_back(
-      {name, count * static_cast<int64_t>(sizeof(float)),
-       channel.allReduceSum(group, grads + bucket.begin, count, dev.record(),
-                            "step " + std::to_string(step + 1) + ", " + name),
+      {name, (bucket.end - bucket.begin) * static_cast<int64_t>(sizeof(float)),
+       reduce(bucket.begin, bucket.end, dev,
+              "step " + std::to_string(step + 1) + ", " + name),
        ahead});
+}
+
+std::shared_ptr<comm::Request> BucketedReduction::reduce(int64_t begin,
+                                                         int64_t end,
+                                                         device::Device &dev,
+                                                         std::string what) {
+  if (scatterOwn < 0)
+    return channel.allReduceSum(group, grads + begin, end - begin, dev.record(),
+                                std::move(what));
+  const int64_t members = static_cast<int64_t>(group.size());
+  const ShardRange range{begin, end};
+  return channel.reduceScatterV(group, grads + begin,
+                                pieceCounts(range, members),
+                                grads + pieceStart(range, members, scatterOwn),
+                                dev.record(), std::move(what));
+}
+
+std::vector<std::pair<int64_t, int64_t>>
+BucketedReduction::ranges(int64_t prefix) const {
+  std::vector<std::pair<int64_t, int64_t>> list;
+  for (const GradBucket &b : buckets)
+    list.push_back({b.begin, b.end});
+  if (prefix > 0)
+    list.push_back({0, prefix});
+  return list;
 }
 
 std::vector<BucketedReduction::Span>
@@ -119,12 +145,11 @@ BucketedReduction::finish(device::Device &dev, int64_t prefix) {
     post(next++, dev, false);
   if (prefix > 0) {
     std::string name = "grad prefix " + module;
-    posted.push_back(
-        {name, prefix * static_cast<int64_t>(sizeof(float)),
-         channel.allReduceSum(group, grads, prefix, dev.record(),
-                              "step " + std::to_string(step + 1) + ", " + name +
-                                  " (SP-partial gradients)"),
-         false});
+    posted.push_back({name, prefix * static_cast<int64_t>(sizeof(float)),
+                      reduce(0, prefix, dev,
+                             "step " + std::to_string(step + 1) + ", " + name +
+                                 " (SP-partial gradients)"),
+                      false});
   }
   std::vector<Posted> waiting = std::move(posted);
   posted.clear();

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mimo::exec {
@@ -63,6 +64,13 @@ public:
                     std::vector<int64_t> group, float *grads,
                     std::string module);
 
+  /// Reduce-scatters each range instead of all-reducing it (the
+  /// distributed optimizer, exec/OptimizerShards.h): member `own` of the
+  /// group gets the sum of its piece only.
+  void scatterTo(int64_t own) { scatterOwn = own; }
+  /// The ranges it reduces, in order: the buckets, then [0, prefix).
+  std::vector<std::pair<int64_t, int64_t>> ranges(int64_t prefix) const;
+
   /// Forgets the last step's counts (nothing may be in flight).
   void startStep(int64_t step);
   /// `params` have one more microbatch accumulated: posts the buckets that
@@ -88,6 +96,8 @@ public:
 
 private:
   void post(size_t bucket, device::Device &dev, bool ahead);
+  std::shared_ptr<comm::Request> reduce(int64_t begin, int64_t end,
+                                        device::Device &dev, std::string what);
 
   std::vector<GradBucket> buckets;
   /// For each parameter, the buckets holding it (one).
@@ -102,6 +112,7 @@ private:
   std::string module;
   int64_t step = 0;
   size_t next = 0, early = 0;
+  int64_t scatterOwn = -1;
   struct Posted {
     std::string name;
     int64_t bytes;

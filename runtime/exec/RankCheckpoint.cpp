@@ -38,10 +38,19 @@ HeldParams RankExecutor::heldParams() {
 
 /// Restores parameters and moments from a checkpoint (any layout's).
 void RankExecutor::load(const Checkpoint &checkpoint) {
+  // The distributed optimizer: each member reads the whole moments and
+  // keeps its pieces.
+  std::map<size_t, std::vector<Tensor>> whole;
+  for (auto &m : modules)
+    if (m && m->shards)
+      whole[m->index] = wholeMoments(*m, false);
   readCheckpointShards(checkpoint, heldParams());
   for (auto &m : modules)
-    if (m)
+    if (m) {
+      if (m->shards)
+        keepPieces(*m, whole[m->index]);
       m->stage->refreshWorking();
+    }
   dev.synchronize();
 }
 
@@ -73,7 +82,18 @@ void RankExecutor::save(const std::string &dir, int64_t step,
   if (rank == 0)
     beginCheckpoint(dir, step, files);
   barrier();
-  writeCheckpointShards(dir, step, files, heldParams());
+  {
+    // The distributed optimizer: the members gather the whole moments,
+    // which the writers write as if they were their own.
+    std::map<size_t, std::vector<Tensor>> whole;
+    for (auto &m : modules)
+      if (m && m->shards)
+        whole[m->index] = wholeMoments(*m, true);
+    writeCheckpointShards(dir, step, files, heldParams());
+    for (auto &m : modules)
+      if (m && m->shards)
+        keepPieces(*m, whole[m->index]);
+  }
   barrier();
   if (rank == 0) {
     if (step == killDuringSave)

@@ -35,8 +35,10 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
   program = &plan.programs[static_cast<size_t>(
       plan.rankProgram[static_cast<size_t>(rank)])];
   for (auto &m : modules)
-    if (m)
+    if (m) {
       setUpOverlap(*m, overlap);
+      setUpShards(*m);
+    }
   if (overlap.sendsAhead && overlap.channels)
     sendChannel = overlap.channels(kSendChannel);
   if (evalData)
@@ -211,6 +213,9 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
   ctx.bf16 = plan.config.precision == "bf16";
   ctx.logitChunkBytes = logitChunkBytes;
+  state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
+  ctx.shardedMoments =
+      state->config->distributedOptimizer && state->dpcpGroup.size() > 1;
   ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
   ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
   ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
@@ -218,7 +223,6 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
     Coords mc = grid.coordsOf(member);
     ctx.tpcpCoords.push_back({mc.tp, mc.cp});
   }
-  state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
   auto [b, e] = laneSamples(topo.microBatchSize, grid.size(Dim::DP), c.dp);
   state->laneBegin = b;
   state->laneEnd = e;
@@ -276,6 +280,99 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
     if (!evaluating)
       reduction->gradsDone(done, dev);
   });
+}
+
+void RankExecutor::setUpShards(ModuleState &m) {
+  if (!m.stage->context().shardedMoments)
+    return;
+  const FlatParams &flat = m.stage->flat();
+  const int64_t members = static_cast<int64_t>(m.dpcpGroup.size());
+  const int64_t own = static_cast<int64_t>(
+      std::find(m.dpcpGroup.begin(), m.dpcpGroup.end(), rank) -
+      m.dpcpGroup.begin());
+  std::vector<ShardRange> ranges;
+  if (m.reduction) {
+    for (auto [begin, end] : m.reduction->ranges(flat.spPartial))
+      ranges.push_back({begin, end});
+    m.reduction->scatterTo(own);
+  } else if (flat.trainable > 0) {
+    ranges.push_back({0, flat.trainable});
+  }
+  // The ranges must cover the trainable values once each.
+  std::vector<ShardRange> sorted = ranges;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ShardRange &a, const ShardRange &b) {
+              return a.begin < b.begin;
+            });
+  int64_t at = 0;
+  for (const ShardRange &r : sorted) {
+    if (r.begin != at)
+      throw std::logic_error("optimizer shards of " + m.topo->name +
+                             ": the ranges leave a gap at " +
+                             std::to_string(at));
+    at = r.end;
+  }
+  if (at != flat.trainable)
+    throw std::logic_error("optimizer shards of " + m.topo->name +
+                           ": the ranges end at " + std::to_string(at) +
+                           ", the trainable values at " +
+                           std::to_string(flat.trainable));
+  m.shards = std::make_unique<OptimizerShards>(std::move(ranges), members, own,
+                                               m.groups.trainable);
+  m.shardM = Tensor::zeros(dev, m.shards->size());
+  m.shardV = Tensor::zeros(dev, m.shards->size());
+}
+
+void RankExecutor::gatherPieces(ModuleState &m, float *buffer, int64_t begin,
+                                int64_t end) {
+  const OptimizerShards &shards = *m.shards;
+  for (size_t i = 0; i < shards.ranges().size(); ++i) {
+    const ShardRange &r = shards.ranges()[i];
+    if (r.end <= begin || r.begin >= end)
+      continue;
+    comm.allGatherV(m.dpcpGroup, buffer + shards.piece(i).begin,
+                    pieceCounts(r, shards.members()), buffer + r.begin);
+  }
+}
+
+std::vector<Tensor> RankExecutor::wholeMoments(ModuleState &m, bool gather) {
+  const int64_t trainable = m.stage->flat().trainable;
+  std::vector<Tensor> whole;
+  whole.push_back(Tensor::zeros(dev, trainable));
+  whole.push_back(Tensor::zeros(dev, trainable));
+  const Tensor *pieces[2] = {&m.shardM, &m.shardV};
+  for (size_t k = 0; k < 2 && gather; ++k) {
+    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+      const OptimizerShards::Piece &p = m.shards->piece(i);
+      if (p.end > p.begin)
+        dev.copy(whole[k].data() + p.begin, pieces[k]->data() + p.at,
+                 (p.end - p.begin) * int64_t(sizeof(float)));
+    }
+    gatherPieces(m, whole[k].data(), 0, trainable);
+  }
+  for (Param &p : m.stage->params())
+    if (!p.frozen) {
+      p.m = whole[0].view(p.flatBegin, p.size());
+      p.v = whole[1].view(p.flatBegin, p.size());
+    }
+  return whole;
+}
+
+void RankExecutor::keepPieces(ModuleState &m, std::vector<Tensor> &whole) {
+  Tensor *pieces[2] = {&m.shardM, &m.shardV};
+  for (size_t k = 0; k < 2; ++k)
+    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+      const OptimizerShards::Piece &p = m.shards->piece(i);
+      if (p.end > p.begin)
+        dev.copy(pieces[k]->data() + p.at, whole[k].data() + p.begin,
+                 (p.end - p.begin) * int64_t(sizeof(float)));
+    }
+  for (Param &p : m.stage->params()) {
+    p.m = Tensor();
+    p.v = Tensor();
+  }
+  dev.synchronize(); // the copies are done before the whole ones go
+  whole.clear();
 }
 
 ModuleState &RankExecutor::module(size_t m) {

@@ -12,6 +12,7 @@
 
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/GradBuckets.h"
+#include "runtime/exec/OptimizerShards.h"
 #include "runtime/exec/ParamGroups.h"
 #include "runtime/model/Model.h"
 #include "runtime/support/Limits.h"
@@ -82,6 +83,11 @@ struct ModuleState {
   std::unique_ptr<BucketedReduction> reduction;
   /// What AdamW updates and how, and what stays frozen.
   ParamGroups groups;
+  /// The distributed optimizer (exec/OptimizerShards.h): this member's
+  /// pieces and their AdamW moments (null: the moments are whole, in the
+  /// stage's flat buffers).
+  std::unique_ptr<OptimizerShards> shards;
+  Tensor shardM, shardV;
 };
 
 /// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
@@ -174,6 +180,20 @@ private:
   /// Gives module `m` its channel and buckets (when the setup allows and
   /// its DP x CP group has more than one rank).
   void setUpOverlap(ModuleState &m, const RankOptions &overlap);
+  /// Gives module `m` its optimizer shards (after setUpOverlap: the
+  /// buckets are its ranges) when its optimizer is distributed.
+  void setUpShards(ModuleState &m);
+  /// Under the distributed optimizer: `buffer` (a flat buffer of the
+  /// module's) made whole over each range overlapping [begin, end), each
+  /// member's piece gathered from it.
+  void gatherPieces(ModuleState &m, float *buffer, int64_t begin, int64_t end);
+  /// Under the distributed optimizer: whole AdamW moments for the
+  /// checkpoint, each Param's m and v a view of them; gathered from the
+  /// members' pieces when `gather` (a save), else zeros (a load, then
+  /// keepPieces).
+  std::vector<Tensor> wholeMoments(ModuleState &m, bool gather);
+  /// Keeps this member's pieces of the whole moments and drops them.
+  void keepPieces(ModuleState &m, std::vector<Tensor> &whole);
 
   ModuleState &module(size_t m);
 

@@ -357,6 +357,14 @@ void RankExecutor::reduceGrads(ModuleState &m) {
     std::vector<BucketedReduction::Span> spans =
         m.reduction->finish(dev, flat.spPartial);
     channelSpans.insert(channelSpans.end(), spans.begin(), spans.end());
+  } else if (m.shards) {
+    // The distributed optimizer: each member sums its own pieces.
+    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+      const ShardRange &r = m.shards->ranges()[i];
+      comm.reduceScatterV(m.dpcpGroup, flat.grads.data() + r.begin,
+                          pieceCounts(r, m.shards->members()),
+                          flat.grads.data() + m.shards->piece(i).begin);
+    }
   } else if (m.dpcpGroup.size() > 1) {
     comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.trainable);
   }
@@ -375,6 +383,11 @@ void RankExecutor::optimizerStep() {
     stepLoss = host[1];
     return;
   }
+  // Under the distributed optimizer a member holds the sums of its own
+  // pieces only: a tied embedding's are gathered whole first.
+  for (auto &m : modules)
+    if (m && m->shards && !m->tiedGroup.empty())
+      gatherPieces(*m, m->stage->flat().grads.data(), m->tiedBegin, m->tiedEnd);
   // A tied embedding's first and last stage sum its two gradients (the
   // lookup's and the head's), each pair on its own, every rank before the
   // world's all-reduce below: both copies then take the same update.
@@ -384,19 +397,30 @@ void RankExecutor::optimizerStep() {
                         m->stage->flat().grads.data() + m->tiedBegin,
                         m->tiedEnd - m->tiedBegin);
   for (auto &m : modules) {
-    if (!m || m->coords.dp != 0 || m->coords.cp != 0)
+    // Each replica once: one member of the DP x CP group (each member its
+    // own pieces under the distributed optimizer), replicated parameters
+    // on TP rank 0 only, a tied embedding on its first stage only.
+    if (!m || (!m->shards && (m->coords.dp != 0 || m->coords.cp != 0)))
       continue;
-    // Each replica once: replicated parameters on TP rank 0 only, a tied
-    // embedding on its first stage only.
     FlatParams &flat = m->stage->flat();
-    int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
+    const int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
     // Frozen parameters (after `trainable`) take no share of the norm.
-    if (m->tiedCopy) {
-      dev.sumSquaresInto(flat.grads.data() + from, m->tiedBegin - from, sums);
-      dev.sumSquaresInto(flat.grads.data() + m->tiedEnd,
-                         flat.trainable - m->tiedEnd, sums);
+    auto addSquares = [&](int64_t begin, int64_t end) {
+      begin = std::max(begin, from);
+      if (m->tiedCopy && begin < m->tiedEnd && m->tiedBegin < end) {
+        if (begin < m->tiedBegin)
+          dev.sumSquaresInto(flat.grads.data() + begin, m->tiedBegin - begin,
+                             sums);
+        begin = m->tiedEnd;
+      }
+      if (begin < end)
+        dev.sumSquaresInto(flat.grads.data() + begin, end - begin, sums);
+    };
+    if (m->shards) {
+      for (size_t i = 0; i < m->shards->ranges().size(); ++i)
+        addSquares(m->shards->piece(i).begin, m->shards->piece(i).end);
     } else {
-      dev.sumSquaresInto(flat.grads.data() + from, flat.trainable - from, sums);
+      addSquares(0, flat.trainable);
     }
   }
   double peak = static_cast<double>(dev.peakBytes());
@@ -449,13 +473,24 @@ void RankExecutor::optimizerStep() {
     if (!m)
       continue;
     FlatParams &flat = m->stage->flat();
-    for (const OptimizerRun &run : m->groups.trainable) {
+    auto update = [&](int64_t begin, int64_t end, float *mom1, float *mom2,
+                      bool decay) {
       device::AdamWStep group = adam;
       group.lr = adam.lr * m->config->lrMult;
-      group.weightDecay = run.decay ? train.weightDecay : 0.0;
-      dev.adamw(flat.values.data() + run.begin, flat.grads.data() + run.begin,
-                flat.m.data() + run.begin, flat.v.data() + run.begin,
-                run.end - run.begin, group);
+      group.weightDecay = decay ? train.weightDecay : 0.0;
+      dev.adamw(flat.values.data() + begin, flat.grads.data() + begin, mom1,
+                mom2, end - begin, group);
+    };
+    if (m->shards) {
+      // Each member updates its pieces, then every member gathers them.
+      for (const OptimizerShards::Run &run : m->shards->runs())
+        update(run.begin, run.end, m->shardM.data() + run.at,
+               m->shardV.data() + run.at, run.decay);
+      gatherPieces(*m, flat.values.data(), 0, flat.trainable);
+    } else {
+      for (const OptimizerRun &run : m->groups.trainable)
+        update(run.begin, run.end, flat.m.data() + run.begin,
+               flat.v.data() + run.begin, run.decay);
     }
     dev.fillZero(flat.grads.raw(), flat.grads.bytes());
     m->stage->refreshWorking();

@@ -118,8 +118,10 @@ void Stage::finalizeParameters() {
   // Frozen parameters' gradients land in one scratch after the trainable
   // ones (the weight GEMMs still write them; nothing reads them).
   f.grads = zeros(f.trainable + scratch);
-  f.m = zeros(f.trainable);
-  f.v = zeros(f.trainable);
+  if (!ctx.shardedMoments) {
+    f.m = zeros(f.trainable);
+    f.v = zeros(f.trainable);
+  }
   if (ctx.bf16)
     f.working = Tensor::empty(at, device::DType::BF16);
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -130,8 +132,10 @@ void Stage::finalizeParameters() {
       p.grad = f.grads.view(f.trainable, p.size());
     } else {
       p.grad = f.grads.view(offset[i], p.size());
-      p.m = f.m.view(offset[i], p.size());
-      p.v = f.v.view(offset[i], p.size());
+      if (!ctx.shardedMoments) {
+        p.m = f.m.view(offset[i], p.size());
+        p.v = f.v.view(offset[i], p.size());
+      }
     }
     p.flatBegin = offset[i];
     p.flatEnd = offset[i] + aligned(p.size());

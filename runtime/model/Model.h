@@ -83,7 +83,8 @@ struct Param {
 /// frozen], so the SP-partial gradients are a prefix (summed over TP), the
 /// sharded ones follow (each TP rank's own share of the norm) and the
 /// trainable ones end at `trainable`. `grads`, `m` and `v` cover
-/// [0, trainable) only (grads plus the frozen parameters' shared scratch).
+/// [0, trainable) only (grads plus the frozen parameters' shared scratch;
+/// m and v empty under the distributed optimizer).
 struct FlatParams {
   Tensor values, grads, m, v;
   /// bf16 only: the working weights, `values` rounded to bfloat16 and
@@ -105,6 +106,10 @@ struct StageContext {
   /// The last language stage's head and loss run in chunks of rows with at
   /// most this many bytes of fp32 logits (cost/MemoryPlan.h).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// The module's distributed optimizer shards the AdamW moments
+  /// (exec/OptimizerShards.h): the stage keeps none (FlatParams m and v,
+  /// each Param's m and v empty).
+  bool shardedMoments = false;
   std::vector<int64_t> tpGroup, cpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;

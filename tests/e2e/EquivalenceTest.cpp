@@ -351,6 +351,83 @@ TEST(Checkpoint, ReshardsBetweenPipelineSplits) {
   std::filesystem::remove_all(dir);
 }
 
+/// `model` with every module's optimizer distributed (docs/model.md).
+json withDistributedOptimizer(json model) {
+  for (json &module : model["modules"])
+    module["distributed_optimizer"] = true;
+  return model;
+}
+
+/// docs/model.md "Distributed optimizer": sharding the AdamW moments over
+/// DP x CP changes what a layout computes by no more than the order of the
+/// gradient norm's sum (the reduce-scatter sums each value as the
+/// all-reduce did), with the gradient reduced in one collective or in the
+/// backward's buckets, and the rank with the largest peak keeps less.
+TEST(DistributedOptimizer, TrainsAsTheReplicatedOneAndKeepsLess) {
+  json bf16 = example("vlm-colocated-pp2.json");
+  bf16["precision"] = "bf16";
+  bf16["modules"][1]["arch"]["tie_embeddings"] = true;
+  json wide = example("vlm-fan-out.json"); // language DP4
+  for (const auto &[name, model] :
+       {std::pair<const char *, json>{"language dp4", wide},
+        {"cp2 with sp", example("lm-cp2-sp.json")},
+        {"colocated bf16, tied across pp2", bf16}}) {
+    SCOPED_TRACE(name);
+    for (bool buckets : {false, true}) {
+      SCOPED_TRACE(buckets ? "buckets" : "one collective");
+      exec::RunOptions options;
+      options.steps = 3;
+      options.timeoutSeconds = 120;
+      options.overlap = buckets;
+      options.gradBucketBytes = 2048;
+      exec::RunResult plain = exec::runLocal(planOf(model), options);
+      ASSERT_EQ(plain.exitCode, 0) << plain.error;
+      exec::RunResult sharded =
+          exec::runLocal(planOf(withDistributedOptimizer(model)), options);
+      ASSERT_EQ(sharded.exitCode, 0) << sharded.error;
+      ASSERT_EQ(sharded.steps.size(), 3u);
+      for (size_t s = 0; s < 3; ++s) {
+        EXPECT_EQ(sharded.steps[s].loss, plain.steps[s].loss)
+            << "step " << s + 1;
+        EXPECT_LE(relative(sharded.steps[s].gradNorm, plain.steps[s].gradNorm),
+                  1e-12)
+            << "step " << s + 1;
+      }
+      EXPECT_LT(sharded.steps[2].peakBytes, plain.steps[2].peakBytes);
+    }
+  }
+}
+
+/// docs/checkpoints.md: the distributed optimizer's checkpoint is the
+/// replicated one's (global tensors): saved at language DP4 it resumes at
+/// DP2 (sharded over two), at DP1 and replicated at DP4, each within 1e-5
+/// of the uninterrupted replicated run.
+TEST(Checkpoint, ReshardsTheDistributedOptimizer) {
+  json model = example("vlm-fan-out.json"); // language DP4 from rank 4
+  exec::RunResult whole = trainFrom(model, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("zero");
+  json sharded = withDistributedOptimizer(model);
+  exec::RunResult first = trainFrom(sharded, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_LE(relative(first.steps[s].loss, whole.steps[s].loss), 1e-5);
+  json dp2 = sharded;
+  dp2["modules"][1]["parallel"]["dp"] = 2;
+  json dp1 = sharded;
+  dp1["modules"][1]["parallel"]["dp"] = 1;
+  for (const auto &[name, other] :
+       {std::pair<const char *, json>{"sharded dp4", sharded},
+        {"sharded dp2", dp2},
+        {"dp1", dp1},
+        {"replicated dp4", model}}) {
+    SCOPED_TRACE(name);
+    exec::RunResult moved = trainFrom(other, 4, "", dir);
+    expectResumedAtStep3(moved, whole);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 /// docs/data.md "Order": the samples of a step depend on the seed, the
 /// global batch and the step only. Three layouts, each with its global
 /// batch of 32 split as 8 x 4 and 4 x 8, train as the 8 x 4 run;

@@ -1,0 +1,42 @@
+//===- OptimizerShards.cpp - The distributed optimizer's shards -----------===//
+
+#include "runtime/exec/OptimizerShards.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace mimo::exec {
+
+std::vector<int64_t> pieceCounts(const ShardRange &range, int64_t members) {
+  std::vector<int64_t> counts;
+  for (int64_t k = 0; k < members; ++k)
+    counts.push_back(pieceStart(range, members, k + 1) -
+                     pieceStart(range, members, k));
+  return counts;
+}
+
+OptimizerShards::OptimizerShards(std::vector<ShardRange> ranges,
+                                 int64_t members, int64_t own,
+                                 const std::vector<OptimizerRun> &trainable)
+    : rangeList(std::move(ranges)), memberCount(members) {
+  if (members < 1 || own < 0 || own >= members)
+    throw std::logic_error("optimizer shards: member " + std::to_string(own) +
+                           " of " + std::to_string(members));
+  for (const ShardRange &r : rangeList) {
+    Piece p;
+    p.begin = pieceStart(r, members, own);
+    p.end = pieceStart(r, members, own + 1);
+    p.at = total;
+    total += p.end - p.begin;
+    pieces.push_back(p);
+    // The stretches of AdamW's runs inside the piece, in flat order.
+    for (const OptimizerRun &run : trainable) {
+      int64_t b = std::max(run.begin, p.begin), e = std::min(run.end, p.end);
+      if (b < e)
+        runList.push_back({b, e, p.at + (b - p.begin), run.decay});
+    }
+  }
+}
+
+} // namespace mimo::exec
