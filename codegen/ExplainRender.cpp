@@ -244,7 +244,8 @@ std::string renderExplainText(const Explanation &whole,
     int64_t trainable = module["trainable_params"].get<int64_t>();
     double mult = module["lr_mult"].get<double>();
     const std::string recompute = module["recompute"].get<std::string>();
-    if (frozen == 0 && mult == 1.0 && recompute == "none")
+    const int64_t shards = module["optimizer_shards"].get<int64_t>();
+    if (frozen == 0 && mult == 1.0 && recompute == "none" && shards == 1)
       continue;
     recipe += "  " + module["name"].get<std::string>() + ": " +
               (trainable == 0 ? std::string(module["forward_only"].get<bool>()
@@ -267,6 +268,9 @@ std::string renderExplainText(const Explanation &whole,
                      ? std::string("every layer")
                      : "the first " + number(module["recompute_layers"]) +
                            " layer(s) of each stage");
+    if (shards > 1)
+      recipe += ", optimizer state sharded over " + std::to_string(shards) +
+                " ranks";
     recipe += "\n";
   }
   if (!recipe.empty())

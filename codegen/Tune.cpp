@@ -315,6 +315,12 @@ std::string summarize(const ModelConfig &config, bool colocated) {
   }
   os << "; " << config.batch.numMicrobatches << " x mb "
      << config.batch.microBatchSize;
+  if (std::any_of(config.modules.begin(), config.modules.end(),
+                  [](const ModuleConfig &m) {
+                    return m.distributedOptimizer &&
+                           m.parallel.dp * m.parallel.cp > 1;
+                  }))
+    os << "; distributed optimizer";
   // The recomputation the search chose (every module alike).
   if (config.modules.front().recompute != "none")
     os << "; recompute " << config.modules.front().recompute;
@@ -464,6 +470,23 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
       return result.memoryLimit > 0 &&
              static_cast<double>(peak) > result.memoryLimit;
     };
+    // First the distributed optimizer on every module (docs/model.md; no
+    // compute, the same bytes as the all-reduce), unless the model sets it.
+    bool searchSharding = std::none_of(
+        model.modules.begin(), model.modules.end(),
+        [](const ModuleConfig &m) { return m.distributedOptimizer; });
+    if (over(c.peakBytes) && searchSharding) {
+      ModelConfig sharded = c.config;
+      for (ModuleConfig &m : sharded.modules)
+        m.distributedOptimizer = true;
+      std::optional<Plan> again = buildPlan(sharded, &error);
+      if (again && peakOf(*again) < c.peakBytes) {
+        c.config = std::move(sharded);
+        c.summary = summarize(c.config, layout.colocated);
+        c.peakBytes = peakOf(*again);
+        plan = std::move(again);
+      }
+    }
     bool searchRecompute = std::all_of(
         model.modules.begin(), model.modules.end(),
         [](const ModuleConfig &m) { return m.recompute == "none"; });

@@ -392,6 +392,10 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     GroupSpan members = group(rank, grid, {Dim::DP, Dim::CP});
     double bytes = kFloat * localValues(static_cast<size_t>(in.index), rank);
     double n = static_cast<double>(members.size);
+    // The distributed optimizer reduce-scatters: each member sums and
+    // receives its piece only (exec/OptimizerShards.h).
+    if (moduleConfigs[static_cast<size_t>(in.index)]->distributedOptimizer)
+      bytes /= n;
     if (members.size > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
     w += exchange(members, bytes);
@@ -399,8 +403,17 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
   }
   case InstrOp::OptimizerStep: {
     double values = 0, tensors = 0;
+    Work gathers;
     for (size_t mi : topology.modulesOf(rank)) {
-      values += localValues(mi, rank);
+      double local = localValues(mi, rank);
+      if (moduleConfigs[mi]->distributedOptimizer) {
+        // Each member updates its piece, then the pieces are all-gathered.
+        const GroupSpan members =
+            group(rank, topology.modules[mi].grid, {Dim::DP, Dim::CP});
+        local /= static_cast<double>(members.size);
+        gathers += exchange(members, kFloat * local);
+      }
+      values += local;
       tensors += 4 * static_cast<double>(moduleConfigs[mi]->layers() + 2);
     }
     // AdamW reads parameter, gradient and both moments and writes three;
@@ -411,6 +424,7 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     w.comm = far.latencyUs * 1e-6 *
              std::ceil(std::log2(
                  std::max<double>(2, static_cast<double>(topology.worldSize))));
+    w += gathers;
     return w;
   }
   case InstrOp::BridgeBroadcast:

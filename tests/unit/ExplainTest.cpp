@@ -78,6 +78,8 @@ TEST(ExplainTest, FanInExample) {
   EXPECT_TRUE(e["modules"][0]["recompute_layers"].is_null());
   e["modules"][0].erase("recompute");
   e["modules"][0].erase("recompute_layers");
+  EXPECT_EQ(e["modules"][0]["optimizer_shards"], 1);
+  e["modules"][0].erase("optimizer_shards");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},
@@ -419,6 +421,31 @@ TEST(ExplainTest, RecomputationShowsAndSavesActivationMemory) {
   EXPECT_NE(text.find("recomputes the first 1 layer(s) of each stage\n"),
             std::string::npos)
       << text;
+}
+
+/// The distributed optimizer (docs/model.md): the module's ranks keep
+/// 1/(dp·cp) of its moments in the memory plan, and the training lines say
+/// over how many ranks; a module of one DP x CP rank shards nothing.
+TEST(ExplainTest, DistributedOptimizerShardsTheMoments) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  json plain = explain(m.dump());
+  for (json &module : m["modules"])
+    module["distributed_optimizer"] = true;
+  json e = explain(m.dump());
+  EXPECT_EQ(e["modules"][0]["optimizer_shards"], 4); // images: DP4
+  EXPECT_EQ(e["modules"][1]["optimizer_shards"], 1); // language: TP2 x PP2
+  auto optimizer = [](const json &x, int r) {
+    return x["ranks"][r]["memory"]["optimizer_bytes"].get<double>();
+  };
+  // The encoder's 126784 parameters, each padded to 64 values, over 4.
+  EXPECT_NEAR(optimizer(e, 0), optimizer(plain, 0) / 4, 8.0);
+  EXPECT_EQ(optimizer(e, 4), optimizer(plain, 4));
+  std::string text = explainText(m.dump());
+  EXPECT_NE(text.find("  images: 126784 of 126784 parameters trained, "
+                      "optimizer state sharded over 4 ranks\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("  language:"), std::string::npos) << text;
 }
 
 } // namespace

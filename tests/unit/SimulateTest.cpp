@@ -451,7 +451,10 @@ TEST(Tune, BestLayoutIsValidFitsAndIsFastestOfThoseSimulated) {
 /// --memory below every layout's peak without recomputation: tune finds
 /// layouts that fit with it (docs/tune.md), and only such.
 TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
+  // The model shards its optimizer itself: recomputation is what is left.
   ModelConfig model = fanIn();
+  for (ModuleConfig &m : model.modules)
+    m.distributedOptimizer = true;
   TuneOptions options = h100Tune(4);
   options.simulate = 0;
   TuneResult all = tuneLayouts(model, options);
@@ -490,6 +493,66 @@ TEST(Tune, RecomputationFitsWhatNothingElseDoes) {
     m.recompute = "selective";
   for (const TuneCandidate &c : tuneLayouts(fixed, options).ranked)
     EXPECT_EQ(c.config.language().recompute, "selective") << c.summary;
+}
+
+/// docs/tune.md: over `--memory`, tune shards the optimizer state first
+/// (it costs no compute), and recomputes only what that does not fit.
+TEST(Tune, TheDistributedOptimizerFitsBeforeRecomputation) {
+  // Weights outweigh activations: a wide vocabulary, short sequences.
+  nlohmann::json json = nlohmann::json::parse(readExample("vlm-fan-in.json"));
+  json["modules"][1]["arch"]["vocab_size"] = 16384;
+  json["batch"]["seq_length"] = 32;
+  ModelConfig model = requireConfig(parseModelConfig(json.dump(), "wide.json"));
+  TuneOptions options = h100Tune(4);
+  options.simulate = 0;
+  TuneResult all = tuneLayouts(model, options);
+  ASSERT_FALSE(all.ranked.empty()) << all.problem;
+  auto peakOf = [](const ModelConfig &config) {
+    Plan plan = requirePlan(config);
+    int64_t peak = 0;
+    for (const RankMemory &r : memoryPlan(plan.topology, plan.config))
+      peak = std::max(peak, r.totalBytes);
+    return static_cast<double>(peak);
+  };
+  auto sharded = [](ModelConfig config) {
+    for (ModuleConfig &m : config.modules)
+      m.distributedOptimizer = true;
+    return config;
+  };
+  // The layout that sharding saves the most; a limit between its peaks.
+  const TuneCandidate *chosen = nullptr;
+  double saved = 0, limit = 0;
+  for (const TuneCandidate &c : all.ranked) {
+    EXPECT_FALSE(c.config.language().distributedOptimizer) << c.summary;
+    double plain = peakOf(c.config), less = peakOf(sharded(c.config));
+    if (plain - less > saved) {
+      chosen = &c;
+      saved = plain - less;
+      limit = less + saved / 2;
+    }
+  }
+  ASSERT_NE(chosen, nullptr) << "sharding saves nothing in any layout";
+  options.memoryBytes = limit;
+  TuneResult tight = tuneLayouts(model, options);
+  bool found = false;
+  for (const TuneCandidate &c : tight.ranked) {
+    EXPECT_LE(peakOf(c.config), limit) << c.summary;
+    if (c.summary == chosen->summary + "; distributed optimizer") {
+      found = true;
+      EXPECT_TRUE(c.config.language().distributedOptimizer);
+      EXPECT_EQ(c.config.language().recompute, "none");
+    }
+    // Recomputation only where sharding alone does not fit.
+    if (c.config.language().recompute != "none") {
+      ModelConfig plain = sharded(c.config);
+      for (ModuleConfig &m : plain.modules) {
+        m.recompute = "none";
+        m.recomputeLayers = -1;
+      }
+      EXPECT_GT(peakOf(plain), limit) << c.summary;
+    }
+  }
+  EXPECT_TRUE(found) << chosen->summary << " does not fit by sharding";
 }
 
 TEST(Tune, OneModuleHasOnePlacement) {
