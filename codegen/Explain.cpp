@@ -162,10 +162,9 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
                                       : json(config.recomputeLayers)},
              // docs/model.md Distributed optimizer: the ranks sharing
              // the AdamW moments (1: whole on every rank).
-             {"optimizer_shards",
-              config.distributedOptimizer
-                  ? g.size(Dim::DP) * g.size(Dim::CP)
-                  : int64_t(1)}});
+             {"optimizer_shards", config.distributedOptimizer
+                                      ? g.size(Dim::DP) * g.size(Dim::CP)
+                                      : int64_t(1)}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

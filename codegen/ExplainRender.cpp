@@ -269,8 +269,8 @@ std::string renderExplainText(const Explanation &whole,
                      : "the first " + number(module["recompute_layers"]) +
                            " layer(s) of each stage");
     if (shards > 1)
-      recipe += ", optimizer state sharded over " + std::to_string(shards) +
-                " ranks";
+      recipe +=
+          ", optimizer state sharded over " + std::to_string(shards) + " ranks";
     recipe += "\n";
   }
   if (!recipe.empty())

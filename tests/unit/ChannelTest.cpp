@@ -14,6 +14,7 @@
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/GradBuckets.h"
+#include "runtime/exec/OptimizerShards.h"
 
 #include <gtest/gtest.h>
 
@@ -232,6 +233,92 @@ TEST(GradBuckets, PostedInPlannedOrderAsTheBackwardReports) {
   for (size_t i = 0; i < 12; ++i) {
     EXPECT_EQ(results[0][i], 3.0f * float(i));
     EXPECT_EQ(results[1][i], 3.0f * float(i));
+  }
+}
+
+/// exec/OptimizerShards.h: each range cut into one piece per member, equal
+/// where it divides; a member's moments packed in range order; AdamW's
+/// runs cut at the pieces' edges.
+TEST(OptimizerShards, PiecesCoverEachRangeOnce) {
+  using exec::OptimizerRun;
+  using exec::ShardRange;
+  EXPECT_EQ(exec::pieceCounts({0, 128}, 4),
+            (std::vector<int64_t>{32, 32, 32, 32}));
+  EXPECT_EQ(exec::pieceCounts({64, 71}, 3), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(exec::pieceCounts({0, 2}, 3), (std::vector<int64_t>{0, 1, 1}));
+  // Buckets [64, 192) and [192, 256), then the prefix [0, 64); decay on
+  // [0, 100) and [164, 256), none on [100, 164).
+  std::vector<ShardRange> ranges = {{64, 192}, {192, 256}, {0, 64}};
+  std::vector<OptimizerRun> runs = {
+      {0, 100, true}, {100, 164, false}, {164, 256, true}};
+  int64_t total = 0;
+  std::vector<int> owner(256, -1);
+  for (int64_t k = 0; k < 2; ++k) {
+    exec::OptimizerShards shards(ranges, 2, k, runs);
+    total += shards.size();
+    EXPECT_EQ(shards.size(), 128);
+    int64_t at = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const auto &p = shards.piece(i);
+      EXPECT_EQ(p.begin, exec::pieceStart(ranges[i], 2, k));
+      EXPECT_EQ(p.at, at);
+      at += p.end - p.begin;
+      for (int64_t v = p.begin; v < p.end; ++v) {
+        EXPECT_EQ(owner[static_cast<size_t>(v)], -1) << v;
+        owner[static_cast<size_t>(v)] = static_cast<int>(k);
+      }
+    }
+    // The runs: inside one piece, with the setting of the run they cut.
+    for (const auto &run : shards.runs()) {
+      EXPECT_LT(run.begin, run.end);
+      EXPECT_EQ(run.decay, run.begin < 100 || run.begin >= 164) << run.begin;
+    }
+  }
+  EXPECT_EQ(total, 256);
+  for (int o : owner)
+    EXPECT_NE(o, -1);
+  // Member 0 holds [64, 128), [192, 224) and [0, 32): its runs.
+  exec::OptimizerShards first(ranges, 2, 0, runs);
+  ASSERT_EQ(first.runs().size(), 4u);
+  EXPECT_EQ(first.runs()[0].begin, 64);
+  EXPECT_EQ(first.runs()[0].end, 100);
+  EXPECT_EQ(first.runs()[1].begin, 100);
+  EXPECT_EQ(first.runs()[1].end, 128);
+  EXPECT_FALSE(first.runs()[1].decay);
+  EXPECT_EQ(first.runs()[2].begin, 192);
+  EXPECT_EQ(first.runs()[2].at, 64);
+  EXPECT_EQ(first.runs()[3].begin, 0);
+  EXPECT_EQ(first.runs()[3].end, 32);
+  EXPECT_EQ(first.runs()[3].at, 96);
+  EXPECT_THROW(exec::OptimizerShards(ranges, 2, 2, runs), std::logic_error);
+}
+
+/// The distributed optimizer's buckets: each member gets the sum of its
+/// piece of every bucket (the rest of its buffer left as it was).
+TEST(GradBuckets, ScatteredEachMemberSumsItsPieces) {
+  using exec::ParamSlot;
+  std::vector<ParamSlot> slots = {{0, 4, 2}, {4, 8, 2}, {8, 12, 2}};
+  std::vector<std::vector<float>> results(2);
+  std::vector<std::string> errors = runWithChannels(
+      2, [&](int64_t r, Comm &, Channel &channel, device::Device &dev) {
+        std::vector<float> grads(12);
+        for (size_t i = 0; i < grads.size(); ++i)
+          grads[i] = float(r + 1) * float(i);
+        exec::BucketedReduction reduction(exec::planGradBuckets(slots, 0, 4), 3,
+                                          1, channel, {0, 1}, grads.data(),
+                                          "m");
+        reduction.scatterTo(r);
+        reduction.gradsDone({2, 1, 0}, dev);
+        reduction.finish(dev, 0);
+        results[static_cast<size_t>(r)] = grads;
+      });
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  // Buckets of 4 values: member 0 owns the first two of each, 1 the rest.
+  for (size_t i = 0; i < 12; ++i) {
+    const size_t owner = (i % 4) < 2 ? 0 : 1;
+    EXPECT_EQ(results[owner][i], 3.0f * float(i)) << i;
+    EXPECT_EQ(results[1 - owner][i], float(2 - owner) * float(i)) << i;
   }
 }
 

@@ -140,6 +140,13 @@ TEST(ModelConfigTest, PipelineLayersSplitTheStages) {
   EXPECT_EQ(rl.recomputed(1), 1);
   EXPECT_EQ(rl.recomputed(3), 2);
   EXPECT_EQ(toJson(test::requireConfig(parse(canonical))), canonical);
+  // The distributed optimizer round-trips; off, it stays out.
+  document["modules"][1]["distributed_optimizer"] = true;
+  ModelConfig sharded = test::requireConfig(parse(document));
+  EXPECT_TRUE(sharded.language().distributedOptimizer);
+  EXPECT_FALSE(sharded.modules[0].distributedOptimizer);
+  EXPECT_EQ(toJson(sharded)["modules"][1]["distributed_optimizer"], true);
+  EXPECT_FALSE(toJson(sharded)["modules"][0].contains("distributed_optimizer"));
   // Without the key each stage holds num_layers / pp, and the key stays
   // out of the canonical form (the model's digest is unchanged).
   EXPECT_EQ(stageLayerCounts(
@@ -263,6 +270,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "recompute_layers applies with recompute \"full\" only"},
         FieldCase{"recompute_layers_negative", "/modules/1/recompute_layers",
                   -1, "/modules/1/recompute_layers", "expected"},
+        FieldCase{"distributed_optimizer_type",
+                  "/modules/1/distributed_optimizer", "yes",
+                  "/modules/1/distributed_optimizer", "expected"},
         FieldCase{"pipeline_layers_type", "/modules/1/pipeline_layers", 4,
                   "/modules/1/pipeline_layers",
                   "expected an array of layer counts, one per pipeline stage"},
