@@ -217,6 +217,15 @@ inline std::vector<Layout> equivalenceLayouts() {
       {"DistributedOptimizerColocatedTiedPp2", distributed(tiedColocated), 8});
   layouts.push_back({"DistributedOptimizerThdCp2Dp2",
                      distributed(example("packed-thd.json")), 6});
+  // The three of docs/model.md's memory options together: the language
+  // model's stages uneven (3 + 1), its first layer of each recomputed
+  // whole, the encoder's activations recomputed, every optimizer sharded.
+  json together = distributed(example("vlm-colocated-pp2.json"));
+  together["modules"][0]["recompute"] = "selective";
+  together["modules"][1]["recompute"] = "full";
+  together["modules"][1]["recompute_layers"] = 1;
+  together["modules"][1]["pipeline_layers"] = {3, 1};
+  layouts.push_back({"UnevenRecomputedDistributedColocatedPp2", together, 8});
   // Vision towers: CLIP's (class token, pre-norm, the penultimate layer)
   // colocated at encoder TP2; SigLIP's (final norm, linear projector)
   // over encoder TP2 x PP2 (positions on the first stage, the norm on the

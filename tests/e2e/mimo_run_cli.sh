@@ -46,10 +46,10 @@ for name in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm packed-thd llava-st
     { cat "$work/$name.mpi.out"; fail "$name under mpirun"; }
 done
 
-# 1c. Uneven pipeline stages (pipeline_layers) and recomputation under
-# mpirun: the language model's three stages hold 2, 1 and 1 of its layers,
-# each stage's first recomputes whole; the encoder recomputes its
-# activations.
+# 1c. Uneven pipeline stages (pipeline_layers), recomputation and the
+# distributed optimizer under mpirun: the language model's three stages
+# hold 2, 1 and 1 of its layers, each stage's first recomputes whole; the
+# encoder recomputes its activations and shards its optimizer over DP4.
 python3 - "$examples/vlm-fan-in.json" "$work/uneven.json" <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
@@ -59,6 +59,7 @@ model["modules"][1]["pipeline_layers"] = [2, 1, 1]
 model["modules"][1]["recompute"] = "full"
 model["modules"][1]["recompute_layers"] = 1
 model["modules"][0]["recompute"] = "selective"
+model["modules"][0]["distributed_optimizer"] = True
 json.dump(model, open(sys.argv[2], "w"))
 PY
 "$bin/mimoc" compile -q "$work/uneven.json" -o "$work/uneven.plan.json" &&
@@ -67,7 +68,7 @@ PY
   mpirun -np 10 "$bin/mimo-run" "$work/uneven.plan.json" --steps 3 \
     --metrics "$work/uneven.mpi.jsonl" >"$work/uneven.mpi.out" 2>&1 &&
   python3 "$here/compare_metrics.py" "$work/uneven.mpi.jsonl" "$work/uneven.ref.jsonl" &&
-  pass "pipeline_layers [2, 1, 1] with recomputation: mpirun -np 10 matches --reference" ||
+  pass "pipeline_layers [2, 1, 1], recomputation, distributed optimizer: mpirun -np 10 matches --reference" ||
   { cat "$work/uneven.mpi.out" 2>/dev/null; fail "pipeline_layers and recompute under mpirun"; }
 
 # 1d. The distributed optimizer under mpirun (docs/model.md): AdamW's
