@@ -146,6 +146,7 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              {"rank_offset", g.rankOffset()},
              {"tp", g.size(Dim::TP)},
              {"cp", g.size(Dim::CP)},
+             {"cp_comm", config.parallel.cpComm},
              {"pp", g.size(Dim::PP)},
              {"dp", g.size(Dim::DP)},
              {"order", order},

@@ -110,7 +110,9 @@ public:
             stageWork(m, shape, backward, options.profile, outputHidden);
         total.compute += w.compute;
         total += exchange(g.tp, g.tp, w.tpBytes) * w.tpExchanges;
-        total += exchange(g.cp, g.tp * g.cp, w.cpBytes) * w.cpExchanges;
+        total += cpExchangeWork(w, exchange(g.cp, g.tp * g.cp, w.cpBytes),
+                                g.cp > 1 && m.parallel.cpComm == "ring",
+                                backward, options.profile.kind != "cpu");
         total += exchange(g.tp, g.tp, w.logitBytes) * w.logitExchanges;
       }
       return std::pair{total.comm + total.compute / speed, total.compute};

@@ -33,6 +33,11 @@ struct ParallelConfig {
   int64_t tp = 1, cp = 1, pp = 1, dp = 1;
   int64_t rankOffset = 0;
   bool sequenceParallel = false;
+  /// docs/model-json.md `cp_comm`: how the CP group's keys and values
+  /// meet its queries: passed around the group one block at a time
+  /// ("ring", the default) or all-gathered ("all_gather").
+  std::string cpComm = "ring";
+  bool ringCp() const { return cp > 1 && cpComm == "ring"; }
   DimOrder order = kDefaultOrder;
 
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }

@@ -80,6 +80,10 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
     else
       config.sequenceParallel = *value;
   }
+  if (auto comm =
+          v.choice(parallel, pointer, "cp_comm", false, {"ring", "all_gather"},
+                   "how context parallelism moves keys and values"))
+    config.cpComm = *comm;
   auto order = parallel.find("order");
   if (order != parallel.end()) {
     std::vector<std::string> names;

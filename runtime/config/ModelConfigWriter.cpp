@@ -75,6 +75,8 @@ json toJson(const ModelConfig &config) {
                      {"rank_offset", p.rankOffset}};
     if (!encoder)
       parallel["sequence_parallel"] = p.sequenceParallel;
+    if (p.cpComm != "ring")
+      parallel["cp_comm"] = p.cpComm;
     json order = json::array();
     for (Dim dim : p.order)
       order.push_back(dimName(dim));

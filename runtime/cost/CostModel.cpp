@@ -236,7 +236,10 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                                                              shape.language,
                                                              shape.bf16, back));
       layer += (back ? 2 : 1) * kernelSeconds(p, 18);
-      layer += attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, back);
+      const double attention =
+          attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, back);
+      w.attention += attention;
+      layer += attention;
       return layer + (back ? 2 : 1) * p.layerOverheadUs * 1e-6 /
                          std::max(p.computeScale, 1e-9);
     };
@@ -280,7 +283,20 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                  (backward && !trains("projection.fc2.weight") ? 1 : passes) *
                      gemmSeconds(p, rows, outputHidden, outputHidden);
   w.compute *= p.computeScale;
+  w.attention *= p.computeScale;
   return w;
+}
+
+Work cpExchangeWork(const StageWork &w, const Work &each, bool ring,
+                    bool backward, bool overlapped) {
+  Work total = each * w.cpExchanges;
+  if (!ring)
+    return total;
+  if (backward)
+    total = total * 2;
+  if (overlapped)
+    total.comm -= std::min(total.comm, w.attention);
+  return total;
 }
 
 CostModel::GroupSpan CostModel::group(int64_t rank, const Grid &grid,
@@ -367,7 +383,9 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     const GroupSpan cpGroup = group(rank, grid, {Dim::CP});
     w.compute = sw.compute;
     w += exchange(tpGroup, sw.tpBytes) * sw.tpExchanges;
-    w += exchange(cpGroup, sw.cpBytes) * sw.cpExchanges;
+    w += cpExchangeWork(sw, exchange(cpGroup, sw.cpBytes),
+                        moduleConfigs[mi]->parallel.ringCp(), backward,
+                        profile.kind != "cpu");
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
   };
   switch (in.op) {

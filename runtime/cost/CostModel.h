@@ -99,13 +99,22 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &module,
 /// collectives inside it (how many, and the bytes each member sends).
 struct StageWork {
   double compute = 0;
-  double tpExchanges = 0, tpBytes = 0;       // TP all-reduces (SP: gathers)
-  double cpExchanges = 0, cpBytes = 0;       // CP key/value gathers
+  double tpExchanges = 0, tpBytes = 0; // TP all-reduces (SP: gathers)
+  double cpExchanges = 0, cpBytes = 0; // CP key/value gathers
+  /// Seconds of the attention kernels (what ring CP's transfers overlap).
+  double attention = 0;
   double logitExchanges = 0, logitBytes = 0; // vocab-parallel loss
 };
 StageWork stageWork(const ModuleConfig &module, const StageShape &shape,
                     bool backward, const DeviceProfile &profile,
                     double outputHidden);
+/// A stage's CP traffic (docs/model.md Context parallelism), `each` the
+/// cost of one exchange of w.cpBytes: all_gather's w.cpExchanges
+/// collectives; the ring moves the same blocks (twice in the backward,
+/// whose gradients travel too), hidden behind the attention of the block
+/// in hand where the device overlaps (`overlapped`: a GPU's default).
+Work cpExchangeWork(const StageWork &w, const Work &each, bool ring,
+                    bool backward, bool overlapped);
 
 /// Costs of a topology's instructions on a profile and cluster.
 class CostModel {

@@ -60,6 +60,11 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   const double Vl = static_cast<double>(m.vocabSize) / tp;
   // K and V's width on a rank: Hl, or their groups' under GQA.
   const double KVl = static_cast<double>(m.kvHidden()) / tp;
+  // CP all-gathers every rank's keys and values (kept for the backward),
+  // or passes them around the ring (model/RingAttention.h: the rank's own
+  // kept, two others in flight while a layer's attention runs).
+  const bool ring = m.parallel.ringCp();
+  const bool gathered = cp > 1 && !ring;
   // Per layer (model/TransformerLayer.h LayerCache), kept: x, x1 (local
   // rows); the gathered norms' outputs; q, k, v, the attention output; the
   // gathered keys and values under CP; gate, up and SwiGLU output. In
@@ -69,16 +74,19 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // whole cache again (docs/model.md Recomputation).
   double kept = 2 * Tl * H + 2 * Tc * H + 2 * Tc * Hl + 2 * Tc * KVl +
                 (selective ? 2 : 3) * Tc * Fl;
-  if (cp > 1)
+  if (gathered)
     kept += 2 * T * KVl;
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
   // query and key orders, each query's end, blocks of 64).
-  b.saved =
-      static_cast<double>(layers - recomputed) * layer +
-      static_cast<double>(recomputed) * keptBytes(bf16) * Tl * H +
-      kIndex * (3 * Tc + T + 4 * std::ceil(Tc / 64) + 4 * std::ceil(T / 64));
+  // Ring: one plan per CP rank's block of Tc keys.
+  const double plans =
+      ring ? cp * (3 * Tc + 8 * std::ceil(Tc / 64))
+           : 2 * Tc + T + 4 * std::ceil(Tc / 64) + 4 * std::ceil(T / 64);
+  b.saved = static_cast<double>(layers - recomputed) * layer +
+            static_cast<double>(recomputed) * keptBytes(bf16) * Tl * H +
+            kIndex * (Tc + plans);
   if (first)
     b.saved += kIndex * Tc; // token ids
   if (last) // the final norm's input and statistics, the head's gradient
@@ -88,13 +96,18 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // the last stage's forward: the gathered norm output and one chunk of
   // logits and their gradient (cost/MemoryPlan.h logitChunkRows; bf16
   // under bf16), with their statistics.
+  // The ring's backward: a block's dq, dk and dv, the sums of the block in
+  // hand and of the one arriving and the rank's own, and two blocks of keys
+  // and values.
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
-                        (cp > 1 ? 2 * T * Hl : 0)) +
-              keptBytes(bf16) * (selective ? 3 : 2) * Tc * Fl +
+                        (gathered ? 2 * T * Hl : 0) +
+                        (ring ? 3 * Tc * Hl + 6 * Tc * KVl : 0)) +
+              keptBytes(bf16) *
+                  ((selective ? 3 : 2) * Tc * Fl + (ring ? 4 * Tc * KVl : 0)) +
               (recomputed > 0 ? layer : 0);
   if (KVl < Hl) { // GQA: the keys and values repeated per head, and the
                   // gradients of the groups
-    const double Tk = cp > 1 ? T : Tc;
+    const double Tk = gathered ? T : Tc;
     b.working += keptBytes(bf16) * 2 * Tk * Hl + kFloat * 2 * Tk * KVl;
   }
   if (last) {

@@ -297,6 +297,12 @@ public:
                                 float *o, float *lse,
                                 const tiles::PlanView &plan, int64_t heads,
                                 int64_t d) = 0;
+  /// Ring attention's merge (KernelBodies.h AttentionMerge): (o, lse) of
+  /// some key blocks and (ob, lseb) of another, the same queries, give
+  /// those of both in (o, lse). o, ob [rows, heads, d]; lse [heads, rows].
+  virtual void attentionMerge(float *o, float *lse, const float *ob,
+                              const float *lseb, int64_t rows, int64_t heads,
+                              int64_t d) = 0;
   virtual void attentionBackward(const float *q, const float *k, const float *v,
                                  const float *o, const float *lse,
                                  const float *dout, float *dq, float *dk,

@@ -451,6 +451,38 @@ struct SumKvGroups {
   }
 };
 
+/// Ring attention (docs/model.md Context parallelism): the attention of
+/// the same queries over another block of keys, (ob, lseb), merged into
+/// (o, lse): o [rows, heads, d], lse [heads, rows], fp32. A side without
+/// keys (lse -inf) adds nothing; the merge is softmax's, taken in double.
+struct AttentionMerge {
+  float *o, *lse;
+  const float *ob, *lseb;
+  int64_t rows, heads, d;
+  MIMO_HD int64_t count() const { return rows * heads; }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t r = idx / heads, h = idx % heads;
+    const int64_t at = h * rows + r;
+    const double a = lse[at], b = lseb[at];
+    float *out = o + idx * d;
+    const float *in = ob + idx * d;
+    if (b == -INFINITY)
+      return;
+    if (a == -INFINITY) {
+      for (int64_t e = 0; e < d; ++e)
+        out[e] = in[e];
+      lse[at] = static_cast<float>(b);
+      return;
+    }
+    const double m = a > b ? a : b;
+    const double l = m + ::log(::exp(a - m) + ::exp(b - m));
+    const double wa = ::exp(a - l), wb = ::exp(b - l);
+    for (int64_t e = 0; e < d; ++e)
+      out[e] = static_cast<float>(wa * out[e] + wb * in[e]);
+    lse[at] = static_cast<float>(l);
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Embedding and vocab-parallel cross-entropy
 //===----------------------------------------------------------------------===//

@@ -216,6 +216,8 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
   ctx.shardedMoments =
       state->config->distributedOptimizer && state->dpcpGroup.size() > 1;
+  ctx.ringCp = state->topo->isLanguage && state->config->parallel.ringCp();
+  ctx.ringTag = tagOf(kRing, static_cast<int64_t>(m), 0);
   ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
   ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
   ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
@@ -251,6 +253,14 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
 }
 
 void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
+  // Ring CP's transfers on a channel of their own (the language module's:
+  // the tag channel after every module's buckets').
+  if (overlap.channels && overlap.bucketBytes > 0 &&
+      m.stage->context().ringCp) {
+    m.ringChannel =
+        overlap.channels(1 + static_cast<int64_t>(topo.modules.size()));
+    m.stage->useRingChannel(m.ringChannel.get());
+  }
   if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
     return;
   int64_t microbatches = 0;

@@ -33,7 +33,14 @@ using Clock = std::chrono::steady_clock;
 using Key = std::pair<size_t, int64_t>; // (module or bridge, microbatch)
 
 /// Message tags: kind, module/bridge, microbatch.
-enum TagKind : int64_t { kAct = 1, kGrad = 2, kBridge = 3, kBridgeGrad = 4 };
+/// kRing: ring CP's keys, values and their gradients (model/RingAttention.h).
+enum TagKind : int64_t {
+  kAct = 1,
+  kGrad = 2,
+  kBridge = 3,
+  kBridgeGrad = 4,
+  kRing = 5
+};
 inline int64_t tagOf(TagKind kind, int64_t index, int64_t mb) {
   static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384,
                 "the limits must fit the tag's 10 and 14 bits");
@@ -81,6 +88,8 @@ struct ModuleState {
   /// destroyed before the gradients it writes.
   std::unique_ptr<comm::Channel> channel;
   std::unique_ptr<BucketedReduction> reduction;
+  /// Ring CP's transfers, overlapped with the attention (null: blocking).
+  std::unique_ptr<comm::Channel> ringChannel;
   /// What AdamW updates and how, and what stays frozen.
   ParamGroups groups;
   /// The distributed optimizer (exec/OptimizerShards.h): this member's

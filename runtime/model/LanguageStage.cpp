@@ -190,7 +190,21 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     kseg.push_back(lane.segments[static_cast<size_t>(t)]);
   }
   m.qpos = indices(qpos);
-  m.attention = attentionPlan(qpos, qseg, kpos, kseg, true);
+  if (ctx.ringCp) {
+    // Ring CP: the queries against each CP rank's keys (its shard of the
+    // concatenation), the blocks that travel (model/RingAttention.h).
+    const size_t rows = c.tokens.cp.size();
+    for (int64_t r = 0; r < ctx.cp; ++r) {
+      const auto from = static_cast<std::ptrdiff_t>(rows * size_t(r));
+      const auto to = from + static_cast<std::ptrdiff_t>(rows);
+      m.blocks.push_back(attentionPlan(
+          qpos, qseg,
+          std::vector<int64_t>(kpos.begin() + from, kpos.begin() + to),
+          std::vector<int64_t>(kseg.begin() + from, kseg.begin() + to), true));
+    }
+  } else {
+    m.attention = attentionPlan(qpos, qseg, kpos, kseg, true);
+  }
   int64_t H = hiddenSize;
   if (static_cast<int64_t>(input.size()) != m.localRows * H)
     throw std::runtime_error(

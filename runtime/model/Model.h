@@ -25,6 +25,7 @@
 #ifndef MIMO_RUNTIME_MODEL_MODEL_H
 #define MIMO_RUNTIME_MODEL_MODEL_H
 
+#include "runtime/comm/Channel.h"
 #include "runtime/comm/Comm.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
@@ -110,6 +111,12 @@ struct StageContext {
   /// (exec/OptimizerShards.h): the stage keeps none (FlatParams m and v,
   /// each Param's m and v empty).
   bool shardedMoments = false;
+  /// docs/model-json.md `cp_comm` "ring" with cp > 1 (model/RingAttention.h):
+  /// keys and values pass around the CP group, as messages of `ringTag`,
+  /// on `ringChannel` when the rank has one (null: blocking).
+  bool ringCp = false;
+  int64_t ringTag = 0;
+  comm::Channel *ringChannel = nullptr;
   std::vector<int64_t> tpGroup, cpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
@@ -158,6 +165,8 @@ public:
   /// starts from). Null: nobody listens.
   using GradsDone = std::function<void(const std::vector<size_t> &)>;
   void onGradsDone(GradsDone hook) { gradsDoneHook = std::move(hook); }
+  /// Ring CP's transfers on `channel` (StageContext::ringChannel).
+  void useRingChannel(comm::Channel *channel) { ctx.ringChannel = channel; }
 
 protected:
   explicit Stage(StageContext ctx);

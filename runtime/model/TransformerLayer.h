@@ -11,6 +11,7 @@
 
 #include "runtime/model/Model.h"
 #include "runtime/model/ModelOps.h"
+#include "runtime/model/RingAttention.h"
 
 #include <algorithm>
 
@@ -22,7 +23,10 @@ using namespace ops;
 struct LayerMeta {
   int64_t localRows = 0, cpRows = 0, keyRows = 0;
   Tensor qpos; // of the queries (RoPE)
+  /// The queries against every key (all_gather), or against each CP
+  /// rank's keys in turn (ring: blocks[r], RingAttention.h).
   AttentionPlan attention;
+  std::vector<AttentionPlan> blocks;
   const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
@@ -123,7 +127,6 @@ private:
 
   Tensor compute(LayerCache &c, Tensor x, const LayerMeta &m) {
     Device &dev = *ctx.dev;
-    comm::Comm &comm = *ctx.comm;
     int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
@@ -135,24 +138,10 @@ private:
     c.q = queryOrKey(c.hf, wq, b.q, m, headsLocal);
     c.k = queryOrKey(c.hf, wk, b.k, m, kvHeadsLocal);
     c.v = projected(c.hf, wv, b.v, Tc, H, KVl);
-    if (ctx.cp > 1) {
-      c.keys = gatherRows(comm, ctx.cpGroup, c.k);
-      c.values = gatherRows(comm, ctx.cpGroup, c.v);
-    }
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
-    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
-    c.a = Tensor::empty(Tc * Hl, c.q.dtype());
-    c.lse = empty(headsLocal * Tc);
-    if (Tc > 0 && ctx.bf16)
-      dev.attentionForwardBf16(c.q.data<uint16_t>(), K.data<uint16_t>(),
-                               V.data<uint16_t>(), c.a.data<uint16_t>(),
-                               c.lse.data(), m.attention.view(), headsLocal,
-                               headDim);
-    else if (Tc > 0)
-      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
-                           c.lse.data(), m.attention.view(), headsLocal,
-                           headDim);
+    if (ctx.ringCp)
+      ringAttentionForward(ring(), m.blocks, c.q, c.k, c.v, Tc, c.a, c.lse);
+    else
+      gatheredAttention(c, m);
     c.x1 = residual(c.x, rowParallelLinear(c.a, wo, b.o, Tc, Hl, sp));
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
@@ -169,8 +158,7 @@ private:
   /// The backward from a full cache.
   Tensor backwardFrom(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
     Device &dev = *ctx.dev;
-    comm::Comm &comm = *ctx.comm;
-    int64_t Tl = m.localRows, Tc = m.cpRows, Tk = m.keyRows;
+    int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     // Under bf16 every gradient a GEMM reads is bf16 bits, made once (packed,
     // or written so by the kernel that makes it): the two GEMMs that read it
@@ -219,36 +207,20 @@ private:
                               /*transW=*/true);
     matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, WG(wo), Tc,
                    Hl, H);
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
-    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
-    // Without queries no key gets a gradient.
-    Tensor dq = empty(Tc * Hl);
-    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
-    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
-    if (Tc > 0 && ctx.bf16)
-      dev.attentionBackwardBf16(
-          c.q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
-          c.a.data<uint16_t>(), c.lse.data(), da.data<uint16_t>(), dq.data(),
-          dK.data(), dV.data(), m.attention.view(), headsLocal, headDim);
-    else if (Tc > 0)
-      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
-                            c.lse.data(), da.data(), dq.data(), dK.data(),
-                            dV.data(), m.attention.view(), headsLocal, headDim);
+    // dq of the rank's queries, dk and dv of its keys (summed over every
+    // CP rank's queries), grouped (GQA) and fp32.
+    Tensor dq, dK, dV;
+    if (ctx.ringCp)
+      ringAttentionBackward(ring(), m.blocks, c.q, c.k, c.v, c.a, c.lse, da, Tc,
+                            dq, dK, dV);
+    else
+      gatheredAttentionBackward(c, m, da, dq, dK, dV);
     // The saved q and k are rotated: their gradients are rotated back (the
     // weight gradients need the inputs, which hf holds, so nothing else to
     // undo).
-    // GQA: each group's gradient sums its heads' (before CP sums the
-    // ranks' over the gathered rows).
-    dK = perGroup(std::move(dK), Tk);
-    dV = perGroup(std::move(dV), Tk);
     dq = rotatedStored(std::move(dq), m, language, true, headsLocal);
-    Tensor dk = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dK)
-                                         : std::move(dK),
-                              m, language, true, kvHeadsLocal);
-    Tensor dv = rotatedStored(ctx.cp > 1 ? scatterRows(comm, ctx.cpGroup, dV)
-                                         : std::move(dV),
-                              m, false, false, kvHeadsLocal);
+    Tensor dk = rotatedStored(std::move(dK), m, language, true, kvHeadsLocal);
+    Tensor dv = rotatedStored(std::move(dV), m, false, false, kvHeadsLocal);
     biasGrad(dq, b.q, Tc, Hl);
     biasGrad(dk, b.k, Tc, KVl);
     biasGrad(dv, b.v, Tc, KVl);
@@ -324,6 +296,82 @@ private:
     dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows, heads,
                  headDim, inverse, rope);
     return bits;
+  }
+
+  /// Attention over every CP rank's keys and values, all-gathered (cp_comm
+  /// "all_gather"; the rank's own without CP): c.a and c.lse.
+  void gatheredAttention(LayerCache &c, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    const int64_t Tc = m.cpRows;
+    if (ctx.cp > 1) {
+      c.keys = gatherRows(*ctx.comm, ctx.cpGroup, c.k);
+      c.values = gatherRows(*ctx.comm, ctx.cpGroup, c.v);
+    }
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
+    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
+    c.a = Tensor::empty(Tc * Hl, c.q.dtype());
+    c.lse = empty(headsLocal * Tc);
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionForwardBf16(c.q.data<uint16_t>(), K.data<uint16_t>(),
+                               V.data<uint16_t>(), c.a.data<uint16_t>(),
+                               c.lse.data(), m.attention.view(), headsLocal,
+                               headDim);
+    else if (Tc > 0)
+      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
+                           c.lse.data(), m.attention.view(), headsLocal,
+                           headDim);
+  }
+  /// Its backward from da: dq, and dk, dv of the rank's own keys (the CP
+  /// ranks' gradients of the gathered rows reduce-scattered), grouped.
+  void gatheredAttentionBackward(LayerCache &c, const LayerMeta &m,
+                                 const Tensor &da, Tensor &dq, Tensor &dk,
+                                 Tensor &dv) {
+    Device &dev = *ctx.dev;
+    const int64_t Tc = m.cpRows, Tk = m.keyRows;
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
+    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
+    // Without queries no key gets a gradient.
+    dq = empty(Tc * Hl);
+    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
+    if (Tc > 0 && ctx.bf16)
+      dev.attentionBackwardBf16(
+          c.q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
+          c.a.data<uint16_t>(), c.lse.data(), da.data<uint16_t>(), dq.data(),
+          dK.data(), dV.data(), m.attention.view(), headsLocal, headDim);
+    else if (Tc > 0)
+      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
+                            c.lse.data(), da.data(), dq.data(), dK.data(),
+                            dV.data(), m.attention.view(), headsLocal, headDim);
+    // GQA: each group's gradient sums its heads' (before CP sums the
+    // ranks' over the gathered rows).
+    dK = perGroup(std::move(dK), Tk);
+    dV = perGroup(std::move(dV), Tk);
+    dk = ctx.cp > 1 ? scatterRows(*ctx.comm, ctx.cpGroup, dK) : std::move(dK);
+    dv = ctx.cp > 1 ? scatterRows(*ctx.comm, ctx.cpGroup, dV) : std::move(dV);
+  }
+  /// This rank's place in the CP ring (ctx.ringCp).
+  Ring ring() const {
+    Ring r;
+    r.dev = ctx.dev;
+    r.comm = ctx.comm;
+    r.channel = ctx.ringChannel;
+    r.group = ctx.cpGroup;
+    r.own = ctx.cpRank;
+    r.tag = ctx.ringTag;
+    r.bf16 = ctx.bf16;
+    r.heads = headsLocal;
+    r.headDim = headDim;
+    r.perHead = [this](const Tensor &grouped,
+                       Tensor &storage) -> const Tensor & {
+      return perHead(grouped, storage);
+    };
+    r.perGroup = [this](Tensor grad, int64_t rows) {
+      return perGroup(std::move(grad), rows);
+    };
+    return r;
   }
 
   /// Keys or values [rows, KV groups x d] as attention reads them, one

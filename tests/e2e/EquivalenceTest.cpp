@@ -21,6 +21,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -428,6 +429,72 @@ TEST(Checkpoint, ReshardsTheDistributedOptimizer) {
   std::filesystem::remove_all(dir);
 }
 
+/// docs/model.md "Context parallelism": cp_comm "ring" computes what
+/// "all_gather" does, only the order of the softmax's sums differing
+/// (losses and gradient norms within 1e-6 in fp32; bf16 rounds each
+/// block's output once more, within bf16's 1e-2), with SP, GQA over cp 4
+/// and THD packing over CP x DP, its transfers blocking or on a channel;
+/// its largest rank keeps less than all_gather's.
+TEST(RingCp, EqualsAllGatherAndKeepsLess) {
+  json cp4 = test::llama3Like(example("lm-cp2-sp.json"), 2);
+  cp4["modules"][1]["parallel"]["cp"] = 4;
+  json bf16 = example("lm-cp2-sp.json");
+  bf16["precision"] = "bf16";
+  for (const auto &[name, model, tolerance] :
+       {std::tuple<const char *, json, double>{"cp2 with sp",
+                                               example("lm-cp2-sp.json"), 1e-6},
+        {"cp4, gqa", cp4, 1e-6},
+        {"thd, cp2 x dp2", example("packed-thd.json"), 1e-6},
+        {"bf16", bf16, 1e-2}}) {
+    SCOPED_TRACE(name);
+    json gathered = model;
+    gathered["modules"][1]["parallel"]["cp_comm"] = "all_gather";
+    exec::RunOptions options;
+    options.steps = 3;
+    options.timeoutSeconds = 120;
+    options.overlap = false;
+    exec::RunResult all = exec::runLocal(planOf(gathered), options);
+    ASSERT_EQ(all.exitCode, 0) << all.error;
+    for (bool channel : {false, true}) {
+      SCOPED_TRACE(channel ? "on a channel" : "blocking");
+      options.overlap = channel;
+      exec::RunResult ring = exec::runLocal(planOf(model), options);
+      ASSERT_EQ(ring.exitCode, 0) << ring.error;
+      ASSERT_EQ(ring.steps.size(), 3u);
+      for (size_t s = 0; s < 3; ++s) {
+        EXPECT_LE(relative(ring.steps[s].loss, all.steps[s].loss), tolerance)
+            << "step " << s + 1;
+        EXPECT_LE(relative(ring.steps[s].gradNorm, all.steps[s].gradNorm),
+                  tolerance)
+            << "step " << s + 1;
+      }
+    }
+  }
+  // Long sequences: a text-only model of 4096 tokens a sample over cp 4,
+  // where a layer's gathered keys and values outweigh the rest.
+  json longText = json::parse(R"({
+    "version": 1, "name": "long", "seed": 5,
+    "batch": {"micro_batch_size": 1, "num_microbatches": 1,
+              "seq_length": 4096},
+    "modules": [{"name": "language", "kind": "language",
+                 "arch": {"vocab_size": 256, "hidden_size": 64,
+                          "num_layers": 4, "num_heads": 2,
+                          "ffn_hidden_size": 128},
+                 "parallel": {"cp": 4}}],
+    "data": {"source": "synthetic", "text_only_fraction": 1.0},
+    "train": {"steps": 1}})");
+  exec::RunOptions options;
+  options.steps = 1;
+  options.timeoutSeconds = 120;
+  exec::RunResult ring = exec::runLocal(planOf(longText), options);
+  longText["modules"][0]["parallel"]["cp_comm"] = "all_gather";
+  exec::RunResult all = exec::runLocal(planOf(longText), options);
+  ASSERT_EQ(ring.exitCode, 0) << ring.error;
+  ASSERT_EQ(all.exitCode, 0) << all.error;
+  EXPECT_LE(relative(ring.steps[0].loss, all.steps[0].loss), 1e-6);
+  EXPECT_LT(ring.steps[0].peakBytes, all.steps[0].peakBytes);
+}
+
 /// docs/data.md "Order": the samples of a step depend on the seed, the
 /// global batch and the step only. Three layouts, each with its global
 /// batch of 32 split as 8 x 4 and 4 x 8, train as the 8 x 4 run;
@@ -645,12 +712,20 @@ void runTwoSteps(const Plan &plan, exec::RunOptions options,
   ASSERT_EQ(run.steps.size(), 2u);
 }
 
-/// The same losses and gradient norms, bit for bit, step by step.
-void expectSameSteps(const exec::RunResult &a, const exec::RunResult &b) {
+/// The same losses and gradient norms, bit for bit, step by step; the
+/// norms within `normTolerance` (relative) when it is not 0.
+void expectSameSteps(const exec::RunResult &a, const exec::RunResult &b,
+                     double normTolerance = 0) {
   ASSERT_EQ(a.steps.size(), b.steps.size());
   for (size_t s = 0; s < a.steps.size(); ++s) {
     EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "step " << s + 1;
-    EXPECT_EQ(a.steps[s].gradNorm, b.steps[s].gradNorm) << "step " << s + 1;
+    if (normTolerance > 0) {
+      EXPECT_LE(relative(a.steps[s].gradNorm, b.steps[s].gradNorm),
+                normTolerance)
+          << "step " << s + 1;
+    } else {
+      EXPECT_EQ(a.steps[s].gradNorm, b.steps[s].gradNorm) << "step " << s + 1;
+    }
   }
 }
 
@@ -817,7 +892,11 @@ TEST(NcclOrder, EveryLayoutPairsItsMessagesInPostingOrder) {
     options.overlap = true;
     options.gradBucketBytes = 4096;
     ASSERT_NO_FATAL_FAILURE(runTwoSteps(plan, options, inOrder));
-    expectSameSteps(inOrder, byTag);
+    // The distributed optimizer's norm sums each member's pieces, which
+    // the buckets cut: in another order than without them.
+    expectSameSteps(inOrder, byTag,
+                    layout.name.find("Distributed") != std::string::npos ? 1e-12
+                                                                         : 0);
   }
 }
 

@@ -594,6 +594,27 @@ public:
                 d.sumKvGroups(p.in[0], p.out[0], rows, groups, repeat, dim);
               });
     }
+    // Ring attention's merge of two key blocks' outputs: rows whose block
+    // saw no key (lse -inf) on either side.
+    for (Dims s :
+         {Dims{1, 1, 1, 0}, Dims{37, 4, 64, 0}, Dims{300, 8, 128, 0}}) {
+      int64_t rows = s.a, heads = s.b, dim = s.c;
+      std::vector<float> lse = random(rows * heads, -3, 3),
+                         lseb = random(rows * heads, -3, 3);
+      for (size_t i = 0; i < lse.size(); i += 7)
+        lse[i] = -INFINITY;
+      for (size_t i = 3; i < lseb.size(); i += 5)
+        lseb[i] = -INFINITY;
+      Io io;
+      io.in = {random(rows * heads * dim), lseb};
+      io.inout = {random(rows * heads * dim), lse};
+      compare("attention merge " + std::to_string(rows) + "x" +
+                  std::to_string(heads) + "x" + std::to_string(dim),
+              io, [=](Device &d, const Ptr &p) {
+                d.attentionMerge(p.inout[0], p.inout[1], p.in[0], p.in[1], rows,
+                                 heads, dim);
+              });
+    }
   }
 
   /// One attention case: positions and segments of queries and keys. bf16:

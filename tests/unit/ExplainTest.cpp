@@ -80,6 +80,8 @@ TEST(ExplainTest, FanInExample) {
   e["modules"][0].erase("recompute_layers");
   EXPECT_EQ(e["modules"][0]["optimizer_shards"], 1);
   e["modules"][0].erase("optimizer_shards");
+  EXPECT_EQ(e["modules"][0]["cp_comm"], "ring"); // the default
+  e["modules"][0].erase("cp_comm");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},

@@ -140,6 +140,18 @@ TEST(ModelConfigTest, PipelineLayersSplitTheStages) {
   EXPECT_EQ(rl.recomputed(1), 1);
   EXPECT_EQ(rl.recomputed(3), 2);
   EXPECT_EQ(toJson(test::requireConfig(parse(canonical))), canonical);
+  // cp_comm round-trips; the default ring stays out.
+  document["modules"][1]["parallel"]["cp_comm"] = "all_gather";
+  ModelConfig gathered = test::requireConfig(parse(document));
+  EXPECT_EQ(gathered.language().parallel.cpComm, "all_gather");
+  EXPECT_EQ(toJson(gathered)["modules"][1]["parallel"]["cp_comm"],
+            "all_gather");
+  document["modules"][1]["parallel"].erase("cp_comm");
+  EXPECT_EQ(test::requireConfig(parse(document)).language().parallel.cpComm,
+            "ring");
+  EXPECT_FALSE(
+      toJson(test::requireConfig(parse(document)))["modules"][1]["parallel"]
+          .contains("cp_comm"));
   // The distributed optimizer round-trips; off, it stays out.
   document["modules"][1]["distributed_optimizer"] = true;
   ModelConfig sharded = test::requireConfig(parse(document));
@@ -270,6 +282,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "recompute_layers applies with recompute \"full\" only"},
         FieldCase{"recompute_layers_negative", "/modules/1/recompute_layers",
                   -1, "/modules/1/recompute_layers", "expected"},
+        FieldCase{"cp_comm_value", "/modules/1/parallel/cp_comm", "p2p",
+                  "/modules/1/parallel/cp_comm",
+                  "expected one of \"ring\" or \"all_gather\""},
         FieldCase{"distributed_optimizer_type",
                   "/modules/1/distributed_optimizer", "yes",
                   "/modules/1/distributed_optimizer", "expected"},

@@ -405,6 +405,10 @@ public:
                    int64_t repeat, int64_t dim) override {
     run(bodies::SumKvGroups{dy, y, rows, groups, repeat, dim});
   }
+  void attentionMerge(float *o, float *lse, const float *ob, const float *lseb,
+                      int64_t rows, int64_t heads, int64_t d) override {
+    run(bodies::AttentionMerge{o, lse, ob, lseb, rows, heads, d});
+  }
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,
                         int64_t n, Gelu kind) override {
     std::vector<float> in = unpacked(x, n);

@@ -274,6 +274,8 @@ public:
                 const RopeSpec &spec) override;
   void repeatKv(DType type, const void *x, void *y, int64_t rows,
                 int64_t groups, int64_t repeat, int64_t dim) override;
+  void attentionMerge(float *o, float *lse, const float *ob, const float *lseb,
+                      int64_t rows, int64_t heads, int64_t d) override;
   void sumKvGroups(const float *dy, float *y, int64_t rows, int64_t groups,
                    int64_t repeat, int64_t dim) override;
   void geluBackwardBf16(const uint16_t *x, const float *dy, uint16_t *dx,

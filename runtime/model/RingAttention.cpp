@@ -1,0 +1,189 @@
+//===- RingAttention.cpp - Context parallelism's ring ---------------------===//
+
+#include "runtime/model/RingAttention.h"
+
+#include <array>
+#include <stdexcept>
+
+namespace mimo::exec {
+
+namespace {
+
+using namespace ops;
+using Request = std::shared_ptr<comm::Request>;
+
+/// One step's transfer: `send` to the next rank of the ring, `recv` from
+/// the previous (the same sizes), posted on the ring's channel or run at
+/// once (then null comes back).
+Request transfer(const Ring &ring, const std::vector<const Tensor *> &send,
+                 const std::vector<Tensor *> &recv, const char *what) {
+  const int64_t n = static_cast<int64_t>(ring.group.size());
+  const int64_t next = ring.group[static_cast<size_t>((ring.own + 1) % n)];
+  const int64_t prev = ring.group[static_cast<size_t>((ring.own + n - 1) % n)];
+  std::vector<comm::P2POp> ops;
+  for (const Tensor *t : send)
+    ops.push_back(
+        {true, next, ring.tag, const_cast<void *>(t->raw()), t->bytes()});
+  for (Tensor *t : recv)
+    ops.push_back({false, prev, ring.tag, t->raw(), t->bytes()});
+  if (ring.channel)
+    return ring.channel->exchange(std::move(ops), ring.dev->record(), what);
+  ring.comm->exchange(ops);
+  return nullptr;
+}
+
+void finish(const Ring &ring, Request &request) {
+  if (request)
+    request->wait(*ring.dev);
+  request.reset();
+}
+
+/// The attention of q over one block (K, V per head), its output in fp32.
+void attendBlock(const Ring &ring, const device::tiles::PlanView &plan,
+                 const Tensor &q, const Tensor &K, const Tensor &V, int64_t Tq,
+                 Tensor &out, Tensor &lse) {
+  Device &dev = *ring.dev;
+  const int64_t width = ring.heads * ring.headDim;
+  if (!ring.bf16) {
+    out = empty(Tq * width);
+    dev.attentionForward(q.data(), K.data(), V.data(), out.data(), lse.data(),
+                         plan, ring.heads, ring.headDim);
+    return;
+  }
+  Tensor bits = Tensor::empty(Tq * width, device::DType::BF16);
+  dev.attentionForwardBf16(q.data<uint16_t>(), K.data<uint16_t>(),
+                           V.data<uint16_t>(), bits.data<uint16_t>(),
+                           lse.data(), plan, ring.heads, ring.headDim);
+  out = unpackBf16(dev, bits);
+}
+
+} // namespace
+
+void ringAttentionForward(const Ring &ring,
+                          const std::vector<AttentionPlan> &blocks,
+                          const Tensor &q, const Tensor &k, const Tensor &v,
+                          int64_t Tq, Tensor &o, Tensor &lse) {
+  Device &dev = *ring.dev;
+  const int64_t n = static_cast<int64_t>(ring.group.size());
+  if (static_cast<int64_t>(blocks.size()) != n)
+    throw std::logic_error("ring attention: " + std::to_string(blocks.size()) +
+                           " block plans for a ring of " + std::to_string(n));
+  lse = empty(ring.heads * Tq);
+  if (Tq == 0) { // every rank of the ring alike: equal shards
+    o = Tensor::empty(0, q.dtype());
+    return;
+  }
+  // The block in hand and the one arriving (two remote blocks at most).
+  std::array<Tensor, 2> bufK, bufV;
+  for (size_t b = 0; b < 2 && b + 1 < static_cast<size_t>(n); ++b) {
+    bufK[b] = Tensor::empty(k.size(), k.dtype());
+    bufV[b] = Tensor::empty(v.size(), v.dtype());
+  }
+  const Tensor *curK = &k, *curV = &v;
+  Tensor acc, part, partLse = empty(ring.heads * Tq);
+  for (int64_t s = 0; s < n; ++s) {
+    Tensor *nextK = &bufK[static_cast<size_t>(s % 2)];
+    Tensor *nextV = &bufV[static_cast<size_t>(s % 2)];
+    Request request;
+    if (s + 1 < n)
+      request = transfer(ring, {curK, curV}, {nextK, nextV},
+                         "ring attention: keys and values");
+    const int64_t block = (ring.own - s + n) % n;
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = ring.perHead(*curK, repeatedK);
+    const Tensor &V = ring.perHead(*curV, repeatedV);
+    const device::tiles::PlanView plan =
+        blocks[static_cast<size_t>(block)].view();
+    if (s == 0) {
+      attendBlock(ring, plan, q, K, V, Tq, acc, lse);
+    } else {
+      attendBlock(ring, plan, q, K, V, Tq, part, partLse);
+      dev.attentionMerge(acc.data(), lse.data(), part.data(), partLse.data(),
+                         Tq, ring.heads, ring.headDim);
+    }
+    finish(ring, request);
+    curK = nextK;
+    curV = nextV;
+  }
+  o = ring.bf16 ? packBf16(dev, acc) : std::move(acc);
+}
+
+void ringAttentionBackward(const Ring &ring,
+                           const std::vector<AttentionPlan> &blocks,
+                           const Tensor &q, const Tensor &k, const Tensor &v,
+                           const Tensor &o, const Tensor &lse,
+                           const Tensor &dout, int64_t Tq, Tensor &dq,
+                           Tensor &dk, Tensor &dv) {
+  Device &dev = *ring.dev;
+  const int64_t n = static_cast<int64_t>(ring.group.size());
+  const int64_t width = ring.heads * ring.headDim;
+  dq = zeros(Tq * width);
+  if (Tq == 0) {
+    dk = zeros(k.size());
+    dv = zeros(v.size());
+    return;
+  }
+  std::array<Tensor, 2> bufK, bufV, sumK, sumV;
+  for (size_t b = 0; b < 2; ++b) {
+    if (b + 1 < static_cast<size_t>(n)) {
+      bufK[b] = Tensor::empty(k.size(), k.dtype());
+      bufV[b] = Tensor::empty(v.size(), v.dtype());
+    }
+    sumK[b] = empty(k.size());
+    sumV[b] = empty(v.size());
+  }
+  // Each block's dk and dv travel with it, summed by every rank it meets,
+  // and come home after the last step.
+  Tensor ownSumK = zeros(k.size()), ownSumV = zeros(v.size());
+  const Tensor *curK = &k, *curV = &v;
+  Tensor *curSumK = &ownSumK, *curSumV = &ownSumV;
+  Request sums; // the sums of the block in hand, arriving
+  Tensor dqPart = empty(Tq * width);
+  for (int64_t s = 0; s < n; ++s) {
+    Tensor *nextK = &bufK[static_cast<size_t>(s % 2)];
+    Tensor *nextV = &bufV[static_cast<size_t>(s % 2)];
+    Request keys;
+    if (s + 1 < n)
+      keys = transfer(ring, {curK, curV}, {nextK, nextV},
+                      "ring attention backward: keys and values");
+    const int64_t block = (ring.own - s + n) % n;
+    Tensor repeatedK, repeatedV;
+    const Tensor &K = ring.perHead(*curK, repeatedK);
+    const Tensor &V = ring.perHead(*curV, repeatedV);
+    const device::tiles::PlanView plan =
+        blocks[static_cast<size_t>(block)].view();
+    Tensor dK = empty(Tq * width), dV = empty(Tq * width);
+    if (ring.bf16)
+      dev.attentionBackwardBf16(
+          q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
+          o.data<uint16_t>(), lse.data(), dout.data<uint16_t>(), dqPart.data(),
+          dK.data(), dV.data(), plan, ring.heads, ring.headDim);
+    else
+      dev.attentionBackward(q.data(), K.data(), V.data(), o.data(), lse.data(),
+                            dout.data(), dqPart.data(), dK.data(), dV.data(),
+                            plan, ring.heads, ring.headDim);
+    dev.add(device::DType::F32, dq.data(), dq.data(), dqPart.data(),
+            Tq * width);
+    Tensor groupedK = ring.perGroup(std::move(dK), Tq);
+    Tensor groupedV = ring.perGroup(std::move(dV), Tq);
+    finish(ring, sums);
+    dev.add(device::DType::F32, curSumK->data(), curSumK->data(),
+            groupedK.data(), k.size());
+    dev.add(device::DType::F32, curSumV->data(), curSumV->data(),
+            groupedV.data(), v.size());
+    Tensor *nextSumK = &sumK[static_cast<size_t>(s % 2)];
+    Tensor *nextSumV = &sumV[static_cast<size_t>(s % 2)];
+    sums = transfer(ring, {curSumK, curSumV}, {nextSumK, nextSumV},
+                    "ring attention backward: key and value gradients");
+    finish(ring, keys);
+    curK = nextK;
+    curV = nextV;
+    curSumK = nextSumK;
+    curSumV = nextSumV;
+  }
+  finish(ring, sums);
+  dk = std::move(*curSumK);
+  dv = std::move(*curSumV);
+}
+
+} // namespace mimo::exec
