@@ -48,7 +48,8 @@ ZERO_MODEL = {
     "data": {"source": "synthetic", "text_only_fraction": 1.0},
     "train": {"steps": 6},
 }
-ZERO_GRIDS = [("dp 4", {"dp": 4}), ("cp 2 x dp 2", {"cp": 2, "dp": 2})]
+ZERO_GRIDS = [("dp 4", {"dp": 4}, "fp32"), ("cp 2 x dp 2", {"cp": 2, "dp": 2}, "fp32"),
+              ("dp 4, bf16", {"dp": 4}, "bf16")]
 VARIANTS = [("none", None), ("selective", None), ("full, 8 of 16 layers", 8),
             ("full", -1)]
 
@@ -149,19 +150,20 @@ def distributed_optimizer(mimoc, run, rounds):
         " `peak_bytes` (the largest rank) beside the plan's; step: the median"
         f" (after two of 6 steps) over {rounds} rounds taken in turn.", "",
         "| grid | optimizer | optimizer bytes / rank (plan) | sharded / replicated |"
-        " peak (measured) | peak (plan) | step | step / replicated | losses |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        " weights / rank (plan) | peak (measured) | peak (plan) | step | step / replicated | losses |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     ok = True
     params = 0
     drops = []
     with tempfile.TemporaryDirectory() as work:
-        for grid_label, grid in ZERO_GRIDS:
+        for grid_label, grid, precision in ZERO_GRIDS:
             plans = {}
             for sharded in (False, True):
                 model = json.loads(json.dumps(ZERO_MODEL))
                 lm = model["modules"][0]
                 lm["parallel"] = grid
+                model["precision"] = precision
                 if sharded:
                     lm["distributed_optimizer"] = True
                 path = os.path.join(work, f"zero{len(plans)}.json")
@@ -186,6 +188,7 @@ def distributed_optimizer(mimoc, run, rounds):
                     peaks[sharded] = max(l["peak_bytes"] for l in got)
                     steps[sharded] = got
             optimizer = {k: max(m["optimizer_bytes"] for m in plans[k][1]) for k in plans}
+            weights = {k: max(m["param_bytes"] for m in plans[k][1]) for k in plans}
             plan_peak = {k: max(m["total_bytes"] for m in plans[k][1]) for k in plans}
             ratio = optimizer[True] / optimizer[False]
             same = all(a["loss"] == b["loss"] and
@@ -196,24 +199,29 @@ def distributed_optimizer(mimoc, run, rounds):
                 members *= n
             ok = ok and same and abs(ratio - 1 / members) < 0.01
             drops.append((grid_label, (peaks[False] - peaks[True]) / mib,
-                          (optimizer[False] - optimizer[True]) / mib))
+                          (optimizer[False] - optimizer[True]) / mib,
+                          (weights[False] - weights[True]) / mib))
             for sharded in (False, True):
                 lines.append(
                     f"| {grid_label} | {'sharded' if sharded else 'replicated'} | "
                     f"{optimizer[sharded] / mib:.1f} MiB | "
                     f"{optimizer[sharded] / optimizer[False]:.3f} | "
+                    f"{weights[sharded] / mib:.1f} MiB | "
                     f"{peaks[sharded] / mib:.1f} MiB | {plan_peak[sharded] / mib:.1f} MiB | "
                     f"{median(times[sharded]) * 1e3:.0f} ms | "
                     f"{median(times[sharded]) / median(times[False]):.2f} | "
                     f"{'-' if not sharded else ('equal' if same else 'DIFFER')} |")
     lines[2] = lines[2].format(params=params)
+    bf16 = [d for d in drops if "bf16" in d[0]]
     lines += ["", "Each rank keeps 1/(dp·cp) of the AdamW moments (the pieces of"
-              " each reduced range differ by at most a value). The measured peak"
-              " falls by " + ", ".join(f"{d:.0f} MiB at {g}" for g, d, _ in drops) +
-              f", the moments by {drops[0][2]:.0f} MiB: the rest is the CPU's"
-              " reduce-scatter, which stages one piece from each member where"
-              " the all-reduce staged whole buffers (the memory plan counts"
-              " both).", ""]
+              " each reduced range differ by at most a value), and under bf16 of"
+              " the fp32 masters. The measured peak falls by " +
+              ", ".join(f"{d:.0f} MiB at {g}" for g, d, _, _ in drops) +
+              f"; the moments by {drops[0][2]:.0f} MiB" +
+              (f" (and the bf16 masters by {bf16[0][3]:.0f} MiB)" if bf16 else "") +
+              ": the rest is the CPU's reduce-scatter, which stages one piece"
+              " from each member where the all-reduce staged whole buffers (the"
+              " memory plan counts both).", ""]
     return lines, ok
 
 

@@ -33,15 +33,16 @@ MODEL = {
 
 
 def attention_bytes(mode, seq):
-    """Bytes of keys and values (fp32) a rank holds for its attention: the
-    layers' kept blocks and, in the backward, the gathered rows' gradients
-    (all_gather) or the blocks in flight and their travelling sums (ring)."""
+    """Bytes of keys and values (fp32) a rank holds for its attention:
+    (kept for the backward by every layer, in flight during one layer's
+    backward: the gathered rows' gradients (all_gather), or two remote
+    blocks, the two travelling sums and a block's dq, dk, dv (ring))."""
     arch = MODEL["modules"][0]["arch"]
     layers, hidden = arch["num_layers"], arch["hidden_size"]
     local = seq // CP
     if mode == "all_gather":
-        return 4 * (layers * 2 * seq * hidden + 2 * seq * hidden)
-    return 4 * (layers * 2 * local * hidden + 4 * local * hidden + 6 * local * hidden)
+        return 4 * layers * 2 * seq * hidden, 4 * 2 * seq * hidden
+    return 4 * layers * 2 * local * hidden, 4 * (4 + 4 + 3) * local * hidden
 
 
 def main():
@@ -90,17 +91,18 @@ def main():
         "`python3 bench/ring_cp.py`: a 2-layer language model (hidden 128, 4 heads,"
         f" FFN 256, vocabulary 256) over cp {CP} (local backend, one thread a rank),"
         " one sample a step, 2 steps. Peak: mimo-run's `peak_bytes` (the largest"
-        " rank) and the memory plan's (`mimoc explain`); K/V a rank holds: the"
-        " keys and values kept for the backward and in flight (fp32); step: the"
-        " second step, beside `mimoc simulate --profile cpu`.", "",
-        "| sequence | cp_comm | peak (measured) | peak (plan) | K/V a rank holds |"
+        " rank) and the memory plan's (`mimoc explain`); K/V kept: the keys and"
+        " values every layer keeps for its backward; in flight: what one layer's"
+        " backward adds (fp32, computed from the shapes); step: the second step,"
+        " beside `mimoc simulate --profile cpu`.", "",
+        "| sequence | cp_comm | peak (measured) | peak (plan) | K/V kept | K/V in flight |"
         " step (measured) | step (simulate) | losses |",
-        "|---:|---|---:|---:|---:|---:|---:|---|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for seq, mode, peak, planned, kv, step, predicted, same in rows:
+    for seq, mode, peak, planned, (kept, flight), step, predicted, same in rows:
         lines.append(f"| {seq} | {mode} | {peak / mib:.1f} MiB | {planned / mib:.1f} MiB | "
-                     f"{kv / mib:.1f} MiB | {step:.2f} s | {predicted:.2f} s | "
-                     f"{'within 1e-6' if same else 'DIFFER'} |")
+                     f"{kept / mib:.1f} MiB | {flight / mib:.1f} MiB | {step:.2f} s | "
+                     f"{predicted:.2f} s | {'within 1e-6' if same else 'DIFFER'} |")
     for seq in args.lengths:
         pair = {r[1]: r for r in rows if r[0] == seq}
         lines.append("")
@@ -108,8 +110,8 @@ def main():
             f"At {seq} tokens the ring's largest rank peaks "
             f"{(pair['all_gather'][2] - pair['ring'][2]) / mib:.1f} MiB lower "
             f"(plan: {(pair['all_gather'][3] - pair['ring'][3]) / mib:.1f} MiB); "
-            f"the keys and values it holds fall "
-            f"{pair['all_gather'][4] / pair['ring'][4]:.1f}x.")
+            f"the keys and values its layers keep fall "
+            f"{pair['all_gather'][4][0] / pair['ring'][4][0]:.1f}x (cp {CP}).")
     lines.append("")
     text = "\n".join(lines)
     print(text)

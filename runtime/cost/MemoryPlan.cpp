@@ -97,11 +97,10 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // logits and their gradient (cost/MemoryPlan.h logitChunkRows; bf16
   // under bf16), with their statistics.
   // The ring's backward: a block's dq, dk and dv, the sums of the block in
-  // hand and of the one arriving and the rank's own, and two blocks of keys
-  // and values.
+  // hand and of the one arriving, and two blocks of keys and values.
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
                         (gathered ? 2 * T * Hl : 0) +
-                        (ring ? 3 * Tc * Hl + 6 * Tc * KVl : 0)) +
+                        (ring ? 3 * Tc * Hl + 4 * Tc * KVl : 0)) +
               keptBytes(bf16) *
                   ((selective ? 3 : 2) * Tc * Fl + (ring ? 4 * Tc * KVl : 0)) +
               (recomputed > 0 ? layer : 0);
@@ -233,10 +232,15 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           RankMemory &r = ranks[static_cast<size_t>(rank)];
           r.params = saturatingAdd(r.params, params);
           r.trainableParams = saturatingAdd(r.trainableParams, trainableParams);
-          // bf16: fp32 masters plus their working copy in bf16 (2 bytes).
-          double copies = config.precision == "bf16" ? 1.5 : 1.0;
-          r.paramBytes =
-              saturatingAdd(r.paramBytes, saturate(values * 4.0 * copies));
+          // bf16: fp32 masters plus their working copy in bf16 (2 bytes);
+          // the distributed optimizer keeps the masters of its piece (and
+          // the frozen ones).
+          const bool bf16 = config.precision == "bf16";
+          const double bytes =
+              !bf16     ? values * 4.0
+              : sharded ? values * 2.0 + 4.0 * (moments + values - trainable)
+                        : values * 6.0;
+          r.paramBytes = saturatingAdd(r.paramBytes, saturate(bytes));
           r.gradBytes =
               saturatingAdd(r.gradBytes, saturate((trainable + scratch) * 4.0));
           r.optimizerBytes =

@@ -38,18 +38,25 @@ HeldParams RankExecutor::heldParams() {
 
 /// Restores parameters and moments from a checkpoint (any layout's).
 void RankExecutor::load(const Checkpoint &checkpoint) {
-  // The distributed optimizer: each member reads the whole moments and
-  // keeps its pieces.
+  // The distributed optimizer: each member reads the whole moments (and
+  // under bf16 the whole masters) and keeps its pieces.
   std::map<size_t, std::vector<Tensor>> whole;
+  std::map<size_t, Tensor> masters;
   for (auto &m : modules)
-    if (m && m->shards)
+    if (m && m->shards) {
       whole[m->index] = wholeMoments(*m, false);
+      if (m->shardedMasters())
+        masters[m->index] = wholeMasters(*m, false);
+    }
   readCheckpointShards(checkpoint, heldParams());
   for (auto &m : modules)
     if (m) {
       if (m->shards)
         keepPieces(*m, whole[m->index]);
-      m->stage->refreshWorking();
+      if (m->shardedMasters())
+        keepMasters(*m, masters[m->index]);
+      else
+        m->stage->refreshWorking();
     }
   dev.synchronize();
 }
@@ -65,8 +72,14 @@ void RankExecutor::loadInits(
     std::vector<Param *> params;
     for (Param &p : m->stage->params())
       params.push_back(&p);
+    Tensor masters;
+    if (m->shardedMasters())
+      masters = wholeMasters(*m, false);
     readModuleWeights(*it->second, params);
-    m->stage->refreshWorking();
+    if (m->shardedMasters())
+      keepMasters(*m, masters);
+    else
+      m->stage->refreshWorking();
   }
   dev.synchronize();
 }
@@ -86,13 +99,20 @@ void RankExecutor::save(const std::string &dir, int64_t step,
     // The distributed optimizer: the members gather the whole moments,
     // which the writers write as if they were their own.
     std::map<size_t, std::vector<Tensor>> whole;
+    std::map<size_t, Tensor> masters;
     for (auto &m : modules)
-      if (m && m->shards)
+      if (m && m->shards) {
         whole[m->index] = wholeMoments(*m, true);
+        if (m->shardedMasters())
+          masters[m->index] = wholeMasters(*m, true);
+      }
     writeCheckpointShards(dir, step, files, heldParams());
     for (auto &m : modules)
-      if (m && m->shards)
+      if (m && m->shards) {
         keepPieces(*m, whole[m->index]);
+        if (m->shardedMasters())
+          keepMasters(*m, masters[m->index]);
+      }
   }
   barrier();
   if (rank == 0) {

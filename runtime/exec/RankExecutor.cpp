@@ -331,6 +331,86 @@ void RankExecutor::setUpShards(ModuleState &m) {
                                                m.groups.trainable);
   m.shardM = Tensor::zeros(dev, m.shards->size());
   m.shardV = Tensor::zeros(dev, m.shards->size());
+  if (!m.stage->context().bf16)
+    return; // the fp32 weights are what the layers compute with
+  // bf16: the fp32 masters of this member's pieces (and the frozen ones,
+  // which never change) stay; the working weights hold the rest.
+  FlatParams &f = m.stage->flat();
+  m.shardValues = Tensor::empty(dev, std::max<int64_t>(m.shards->size(), 1));
+  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = m.shards->piece(i);
+    if (p.end > p.begin)
+      dev.copy(m.shardValues.data() + p.at, f.values.data() + p.begin,
+               (p.end - p.begin) * int64_t(sizeof(float)));
+  }
+  if (f.total > f.trainable) {
+    m.frozenValues = Tensor::empty(dev, f.total - f.trainable);
+    dev.copy(m.frozenValues.data(), f.values.data() + f.trainable,
+             m.frozenValues.bytes());
+  }
+  for (Param &p : m.stage->params())
+    p.value = p.frozen
+                  ? m.frozenValues.view(p.flatBegin - f.trainable, p.size())
+                  : Tensor();
+  dev.synchronize(); // the copies are done before the whole ones go
+  f.values = Tensor();
+}
+
+Tensor RankExecutor::wholeMasters(ModuleState &m, bool gather) {
+  const int64_t trainable = m.stage->flat().trainable;
+  Tensor whole = Tensor::zeros(dev, std::max<int64_t>(trainable, 1));
+  if (gather) {
+    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+      const OptimizerShards::Piece &p = m.shards->piece(i);
+      if (p.end > p.begin)
+        dev.copy(whole.data() + p.begin, m.shardValues.data() + p.at,
+                 (p.end - p.begin) * int64_t(sizeof(float)));
+    }
+    gatherPieces(m, whole.data(), 0, trainable);
+  }
+  for (Param &p : m.stage->params())
+    if (!p.frozen)
+      p.value = whole.view(p.flatBegin, p.size());
+  return whole;
+}
+
+void RankExecutor::keepMasters(ModuleState &m, Tensor &whole) {
+  FlatParams &f = m.stage->flat();
+  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = m.shards->piece(i);
+    if (p.end > p.begin)
+      dev.copy(m.shardValues.data() + p.at, whole.data() + p.begin,
+               (p.end - p.begin) * int64_t(sizeof(float)));
+  }
+  // Every member read the whole values: each makes its working weights.
+  if (f.trainable > 0)
+    dev.packBf16(whole.data(), f.working.data<uint16_t>(), f.trainable);
+  if (f.total > f.trainable)
+    dev.packBf16(m.frozenValues.data(),
+                 f.working.data<uint16_t>() + f.trainable,
+                 f.total - f.trainable);
+  for (Param &p : m.stage->params())
+    if (!p.frozen)
+      p.value = Tensor();
+  dev.synchronize();
+  whole = Tensor();
+}
+
+void RankExecutor::gatherWorking(ModuleState &m) {
+  FlatParams &f = m.stage->flat();
+  uint16_t *working = f.working.data<uint16_t>();
+  const OptimizerShards &shards = *m.shards;
+  for (size_t i = 0; i < shards.ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = shards.piece(i);
+    if (p.end > p.begin)
+      dev.packBf16(m.shardValues.data() + p.at, working + p.begin,
+                   p.end - p.begin);
+  }
+  for (size_t i = 0; i < shards.ranges().size(); ++i) {
+    const ShardRange &r = shards.ranges()[i];
+    comm.allGatherV(m.dpcpGroup, working + shards.piece(i).begin,
+                    pieceCounts(r, shards.members()), working + r.begin);
+  }
 }
 
 void RankExecutor::gatherPieces(ModuleState &m, float *buffer, int64_t begin,

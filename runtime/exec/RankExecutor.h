@@ -97,6 +97,13 @@ struct ModuleState {
   /// stage's flat buffers).
   std::unique_ptr<OptimizerShards> shards;
   Tensor shardM, shardV;
+  /// Under bf16 the fp32 master weights are sharded too: this member's
+  /// pieces (shardValues, the layout of shardM) and the frozen parameters'
+  /// (frozenValues, [trainable, total) of the flat layout, which every
+  /// Param::value of a frozen parameter views); the stage's flat values
+  /// are gone and the trainable parameters' `value` views empty.
+  Tensor shardValues, frozenValues;
+  bool shardedMasters() const { return !shardValues.empty(); }
 };
 
 /// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
@@ -203,6 +210,16 @@ private:
   std::vector<Tensor> wholeMoments(ModuleState &m, bool gather);
   /// Keeps this member's pieces of the whole moments and drops them.
   void keepPieces(ModuleState &m, std::vector<Tensor> &whole);
+  /// Sharded masters: whole fp32 values of the trainable parameters, each
+  /// one's `value` a view of them, gathered from the members' pieces when
+  /// `gather` (a save), else zeros (a load, then keepMasters).
+  Tensor wholeMasters(ModuleState &m, bool gather);
+  /// Keeps this member's pieces of the whole masters, makes the working
+  /// weights from them (and from the frozen masters) and drops them.
+  void keepMasters(ModuleState &m, Tensor &whole);
+  /// Sharded masters after the update: each member's pieces rounded into
+  /// the working weights, which are then gathered.
+  void gatherWorking(ModuleState &m);
 
   ModuleState &module(size_t m);
 

@@ -473,27 +473,35 @@ void RankExecutor::optimizerStep() {
     if (!m)
       continue;
     FlatParams &flat = m->stage->flat();
-    auto update = [&](int64_t begin, int64_t end, float *mom1, float *mom2,
-                      bool decay) {
+    auto update = [&](float *values, int64_t begin, int64_t end, float *mom1,
+                      float *mom2, bool decay) {
       device::AdamWStep group = adam;
       group.lr = adam.lr * m->config->lrMult;
       group.weightDecay = decay ? train.weightDecay : 0.0;
-      dev.adamw(flat.values.data() + begin, flat.grads.data() + begin, mom1,
-                mom2, end - begin, group);
+      dev.adamw(values, flat.grads.data() + begin, mom1, mom2, end - begin,
+                group);
     };
     if (m->shards) {
-      // Each member updates its pieces, then every member gathers them.
+      // Each member updates its pieces, then every member gathers them:
+      // the fp32 weights, or under bf16 the working weights rounded from
+      // the member's masters (half the bytes).
       for (const OptimizerShards::Run &run : m->shards->runs())
-        update(run.begin, run.end, m->shardM.data() + run.at,
+        update(m->shardedMasters() ? m->shardValues.data() + run.at
+                                   : flat.values.data() + run.begin,
+               run.begin, run.end, m->shardM.data() + run.at,
                m->shardV.data() + run.at, run.decay);
-      gatherPieces(*m, flat.values.data(), 0, flat.trainable);
+      if (m->shardedMasters())
+        gatherWorking(*m);
+      else
+        gatherPieces(*m, flat.values.data(), 0, flat.trainable);
     } else {
       for (const OptimizerRun &run : m->groups.trainable)
-        update(run.begin, run.end, flat.m.data() + run.begin,
-               flat.v.data() + run.begin, run.decay);
+        update(flat.values.data() + run.begin, run.begin, run.end,
+               flat.m.data() + run.begin, flat.v.data() + run.begin, run.decay);
     }
     dev.fillZero(flat.grads.raw(), flat.grads.bytes());
-    m->stage->refreshWorking();
+    if (!m->shardedMasters())
+      m->stage->refreshWorking();
   }
 }
 

@@ -129,14 +129,16 @@ void ringAttentionBackward(const Ring &ring,
       bufK[b] = Tensor::empty(k.size(), k.dtype());
       bufV[b] = Tensor::empty(v.size(), v.dtype());
     }
-    sumK[b] = empty(k.size());
-    sumV[b] = empty(v.size());
   }
+  sumK[1] = empty(k.size());
+  sumV[1] = empty(v.size());
   // Each block's dk and dv travel with it, summed by every rank it meets,
-  // and come home after the last step.
-  Tensor ownSumK = zeros(k.size()), ownSumV = zeros(v.size());
+  // and come home after the last step: the sums in hand and those
+  // arriving, in turn.
+  sumK[0] = zeros(k.size());
+  sumV[0] = zeros(v.size());
   const Tensor *curK = &k, *curV = &v;
-  Tensor *curSumK = &ownSumK, *curSumV = &ownSumV;
+  Tensor *curSumK = &sumK[0], *curSumV = &sumV[0];
   Request sums; // the sums of the block in hand, arriving
   Tensor dqPart = empty(Tq * width);
   for (int64_t s = 0; s < n; ++s) {
@@ -171,8 +173,8 @@ void ringAttentionBackward(const Ring &ring,
             groupedK.data(), k.size());
     dev.add(device::DType::F32, curSumV->data(), curSumV->data(),
             groupedV.data(), v.size());
-    Tensor *nextSumK = &sumK[static_cast<size_t>(s % 2)];
-    Tensor *nextSumV = &sumV[static_cast<size_t>(s % 2)];
+    Tensor *nextSumK = &sumK[static_cast<size_t>((s + 1) % 2)];
+    Tensor *nextSumV = &sumV[static_cast<size_t>((s + 1) % 2)];
     sums = transfer(ring, {curSumK, curSumV}, {nextSumK, nextSumV},
                     "ring attention backward: key and value gradients");
     finish(ring, keys);

@@ -369,10 +369,16 @@ TEST(DistributedOptimizer, TrainsAsTheReplicatedOneAndKeepsLess) {
   bf16["precision"] = "bf16";
   bf16["modules"][1]["arch"]["tie_embeddings"] = true;
   json wide = example("vlm-fan-out.json"); // language DP4
+  // bf16 shards the fp32 masters too; a frozen tower keeps its own whole.
+  json frozen = wide;
+  frozen["precision"] = "bf16";
+  frozen["modules"][0]["parallel"] = {{"dp", 4}};
+  frozen["modules"][0]["freeze"] = {"patch", "layers"};
   for (const auto &[name, model] :
        {std::pair<const char *, json>{"language dp4", wide},
         {"cp2 with sp", example("lm-cp2-sp.json")},
-        {"colocated bf16, tied across pp2", bf16}}) {
+        {"colocated bf16, tied across pp2", bf16},
+        {"bf16, a frozen tower at dp4", frozen}}) {
     SCOPED_TRACE(name);
     for (bool buckets : {false, true}) {
       SCOPED_TRACE(buckets ? "buckets" : "one collective");
@@ -397,6 +403,35 @@ TEST(DistributedOptimizer, TrainsAsTheReplicatedOneAndKeepsLess) {
       EXPECT_LT(sharded.steps[2].peakBytes, plain.steps[2].peakBytes);
     }
   }
+}
+
+/// Under bf16 the sharded fp32 masters are gathered to save and kept in
+/// pieces at a load: the same layout resumes bit for bit, the replicated
+/// optimizer within bf16's tolerance.
+TEST(Checkpoint, ShardedBf16MastersResume) {
+  json sharded = withDistributedOptimizer(example("vlm-fan-out.json"));
+  sharded["precision"] = "bf16";
+  exec::RunResult whole = trainFrom(sharded, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("zero-bf16");
+  exec::RunResult first = trainFrom(sharded, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  exec::RunResult same = trainFrom(sharded, 4, "", dir);
+  ASSERT_EQ(same.exitCode, 0) << same.error;
+  ASSERT_EQ(same.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+  }
+  json replicated = sharded;
+  for (json &module : replicated["modules"])
+    module.erase("distributed_optimizer");
+  exec::RunResult moved = trainFrom(replicated, 4, "", dir);
+  ASSERT_EQ(moved.exitCode, 0) << moved.error;
+  ASSERT_EQ(moved.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-2);
+  std::filesystem::remove_all(dir);
 }
 
 /// docs/checkpoints.md: the distributed optimizer's checkpoint is the

@@ -124,6 +124,11 @@ inline std::vector<Layout> equivalenceLayouts() {
       {"ColocatedLanguagePp2", example("vlm-colocated-pp2.json"), 8},
       {"PackedThdWithCp2", example("packed-thd.json"), 6},
   };
+  // CP with its keys and values all-gathered (cp_comm "all_gather"; the
+  // examples pass them around the ring, the default).
+  json gathered = example("lm-cp2-sp.json");
+  gathered["modules"][1]["parallel"]["cp_comm"] = "all_gather";
+  layouts.push_back({"ContextParallelAllGatherWithSp", gathered, 6});
   // Two bridges join the same pairs of ranks in one exchange.
   json twoEncoders = example("avlm.json");
   twoEncoders["modules"][0]["parallel"] = {{"dp", 4}};

@@ -448,6 +448,21 @@ TEST(ExplainTest, DistributedOptimizerShardsTheMoments) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("  language:"), std::string::npos) << text;
+  // Under bf16 the fp32 masters are sharded too: 2 bytes a value for the
+  // working weights and 4 for a quarter of the masters.
+  json bf16 = m;
+  bf16["precision"] = "bf16";
+  for (json &module : bf16["modules"])
+    module.erase("distributed_optimizer");
+  json plainBf16 = explain(bf16.dump());
+  for (json &module : bf16["modules"])
+    module["distributed_optimizer"] = true;
+  json shardedBf16 = explain(bf16.dump());
+  auto params = [](const json &x, int r) {
+    return x["ranks"][r]["memory"]["param_bytes"].get<double>();
+  };
+  EXPECT_NEAR(params(shardedBf16, 0), params(plainBf16, 0) * 3.0 / 6.0, 64.0);
+  EXPECT_EQ(params(shardedBf16, 4), params(plainBf16, 4));
 }
 
 } // namespace
