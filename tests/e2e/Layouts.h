@@ -208,20 +208,17 @@ inline std::vector<Layout> equivalenceLayouts() {
   tiedColocated["modules"][1]["arch"]["tie_embeddings"] = true;
   layouts.push_back({"TiedEmbeddingsColocatedPp2", tiedColocated, 8});
   // The distributed optimizer (docs/model.md): every module's AdamW
-  // moments sharded over its DP x CP group. CP2 with SP (the SP-partial
-  // prefix scattered after its TP sum) and a head tied on one stage; a
-  // head tied across PP2 at DP2 (its gradient gathered whole before the
-  // pair sums it) beside an encoder at DP4; THD packing over CP2 x DP2.
+  // moments sharded over its DP x CP group; a head tied across PP2 at DP2
+  // (its gradient gathered whole before the pair sums it) beside an
+  // encoder at DP4. (CP with SP and THD packing: DistributedOptimizer.*
+  // and mimo_run_cli.sh under mpirun.)
   auto distributed = [](json model) {
     for (json &module : model["modules"])
       module["distributed_optimizer"] = true;
     return model;
   };
-  layouts.push_back({"DistributedOptimizerCp2SpTied", distributed(tied), 6});
   layouts.push_back(
       {"DistributedOptimizerColocatedTiedPp2", distributed(tiedColocated), 8});
-  layouts.push_back({"DistributedOptimizerThdCp2Dp2",
-                     distributed(example("packed-thd.json")), 6});
   // The three of docs/model.md's memory options together: the language
   // model's stages uneven (3 + 1), its first layer of each recomputed
   // whole, the encoder's activations recomputed, every optimizer sharded.
