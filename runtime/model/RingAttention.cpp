@@ -38,6 +38,54 @@ void finish(const Ring &ring, Request &request) {
   request.reset();
 }
 
+/// The keys and values in hand, passed on to the next rank while the
+/// previous rank's arrive in one of two buffers (two remote blocks at most).
+class BlockInHand {
+public:
+  BlockInHand(const Ring &ring, const Tensor &k, const Tensor &v)
+      : ring(ring), n(static_cast<int64_t>(ring.group.size())), k(&k), v(&v) {
+    for (size_t b = 0; b < 2 && b + 1 < static_cast<size_t>(n); ++b) {
+      bufK[b] = Tensor::empty(k.size(), k.dtype());
+      bufV[b] = Tensor::empty(v.size(), v.dtype());
+    }
+  }
+  /// Step s: the block in hand goes on and the next arrives (none after
+  /// the last step).
+  Request pass(int64_t s, const char *what) {
+    if (s + 1 >= n)
+      return nullptr;
+    nextK = &bufK[static_cast<size_t>(s % 2)];
+    nextV = &bufV[static_cast<size_t>(s % 2)];
+    return transfer(ring, {k, v}, {nextK, nextV}, what);
+  }
+  /// Once the transfer is done: the block that arrived is in hand.
+  void advance() {
+    k = nextK;
+    v = nextV;
+  }
+  /// The tile plan of the block in hand at step s (it came from the rank
+  /// s before this one).
+  device::tiles::PlanView plan(const std::vector<AttentionPlan> &blocks,
+                               int64_t s) const {
+    return blocks[static_cast<size_t>((ring.own - s + n) % n)].view();
+  }
+  /// Its keys and values as attention reads them (GQA: repeated per head
+  /// into the storage).
+  const Tensor &keys(Tensor &storage) const {
+    return ring.perHead(*k, storage);
+  }
+  const Tensor &values(Tensor &storage) const {
+    return ring.perHead(*v, storage);
+  }
+
+private:
+  const Ring &ring;
+  int64_t n;
+  const Tensor *k, *v;
+  Tensor *nextK = nullptr, *nextV = nullptr;
+  std::array<Tensor, 2> bufK, bufV;
+};
+
 /// The attention of q over one block (K, V per head), its output in fp32.
 void attendBlock(const Ring &ring, const device::tiles::PlanView &plan,
                  const Tensor &q, const Tensor &K, const Tensor &V, int64_t Tq,
@@ -73,27 +121,13 @@ void ringAttentionForward(const Ring &ring,
     o = Tensor::empty(0, q.dtype());
     return;
   }
-  // The block in hand and the one arriving (two remote blocks at most).
-  std::array<Tensor, 2> bufK, bufV;
-  for (size_t b = 0; b < 2 && b + 1 < static_cast<size_t>(n); ++b) {
-    bufK[b] = Tensor::empty(k.size(), k.dtype());
-    bufV[b] = Tensor::empty(v.size(), v.dtype());
-  }
-  const Tensor *curK = &k, *curV = &v;
+  BlockInHand hand(ring, k, v);
   Tensor acc, part, partLse = empty(ring.heads * Tq);
   for (int64_t s = 0; s < n; ++s) {
-    Tensor *nextK = &bufK[static_cast<size_t>(s % 2)];
-    Tensor *nextV = &bufV[static_cast<size_t>(s % 2)];
-    Request request;
-    if (s + 1 < n)
-      request = transfer(ring, {curK, curV}, {nextK, nextV},
-                         "ring attention: keys and values");
-    const int64_t block = (ring.own - s + n) % n;
+    Request request = hand.pass(s, "ring attention: keys and values");
     Tensor repeatedK, repeatedV;
-    const Tensor &K = ring.perHead(*curK, repeatedK);
-    const Tensor &V = ring.perHead(*curV, repeatedV);
-    const device::tiles::PlanView plan =
-        blocks[static_cast<size_t>(block)].view();
+    const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
+    const device::tiles::PlanView plan = hand.plan(blocks, s);
     if (s == 0) {
       attendBlock(ring, plan, q, K, V, Tq, acc, lse);
     } else {
@@ -102,8 +136,7 @@ void ringAttentionForward(const Ring &ring,
                          Tq, ring.heads, ring.headDim);
     }
     finish(ring, request);
-    curK = nextK;
-    curV = nextV;
+    hand.advance();
   }
   o = ring.bf16 ? packBf16(dev, acc) : std::move(acc);
 }
@@ -123,13 +156,8 @@ void ringAttentionBackward(const Ring &ring,
     dv = zeros(v.size());
     return;
   }
-  std::array<Tensor, 2> bufK, bufV, sumK, sumV;
-  for (size_t b = 0; b < 2; ++b) {
-    if (b + 1 < static_cast<size_t>(n)) {
-      bufK[b] = Tensor::empty(k.size(), k.dtype());
-      bufV[b] = Tensor::empty(v.size(), v.dtype());
-    }
-  }
+  BlockInHand hand(ring, k, v);
+  std::array<Tensor, 2> sumK, sumV;
   sumK[1] = empty(k.size());
   sumV[1] = empty(v.size());
   // Each block's dk and dv travel with it, summed by every rank it meets,
@@ -137,23 +165,14 @@ void ringAttentionBackward(const Ring &ring,
   // arriving, in turn.
   sumK[0] = zeros(k.size());
   sumV[0] = zeros(v.size());
-  const Tensor *curK = &k, *curV = &v;
   Tensor *curSumK = &sumK[0], *curSumV = &sumV[0];
   Request sums; // the sums of the block in hand, arriving
   Tensor dqPart = empty(Tq * width);
   for (int64_t s = 0; s < n; ++s) {
-    Tensor *nextK = &bufK[static_cast<size_t>(s % 2)];
-    Tensor *nextV = &bufV[static_cast<size_t>(s % 2)];
-    Request keys;
-    if (s + 1 < n)
-      keys = transfer(ring, {curK, curV}, {nextK, nextV},
-                      "ring attention backward: keys and values");
-    const int64_t block = (ring.own - s + n) % n;
+    Request keys = hand.pass(s, "ring attention backward: keys and values");
     Tensor repeatedK, repeatedV;
-    const Tensor &K = ring.perHead(*curK, repeatedK);
-    const Tensor &V = ring.perHead(*curV, repeatedV);
-    const device::tiles::PlanView plan =
-        blocks[static_cast<size_t>(block)].view();
+    const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
+    const device::tiles::PlanView plan = hand.plan(blocks, s);
     Tensor dK = empty(Tq * width), dV = empty(Tq * width);
     if (ring.bf16)
       dev.attentionBackwardBf16(
@@ -178,8 +197,7 @@ void ringAttentionBackward(const Ring &ring,
     sums = transfer(ring, {curSumK, curSumV}, {nextSumK, nextSumV},
                     "ring attention backward: key and value gradients");
     finish(ring, keys);
-    curK = nextK;
-    curV = nextV;
+    hand.advance();
     curSumK = nextSumK;
     curSumV = nextSumV;
   }
