@@ -258,8 +258,9 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
     }
   }
   // Two all-reduces (or SP all-gather + reduce-scatter) per layer over TP;
-  // the keys and values (their groups under GQA) gathered over CP; a
-  // recomputed layer's forward makes its own again.
+  // the keys and values (their groups under GQA) gathered over CP, or
+  // passed around its ring (cpExchangeWork); a recomputed layer's forward
+  // makes its own again.
   w.tpExchanges = 2 * (shape.layers + recomputed);
   w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
   w.cpExchanges = shape.layers + recomputed;
