@@ -422,6 +422,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.
       overlap.sendsAhead = on && !ncclLike;
+      overlap.ringAhead = on;
       overlap.logitChunkBytes = options.logitChunkBytes;
       overlap.skipNonFinite = options.skipNonFinite;
       overlap.stopRequests = options.stopRequests;

@@ -16,13 +16,32 @@ std::vector<int64_t> pieceCounts(const ShardRange &range, int64_t members) {
   return counts;
 }
 
-OptimizerShards::OptimizerShards(std::vector<ShardRange> ranges,
+OptimizerShards::OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
                                  int64_t members, int64_t own,
                                  const std::vector<OptimizerRun> &trainable)
     : rangeList(std::move(ranges)), memberCount(members) {
   if (members < 1 || own < 0 || own >= members)
     throw std::logic_error("optimizer shards: member " + std::to_string(own) +
                            " of " + std::to_string(members));
+  std::vector<ShardRange> sorted = rangeList;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ShardRange &a, const ShardRange &b) {
+              return a.begin < b.begin;
+            });
+  int64_t at = 0;
+  for (const ShardRange &r : sorted) {
+    if (r.begin != at || r.end < r.begin)
+      throw std::logic_error("optimizer shards: the ranges do not cover [0, " +
+                             std::to_string(values) +
+                             ") once: a gap or an "
+                             "overlap at " +
+                             std::to_string(at));
+    at = r.end;
+  }
+  if (at != values)
+    throw std::logic_error("optimizer shards: the ranges end at " +
+                           std::to_string(at) + ", the values at " +
+                           std::to_string(values));
   for (const ShardRange &r : rangeList) {
     Piece p;
     p.begin = pieceStart(r, members, own);

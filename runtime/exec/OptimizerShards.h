@@ -39,10 +39,11 @@ std::vector<int64_t> pieceCounts(const ShardRange &range, int64_t members);
 
 class OptimizerShards {
 public:
-  /// `ranges`: disjoint, covering the trainable values, in the order every
-  /// member reduces them; `own`: this rank's index in the group;
-  /// `trainable`: what AdamW updates (ParamGroups).
-  OptimizerShards(std::vector<ShardRange> ranges, int64_t members, int64_t own,
+  /// `ranges`: covering [0, values) once each (std::logic_error if not),
+  /// in the order every member reduces them; `own`: this rank's index in
+  /// the group; `trainable`: what AdamW updates (ParamGroups).
+  OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
+                  int64_t members, int64_t own,
                   const std::vector<OptimizerRun> &trainable);
 
   /// This member's piece of one range: the flat values [begin, end), its

@@ -36,26 +36,72 @@ HeldParams RankExecutor::heldParams() {
   return held;
 }
 
-/// Restores parameters and moments from a checkpoint (any layout's).
-void RankExecutor::load(const Checkpoint &checkpoint) {
-  // The distributed optimizer: each member reads the whole moments (and
-  // under bf16 the whole masters) and keeps its pieces.
-  std::map<size_t, std::vector<Tensor>> whole;
-  std::map<size_t, Tensor> masters;
-  for (auto &m : modules)
-    if (m && m->shards) {
-      whole[m->index] = wholeMoments(*m, false);
-      if (m->shardedMasters())
-        masters[m->index] = wholeMasters(*m, false);
+WholeState RankExecutor::wholeState(ModuleState &m, bool gather, bool moments) {
+  WholeState whole;
+  if (!m.shards)
+    return whole;
+  if (moments) {
+    whole.m = wholeOf(m, m.shardM, gather);
+    whole.v = wholeOf(m, m.shardV, gather);
+  }
+  if (m.shardedMasters())
+    whole.masters = wholeOf(m, m.shardValues, gather);
+  for (Param &p : m.stage->params()) {
+    if (p.frozen)
+      continue; // no moments; its master is whole already
+    if (moments) {
+      p.m = whole.m.view(p.flatBegin, p.size());
+      p.v = whole.v.view(p.flatBegin, p.size());
     }
+    if (m.shardedMasters())
+      p.value = whole.masters.view(p.flatBegin, p.size());
+  }
+  return whole;
+}
+
+void RankExecutor::keepWhole(ModuleState &m, WholeState &whole, bool read) {
+  if (!m.shards)
+    return;
+  FlatParams &f = m.stage->flat();
+  if (read && !whole.m.empty()) {
+    keepPieces(m, whole.m, m.shardM);
+    keepPieces(m, whole.v, m.shardV);
+  }
+  if (read && !whole.masters.empty()) {
+    keepPieces(m, whole.masters, m.shardValues);
+    // Every member read the whole masters: each makes its working weights.
+    if (f.trainable > 0)
+      dev.packBf16(whole.masters.data(), f.working.data<uint16_t>(),
+                   f.trainable);
+    if (f.total > f.trainable)
+      dev.packBf16(m.frozenValues.data(),
+                   f.working.data<uint16_t>() + f.trainable,
+                   f.total - f.trainable);
+  }
+  for (Param &p : m.stage->params())
+    if (!p.frozen) {
+      p.m = Tensor();
+      p.v = Tensor();
+      if (m.shardedMasters())
+        p.value = Tensor();
+    }
+  dev.synchronize(); // the copies are done before the whole ones go
+  whole = WholeState();
+}
+
+/// Restores parameters and moments from a checkpoint (any layout's). Under
+/// the distributed optimizer each member reads the whole moments (and bf16
+/// masters) and keeps its pieces.
+void RankExecutor::load(const Checkpoint &checkpoint) {
+  std::map<size_t, WholeState> whole;
+  for (auto &m : modules)
+    if (m)
+      whole[m->index] = wholeState(*m, false, true);
   readCheckpointShards(checkpoint, heldParams());
   for (auto &m : modules)
     if (m) {
-      if (m->shards)
-        keepPieces(*m, whole[m->index]);
-      if (m->shardedMasters())
-        keepMasters(*m, masters[m->index]);
-      else
+      keepWhole(*m, whole[m->index], true);
+      if (!m->shardedMasters())
         m->stage->refreshWorking();
     }
   dev.synchronize();
@@ -72,13 +118,10 @@ void RankExecutor::loadInits(
     std::vector<Param *> params;
     for (Param &p : m->stage->params())
       params.push_back(&p);
-    Tensor masters;
-    if (m->shardedMasters())
-      masters = wholeMasters(*m, false);
+    WholeState whole = wholeState(*m, false, false);
     readModuleWeights(*it->second, params);
-    if (m->shardedMasters())
-      keepMasters(*m, masters);
-    else
+    keepWhole(*m, whole, true);
+    if (!m->shardedMasters())
       m->stage->refreshWorking();
   }
   dev.synchronize();
@@ -96,23 +139,16 @@ void RankExecutor::save(const std::string &dir, int64_t step,
     beginCheckpoint(dir, step, files);
   barrier();
   {
-    // The distributed optimizer: the members gather the whole moments,
-    // which the writers write as if they were their own.
-    std::map<size_t, std::vector<Tensor>> whole;
-    std::map<size_t, Tensor> masters;
+    // The distributed optimizer: the members gather the whole state, which
+    // the writers write as if it were their own.
+    std::map<size_t, WholeState> whole;
     for (auto &m : modules)
-      if (m && m->shards) {
-        whole[m->index] = wholeMoments(*m, true);
-        if (m->shardedMasters())
-          masters[m->index] = wholeMasters(*m, true);
-      }
+      if (m)
+        whole[m->index] = wholeState(*m, true, true);
     writeCheckpointShards(dir, step, files, heldParams());
     for (auto &m : modules)
-      if (m && m->shards) {
-        keepPieces(*m, whole[m->index]);
-        if (m->shardedMasters())
-          keepMasters(*m, masters[m->index]);
-      }
+      if (m)
+        keepWhole(*m, whole[m->index], false);
   }
   barrier();
   if (rank == 0) {

@@ -255,8 +255,7 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
 void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   // Ring CP's transfers on a channel of their own (the language module's:
   // the tag channel after every module's buckets').
-  if (overlap.channels && overlap.bucketBytes > 0 &&
-      m.stage->context().ringCp) {
+  if (overlap.channels && overlap.ringAhead && m.stage->context().ringCp) {
     m.ringChannel =
         overlap.channels(1 + static_cast<int64_t>(topo.modules.size()));
     m.stage->useRingChannel(m.ringChannel.get());
@@ -295,54 +294,29 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
 void RankExecutor::setUpShards(ModuleState &m) {
   if (!m.stage->context().shardedMoments)
     return;
-  const FlatParams &flat = m.stage->flat();
+  FlatParams &f = m.stage->flat();
   const int64_t members = static_cast<int64_t>(m.dpcpGroup.size());
   const int64_t own = static_cast<int64_t>(
       std::find(m.dpcpGroup.begin(), m.dpcpGroup.end(), rank) -
       m.dpcpGroup.begin());
   std::vector<ShardRange> ranges;
   if (m.reduction) {
-    for (auto [begin, end] : m.reduction->ranges(flat.spPartial))
+    for (auto [begin, end] : m.reduction->ranges(f.spPartial))
       ranges.push_back({begin, end});
     m.reduction->scatterTo(own);
-  } else if (flat.trainable > 0) {
-    ranges.push_back({0, flat.trainable});
+  } else if (f.trainable > 0) {
+    ranges.push_back({0, f.trainable});
   }
-  // The ranges must cover the trainable values once each.
-  std::vector<ShardRange> sorted = ranges;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const ShardRange &a, const ShardRange &b) {
-              return a.begin < b.begin;
-            });
-  int64_t at = 0;
-  for (const ShardRange &r : sorted) {
-    if (r.begin != at)
-      throw std::logic_error("optimizer shards of " + m.topo->name +
-                             ": the ranges leave a gap at " +
-                             std::to_string(at));
-    at = r.end;
-  }
-  if (at != flat.trainable)
-    throw std::logic_error("optimizer shards of " + m.topo->name +
-                           ": the ranges end at " + std::to_string(at) +
-                           ", the trainable values at " +
-                           std::to_string(flat.trainable));
-  m.shards = std::make_unique<OptimizerShards>(std::move(ranges), members, own,
-                                               m.groups.trainable);
+  m.shards = std::make_unique<OptimizerShards>(
+      std::move(ranges), f.trainable, members, own, m.groups.trainable);
   m.shardM = Tensor::zeros(dev, m.shards->size());
   m.shardV = Tensor::zeros(dev, m.shards->size());
   if (!m.stage->context().bf16)
     return; // the fp32 weights are what the layers compute with
   // bf16: the fp32 masters of this member's pieces (and the frozen ones,
   // which never change) stay; the working weights hold the rest.
-  FlatParams &f = m.stage->flat();
   m.shardValues = Tensor::empty(dev, std::max<int64_t>(m.shards->size(), 1));
-  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
-    const OptimizerShards::Piece &p = m.shards->piece(i);
-    if (p.end > p.begin)
-      dev.copy(m.shardValues.data() + p.at, f.values.data() + p.begin,
-               (p.end - p.begin) * int64_t(sizeof(float)));
-  }
+  keepPieces(m, f.values, m.shardValues);
   if (f.total > f.trainable) {
     m.frozenValues = Tensor::empty(dev, f.total - f.trainable);
     dev.copy(m.frozenValues.data(), f.values.data() + f.trainable,
@@ -356,65 +330,14 @@ void RankExecutor::setUpShards(ModuleState &m) {
   f.values = Tensor();
 }
 
-Tensor RankExecutor::wholeMasters(ModuleState &m, bool gather) {
-  const int64_t trainable = m.stage->flat().trainable;
-  Tensor whole = Tensor::zeros(dev, std::max<int64_t>(trainable, 1));
-  if (gather) {
-    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
-      const OptimizerShards::Piece &p = m.shards->piece(i);
-      if (p.end > p.begin)
-        dev.copy(whole.data() + p.begin, m.shardValues.data() + p.at,
-                 (p.end - p.begin) * int64_t(sizeof(float)));
-    }
-    gatherPieces(m, whole.data(), 0, trainable);
-  }
-  for (Param &p : m.stage->params())
-    if (!p.frozen)
-      p.value = whole.view(p.flatBegin, p.size());
-  return whole;
-}
+namespace {
 
-void RankExecutor::keepMasters(ModuleState &m, Tensor &whole) {
-  FlatParams &f = m.stage->flat();
-  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
-    const OptimizerShards::Piece &p = m.shards->piece(i);
-    if (p.end > p.begin)
-      dev.copy(m.shardValues.data() + p.at, whole.data() + p.begin,
-               (p.end - p.begin) * int64_t(sizeof(float)));
-  }
-  // Every member read the whole values: each makes its working weights.
-  if (f.trainable > 0)
-    dev.packBf16(whole.data(), f.working.data<uint16_t>(), f.trainable);
-  if (f.total > f.trainable)
-    dev.packBf16(m.frozenValues.data(),
-                 f.working.data<uint16_t>() + f.trainable,
-                 f.total - f.trainable);
-  for (Param &p : m.stage->params())
-    if (!p.frozen)
-      p.value = Tensor();
-  dev.synchronize();
-  whole = Tensor();
-}
-
-void RankExecutor::gatherWorking(ModuleState &m) {
-  FlatParams &f = m.stage->flat();
-  uint16_t *working = f.working.data<uint16_t>();
-  const OptimizerShards &shards = *m.shards;
-  for (size_t i = 0; i < shards.ranges().size(); ++i) {
-    const OptimizerShards::Piece &p = shards.piece(i);
-    if (p.end > p.begin)
-      dev.packBf16(m.shardValues.data() + p.at, working + p.begin,
-                   p.end - p.begin);
-  }
-  for (size_t i = 0; i < shards.ranges().size(); ++i) {
-    const ShardRange &r = shards.ranges()[i];
-    comm.allGatherV(m.dpcpGroup, working + shards.piece(i).begin,
-                    pieceCounts(r, shards.members()), working + r.begin);
-  }
-}
-
-void RankExecutor::gatherPieces(ModuleState &m, float *buffer, int64_t begin,
-                                int64_t end) {
+/// `buffer` (a module's flat fp32 values or bf16 working weights) made
+/// whole over each range of `shards` overlapping [begin, end), each
+/// member's piece gathered over the module's DP x CP group.
+template <typename T>
+void gatherRanges(comm::Comm &comm, const ModuleState &m, T *buffer,
+                  int64_t begin, int64_t end) {
   const OptimizerShards &shards = *m.shards;
   for (size_t i = 0; i < shards.ranges().size(); ++i) {
     const ShardRange &r = shards.ranges()[i];
@@ -425,44 +348,49 @@ void RankExecutor::gatherPieces(ModuleState &m, float *buffer, int64_t begin,
   }
 }
 
-std::vector<Tensor> RankExecutor::wholeMoments(ModuleState &m, bool gather) {
-  const int64_t trainable = m.stage->flat().trainable;
-  std::vector<Tensor> whole;
-  whole.push_back(Tensor::zeros(dev, trainable));
-  whole.push_back(Tensor::zeros(dev, trainable));
-  const Tensor *pieces[2] = {&m.shardM, &m.shardV};
-  for (size_t k = 0; k < 2 && gather; ++k) {
-    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
-      const OptimizerShards::Piece &p = m.shards->piece(i);
-      if (p.end > p.begin)
-        dev.copy(whole[k].data() + p.begin, pieces[k]->data() + p.at,
-                 (p.end - p.begin) * int64_t(sizeof(float)));
-    }
-    gatherPieces(m, whole[k].data(), 0, trainable);
+} // namespace
+
+void RankExecutor::gatherPieces(ModuleState &m, float *buffer, int64_t begin,
+                                int64_t end) {
+  gatherRanges(comm, m, buffer, begin, end);
+}
+
+void RankExecutor::gatherWorking(ModuleState &m) {
+  FlatParams &f = m.stage->flat();
+  uint16_t *working = f.working.data<uint16_t>();
+  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = m.shards->piece(i);
+    if (p.end > p.begin)
+      dev.packBf16(m.shardValues.data() + p.at, working + p.begin,
+                   p.end - p.begin);
   }
-  for (Param &p : m.stage->params())
-    if (!p.frozen) {
-      p.m = whole[0].view(p.flatBegin, p.size());
-      p.v = whole[1].view(p.flatBegin, p.size());
-    }
+  gatherRanges(comm, m, working, 0, f.trainable);
+}
+
+Tensor RankExecutor::wholeOf(ModuleState &m, const Tensor &pieces,
+                             bool gather) {
+  const int64_t trainable = m.stage->flat().trainable;
+  Tensor whole = Tensor::zeros(dev, std::max<int64_t>(trainable, 1));
+  if (!gather)
+    return whole;
+  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = m.shards->piece(i);
+    if (p.end > p.begin)
+      dev.copy(whole.data() + p.begin, pieces.data() + p.at,
+               (p.end - p.begin) * int64_t(sizeof(float)));
+  }
+  gatherPieces(m, whole.data(), 0, trainable);
   return whole;
 }
 
-void RankExecutor::keepPieces(ModuleState &m, std::vector<Tensor> &whole) {
-  Tensor *pieces[2] = {&m.shardM, &m.shardV};
-  for (size_t k = 0; k < 2; ++k)
-    for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
-      const OptimizerShards::Piece &p = m.shards->piece(i);
-      if (p.end > p.begin)
-        dev.copy(pieces[k]->data() + p.at, whole[k].data() + p.begin,
-                 (p.end - p.begin) * int64_t(sizeof(float)));
-    }
-  for (Param &p : m.stage->params()) {
-    p.m = Tensor();
-    p.v = Tensor();
+void RankExecutor::keepPieces(ModuleState &m, const Tensor &whole,
+                              Tensor &pieces) {
+  for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
+    const OptimizerShards::Piece &p = m.shards->piece(i);
+    if (p.end > p.begin)
+      dev.copy(pieces.data() + p.at, whole.data() + p.begin,
+               (p.end - p.begin) * int64_t(sizeof(float)));
   }
-  dev.synchronize(); // the copies are done before the whole ones go
-  whole.clear();
 }
 
 ModuleState &RankExecutor::module(size_t m) {

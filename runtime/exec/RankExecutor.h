@@ -106,6 +106,12 @@ struct ModuleState {
   bool shardedMasters() const { return !shardValues.empty(); }
 };
 
+/// The distributed optimizer's state made whole for a checkpoint
+/// (RankExecutor::wholeState): empty where the module keeps it whole.
+struct WholeState {
+  Tensor m, v, masters;
+};
+
 /// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
 using ChannelFactory =
     std::function<std::unique_ptr<comm::Channel>(int64_t tagChannel)>;
@@ -128,6 +134,9 @@ struct RankOptions {
   /// channel and the rank goes on computing; they are waited for at the
   /// end of the pass.
   bool sendsAhead = false;
+  /// Ring CP's transfers run on a channel of their own, during the
+  /// attention of the block before (model/RingAttention.h).
+  bool ringAhead = false;
   /// Null where the backend has no channels (mpi): no overlap.
   ChannelFactory channels;
   /// The most bytes of fp32 logits the last language stage holds at once
@@ -203,23 +212,24 @@ private:
   /// module's) made whole over each range overlapping [begin, end), each
   /// member's piece gathered from it.
   void gatherPieces(ModuleState &m, float *buffer, int64_t begin, int64_t end);
-  /// Under the distributed optimizer: whole AdamW moments for the
-  /// checkpoint, each Param's m and v a view of them; gathered from the
-  /// members' pieces when `gather` (a save), else zeros (a load, then
-  /// keepPieces).
-  std::vector<Tensor> wholeMoments(ModuleState &m, bool gather);
-  /// Keeps this member's pieces of the whole moments and drops them.
-  void keepPieces(ModuleState &m, std::vector<Tensor> &whole);
-  /// Sharded masters: whole fp32 values of the trainable parameters, each
-  /// one's `value` a view of them, gathered from the members' pieces when
-  /// `gather` (a save), else zeros (a load, then keepMasters).
-  Tensor wholeMasters(ModuleState &m, bool gather);
-  /// Keeps this member's pieces of the whole masters, makes the working
-  /// weights from them (and from the frozen masters) and drops them.
-  void keepMasters(ModuleState &m, Tensor &whole);
   /// Sharded masters after the update: each member's pieces rounded into
   /// the working weights, which are then gathered.
   void gatherWorking(ModuleState &m);
+  /// A whole fp32 buffer of the trainable values from this member's
+  /// `pieces` (the shards' layout): gathered from every member when
+  /// `gather`, else zeros.
+  Tensor wholeOf(ModuleState &m, const Tensor &pieces, bool gather);
+  /// This member's pieces of the whole buffer `whole` into `pieces`.
+  void keepPieces(ModuleState &m, const Tensor &whole, Tensor &pieces);
+  /// Under the distributed optimizer, for a checkpoint or an init: the
+  /// module's whole AdamW moments (when `moments`) and, when sharded, its
+  /// whole fp32 masters, every Param's m, v and value a view of them;
+  /// gathered from the members' pieces when `gather` (a save), else zeros
+  /// (a load, then keepWhole).
+  WholeState wholeState(ModuleState &m, bool gather, bool moments);
+  /// Drops the whole state; after a load (`read`) each member first keeps
+  /// its pieces of it and makes its working weights from the masters.
+  void keepWhole(ModuleState &m, WholeState &whole, bool read);
 
   ModuleState &module(size_t m);
 

@@ -431,6 +431,18 @@ TEST(Checkpoint, ShardedBf16MastersResume) {
   ASSERT_EQ(moved.steps.size(), 2u);
   for (size_t s = 0; s < 2; ++s)
     EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-2);
+  // Started from those weights (`init`, a fresh optimizer), the sharded
+  // masters train as the replicated ones, bit for bit.
+  std::vector<exec::RunResult> started;
+  for (json model : {sharded, replicated}) {
+    for (json &module : model["modules"])
+      module["init"] = {{"from", dir}, {"format", "mimo"}};
+    started.push_back(trainFrom(model, 2));
+    ASSERT_EQ(started.back().exitCode, 0) << started.back().error;
+  }
+  EXPECT_NE(started[0].steps[0].loss, whole.steps[0].loss); // not initial
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_EQ(started[0].steps[s].loss, started[1].steps[s].loss);
   std::filesystem::remove_all(dir);
 }
 

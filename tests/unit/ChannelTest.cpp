@@ -254,7 +254,7 @@ TEST(OptimizerShards, PiecesCoverEachRangeOnce) {
   int64_t total = 0;
   std::vector<int> owner(256, -1);
   for (int64_t k = 0; k < 2; ++k) {
-    exec::OptimizerShards shards(ranges, 2, k, runs);
+    exec::OptimizerShards shards(ranges, 256, 2, k, runs);
     total += shards.size();
     EXPECT_EQ(shards.size(), 128);
     int64_t at = 0;
@@ -278,7 +278,7 @@ TEST(OptimizerShards, PiecesCoverEachRangeOnce) {
   for (int o : owner)
     EXPECT_NE(o, -1);
   // Member 0 holds [64, 128), [192, 224) and [0, 32): its runs.
-  exec::OptimizerShards first(ranges, 2, 0, runs);
+  exec::OptimizerShards first(ranges, 256, 2, 0, runs);
   ASSERT_EQ(first.runs().size(), 4u);
   EXPECT_EQ(first.runs()[0].begin, 64);
   EXPECT_EQ(first.runs()[0].end, 100);
@@ -290,7 +290,13 @@ TEST(OptimizerShards, PiecesCoverEachRangeOnce) {
   EXPECT_EQ(first.runs()[3].begin, 0);
   EXPECT_EQ(first.runs()[3].end, 32);
   EXPECT_EQ(first.runs()[3].at, 96);
-  EXPECT_THROW(exec::OptimizerShards(ranges, 2, 2, runs), std::logic_error);
+  EXPECT_THROW(exec::OptimizerShards(ranges, 256, 2, 2, runs),
+               std::logic_error);
+  // Ranges that leave a gap, or end short of the values.
+  EXPECT_THROW(exec::OptimizerShards({{0, 64}, {128, 256}}, 256, 2, 0, runs),
+               std::logic_error);
+  EXPECT_THROW(exec::OptimizerShards(ranges, 320, 2, 0, runs),
+               std::logic_error);
 }
 
 /// The distributed optimizer's buckets: each member gets the sum of its

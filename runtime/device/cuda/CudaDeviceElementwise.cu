@@ -147,7 +147,8 @@ void CudaDevice::sumKvGroups(const float *dy, float *y, int64_t rows,
 void CudaDevice::attentionMerge(float *o, float *lse, const float *ob,
                                 const float *lseb, int64_t rows, int64_t heads,
                                 int64_t d) {
-  launch("attention_merge", b::AttentionMerge{o, lse, ob, lseb, rows, heads, d});
+  launch("attention_merge",
+         b::AttentionMerge{o, lse, ob, lseb, rows, heads, d});
 }
 
 void CudaDevice::geluBackwardBf16(const uint16_t *x, const float *dy,
