@@ -346,6 +346,62 @@ TEST(Simulate, RecomputationLengthensTheStep) {
   EXPECT_LT(full, 1.6 * none);
 }
 
+/// The simulated step of `config` on a built-in profile ("cpu", "h100").
+static double builtinStepSeconds(const ModelConfig &config,
+                                 const char *profile) {
+  Plan plan = requirePlan(config);
+  const DeviceProfile device = *builtinProfile(profile);
+  CostModel costs(plan.topology, plan.config, device, defaultCluster(device));
+  Simulation sim =
+      simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+  EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+  return sim.stepSeconds;
+}
+
+/// docs/tune.md: ring CP moves as many blocks as all_gather, twice in the
+/// backward; a GPU hides them behind the attention of the block in hand,
+/// the CPU (which copies with its cores) does not.
+TEST(Simulate, RingCpHidesItsTransfersOnAGpu) {
+  json model = json::parse(readExample("lm-cp2-sp.json"));
+  model["batch"]["seq_length"] = 4096;
+  auto step = [&](const char *comm, const char *profile) {
+    model["modules"][1]["parallel"]["cp_comm"] = comm;
+    return builtinStepSeconds(
+        requireConfig(parseModelConfig(model.dump(), "cp.json")), profile);
+  };
+  EXPECT_LT(step("ring", "h100"), step("all_gather", "h100"));
+  EXPECT_GT(step("ring", "cpu"), step("all_gather", "cpu"));
+}
+
+/// docs/model.md Distributed optimizer: a reduce-scatter of a piece at
+/// reduce_grads and an all-gather of one after the update, instead of the
+/// all-reduce of the whole buffer (each member sending all of it to every
+/// other): less in all, some of it moved to the optimizer step.
+TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
+  json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
+  auto comm = [&](bool sharded, InstrOp op) {
+    for (json &module : model["modules"])
+      module["distributed_optimizer"] = sharded;
+    Plan plan =
+        requirePlan(requireConfig(parseModelConfig(model.dump(), "dp.json")));
+    const DeviceProfile device = *builtinProfile("h100");
+    CostModel costs(plan.topology, plan.config, device, defaultCluster(device));
+    const int64_t rank = 4; // a language rank
+    double seconds = 0;
+    for (const Instr &in : plan.programs[plan.rankProgram[rank]].instrs)
+      if (in.op == op)
+        seconds += costs.work(rank, in).comm;
+    return seconds;
+  };
+  const double reduce = comm(false, InstrOp::ReduceGrads),
+               scatter = comm(true, InstrOp::ReduceGrads),
+               step = comm(false, InstrOp::OptimizerStep),
+               gather = comm(true, InstrOp::OptimizerStep);
+  EXPECT_LT(scatter, reduce);
+  EXPECT_GT(gather, step);
+  EXPECT_LT(scatter + gather, reduce + step);
+}
+
 TEST(Simulate, RanksOnOneDeviceShareItsCores) {
   Plan plan = requirePlan(requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
