@@ -79,16 +79,23 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
                          shortNumber(low) + " FLOPs per step); '" + light +
                          "' will wait: move ranks to '" + heavy + "'");
   }
-  double bubble = pipelineBubble(t.totalStages, t.microbatches);
+  double bubble = scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble);
   if (bubble > kBubbleShare)
     warnings.push_back(
         "pipeline bubble " + percent(bubble) + " (" +
         std::to_string(t.totalStages) + " stages, " +
-        std::to_string(t.microbatches) + " microbatches: each rank idles " +
-        std::to_string(t.totalStages - 1) + " of " +
-        std::to_string(t.microbatches + t.totalStages - 1) +
-        " slots); num_microbatches >= " +
-        std::to_string(microbatchesForBubble(t.totalStages, kBubbleShare)) +
+        std::to_string(t.microbatches) + " microbatches" +
+        (t.zeroBubble
+             ? ", zero bubble: each rank idles " +
+                   std::to_string(t.totalStages - 1) + " of " +
+                   std::to_string(3 * t.microbatches + t.totalStages - 1) +
+                   " thirds of a slot"
+             : ": each rank idles " + std::to_string(t.totalStages - 1) +
+                   " of " + std::to_string(t.microbatches + t.totalStages - 1) +
+                   " slots") +
+        "); num_microbatches >= " +
+        std::to_string(
+            microbatchesForBubble(t.totalStages, kBubbleShare, t.zeroBubble)) +
         " brings it to " + percent(kBubbleShare) + " or below");
   return warnings;
 }
@@ -177,7 +184,9 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["shards"] = nullptr;
   result["total_stages"] = t.totalStages;
   result["microbatches"] = t.microbatches;
-  result["pipeline_bubble"] = pipelineBubble(t.totalStages, t.microbatches);
+  result["pipeline_bubble"] =
+      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble);
+  result["schedule"] = t.zeroBubble ? "zero_bubble" : "1f1b";
   result["warnings"] = layoutWarnings(plan);
 }
 

@@ -80,7 +80,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       i64(b.numMicrobatches), i64(b.seqLength), builder.getBoolAttr(b.packing),
       AttentionMaskKindAttr::get(context,
                                  symbolizeAttentionMaskKind(b.attentionMask)
-                                     .value_or(AttentionMaskKind::Causal)));
+                                     .value_or(AttentionMaskKind::Causal)),
+      b.schedule != "1f1b" ? builder.getStringAttr(b.schedule)
+                           : mlir::StringAttr());
 
   const ModuleConfig &language = config.language();
   auto tokensType = TokensType::get(context, language.hiddenSize);

@@ -174,6 +174,11 @@ LogicalResult MicrobatchOp::verify() {
   if (getPacking() && getAttentionMask() == AttentionMaskKind::Dense)
     return emitOpError() << "packing restricts attention to each sample and "
                             "cannot take a dense attention_mask";
+  if (auto schedule = getSchedule();
+      schedule && *schedule != "1f1b" && *schedule != "zero_bubble")
+    return emitOpError() << "schedule must be \"1f1b\" or \"zero_bubble\", "
+                            "found \""
+                         << *schedule << "\"";
   return success();
 }
 
@@ -357,6 +362,8 @@ LogicalResult StageOp::verify() {
   if (pp < 0 || stage < pp || warmup < 0 || steady < 0 || cooldown != warmup)
     return emitOpError() << "needs 0 <= pp <= stage, warmup >= 0, steady >= "
                             "0 and cooldown = warmup";
+  if (auto lag = getWeightLag(); lag && static_cast<int64_t>(*lag) < 0)
+    return emitOpError() << "needs weight_lag >= 0";
   return success();
 }
 
@@ -382,6 +389,7 @@ template <typename OpT> static LogicalResult verifyInstruction(OpT op) {
   LogicalResult Op::verify() { return verifyInstruction(*this); }
 MIMO_INSTRUCTION_VERIFIER(ForwardOp)
 MIMO_INSTRUCTION_VERIFIER(BackwardOp)
+MIMO_INSTRUCTION_VERIFIER(WeightGradOp)
 MIMO_INSTRUCTION_VERIFIER(ShardInstrOp)
 MIMO_INSTRUCTION_VERIFIER(UnshardOp)
 MIMO_INSTRUCTION_VERIFIER(SendActOp)

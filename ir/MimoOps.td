@@ -104,11 +104,15 @@ def Mimo_MicrobatchOp : Mimo_Op<"microbatch", [Pure]> {
         num_microbatches = 4 : i64, seq_length = 128 : i64, packing = false,
         attention_mask = #mimo<attention_mask causal>}
     ```
+
+    `schedule = "zero_bubble"` (model.json `batch.schedule`; absent: 1F1B)
+    asks `mimo-schedule-zero-bubble` to split the pipelined backwards.
   }];
   let arguments = (ins Mimo_SourceType:$source, I64Attr:$micro_batch_size,
                        I64Attr:$num_microbatches, I64Attr:$seq_length,
                        BoolAttr:$packing,
-                       Mimo_AttentionMaskAttr:$attention_mask);
+                       Mimo_AttentionMaskAttr:$attention_mask,
+                       OptionalAttr<StrAttr>:$schedule);
   let results = (outs Mimo_BatchType:$batch);
   let assemblyFormat = "$source attr-dict";
   let hasVerifier = 1;
@@ -374,7 +378,10 @@ def Mimo_StageOp : Mimo_Op<"stage", [HasParent<"ModelOp">]> {
     Inserted by `mimo-schedule-1f1b` for every (module, pp) pair: the global
     `stage` (longest path to it, weighted by pipeline size), and the
     `warmup` forwards, `steady` 1F1B pairs and `cooldown` backwards its
-    ranks run for the step's microbatches.
+    ranks run for the step's microbatches. `mimo-schedule-zero-bubble` adds
+    `weight_lag`: the stage's backwards make input gradients only, and the
+    weight gradients of at most `weight_lag` microbatches wait behind them
+    (docs/plan.md).
 
     ```mlir
     mimo.stage @language {pp = 0 : i64, stage = 1 : i64, warmup = 1 : i64,
@@ -382,7 +389,8 @@ def Mimo_StageOp : Mimo_Op<"stage", [HasParent<"ModelOp">]> {
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$module, I64Attr:$pp, I64Attr:$stage,
-                       I64Attr:$warmup, I64Attr:$steady, I64Attr:$cooldown);
+                       I64Attr:$warmup, I64Attr:$steady, I64Attr:$cooldown,
+                       OptionalAttr<I64Attr>:$weight_lag);
   let assemblyFormat = "$module attr-dict";
   let hasVerifier = 1;
 }
@@ -470,6 +478,7 @@ class Mimo_BridgeInstrOp<string mnemonic, string kind, string doc>
 
 def Mimo_ForwardOp : Mimo_ModuleInstrOp<"forward", "Forward", "run this rank's stage of a module forward">;
 def Mimo_BackwardOp : Mimo_ModuleInstrOp<"backward", "Backward", "run this rank's stage of a module backward">;
+def Mimo_WeightGradOp : Mimo_ModuleInstrOp<"weight_grad", "WeightGrad", "zero bubble: the weight gradients a split backward deferred">;
 def Mimo_ShardInstrOp : Mimo_ModuleInstrOp<"shard", "Shard", "embed, place modality rows, CP/SP-shard the language input">;
 def Mimo_UnshardOp : Mimo_ModuleInstrOp<"unshard", "Unshard", "gather the input-embedding gradient over TP x CP">;
 def Mimo_SendActOp : Mimo_ModuleInstrOp<"send_act", "SendAct", "send activations to the next pipeline stage">;

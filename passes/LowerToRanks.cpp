@@ -31,6 +31,9 @@ void createInstruction(mlir::OpBuilder &b, mlir::Location loc, const Instr &in,
   case InstrOp::Backward:
     b.create<ir::BackwardOp>(loc, module, mb);
     return;
+  case InstrOp::WeightGrad:
+    b.create<ir::WeightGradOp>(loc, module, mb);
+    return;
   case InstrOp::Shard:
     b.create<ir::ShardInstrOp>(loc, module, mb);
     return;

@@ -104,6 +104,20 @@ def Schedule1F1B : Pass<"mimo-schedule-1f1b", "::mlir::ModuleOp"> {
   }];
 }
 
+def ScheduleZeroBubble : Pass<"mimo-schedule-zero-bubble", "::mlir::ModuleOp"> {
+  let summary = "Split the pipelined backwards for a zero-bubble schedule";
+  let description = [{
+    For a model whose `mimo.microbatch` asks for `schedule = "zero_bubble"`
+    (ZB-H1, docs/plan.md), after `mimo-schedule-1f1b`: gives every
+    pipelined `mimo.stage` a `weight_lag = min(stage, M)`. Its programs
+    then run each backward as input gradients only and the deferred weight
+    gradients as `mimo.weight_grad`, once more than `weight_lag`
+    microbatches' wait, filling the bubbles of the cool-down. A colocated
+    layout's encoders (stage 0, run whole before and after the language
+    pipeline) keep whole backwards. Other models are left as they are.
+  }];
+}
+
 def LowerToRanks : Pass<"mimo-lower-to-ranks", "::mlir::ModuleOp"> {
   let summary = "Lower the model to per-role instruction streams";
   let description = [{

@@ -11,6 +11,7 @@ void buildMimoPipeline(mlir::OpPassManager &pm) {
   pm.addPass(createInsertBridges());
   pm.addPass(createShardSequence());
   pm.addPass(createSchedule1F1B());
+  pm.addPass(createScheduleZeroBubble());
   pm.addPass(createLowerToRanks());
   pm.addPass(createVerifyPlan());
 }

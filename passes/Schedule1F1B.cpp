@@ -49,7 +49,8 @@ public:
             builder.getI64IntegerAttr(stage.stage),
             builder.getI64IntegerAttr(stage.warmup),
             builder.getI64IntegerAttr(mbs - stage.warmup),
-            builder.getI64IntegerAttr(stage.warmup));
+            builder.getI64IntegerAttr(stage.warmup),
+            /*weight_lag=*/mlir::IntegerAttr());
       model.setTotalStagesAttr(
           builder.getI64IntegerAttr(topology->totalStages));
     });

@@ -75,6 +75,7 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
   topology.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
   topology.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
   topology.seqLength = static_cast<int64_t>(batch.getSeqLength());
+  topology.zeroBubble = batch.getSchedule() == "zero_bubble";
   ir::ParallelAttr p = language.getGridOp().getParallel();
   topology.shard = makeShard(p.getCp(), p.getTp(), p.isSequenceParallel(),
                              batch.getPacking());
@@ -137,10 +138,14 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
       if (m < 0)
         return op.emitOpError("names a module the model does not have"),
                failure();
-      topology.stages.push_back({static_cast<size_t>(m),
-                                 static_cast<int64_t>(op.getPp()),
-                                 static_cast<int64_t>(op.getStage()),
-                                 static_cast<int64_t>(op.getWarmup())});
+      StageTopology stage;
+      stage.module = static_cast<size_t>(m);
+      stage.pp = static_cast<int64_t>(op.getPp());
+      stage.stage = static_cast<int64_t>(op.getStage());
+      stage.warmup = static_cast<int64_t>(op.getWarmup());
+      if (auto lag = op.getWeightLag())
+        stage.weightLag = static_cast<int64_t>(*lag);
+      topology.stages.push_back(stage);
     }
     for (size_t m = 0; m < topology.modules.size(); ++m)
       for (int64_t pp = 0; pp < topology.modules[m].grid.size(Dim::PP); ++pp)

@@ -25,7 +25,7 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
         "modules", "data", "train"}},
       {"/batch",
        {"micro_batch_size", "num_microbatches", "seq_length", "packing",
-        "attention_mask"}},
+        "attention_mask", "schedule"}},
       {"/modules/N (encoder)",
        {"name", "kind", "arch", "parallel", "special_token_id", "freeze",
         "lr_mult", "init", "pipeline_layers", "recompute", "recompute_layers",
@@ -155,6 +155,16 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
   if (auto mask = v.choice(*batch, "/batch", "attention_mask", false,
                            {"causal", "dense"}, "the attention mask"))
     b.attentionMask = *mask;
+  if (auto schedule = v.choice(*batch, "/batch", "schedule", false,
+                               {"1f1b", "interleaved", "zero_bubble"},
+                               "the pipeline schedule")) {
+    if (*schedule == "interleaved")
+      v.error("/batch/schedule",
+              "\"interleaved\" (virtual pipeline stages) is not supported "
+              "yet (docs/not-yet.md); use \"1f1b\" or \"zero_bubble\"");
+    else
+      b.schedule = *schedule;
+  }
   if (b.packing && b.attentionMask == "dense")
     v.error("/batch/attention_mask",
             "expected \"causal\" with packing (packed rows restrict attention "

@@ -160,6 +160,11 @@ struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
   bool packing = false;
   std::string attentionMask = "causal";
+  /// The pipeline schedule (docs/model.md "Pipeline schedules"): "1f1b"
+  /// or "zero_bubble" (ZB-H1: backwards split into input and weight
+  /// gradients, the latter filling the bubbles).
+  std::string schedule = "1f1b";
+  bool zeroBubble() const { return schedule == "zero_bubble"; }
 };
 
 struct TokenRange {

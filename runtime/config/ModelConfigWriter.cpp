@@ -150,6 +150,8 @@ json toJson(const ModelConfig &config) {
                    {"min_lr", config.train.lrSchedule.minLr}}},
                  {"eval_every", config.train.evalEvery},
                  {"eval_steps", config.train.evalSteps}}}};
+  if (config.batch.schedule != "1f1b") // written where it is not the default
+    root["batch"]["schedule"] = config.batch.schedule;
   if (config.train.decayAll)
     root["train"]["decay_all"] = true;
   if (config.worldSize)

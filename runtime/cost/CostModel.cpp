@@ -228,8 +228,11 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
     // One pass of the layer, forward or backward.
     auto pass = [&](bool back) {
       double layer = 0;
-      for (int g = 0; g < 4; ++g)
+      for (int g = 0; g < 4; ++g) {
         layer += gemms[g] * (back ? (dw[g] ? 2 : 1) : 1);
+        if (back && dw[g])
+          w.weightGrads += gemms[g];
+      }
       // The elementwise kernels (norms, RoPE, residuals, activation,
       // packing).
       layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
@@ -285,6 +288,7 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                      gemmSeconds(p, rows, outputHidden, outputHidden);
   w.compute *= p.computeScale;
   w.attention *= p.computeScale;
+  w.weightGrads *= p.computeScale;
   return w;
 }
 
@@ -389,11 +393,31 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
                         profile.kind != "cpu");
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
   };
+  // Zero bubble: a split stage's backward makes its input gradients and
+  // weight_grad the layers' weight gradients (model/WeightGrads.h).
+  auto splits = [&](size_t mi) {
+    const StageTopology *s =
+        topology.stageOf(mi, topology.modules[mi].grid.coordsOf(rank).pp);
+    return s && s->weightLag >= 0;
+  };
   switch (in.op) {
   case InstrOp::Forward:
-  case InstrOp::Backward:
-    moduleWork(static_cast<size_t>(in.index), in.op == InstrOp::Backward);
+  case InstrOp::Backward: {
+    const size_t mi = static_cast<size_t>(in.index);
+    moduleWork(mi, in.op == InstrOp::Backward);
+    if (in.op == InstrOp::Backward && splits(mi))
+      w.compute -=
+          stageWorkOf(mi, topology.modules[mi].grid.coordsOf(rank).pp, true)
+              .weightGrads;
     return w;
+  }
+  case InstrOp::WeightGrad: {
+    const size_t mi = static_cast<size_t>(in.index);
+    w.compute =
+        stageWorkOf(mi, topology.modules[mi].grid.coordsOf(rank).pp, true)
+            .weightGrads;
+    return w;
+  }
   case InstrOp::Shard:
   case InstrOp::Unshard: {
     const ModuleTopology &topo = topology.modules[in.index];

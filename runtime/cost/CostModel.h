@@ -103,6 +103,9 @@ struct StageWork {
   double cpExchanges = 0, cpBytes = 0; // CP key/value gathers
   /// Seconds of the attention kernels (what ring CP's transfers overlap).
   double attention = 0;
+  /// Backward only: seconds of the layers' weight-gradient GEMMs, part of
+  /// `compute` (what zero bubble's weight_grad runs apart).
+  double weightGrads = 0;
   double logitExchanges = 0, logitBytes = 0; // vocab-parallel loss
 };
 StageWork stageWork(const ModuleConfig &module, const StageShape &shape,

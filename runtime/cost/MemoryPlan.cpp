@@ -195,6 +195,11 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           : !topo.isLanguage && encodersFirst
               ? t.microbatches // every microbatch forward before the pipeline
               : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
+      // Zero bubble: up to weight_lag more microbatches' weight gradients
+      // wait with their GEMM inputs and output gradients (at most what the
+      // forward saved), min(P, M) microbatches in all (Schedule.h).
+      if (s && s->weightLag > 0 && inFlight > 0)
+        inFlight = std::min<int64_t>(t.microbatches, inFlight + s->weightLag);
       for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {
         // Frozen parameters (`freeze`) keep no moments and share one
         // scratch gradient: the largest of them.

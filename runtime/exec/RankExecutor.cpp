@@ -36,6 +36,14 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
       plan.rankProgram[static_cast<size_t>(rank)])];
   for (auto &m : modules)
     if (m) {
+      // Zero bubble: the program makes this module's weight gradients in
+      // instructions of their own (model/WeightGrads.h).
+      for (const Instr &in : program->instrs)
+        if (in.op == InstrOp::WeightGrad &&
+            in.index == static_cast<int32_t>(m->index)) {
+          m->stage->splitBackward();
+          break;
+        }
       setUpOverlap(*m, overlap);
       setUpShards(*m);
     }

@@ -195,8 +195,18 @@ void RankExecutor::execute(const Instr &in) {
   switch (in.op) {
   case InstrOp::Forward:
     return forward(module(key.first), in.mb);
-  case InstrOp::Backward:
-    return backward(module(key.first), in.mb);
+  case InstrOp::Backward: {
+    // Under zero bubble the stage keeps the weight gradients for the
+    // microbatch's weight_grad (model/WeightGrads.h).
+    Stage &stage = *module(key.first).stage;
+    if (stage.splitsBackward())
+      stage.deferWeightGrads(in.mb);
+    backward(module(key.first), in.mb);
+    stage.deferWeightGrads(-1);
+    return;
+  }
+  case InstrOp::WeightGrad:
+    return module(key.first).stage->weightBackward(in.mb);
   case InstrOp::Shard:
     return shard(module(key.first), in.mb);
   case InstrOp::Unshard: {

@@ -33,6 +33,7 @@
 #include "runtime/data/Data.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
+#include "runtime/model/WeightGrads.h"
 #include "runtime/plan/Plan.h"
 
 #include <cmath>
@@ -117,6 +118,9 @@ struct StageContext {
   bool ringCp = false;
   int64_t ringTag = 0;
   comm::Channel *ringChannel = nullptr;
+  /// Zero bubble (model/WeightGrads.h): where the layers' weight-gradient
+  /// GEMMs go while it defers; null, or not deferring: they run at once.
+  DeferredWeightGrads *weightGrads = nullptr;
   std::vector<int64_t> tpGroup, cpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
@@ -167,6 +171,23 @@ public:
   void onGradsDone(GradsDone hook) { gradsDoneHook = std::move(hook); }
   /// Ring CP's transfers on `channel` (StageContext::ringChannel).
   void useRingChannel(comm::Channel *channel) { ctx.ringChannel = channel; }
+  /// Zero bubble (model/WeightGrads.h): from now on a backward run between
+  /// deferWeightGrads(mb) and deferWeightGrads(-1) makes input gradients
+  /// only, and weightBackward(mb) makes the weight gradients it left.
+  void splitBackward() { ctx.weightGrads = &deferredGrads; }
+  bool splitsBackward() const { return ctx.weightGrads != nullptr; }
+  void deferWeightGrads(int64_t mb) {
+    if (mb >= 0)
+      deferredGrads.begin(mb);
+    else
+      deferredGrads.end();
+  }
+  void weightBackward(int64_t mb) {
+    for (const std::vector<size_t> &params : deferredGrads.run(mb))
+      gradsDone(params);
+  }
+  /// Microbatches whose weight gradients wait (0 after a step).
+  size_t waitingWeightGrads() const { return deferredGrads.waiting(); }
 
 protected:
   explicit Stage(StageContext ctx);
@@ -190,8 +211,10 @@ protected:
     return p.frozen ? nullptr : p.grad.data();
   }
   /// Tells the listener (onGradsDone) that `params` are accumulated.
-  void gradsDone(const std::vector<size_t> &params) const {
-    if (gradsDoneHook)
+  void gradsDone(const std::vector<size_t> &params) {
+    if (deferredGrads.deferring())
+      deferredGrads.notice(params); // told after the weight gradients
+    else if (gradsDoneHook)
       gradsDoneHook(params);
   }
   /// Runs layers [end-1 .. 0]'s backward over `dx`, telling the listener
@@ -206,6 +229,7 @@ protected:
 
 private:
   GradsDone gradsDoneHook;
+  DeferredWeightGrads deferredGrads;
 };
 
 class EncoderStage final : public Stage {

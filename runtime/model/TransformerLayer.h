@@ -14,6 +14,7 @@
 #include "runtime/model/RingAttention.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace mimo::exec {
 
@@ -170,10 +171,12 @@ private:
     // stream's gradient of the rank's rows.
     biasGrad(dout, b.fc2, Tl, H);
     Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
-    const Bf16Operand dm = gemmOperand(fullRows(dout, gatheredOut, sp), dmBits);
+    const Tensor &dmT = gemmTensor(fullRows(dout, gatheredOut, sp), dmBits);
+    const Bf16Operand dm = operand(dmT);
     Tensor ds = empty(Tc * Fl);
-    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), WG(w2),
+    matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), nullptr,
                    Tc, Fl, H);
+    weightGradient(c.s, dmT, w2, Tc, Fl, H);
     Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = Tensor::empty(Tc * Fl, gradType);
@@ -185,7 +188,8 @@ private:
         dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
                            du.data(), Tc * Fl);
       matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
-                     dh2f.data(), WG(w3), Tc, H, Fl);
+                     dh2f.data(), nullptr, Tc, H, Fl);
+      weightGradient(c.h2f, du, w3, Tc, H, Fl);
     } else if (ctx.bf16) {
       dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
                            Tc * Fl, gelu);
@@ -194,19 +198,19 @@ private:
     }
     biasGrad(dg, b.fc1, Tc, Fl);
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
-                   dh2f.data(), WG(w1), Tc, H, Fl, language ? 1.0f : 0.0f);
+                   dh2f.data(), nullptr, Tc, H, Fl, language ? 1.0f : 0.0f);
+    weightGradient(c.h2f, dg, w1, Tc, H, Fl);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
     // Attention.
     biasGrad(dx1, b.o, Tl, H);
-    const Bf16Operand dof =
-        gemmOperand(fullRows(dx1, gatheredDx1, sp), dofBits);
+    const Tensor &dofT = gemmTensor(fullRows(dx1, gatheredDx1, sp), dofBits);
+    const Bf16Operand dof = operand(dofT);
     // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
     Tensor da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
                               /*transW=*/true);
-    matmulBackward(dev, ctx.bf16, operand(c.a), P(wo), dof, nullptr, WG(wo), Tc,
-                   Hl, H);
+    weightGradient(c.a, dofT, wo, Tc, Hl, H);
     // dq of the rank's queries, dk and dv of its keys (summed over every
     // CP rank's queries), grouped (GQA) and fp32.
     Tensor dq, dK, dV;
@@ -226,11 +230,14 @@ private:
     biasGrad(dv, b.v, Tc, KVl);
     Tensor dhf = empty(Tc * H);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
-                   WG(wq), Tc, H, Hl);
+                   nullptr, Tc, H, Hl);
+    weightGradient(c.hf, dq, wq, Tc, H, Hl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
-                   WG(wk), Tc, H, KVl, 1.0f);
+                   nullptr, Tc, H, KVl, 1.0f);
+    weightGradient(c.hf, dk, wk, Tc, H, KVl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
-                   WG(wv), Tc, H, KVl, 1.0f);
+                   nullptr, Tc, H, KVl, 1.0f);
+    weightGradient(c.hf, dv, wv, Tc, H, KVl);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -271,11 +278,37 @@ private:
 
   /// t as the GEMMs read it: under bf16 its bits, packed once into `bits`
   /// unless t is bits already; else t itself.
-  Bf16Operand gemmOperand(const Tensor &t, Tensor &bits) const {
+  /// The tensor whose operand() a GEMM reads for `t`: `t` itself, or
+  /// under bf16 its bits packed into `bits`.
+  const Tensor &gemmTensor(const Tensor &t, Tensor &bits) const {
     if (!ctx.bf16 || t.dtype() == device::DType::BF16)
-      return operand(t);
+      return t;
     bits = packBf16(*ctx.dev, t);
-    return operand(bits);
+    return bits;
+  }
+
+  /// dW[K,N] += X[M,K]^T dY[M,N] for weight `w` (frozen: nothing): at
+  /// once, or under zero bubble (StageContext::weightGrads deferring) kept
+  /// for the microbatch's weight_grad instruction, with x (the forward's,
+  /// never written again) and a copy of dy (whose buffer the backward
+  /// may go on writing).
+  void weightGradient(const Tensor &x, const Tensor &dy, size_t w, int64_t M,
+                      int64_t K, int64_t N) {
+    float *dw = WG(w);
+    if (!dw)
+      return;
+    if (!ctx.weightGrads || !ctx.weightGrads->deferring()) {
+      gemm(*ctx.dev, ctx.bf16, true, false, K, N, M, 1.0f, operand(x),
+           operand(dy), 1.0f, dw);
+      return;
+    }
+    auto xs = std::make_shared<Tensor>(x.view(0, x.size()));
+    auto dys = std::make_shared<Tensor>(dy.clone());
+    ctx.weightGrads->defer(
+        [dev = ctx.dev, bf16 = ctx.bf16, xs, dys, dw, M, K, N] {
+          gemm(*dev, bf16, true, false, K, N, M, 1.0f, operand(*xs),
+               operand(*dys), 1.0f, dw);
+        });
   }
 
   /// y ([Tc, heads x d], fp32) rotated by RoPE when `rotate` (inverse:

@@ -26,6 +26,7 @@ constexpr InstrOperand M = InstrOperand::Module, B = InstrOperand::Bridge,
 const InstrInfo kInstrInfo[] = {
     {"forward", M, true, false, false, false},
     {"backward", M, true, false, false, true},
+    {"weight_grad", M, true, false, false, true},
     {"shard", M, true, false, false, false},
     {"unshard", M, true, false, false, true},
     {"send_act", M, true, true, false, false},

@@ -98,6 +98,10 @@ std::vector<std::vector<int64_t>> tiedEmbeddingGroups(const Grid &grid);
 struct StageTopology {
   size_t module = 0;
   int64_t pp = 0, stage = 0, warmup = 0;
+  /// Zero bubble (docs/model.md "Pipeline schedules"): how many
+  /// microbatches' weight gradients the stage holds back behind their
+  /// input gradients (zeroBubbleLag); -1: its backward stays whole.
+  int64_t weightLag = -1;
 };
 
 /// How the language first stage shards its inputs (docs/plan.md).
@@ -111,7 +115,9 @@ struct ShardTopology {
 /// Instruction kinds of a rank program.
 enum class InstrOp : uint8_t {
   Forward,             // module, mb: this rank's stage of the module
-  Backward,            // module, mb
+  Backward,            // module, mb (under zero bubble: the input
+                       //   gradients only; WeightGrad makes the rest)
+  WeightGrad,          // module, mb: zero bubble's deferred weight gradients
   Shard,               // module, mb: embed, place modality rows, CP/SP shard
   Unshard,             // module, mb: gather the input-embedding gradient
                        //   over the TP x CP group (adjoint of shard)
@@ -175,6 +181,9 @@ struct Topology {
   std::vector<ModuleTopology> modules;
   std::vector<BridgeTopology> bridges;
   int64_t totalStages = 1;
+  /// batch.schedule "zero_bubble": pipelined stages split their backward
+  /// (StageTopology::weightLag).
+  bool zeroBubble = false;
   std::vector<StageTopology> stages;
   ShardTopology shard;
 

@@ -110,6 +110,7 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
   topology.microbatches = config.batch.numMicrobatches;
   topology.microBatchSize = config.batch.microBatchSize;
   topology.seqLength = config.batch.seqLength;
+  topology.zeroBubble = config.batch.zeroBubble();
   size_t language = topology.modules.size() - 1;
   for (size_t i = 0; i < language; ++i) {
     std::optional<BridgeTopology> bridge =
@@ -221,13 +222,18 @@ ordered_json scheduleJson(const Topology &t) {
   schedule["total_stages"] = t.totalStages;
   schedule["microbatches"] = t.microbatches;
   ordered_json stages = ordered_json::array();
-  for (const StageTopology &s : t.stages)
+  if (t.zeroBubble)
+    schedule["kind"] = "zero_bubble";
+  for (const StageTopology &s : t.stages) {
     stages.push_back({{"module", t.modules[s.module].name},
                       {"pp", s.pp},
                       {"stage", s.stage},
                       {"warmup", s.warmup},
                       {"steady", t.microbatches - s.warmup},
                       {"cooldown", s.warmup}});
+    if (s.weightLag >= 0)
+      stages.back()["weight_lag"] = s.weightLag;
+  }
   schedule["stages"] = std::move(stages);
   return schedule;
 }

@@ -137,6 +137,26 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   const StageTopology *stage = topology.stageOf(m, c.pp);
   int64_t warmup = stage ? stage->warmup : 0;
   int64_t steady = mbs - warmup;
+  // Zero bubble (runtime/plan/Schedule.h zeroBubbleLag): each backward
+  // makes its input gradient only, and a microbatch's weight gradients run
+  // once more than `lag` of them wait (after the input gradient is sent,
+  // before the next receive), the rest before the gradient reduction.
+  const int64_t lag = stage ? stage->weightLag : -1;
+  std::vector<int64_t> waiting; // microbatches whose weight gradients wait
+  size_t nextWeights = 0;
+  auto weightGrads = [&](int64_t keep) {
+    while (lag >= 0 &&
+           static_cast<int64_t>(waiting.size() - nextWeights) > keep)
+      emit.add(InstrOp::WeightGrad, m, waiting[nextWeights++]);
+  };
+  auto backward = [&](int64_t mb) {
+    emit.add(InstrOp::Backward, m, mb);
+    waiting.push_back(mb);
+    afterBackward(mb);
+  };
+  auto dueWeights = [&] {
+    return lag >= 0 && static_cast<int64_t>(waiting.size() - nextWeights) > lag;
+  };
   for (int64_t i = 0; i < warmup; ++i) {
     emit.batch(recvForward(i));
     afterRecvForward(i);
@@ -152,10 +172,16 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     emit.add(InstrOp::Forward, m, f);
     emit.batch(concat(sendForward(f), recvBackward(i)));
     afterRecvBackward(i);
-    emit.add(InstrOp::Backward, m, i);
-    afterBackward(i);
+    backward(i);
     if (i + 1 == steady) {
       emit.batch(sendBackward(i));
+      weightGrads(lag);
+    } else if (dueWeights()) {
+      // The weight gradients between the send and the next receive.
+      emit.batch(sendBackward(i));
+      weightGrads(lag);
+      emit.batch(recvForward(f + 1));
+      afterRecvForward(f + 1);
     } else {
       emit.batch(concat(sendBackward(i), recvForward(f + 1)));
       afterRecvForward(f + 1);
@@ -165,10 +191,11 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     int64_t b = steady + i;
     emit.batch(recvBackward(b));
     afterRecvBackward(b);
-    emit.add(InstrOp::Backward, m, b);
-    afterBackward(b);
+    backward(b);
     emit.batch(sendBackward(b));
+    weightGrads(lag);
   }
+  weightGrads(0);
   if (!finalize)
     return;
   emit.add(InstrOp::ReduceGrads, m);

@@ -239,9 +239,18 @@ void assignStages(Topology &topology) {
     for (int64_t p = 0; p < pp; ++p) {
       int64_t stage = i == lm ? languageStage(encoderPp, p, colocated)
                               : (colocated ? 0 : p);
-      topology.stages.push_back({i, p, stage,
-                                 warmupMicrobatches(topology.totalStages, stage,
-                                                    topology.microbatches)});
+      StageTopology s;
+      s.module = i;
+      s.pp = p;
+      s.stage = stage;
+      s.warmup = warmupMicrobatches(topology.totalStages, stage,
+                                    topology.microbatches);
+      // Zero bubble splits the pipelined stages (a colocated layout's
+      // encoders run whole, before and after the language pipeline, and
+      // with language pp 1 nothing is pipelined).
+      if (topology.zeroBubble && (!colocated || (i == lm && lmPp > 1)))
+        s.weightLag = zeroBubbleLag(stage, topology.microbatches);
+      topology.stages.push_back(s);
     }
   }
 }

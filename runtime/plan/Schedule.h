@@ -36,6 +36,27 @@ inline int64_t warmupMicrobatches(int64_t totalStages, int64_t stage,
   return std::min(totalStages - stage - 1, microbatches);
 }
 
+/// Zero bubble (ZB-H1): the weight gradients a rank at `stage` holds back
+/// behind its input gradients, min(stage, M). Stage s runs 1F1B's
+/// warm-up and order with each backward cut in two, input gradients (B)
+/// first, and runs a microbatch's weight gradients (W) once more than
+/// `lag` of them wait; the rest fill the cool-down. With F = B = W the
+/// last stage's input gradients then reach the first stage P - 1 units
+/// earlier, and the step takes 3M + P - 1 units against 1F1B's
+/// 3(M + P - 1): the bubble falls to a third, and a stage holds at most
+/// P microbatches (activations and deferred weight gradients) as 1F1B's
+/// first stage does.
+inline int64_t zeroBubbleLag(int64_t stage, int64_t microbatches) {
+  return std::min(stage, microbatches);
+}
+
+/// The idle share of a zero-bubble step with F = B = W: (P - 1) /
+/// (3M + P - 1).
+inline double zeroBubbleShare(int64_t totalStages, int64_t microbatches) {
+  double idle = static_cast<double>(totalStages - 1);
+  return idle / (3.0 * static_cast<double>(microbatches) + idle);
+}
+
 /// The idle share of a 1F1B step with equal stage times: (P - 1) / (M + P
 /// - 1) for P stages and M microbatches.
 inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
@@ -43,10 +64,19 @@ inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
   return idle / (static_cast<double>(microbatches) + idle);
 }
 
+/// The idle share of the step's schedule: zeroBubbleShare or pipelineBubble.
+inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
+                             bool zeroBubble) {
+  return zeroBubble ? zeroBubbleShare(totalStages, microbatches)
+                    : pipelineBubble(totalStages, microbatches);
+}
+
 /// The fewest microbatches that keep the bubble at or below `share` (0 < share
-/// < 1): M >= (P - 1) (1 - share) / share.
-inline int64_t microbatchesForBubble(int64_t totalStages, double share) {
-  double needed = static_cast<double>(totalStages - 1) * (1 - share) / share;
+/// < 1): M >= (P - 1) (1 - share) / share, a third of it under zero bubble.
+inline int64_t microbatchesForBubble(int64_t totalStages, double share,
+                                     bool zeroBubble = false) {
+  double needed = static_cast<double>(totalStages - 1) * (1 - share) / share /
+                  (zeroBubble ? 3.0 : 1.0);
   int64_t m = static_cast<int64_t>(needed);
   return std::max<int64_t>(1, m < needed ? m + 1 : m);
 }

@@ -140,6 +140,16 @@ inline std::vector<Layout> equivalenceLayouts() {
   pp4["modules"][1]["parallel"] = {
       {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
   layouts.push_back({"LanguagePp4With8Microbatches", pp4, 8});
+  // Zero bubble (batch.schedule): the encoder's stage and the language
+  // model's four hold back their weight gradients by their global stage,
+  // few microbatches; and colocated, the language pipeline split.
+  json zeroBubble = pp4;
+  zeroBubble["batch"]["num_microbatches"] = 4;
+  zeroBubble["batch"]["schedule"] = "zero_bubble";
+  layouts.push_back({"ZeroBubbleLanguagePp4With4Microbatches", zeroBubble, 8});
+  json zeroBubbleColocated = example("vlm-colocated-pp2.json");
+  zeroBubbleColocated["batch"]["schedule"] = "zero_bubble";
+  layouts.push_back({"ZeroBubbleColocatedLanguagePp2", zeroBubbleColocated, 8});
   // Uneven stages (pipeline_layers): the language model's first stage
   // with half its layers and the other two a quarter each, beside an
   // encoder of 4 layers cut at output_layer -2 whose [2, 2] computes

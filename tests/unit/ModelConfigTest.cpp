@@ -63,6 +63,23 @@ TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
             json({"tp", "cp", "dp", "pp"}));
 }
 
+/// batch.schedule: "1f1b" by default and then not written (the plans of
+/// models without it keep their digest); "zero_bubble" survives the
+/// canonical JSON.
+TEST(ModelConfigTest, ScheduleIsWrittenOnlyWhereItIsNotTheDefault) {
+  json document = test::baseModel();
+  ModelConfig plain = test::requireConfig(parse(document));
+  EXPECT_EQ(plain.batch.schedule, "1f1b");
+  EXPECT_FALSE(plain.batch.zeroBubble());
+  EXPECT_FALSE(toJson(plain)["batch"].contains("schedule"));
+  document["batch"]["schedule"] = "zero_bubble";
+  ModelConfig zb = test::requireConfig(parse(document));
+  EXPECT_TRUE(zb.batch.zeroBubble());
+  json canonical = toJson(zb);
+  EXPECT_EQ(canonical["batch"]["schedule"], "zero_bubble");
+  EXPECT_TRUE(test::requireConfig(parse(canonical)).batch.zeroBubble());
+}
+
 /// docs/model-json.md: the Llama-style keys parse, survive the canonical
 /// JSON, and are written there only when set (a model without them keeps
 /// its canonical form, hence its plan's digest).
@@ -405,6 +422,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "/batch/attention_mask", "expected \"causal\" with packing"},
         FieldCase{"attention_mask", "/batch/attention_mask", "casual",
                   "/batch/attention_mask", "did you mean \"causal\"?"},
+        FieldCase{"schedule", "/batch/schedule", "zero-bubble",
+                  "/batch/schedule", "did you mean \"zero_bubble\"?"},
+        FieldCase{"schedule_interleaved", "/batch/schedule", "interleaved",
+                  "/batch/schedule",
+                  "\"interleaved\" (virtual pipeline stages) is not "
+                  "supported yet"},
         FieldCase{"float_for_int", "/batch/num_microbatches", 2.5,
                   "/batch/num_microbatches",
                   "expected a positive integer <= 16384 (microbatches per "

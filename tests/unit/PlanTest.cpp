@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/plan/PlanFile.h"
+#include "runtime/plan/Schedule.h"
 
 #include "tests/e2e/Layouts.h"
 #include "tests/unit/TestModels.h"
@@ -293,6 +294,91 @@ TEST(PlanTest, ForwardHalvesOfEveryLayoutStillVerify) {
                   verifyPrograms(plan->topology, forward, plan->rankProgram)),
               "");
   }
+}
+
+TEST(PlanTest, ZeroBubbleSplitsEveryPipelinedBackwardAndStillVerifies) {
+  // Every layout under batch.schedule "zero_bubble": each backward of a
+  // split stage is followed, on the same rank, by exactly one weight_grad
+  // of its module and microbatch; the weight gradients run in microbatch
+  // order (the accumulation order of a whole backward) and never more than
+  // the stage's weight_lag wait after a steady 1F1B slot; all are made
+  // before the gradient reduction; and the plan verifies (no deadlock) and
+  // round-trips through the plan file.
+  int splitLayouts = 0;
+  for (test::Layout layout : test::equivalenceLayouts()) {
+    SCOPED_TRACE(layout.name);
+    layout.model["batch"]["schedule"] = "zero_bubble";
+    ParseResult parsed = parseModelConfig(layout.model.dump(), "model.json");
+    ASSERT_TRUE(parsed.config);
+    std::string error;
+    std::optional<Plan> plan = buildPlan(*parsed.config, &error);
+    ASSERT_TRUE(plan) << error;
+    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, plan->programs,
+                                          plan->rankProgram)),
+              "");
+    bool split = false;
+    for (int64_t rank = 0; rank < plan->topology.worldSize; ++rank) {
+      const Program &program =
+          plan->programs[static_cast<size_t>(plan->rankProgram[rank])];
+      for (size_t m = 0; m < plan->topology.modules.size(); ++m) {
+        const Grid &grid = plan->topology.modules[m].grid;
+        if (rank < grid.rankOffset() || rank >= grid.endRank())
+          continue;
+        const StageTopology *stage =
+            plan->topology.stageOf(m, grid.coordsOf(rank).pp);
+        const int32_t index = static_cast<int32_t>(m);
+        std::vector<int32_t> backwards, weights;
+        size_t reduce = program.instrs.size(), lastWeight = 0;
+        for (size_t i = 0; i < program.instrs.size(); ++i) {
+          const Instr &in = program.instrs[i];
+          if (in.index != index)
+            continue;
+          if (in.op == InstrOp::Backward)
+            backwards.push_back(in.mb);
+          if (in.op == InstrOp::WeightGrad) {
+            // Its backward came first.
+            EXPECT_NE(std::find(backwards.begin(), backwards.end(), in.mb),
+                      backwards.end());
+            weights.push_back(in.mb);
+            lastWeight = i;
+          }
+          if (in.op == InstrOp::ReduceGrads)
+            reduce = i;
+          if (in.op == InstrOp::Forward && stage && stage->weightLag >= 0) {
+            EXPECT_LE(static_cast<int64_t>(backwards.size() - weights.size()),
+                      stage->weightLag)
+                << "before forward mb " << in.mb;
+          }
+        }
+        if (!stage || stage->weightLag < 0 ||
+            plan->topology.modules[m].forwardOnly) {
+          EXPECT_TRUE(weights.empty());
+          continue;
+        }
+        split = true;
+        EXPECT_EQ(weights, backwards); // each once, in microbatch order
+        EXPECT_LT(lastWeight, reduce);
+        EXPECT_EQ(stage->weightLag,
+                  std::min(stage->stage, plan->topology.microbatches));
+      }
+    }
+    splitLayouts += split;
+    PlanLoadResult loaded = loadPlan(planToJson(*plan).dump(1), "plan.json");
+    ASSERT_TRUE(loaded.plan)
+        << formatDiagnostic("plan.json", loaded.diagnostics[0]);
+    for (size_t p = 0; p < plan->programs.size(); ++p)
+      EXPECT_EQ(loaded.plan->programs[p].instrs, plan->programs[p].instrs);
+  }
+  EXPECT_GE(splitLayouts, 10);
+}
+
+TEST(PlanTest, ZeroBubbleIdlesAThirdOfOneFOneBWithEqualParts) {
+  // Schedule.h's claim, on the shared formulas: with F = B = W the step is
+  // 3M + P - 1 units against 1F1B's 3(M + P - 1).
+  EXPECT_DOUBLE_EQ(zeroBubbleShare(4, 4), 3.0 / 15.0);
+  EXPECT_DOUBLE_EQ(pipelineBubble(4, 4), 3.0 / 7.0);
+  EXPECT_EQ(zeroBubbleLag(3, 8), 3);
+  EXPECT_EQ(zeroBubbleLag(5, 2), 2);
 }
 
 //===----------------------------------------------------------------------===//
