@@ -323,6 +323,8 @@ std::string summarize(const ModelConfig &config, bool colocated) {
                            m.parallel.dp * m.parallel.cp > 1;
                   }))
     os << "; distributed optimizer";
+  if (config.batch.zeroBubble())
+    os << "; zero bubble";
   // The recomputation the search chose (every module alike).
   if (config.modules.front().recompute != "none")
     os << "; recompute " << config.modules.front().recompute;
@@ -549,6 +551,26 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
         simulateStep(plan->topology, plan->programs, plan->rankProgram, costs);
     if (!sim.problem.empty())
       continue;
+    // A pipeline, and the model leaves the schedule to the search: zero
+    // bubble too (docs/plan.md), kept when it fits and the simulation
+    // finds it faster.
+    if (plan->topology.totalStages > 1 && !model.batch.zeroBubble()) {
+      ModelConfig zeroBubble = c.config;
+      zeroBubble.batch.schedule = "zero_bubble";
+      std::optional<Plan> again = buildPlan(zeroBubble, &error);
+      if (again && !over(peakOf(*again))) {
+        CostModel zbCosts(again->topology, again->config, profile,
+                          options.cluster);
+        Simulation zb = simulateStep(again->topology, again->programs,
+                                     again->rankProgram, zbCosts);
+        if (zb.problem.empty() && zb.stepSeconds < sim.stepSeconds) {
+          c.config = std::move(zeroBubble);
+          c.summary = summarize(c.config, layout.colocated);
+          c.peakBytes = peakOf(*again);
+          sim = std::move(zb);
+        }
+      }
+    }
     ++result.simulated;
     c.stepSeconds = sim.stepSeconds;
     c.idleShare = sim.idleShare();

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Pipeline schedules on the CPU (docs/plan.md Zero bubble): 1F1B against
+zero bubble (ZB-H1) on a language model over pp 4 with 4 microbatches
+(the bubble's worst case: P - 1 = 3 idle slots of M + P - 1 = 7), local
+backend, one thread a rank. For each schedule: the median step (steps 2..)
+and each rank's idle share in the last step, measured from mimo-run's trace
+(the time outside forward, backward, weight_grad, shard and the optimizer
+step), beside `mimoc simulate --profile cpu`'s step and idle share. The
+losses must be the same bits.
+
+Caveat for this machine: 4 ranks share its cores (`nproc`), so a rank that
+waits lends its core to the others and the measured step falls by less
+than the idle share does; simulate models the sharing (docs/tune.md).
+
+usage: schedules.py [BUILD_DIR] [--out FILE] [--steps N]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PP, M = 4, 4
+MODEL = {
+    "version": 1, "name": "pipeline", "seed": 5,
+    "batch": {"micro_batch_size": 4, "num_microbatches": M, "seq_length": 256},
+    "modules": [{"name": "language", "kind": "language",
+                 "arch": {"vocab_size": 1024, "hidden_size": 512,
+                          "num_layers": 8, "num_heads": 8,
+                          "ffn_hidden_size": 2048},
+                 "parallel": {"pp": PP}}],
+    "data": {"source": "synthetic", "text_only_fraction": 1.0},
+    "train": {"steps": 4},
+}
+COMPUTE = ("forward ", "backward ", "weight_grad ", "shard ", "optimizer_step")
+
+
+def idle_shares(trace):
+    events = json.load(open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    # Each rank marks the start of each step; the last step runs from its
+    # first mark to the end of the last instruction.
+    marks = [e for e in events if e.get("cat") == "step"]
+    final = max(int(e["name"].split()[1]) for e in marks)
+    begin = min(e["ts"] for e in marks if e["name"] == f"step {final}")
+    end = max(e["ts"] + e["dur"] for e in events
+              if e.get("cat") == "instruction" and e["ts"] >= begin)
+    shares = []
+    for rank in range(PP):
+        busy = sum(e["dur"] for e in events
+                   if e.get("cat") == "instruction" and e.get("pid") == rank
+                   and e["ts"] >= begin and e["ts"] < end
+                   and e["name"].startswith(COMPUTE))
+        shares.append(1 - busy / (end - begin))
+    return shares
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--out")
+    ap.add_argument("--steps", type=int, default=4)
+    args = ap.parse_args()
+    mimoc = os.path.join(args.build, "bin", "mimoc")
+    run = os.path.join(args.build, "bin", "mimo-run")
+    rows, losses = [], {}
+    with tempfile.TemporaryDirectory() as work:
+        for schedule in ("1f1b", "zero_bubble"):
+            model = json.loads(json.dumps(MODEL))
+            model["batch"]["schedule"] = schedule
+            model["train"]["steps"] = args.steps
+            path = os.path.join(work, f"{schedule}.json")
+            json.dump(model, open(path, "w"))
+            plan = path + ".plan"
+            subprocess.run([mimoc, "compile", "-q", path, "-o", plan], check=True)
+            sim = json.loads(subprocess.run(
+                [mimoc, "simulate", plan, "--profile", "cpu", "--format=json"],
+                capture_output=True, text=True, check=True).stdout)
+            metrics, trace = plan + ".jsonl", plan + ".trace.json"
+            subprocess.run([run, plan, "--metrics", metrics, "--threads", "1",
+                            "--trace", trace], check=True, capture_output=True)
+            got = [json.loads(l) for l in open(metrics)]
+            losses[schedule] = [(l["loss"], l["grad_norm"]) for l in got]
+            step = statistics.median(l["seconds"] for l in got[1:])
+            shares = idle_shares(trace)
+            rows.append((schedule, step, sum(shares) / len(shares), shares,
+                         sim["step_seconds"], sim["idle_share"],
+                         max(l["peak_bytes"] for l in got)))
+    same = losses["1f1b"] == losses["zero_bubble"]
+    mib = 1 << 20
+    arch = MODEL["modules"][0]["arch"]
+    lines = [
+        "## Pipeline schedules: 1F1B against zero bubble (CPU)", "",
+        f"`python3 bench/schedules.py`: a language model ({arch['num_layers']} layers,"
+        f" hidden {arch['hidden_size']}, FFN {arch['ffn_hidden_size']}, vocabulary"
+        f" {arch['vocab_size']}, sequence {MODEL['batch']['seq_length']}, micro-batch"
+        f" {MODEL['batch']['micro_batch_size']}) over pp {PP} with {M} microbatches,"
+        f" local backend, one thread a rank, {args.steps} steps on a {os.cpu_count()}-core"
+        " machine. Step: the median of steps 2 on. Idle: each rank's share of the last"
+        " step outside its compute instructions (mimo-run --trace), the mean over"
+        " ranks (per rank pp0..pp3 beside it). Simulate: `mimoc simulate --profile"
+        " cpu`. Formula: (P - 1) / (M + P - 1) for 1F1B, (P - 1) / (3M + P - 1) for"
+        " zero bubble with equal F, B and W.", "",
+        "| schedule | step (measured) | idle (measured) | idle per rank | step (simulate)"
+        " | idle (simulate) | idle (formula) | peak, largest rank |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    formula = {"1f1b": (PP - 1) / (M + PP - 1), "zero_bubble": (PP - 1) / (3 * M + PP - 1)}
+    for schedule, step, idle, shares, sim_step, sim_idle, peak in rows:
+        lines.append(
+            f"| {schedule} | {step:.3f} s | {idle * 100:.1f}% | "
+            f"{' / '.join(f'{s * 100:.0f}%' for s in shares)} | {sim_step:.3f} s | "
+            f"{sim_idle * 100:.1f}% | {formula[schedule] * 100:.1f}% | {peak / mib:.1f} MiB |")
+    one, zb = rows
+    lines += ["",
+              f"Zero bubble against 1F1B: step {zb[1] / one[1]:.2f}x measured, "
+              f"{zb[4] / one[4]:.2f}x simulated; idle {one[2] * 100:.1f}% -> "
+              f"{zb[2] * 100:.1f}% measured, {one[5] * 100:.1f}% -> {zb[5] * 100:.1f}% "
+              f"simulated. Losses and gradient norms: "
+              f"{'the same bits' if same else 'DIFFER'}.", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        open(args.out, "w").write(text)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
