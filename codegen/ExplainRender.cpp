@@ -208,7 +208,11 @@ std::string renderExplainText(const Explanation &whole,
      << " (bubble "
      << static_cast<int>(explanation["pipeline_bubble"].get<double>() * 100 +
                          0.5)
-     << "%)\n\n";
+     << "%"
+     << (explanation.value("schedule", "1f1b") == "zero_bubble"
+             ? ", zero bubble"
+             : "")
+     << ")\n\n";
 
   std::vector<std::vector<std::string>> modules = {{"module", "kind", "ranks",
                                                     "tp", "cp", "pp", "dp",

@@ -293,6 +293,27 @@ TEST(ExplainTest, WarnsOnImbalanceAndBubble) {
   EXPECT_TRUE(e["warnings"].empty()) << e["warnings"].dump();
 }
 
+/// Zero bubble (docs/plan.md): the bubble (P - 1) / (3M + P - 1) in the
+/// JSON, the header and the warning, whose advice counts a third of the
+/// microbatches.
+TEST(ExplainTest, ZeroBubbleShowsItsSmallerBubble) {
+  json m = json::parse(fanIn(2, 64));
+  m["batch"]["schedule"] = "zero_bubble";
+  json e = explain(m.dump());
+  EXPECT_EQ(e["schedule"], "zero_bubble");
+  EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), 2.0 / 8);
+  EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), zeroBubbleShare(3, 2));
+  m["batch"]["num_microbatches"] = 1;
+  e = explain(m.dump());
+  ASSERT_FALSE(e["warnings"].empty());
+  EXPECT_EQ(e["warnings"].back(),
+            "pipeline bubble 40% (3 stages, 1 microbatches, zero bubble: "
+            "each rank idles 2 of 5 thirds of a slot); num_microbatches >= 2 "
+            "brings it to 25% or below");
+  EXPECT_NE(explainText(m.dump()).find("(bubble 40%, zero bubble)"),
+            std::string::npos);
+}
+
 TEST(ExplainTest, TextStaysSmallAtAnyScale) {
   // Same roles, 16x the ranks: the text has the same number of lines.
   auto lines = [](const std::string &text) {
