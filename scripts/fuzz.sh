@@ -37,7 +37,7 @@ cmake --build build-fuzz -j "$(nproc)" \
   --target $(printf 'mimo-fuzz-%s ' "${targets[@]}") || exit 1
 
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export ASAN_OPTIONS=detect_leaks=1
+export ASAN_OPTIONS=detect_leaks=1:allow_user_poisoning=0 # see scripts/sanitizers.sh
 run() {
   local target=$1
   local corpus=build-fuzz/corpus/$target crashes=tests/fuzz/crashes/$target
