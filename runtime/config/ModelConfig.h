@@ -160,7 +160,7 @@ struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
   bool packing = false;
   std::string attentionMask = "causal";
-  /// The pipeline schedule (docs/model.md "Pipeline schedules"): "1f1b"
+  /// The pipeline schedule (docs/plan.md "Zero bubble"): "1f1b"
   /// or "zero_bubble" (ZB-H1: backwards split into input and weight
   /// gradients, the latter filling the bubbles).
   std::string schedule = "1f1b";

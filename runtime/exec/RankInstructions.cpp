@@ -359,6 +359,13 @@ void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
 /// then the DP x CP sum of all of them: one collective, or the buckets
 /// the backward has posted, the rest and the prefix.
 void RankExecutor::reduceGrads(ModuleState &m) {
+  // Zero bubble: every weight gradient the backwards kept must have been
+  // made (a program that drops a weight_grad would lose it silently).
+  if (size_t waiting = m.stage->waitingWeightGrads())
+    throw RankFailure(m.topo->name + ": the weight gradients of " +
+                      std::to_string(waiting) +
+                      " microbatches were never made (no weight_grad "
+                      "instruction for them before reduce_grads)");
   FlatParams &flat = m.stage->flat();
   const StageContext &ctx = m.stage->context();
   if (ctx.sequenceParallel && ctx.tp > 1 && flat.spPartial > 0)

@@ -276,10 +276,8 @@ private:
     c.x1 = packBf16(*ctx.dev, c.x1);
   }
 
-  /// t as the GEMMs read it: under bf16 its bits, packed once into `bits`
-  /// unless t is bits already; else t itself.
-  /// The tensor whose operand() a GEMM reads for `t`: `t` itself, or
-  /// under bf16 its bits packed into `bits`.
+  /// `t` as the GEMMs read it (operand()): under bf16 its bits, packed once
+  /// into `bits` unless t is bits already; else t itself.
   const Tensor &gemmTensor(const Tensor &t, Tensor &bits) const {
     if (!ctx.bf16 || t.dtype() == device::DType::BF16)
       return t;

@@ -1,6 +1,6 @@
 //===- WeightGrads.h - Zero bubble's deferred weight gradients --*- C++ -*-===//
 //
-// Under the zero-bubble schedule (docs/model.md "Pipeline schedules") a
+// Under the zero-bubble schedule (docs/plan.md "Zero bubble") a
 // stage's backward makes the input gradients only: each weight-gradient
 // GEMM dW += X^T dY is kept here with its operands, per microbatch, and
 // runs when the program's `weight_grad` for that microbatch comes. The

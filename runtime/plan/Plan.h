@@ -98,7 +98,7 @@ std::vector<std::vector<int64_t>> tiedEmbeddingGroups(const Grid &grid);
 struct StageTopology {
   size_t module = 0;
   int64_t pp = 0, stage = 0, warmup = 0;
-  /// Zero bubble (docs/model.md "Pipeline schedules"): how many
+  /// Zero bubble (docs/plan.md "Zero bubble"): how many
   /// microbatches' weight gradients the stage holds back behind their
   /// input gradients (zeroBubbleLag); -1: its backward stays whole.
   int64_t weightLag = -1;
