@@ -243,6 +243,23 @@ TEST(PlanTest, ProgramsGrowWithRolesNotRanks) {
             "");
 }
 
+/// The plan verifies (every send meets its receive, no deadlock) and
+/// loads back from its file with the same programs.
+void expectVerifiesAndRoundTrips(const Plan &plan) {
+  EXPECT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+  PlanLoadResult loaded = loadPlan(planToJson(plan).dump(1), "plan.json");
+  ASSERT_TRUE(loaded.plan) << formatDiagnostic("plan.json",
+                                               loaded.diagnostics[0]);
+  EXPECT_EQ(loaded.plan->rankProgram, plan.rankProgram);
+  ASSERT_EQ(loaded.plan->programs.size(), plan.programs.size());
+  for (size_t p = 0; p < plan.programs.size(); ++p) {
+    EXPECT_EQ(loaded.plan->programs[p].role, plan.programs[p].role);
+    EXPECT_EQ(loaded.plan->programs[p].instrs, plan.programs[p].instrs);
+  }
+}
+
 TEST(PlanTest, EveryExampleVerifiesAndRoundTrips) {
   for (const char *name : {"vlm-fan-in.json", "vlm-fan-out.json",
                            "vlm-colocated.json", "vlm-colocated-pp2.json",
@@ -253,18 +270,7 @@ TEST(PlanTest, EveryExampleVerifiesAndRoundTrips) {
     std::string error;
     std::optional<Plan> plan = buildPlan(*parsed.config, &error);
     ASSERT_TRUE(plan) << error;
-    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, plan->programs,
-                                          plan->rankProgram)),
-              "");
-    PlanLoadResult loaded = loadPlan(planToJson(*plan).dump(1), "plan.json");
-    ASSERT_TRUE(loaded.plan)
-        << formatDiagnostic("plan.json", loaded.diagnostics[0]);
-    EXPECT_EQ(loaded.plan->rankProgram, plan->rankProgram);
-    ASSERT_EQ(loaded.plan->programs.size(), plan->programs.size());
-    for (size_t p = 0; p < plan->programs.size(); ++p) {
-      EXPECT_EQ(loaded.plan->programs[p].role, plan->programs[p].role);
-      EXPECT_EQ(loaded.plan->programs[p].instrs, plan->programs[p].instrs);
-    }
+    expectVerifiesAndRoundTrips(*plan);
   }
 }
 
@@ -313,9 +319,7 @@ TEST(PlanTest, ZeroBubbleSplitsEveryPipelinedBackwardAndStillVerifies) {
     std::string error;
     std::optional<Plan> plan = buildPlan(*parsed.config, &error);
     ASSERT_TRUE(plan) << error;
-    EXPECT_EQ(problemsText(verifyPrograms(plan->topology, plan->programs,
-                                          plan->rankProgram)),
-              "");
+    expectVerifiesAndRoundTrips(*plan);
     bool split = false;
     for (int64_t rank = 0; rank < plan->topology.worldSize; ++rank) {
       const Program &program =
@@ -363,11 +367,6 @@ TEST(PlanTest, ZeroBubbleSplitsEveryPipelinedBackwardAndStillVerifies) {
       }
     }
     splitLayouts += split;
-    PlanLoadResult loaded = loadPlan(planToJson(*plan).dump(1), "plan.json");
-    ASSERT_TRUE(loaded.plan)
-        << formatDiagnostic("plan.json", loaded.diagnostics[0]);
-    for (size_t p = 0; p < plan->programs.size(); ++p)
-      EXPECT_EQ(loaded.plan->programs[p].instrs, plan->programs[p].instrs);
   }
   EXPECT_GE(splitLayouts, 10);
 }
