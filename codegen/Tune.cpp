@@ -567,6 +567,7 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
           c.config = std::move(zeroBubble);
           c.summary = summarize(c.config, layout.colocated);
           c.peakBytes = peakOf(*again);
+          plan = std::move(again);
           sim = std::move(zb);
         }
       }

@@ -109,7 +109,7 @@ def ScheduleZeroBubble : Pass<"mimo-schedule-zero-bubble", "::mlir::ModuleOp"> {
   let description = [{
     For a model whose `mimo.microbatch` asks for `schedule = "zero_bubble"`
     (ZB-H1, docs/plan.md), after `mimo-schedule-1f1b`: gives every
-    pipelined `mimo.stage` a `weight_lag = min(stage, M)`. Its programs
+    pipelined `mimo.stage` after the first a `weight_lag = min(stage, M)`. Its programs
     then run each backward as input gradients only and the deferred weight
     gradients as `mimo.weight_grad`, once more than `weight_lag`
     microbatches' wait, filling the bubbles of the cool-down. A colocated

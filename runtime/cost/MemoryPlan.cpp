@@ -196,10 +196,25 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
               ? t.microbatches // every microbatch forward before the pipeline
               : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
       // Zero bubble: up to weight_lag more microbatches' weight gradients
-      // wait with their GEMM inputs and output gradients (at most what the
-      // forward saved), min(P, M) microbatches in all (Schedule.h).
-      if (s && s->weightLag > 0 && inFlight > 0)
-        inFlight = std::min<int64_t>(t.microbatches, inFlight + s->weightLag);
+      // wait with their GEMM inputs and output gradients: at most what a
+      // forward that recomputes nothing saves (a recomputed layer's
+      // backward rebuilds its whole cache, and the waiting GEMMs keep it),
+      // min(P, M) microbatches in all (Schedule.h).
+      double waiting = 0;
+      if (s && s->weightLag > 0 && inFlight > 0) {
+        ModuleConfig whole = *module;
+        whole.recompute = "none";
+        whole.recomputeLayers = -1;
+        const double held =
+            topo.isLanguage
+                ? languageBytes(whole, t, first, last, end - begin, bf16).saved
+                : encoderBytes(whole, config, encoder, first, last, end - begin,
+                               language.hiddenSize, bf16)
+                      .saved;
+        waiting = static_cast<double>(std::min<int64_t>(
+                      s->weightLag, t.microbatches - inFlight)) *
+                  held;
+      }
       for (int64_t tpRank = 0; tpRank < grid.size(Dim::TP); ++tpRank) {
         // Frozen parameters (`freeze`) keep no moments and share one
         // scratch gradient: the largest of them.
@@ -228,8 +243,9 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
             sharded ? std::ceil(static_cast<double>(trainable) / group)
                     : static_cast<double>(trainable);
         double staging = group > 1 ? kFloat * group * moments : 0;
-        double activations = std::max(
-            static_cast<double>(inFlight) * mb.saved + mb.working, staging);
+        double activations = std::max(static_cast<double>(inFlight) * mb.saved +
+                                          waiting + mb.working,
+                                      staging);
         for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
           Coords c = grid.coordsOf(rank);
           if (c.pp != stage || c.tp != tpRank)

@@ -411,6 +411,9 @@ ModuleState &RankExecutor::module(size_t m) {
 }
 
 void RankExecutor::resetStep() {
+  for (auto &m : modules)
+    if (m)
+      m->stage->dropWeightGrads();
   if (!evaluating)
     for (auto &m : modules)
       if (m && m->reduction)

@@ -198,12 +198,13 @@ void RankExecutor::execute(const Instr &in) {
   case InstrOp::Backward: {
     // Under zero bubble the stage keeps the weight gradients for the
     // microbatch's weight_grad (model/WeightGrads.h).
-    Stage &stage = *module(key.first).stage;
-    if (stage.splitsBackward())
-      stage.deferWeightGrads(in.mb);
-    backward(module(key.first), in.mb);
-    stage.deferWeightGrads(-1);
-    return;
+    struct Deferring { // until the backward returns or throws
+      Stage &stage;
+      ~Deferring() { stage.deferWeightGrads(-1); }
+    } deferring{*module(key.first).stage};
+    if (deferring.stage.splitsBackward())
+      deferring.stage.deferWeightGrads(in.mb);
+    return backward(module(key.first), in.mb);
   }
   case InstrOp::WeightGrad:
     return module(key.first).stage->weightBackward(in.mb);

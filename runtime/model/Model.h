@@ -188,6 +188,8 @@ public:
   }
   /// Microbatches whose weight gradients wait (0 after a step).
   size_t waitingWeightGrads() const { return deferredGrads.waiting(); }
+  /// Forgets what a step that failed midway left deferred.
+  void dropWeightGrads() { deferredGrads.clear(); }
 
 protected:
   explicit Stage(StageContext ctx);

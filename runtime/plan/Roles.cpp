@@ -248,7 +248,9 @@ void assignStages(Topology &topology) {
       // Zero bubble splits the pipelined stages (a colocated layout's
       // encoders run whole, before and after the language pipeline, and
       // with language pp 1 nothing is pipelined).
-      if (topology.zeroBubble && (!colocated || (i == lm && lmPp > 1)))
+      // A stage that would hold nothing back (the first) stays whole.
+      if (topology.zeroBubble && (!colocated || (i == lm && lmPp > 1)) &&
+          zeroBubbleLag(stage, topology.microbatches) > 0)
         s.weightLag = zeroBubbleLag(stage, topology.microbatches);
       topology.stages.push_back(s);
     }

@@ -2,10 +2,10 @@
 // RUN: mimo-opt %s --mimo-pipeline -split-input-file | FileCheck %s --check-prefix=PROGRAMS
 
 // ZB-H1 over full_pp_8gpu (M = 4): every stage holds back min(stage, M)
-// microbatches' weight gradients; the last stage all of them, the first
-// none.
+// microbatches' weight gradients, the last stage all of them; the first,
+// holding none back, keeps its backward whole (no weight_lag).
 // CHECK-LABEL: mimo.model @full_pp
-// CHECK: mimo.stage @images {cooldown = 3 : i64, pp = 0 : i64, stage = 0 : i64, steady = 1 : i64, warmup = 3 : i64, weight_lag = 0 : i64}
+// CHECK: mimo.stage @images {cooldown = 3 : i64, pp = 0 : i64, stage = 0 : i64, steady = 1 : i64, warmup = 3 : i64}
 // CHECK: mimo.stage @images {cooldown = 2 : i64, pp = 1 : i64, stage = 1 : i64, steady = 2 : i64, warmup = 2 : i64, weight_lag = 1 : i64}
 // CHECK: mimo.stage @language {cooldown = 1 : i64, pp = 0 : i64, stage = 2 : i64, steady = 3 : i64, warmup = 1 : i64, weight_lag = 2 : i64}
 // CHECK: mimo.stage @language {cooldown = 0 : i64, pp = 1 : i64, stage = 3 : i64, steady = 4 : i64, warmup = 0 : i64, weight_lag = 3 : i64}
