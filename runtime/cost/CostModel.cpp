@@ -393,31 +393,24 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
                         profile.kind != "cpu");
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
   };
-  // Zero bubble: a split stage's backward makes its input gradients and
-  // weight_grad the layers' weight gradients (model/WeightGrads.h).
-  auto splits = [&](size_t mi) {
-    const StageTopology *s =
-        topology.stageOf(mi, topology.modules[mi].grid.coordsOf(rank).pp);
-    return s && s->weightLag >= 0;
+  // Zero bubble: the layers' weight gradients a split stage's backward
+  // leaves to weight_grad (model/WeightGrads.h); 0 for a whole backward.
+  auto deferred = [&](size_t mi) {
+    const int64_t pp = topology.modules[mi].grid.coordsOf(rank).pp;
+    const StageTopology *s = topology.stageOf(mi, pp);
+    return s && s->weightLag >= 0 ? stageWorkOf(mi, pp, true).weightGrads : 0.0;
   };
   switch (in.op) {
   case InstrOp::Forward:
-  case InstrOp::Backward: {
-    const size_t mi = static_cast<size_t>(in.index);
-    moduleWork(mi, in.op == InstrOp::Backward);
-    if (in.op == InstrOp::Backward && splits(mi))
-      w.compute -=
-          stageWorkOf(mi, topology.modules[mi].grid.coordsOf(rank).pp, true)
-              .weightGrads;
+    moduleWork(static_cast<size_t>(in.index), false);
     return w;
-  }
-  case InstrOp::WeightGrad: {
-    const size_t mi = static_cast<size_t>(in.index);
-    w.compute =
-        stageWorkOf(mi, topology.modules[mi].grid.coordsOf(rank).pp, true)
-            .weightGrads;
+  case InstrOp::Backward:
+    moduleWork(static_cast<size_t>(in.index), true);
+    w.compute -= deferred(static_cast<size_t>(in.index));
     return w;
-  }
+  case InstrOp::WeightGrad:
+    w.compute = deferred(static_cast<size_t>(in.index));
+    return w;
   case InstrOp::Shard:
   case InstrOp::Unshard: {
     const ModuleTopology &topo = topology.modules[in.index];

@@ -200,7 +200,7 @@ void RankExecutor::execute(const Instr &in) {
     // microbatch's weight_grad (model/WeightGrads.h).
     struct Deferring { // until the backward returns or throws
       Stage &stage;
-      ~Deferring() { stage.deferWeightGrads(-1); }
+      ~Deferring() { stage.stopDeferring(); }
     } deferring{*module(key.first).stage};
     if (deferring.stage.splitsBackward())
       deferring.stage.deferWeightGrads(in.mb);

@@ -172,16 +172,12 @@ public:
   /// Ring CP's transfers on `channel` (StageContext::ringChannel).
   void useRingChannel(comm::Channel *channel) { ctx.ringChannel = channel; }
   /// Zero bubble (model/WeightGrads.h): from now on a backward run between
-  /// deferWeightGrads(mb) and deferWeightGrads(-1) makes input gradients
-  /// only, and weightBackward(mb) makes the weight gradients it left.
+  /// deferWeightGrads(mb) and stopDeferring() makes input gradients only,
+  /// and weightBackward(mb) makes the weight gradients it left.
   void splitBackward() { ctx.weightGrads = &deferredGrads; }
   bool splitsBackward() const { return ctx.weightGrads != nullptr; }
-  void deferWeightGrads(int64_t mb) {
-    if (mb >= 0)
-      deferredGrads.begin(mb);
-    else
-      deferredGrads.end();
-  }
+  void deferWeightGrads(int64_t mb) { deferredGrads.begin(mb); }
+  void stopDeferring() { deferredGrads.end(); }
   void weightBackward(int64_t mb) {
     for (const std::vector<size_t> &params : deferredGrads.run(mb))
       gradsDone(params);

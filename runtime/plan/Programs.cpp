@@ -144,18 +144,17 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   const int64_t lag = stage ? stage->weightLag : -1;
   std::vector<int64_t> waiting; // microbatches whose weight gradients wait
   size_t nextWeights = 0;
+  auto held = [&] {
+    return static_cast<int64_t>(waiting.size() - nextWeights);
+  };
   auto weightGrads = [&](int64_t keep) {
-    while (lag >= 0 &&
-           static_cast<int64_t>(waiting.size() - nextWeights) > keep)
+    while (lag >= 0 && held() > keep)
       emit.add(InstrOp::WeightGrad, m, waiting[nextWeights++]);
   };
   auto backward = [&](int64_t mb) {
     emit.add(InstrOp::Backward, m, mb);
     waiting.push_back(mb);
     afterBackward(mb);
-  };
-  auto dueWeights = [&] {
-    return lag >= 0 && static_cast<int64_t>(waiting.size() - nextWeights) > lag;
   };
   for (int64_t i = 0; i < warmup; ++i) {
     emit.batch(recvForward(i));
@@ -176,7 +175,7 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     if (i + 1 == steady) {
       emit.batch(sendBackward(i));
       weightGrads(lag);
-    } else if (dueWeights()) {
+    } else if (lag >= 0 && held() > lag) {
       // The weight gradients between the send and the next receive.
       emit.batch(sendBackward(i));
       weightGrads(lag);

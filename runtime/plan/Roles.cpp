@@ -247,11 +247,12 @@ void assignStages(Topology &topology) {
                                     topology.microbatches);
       // Zero bubble splits the pipelined stages (a colocated layout's
       // encoders run whole, before and after the language pipeline, and
-      // with language pp 1 nothing is pipelined).
-      // A stage that would hold nothing back (the first) stays whole.
+      // with language pp 1 nothing is pipelined) that hold something back
+      // (not the first).
+      const int64_t lag = zeroBubbleLag(stage, topology.microbatches);
       if (topology.zeroBubble && (!colocated || (i == lm && lmPp > 1)) &&
-          zeroBubbleLag(stage, topology.microbatches) > 0)
-        s.weightLag = zeroBubbleLag(stage, topology.microbatches);
+          lag > 0)
+        s.weightLag = lag;
       topology.stages.push_back(s);
     }
   }

@@ -370,4 +370,56 @@ TEST(ModelGradient, FrozenPartsLeaveEveryTrainableGradientBitwiseAlone) {
     EXPECT_EQ(grad, a[name]) << name;
 }
 
+/// Zero bubble (docs/plan.md): a backward between deferWeightGrads and
+/// stopDeferring makes the input gradient and the norms' gradients, and
+/// leaves the layers' weight GEMMs and every "done" notice to
+/// weightBackward, after which the gradients and notices are the whole
+/// backward's, bit for bit.
+TEST(ModelGradient, ASplitBackwardLeavesTheLayersWeightGradients) {
+  SingleRank r;
+  LanguageStage whole(languageConfig(), makeShard(1, 1, false, false),
+                      r.context());
+  LanguageStage split(languageConfig(), makeShard(1, 1, false, false),
+                      r.context());
+  split.splitBackward();
+  std::vector<std::vector<size_t>> wholeNotices, splitNotices;
+  whole.onGradsDone(
+      [&](const std::vector<size_t> &p) { wholeNotices.push_back(p); });
+  split.onGradsDone(
+      [&](const std::vector<size_t> &p) { splitNotices.push_back(p); });
+  std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
+  Microbatch batch = smallBatch();
+  LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
+  Tensor modality = Tensor::fromHost(std::vector<float>(3 * 16, 0.25f));
+  std::vector<std::vector<float>> inputGrads;
+  for (LanguageStage *lm : {&whole, &split}) {
+    Tensor sum = Tensor::zeros(1, device::DType::F64);
+    lm->forward(0, lane, lm->shard(0, lane, {&modality}), 0.25, &sum);
+    if (lm == &split)
+      lm->deferWeightGrads(0);
+    inputGrads.push_back(lm->backward(0, nullptr).toHost());
+    lm->stopDeferring();
+  }
+  EXPECT_EQ(inputGrads[0], inputGrads[1]);
+  EXPECT_TRUE(splitNotices.empty());
+  EXPECT_EQ(split.waitingWeightGrads(), 1u);
+  auto a = trainableGradients(whole), b = trainableGradients(split);
+  int waiting = 0;
+  for (const auto &[name, grad] : b) {
+    const bool gemm = name.find(".layers.") != std::string::npos &&
+                      name.find("norm") == std::string::npos;
+    if (gemm) {
+      ++waiting;
+      EXPECT_EQ(grad, std::vector<float>(grad.size(), 0.0f)) << name;
+    } else {
+      EXPECT_EQ(grad, a[name]) << name;
+    }
+  }
+  EXPECT_GT(waiting, 0);
+  split.weightBackward(0);
+  EXPECT_EQ(split.waitingWeightGrads(), 0u);
+  EXPECT_EQ(trainableGradients(split), a);
+  EXPECT_EQ(splitNotices, wholeNotices);
+}
+
 } // namespace
