@@ -32,11 +32,42 @@ Request transfer(const Ring &ring, const std::vector<const Tensor *> &send,
   return nullptr;
 }
 
-void finish(const Ring &ring, Request &request) {
-  if (request)
-    request->wait(*ring.dev);
-  request.reset();
-}
+/// A transfer in flight on the ring's channel (none when it ran at once).
+/// If an exception leaves the ring while one is in flight (a kernel that
+/// refuses its shape, a failed peer), the destructor waits for it before
+/// the unwinding frees the buffers it reads and writes; its own failure is
+/// dropped there, the exception in flight being the one reported.
+class InFlight {
+public:
+  explicit InFlight(Device &dev) : dev(&dev) {}
+  InFlight(Device &dev, Request posted)
+      : dev(&dev), request(std::move(posted)) {}
+  InFlight(const InFlight &) = delete;
+  InFlight &operator=(const InFlight &) = delete;
+  ~InFlight() {
+    if (request)
+      try {
+        request->wait(*dev);
+      } catch (...) {
+      }
+  }
+  /// Takes the next transfer; the last must be finished.
+  void post(Request posted) {
+    if (request)
+      throw std::logic_error("ring attention: a transfer posted over another");
+    request = std::move(posted);
+  }
+  /// Waits for the transfer (rethrowing its failure) and orders this
+  /// rank's later work after it.
+  void finish() {
+    if (Request done = std::move(request))
+      done->wait(*dev);
+  }
+
+private:
+  Device *dev;
+  Request request;
+};
 
 /// The keys and values in hand, passed on to the next rank while the
 /// previous rank's arrive in one of two buffers (two remote blocks at most).
@@ -124,7 +155,7 @@ void ringAttentionForward(const Ring &ring,
   BlockInHand hand(ring, k, v);
   Tensor acc, part, partLse = empty(ring.heads * Tq);
   for (int64_t s = 0; s < n; ++s) {
-    Request request = hand.pass(s, "ring attention: keys and values");
+    InFlight request(dev, hand.pass(s, "ring attention: keys and values"));
     Tensor repeatedK, repeatedV;
     const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
     const device::tiles::PlanView plan = hand.plan(blocks, s);
@@ -135,7 +166,7 @@ void ringAttentionForward(const Ring &ring,
       dev.attentionMerge(acc.data(), lse.data(), part.data(), partLse.data(),
                          Tq, ring.heads, ring.headDim);
     }
-    finish(ring, request);
+    request.finish();
     hand.advance();
   }
   o = ring.bf16 ? packBf16(dev, acc) : std::move(acc);
@@ -166,10 +197,11 @@ void ringAttentionBackward(const Ring &ring,
   sumK[0] = zeros(k.size());
   sumV[0] = zeros(v.size());
   Tensor *curSumK = &sumK[0], *curSumV = &sumV[0];
-  Request sums; // the sums of the block in hand, arriving
+  InFlight sums(dev); // the sums of the block in hand, arriving
   Tensor dqPart = empty(Tq * width);
   for (int64_t s = 0; s < n; ++s) {
-    Request keys = hand.pass(s, "ring attention backward: keys and values");
+    InFlight keys(dev,
+                  hand.pass(s, "ring attention backward: keys and values"));
     Tensor repeatedK, repeatedV;
     const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
     const device::tiles::PlanView plan = hand.plan(blocks, s);
@@ -187,21 +219,21 @@ void ringAttentionBackward(const Ring &ring,
             Tq * width);
     Tensor groupedK = ring.perGroup(std::move(dK), Tq);
     Tensor groupedV = ring.perGroup(std::move(dV), Tq);
-    finish(ring, sums);
+    sums.finish();
     dev.add(device::DType::F32, curSumK->data(), curSumK->data(),
             groupedK.data(), k.size());
     dev.add(device::DType::F32, curSumV->data(), curSumV->data(),
             groupedV.data(), v.size());
     Tensor *nextSumK = &sumK[static_cast<size_t>((s + 1) % 2)];
     Tensor *nextSumV = &sumV[static_cast<size_t>((s + 1) % 2)];
-    sums = transfer(ring, {curSumK, curSumV}, {nextSumK, nextSumV},
-                    "ring attention backward: key and value gradients");
-    finish(ring, keys);
+    sums.post(transfer(ring, {curSumK, curSumV}, {nextSumK, nextSumV},
+                       "ring attention backward: key and value gradients"));
+    keys.finish();
     hand.advance();
     curSumK = nextSumK;
     curSumV = nextSumV;
   }
-  finish(ring, sums);
+  sums.finish();
   dk = std::move(*curSumK);
   dv = std::move(*curSumV);
 }

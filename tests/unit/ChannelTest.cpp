@@ -15,6 +15,7 @@
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/GradBuckets.h"
 #include "runtime/exec/OptimizerShards.h"
+#include "runtime/model/RingAttention.h"
 
 #include <gtest/gtest.h>
 
@@ -154,6 +155,66 @@ TEST(Channel, AFailedWorldReleasesAWaitingRequest) {
   EXPECT_NE(errors[0].find("rank 1 failed on purpose"), std::string::npos)
       << errors[0];
   EXPECT_LT(Seconds(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
+/// Ring attention (model/RingAttention.h) over a CP group of two whose
+/// attention fails once the first transfer is posted on the channel (as a
+/// GPU kernel refusing its head dimension does). The exception leaves only
+/// after the transfer is done: rank 1 posts 200 ms late, so rank 0 waits
+/// that long. Before, the unwinding freed the receive buffers the channel
+/// was about to fill (a crash on the GPU check, a use after free here).
+void ringFailsWithATransferInFlight(bool backward) {
+  std::vector<double> seconds(2);
+  std::vector<std::string> errors = runWithChannels(
+      2, [&](int64_t r, Comm &comm, Channel &channel, device::Device &dev) {
+        if (r == 1)
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        exec::Ring ring;
+        ring.dev = &dev;
+        ring.comm = &comm;
+        ring.channel = &channel;
+        ring.group = {0, 1};
+        ring.own = r;
+        ring.heads = 1;
+        ring.headDim = 4;
+        ring.perHead = [](const device::Tensor &,
+                          device::Tensor &) -> const device::Tensor & {
+          throw std::runtime_error("attention refused");
+        };
+        std::vector<exec::AttentionPlan> blocks;
+        for (int i = 0; i < 2; ++i)
+          blocks.push_back(
+              exec::ops::attentionPlan({2, 3}, {0, 0}, {0, 1}, {0, 0}, true));
+        device::Tensor q = device::Tensor::zeros(8),
+                       k = device::Tensor::zeros(8),
+                       v = device::Tensor::zeros(8), o, lse, dq, dk, dv;
+        auto start = std::chrono::steady_clock::now();
+        try {
+          if (backward) {
+            device::Tensor out = device::Tensor::zeros(8),
+                           l = device::Tensor::zeros(2);
+            exec::ringAttentionBackward(ring, blocks, q, k, v, out, l, out, 2,
+                                        dq, dk, dv);
+          } else {
+            exec::ringAttentionForward(ring, blocks, q, k, v, 2, o, lse);
+          }
+        } catch (...) {
+          seconds[static_cast<size_t>(r)] =
+              Seconds(std::chrono::steady_clock::now() - start).count();
+          throw;
+        }
+      });
+  for (const std::string &error : errors)
+    EXPECT_EQ(error, "attention refused");
+  EXPECT_GE(seconds[0], 0.15) << "rank 0 left before its transfer was done";
+}
+
+TEST(RingAttention, AFailureWaitsForTheTransferInFlight) {
+  ringFailsWithATransferInFlight(false);
+}
+
+TEST(RingAttention, ABackwardFailureWaitsForTheTransferInFlight) {
+  ringFailsWithATransferInFlight(true);
 }
 
 TEST(Channel, TagChannelsOutOfRangeAreRefused) {
