@@ -61,20 +61,22 @@ for job in "${jobs[@]}"; do
     # biases, tied embeddings, vision towers, uneven stages), bf16 (the
     # layouts again with other arithmetic on the same threads: 9 of TSan's
     # 16 minutes), the recomputation check (nine runs of three layouts
-    # again; the layout that recomputes stays), the NCCL posting-order check (every layout
-    # again, 6 minutes; Overlap.* keeps the bucket channels' threads under
-    # TSan), the memory plan's tests (the same layouts again, measuring
-    # what shadow memory distorts) and the distributed optimizer's
-    # comparisons and checkpoints (its scattered buckets' threads stay:
-    # GradBuckets.*), and ring CP's memory at 4096 tokens (RingCp.Equals*
-    # keeps the ring's channel), and the tests that train the layouts again
-    # to compare something other than threads (held-out evaluation, data
-    # order, checkpoint resumes and reshards, the chunked head, zero
-    # bubble against 1F1B (7 minutes alone; its two layouts stay): the same
-    # threads): all left to ASan.
+    # again; the layout that recomputes stays), the NCCL posting-order
+    # check (every layout again, 6 minutes; Overlap.* keeps the bucket
+    # channels' threads under TSan), the memory plan's tests (the same
+    # layouts again, measuring what shadow memory distorts) and the
+    # distributed optimizer's comparisons and checkpoints (its scattered
+    # buckets' threads stay: GradBuckets.*), ring CP's memory at 4096 tokens
+    # and its packed and bf16 comparisons (RingCp.EqualsAllGather keeps the
+    # ring's threads and channel), the two four-stage language pipelines
+    # (the two-stage ones run the same threads), and the tests that train
+    # the layouts again to compare something other than threads (held-out
+    # evaluation, data order, checkpoint resumes and reshards, the chunked
+    # head, zero bubble against 1F1B: 7 minutes alone; zero bubble's
+    # colocated layout stays): all left to ASan.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
       -j "$(nproc)" --timeout 1500 \
-      -E '^(gpu-checks-dry-run|NcclOrder\.|Recipes\.|Recompute\.|MemoryPlan\.|Bf16\.|DistributedOptimizer\.|Evaluation\.|DataOrder\.|ChunkedHead\.|ZeroBubble\.|Checkpoint\.(ShardedBf16|ReshardsTheDistributed|ResumesBitIdentically|ReshardsBetweenPipeline|ATiedEmbedding)|RingCp\.KeepsLess|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip|Uneven))'
+      -E '^(gpu-checks-dry-run|NcclOrder\.|Recipes\.|Recompute\.|MemoryPlan\.|Bf16\.|DistributedOptimizer\.|Evaluation\.|DataOrder\.|ChunkedHead\.|ZeroBubble\.|Checkpoint\.(ShardedBf16|ReshardsTheDistributed|ResumesBitIdentically|ReshardsBetweenPipeline|ATiedEmbedding)|RingCp\.(KeepsLess|EqualsAllGatherPacked)|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip|Uneven|LanguagePp4|ZeroBubbleLanguagePp4))'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
