@@ -554,7 +554,7 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
     // A pipeline, and the model leaves the schedule to the search: zero
     // bubble too (docs/plan.md), kept when it fits and the simulation
     // finds it faster.
-    if (plan->topology.totalStages > 1 && !model.batch.zeroBubble()) {
+    if (plan->topology.totalStages > 1 && !model.batch.scheduleNamed) {
       ModelConfig zeroBubble = c.config;
       zeroBubble.batch.schedule = "zero_bubble";
       std::optional<Plan> again = buildPlan(zeroBubble, &error);

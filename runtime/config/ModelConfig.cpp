@@ -162,8 +162,8 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
       v.error("/batch/schedule",
               "\"interleaved\" (virtual pipeline stages) is not supported "
               "yet (docs/not-yet.md); use \"1f1b\" or \"zero_bubble\"");
-    else
-      b.schedule = *schedule;
+    b.schedule = *schedule;
+    b.scheduleNamed = true;
   }
   if (b.packing && b.attentionMask == "dense")
     v.error("/batch/attention_mask",

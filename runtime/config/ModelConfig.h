@@ -164,6 +164,9 @@ struct BatchConfig {
   /// or "zero_bubble" (ZB-H1: backwards split into input and weight
   /// gradients, the latter filling the bubbles).
   std::string schedule = "1f1b";
+  /// Whether model.json names the schedule (tune then keeps it, "1f1b"
+  /// too; the writer writes it back).
+  bool scheduleNamed = false;
   bool zeroBubble() const { return schedule == "zero_bubble"; }
 };
 

@@ -150,7 +150,8 @@ json toJson(const ModelConfig &config) {
                    {"min_lr", config.train.lrSchedule.minLr}}},
                  {"eval_every", config.train.evalEvery},
                  {"eval_steps", config.train.evalSteps}}}};
-  if (config.batch.schedule != "1f1b") // written where it is not the default
+  // Written where the model names it or it is not the default.
+  if (config.batch.scheduleNamed || config.batch.schedule != "1f1b")
     root["batch"]["schedule"] = config.batch.schedule;
   if (config.train.decayAll)
     root["train"]["decay_all"] = true;

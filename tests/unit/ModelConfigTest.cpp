@@ -64,8 +64,8 @@ TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
 }
 
 /// batch.schedule: "1f1b" by default and then not written (the plans of
-/// models without it keep their digest); "zero_bubble" survives the
-/// canonical JSON.
+/// models without it keep their digest); "zero_bubble", and a named
+/// "1f1b", survive the canonical JSON.
 TEST(ModelConfigTest, ScheduleIsWrittenOnlyWhereItIsNotTheDefault) {
   json document = test::baseModel();
   ModelConfig plain = test::requireConfig(parse(document));
@@ -78,6 +78,12 @@ TEST(ModelConfigTest, ScheduleIsWrittenOnlyWhereItIsNotTheDefault) {
   json canonical = toJson(zb);
   EXPECT_EQ(canonical["batch"]["schedule"], "zero_bubble");
   EXPECT_TRUE(test::requireConfig(parse(canonical)).batch.zeroBubble());
+  // Named, "1f1b" is written back (tune keeps a schedule the model names).
+  document["batch"]["schedule"] = "1f1b";
+  ModelConfig named = test::requireConfig(parse(document));
+  EXPECT_TRUE(named.batch.scheduleNamed);
+  EXPECT_FALSE(plain.batch.scheduleNamed);
+  EXPECT_EQ(toJson(named)["batch"]["schedule"], "1f1b");
 }
 
 /// docs/model-json.md: the Llama-style keys parse, survive the canonical

@@ -629,6 +629,13 @@ TEST(Tune, ZeroBubbleIsTriedOnEveryPipeline) {
       requireConfig(parseModelConfig(json.dump(), "m.json")), options);
   for (const TuneCandidate &c : named.ranked)
     EXPECT_TRUE(c.config.batch.zeroBubble()) << c.summary;
+  // A model that names 1F1B keeps it too.
+  json["batch"]["schedule"] = "1f1b";
+  TuneResult oneFOneB = tuneLayouts(
+      requireConfig(parseModelConfig(json.dump(), "m.json")), options);
+  ASSERT_FALSE(oneFOneB.ranked.empty()) << oneFOneB.problem;
+  for (const TuneCandidate &c : oneFOneB.ranked)
+    EXPECT_FALSE(c.config.batch.zeroBubble()) << c.summary;
 }
 
 TEST(Tune, TheDistributedOptimizerFitsBeforeRecomputation) {
