@@ -5,7 +5,8 @@
 // verified for growing world sizes. Prints one row per size: the whole
 // mimoc pipeline (parse, import, the eight passes including the simulating
 // verifier), the plan document, the programs and the process's peak RSS,
-// under each pipeline schedule (batch.schedule: 1F1B and zero bubble).
+// under each pipeline schedule (batch.schedule: 1F1B, zero bubble, and
+// interleaved with two virtual stages).
 //
 //   compile_scale [MAX_RANKS]     (default 32768; up to 131072)
 //
@@ -68,6 +69,8 @@ std::string model(int64_t d, const char *schedule) {
                            {"dp", d},
                            {"sequence_parallel", true},
                            {"rank_offset", 64 * d}}}}}}};
+  if (std::string(schedule) == "interleaved")
+    m["modules"][2]["parallel"]["virtual_stages"] = 2;
   return m.dump();
 }
 
@@ -85,7 +88,7 @@ int main(int argc, char **argv) {
               "compile_s", "plan_s", "programs", "plan_MiB", "peak_MiB",
               "us_per_rank");
   for (int64_t d : {8, 32, 128, 256, 1024})
-    for (const char *schedule : {"1f1b", "zero_bubble"}) {
+    for (const char *schedule : {"1f1b", "zero_bubble", "interleaved"}) {
       int64_t ranks = 128 * d;
       if (ranks > maxRanks)
         return 0;

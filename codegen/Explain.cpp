@@ -79,7 +79,15 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
                          shortNumber(low) + " FLOPs per step); '" + light +
                          "' will wait: move ranks to '" + heavy + "'");
   }
-  double bubble = scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble);
+  const int64_t chunks = t.modules[t.languageIndex()].virtualStages;
+  double bubble =
+      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble, chunks);
+  // The interleaved schedule takes the microbatches in groups of pp.
+  const int64_t groups =
+      chunks > 1 ? t.modules[t.languageIndex()].grid.size(Dim::PP) : 1;
+  const int64_t needed =
+      microbatchesForBubble(t.totalStages, kBubbleShare, t.zeroBubble, chunks);
+  const int64_t enough = (needed + groups - 1) / groups * groups;
   if (bubble > kBubbleShare)
     warnings.push_back(
         "pipeline bubble " + percent(bubble) + " (" +
@@ -90,13 +98,17 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
                    std::to_string(t.totalStages - 1) + " of " +
                    std::to_string(3 * t.microbatches + t.totalStages - 1) +
                    " thirds of a slot"
+         : chunks > 1
+             ? ", " + std::to_string(chunks) +
+                   " virtual stages: each rank idles " +
+                   std::to_string(t.totalStages - 1) + " of " +
+                   std::to_string(chunks * t.microbatches + t.totalStages - 1) +
+                   " chunk slots"
              : ": each rank idles " + std::to_string(t.totalStages - 1) +
                    " of " + std::to_string(t.microbatches + t.totalStages - 1) +
                    " slots") +
-        "); num_microbatches >= " +
-        std::to_string(
-            microbatchesForBubble(t.totalStages, kBubbleShare, t.zeroBubble)) +
-        " brings it to " + percent(kBubbleShare) + " or below");
+        "); num_microbatches >= " + std::to_string(enough) + " brings it to " +
+        percent(kBubbleShare) + " or below");
   return warnings;
 }
 
@@ -184,9 +196,14 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["shards"] = nullptr;
   result["total_stages"] = t.totalStages;
   result["microbatches"] = t.microbatches;
+  const int64_t chunks = t.modules[t.languageIndex()].virtualStages;
   result["pipeline_bubble"] =
-      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble);
-  result["schedule"] = t.zeroBubble ? "zero_bubble" : "1f1b";
+      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble, chunks);
+  result["schedule"] = t.zeroBubble    ? "zero_bubble"
+                       : t.interleaved ? "interleaved"
+                                       : "1f1b";
+  if (t.interleaved)
+    result["virtual_stages"] = chunks;
   result["warnings"] = layoutWarnings(plan);
 }
 

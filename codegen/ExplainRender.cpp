@@ -211,6 +211,10 @@ std::string renderExplainText(const Explanation &whole,
      << "%"
      << (explanation.value("schedule", "1f1b") == "zero_bubble"
              ? ", zero bubble"
+         : explanation.value("schedule", "1f1b") == "interleaved"
+             ? ", interleaved, " +
+                   std::to_string(explanation.value("virtual_stages", 1)) +
+                   " virtual stages"
              : "")
      << ")\n\n";
 

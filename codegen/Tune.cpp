@@ -325,6 +325,9 @@ std::string summarize(const ModelConfig &config, bool colocated) {
     os << "; distributed optimizer";
   if (config.batch.zeroBubble())
     os << "; zero bubble";
+  if (config.batch.interleaved())
+    os << "; interleaved (" << config.language().parallel.virtualStages
+       << " virtual stages)";
   // The recomputation the search chose (every module alike).
   if (config.modules.front().recompute != "none")
     os << "; recompute " << config.modules.front().recompute;
@@ -552,24 +555,37 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
     if (!sim.problem.empty())
       continue;
     // A pipeline, and the model leaves the schedule to the search: zero
-    // bubble too (docs/plan.md), kept when it fits and the simulation
-    // finds it faster.
+    // bubble and, where the language pipeline's layers and microbatches
+    // allow, interleaved with two virtual stages too (docs/plan.md), each
+    // kept when it fits and the simulation finds it faster.
+    auto trySchedule = [&](ModelConfig other) {
+      std::optional<Plan> again = buildPlan(other, &error);
+      if (!again || over(peakOf(*again)))
+        return;
+      CostModel otherCosts(again->topology, again->config, profile,
+                           options.cluster);
+      Simulation s = simulateStep(again->topology, again->programs,
+                                  again->rankProgram, otherCosts);
+      if (s.problem.empty() && s.stepSeconds < sim.stepSeconds) {
+        c.config = std::move(other);
+        c.summary = summarize(c.config, layout.colocated);
+        c.peakBytes = peakOf(*again);
+        plan = std::move(again);
+        sim = std::move(s);
+      }
+    };
     if (plan->topology.totalStages > 1 && !model.batch.scheduleNamed) {
       ModelConfig zeroBubble = c.config;
       zeroBubble.batch.schedule = "zero_bubble";
-      std::optional<Plan> again = buildPlan(zeroBubble, &error);
-      if (again && !over(peakOf(*again))) {
-        CostModel zbCosts(again->topology, again->config, profile,
-                          options.cluster);
-        Simulation zb = simulateStep(again->topology, again->programs,
-                                     again->rankProgram, zbCosts);
-        if (zb.problem.empty() && zb.stepSeconds < sim.stepSeconds) {
-          c.config = std::move(zeroBubble);
-          c.summary = summarize(c.config, layout.colocated);
-          c.peakBytes = peakOf(*again);
-          plan = std::move(again);
-          sim = std::move(zb);
-        }
+      trySchedule(std::move(zeroBubble));
+      ModelConfig interleaved = c.config;
+      ModuleConfig &lm = interleaved.modules[interleaved.languageIndex()];
+      const int64_t pp = lm.parallel.pp;
+      if (pp > 1 && lm.pipelineLayers.empty() && lm.numLayers % (2 * pp) == 0 &&
+          interleaved.batch.numMicrobatches % pp == 0) {
+        interleaved.batch.schedule = "interleaved";
+        lm.parallel.virtualStages = 2;
+        trySchedule(std::move(interleaved));
       }
     }
     ++result.simulated;

@@ -82,7 +82,10 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
                                  symbolizeAttentionMaskKind(b.attentionMask)
                                      .value_or(AttentionMaskKind::Causal)),
       b.schedule != "1f1b" ? builder.getStringAttr(b.schedule)
-                           : mlir::StringAttr());
+                           : mlir::StringAttr(),
+      config.language().parallel.virtualStages > 1
+          ? builder.getI64IntegerAttr(config.language().parallel.virtualStages)
+          : mlir::IntegerAttr());
 
   const ModuleConfig &language = config.language();
   auto tokensType = TokensType::get(context, language.hiddenSize);

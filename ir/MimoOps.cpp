@@ -12,6 +12,7 @@
 
 #include "ir/Locations.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/support/Limits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -174,11 +175,17 @@ LogicalResult MicrobatchOp::verify() {
   if (getPacking() && getAttentionMask() == AttentionMaskKind::Dense)
     return emitOpError() << "packing restricts attention to each sample and "
                             "cannot take a dense attention_mask";
-  if (auto schedule = getSchedule();
-      schedule && *schedule != "1f1b" && *schedule != "zero_bubble")
-    return emitOpError() << "schedule must be \"1f1b\" or \"zero_bubble\", "
-                            "found \""
+  auto schedule = getSchedule();
+  if (schedule && *schedule != "1f1b" && *schedule != "zero_bubble" &&
+      *schedule != "interleaved")
+    return emitOpError() << "schedule must be \"1f1b\", \"zero_bubble\" or "
+                            "\"interleaved\", found \""
                          << *schedule << "\"";
+  const bool interleaved = schedule && *schedule == "interleaved";
+  auto chunks = getVirtualStages();
+  if (interleaved != (chunks && *chunks >= 2))
+    return emitOpError() << "schedule \"interleaved\" and virtual_stages (2 "
+                            "or more) go together";
   return success();
 }
 
@@ -364,6 +371,11 @@ LogicalResult StageOp::verify() {
                             "0 and cooldown = warmup";
   if (auto lag = getWeightLag(); lag && static_cast<int64_t>(*lag) < 0)
     return emitOpError() << "needs weight_lag >= 0";
+  if (auto chunks = getVirtualStages();
+      chunks && (static_cast<int64_t>(*chunks) < 2 ||
+                 static_cast<int64_t>(*chunks) > kMaxVirtualStages))
+    return emitOpError() << "needs virtual_stages in [2, " << kMaxVirtualStages
+                         << "]";
   return success();
 }
 

@@ -106,13 +106,17 @@ def Mimo_MicrobatchOp : Mimo_Op<"microbatch", [Pure]> {
     ```
 
     `schedule = "zero_bubble"` (model.json `batch.schedule`; absent: 1F1B)
-    asks `mimo-schedule-zero-bubble` to split the pipelined backwards.
+    asks `mimo-schedule-zero-bubble` to split the pipelined backwards;
+    `schedule = "interleaved"` with `virtual_stages` (the language module's
+    `parallel.virtual_stages`) runs the language pipeline's chunks in
+    Megatron's interleaved order.
   }];
   let arguments = (ins Mimo_SourceType:$source, I64Attr:$micro_batch_size,
                        I64Attr:$num_microbatches, I64Attr:$seq_length,
                        BoolAttr:$packing,
                        Mimo_AttentionMaskAttr:$attention_mask,
-                       OptionalAttr<StrAttr>:$schedule);
+                       OptionalAttr<StrAttr>:$schedule,
+                       OptionalAttr<I64Attr>:$virtual_stages);
   let results = (outs Mimo_BatchType:$batch);
   let assemblyFormat = "$source attr-dict";
   let hasVerifier = 1;
@@ -381,7 +385,10 @@ def Mimo_StageOp : Mimo_Op<"stage", [HasParent<"ModelOp">]> {
     ranks run for the step's microbatches. `mimo-schedule-zero-bubble` adds
     `weight_lag`: the stage's backwards make input gradients only, and the
     weight gradients of at most `weight_lag` microbatches wait behind them
-    (docs/plan.md).
+    (docs/plan.md). `mimo-schedule-interleaved` adds `virtual_stages` to the
+    language module's stages (their ranks hold that many chunks of layers
+    and run them in the interleaved order) and gives the encoders ahead of
+    them `warmup = M`: every forward first.
 
     ```mlir
     mimo.stage @language {pp = 0 : i64, stage = 1 : i64, warmup = 1 : i64,
@@ -390,7 +397,8 @@ def Mimo_StageOp : Mimo_Op<"stage", [HasParent<"ModelOp">]> {
   }];
   let arguments = (ins FlatSymbolRefAttr:$module, I64Attr:$pp, I64Attr:$stage,
                        I64Attr:$warmup, I64Attr:$steady, I64Attr:$cooldown,
-                       OptionalAttr<I64Attr>:$weight_lag);
+                       OptionalAttr<I64Attr>:$weight_lag,
+                       OptionalAttr<I64Attr>:$virtual_stages);
   let assemblyFormat = "$module attr-dict";
   let hasVerifier = 1;
 }
@@ -461,10 +469,13 @@ class Mimo_InstrOp<string mnemonic, string kind, string doc>
   let hasVerifier = 1;
 }
 
-// A module's stage for microbatch `mb`: `mimo.forward @language {mb = 0}`.
+// A module's stage for microbatch `mb`: `mimo.forward @language {mb = 0}`;
+// under the interleaved schedule, of one of the rank's chunks of layers:
+// `mimo.forward @language {chunk = 1, mb = 0}` (absent: chunk 0).
 class Mimo_ModuleInstrOp<string mnemonic, string kind, string doc>
     : Mimo_InstrOp<mnemonic, kind, doc> {
-  let arguments = (ins FlatSymbolRefAttr:$module, Mimo_NonNegativeI64:$mb);
+  let arguments = (ins FlatSymbolRefAttr:$module, Mimo_NonNegativeI64:$mb,
+                       OptionalAttr<Mimo_NonNegativeI64>:$chunk);
   let assemblyFormat = "$module attr-dict";
 }
 

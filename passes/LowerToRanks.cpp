@@ -24,33 +24,35 @@ void createInstruction(mlir::OpBuilder &b, mlir::Location loc, const Instr &in,
                        llvm::StringRef module) {
   uint64_t mb = static_cast<uint64_t>(std::max<int32_t>(in.mb, 0));
   uint64_t bridge = static_cast<uint64_t>(std::max<int32_t>(in.index, 0));
+  mlir::IntegerAttr chunk =
+      in.chunk ? b.getI64IntegerAttr(in.chunk) : mlir::IntegerAttr();
   switch (in.op) {
   case InstrOp::Forward:
-    b.create<ir::ForwardOp>(loc, module, mb);
+    b.create<ir::ForwardOp>(loc, module, mb, chunk);
     return;
   case InstrOp::Backward:
-    b.create<ir::BackwardOp>(loc, module, mb);
+    b.create<ir::BackwardOp>(loc, module, mb, chunk);
     return;
   case InstrOp::WeightGrad:
-    b.create<ir::WeightGradOp>(loc, module, mb);
+    b.create<ir::WeightGradOp>(loc, module, mb, chunk);
     return;
   case InstrOp::Shard:
-    b.create<ir::ShardInstrOp>(loc, module, mb);
+    b.create<ir::ShardInstrOp>(loc, module, mb, chunk);
     return;
   case InstrOp::Unshard:
-    b.create<ir::UnshardOp>(loc, module, mb);
+    b.create<ir::UnshardOp>(loc, module, mb, chunk);
     return;
   case InstrOp::SendAct:
-    b.create<ir::SendActOp>(loc, module, mb);
+    b.create<ir::SendActOp>(loc, module, mb, chunk);
     return;
   case InstrOp::RecvAct:
-    b.create<ir::RecvActOp>(loc, module, mb);
+    b.create<ir::RecvActOp>(loc, module, mb, chunk);
     return;
   case InstrOp::SendGrad:
-    b.create<ir::SendGradOp>(loc, module, mb);
+    b.create<ir::SendGradOp>(loc, module, mb, chunk);
     return;
   case InstrOp::RecvGrad:
-    b.create<ir::RecvGradOp>(loc, module, mb);
+    b.create<ir::RecvGradOp>(loc, module, mb, chunk);
     return;
   case InstrOp::BridgeSend:
     b.create<ir::BridgeSendOp>(loc, bridge, mb);

@@ -118,6 +118,20 @@ def ScheduleZeroBubble : Pass<"mimo-schedule-zero-bubble", "::mlir::ModuleOp"> {
   }];
 }
 
+def ScheduleInterleaved : Pass<"mimo-schedule-interleaved", "::mlir::ModuleOp"> {
+  let summary = "Give the language pipeline's ranks chunks of layers (interleaved 1F1B)";
+  let description = [{
+    For a model whose `mimo.microbatch` asks for `schedule = "interleaved"`
+    with `virtual_stages = v` (Megatron's virtual pipeline, docs/plan.md),
+    after `mimo-schedule-1f1b`: gives the language module's `mimo.stage`s
+    `virtual_stages = v` (each rank holds v chunks of layers, chunk c of
+    stage p being virtual stage c x pp + p, and runs them in Megatron's
+    interleaved order, in lockstep with its neighbours) and the encoders'
+    stages `warmup = M` (every forward before the language pipeline, their
+    gradients after it). Other models are left as they are.
+  }];
+}
+
 def LowerToRanks : Pass<"mimo-lower-to-ranks", "::mlir::ModuleOp"> {
   let summary = "Lower the model to per-role instruction streams";
   let description = [{

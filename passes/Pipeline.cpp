@@ -12,6 +12,7 @@ void buildMimoPipeline(mlir::OpPassManager &pm) {
   pm.addPass(createShardSequence());
   pm.addPass(createSchedule1F1B());
   pm.addPass(createScheduleZeroBubble());
+  pm.addPass(createScheduleInterleaved());
   pm.addPass(createLowerToRanks());
   pm.addPass(createVerifyPlan());
 }

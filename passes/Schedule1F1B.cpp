@@ -50,7 +50,8 @@ public:
             builder.getI64IntegerAttr(stage.warmup),
             builder.getI64IntegerAttr(mbs - stage.warmup),
             builder.getI64IntegerAttr(stage.warmup),
-            /*weight_lag=*/mlir::IntegerAttr());
+            /*weight_lag=*/mlir::IntegerAttr(),
+            /*virtual_stages=*/mlir::IntegerAttr());
       model.setTotalStagesAttr(
           builder.getI64IntegerAttr(topology->totalStages));
     });

@@ -76,6 +76,7 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
   topology.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
   topology.seqLength = static_cast<int64_t>(batch.getSeqLength());
   topology.zeroBubble = batch.getSchedule() == "zero_bubble";
+  topology.interleaved = batch.getSchedule() == "interleaved";
   ir::ParallelAttr p = language.getGridOp().getParallel();
   topology.shard = makeShard(p.getCp(), p.getTp(), p.isSequenceParallel(),
                              batch.getPacking());
@@ -145,6 +146,10 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
       stage.warmup = static_cast<int64_t>(op.getWarmup());
       if (auto lag = op.getWeightLag())
         stage.weightLag = static_cast<int64_t>(*lag);
+      // mimo-schedule-interleaved's chunks of the language layers.
+      if (auto chunks = op.getVirtualStages())
+        topology.modules[static_cast<size_t>(m)].virtualStages =
+            static_cast<int64_t>(*chunks);
       topology.stages.push_back(stage);
     }
     for (size_t m = 0; m < topology.modules.size(); ++m)
@@ -191,6 +196,17 @@ mlir::FailureOr<ProgramsFromIR> readPrograms(ir::ModelOp model,
           return op.emitOpError("names microbatch ")
                  << mb.getInt() << " of " << topology.microbatches;
         in.mb = static_cast<int32_t>(mb.getInt());
+      }
+      if (auto chunk = op.getAttrOfType<mlir::IntegerAttr>("chunk")) {
+        const int64_t chunks =
+            in.index >= 0
+                ? topology.modules[static_cast<size_t>(in.index)].virtualStages
+                : 1;
+        if (chunk.getInt() >= chunks)
+          return op.emitOpError("names chunk ")
+                 << chunk.getInt() << " of " << chunks
+                 << " (the module's virtual_stages)";
+        in.chunk = static_cast<int32_t>(chunk.getInt());
       }
       p.instrs.push_back(in);
       ops.push_back(&op);

@@ -50,7 +50,7 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N/init", {"from", "format"}},
       {"/modules/N/parallel",
        {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "cp_comm",
-        "order"}},
+        "virtual_stages", "order"}},
       {"/data",
        {"source", "path", "eval_path", "blend", "shuffle", "samples",
         "tokens_per_sample", "text_only_fraction"}},
@@ -158,10 +158,6 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
   if (auto schedule = v.choice(*batch, "/batch", "schedule", false,
                                {"1f1b", "interleaved", "zero_bubble"},
                                "the pipeline schedule")) {
-    if (*schedule == "interleaved")
-      v.error("/batch/schedule",
-              "\"interleaved\" (virtual pipeline stages) is not supported "
-              "yet (docs/not-yet.md); use \"1f1b\" or \"zero_bubble\"");
     b.schedule = *schedule;
     b.scheduleNamed = true;
   }
@@ -467,6 +463,57 @@ void checkProducts(Validator &v, const ModelConfig &config) {
   }
 }
 
+/// docs/model-json.md: the interleaved schedule and the language module's
+/// virtual_stages name each other, and the chunks divide the layers and the
+/// microbatches Megatron's order needs.
+void checkSchedule(Validator &v, const ModelConfig &config) {
+  const BatchConfig &b = config.batch;
+  bool chunked = false;
+  for (const ModuleConfig &m : config.modules) {
+    const int64_t chunks = m.parallel.virtualStages, pp = m.parallel.pp;
+    if (chunks == 1)
+      continue;
+    const std::string at = m.pointer + "/parallel/virtual_stages";
+    const std::string found = "found " + std::to_string(chunks);
+    if (m.kind != ModuleKind::Language) {
+      v.error(at, "virtual_stages applies to the language module only, " +
+                      found + " on encoder '" + m.name + "'; remove it");
+      continue;
+    }
+    chunked = true;
+    if (!b.interleaved())
+      v.error(at, "virtual_stages " + std::to_string(chunks) +
+                      " runs under the interleaved schedule only, found "
+                      "batch.schedule \"" +
+                      b.schedule + "\"; set \"schedule\": \"interleaved\"");
+    else if (pp < 2)
+      v.error(at, "virtual_stages needs a pipeline (parallel.pp of 2 or "
+                  "more), found pp " +
+                      std::to_string(pp) + "; raise pp or remove it");
+    else if (!m.pipelineLayers.empty())
+      v.error(at, "virtual_stages splits the layers evenly and cannot "
+                  "follow pipeline_layers; remove one of them");
+    else if (m.numLayers % (pp * chunks) != 0)
+      v.error(at, "expected pp x virtual_stages to divide num_layers, found " +
+                      std::to_string(pp) + " x " + std::to_string(chunks) +
+                      " for " + std::to_string(m.numLayers) +
+                      " layers; choose virtual_stages dividing " +
+                      std::to_string(m.numLayers / pp));
+    else if (b.numMicrobatches % pp != 0)
+      v.error("/batch/num_microbatches",
+              "the interleaved schedule takes the microbatches in groups of "
+              "pp, found " +
+                  std::to_string(b.numMicrobatches) + " for pp " +
+                  std::to_string(pp) + "; use a multiple of " +
+                  std::to_string(pp));
+  }
+  if (b.interleaved() && !chunked)
+    v.error("/batch/schedule",
+            "\"interleaved\" needs the language module's "
+            "parallel.virtual_stages of 2 or more, found none; set it (2 "
+            "halves the bubble) or use \"1f1b\"");
+}
+
 } // namespace
 
 ParseResult validateModelConfig(const json &root, std::string_view fileName) {
@@ -539,6 +586,8 @@ ParseResult validateModelConfig(const json &root, std::string_view fileName) {
   parseTrain(v, root, config);
   if (v.diagnostics.empty())
     checkProducts(v, config);
+  if (v.diagnostics.empty())
+    checkSchedule(v, config);
   if (!v.diagnostics.empty())
     return ParseResult{std::nullopt, std::move(v.diagnostics)};
   return ParseResult{std::move(config), {}};

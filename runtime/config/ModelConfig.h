@@ -38,6 +38,9 @@ struct ParallelConfig {
   /// ("ring", the default) or all-gathered ("all_gather").
   std::string cpComm = "ring";
   bool ringCp() const { return cp > 1 && cpComm == "ring"; }
+  /// docs/model-json.md `virtual_stages`: chunks of layers per pipeline
+  /// rank under the interleaved schedule (Megatron's virtual pipeline).
+  int64_t virtualStages = 1;
   DimOrder order = kDefaultOrder;
 
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }
@@ -168,6 +171,7 @@ struct BatchConfig {
   /// too; the writer writes it back).
   bool scheduleNamed = false;
   bool zeroBubble() const { return schedule == "zero_bubble"; }
+  bool interleaved() const { return schedule == "interleaved"; }
 };
 
 struct TokenRange {

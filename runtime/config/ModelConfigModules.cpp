@@ -84,6 +84,10 @@ void parseParallel(Validator &v, const json &moduleJson, ModuleConfig &module) {
           v.choice(parallel, pointer, "cp_comm", false, {"ring", "all_gather"},
                    "how context parallelism moves keys and values"))
     config.cpComm = *comm;
+  if (auto value =
+          v.integer(parallel, pointer, "virtual_stages", false, 1,
+                    "chunks of layers per pipeline rank", kMaxVirtualStages))
+    config.virtualStages = *value;
   auto order = parallel.find("order");
   if (order != parallel.end()) {
     std::vector<std::string> names;

@@ -77,6 +77,8 @@ json toJson(const ModelConfig &config) {
       parallel["sequence_parallel"] = p.sequenceParallel;
     if (p.cpComm != "ring")
       parallel["cp_comm"] = p.cpComm;
+    if (p.virtualStages != 1)
+      parallel["virtual_stages"] = p.virtualStages;
     json order = json::array();
     for (Dim dim : p.order)
       order.push_back(dimName(dim));

@@ -164,11 +164,14 @@ StageShape stageShape(const ModelConfig &config, const ModuleConfig &m,
   shape.cp = static_cast<double>(par.cp);
   shape.samples =
       static_cast<double>(microBatchSize) / static_cast<double>(par.dp);
-  auto [begin, end] = stageLayers(m, par.pp, stage);
+  // Under the interleaved schedule `stage` is a virtual stage (chunk x pp +
+  // stage) of pp x virtual_stages.
+  const int64_t stages = par.pp * par.virtualStages;
+  auto [begin, end] = stageLayers(m, stages, stage);
   shape.layers = static_cast<double>(end - begin);
   shape.firstLayer = begin;
   shape.first = stage == 0;
-  shape.last = stage == par.pp - 1;
+  shape.last = stage == stages - 1;
   shape.sequenceParallel = shape.language && sequenceParallel && par.tp > 1;
   shape.bf16 = config.precision == "bf16";
   if (shape.language) {
@@ -366,12 +369,15 @@ double CostModel::localValues(size_t module, int64_t rank) const {
   bool sp = topo.isLanguage && topology.shard.sequenceParallel &&
             grid.size(Dim::TP) > 1;
   double values = 0;
-  for (const ParamSpec &spec :
-       stageParameters(*moduleConfigs[module],
-                       topology.modules[topology.languageIndex()].hidden, sp,
-                       grid.size(Dim::PP), c.pp))
-    values +=
-        static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
+  // Every chunk the rank holds (one but under the interleaved schedule).
+  const int64_t pp = grid.size(Dim::PP), chunks = topo.virtualStages;
+  for (int64_t chunk = 0; chunk < chunks; ++chunk)
+    for (const ParamSpec &spec :
+         stageParameters(*moduleConfigs[module],
+                         topology.modules[topology.languageIndex()].hidden, sp,
+                         pp * chunks, chunk * pp + c.pp))
+      values +=
+          static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
   return valuesCache.emplace(key, values).first->second;
 }
 
@@ -383,7 +389,9 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
   // depend on where the rank's groups lie.
   auto moduleWork = [&](size_t mi, bool backward) {
     const Grid &grid = topology.modules[mi].grid;
-    const StageWork &sw = stageWorkOf(mi, grid.coordsOf(rank).pp, backward);
+    // A chunk of the interleaved schedule: its virtual stage's layers.
+    const StageWork &sw = stageWorkOf(
+        mi, in.chunk * grid.size(Dim::PP) + grid.coordsOf(rank).pp, backward);
     const GroupSpan tpGroup = group(rank, grid, {Dim::TP});
     const GroupSpan cpGroup = group(rank, grid, {Dim::CP});
     w.compute = sw.compute;

@@ -4,6 +4,7 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/Parameters.h"
+#include "runtime/plan/Interleaved.h"
 
 #include <algorithm>
 #include <cmath>
@@ -174,15 +175,18 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
     if (!module)
       continue;
     const Grid &grid = topo.grid;
-    const int64_t pp = grid.size(Dim::PP);
+    const int64_t pp = grid.size(Dim::PP), chunks = topo.virtualStages;
     const bool sp =
         topo.isLanguage && t.shard.sequenceParallel && grid.size(Dim::TP) > 1;
     // Everything below depends on (pp, tp) only: compute it once per pair.
-    for (int64_t stage = 0; stage < pp; ++stage) {
-      std::vector<ParamSpec> specs =
-          stageParameters(*module, language.hiddenSize, sp, pp, stage);
-      auto [begin, end] = stageLayers(*module, pp, stage);
-      bool first = stage == 0, last = stage == pp - 1;
+    // Under the interleaved schedule each chunk is its virtual stage
+    // (chunk x pp + stage) of pp x virtual_stages, on the ranks of `stage`.
+    for (int64_t virtualStage = 0; virtualStage < pp * chunks; ++virtualStage) {
+      const int64_t stage = virtualStage % pp, chunk = virtualStage / pp;
+      std::vector<ParamSpec> specs = stageParameters(
+          *module, language.hiddenSize, sp, pp * chunks, virtualStage);
+      auto [begin, end] = stageLayers(*module, pp * chunks, virtualStage);
+      bool first = virtualStage == 0, last = virtualStage == pp * chunks - 1;
       const bool bf16 = config.precision == "bf16";
       MicrobatchBytes mb =
           topo.isLanguage
@@ -192,6 +196,8 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
       const StageTopology *s = t.stageOf(m, stage);
       int64_t inFlight =
           topo.forwardOnly ? 0 // nothing saved for a backward
+          : chunks > 1     ? interleavedHeld(pp, chunks, t.microbatches,
+                                             stage)[static_cast<size_t>(chunk)]
           : !topo.isLanguage && encodersFirst
               ? t.microbatches // every microbatch forward before the pipeline
               : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
@@ -243,9 +249,14 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
             sharded ? std::ceil(static_cast<double>(trainable) / group)
                     : static_cast<double>(trainable);
         double staging = group > 1 ? kFloat * group * moments : 0;
-        double activations = std::max(static_cast<double>(inFlight) * mb.saved +
-                                          waiting + mb.working,
-                                      staging);
+        // A rank's chunks keep their activations together; their working
+        // buffers and the reductions' staging come one at a time (the
+        // first chunk counts them).
+        double activations =
+            chunk > 0 ? static_cast<double>(inFlight) * mb.saved
+                      : std::max(static_cast<double>(inFlight) * mb.saved +
+                                     waiting + mb.working,
+                                 staging);
         for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
           Coords c = grid.coordsOf(rank);
           if (c.pp != stage || c.tp != tpRank)

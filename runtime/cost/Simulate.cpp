@@ -275,7 +275,7 @@ private:
       }
       for (int64_t peer : peers.ranks) {
         std::optional<Waiting> met =
-            posted.message(rank, peer, in, {rank, entry});
+            posted.message(topology, rank, peer, in, {rank, entry});
         if (!met)
           continue;
         Waiting other = *met;

@@ -29,9 +29,15 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
       hang(parseFault(std::getenv("MIMO_TEST_HANG"), nullptr)) {
   for (int64_t r = 0; r < topo.worldSize; ++r)
     world.push_back(r);
-  modules.resize(topo.modules.size());
+  // One state per module, and under the interleaved schedule one per chunk
+  // of the language module's layers (slotOf).
+  int64_t chunks = 1;
+  for (const ModuleTopology &m : topo.modules)
+    chunks = std::max(chunks, m.virtualStages);
+  modules.resize(topo.modules.size() * static_cast<size_t>(chunks));
   for (size_t m : topo.modulesOf(rank))
-    modules[m] = makeModule(m, overlap.logitChunkBytes);
+    for (int32_t c = 0; c < topo.modules[m].virtualStages; ++c)
+      modules[slotOf(m, c)] = makeModule(m, c, overlap.logitChunkBytes);
   program = &plan.programs[static_cast<size_t>(
       plan.rankProgram[static_cast<size_t>(rank)])];
   for (auto &m : modules)
@@ -197,10 +203,12 @@ double RankExecutor::micros() const {
       .count();
 }
 
-std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
+std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m, int32_t chunk,
                                                       int64_t logitChunkBytes) {
   auto state = std::make_unique<ModuleState>();
   state->index = m;
+  state->chunk = chunk;
+  state->slot = slotOf(m, chunk);
   state->topo = &topo.modules[m];
   for (const ModuleConfig &mc : plan.config.modules)
     if (mc.name == state->topo->name)
@@ -214,10 +222,12 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   ctx.seed = static_cast<uint64_t>(plan.config.seed);
   ctx.tp = grid.size(Dim::TP);
   ctx.cp = grid.size(Dim::CP);
-  ctx.pp = grid.size(Dim::PP);
+  // Under the interleaved schedule a chunk is the stage of its virtual
+  // stage (chunk x pp + stage) of pp x virtual_stages.
+  ctx.pp = grid.size(Dim::PP) * state->topo->virtualStages;
   ctx.tpRank = c.tp;
   ctx.cpRank = c.cp;
-  ctx.ppRank = c.pp;
+  ctx.ppRank = chunk * grid.size(Dim::PP) + c.pp;
   ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
   ctx.bf16 = plan.config.precision == "bf16";
   ctx.logitChunkBytes = logitChunkBytes;
@@ -225,7 +235,7 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   ctx.shardedMoments =
       state->config->distributedOptimizer && state->dpcpGroup.size() > 1;
   ctx.ringCp = state->topo->isLanguage && state->config->parallel.ringCp();
-  ctx.ringTag = tagOf(kRing, static_cast<int64_t>(m), 0);
+  ctx.ringTag = tagOf(kRing, static_cast<int64_t>(m), 0, chunk);
   ctx.tpGroup = grid.groupOf(rank, {Dim::TP});
   ctx.cpGroup = grid.groupOf(rank, {Dim::CP});
   ctx.tpcpGroup = grid.groupOf(rank, {Dim::TP, Dim::CP});
@@ -247,15 +257,16 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m,
   }
   state->groups =
       paramGroups(state->stage->params(), *state->config, plan.config.train);
-  const int64_t stages = grid.size(Dim::PP);
-  if (state->topo->tiedAcrossStages && (c.pp == 0 || c.pp == stages - 1))
+  // The first virtual stage's lookup and the last one's head.
+  if (state->topo->tiedAcrossStages &&
+      (ctx.ppRank == 0 || ctx.ppRank == ctx.pp - 1))
     for (const Param &p : state->stage->params())
       if (p.name == state->config->name + ".embedding" && !p.frozen) {
         std::vector<int64_t> line = grid.groupOf(rank, {Dim::PP});
         state->tiedGroup = {line.front(), line.back()};
         state->tiedBegin = p.flatBegin;
         state->tiedEnd = p.flatEnd;
-        state->tiedCopy = c.pp > 0;
+        state->tiedCopy = ctx.ppRank > 0;
       }
   return state;
 }
@@ -265,15 +276,16 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   // the tag channel after every module's buckets').
   if (overlap.channels && overlap.ringAhead && m.stage->context().ringCp) {
     m.ringChannel =
-        overlap.channels(1 + static_cast<int64_t>(topo.modules.size()));
+        overlap.channels(1 + static_cast<int64_t>(modules.size() + m.slot));
     m.stage->useRingChannel(m.ringChannel.get());
   }
   if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
     return;
   int64_t microbatches = 0;
   for (const Instr &in : program->instrs)
-    microbatches +=
-        in.op == InstrOp::Backward && in.index == static_cast<int64_t>(m.index);
+    microbatches += in.op == InstrOp::Backward &&
+                    in.index == static_cast<int64_t>(m.index) &&
+                    in.chunk == m.chunk;
   std::vector<Param> &params = m.stage->params();
   std::vector<ParamSlot> slots;
   for (const Param &p : params) // frozen: an empty slot, never reduced
@@ -288,7 +300,7 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
       planGradBuckets(slots, flat.spPartial, values);
   if (buckets.empty())
     return; // every member of the group decides alike
-  m.channel = overlap.channels(1 + static_cast<int64_t>(m.index));
+  m.channel = overlap.channels(1 + static_cast<int64_t>(m.slot));
   m.reduction = std::make_unique<BucketedReduction>(
       std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
       flat.grads.data(), m.topo->name);

@@ -41,12 +41,18 @@ enum TagKind : int64_t {
   kBridgeGrad = 4,
   kRing = 5
 };
-inline int64_t tagOf(TagKind kind, int64_t index, int64_t mb) {
-  static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384,
-                "the limits must fit the tag's 10 and 14 bits");
-  if (index >= kMaxModules || mb >= kMaxMicrobatches)
+/// `chunk`: the sending chunk of the interleaved schedule's pipeline
+/// messages (plan/Plan.h senderChunk), 3 bits above the kind.
+inline int64_t tagOf(TagKind kind, int64_t index, int64_t mb,
+                     int64_t chunk = 0) {
+  static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384 &&
+                    kMaxVirtualStages <= 8,
+                "the limits must fit the tag's 10, 14 and 3 bits");
+  if (index >= kMaxModules || mb >= kMaxMicrobatches ||
+      chunk >= kMaxVirtualStages)
     throw std::runtime_error("too many modules or microbatches for the tags");
-  return (static_cast<int64_t>(kind) << 24) | (index << 14) | mb;
+  return (chunk << 27) | (static_cast<int64_t>(kind) << 24) | (index << 14) |
+         mb;
 }
 
 /// A failure of this rank's own work (not a communication failure caused
@@ -68,6 +74,11 @@ public:
 
 struct ModuleState {
   size_t index = 0;
+  /// The interleaved schedule: which of the rank's chunks of the module's
+  /// layers this is (0 otherwise), and its place among the rank's states
+  /// (RankExecutor::slotOf; the module's index for chunk 0).
+  int32_t chunk = 0;
+  size_t slot = 0;
   const ModuleTopology *topo = nullptr;
   const ModuleConfig *config = nullptr;
   Coords coords;
@@ -201,7 +212,18 @@ public:
 private:
   double micros() const;
 
-  std::unique_ptr<ModuleState> makeModule(size_t m, int64_t logitChunkBytes);
+  std::unique_ptr<ModuleState> makeModule(size_t m, int32_t chunk,
+                                          int64_t logitChunkBytes);
+  /// A module's chunk's place among the rank's states (the module's index
+  /// for chunk 0), and that of a module instruction.
+  size_t slotOf(size_t module, int32_t chunk) const {
+    return module + static_cast<size_t>(chunk) * topo.modules.size();
+  }
+  size_t slotOf(const Instr &in) const {
+    return instrInfo(in.op).operand == InstrOperand::Module
+               ? slotOf(static_cast<size_t>(in.index), in.chunk)
+               : static_cast<size_t>(in.index);
+  }
   /// Gives module `m` its channel and buckets (when the setup allows and
   /// its DP x CP group has more than one rank).
   void setUpOverlap(ModuleState &m, const RankOptions &overlap);

@@ -76,7 +76,7 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
   for (size_t i = first; i <= last; ++i) {
     const Instr &in = instrs[i];
     Peers peers = peersOf(in);
-    Key key{static_cast<size_t>(in.index), in.mb};
+    Key key{slotOf(in), in.mb};
     switch (in.op) {
     case InstrOp::SendAct:
     case InstrOp::SendGrad: {
@@ -84,10 +84,10 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
       auto it = from.find(key);
       if (it == from.end())
         throw RankFailure("nothing to send for " + describeInstr(topo, in));
-      ops.push_back(
-          op(true, peers.ranks.at(0),
-             tagOf(in.op == InstrOp::SendAct ? kAct : kGrad, in.index, in.mb),
-             it->second));
+      ops.push_back(op(true, peers.ranks.at(0),
+                       tagOf(in.op == InstrOp::SendAct ? kAct : kGrad, in.index,
+                             in.mb, senderChunk(topo, rank, in)),
+                       it->second));
       consumed.push_back({&from, key});
       break;
     }
@@ -96,10 +96,10 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
       ModuleState &m = module(key.first);
       Tensor &to = (in.op == InstrOp::RecvAct ? actIn : gradIn)[key];
       to = Tensor::empty(activationSize(m, in.mb));
-      ops.push_back(
-          op(false, peers.ranks.at(0),
-             tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index, in.mb),
-             to));
+      ops.push_back(op(false, peers.ranks.at(0),
+                       tagOf(in.op == InstrOp::RecvAct ? kAct : kGrad, in.index,
+                             in.mb, senderChunk(topo, rank, in)),
+                       to));
       break;
     }
     case InstrOp::BridgeSend:
@@ -191,7 +191,7 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
 }
 
 void RankExecutor::execute(const Instr &in) {
-  Key key{static_cast<size_t>(in.index), in.mb};
+  Key key{slotOf(in), in.mb};
   switch (in.op) {
   case InstrOp::Forward:
     return forward(module(key.first), in.mb);
@@ -240,8 +240,10 @@ void RankExecutor::execute(const Instr &in) {
   case InstrOp::ColocatedBackward:
     return colocated(topo.bridges[key.first], key,
                      in.op == InstrOp::ColocatedForward);
-  case InstrOp::ReduceGrads:
-    return reduceGrads(module(key.first));
+  case InstrOp::ReduceGrads: // every chunk of the module
+    for (int32_t c = 0; c < topo.modules[in.index].virtualStages; ++c)
+      reduceGrads(module(slotOf(static_cast<size_t>(in.index), c)));
+    return;
   case InstrOp::OptimizerStep:
     return optimizerStep();
   default:
@@ -250,7 +252,7 @@ void RankExecutor::execute(const Instr &in) {
 }
 
 void RankExecutor::forward(ModuleState &m, int64_t mb) {
-  Key key{m.index, mb};
+  Key key{m.slot, mb};
   if (m.encoder) {
     EncoderLane lane = encoderLane(batch(mb), m.index, m.config->featureDim,
                                    m.laneBegin, m.laneEnd);
@@ -273,7 +275,7 @@ void RankExecutor::forward(ModuleState &m, int64_t mb) {
 }
 
 void RankExecutor::backward(ModuleState &m, int64_t mb) {
-  Key key{m.index, mb};
+  Key key{m.slot, mb};
   if (m.encoder) {
     Tensor grad =
         take(m.encoder->isLast() ? encGrad : gradIn, key, "output gradient");

@@ -47,14 +47,23 @@ std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
                   module.name + "'");
     Coords c = grid.coordsOf(rank);
     int64_t pp = grid.size(Dim::PP);
+    const int64_t chunks = module.virtualStages;
+    if (in.chunk < 0 || in.chunk >= chunks)
+      return fail("module '" + module.name + "' has no chunk " +
+                  std::to_string(in.chunk) + " (virtual_stages " +
+                  std::to_string(chunks) + ")");
+    // The neighbouring virtual stage: chunk x pp + stage, wrapping from
+    // the last stage of one chunk to the first of the next.
     auto stagePeer = [&](int64_t delta) -> std::optional<Peers> {
-      int64_t p = c.pp + delta;
-      if (p < 0 || p >= pp)
+      int64_t virtualStage = in.chunk * pp + c.pp + delta;
+      if (virtualStage < 0 || virtualStage >= pp * chunks)
         return fail("module '" + module.name + "' has no pipeline stage " +
-                    std::to_string(p) + " next to rank " +
-                    std::to_string(rank) + "'s stage " + std::to_string(c.pp));
+                    std::to_string(c.pp + delta) + " next to rank " +
+                    std::to_string(rank) + "'s stage " + std::to_string(c.pp) +
+                    (chunks > 1 ? " (chunk " + std::to_string(in.chunk) + ")"
+                                : std::string()));
       Coords other = c;
-      other.pp = p;
+      other.pp = virtualStage % pp;
       peers.ranks.push_back(grid.rankOf(other));
       return peers;
     };
@@ -67,7 +76,7 @@ std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
       return stagePeer(-1);
     case InstrOp::Shard:
     case InstrOp::Unshard:
-      if (!module.isLanguage || c.pp != 0)
+      if (!module.isLanguage || c.pp != 0 || in.chunk != 0)
         return fail(std::string(info.name) +
                     " runs on the language first stage only");
       [[fallthrough]];
@@ -151,6 +160,22 @@ std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
   }
 }
 
+int32_t senderChunk(const Topology &topology, int64_t rank, const Instr &in) {
+  if (instrInfo(in.op).operand != InstrOperand::Module || in.index < 0 ||
+      static_cast<size_t>(in.index) >= topology.modules.size())
+    return in.chunk;
+  const ModuleTopology &module =
+      topology.modules[static_cast<size_t>(in.index)];
+  if (module.virtualStages == 1 || !module.grid.contains(rank))
+    return in.chunk;
+  const int64_t stage = module.grid.coordsOf(rank).pp;
+  if (in.op == InstrOp::RecvAct && stage == 0)
+    return in.chunk - 1;
+  if (in.op == InstrOp::RecvGrad && stage == module.grid.size(Dim::PP) - 1)
+    return in.chunk + 1;
+  return in.chunk;
+}
+
 std::string ShapeRule::str() const {
   std::string text = what + " of samples [" + std::to_string(sampleBegin) +
                      ", " + std::to_string(sampleEnd) + ")";
@@ -213,6 +238,8 @@ std::string describeInstr(const Topology &topology, const Instr &in) {
     text += " #" + std::to_string(in.index);
   if (info.hasMicrobatch)
     text += " mb " + std::to_string(in.mb);
+  if (in.chunk != 0)
+    text += " chunk " + std::to_string(in.chunk);
   return text;
 }
 

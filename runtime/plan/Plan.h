@@ -40,6 +40,9 @@ struct ModuleTopology {
   int64_t hidden = 0, outputHidden = 0;
   /// Encoders only.
   int64_t specialTokenId = -1;
+  /// Chunks of layers per pipeline rank (parallel.virtual_stages; the
+  /// interleaved schedule): virtual stage chunk x pp + stage.
+  int64_t virtualStages = 1;
   /// Every parameter frozen and nothing trainable upstream
   /// (config/Parameters.h runsForwardOnly): no backward, no gradient
   /// messages, no gradient reduction.
@@ -160,8 +163,13 @@ struct Instr {
   /// Posted together with the next instruction (one batch of point-to-point
   /// operations, like batch_isend_irecv); only sends and receives fuse.
   bool fused = false;
+  /// The interleaved schedule (docs/plan.md "Interleaved 1F1B"): which of
+  /// the rank's chunks of the module's layers (virtual stage
+  /// chunk x pp + the rank's stage); 0 otherwise.
+  int32_t chunk = 0;
   bool operator==(const Instr &o) const {
-    return op == o.op && index == o.index && mb == o.mb && fused == o.fused;
+    return op == o.op && index == o.index && mb == o.mb && fused == o.fused &&
+           chunk == o.chunk;
   }
 };
 
@@ -184,6 +192,9 @@ struct Topology {
   /// batch.schedule "zero_bubble": pipelined stages split their backward
   /// (StageTopology::weightLag).
   bool zeroBubble = false;
+  /// batch.schedule "interleaved": the language module's pipeline runs its
+  /// virtual stages in Megatron's order (ModuleTopology::virtualStages).
+  bool interleaved = false;
   std::vector<StageTopology> stages;
   ShardTopology shard;
 
@@ -251,6 +262,13 @@ struct Peers {
 };
 std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
                                   const Instr &instr, std::string *error);
+
+/// The chunk of the sending end of a pipeline message (both ends derive
+/// the same, which keys the message): a receive's own chunk, except where
+/// the interleaved pipeline wraps from its last stage to its first
+/// (activations of chunk c arrive as chunk c + 1; gradients of chunk c + 1
+/// as chunk c).
+int32_t senderChunk(const Topology &topology, int64_t rank, const Instr &in);
 
 /// The ranks `rank` exchanges point-to-point messages with in `program`
 /// (ascending, each once; the relation is symmetric): the connections a

@@ -96,6 +96,7 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
     m.hidden = module.hiddenSize;
     m.outputHidden = config.modules[lm].hiddenSize;
     m.specialTokenId = module.specialTokenId;
+    m.virtualStages = module.parallel.virtualStages;
     m.forwardOnly = runsForwardOnly(config, module);
     m.tiedAcrossStages = module.kind == ModuleKind::Language &&
                          module.tieEmbeddings && module.parallel.pp > 1;
@@ -111,6 +112,7 @@ std::optional<Topology> buildTopology(const ModelConfig &config,
   topology.microBatchSize = config.batch.microBatchSize;
   topology.seqLength = config.batch.seqLength;
   topology.zeroBubble = config.batch.zeroBubble();
+  topology.interleaved = config.batch.interleaved();
   size_t language = topology.modules.size() - 1;
   for (size_t i = 0; i < language; ++i) {
     std::optional<BridgeTopology> bridge =
@@ -224,6 +226,10 @@ ordered_json scheduleJson(const Topology &t) {
   ordered_json stages = ordered_json::array();
   if (t.zeroBubble)
     schedule["kind"] = "zero_bubble";
+  if (t.interleaved) {
+    schedule["kind"] = "interleaved";
+    schedule["virtual_stages"] = t.modules[t.languageIndex()].virtualStages;
+  }
   for (const StageTopology &s : t.stages) {
     stages.push_back({{"module", t.modules[s.module].name},
                       {"pp", s.pp},
@@ -257,6 +263,8 @@ ordered_json instrJson(const Topology &t, const Instr &in) {
     entry["bridge"] = in.index;
   if (info.hasMicrobatch)
     entry["mb"] = in.mb;
+  if (in.chunk != 0)
+    entry["chunk"] = in.chunk;
   if (in.fused)
     entry["fused"] = true;
   return entry;
@@ -522,6 +530,20 @@ private:
             continue;
           }
           in.mb = ij["mb"].get<int32_t>();
+        }
+        if (ij.contains("chunk")) {
+          const int64_t chunks = info.operand == InstrOperand::Module
+                                     ? t.modules[in.index].virtualStages
+                                     : 1;
+          if (!ij["chunk"].is_number_integer() ||
+              ij["chunk"].get<int64_t>() < 0 ||
+              ij["chunk"].get<int64_t>() >= chunks) {
+            error(iat + "/chunk", "expected a chunk index in [0, " +
+                                      std::to_string(chunks) +
+                                      ") (the module's virtual_stages)");
+            continue;
+          }
+          in.chunk = ij["chunk"].get<int32_t>();
         }
         if (ij.contains("fused")) {
           if (!ij["fused"].is_boolean()) {

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/Plan.h"
 
+#include "runtime/plan/Interleaved.h"
 #include "runtime/plan/Schedule.h"
 
 #include <algorithm>
@@ -24,7 +25,7 @@ public:
   explicit ProgramBuilder(std::vector<Instr> &out) : out(out) {}
   void add(InstrOp op, int64_t index, int64_t mb = -1) {
     out.push_back(
-        {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false});
+        {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false, 0});
   }
   /// Point-to-point operations posted together.
   void batch(const std::vector<Instr> &ops) {
@@ -39,7 +40,7 @@ private:
 };
 
 Instr instr(InstrOp op, size_t index, int64_t mb) {
-  return {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false};
+  return {op, static_cast<int32_t>(index), static_cast<int32_t>(mb), false, 0};
 }
 
 std::vector<Instr> concat(std::vector<Instr> a, const std::vector<Instr> &b) {
@@ -59,6 +60,76 @@ int64_t tpcpSize(const Topology &topology, size_t module) {
   return grid.size(Dim::TP) * grid.size(Dim::CP);
 }
 
+/// The interleaved stream (plan/Interleaved.h) of `rank`'s stage of the
+/// language module `m`: each lockstep step's work, then its batch of
+/// messages. On the first stage each chunk-0 forward follows its
+/// microbatch's bridge tokens (the encoders run every forward first) and
+/// its shard, and the bridges' gradients go back after the last step.
+void buildInterleavedProgram(const Topology &topology, int64_t rank, size_t m,
+                             bool bridges, bool finalize,
+                             std::vector<Instr> &out) {
+  const ModuleTopology &module = topology.modules[m];
+  const Grid &grid = module.grid;
+  const int64_t stage = grid.coordsOf(rank).pp;
+  const bool first = stage == 0;
+  std::vector<size_t> incoming;
+  for (size_t b = 0; b < topology.bridges.size() && bridges; ++b)
+    if (topology.bridges[b].dst == m && first &&
+        isDestinationLeader(topology.bridges[b], grid, rank))
+      incoming.push_back(b);
+  ProgramBuilder emit(out);
+  auto chunked = [&](InstrOp op, int64_t mb, int32_t chunk) {
+    Instr in = instr(op, m, mb);
+    in.chunk = chunk;
+    return in;
+  };
+  const bool unshard = first && needsUnshard(topology);
+  const std::vector<InterleavedStep> steps =
+      interleavedSteps(grid.size(Dim::PP), module.virtualStages,
+                       topology.microbatches)[static_cast<size_t>(stage)];
+  for (const InterleavedStep &step : steps) {
+    for (const ChunkWork &w : step.work) {
+      const bool entry = first && w.chunk == 0;
+      if (w.kind == ChunkWork::Forward) {
+        if (entry) {
+          std::vector<Instr> ops;
+          for (size_t b : incoming)
+            ops.push_back(instr(InstrOp::BridgeRecv, b, w.mb));
+          emit.batch(ops);
+          for (size_t b = 0; b < topology.bridges.size() && bridges; ++b)
+            if (topology.bridges[b].dst == m &&
+                tpcpSize(topology, topology.bridges[b].dst) > 1)
+              emit.add(InstrOp::BridgeBroadcast, b, w.mb);
+          emit.add(InstrOp::Shard, m, w.mb);
+        }
+        out.push_back(chunked(InstrOp::Forward, w.mb, w.chunk));
+      } else {
+        out.push_back(chunked(InstrOp::Backward, w.mb, w.chunk));
+        if (entry && unshard)
+          emit.add(InstrOp::Unshard, m, w.mb);
+      }
+    }
+    std::vector<Instr> ops;
+    for (const ChunkWork &msg : step.messages) {
+      static constexpr InstrOp kOps[] = {InstrOp::Forward,  InstrOp::Backward,
+                                         InstrOp::SendAct,  InstrOp::RecvAct,
+                                         InstrOp::SendGrad, InstrOp::RecvGrad};
+      ops.push_back(chunked(kOps[msg.kind], msg.mb, msg.chunk));
+    }
+    emit.batch(ops);
+  }
+  for (int64_t mb = 0; mb < topology.microbatches && !incoming.empty(); ++mb) {
+    std::vector<Instr> ops;
+    for (size_t b : incoming)
+      ops.push_back(instr(InstrOp::BridgeSendGrad, b, mb));
+    emit.batch(ops);
+  }
+  if (!finalize)
+    return;
+  emit.add(InstrOp::ReduceGrads, m);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
 /// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
 /// stream also moves the bridges' tensors (not when a colocated pipeline
 /// moves them before and after); `finalize`: end with the gradient
@@ -67,6 +138,8 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
                           bool bridges, bool finalize,
                           std::vector<Instr> &out) {
   const ModuleTopology &module = topology.modules[m];
+  if (module.virtualStages > 1)
+    return buildInterleavedProgram(topology, rank, m, bridges, finalize, out);
   const Grid &grid = module.grid;
   Coords c = grid.coordsOf(rank);
   int64_t pp = grid.size(Dim::PP);

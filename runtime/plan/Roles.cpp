@@ -245,6 +245,11 @@ void assignStages(Topology &topology) {
       s.stage = stage;
       s.warmup = warmupMicrobatches(topology.totalStages, stage,
                                     topology.microbatches);
+      // Before an interleaved language pipeline the encoders run every
+      // forward first (its first stage returns their gradients at the end:
+      // docs/plan.md "Interleaved 1F1B").
+      if (topology.modules[lm].virtualStages > 1 && i != lm)
+        s.warmup = topology.microbatches;
       // Zero bubble splits the pipelined stages (a colocated layout's
       // encoders run whole, before and after the language pipeline, and
       // with language pp 1 nothing is pipelined) that hold something back

@@ -64,19 +64,23 @@ inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
   return idle / (static_cast<double>(microbatches) + idle);
 }
 
-/// The idle share of the step's schedule: zeroBubbleShare or pipelineBubble.
+/// The idle share of the step's schedule: zeroBubbleShare or
+/// pipelineBubble, or under the interleaved schedule with v chunks a stage
+/// (plan/Interleaved.h) (P - 1) / (vM + P - 1).
 inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
-                             bool zeroBubble) {
+                             bool zeroBubble, int64_t chunks = 1) {
   return zeroBubble ? zeroBubbleShare(totalStages, microbatches)
-                    : pipelineBubble(totalStages, microbatches);
+                    : pipelineBubble(totalStages, chunks * microbatches);
 }
 
 /// The fewest microbatches that keep the bubble at or below `share` (0 < share
-/// < 1): M >= (P - 1) (1 - share) / share, a third of it under zero bubble.
+/// < 1): M >= (P - 1) (1 - share) / share, a third of it under zero bubble,
+/// a v-th with v chunks a stage.
 inline int64_t microbatchesForBubble(int64_t totalStages, double share,
-                                     bool zeroBubble = false) {
+                                     bool zeroBubble = false,
+                                     int64_t chunks = 1) {
   double needed = static_cast<double>(totalStages - 1) * (1 - share) / share /
-                  (zeroBubble ? 3.0 : 1.0);
+                  (zeroBubble ? 3.0 : static_cast<double>(chunks));
   int64_t m = static_cast<int64_t>(needed);
   return std::max<int64_t>(1, m < needed ? m + 1 : m);
 }

@@ -25,7 +25,8 @@ struct MessageKey {
   int32_t mb;
   bool grad;
   /// The module (pipeline messages) or bridge the message belongs to:
-  /// two bridges may join the same pair of ranks.
+  /// two bridges may join the same pair of ranks; and the sending chunk
+  /// (the interleaved schedule's pipeline messages between the same pair).
   int32_t channel;
   bool operator==(const MessageKey &o) const {
     return from == o.from && to == o.to && mb == o.mb && grad == o.grad &&
@@ -33,9 +34,11 @@ struct MessageKey {
   }
 };
 
-inline int32_t channelOf(const Instr &in) {
-  return instrInfo(in.op).operand == InstrOperand::Bridge ? 1024 + in.index
-                                                          : in.index;
+inline int32_t channelOf(const Topology &topology, int64_t rank,
+                         const Instr &in) {
+  if (instrInfo(in.op).operand == InstrOperand::Bridge)
+    return 1024 + in.index;
+  return in.index + 2048 * senderChunk(topology, rank, in);
 }
 struct MessageKeyHash {
   size_t operator()(const MessageKey &k) const {
@@ -46,19 +49,23 @@ struct MessageKeyHash {
   }
 };
 
-/// A collective instance: kind, operand, group, microbatch.
+/// A collective instance: kind, operand, group, microbatch, chunk.
 struct CollectiveKey {
   uint8_t op;
   int32_t index, mb;
   int64_t group;
+  int32_t chunk;
   bool operator==(const CollectiveKey &o) const {
-    return op == o.op && index == o.index && mb == o.mb && group == o.group;
+    return op == o.op && index == o.index && mb == o.mb && group == o.group &&
+           chunk == o.chunk;
   }
 };
 struct CollectiveKeyHash {
   size_t operator()(const CollectiveKey &k) const {
     return std::hash<int64_t>()(k.group * 131 + k.op) ^
-           (std::hash<int64_t>()(int64_t(k.index) * 100003 + k.mb) << 1);
+           (std::hash<int64_t>()((int64_t(k.index) * 100003 + k.mb) * 8 +
+                                 k.chunk)
+            << 1);
   }
 };
 
@@ -93,10 +100,11 @@ collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
 }
 
 /// The message a point-to-point instruction of `rank` moves with `peer`.
-inline MessageKey messageKey(int64_t rank, int64_t peer, const Instr &in) {
+inline MessageKey messageKey(const Topology &topology, int64_t rank,
+                             int64_t peer, const Instr &in) {
   const InstrInfo &info = instrInfo(in.op);
   return {info.isSend ? rank : peer, info.isSend ? peer : rank, in.mb,
-          info.isGrad, channelOf(in)};
+          info.isGrad, channelOf(topology, rank, in)};
 }
 
 /// The collective instance a collective instruction of `rank` joins, and
@@ -104,7 +112,8 @@ inline MessageKey messageKey(int64_t rank, int64_t peer, const Instr &in) {
 inline std::pair<CollectiveKey, int64_t>
 collectiveKey(const Topology &topology, int64_t rank, const Instr &in) {
   auto [group, size] = collectiveGroup(topology, rank, in);
-  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group}, size};
+  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group, in.chunk},
+          size};
 }
 
 /// The ends of messages and the members of collectives that have been
@@ -121,10 +130,11 @@ template <typename Posting> struct Rendezvous {
   /// Posts `rank`'s end of its message with `peer`: the other end when it
   /// was already posted (the message is met and forgotten), else nothing
   /// (this end waits).
-  std::optional<Posting> message(int64_t rank, int64_t peer, const Instr &in,
+  std::optional<Posting> message(const Topology &topology, int64_t rank,
+                                 int64_t peer, const Instr &in,
                                  Posting posting) {
     bool send = instrInfo(in.op).isSend;
-    MessageKey key = messageKey(rank, peer, in);
+    MessageKey key = messageKey(topology, rank, peer, in);
     auto &theirs = send ? recvs : sends;
     auto it = theirs.find(key);
     if (it == theirs.end()) {
@@ -136,9 +146,10 @@ template <typename Posting> struct Rendezvous {
     return other;
   }
   /// Whether `rank`'s end of its message with `peer` is still waiting.
-  bool waiting(int64_t rank, int64_t peer, const Instr &in) const {
+  bool waiting(const Topology &topology, int64_t rank, int64_t peer,
+               const Instr &in) const {
     const auto &mine = instrInfo(in.op).isSend ? sends : recvs;
-    auto it = mine.find(messageKey(rank, peer, in));
+    auto it = mine.find(messageKey(topology, rank, peer, in));
     return it != mine.end() && it->second.rank == rank;
   }
 

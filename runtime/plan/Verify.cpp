@@ -152,7 +152,7 @@ private:
           continue;
         Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
         for (int64_t peer : peers.ranks) {
-          Ends &ends = messages[messageKey(rank, peer, stream[i])];
+          Ends &ends = messages[messageKey(topology, rank, peer, stream[i])];
           (info.isSend ? ends.sends : ends.recvs).push_back({rank, int32_t(i)});
         }
       }
@@ -285,7 +285,7 @@ private:
           }
           for (int64_t peer : peers.ranks) {
             std::optional<Posting> met =
-                posted.message(rank, peer, in, {rank, i});
+                posted.message(topology, rank, peer, in, {rank, i});
             if (!met)
               continue;
             int64_t other = met->rank;
@@ -333,7 +333,7 @@ private:
           continue;
         }
         for (int64_t peer : peers.ranks)
-          if (posted.waiting(rank, peer, in))
+          if (posted.waiting(topology, rank, peer, in))
             return {peer, i};
       }
       return {-1, s.pc};
@@ -409,7 +409,7 @@ std::vector<PlanProblem> checkDataflow(const Topology &topology,
                                        size_t limit) {
   std::vector<PlanProblem> problems;
   auto key = [](const Instr &in) {
-    return std::make_tuple(static_cast<int>(in.op), in.index, in.mb);
+    return std::make_tuple(static_cast<int>(in.op), in.index, in.mb, in.chunk);
   };
   using Key = decltype(key(Instr{}));
   // Each program is checked once, as seen by its first rank.

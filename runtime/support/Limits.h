@@ -20,6 +20,9 @@ inline constexpr int64_t kMaxRanks = int64_t(1) << 20;
 inline constexpr int64_t kMaxMicrobatches = 16384;
 /// Modules of a model: the message tags hold 10 bits.
 inline constexpr int64_t kMaxModules = 1024;
+/// Chunks of layers per pipeline rank (virtual_stages): the message tags
+/// hold 3 bits.
+inline constexpr int64_t kMaxVirtualStages = 8;
 /// Samples of a global microbatch.
 inline constexpr int64_t kMaxMicroBatchSize = int64_t(1) << 20;
 /// Positions of a sequence.

@@ -341,14 +341,25 @@ TEST(Checkpoint, ReshardsBetweenPipelineSplits) {
   json pp4 = model;
   pp4["modules"][1]["parallel"]["pp"] = 4;
   pp4["modules"][1]["pipeline_layers"] = {1, 1, 1, 1};
+  // Interleaved (docs/plan.md): two chunks a stage, each a virtual stage's
+  // layers; the checkpoint's tensors are global, so it moves both ways.
+  json interleaved = model;
+  interleaved["batch"]["schedule"] = "interleaved";
+  interleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
   for (const auto &[name, other] :
        {std::pair<const char *, json>{"even", model},
         {"[1, 3]", reversed},
-        {"pp 4", pp4}}) {
+        {"pp 4", pp4},
+        {"interleaved", interleaved}}) {
     SCOPED_TRACE(name);
     exec::RunResult moved = trainFrom(other, 4, "", dir);
     expectResumedAtStep3(moved, whole);
   }
+  std::filesystem::remove_all(dir);
+  // Saved interleaved, resumed under 1F1B.
+  exec::RunResult chunked = trainFrom(interleaved, 2, dir);
+  ASSERT_EQ(chunked.exitCode, 0) << chunked.error;
+  expectResumedAtStep3(trainFrom(model, 4, "", dir), whole);
   std::filesystem::remove_all(dir);
 }
 

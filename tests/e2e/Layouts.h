@@ -150,6 +150,29 @@ inline std::vector<Layout> equivalenceLayouts() {
   json zeroBubbleColocated = example("vlm-colocated-pp2.json");
   zeroBubbleColocated["batch"]["schedule"] = "zero_bubble";
   layouts.push_back({"ZeroBubbleColocatedLanguagePp2", zeroBubbleColocated, 8});
+  // Interleaved 1F1B (batch.schedule, parallel.virtual_stages): two chunks
+  // of layers on each of four language stages behind an encoder that runs
+  // every forward first, few microbatches; colocated, chunks of one layer
+  // with TP2 and SP; and a head tied across the first and last virtual
+  // stages (the embedding on chunk 0 of stage 0, its copy on chunk 1 of
+  // stage 1).
+  json interleaved = pp4;
+  interleaved["batch"]["num_microbatches"] = 4;
+  interleaved["batch"]["schedule"] = "interleaved";
+  interleaved["modules"][1]["arch"]["num_layers"] = 8;
+  interleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
+  layouts.push_back(
+      {"InterleavedLanguagePp4With4Microbatches", interleaved, 8});
+  json interleavedColocated = example("vlm-colocated-pp2.json");
+  interleavedColocated["batch"]["schedule"] = "interleaved";
+  interleavedColocated["modules"][1]["parallel"]["virtual_stages"] = 2;
+  layouts.push_back(
+      {"InterleavedColocatedLanguagePp2", interleavedColocated, 8});
+  json interleavedTied = example("vlm-fan-in.json");
+  interleavedTied["batch"]["schedule"] = "interleaved";
+  interleavedTied["modules"][1]["arch"]["tie_embeddings"] = true;
+  interleavedTied["modules"][1]["parallel"]["virtual_stages"] = 2;
+  layouts.push_back({"InterleavedTiedTp2Pp2Sp", interleavedTied, 8});
   // Uneven stages (pipeline_layers): the language model's first stage
   // with half its layers and the other two a quarter each, beside an
   // encoder of 4 layers cut at output_layer -2 whose [2, 2] computes

@@ -115,6 +115,29 @@ PY
   pass "zero bubble: mpirun -np 8 matches --reference" ||
   { cat "$work/zb.mpi.out" 2>/dev/null; fail "zero bubble under mpirun"; }
 
+# 1f. Interleaved 1F1B under mpirun (docs/plan.md): four language stages of
+# two chunks each behind an encoder; the messages that wrap from the last
+# stage to the first carry their chunk in the tag, and the losses and norms
+# are --reference's.
+python3 - "$examples/vlm-fan-in.json" "$work/il.json" <<'PY'
+import json, sys
+model = json.load(open(sys.argv[1]))
+model["modules"][1]["parallel"] = {"pp": 4, "rank_offset": 4,
+                                   "virtual_stages": 2}
+model["modules"][1]["arch"]["num_layers"] = 8
+model["batch"]["schedule"] = "interleaved"
+json.dump(model, open(sys.argv[2], "w"))
+PY
+"$bin/mimoc" compile -q "$work/il.json" -o "$work/il.plan.json" &&
+  grep -q '"chunk":1' "$work/il.plan.json" &&
+  "$bin/mimo-run" "$work/il.plan.json" --steps 3 --reference \
+    --metrics "$work/il.ref.jsonl" >/dev/null &&
+  mpirun -np 8 "$bin/mimo-run" "$work/il.plan.json" --steps 3 \
+    --metrics "$work/il.mpi.jsonl" >"$work/il.mpi.out" 2>&1 &&
+  python3 "$here/compare_metrics.py" "$work/il.mpi.jsonl" "$work/il.ref.jsonl" &&
+  pass "interleaved: mpirun -np 8 matches --reference" ||
+  { cat "$work/il.mpi.out" 2>/dev/null; fail "interleaved under mpirun"; }
+
 # 2. An injected fault: every rank stops, exit 2, the message names the rank,
 # and the run ends well before the 20 s communication timeout (the failure
 # is propagated, not waited out: faults never hang).

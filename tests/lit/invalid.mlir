@@ -693,7 +693,7 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
   %src = mimo.data_source "synthetic"
   %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
   mimo.program "r" attributes {ranks = 1 : i64} {
-// expected-error @+1 {{'mimo.send_act' op takes no attribute 'bridge' (it takes mb, module)}}
+// expected-error @+1 {{'mimo.send_act' op takes no attribute 'bridge' (it takes chunk, mb, module)}}
     mimo.send_act @lm {bridge = 0 : i64, mb = 0 : i64}
   }
   %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}

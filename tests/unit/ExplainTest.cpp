@@ -314,6 +314,25 @@ TEST(ExplainTest, ZeroBubbleShowsItsSmallerBubble) {
             std::string::npos);
 }
 
+TEST(ExplainTest, InterleavedShowsItsSmallerBubble) {
+  json m = json::parse(fanIn(2, 64)); // 3 stages (language pp 2), M = 2
+  m["batch"]["schedule"] = "interleaved";
+  m["modules"][1]["parallel"]["virtual_stages"] = 2;
+  m["modules"][1]["arch"]["num_layers"] = 4;
+  json e = explain(m.dump());
+  EXPECT_EQ(e["schedule"], "interleaved");
+  EXPECT_EQ(e["virtual_stages"], 2);
+  EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), 2.0 / 6);
+  ASSERT_FALSE(e["warnings"].empty());
+  EXPECT_EQ(e["warnings"].back(),
+            "pipeline bubble 33% (3 stages, 2 microbatches, 2 virtual "
+            "stages: each rank idles 2 of 6 chunk slots); num_microbatches "
+            ">= 4 brings it to 25% or below");
+  EXPECT_NE(
+      explainText(m.dump()).find("(bubble 33%, interleaved, 2 virtual stages)"),
+      std::string::npos);
+}
+
 TEST(ExplainTest, TextStaysSmallAtAnyScale) {
   // Same roles, 16x the ranks: the text has the same number of lines.
   auto lines = [](const std::string &text) {

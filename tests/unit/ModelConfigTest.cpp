@@ -63,6 +63,53 @@ TEST(ModelConfigTest, CanonicalJsonRoundTrips) {
             json({"tp", "cp", "dp", "pp"}));
 }
 
+/// docs/model-json.md `virtual_stages`: the interleaved schedule's chunks
+/// divide the layers, need a pipeline and microbatches in groups of pp, and
+/// round-trip.
+TEST(ModelConfigTest, VirtualStagesDivideLayersAndMicrobatches) {
+  json document = test::baseModel(); // language tp2 pp2, 4 microbatches
+  document["batch"]["schedule"] = "interleaved";
+  json &parallel = document["modules"][1]["parallel"];
+  parallel["virtual_stages"] = 2;
+  document["modules"][1]["arch"]["num_layers"] = 4;
+  ModelConfig ok = test::requireConfig(parse(document));
+  EXPECT_EQ(ok.modules[1].parallel.virtualStages, 2);
+  EXPECT_TRUE(ok.batch.interleaved());
+  json canonical = toJson(ok);
+  EXPECT_EQ(canonical["modules"][1]["parallel"]["virtual_stages"], 2);
+  EXPECT_EQ(canonical["batch"]["schedule"], "interleaved");
+  auto firstError = [&](const json &doc) {
+    ParseResult r = parse(doc);
+    EXPECT_FALSE(r.config);
+    return r.diagnostics.empty()
+               ? std::string()
+               : r.diagnostics[0].pointer + ": " + r.diagnostics[0].message;
+  };
+  json layers = document;
+  layers["modules"][1]["arch"]["num_layers"] = 6;
+  EXPECT_NE(firstError(layers).find("/modules/1/parallel/virtual_stages: "
+                                    "expected pp x virtual_stages to divide "
+                                    "num_layers, found 2 x 2 for 6 layers"),
+            std::string::npos)
+      << firstError(layers);
+  json microbatches = document;
+  microbatches["batch"]["num_microbatches"] = 3;
+  EXPECT_NE(firstError(microbatches)
+                .find("/batch/num_microbatches: the interleaved schedule takes "
+                      "the microbatches in groups of pp, found 3 for pp 2"),
+            std::string::npos);
+  json noPipeline = document;
+  noPipeline["modules"][1]["parallel"]["pp"] = 1;
+  noPipeline["modules"][1]["parallel"]["dp"] = 2;
+  EXPECT_NE(firstError(noPipeline).find("needs a pipeline"), std::string::npos)
+      << firstError(noPipeline);
+  json uneven = document;
+  uneven["modules"][1]["pipeline_layers"] = {1, 3};
+  EXPECT_NE(firstError(uneven).find("cannot follow pipeline_layers"),
+            std::string::npos)
+      << firstError(uneven);
+}
+
 /// batch.schedule: "1f1b" by default and then not written (the plans of
 /// models without it keep their digest); "zero_bubble", and a named
 /// "1f1b", survive the canonical JSON.
@@ -432,8 +479,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "/batch/schedule", "did you mean \"zero_bubble\"?"},
         FieldCase{"schedule_interleaved", "/batch/schedule", "interleaved",
                   "/batch/schedule",
-                  "\"interleaved\" (virtual pipeline stages) is not "
-                  "supported yet"},
+                  "\"interleaved\" needs the language module's "
+                  "parallel.virtual_stages of 2 or more"},
+        FieldCase{"virtual_stages_alone", "/modules/1/parallel/virtual_stages",
+                  2, "/modules/1/parallel/virtual_stages",
+                  "runs under the interleaved schedule only"},
+        FieldCase{"virtual_stages_encoder",
+                  "/modules/0/parallel/virtual_stages", 2,
+                  "/modules/0/parallel/virtual_stages",
+                  "applies to the language module only"},
+        FieldCase{"virtual_stages_range", "/modules/1/parallel/virtual_stages",
+                  9, "/modules/1/parallel/virtual_stages",
+                  "expected a positive integer <= 8"},
         FieldCase{"float_for_int", "/batch/num_microbatches", 2.5,
                   "/batch/num_microbatches",
                   "expected a positive integer <= 16384 (microbatches per "

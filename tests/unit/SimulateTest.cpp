@@ -440,6 +440,46 @@ TEST(Simulate, ZeroBubbleFillsTheCoolDown) {
   }
 }
 
+/// The interleaved schedule (tests/e2e/Layouts.h's
+/// InterleavedLanguagePp4With4Microbatches, 8 layers): two chunks of a
+/// stage's layers cost what the stage's costs (the same busy time on the
+/// last stage), and the step and the idle share shrink toward
+/// (P - 1) / (vM + P - 1) from 1F1B's (P - 1) / (M + P - 1).
+TEST(Simulate, InterleavedShrinksTheBubble) {
+  json model = json::parse(readExample("vlm-fan-in.json"));
+  model["batch"]["num_microbatches"] = 4;
+  model["modules"][1]["parallel"] = {
+      {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
+  model["modules"][1]["arch"]["hidden_size"] = 512;
+  model["modules"][1]["arch"]["ffn_hidden_size"] = 2048;
+  model["modules"][1]["arch"]["num_layers"] = 8;
+  for (const char *profile : {"cpu", "h100"}) {
+    SCOPED_TRACE(profile);
+    auto run = [&](int64_t chunks) {
+      model["batch"]["schedule"] = chunks > 1 ? "interleaved" : "1f1b";
+      model["modules"][1]["parallel"]["virtual_stages"] = chunks;
+      Plan plan =
+          requirePlan(requireConfig(parseModelConfig(model.dump(), "i.json")));
+      const DeviceProfile device = *builtinProfile(profile);
+      CostModel costs(plan.topology, plan.config, device,
+                      defaultCluster(device));
+      Simulation sim =
+          simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+      EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+      const int64_t last = 7;
+      double busy = 0;
+      for (const Instr &in : plan.programs[plan.rankProgram[last]].instrs)
+        busy += costs.work(last, in).compute;
+      return std::make_tuple(sim.stepSeconds, sim.idleShare(), busy);
+    };
+    auto [oneStep, oneIdle, oneBusy] = run(1);
+    auto [ilStep, ilIdle, ilBusy] = run(2);
+    EXPECT_LT(ilStep, 0.95 * oneStep);
+    EXPECT_LT(ilIdle, oneIdle);
+    EXPECT_NEAR(ilBusy, oneBusy, 1e-6 * oneBusy);
+  }
+}
+
 TEST(Simulate, RanksOnOneDeviceShareItsCores) {
   Plan plan = requirePlan(requireConfig(
       parseModelConfig(readExample("vlm-fan-in.json"), "vlm-fan-in.json")));
@@ -636,6 +676,41 @@ TEST(Tune, ZeroBubbleIsTriedOnEveryPipeline) {
   ASSERT_FALSE(oneFOneB.ranked.empty()) << oneFOneB.problem;
   for (const TuneCandidate &c : oneFOneB.ranked)
     EXPECT_FALSE(c.config.batch.zeroBubble()) << c.summary;
+}
+
+TEST(Tune, InterleavedIsTriedWhereTheLayersAllow) {
+  // 8 language layers, 4 microbatches: pp 2 and 4 can take two chunks.
+  nlohmann::json json = nlohmann::json::parse(readExample("vlm-fan-in.json"));
+  json["modules"][1]["arch"]["num_layers"] = 8;
+  ModelConfig model = requireConfig(parseModelConfig(json.dump(), "m.json"));
+  TuneOptions options = h100Tune(8);
+  options.simulate = 0;
+  TuneResult all = tuneLayouts(model, options);
+  ASSERT_FALSE(all.ranked.empty()) << all.problem;
+  int interleaved = 0;
+  for (const TuneCandidate &c : all.ranked) {
+    if (!c.config.batch.interleaved())
+      continue;
+    ++interleaved;
+    const ModuleConfig &lm = c.config.language();
+    EXPECT_EQ(lm.parallel.virtualStages, 2) << c.summary;
+    EXPECT_EQ(lm.numLayers % (2 * lm.parallel.pp), 0) << c.summary;
+    EXPECT_NE(c.summary.find("; interleaved (2 virtual stages)"),
+              std::string::npos)
+        << c.summary;
+    // Faster than the same layout under 1F1B.
+    ModelConfig plain = c.config;
+    plain.batch.schedule = "1f1b";
+    plain.modules[plain.languageIndex()].parallel.virtualStages = 1;
+    Plan other = requirePlan(plain);
+    CostModel costs(other.topology, other.config, options.profile,
+                    options.cluster);
+    EXPECT_LT(c.stepSeconds, simulateStep(other.topology, other.programs,
+                                          other.rankProgram, costs)
+                                 .stepSeconds)
+        << c.summary;
+  }
+  EXPECT_GT(interleaved, 0);
 }
 
 TEST(Tune, TheDistributedOptimizerFitsBeforeRecomputation) {

@@ -1,0 +1,79 @@
+//===- ScheduleInterleaved.cpp - mimo-schedule-interleaved ----------------===//
+//
+// Interleaved 1F1B (docs/plan.md): the language module's stages of a model
+// that asks for it get `virtual_stages`, and the encoders ahead of them run
+// every forward first, both from the shared rule (runtime/plan/Roles.cpp
+// assignStages, with the language module's chunks); the program builder
+// (runtime/plan/Programs.cpp, plan/Interleaved.h) turns them into the
+// chunks' lockstep order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "passes/TopologyFromIR.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mimo {
+
+#define GEN_PASS_DEF_SCHEDULEINTERLEAVED
+#include "passes/Passes.h.inc"
+
+namespace {
+
+class ScheduleInterleavedPass
+    : public impl::ScheduleInterleavedBase<ScheduleInterleavedPass> {
+public:
+  void runOnOperation() override {
+    bool ok = true;
+    getOperation().walk([&](ir::ModelOp model) {
+      ir::MicrobatchOp batch = model.getMicrobatch();
+      if (!batch || batch.getSchedule() != "interleaved")
+        return;
+      if (model.getBody().getOps<ir::StageOp>().empty()) {
+        model.emitError("the model has no mimo.stage; run mimo-schedule-1f1b "
+                        "first");
+        ok = false;
+        return;
+      }
+      mlir::FailureOr<Topology> topology =
+          readTopology(model, TopologyParts::Grids);
+      if (mlir::failed(topology)) {
+        ok = false;
+        return;
+      }
+      const size_t lm = topology->languageIndex();
+      const int64_t chunks = static_cast<int64_t>(*batch.getVirtualStages());
+      const int64_t pp = topology->modules[lm].grid.size(Dim::PP);
+      if (pp < 2 || topology->microbatches % pp != 0) {
+        batch.emitOpError("the interleaved schedule needs a language "
+                          "pipeline (pp >= 2) and microbatches in groups of "
+                          "pp, found pp ")
+            << pp << " and " << topology->microbatches << " microbatches";
+        ok = false;
+        return;
+      }
+      topology->modules[lm].virtualStages = chunks;
+      assignStages(*topology);
+      mlir::Builder builder(&getContext());
+      for (ir::StageOp op : model.getBody().getOps<ir::StageOp>())
+        for (const StageTopology &stage : topology->stages) {
+          if (topology->modules[stage.module].name != op.getModule() ||
+              stage.pp != static_cast<int64_t>(op.getPp()))
+            continue;
+          if (stage.module == lm)
+            op.setVirtualStagesAttr(builder.getI64IntegerAttr(chunks));
+          const int64_t M = topology->microbatches;
+          op.setWarmupAttr(builder.getI64IntegerAttr(stage.warmup));
+          op.setSteadyAttr(builder.getI64IntegerAttr(M - stage.warmup));
+          op.setCooldownAttr(builder.getI64IntegerAttr(stage.warmup));
+        }
+    });
+    if (!ok)
+      signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mimo
