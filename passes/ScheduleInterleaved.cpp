@@ -28,21 +28,16 @@ public:
   void runOnOperation() override {
     bool ok = true;
     getOperation().walk([&](ir::ModelOp model) {
+      mlir::FailureOr<std::optional<Topology>> read =
+          scheduledTopology(model, "interleaved");
+      if (mlir::failed(read)) {
+        ok = false;
+        return;
+      }
+      if (!*read)
+        return;
+      std::optional<Topology> &topology = *read;
       ir::MicrobatchOp batch = model.getMicrobatch();
-      if (!batch || batch.getSchedule() != "interleaved")
-        return;
-      if (model.getBody().getOps<ir::StageOp>().empty()) {
-        model.emitError("the model has no mimo.stage; run mimo-schedule-1f1b "
-                        "first");
-        ok = false;
-        return;
-      }
-      mlir::FailureOr<Topology> topology =
-          readTopology(model, TopologyParts::Grids);
-      if (mlir::failed(topology)) {
-        ok = false;
-        return;
-      }
       const size_t lm = topology->languageIndex();
       const int64_t chunks = static_cast<int64_t>(*batch.getVirtualStages());
       const int64_t pp = topology->modules[lm].grid.size(Dim::PP);

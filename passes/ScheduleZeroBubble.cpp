@@ -27,23 +27,17 @@ public:
   void runOnOperation() override {
     bool ok = true;
     getOperation().walk([&](ir::ModelOp model) {
-      ir::MicrobatchOp batch = model.getMicrobatch();
-      if (!batch || batch.getSchedule() != "zero_bubble")
-        return;
-      if (model.getBody().getOps<ir::StageOp>().empty()) {
-        model.emitError("the model has no mimo.stage; run mimo-schedule-1f1b "
-                        "first");
-        ok = false;
-        return;
-      }
       // The stages' lags from the shared rule (runtime/plan/Roles.cpp
       // assignStages), matched to the mimo.stage ops by module and pp.
-      mlir::FailureOr<Topology> topology =
-          readTopology(model, TopologyParts::Grids);
-      if (mlir::failed(topology)) {
+      mlir::FailureOr<std::optional<Topology>> read =
+          scheduledTopology(model, "zero_bubble");
+      if (mlir::failed(read)) {
         ok = false;
         return;
       }
+      if (!*read)
+        return;
+      std::optional<Topology> &topology = *read;
       assignStages(*topology);
       mlir::Builder builder(&getContext());
       for (ir::StageOp op : model.getBody().getOps<ir::StageOp>())

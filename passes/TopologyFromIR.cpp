@@ -163,6 +163,22 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
   return topology;
 }
 
+mlir::FailureOr<std::optional<Topology>>
+scheduledTopology(ir::ModelOp model, llvm::StringRef schedule) {
+  ir::MicrobatchOp batch = model.getMicrobatch();
+  if (!batch || batch.getSchedule() != schedule)
+    return std::optional<Topology>();
+  if (model.getBody().getOps<ir::StageOp>().empty())
+    return model.emitError("the model has no mimo.stage; run "
+                           "mimo-schedule-1f1b first"),
+           failure();
+  mlir::FailureOr<Topology> topology =
+      readTopology(model, TopologyParts::Grids);
+  if (mlir::failed(topology))
+    return failure();
+  return std::optional<Topology>(std::move(*topology));
+}
+
 mlir::FailureOr<ProgramsFromIR> readPrograms(ir::ModelOp model,
                                              const Topology &topology) {
   ProgramsFromIR result;

@@ -26,6 +26,14 @@ enum class TopologyParts : unsigned {
 /// first) and fails when a required part is missing.
 mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts);
 
+/// The grids' topology of a model whose `mimo.microbatch` asks for
+/// `schedule`, for a pass that refines `mimo-schedule-1f1b`'s stages (the
+/// zero-bubble and interleaved passes): std::nullopt when the model asks
+/// for another schedule, failure (reported on the model) when it has no
+/// `mimo.stage` yet or its grids do not read.
+mlir::FailureOr<std::optional<Topology>>
+scheduledTopology(ir::ModelOp model, llvm::StringRef schedule);
+
 /// The model's mimo.program ops as programs, with the op of every
 /// instruction (for diagnostics).
 struct ProgramsFromIR {

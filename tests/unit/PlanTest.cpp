@@ -328,6 +328,11 @@ void expectInterleavedVerifies(const nlohmann::json &model) {
         continue;
       if (in.op == InstrOp::Forward)
         ++forwards[std::make_pair(in.chunk, in.mb)];
+      if (in.chunk > 0) { // errors and traces name it
+        EXPECT_NE(
+            describeInstr(t, in).find(" chunk " + std::to_string(in.chunk)),
+            std::string::npos);
+      }
       if (in.op == InstrOp::Backward) {
         EXPECT_EQ(forwards[std::make_pair(in.chunk, in.mb)], 1)
             << "rank " << rank << " backward of chunk " << in.chunk << " mb "

@@ -402,78 +402,73 @@ TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
   EXPECT_LT(scatter + gather, reduce + step);
 }
 
-/// docs/plan.md Zero bubble: on a language pp4 with 4 microbatches (the
-/// layouts' ZeroBubbleLanguagePp4With4Microbatches) the split backward's
-/// weight gradients fill the cool-down: a shorter step and less idle time
-/// than 1F1B's on every profile, the backward's time moved, not lost.
-TEST(Simulate, ZeroBubbleFillsTheCoolDown) {
+namespace {
+
+/// A language model over pp 4 (ranks 4-7) behind vlm-fan-in's encoder, 4
+/// microbatches (the layouts' ZeroBubble/InterleavedLanguagePp4With4
+/// Microbatches).
+json languagePp4(int64_t layers) {
   json model = json::parse(readExample("vlm-fan-in.json"));
   model["batch"]["num_microbatches"] = 4;
   model["modules"][1]["parallel"] = {
       {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
   model["modules"][1]["arch"]["hidden_size"] = 512;
   model["modules"][1]["arch"]["ffn_hidden_size"] = 2048;
+  model["modules"][1]["arch"]["num_layers"] = layers;
+  return model;
+}
+
+/// `model`'s simulated step and idle share on `profile`, and the compute
+/// its last rank (7) is busy with.
+std::tuple<double, double, double> simulatedStep(const json &model,
+                                                 const char *profile) {
+  Plan plan =
+      requirePlan(requireConfig(parseModelConfig(model.dump(), "m.json")));
+  const DeviceProfile device = *builtinProfile(profile);
+  CostModel costs(plan.topology, plan.config, device, defaultCluster(device));
+  Simulation sim =
+      simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
+  EXPECT_TRUE(sim.problem.empty()) << sim.problem;
+  const int64_t last = 7;
+  double busy = 0;
+  for (const Instr &in : plan.programs[plan.rankProgram[last]].instrs)
+    busy += costs.work(last, in).compute;
+  return {sim.stepSeconds, sim.idleShare(), busy};
+}
+
+} // namespace
+
+/// docs/plan.md Zero bubble: on a language pp4 with 4 microbatches the
+/// split backward's weight gradients fill the cool-down: a shorter step and
+/// less idle time than 1F1B's on every profile, the backward's time moved,
+/// not lost.
+TEST(Simulate, ZeroBubbleFillsTheCoolDown) {
+  json model = languagePp4(4);
+  json zeroBubble = model;
+  zeroBubble["batch"]["schedule"] = "zero_bubble";
   for (const char *profile : {"cpu", "h100"}) {
     SCOPED_TRACE(profile);
-    auto run = [&](const char *schedule) {
-      model["batch"]["schedule"] = schedule;
-      Plan plan =
-          requirePlan(requireConfig(parseModelConfig(model.dump(), "zb.json")));
-      const DeviceProfile device = *builtinProfile(profile);
-      CostModel costs(plan.topology, plan.config, device,
-                      defaultCluster(device));
-      Simulation sim =
-          simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
-      EXPECT_TRUE(sim.problem.empty()) << sim.problem;
-      // The last stage's compute is the same in all.
-      const int64_t last = 7;
-      double busy = 0;
-      for (const Instr &in : plan.programs[plan.rankProgram[last]].instrs)
-        busy += costs.work(last, in).compute;
-      return std::make_tuple(sim.stepSeconds, sim.idleShare(), busy);
-    };
-    auto [oneStep, oneIdle, oneBusy] = run("1f1b");
-    auto [zbStep, zbIdle, zbBusy] = run("zero_bubble");
+    auto [oneStep, oneIdle, oneBusy] = simulatedStep(model, profile);
+    auto [zbStep, zbIdle, zbBusy] = simulatedStep(zeroBubble, profile);
     EXPECT_LT(zbStep, 0.95 * oneStep);
     EXPECT_LT(zbIdle, oneIdle);
     EXPECT_NEAR(zbBusy, oneBusy, 1e-9 * oneBusy);
   }
 }
 
-/// The interleaved schedule (tests/e2e/Layouts.h's
-/// InterleavedLanguagePp4With4Microbatches, 8 layers): two chunks of a
-/// stage's layers cost what the stage's costs (the same busy time on the
-/// last stage), and the step and the idle share shrink toward
-/// (P - 1) / (vM + P - 1) from 1F1B's (P - 1) / (M + P - 1).
+/// The interleaved schedule (8 layers, two chunks a stage): the chunks cost
+/// what the stage costs (the same busy time on the last stage), and the
+/// step and the idle share shrink toward (P - 1) / (vM + P - 1) from
+/// 1F1B's (P - 1) / (M + P - 1).
 TEST(Simulate, InterleavedShrinksTheBubble) {
-  json model = json::parse(readExample("vlm-fan-in.json"));
-  model["batch"]["num_microbatches"] = 4;
-  model["modules"][1]["parallel"] = {
-      {"tp", 1}, {"pp", 4}, {"dp", 1}, {"rank_offset", 4}};
-  model["modules"][1]["arch"]["hidden_size"] = 512;
-  model["modules"][1]["arch"]["ffn_hidden_size"] = 2048;
-  model["modules"][1]["arch"]["num_layers"] = 8;
+  json model = languagePp4(8);
+  json interleaved = model;
+  interleaved["batch"]["schedule"] = "interleaved";
+  interleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
   for (const char *profile : {"cpu", "h100"}) {
     SCOPED_TRACE(profile);
-    auto run = [&](int64_t chunks) {
-      model["batch"]["schedule"] = chunks > 1 ? "interleaved" : "1f1b";
-      model["modules"][1]["parallel"]["virtual_stages"] = chunks;
-      Plan plan =
-          requirePlan(requireConfig(parseModelConfig(model.dump(), "i.json")));
-      const DeviceProfile device = *builtinProfile(profile);
-      CostModel costs(plan.topology, plan.config, device,
-                      defaultCluster(device));
-      Simulation sim =
-          simulateStep(plan.topology, plan.programs, plan.rankProgram, costs);
-      EXPECT_TRUE(sim.problem.empty()) << sim.problem;
-      const int64_t last = 7;
-      double busy = 0;
-      for (const Instr &in : plan.programs[plan.rankProgram[last]].instrs)
-        busy += costs.work(last, in).compute;
-      return std::make_tuple(sim.stepSeconds, sim.idleShare(), busy);
-    };
-    auto [oneStep, oneIdle, oneBusy] = run(1);
-    auto [ilStep, ilIdle, ilBusy] = run(2);
+    auto [oneStep, oneIdle, oneBusy] = simulatedStep(model, profile);
+    auto [ilStep, ilIdle, ilBusy] = simulatedStep(interleaved, profile);
     EXPECT_LT(ilStep, 0.95 * oneStep);
     EXPECT_LT(ilIdle, oneIdle);
     EXPECT_NEAR(ilBusy, oneBusy, 1e-6 * oneBusy);
