@@ -42,16 +42,17 @@ enum TagKind : int64_t {
   kRing = 5
 };
 /// `chunk`: the sending chunk of the interleaved schedule's pipeline
-/// messages (plan/Plan.h senderChunk), 3 bits above the kind.
+/// messages (plan/Plan.h senderChunk), 3 bits beside the module's 7. Every
+/// tag stays below comm/Comm.h's kCollectiveTagBase (2^28).
 inline int64_t tagOf(TagKind kind, int64_t index, int64_t mb,
                      int64_t chunk = 0) {
-  static_assert(kMaxModules <= 1024 && kMaxMicrobatches <= 16384 &&
-                    kMaxVirtualStages <= 8,
-                "the limits must fit the tag's 10, 14 and 3 bits");
+  static_assert(kMaxModules <= 128 && kMaxVirtualStages <= 8 &&
+                    kMaxMicrobatches <= 16384,
+                "the limits must fit the tag's 7 + 3 and 14 bits");
   if (index >= kMaxModules || mb >= kMaxMicrobatches ||
       chunk >= kMaxVirtualStages)
     throw std::runtime_error("too many modules or microbatches for the tags");
-  return (chunk << 27) | (static_cast<int64_t>(kind) << 24) | (index << 14) |
+  return (static_cast<int64_t>(kind) << 24) | (((chunk << 7) | index) << 14) |
          mb;
 }
 

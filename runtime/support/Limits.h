@@ -18,10 +18,10 @@ namespace mimo {
 inline constexpr int64_t kMaxRanks = int64_t(1) << 20;
 /// Microbatches per step: the runtime's message tags hold 14 bits.
 inline constexpr int64_t kMaxMicrobatches = 16384;
-/// Modules of a model: the message tags hold 10 bits.
-inline constexpr int64_t kMaxModules = 1024;
+/// Modules of a model: the message tags hold 7 bits.
+inline constexpr int64_t kMaxModules = 128;
 /// Chunks of layers per pipeline rank (virtual_stages): the message tags
-/// hold 3 bits.
+/// hold 3 bits beside the module's 7.
 inline constexpr int64_t kMaxVirtualStages = 8;
 /// Samples of a global microbatch.
 inline constexpr int64_t kMaxMicroBatchSize = int64_t(1) << 20;

@@ -94,12 +94,17 @@ TEST(Interleaved, TrainsAsOneFOneB) {
   colocated["modules"][1]["recompute"] = "full";
   for (json &module : colocated["modules"])
     module["distributed_optimizer"] = true;
-  for (const auto &[name, model] :
-       {std::pair<const char *, json>{"encoder + language pp4 x v2", pipeline},
-        {"colocated bf16, tied, recomputed, sharded", colocated}}) {
+  // Two stages of four chunks (tags of chunks 0-3), TP2 with SP.
+  json deep = example("vlm-fan-in.json");
+  deep["modules"][1]["arch"]["num_layers"] = 8;
+  for (const auto &[name, model, chunks] :
+       {std::tuple<const char *, json, int>{"encoder + language pp4 x v2",
+                                            pipeline, 2},
+        {"colocated bf16, tied, recomputed, sharded", colocated, 2},
+        {"language tp2 pp2 x v4", deep, 4}}) {
     SCOPED_TRACE(name);
     json interleaved = withSchedule(model, "interleaved");
-    interleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
+    interleaved["modules"][1]["parallel"]["virtual_stages"] = chunks;
     for (bool buckets : {false, true}) {
       SCOPED_TRACE(buckets ? "buckets" : "one collective");
       exec::RunOptions options;

@@ -15,11 +15,13 @@
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/GradBuckets.h"
 #include "runtime/exec/OptimizerShards.h"
+#include "runtime/exec/RankExecutor.h"
 #include "runtime/model/RingAttention.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <thread>
 
 using namespace mimo;
@@ -215,6 +217,23 @@ TEST(RingAttention, AFailureWaitsForTheTransferInFlight) {
 
 TEST(RingAttention, ABackwardFailureWaitsForTheTransferInFlight) {
   ringFailsWithATransferInFlight(true);
+}
+
+/// exec/RankExecutor.h tagOf: the interleaved schedule's chunks give the
+/// same module's pipeline messages tags of their own, and every message tag
+/// stays below the collectives' (comm/Comm.h kCollectiveTagBase).
+TEST(Tags, ChunksAreDistinctAndBelowTheCollectives) {
+  std::set<int64_t> tags;
+  for (int64_t chunk = 0; chunk < kMaxVirtualStages; ++chunk)
+    for (int64_t index : {int64_t(0), kMaxModules - 1})
+      for (int64_t mb : {int64_t(0), kMaxMicrobatches - 1}) {
+        const int64_t tag = exec::tagOf(exec::kRing, index, mb, chunk);
+        EXPECT_LT(tag, kCollectiveTagBase);
+        EXPECT_TRUE(tags.insert(tag).second) << chunk << " " << index;
+      }
+  EXPECT_THROW(exec::tagOf(exec::kAct, kMaxModules, 0), std::runtime_error);
+  EXPECT_THROW(exec::tagOf(exec::kAct, 0, 0, kMaxVirtualStages),
+               std::runtime_error);
 }
 
 TEST(Channel, TagChannelsOutOfRangeAreRefused) {
