@@ -93,11 +93,14 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
         "pipeline bubble " + percent(bubble) + " (" +
         std::to_string(t.totalStages) + " stages, " +
         std::to_string(t.microbatches) + " microbatches" +
-        (t.zeroBubble
-             ? ", zero bubble: each rank idles " +
-                   std::to_string(t.totalStages - 1) + " of " +
-                   std::to_string(3 * t.microbatches + t.totalStages - 1) +
-                   " thirds of a slot"
+        (t.zeroBubble ? ", zero bubble: each rank idles " +
+                            std::to_string(
+                                zeroBubbleUnits(t.totalStages, t.microbatches) -
+                                3 * t.microbatches) +
+                            " of " +
+                            std::to_string(zeroBubbleUnits(t.totalStages,
+                                                           t.microbatches)) +
+                            " thirds of a slot"
          : chunks > 1
              ? ", " + std::to_string(chunks) +
                    " virtual stages: each rank idles " +

@@ -247,17 +247,14 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     backward(i);
     if (i + 1 == steady) {
       emit.batch(sendBackward(i));
-      weightGrads(lag);
-    } else if (lag >= 0 && held() > lag) {
-      // The weight gradients between the send and the next receive.
-      emit.batch(sendBackward(i));
-      weightGrads(lag);
-      emit.batch(recvForward(f + 1));
-      afterRecvForward(f + 1);
     } else {
       emit.batch(concat(sendBackward(i), recvForward(f + 1)));
       afterRecvForward(f + 1);
     }
+    // The weight gradients after the exchange, before the next forward:
+    // sends block until matched, so run between the send and the receive
+    // they would hold the stage before (waiting for its gradient) back.
+    weightGrads(lag);
   }
   for (int64_t i = 0; i < warmup; ++i) {
     int64_t b = steady + i;

@@ -38,23 +38,37 @@ inline int64_t warmupMicrobatches(int64_t totalStages, int64_t stage,
 
 /// Zero bubble (ZB-H1): the weight gradients a rank at `stage` holds back
 /// behind its input gradients, min(stage, M). Stage s runs 1F1B's
-/// warm-up and order with each backward cut in two, input gradients (B)
-/// first, and runs a microbatch's weight gradients (W) once more than
-/// `lag` of them wait; the rest fill the cool-down. With F = B = W the
-/// last stage's input gradients then reach the first stage P - 1 units
-/// earlier, and the step takes 3M + P - 1 units against 1F1B's
-/// 3(M + P - 1): the bubble falls to a third, and a stage holds at most
-/// P microbatches (activations and deferred weight gradients) as 1F1B's
-/// first stage does.
+/// warm-up, order and fused exchanges with each backward cut in two, input
+/// gradients (B) first, and runs the weight gradients (W) once more than
+/// `lag` of them wait, after the exchange that follows the backward and
+/// before the next forward; the rest fill the cool-down. A stage holds at
+/// most P microbatches (activations and deferred weight gradients) as
+/// 1F1B's first stage does.
 inline int64_t zeroBubbleLag(int64_t stage, int64_t microbatches) {
   return std::min(stage, microbatches);
 }
 
-/// The idle share of a zero-bubble step with F = B = W: (P - 1) /
-/// (3M + P - 1).
+/// Units of a zero-bubble step with F = B = W = 1 and sends that block
+/// until matched (docs/plan.md Zero bubble): 3M + P - 1 for M = P, the
+/// idle doubling to 2(P - 1) with more microbatches (the cool-down's
+/// stages wait for each other's W), and 2(M + P) - 1 with fewer (the first
+/// stage's input gradients and W all follow its first input gradient);
+/// 1F1B takes 3(M + P - 1).
+inline int64_t zeroBubbleUnits(int64_t totalStages, int64_t microbatches) {
+  const int64_t P = totalStages, M = microbatches;
+  if (P <= 1)
+    return 3 * M;
+  if (M < P)
+    return 2 * (M + P) - 1;
+  return 3 * M + (M > P ? 2 : 1) * (P - 1);
+}
+
+/// The idle share of a zero-bubble step with F = B = W
+/// (zeroBubbleUnits).
 inline double zeroBubbleShare(int64_t totalStages, int64_t microbatches) {
-  double idle = static_cast<double>(totalStages - 1);
-  return idle / (3.0 * static_cast<double>(microbatches) + idle);
+  const auto units =
+      static_cast<double>(zeroBubbleUnits(totalStages, microbatches));
+  return (units - 3.0 * static_cast<double>(microbatches)) / units;
 }
 
 /// The idle share of a 1F1B step with equal stage times: (P - 1) / (M + P
@@ -74,15 +88,27 @@ inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
 }
 
 /// The fewest microbatches that keep the bubble at or below `share` (0 < share
-/// < 1): M >= (P - 1) (1 - share) / share, a third of it under zero bubble,
-/// a v-th with v chunks a stage.
+/// < 1): M >= (P - 1) (1 - share) / share, a v-th of it with v chunks a
+/// stage; under zero bubble the fewest with zeroBubbleShare <= share.
 inline int64_t microbatchesForBubble(int64_t totalStages, double share,
                                      bool zeroBubble = false,
                                      int64_t chunks = 1) {
-  double needed = static_cast<double>(totalStages - 1) * (1 - share) / share /
-                  (zeroBubble ? 3.0 : static_cast<double>(chunks));
-  int64_t m = static_cast<int64_t>(needed);
-  return std::max<int64_t>(1, m < needed ? m + 1 : m);
+  auto ceiling = [](double x) {
+    const auto m = static_cast<int64_t>(x);
+    return m < x ? m + 1 : m;
+  };
+  const double idle = static_cast<double>(totalStages - 1);
+  if (zeroBubble) {
+    // Up to M = P the share falls with M; past it the idle is 2(P - 1)
+    // units: 3M >= 2(P - 1)(1 - share) / share.
+    for (int64_t m = 1; m <= totalStages; ++m)
+      if (zeroBubbleShare(totalStages, m) <= share)
+        return m;
+    return std::max(totalStages + 1,
+                    ceiling(2.0 * idle * (1 - share) / share / 3.0));
+  }
+  return std::max<int64_t>(
+      1, ceiling(idle * (1 - share) / share / static_cast<double>(chunks)));
 }
 
 } // namespace mimo

@@ -31,10 +31,13 @@ json withSchedule(json model, const char *schedule) {
 
 TEST(ZeroBubble, TrainsBitForBitAsOneFOneB) {
   // An encoder stage and four language stages, the encoder recomputing
-  // its activations, few microbatches.
+  // its activations, more microbatches than stages (steady slots that run
+  // weight gradients after their exchange).
   json pipeline = example("vlm-fan-in.json");
   pipeline["modules"][1]["parallel"] = {{"pp", 4}, {"rank_offset", 4}};
   pipeline["modules"][0]["recompute"] = "selective";
+  pipeline["batch"]["num_microbatches"] = 8;
+  pipeline["batch"]["micro_batch_size"] = 4;
   // Colocated, bf16, the head tied across pp2 with SP, the language stages
   // recomputing whole, and the optimizer sharded.
   json colocated = example("vlm-colocated-pp2.json");

@@ -293,24 +293,35 @@ TEST(ExplainTest, WarnsOnImbalanceAndBubble) {
   EXPECT_TRUE(e["warnings"].empty()) << e["warnings"].dump();
 }
 
-/// Zero bubble (docs/plan.md): the bubble (P - 1) / (3M + P - 1) in the
-/// JSON, the header and the warning, whose advice counts a third of the
-/// microbatches.
+/// Zero bubble (docs/plan.md): the bubble of Schedule.h's
+/// zeroBubbleUnits in the JSON, the header and the warning, whose advice
+/// counts about a third of the microbatches: with 3 stages and M = 2,
+/// 2(M + P) - 1 = 9 units of which 3 idle; M = 1, 7 of which 4; M = 3,
+/// 3M + P - 1 = 11 of which 2 (18%); M = 4, 3M + 2(P - 1) = 16 of which 4
+/// (25%).
 TEST(ExplainTest, ZeroBubbleShowsItsSmallerBubble) {
   json m = json::parse(fanIn(2, 64));
   m["batch"]["schedule"] = "zero_bubble";
   json e = explain(m.dump());
   EXPECT_EQ(e["schedule"], "zero_bubble");
-  EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), 2.0 / 8);
+  EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), 3.0 / 9);
   EXPECT_DOUBLE_EQ(e["pipeline_bubble"].get<double>(), zeroBubbleShare(3, 2));
+  EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 1), 4.0 / 7);
+  EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 3), 2.0 / 11);
+  EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 4), 4.0 / 16);
+  EXPECT_EQ(microbatchesForBubble(3, 0.25, true), 3);
+  EXPECT_EQ(microbatchesForBubble(3, 0.2, true), 3);
+  EXPECT_EQ(microbatchesForBubble(3, 0.15, true), 8); // 4 of 28 units
+  EXPECT_LE(zeroBubbleShare(3, 8), 0.15);
+  EXPECT_GT(zeroBubbleShare(3, 7), 0.15);
   m["batch"]["num_microbatches"] = 1;
   e = explain(m.dump());
   ASSERT_FALSE(e["warnings"].empty());
   EXPECT_EQ(e["warnings"].back(),
-            "pipeline bubble 40% (3 stages, 1 microbatches, zero bubble: "
-            "each rank idles 2 of 5 thirds of a slot); num_microbatches >= 2 "
+            "pipeline bubble 57% (3 stages, 1 microbatches, zero bubble: "
+            "each rank idles 4 of 7 thirds of a slot); num_microbatches >= 3 "
             "brings it to 25% or below");
-  EXPECT_NE(explainText(m.dump()).find("(bubble 40%, zero bubble)"),
+  EXPECT_NE(explainText(m.dump()).find("(bubble 57%, zero bubble)"),
             std::string::npos);
 }
 
