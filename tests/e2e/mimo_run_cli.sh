@@ -3,12 +3,18 @@
 #   mimoc compile -> mimo-run (local) and mpirun -np N mimo-run (mpi) match
 #   mimo-run --reference; injected faults and a killed rank end every rank
 #   with a message naming it; bad input exits 1.
-# usage: mimo_run_cli.sh BIN_DIR EXAMPLES_DIR
+# usage: mimo_run_cli.sh BIN_DIR EXAMPLES_DIR [trainings|checks]
+#   trainings: sections 1-1f (the examples and schedules under mpirun
+#   against --reference); checks: sections 2 on (faults, bad input, flags,
+#   data formats, the memory plan); both when not given. CTest runs the two
+#   halves as two tests, side by side.
 set -uo pipefail
+part=${3:-all}
 source "$(dirname "$0")/cli_common.sh"
 
 compile() { "$bin/mimoc" compile -q "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
 
+if [ "$part" != checks ]; then
 # 1. Local and MPI runs match the reference.
 for name in vlm-fan-in lm-cp2-sp; do
   compile $name
@@ -137,6 +143,11 @@ PY
   python3 "$here/compare_metrics.py" "$work/il.mpi.jsonl" "$work/il.ref.jsonl" &&
   pass "interleaved: mpirun -np 8 matches --reference" ||
   { cat "$work/il.mpi.out" 2>/dev/null; fail "interleaved under mpirun"; }
+fi
+
+if [ "$part" != trainings ]; then
+[ -f "$work/vlm-fan-in.plan.json" ] || compile vlm-fan-in
+plan=$work/vlm-fan-in.plan.json
 
 # 2. An injected fault: every rank stops, exit 2, the message names the rank,
 # and the run ends well before the 20 s communication timeout (the failure
@@ -572,6 +583,8 @@ PY
     "$bin/mimo-run" "$work/stage2.plan.json" --steps 2 >"$work/ls2.out" 2>&1 &&
     pass "pretrained example: exported as two Hugging Face folders, stage 2 starts from them" ||
     { cat "$work/ls-export.out" "$work/ls2.out"; fail "pretrained example export"; }
+fi
+
 fi
 
 finish
