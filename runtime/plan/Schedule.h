@@ -89,7 +89,8 @@ inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
 
 /// The fewest microbatches that keep the bubble at or below `share` (0 < share
 /// < 1): M >= (P - 1) (1 - share) / share, a v-th of it with v chunks a
-/// stage; under zero bubble the fewest with zeroBubbleShare <= share.
+/// stage; under zero bubble the fewest from which on zeroBubbleShare <=
+/// share.
 inline int64_t microbatchesForBubble(int64_t totalStages, double share,
                                      bool zeroBubble = false,
                                      int64_t chunks = 1) {
@@ -99,13 +100,17 @@ inline int64_t microbatchesForBubble(int64_t totalStages, double share,
   };
   const double idle = static_cast<double>(totalStages - 1);
   if (zeroBubble) {
-    // Up to M = P the share falls with M; past it the idle is 2(P - 1)
-    // units: 3M >= 2(P - 1)(1 - share) / share.
+    // The share falls with M up to M = P, rises at P + 1 (the idle doubles
+    // to 2(P - 1) units) and falls again: the fewest M from which on it
+    // stays at or below `share`.
+    const int64_t above = std::max(
+        totalStages + 1, ceiling(2.0 * idle * (1 - share) / share / 3.0));
+    if (above > totalStages + 1)
+      return above;
     for (int64_t m = 1; m <= totalStages; ++m)
       if (zeroBubbleShare(totalStages, m) <= share)
         return m;
-    return std::max(totalStages + 1,
-                    ceiling(2.0 * idle * (1 - share) / share / 3.0));
+    return above;
   }
   return std::max<int64_t>(
       1, ceiling(idle * (1 - share) / share / static_cast<double>(chunks)));

@@ -310,7 +310,9 @@ TEST(ExplainTest, ZeroBubbleShowsItsSmallerBubble) {
   EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 3), 2.0 / 11);
   EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 4), 4.0 / 16);
   EXPECT_EQ(microbatchesForBubble(3, 0.25, true), 3);
-  EXPECT_EQ(microbatchesForBubble(3, 0.2, true), 3);
+  // 18% at M = 3 but 25% at M = 4: from M = 5 (21%) on it stays below.
+  EXPECT_EQ(microbatchesForBubble(3, 0.22, true), 5);
+  EXPECT_EQ(microbatchesForBubble(3, 0.2, true), 6);
   EXPECT_EQ(microbatchesForBubble(3, 0.15, true), 8); // 4 of 28 units
   EXPECT_LE(zeroBubbleShare(3, 8), 0.15);
   EXPECT_GT(zeroBubbleShare(3, 7), 0.15);
