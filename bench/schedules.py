@@ -67,7 +67,7 @@ def idle_shares(trace):
 def run_schedules(mimoc, run, base, schedules, steps, work, tag):
     """Compile, simulate and run `base` under each schedule: rows of
     (schedule, step, mean idle, idle per rank, simulated step, simulated
-    idle, peak bytes), and each schedule's (loss, grad norm) per step."""
+    idle, peak bytes, the bubble mimoc explain gives), and each schedule's (loss, grad norm) per step."""
     rows, losses = [], {}
     for schedule in schedules:
         model = json.loads(json.dumps(base))
@@ -82,6 +82,11 @@ def run_schedules(mimoc, run, base, schedules, steps, work, tag):
         sim = json.loads(subprocess.run(
             [mimoc, "simulate", plan, "--profile", "cpu", "--format=json"],
             capture_output=True, text=True, check=True).stdout)
+        # The schedule's bubble with equal parts, as mimoc explain gives it
+        # (runtime/plan/Schedule.h).
+        formula = json.loads(subprocess.run(
+            [mimoc, "explain", plan, "--format=json"],
+            capture_output=True, text=True, check=True).stdout)["pipeline_bubble"]
         metrics, trace = plan + ".jsonl", plan + ".trace.json"
         subprocess.run([run, plan, "--metrics", metrics, "--threads", "1",
                         "--trace", trace], check=True, capture_output=True)
@@ -91,27 +96,20 @@ def run_schedules(mimoc, run, base, schedules, steps, work, tag):
         shares = idle_shares(trace)
         rows.append((schedule, step, sum(shares) / len(shares), shares,
                      sim["step_seconds"], sim["idle_share"],
-                     max(l["peak_bytes"] for l in got)))
+                     max(l["peak_bytes"] for l in got), formula))
     return rows, losses
 
 
-def zero_bubble_units(p, m):
-    # runtime/plan/Schedule.h zeroBubbleUnits
-    if m < p:
-        return 2 * (m + p) - 1
-    return 3 * m + (2 if m > p else 1) * (p - 1)
-
-
-def table(rows, formula):
+def table(rows):
     mib = 1 << 20
     lines = ["| schedule | step (measured) | idle (measured) | idle per rank | step (simulate)"
              " | idle (simulate) | idle (formula) | peak, largest rank |",
              "|---|---:|---:|---|---:|---:|---:|---:|"]
-    for schedule, step, idle, shares, sim_step, sim_idle, peak in rows:
+    for schedule, step, idle, shares, sim_step, sim_idle, peak, formula in rows:
         lines.append(
             f"| {schedule} | {step:.3f} s | {idle * 100:.1f}% | "
             f"{' / '.join(f'{s * 100:.0f}%' for s in shares)} | {sim_step:.3f} s | "
-            f"{sim_idle * 100:.1f}% | {formula[schedule] * 100:.1f}% | {peak / mib:.1f} MiB |")
+            f"{sim_idle * 100:.1f}% | {formula * 100:.1f}% | {peak / mib:.1f} MiB |")
     return lines
 
 
@@ -146,9 +144,6 @@ def main():
                 a[0] == b[0] and abs(a[1] - b[1]) <= 1e-12 * b[1]
                 for a, b in zip(losses["interleaved"], losses["1f1b"]))
             ok = ok and same and same_interleaved
-            formula = {"1f1b": (PP - 1) / (M + PP - 1),
-                       "zero_bubble": 1 - 3 * M / zero_bubble_units(PP, M),
-                       "interleaved": (PP - 1) / (V * M + PP - 1)}
             lines += [
                 "## Pipeline schedules: 1F1B, zero bubble and interleaved (CPU)", "",
                 f"`python3 bench/schedules.py`: a language model ({arch['num_layers']} layers,"
@@ -162,7 +157,7 @@ def main():
                 " cpu`. Formula: (P - 1) / (M + P - 1) for 1F1B, (P - 1) / (3M + P - 1) for"
                 " zero bubble with equal F, B and W (M = P), (P - 1) / (vM + P - 1) for"
                 f" interleaved with v = {V} virtual stages (two chunks of a stage's layers).",
-                ""] + table(rows, formula)
+                ""] + table(rows)
             one, zb, il = rows
             lines += ["", against("Zero bubble", zb, one) +
                       " Losses and gradient norms: " +
@@ -177,15 +172,13 @@ def main():
                                          args.steps, work, "many")
             same = losses["1f1b"] == losses["zero_bubble"]
             ok = ok and same
-            formula = {"1f1b": (PP - 1) / (MANY + PP - 1),
-                       "zero_bubble": 1 - 3 * MANY / zero_bubble_units(PP, MANY)}
             lines += [
                 "## Zero bubble with many microbatches (CPU)", "",
                 f"`python3 bench/schedules.py --only many`: the same model with {MANY}"
                 " microbatches; the rest as above."
                 " Formula: 3(P - 1) idle units of 3(M + P - 1) for 1F1B, 2(P - 1) of"
                 " 3M + 2(P - 1) for zero bubble with equal F, B and W (M > P, sends that"
-                " block until matched).", ""] + table(rows, formula)
+                " block until matched).", ""] + table(rows)
             one, zb = rows
             lines += ["", against("Zero bubble", zb, one) +
                       " Losses and gradient norms: " +

@@ -88,19 +88,16 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
   const int64_t needed =
       microbatchesForBubble(t.totalStages, kBubbleShare, t.zeroBubble, chunks);
   const int64_t enough = (needed + groups - 1) / groups * groups;
+  const int64_t zbUnits = zeroBubbleUnits(t.totalStages, t.microbatches);
   if (bubble > kBubbleShare)
     warnings.push_back(
         "pipeline bubble " + percent(bubble) + " (" +
         std::to_string(t.totalStages) + " stages, " +
         std::to_string(t.microbatches) + " microbatches" +
-        (t.zeroBubble ? ", zero bubble: each rank idles " +
-                            std::to_string(
-                                zeroBubbleUnits(t.totalStages, t.microbatches) -
-                                3 * t.microbatches) +
-                            " of " +
-                            std::to_string(zeroBubbleUnits(t.totalStages,
-                                                           t.microbatches)) +
-                            " thirds of a slot"
+        (t.zeroBubble
+             ? ", zero bubble: each rank idles " +
+                   std::to_string(zbUnits - 3 * t.microbatches) + " of " +
+                   std::to_string(zbUnits) + " thirds of a slot"
          : chunks > 1
              ? ", " + std::to_string(chunks) +
                    " virtual stages: each rank idles " +

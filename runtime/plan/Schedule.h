@@ -94,26 +94,20 @@ inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
 inline int64_t microbatchesForBubble(int64_t totalStages, double share,
                                      bool zeroBubble = false,
                                      int64_t chunks = 1) {
-  auto ceiling = [](double x) {
-    const auto m = static_cast<int64_t>(x);
-    return m < x ? m + 1 : m;
-  };
-  const double idle = static_cast<double>(totalStages - 1);
   if (zeroBubble) {
-    // The share falls with M up to M = P, rises at P + 1 (the idle doubles
-    // to 2(P - 1) units) and falls again: the fewest M from which on it
-    // stays at or below `share`.
-    const int64_t above = std::max(
-        totalStages + 1, ceiling(2.0 * idle * (1 - share) / share / 3.0));
-    if (above > totalStages + 1)
-      return above;
-    for (int64_t m = 1; m <= totalStages; ++m)
-      if (zeroBubbleShare(totalStages, m) <= share)
-        return m;
-    return above;
+    // The share falls with M except from M = P to P + 1 (where the idle
+    // doubles): the fewest M from which on it stays at or below `share`.
+    int64_t m = zeroBubbleShare(totalStages, totalStages + 1) <= share
+                    ? 1
+                    : totalStages + 1;
+    while (zeroBubbleShare(totalStages, m) > share)
+      ++m;
+    return m;
   }
-  return std::max<int64_t>(
-      1, ceiling(idle * (1 - share) / share / static_cast<double>(chunks)));
+  const double needed = static_cast<double>(totalStages - 1) * (1 - share) /
+                        share / static_cast<double>(chunks);
+  const auto m = static_cast<int64_t>(needed);
+  return std::max<int64_t>(1, m < needed ? m + 1 : m);
 }
 
 } // namespace mimo
