@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The sanitizer jobs of CI (docs/limits.md), each in its own build directory:
-#   asan  the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#         (UBSan halts on the first report, so the test fails), build-asan/
-#   tsan  the runtime's threaded tests (local backend, communicators,
-#         executor, training) under ThreadSanitizer, build-tsan/: runtime
-#         only, no MPI (its library is not instrumented), no OpenMP (its
-#         runtime is not either, and would report false races)
+#   asan  the suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#         (UBSan halts on the first report, so the test fails), but the
+#         tests that only train layouts again, build-asan/
+#   tsan  the runtime's unit tests and its threads' trainings (local
+#         backend, communicators, channels, executor) under
+#         ThreadSanitizer, build-tsan/: runtime only, no MPI (its library
+#         is not instrumented), no OpenMP (its runtime is not either, and
+#         would report false races)
+# Both builds compile the tests' own code at -O0 and all else but the CPU
+# kernels at -O1 (cmake/MimoTarget.cmake): the tests spend their time in
+# the kernels.
 # Usage: scripts/sanitizers.sh [asan] [tsan]   (default: both). Run
 # scripts/setup.sh first (it installs the packages).
 set -euo pipefail
@@ -45,43 +50,49 @@ for job in "${jobs[@]}"; do
     cmake -S . -B build-asan "${common[@]}" -DMIMO_SANITIZE=address,undefined \
       -DMIMO_REQUIRE_ALL_TESTS=ON >/dev/null
     cmake --build build-asan -j "$(nproc)"
-    # The suite but two tests that only train every layout again (the GPU
-    # checks' CPU dry run of the layouts, and the NCCL posting-order check):
-    # their own logic runs in the release job, the layouts' trainings here.
+    echo "sanitizers.sh: asan built in $(($(date +%s) - start)) s"
+    # Every unit, pass, fuzz-replay and script test (the CLI's faults, flags
+    # and bad inputs among them: what the sanitizers are for), and every
+    # end-to-end test that runs code no other one runs. Left to the release
+    # job: the tests that train layouts again only to compare something
+    # other than the code's own behaviour, whose code the layouts here run
+    # once each: the GPU checks' CPU dry run of the layouts, the NCCL
+    # posting-order check, the examples under mpirun against --reference
+    # (mpirun's ranks run the layouts' code; mpi-comm-check keeps the MPI
+    # backend here), zero bubble and interleaved against 1F1B, the
+    # distributed optimizer, bf16 and recomputation against their plain
+    # layouts, the memory plan's measurements, data order across layouts,
+    # frozen parts on every layout, the bf16 masters' and pipeline-split
+    # checkpoints, and the fp32 architecture layouts (GQA, MQA, biases, tied
+    # heads, vision towers: Bf16.ArchitecturesMatchTheirReference runs each
+    # of them here).
     ctest --test-dir build-asan --output-on-failure --no-tests=error \
       -j "$(nproc)" --timeout 1500 \
-      -E '^(gpu-checks-dry-run-train|NcclOrder\.)'
+      -E '^(gpu-checks-dry-run-train|NcclOrder\.|mimo-run-cli-trainings|Interleaved\.|ZeroBubble\.|DistributedOptimizer\.|Bf16\.Layouts|Recompute\.|MemoryPlan\.|DataOrder\.|Recipes\.EveryLayout|Checkpoint\.(ShardedBf16|ReshardsBetween)|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip))'
     ;;
   tsan)
     cmake -S . -B build-tsan "${common[@]}" -DMIMO_SANITIZE=thread \
       -DMIMO_BUILD_COMPILER=OFF -DMIMO_WITH_MPI=OFF \
       -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=ON >/dev/null
     cmake --build build-tsan -j "$(nproc)"
-    # Every runtime test: communicators, executor, training, checkpoints and
-    # the end-to-end layouts on the local backend (threads). The GPU checks'
-    # CPU dry runs repeat those trainings ten times slower, and the training
-    # recipes (frozen parts, parameter groups) run the same threads as the
-    # layouts, and so do the layouts that vary only the architecture (GQA,
-    # biases, tied embeddings, vision towers, uneven stages), bf16 (the
-    # layouts again with other arithmetic on the same threads: 9 of TSan's
-    # 16 minutes), the recomputation check (nine runs of three layouts
-    # again; the layout that recomputes stays), the NCCL posting-order
-    # check (every layout again, 6 minutes; Overlap.* keeps the bucket
-    # channels' threads under TSan), the memory plan's tests (the same
-    # layouts again, measuring what shadow memory distorts) and the
-    # distributed optimizer's comparisons and checkpoints (its scattered
-    # buckets' threads stay: GradBuckets.*), ring CP's memory at 4096 tokens
-    # and its packed and bf16 comparisons (RingCp.EqualsAllGather keeps the
-    # ring's threads and channel), the two four-stage language pipelines
-    # (the two-stage ones run the same threads), and the tests that train
-    # the layouts again to compare something other than threads (held-out
-    # evaluation, data order, checkpoint resumes and reshards, the chunked
-    # head, zero bubble and interleaved against 1F1B: 7 minutes each alone;
-    # their colocated layouts stay, and the interleaved ones beside them):
-    # all left to ASan.
+    echo "sanitizers.sh: tsan built in $(($(date +%s) - start)) s"
+    # Every unit test of the runtime (communicators, channels, executor,
+    # bounded exit, gradient buckets; not the GPU checks' CPU dry runs: the
+    # layouts and the ops again, ten times slower), then the end-to-end
+    # tests that run each kind of thread the runtime starts: the bucket
+    # channels (Overlap.*), ring CP's channel, a fault stopping every rank,
+    # and the layouts that between them run every pattern of messages
+    # between rank threads (fan-in with TP, SP, PP and an encoder at DP4;
+    # fan-out; colocated, alone and under PP2 with each schedule; CP across
+    # a bridge and with THD packing; the distributed optimizer's scattered
+    # buckets).
+    # The other trainings run the same threads in other arithmetic, data or
+    # checkpoints, left to the release and ASan jobs.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
-      -j "$(nproc)" --timeout 1500 \
-      -E '^(gpu-checks-dry-run|NcclOrder\.|Recipes\.|Recompute\.|MemoryPlan\.|Bf16\.|DistributedOptimizer\.|Evaluation\.|DataOrder\.|ChunkedHead\.|ZeroBubble\.|Interleaved\.|Checkpoint\.(ShardedBf16|ReshardsTheDistributed|ResumesBitIdentically|ReshardsBetweenPipeline|ATiedEmbedding)|RingCp\.(KeepsLess|EqualsAllGatherPacked)|Layouts/Equivalence\.MatchesReference/(Llama3|MultiQuery|Biases|Tied|Clip|Siglip|Uneven|LanguagePp4|ZeroBubbleLanguagePp4|InterleavedLanguagePp4|InterleavedTied))'
+      -j "$(nproc)" --timeout 1500 -LE e2e -E '^gpu-checks-dry-run'
+    ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+      -j "$(nproc)" --timeout 1500 -L e2e \
+      -R '^(Overlap\.|RingCp\.EqualsAllGather$|Runtime\.|Layouts/Equivalence\.MatchesReference/(FanInEncoderDp4ToLanguageTp2Pp2WithSp|FanOutEncoderTp2Pp2ToLanguageDp4|Colocated|ColocatedLanguagePp2|ZeroBubbleColocatedLanguagePp2|InterleavedColocatedLanguagePp2|ContextParallelAcrossABridgeWithSp|PackedThdWithCp2|DistributedOptimizerColocatedTiedPp2)$)'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
