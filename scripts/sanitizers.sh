@@ -8,9 +8,8 @@
 #         ThreadSanitizer, build-tsan/: runtime only, no MPI (its library
 #         is not instrumented), no OpenMP (its runtime is not either, and
 #         would report false races)
-# Both builds compile the tests' own code at -O0 and all else but the CPU
-# kernels at -O1 (cmake/MimoTarget.cmake): the tests spend their time in
-# the kernels.
+# Both builds compile all but the CPU kernels at -O0 (cmake/MimoTarget.cmake):
+# the tests spend their time in the kernels, which keep -O3.
 # Usage: scripts/sanitizers.sh [asan] [tsan]   (default: both). Run
 # scripts/setup.sh first (it installs the packages).
 set -euo pipefail

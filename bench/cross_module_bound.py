@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""What zero bubble across modules could save in a colocated layout
+(docs/plan.md Zero bubble): at most the encoders' share of the critical
+path, since every rank runs its share of every encoder backward whatever
+the schedule. `mimoc simulate` predicts each layout's zero-bubble step
+with the encoder trained and with it frozen (forward only: no encoder
+backward, no bridge gradients); the difference bounds what filling the
+language pipeline's bubbles with the encoder's backward (its input and
+weight gradients) could gain. The idle share is the trained layout's.
+
+Layouts, in bf16: a LLaVA-7B-like model colocated on 8 ranks (a ViT-L-like tower of
+24 layers, hidden 1024, 576 tokens an image, dp 8; a 7B-like language model,
+32 layers, hidden 4096, tp 2 pp 4, 2048-token sequences) at 4, 8 and 16
+microbatches, and the same with eight 576-token frames in 8192-token
+sequences (a video model).
+
+usage: cross_module_bound.py [BUILD_DIR] [--profile FILE]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def model(microbatches, seq, image_tokens, frozen):
+    encoder = {"name": "images", "kind": "encoder", "special_token_id": 31999,
+               "arch": {"feature_dim": 588, "hidden_size": 1024,
+                        "num_layers": 24, "num_heads": 16,
+                        "ffn_hidden_size": 4096},
+               "parallel": {"tp": 1, "dp": 8}}
+    if frozen:
+        encoder["freeze"] = True
+    return {
+        "version": 1, "name": "colocated-bound", "seed": 1,
+        "precision": "bf16",
+        "batch": {"micro_batch_size": 8, "num_microbatches": microbatches,
+                  "seq_length": seq, "schedule": "zero_bubble"},
+        "modules": [encoder, {
+            "name": "language", "kind": "language",
+            "arch": {"vocab_size": 32000, "hidden_size": 4096,
+                     "num_layers": 32, "num_heads": 32,
+                     "ffn_hidden_size": 11008},
+            "parallel": {"tp": 2, "pp": 4}}],
+        "data": {"source": "synthetic",
+                 "tokens_per_sample": {"images": [image_tokens, image_tokens]}},
+        "train": {"steps": 1},
+    }
+
+
+def simulate(mimoc, profile, doc, tmp):
+    path = os.path.join(tmp, "model.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    out = subprocess.run([mimoc, "simulate", path, "--profile", profile],
+                         capture_output=True, text=True, check=True).stdout
+    step = float(re.search(r"predicted step:\s+([0-9.]+) ms", out).group(1))
+    idle = float(re.search(r"idle \(bubble\):\s+([0-9.]+)%", out).group(1))
+    return step, idle
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("build", nargs="?",
+                        default=os.path.join(HERE, "..", "build"))
+    parser.add_argument("--profile", default=os.path.join(
+        HERE, "results", "profile-h100.json"))
+    args = parser.parse_args()
+    mimoc = os.path.join(args.build, "bin", "mimoc")
+    rows = [("LLaVA-7B-like, 576 image tokens, sequence 2048", m, 2048, 576)
+            for m in (4, 8, 16)]
+    rows.append(("video, 8 frames of 576 tokens, sequence 8192", 8, 8192,
+                 8 * 576))
+    print(f"`python3 bench/cross_module_bound.py` (mimoc simulate, profile "
+          f"{os.path.basename(args.profile)}), bf16, zero bubble, 8 ranks "
+          "colocated")
+    print()
+    print("| layout | M | step, encoder trained | step, encoder frozen | "
+          "bound (share of the step) | idle share |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m, seq, tokens in rows:
+            trained, idle = simulate(mimoc, args.profile,
+                                     model(m, seq, tokens, False), tmp)
+            frozen, _ = simulate(mimoc, args.profile,
+                                 model(m, seq, tokens, True), tmp)
+            print(f"| {name} | {m} | {trained / 1000:.2f} s | "
+                  f"{frozen / 1000:.2f} s | {(1 - frozen / trained) * 100:.1f}% "
+                  f"| {idle:.1f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
