@@ -8,8 +8,9 @@
 #         ThreadSanitizer, build-tsan/: runtime only, no MPI (its library
 #         is not instrumented), no OpenMP (its runtime is not either, and
 #         would report false races)
-# Both builds compile all but the CPU kernels at -O0 (cmake/MimoTarget.cmake):
-# the tests spend their time in the kernels, which keep -O3.
+# Both builds compile all but the CPU kernels (-O3) and the verifier and
+# simulator (-O1) at -O0 (cmake/MimoTarget.cmake, runtime/CMakeLists.txt):
+# the tests spend their time in the kernels.
 # Usage: scripts/sanitizers.sh [asan] [tsan]   (default: both). Run
 # scripts/setup.sh first (it installs the packages).
 set -euo pipefail
