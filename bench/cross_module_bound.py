@@ -8,11 +8,11 @@ backward, no bridge gradients); the difference bounds what filling the
 language pipeline's bubbles with the encoder's backward (its input and
 weight gradients) could gain. The idle share is the trained layout's.
 
-Layouts, in bf16: a LLaVA-7B-like model colocated on 8 ranks (a ViT-L-like tower of
-24 layers, hidden 1024, 576 tokens an image, dp 8; a 7B-like language model,
-32 layers, hidden 4096, tp 2 pp 4, 2048-token sequences) at 4, 8 and 16
-microbatches, and the same with eight 576-token frames in 8192-token
-sequences (a video model).
+Layouts, in bf16: a LLaVA-7B-like model colocated on 8 ranks (a
+ViT-L-like tower of 24 layers, hidden 1024, 576 tokens an image, dp 8; a
+7B-like language model, 32 layers, hidden 4096, tp 2 pp 4, 2048-token
+sequences) at 4, 8 and 16 microbatches, and the same with eight 576-token
+frames in 8192-token sequences (a video model).
 
 usage: cross_module_bound.py [BUILD_DIR] [--profile FILE]
 """
@@ -88,9 +88,9 @@ def main():
                                      model(m, seq, tokens, False), tmp)
             frozen, _ = simulate(mimoc, args.profile,
                                  model(m, seq, tokens, True), tmp)
+            bound = (1 - frozen / trained) * 100
             print(f"| {name} | {m} | {trained / 1000:.2f} s | "
-                  f"{frozen / 1000:.2f} s | {(1 - frozen / trained) * 100:.1f}% "
-                  f"| {idle:.1f}% |")
+                  f"{frozen / 1000:.2f} s | {bound:.1f}% | {idle:.1f}% |")
     return 0
 
 
