@@ -350,6 +350,8 @@ std::string renderRankProgram(const Plan &plan, int64_t rank) {
         rule.sampleEnd = std::max(rule.sampleEnd, piece.sampleEnd);
       }
       os << ": " << rule.str();
+      if (in.posted)
+        os << " (posted)";
     } else if (peers && peers->root >= 0 &&
                (in.op == InstrOp::BridgeBroadcast ||
                 in.op == InstrOp::BridgeBroadcastGrad)) {

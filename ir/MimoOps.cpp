@@ -428,6 +428,10 @@ LogicalResult ExchangeOp::verify() {
       return op.emitOpError()
              << "cannot be posted in a mimo.exchange: only sends and "
                 "receives can";
+    if (op.hasAttr("posted"))
+      return op.emitOpError()
+             << "is posted: a posted message goes alone, outside any "
+                "mimo.exchange";
   }
   return success();
 }

@@ -496,11 +496,21 @@ def Mimo_SendActOp : Mimo_ModuleInstrOp<"send_act", "SendAct", "send activations
 def Mimo_RecvActOp : Mimo_ModuleInstrOp<"recv_act", "RecvAct", "receive activations from the previous stage">;
 def Mimo_SendGradOp : Mimo_ModuleInstrOp<"send_grad", "SendGrad", "send gradients to the previous stage">;
 def Mimo_RecvGradOp : Mimo_ModuleInstrOp<"recv_grad", "RecvGrad", "receive gradients from the next stage">;
-def Mimo_BridgeSendOp : Mimo_BridgeInstrOp<"bridge_send", "BridgeSend", "source leader: send split pieces along the routes">;
-def Mimo_BridgeRecvOp : Mimo_BridgeInstrOp<"bridge_recv", "BridgeRecv", "destination leader: receive and concatenate pieces">;
+// A bridge's message for microbatch `mb`; `posted`: the sender posts it
+// and goes on (docs/plan.md "Posted messages"), on both ends:
+// `mimo.bridge_send_grad {bridge = 0, mb = 0, posted}`.
+class Mimo_BridgeMessageOp<string mnemonic, string kind, string doc>
+    : Mimo_InstrOp<mnemonic, kind, doc> {
+  let arguments = (ins Mimo_NonNegativeI64:$bridge, Mimo_NonNegativeI64:$mb,
+                       UnitAttr:$posted);
+  let assemblyFormat = "attr-dict";
+}
+
+def Mimo_BridgeSendOp : Mimo_BridgeMessageOp<"bridge_send", "BridgeSend", "source leader: send split pieces along the routes">;
+def Mimo_BridgeRecvOp : Mimo_BridgeMessageOp<"bridge_recv", "BridgeRecv", "destination leader: receive and concatenate pieces">;
 def Mimo_BridgeBroadcastOp : Mimo_BridgeInstrOp<"bridge_broadcast", "BridgeBroadcast", "broadcast the received tokens over the boundary group">;
-def Mimo_BridgeSendGradOp : Mimo_BridgeInstrOp<"bridge_send_grad", "BridgeSendGrad", "destination leader: send gradient pieces back">;
-def Mimo_BridgeRecvGradOp : Mimo_BridgeInstrOp<"bridge_recv_grad", "BridgeRecvGrad", "source leader: receive and concatenate gradient pieces">;
+def Mimo_BridgeSendGradOp : Mimo_BridgeMessageOp<"bridge_send_grad", "BridgeSendGrad", "destination leader: send gradient pieces back">;
+def Mimo_BridgeRecvGradOp : Mimo_BridgeMessageOp<"bridge_recv_grad", "BridgeRecvGrad", "source leader: receive and concatenate gradient pieces">;
 def Mimo_BridgeBroadcastGradOp : Mimo_BridgeInstrOp<"bridge_broadcast_grad", "BridgeBroadcastGrad", "broadcast the token gradient over the source boundary group">;
 def Mimo_ColocatedForwardOp : Mimo_BridgeInstrOp<"colocated_forward", "ColocatedForward", "colocated bridge: all-gather (fan-in) or narrow (fan-out)">;
 def Mimo_ColocatedBackwardOp : Mimo_BridgeInstrOp<"colocated_backward", "ColocatedBackward", "colocated bridge adjoint">;

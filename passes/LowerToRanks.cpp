@@ -55,19 +55,19 @@ void createInstruction(mlir::OpBuilder &b, mlir::Location loc, const Instr &in,
     b.create<ir::RecvGradOp>(loc, module, mb, chunk);
     return;
   case InstrOp::BridgeSend:
-    b.create<ir::BridgeSendOp>(loc, bridge, mb);
+    b.create<ir::BridgeSendOp>(loc, bridge, mb, in.posted);
     return;
   case InstrOp::BridgeRecv:
-    b.create<ir::BridgeRecvOp>(loc, bridge, mb);
+    b.create<ir::BridgeRecvOp>(loc, bridge, mb, in.posted);
     return;
   case InstrOp::BridgeBroadcast:
     b.create<ir::BridgeBroadcastOp>(loc, bridge, mb);
     return;
   case InstrOp::BridgeSendGrad:
-    b.create<ir::BridgeSendGradOp>(loc, bridge, mb);
+    b.create<ir::BridgeSendGradOp>(loc, bridge, mb, in.posted);
     return;
   case InstrOp::BridgeRecvGrad:
-    b.create<ir::BridgeRecvGradOp>(loc, bridge, mb);
+    b.create<ir::BridgeRecvGradOp>(loc, bridge, mb, in.posted);
     return;
   case InstrOp::BridgeBroadcastGrad:
     b.create<ir::BridgeBroadcastGradOp>(loc, bridge, mb);

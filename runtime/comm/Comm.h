@@ -55,6 +55,16 @@ struct P2POp {
   int64_t bytes = 0;
 };
 
+/// Sends posted with Comm::postSends, not yet waited for.
+class PostedSends {
+public:
+  virtual ~PostedSends() = default;
+  /// Waits until every message has been received (the buffers may then be
+  /// reused or freed; the poster's later device work is ordered after the
+  /// transfers). CommError as exchange().
+  virtual void wait() = 0;
+};
+
 class Comm {
 public:
   virtual ~Comm() = default;
@@ -68,6 +78,20 @@ public:
   /// Posts every operation, then waits for all of them. Messages between
   /// two ranks with the same tag arrive in the order they were posted.
   virtual void exchange(std::vector<P2POp> &ops) = 0;
+
+  /// Posted messages (docs/plan.md "Posted messages"): posts `ops` (sends
+  /// only) and returns at once; each leaves once the device's work so far
+  /// is done and meets a receivePosted of its receiver, whenever that
+  /// runs. The buffers stay valid until the result's wait(). Messages to
+  /// this rank itself are received with receivePosted as well.
+  virtual std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) = 0;
+  /// Receives messages their senders posted with postSends; blocks as
+  /// exchange() does (the nccl backend pairs them on a communicator of
+  /// their own).
+  virtual void receivePosted(std::vector<P2POp> &ops) { exchange(ops); }
+  /// Every rank calls it once before the first posted message when its
+  /// plan has any (the nccl backend splits that communicator off here).
+  virtual void preparePosted() {}
 
   void send(int64_t peer, int64_t tag, const void *data, int64_t bytes);
   void recv(int64_t peer, int64_t tag, void *data, int64_t bytes);

@@ -57,6 +57,8 @@ struct Message {
   bool claimed = false;
   /// The copy is finished; the sender may reuse its buffer.
   bool done = false;
+  /// Its inbox key (LocalComm::keyOf).
+  int64_t key = 0;
 };
 
 std::string secondsText(std::chrono::duration<double> d) {
@@ -110,6 +112,13 @@ public:
   const char *backendName() const override { return "local"; }
 
   void exchange(std::vector<P2POp> &ops) override;
+  std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override;
+  void receivePosted(std::vector<P2POp> &ops) override;
+
+  /// Waits for posted messages to be consumed (PostedSends::wait), or
+  /// withdraws them (a handle dropped unwaited, when failing).
+  void awaitPosted(std::vector<Message> &sends);
+  void withdrawPosted(std::vector<Message> &sends);
 
   void fail(const std::string &message) override {
     std::lock_guard<std::mutex> lock(world->mutex);
@@ -151,12 +160,21 @@ private:
         lock, std::min<Clock::duration>(left, kWaitSlice));
   }
   [[noreturn]] void timedOut(const P2POp &op, bool sending);
-  /// The inbox key of messages with `tag` of this communicator.
-  int64_t keyOf(int64_t tag) const {
-    return world->matching == Matching::ByTag ? tag : getTagChannel();
+  /// The inbox key of messages with `tag` of this communicator: in posting
+  /// order, posted messages pair in a lane of their own (as the nccl
+  /// backend's communicator for them).
+  int64_t keyOf(int64_t tag, bool posted = false) const {
+    return world->matching == Matching::ByTag
+               ? tag
+               : getTagChannel() + (posted ? kMaxTagChannels : 0);
   }
   void validate(const std::vector<P2POp> &ops);
-  void receiveAll(std::vector<P2POp> &ops, std::unique_lock<std::mutex> &lock);
+  /// Queues `ops`' sends (data ready at `ready`) into `sends`, which has
+  /// room for all of them. Needs the lock.
+  void enqueue(const std::vector<P2POp> &ops, bool posted,
+               const device::EventPtr &ready, std::vector<Message> &sends);
+  void receiveAll(std::vector<P2POp> &ops, std::unique_lock<std::mutex> &lock,
+                  bool posted = false);
   void awaitSends(std::vector<Message> &sends,
                   std::unique_lock<std::mutex> &lock);
   void withdraw(std::vector<Message> &sends,
@@ -211,20 +229,7 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
     }
   std::unique_lock<std::mutex> lock(world->mutex);
   checkFailed();
-  for (const P2POp &op : ops) {
-    if (!op.isSend)
-      continue;
-    Message &m = sends.emplace_back();
-    m.data = op.data;
-    m.bytes = op.bytes;
-    m.src = self;
-    m.dst = op.peer;
-    m.tag = op.tag;
-    m.ready = ready;
-    world->inbox[static_cast<size_t>(op.peer)][{self, keyOf(op.tag)}].push_back(
-        &m);
-    world->wake[static_cast<size_t>(op.peer)].notify_all();
-  }
+  enqueue(ops, false, ready, sends);
   try {
     receiveAll(ops, lock);
     awaitSends(sends, lock);
@@ -239,8 +244,91 @@ void LocalComm::exchange(std::vector<P2POp> &ops) {
     device().wait(m.copied);
 }
 
+void LocalComm::enqueue(const std::vector<P2POp> &ops, bool posted,
+                        const device::EventPtr &ready,
+                        std::vector<Message> &sends) {
+  for (const P2POp &op : ops) {
+    if (!op.isSend)
+      continue;
+    Message &m = sends.emplace_back();
+    m.data = op.data;
+    m.bytes = op.bytes;
+    m.src = self;
+    m.dst = op.peer;
+    m.tag = op.tag;
+    m.ready = ready;
+    m.key = keyOf(op.tag, posted);
+    world->inbox[static_cast<size_t>(op.peer)][{self, m.key}].push_back(&m);
+    world->wake[static_cast<size_t>(op.peer)].notify_all();
+  }
+}
+
+/// Posted sends: their messages live here until waited for.
+class LocalPosted final : public PostedSends {
+public:
+  LocalPosted(LocalComm &comm, size_t count) : comm(comm) {
+    sends.reserve(count); // never reallocates: the queues point into it
+  }
+  ~LocalPosted() override {
+    if (!waited)
+      comm.withdrawPosted(sends);
+  }
+  void wait() override {
+    waited = true;
+    try {
+      comm.awaitPosted(sends);
+    } catch (...) {
+      comm.withdrawPosted(sends);
+      throw;
+    }
+  }
+  std::vector<Message> sends;
+
+private:
+  LocalComm &comm;
+  bool waited = false;
+};
+
+std::unique_ptr<PostedSends> LocalComm::postSends(std::vector<P2POp> ops) {
+  validate(ops);
+  for (const P2POp &op : ops)
+    if (!op.isSend)
+      throw CommError("rank " + std::to_string(self) +
+                      ": only sends can be posted" + inContext());
+  if (world->matching == Matching::InPostingOrder)
+    canonicalOrder(ops);
+  auto posted = std::make_unique<LocalPosted>(*this, ops.size());
+  device::EventPtr ready = ops.empty() ? nullptr : device().record();
+  std::unique_lock<std::mutex> lock(world->mutex);
+  checkFailed();
+  enqueue(ops, true, ready, posted->sends);
+  return posted;
+}
+
+void LocalComm::receivePosted(std::vector<P2POp> &ops) {
+  validate(ops);
+  if (world->matching == Matching::InPostingOrder)
+    canonicalOrder(ops);
+  std::unique_lock<std::mutex> lock(world->mutex);
+  checkFailed();
+  receiveAll(ops, lock, true);
+}
+
+void LocalComm::awaitPosted(std::vector<Message> &sends) {
+  std::unique_lock<std::mutex> lock(world->mutex);
+  awaitSends(sends, lock);
+  lock.unlock();
+  for (Message &m : sends)
+    device().wait(m.copied);
+}
+
+void LocalComm::withdrawPosted(std::vector<Message> &sends) {
+  std::unique_lock<std::mutex> lock(world->mutex);
+  withdraw(sends, lock);
+}
+
 void LocalComm::receiveAll(std::vector<P2POp> &ops,
-                           std::unique_lock<std::mutex> &lock) {
+                           std::unique_lock<std::mutex> &lock, bool posted) {
   std::vector<size_t> pending;
   for (size_t i = 0; i < ops.size(); ++i)
     if (!ops[i].isSend)
@@ -257,7 +345,7 @@ void LocalComm::receiveAll(std::vector<P2POp> &ops,
         queue;
     for (auto it = pending.begin(); it != pending.end(); ++it) {
       const P2POp &op = ops[*it];
-      queue = inbox.find({op.peer, keyOf(op.tag)});
+      queue = inbox.find({op.peer, keyOf(op.tag, posted)});
       if (queue != inbox.end() && !queue->second.empty()) {
         ready = it;
         break;
@@ -361,7 +449,7 @@ void LocalComm::withdraw(std::vector<Message> &sends,
     if (m.claimed)
       continue;
     auto &inbox = world->inbox[static_cast<size_t>(m.dst)];
-    auto queue = inbox.find({m.src, keyOf(m.tag)});
+    auto queue = inbox.find({m.src, m.key});
     if (queue == inbox.end())
       continue;
     auto &q = queue->second;

@@ -98,6 +98,7 @@ public:
   const char *backendName() const override { return "mpi"; }
 
   void exchange(std::vector<P2POp> &ops) override;
+  std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override;
 
   void fail(const std::string &message) override {
     std::fflush(stdout);
@@ -123,7 +124,59 @@ private:
   int64_t world;
   /// MPI_TAG_UB of MPI_COMM_WORLD.
   int64_t tagLimit;
+
+  friend class MpiPosted;
 };
+
+/// Sends posted with MPI_Isend; MPI moves them whenever this rank is in
+/// MPI (any later exchange, or the wait).
+class MpiPosted final : public PostedSends {
+public:
+  MpiPosted(MpiComm &comm, std::vector<P2POp> ops)
+      : comm(comm), ops(std::move(ops)), order(this->ops.size()),
+        requests(this->ops.size(), MPI_REQUEST_NULL) {
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+  }
+  ~MpiPosted() override {
+    // Unwaited only while failing (the job is torn down): let MPI finish
+    // them on its own.
+    for (MPI_Request &r : requests)
+      if (r != MPI_REQUEST_NULL)
+        MPI_Request_free(&r);
+  }
+  void wait() override {
+    std::vector<int> indices(ops.size());
+    std::vector<MPI_Status> statuses(ops.size());
+    std::vector<bool> finished(ops.size(), false);
+    comm.waitAll(ops, order, requests, indices, statuses, finished);
+  }
+
+  MpiComm &comm;
+  std::vector<P2POp> ops;
+  std::vector<size_t> order;
+  std::vector<MPI_Request> requests;
+};
+
+std::unique_ptr<PostedSends> MpiComm::postSends(std::vector<P2POp> ops) {
+  validate(ops);
+  static char empty = 0; // MPI wants a buffer even for 0 bytes
+  auto posted = std::make_unique<MpiPosted>(*this, std::move(ops));
+  for (size_t r = 0; r < posted->ops.size(); ++r) {
+    const P2POp &op = posted->ops[r];
+    if (!op.isSend)
+      throw CommError(who() + ": only sends can be posted" + inContext());
+    int rc =
+        MPI_Isend(op.bytes > 0 ? op.data : &empty, static_cast<int>(op.bytes),
+                  MPI_BYTE, static_cast<int>(op.peer), static_cast<int>(op.tag),
+                  MPI_COMM_WORLD, &posted->requests[r]);
+    if (rc != MPI_SUCCESS)
+      throw CommError(who() + ": MPI_Isend to rank " + std::to_string(op.peer) +
+                      " with tag " + std::to_string(op.tag) + " failed" +
+                      inContext() + ": " + mpiErrorText(rc));
+  }
+  return posted;
+}
 
 void MpiComm::validate(const std::vector<P2POp> &ops) const {
   for (const P2POp &op : ops) {

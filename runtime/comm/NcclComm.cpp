@@ -156,6 +156,44 @@ std::string secondsText(std::chrono::duration<double> d) {
   return buffer;
 }
 
+/// A point of a CUDA stream the rank's device does not own (the posted
+/// messages' stream).
+class StreamEvent final : public device::Event {
+public:
+  explicit StreamEvent(cudaStream_t stream) {
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventRecord(event, stream) != cudaSuccess)
+      throw device::DeviceError("recording an event of the posted messages' "
+                                "stream failed");
+  }
+  ~StreamEvent() override { cudaEventDestroy(event); }
+  StreamEvent(const StreamEvent &) = delete;
+  StreamEvent &operator=(const StreamEvent &) = delete;
+  bool reached() const override {
+    cudaError_t e = cudaEventQuery(event);
+    if (e == cudaErrorNotReady)
+      return false;
+    if (e != cudaSuccess)
+      throw device::DeviceError(std::string("the posted messages' stream: ") +
+                                cudaGetErrorString(e));
+    return true;
+  }
+  cudaEvent_t event = nullptr;
+};
+
+class NcclComm;
+
+/// Posted sends on the posted messages' stream: waiting orders the rank's
+/// stream after them (the host goes on).
+class NcclPosted final : public PostedSends {
+public:
+  explicit NcclPosted(NcclComm &comm) : comm(comm) {}
+  void wait() override;
+  NcclComm &comm;
+  std::shared_ptr<StreamEvent> done;
+};
+
 class NcclComm final : public Comm {
 public:
   /// Starts the watchdog; `initialize` then makes the world communicator.
@@ -186,7 +224,13 @@ public:
     }
     for (auto &[group, c] : groups)
       quiet ? api.commDestroy(c) : api.commAbort(c);
+    if (postedComm)
+      quiet ? api.commDestroy(postedComm) : api.commAbort(postedComm);
     quiet ? api.commDestroy(world) : api.commAbort(world);
+    if (sideStream) {
+      cudaStreamSynchronize(sideStream);
+      cudaStreamDestroy(sideStream);
+    }
   }
 
   /// ncclCommInitRank of the world (blocking: the watchdog times it).
@@ -214,6 +258,102 @@ public:
   bool connectsLazily() const override { return true; }
 
   void exchange(std::vector<P2POp> &ops) override {
+    validate(ops);
+    if (ops.empty())
+      return;
+    // NCCL pairs each peer's messages in posting order: both ends post a
+    // batch in the same canonical order.
+    canonicalOrder(ops);
+    group(ops, world, stream(), "exchange");
+  }
+
+  /// Posted sends go on a stream and a communicator of their own (split
+  /// off the world by preparePosted), after the rank's stream has made
+  /// their data; receivers receive them on that communicator. Messages to
+  /// this rank itself stay here until its receivePosted copies them.
+  std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override {
+    validate(ops);
+    if (!postedComm)
+      throw CommError("rank " + std::to_string(self) +
+                      ": a posted message before preparePosted" + inContext());
+    std::vector<P2POp> remote;
+    for (const P2POp &op : ops) {
+      if (!op.isSend)
+        throw CommError("rank " + std::to_string(self) +
+                        ": only sends can be posted" + inContext());
+      (op.peer == self ? selfPosted : remote).push_back(op);
+    }
+    auto posted = std::make_unique<NcclPosted>(*this);
+    if (remote.empty())
+      return posted;
+    canonicalOrder(remote);
+    cudaStream_t main = stream();
+    cudaEvent_t ready = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+      e = cudaEventRecord(ready, main);
+    if (e == cudaSuccess)
+      e = cudaStreamWaitEvent(sideStream, ready, 0);
+    if (ready)
+      cudaEventDestroy(ready);
+    if (e != cudaSuccess)
+      throw CommError("rank " + std::to_string(self) +
+                      ": ordering a posted send after its data failed: " +
+                      cudaGetErrorString(e) + inContext());
+    group(remote, postedComm, sideStream, "posted send");
+    posted->done = std::make_shared<StreamEvent>(sideStream);
+    return posted;
+  }
+
+  void receivePosted(std::vector<P2POp> &ops) override {
+    validate(ops);
+    std::vector<P2POp> remote;
+    for (const P2POp &op : ops) {
+      if (op.isSend)
+        throw CommError("rank " + std::to_string(self) +
+                        ": receivePosted takes receives only" + inContext());
+      if (op.peer != self) {
+        remote.push_back(op);
+        continue;
+      }
+      auto it = std::find_if(selfPosted.begin(), selfPosted.end(),
+                             [&](const P2POp &s) { return s.tag == op.tag; });
+      if (it == selfPosted.end() || it->bytes != op.bytes)
+        throw CommError("rank " + std::to_string(self) +
+                        ": no posted message of " + std::to_string(op.bytes) +
+                        " bytes to itself with tag " + std::to_string(op.tag) +
+                        inContext());
+      if (op.bytes > 0)
+        device().copy(op.data, it->data, op.bytes);
+      selfPosted.erase(it);
+    }
+    if (remote.empty())
+      return;
+    if (!postedComm)
+      throw CommError("rank " + std::to_string(self) +
+                      ": a posted message before preparePosted" + inContext());
+    canonicalOrder(remote);
+    group(remote, postedComm, stream(), "posted receive");
+  }
+
+  void preparePosted() override {
+    if (postedComm)
+      return;
+    {
+      HostCall call(*this, "ncclCommSplit");
+      check(
+          api.commSplit(world, 0, static_cast<int>(self), &postedComm, nullptr),
+          "ncclCommSplit", world);
+    }
+    if (cudaError_t e =
+            cudaStreamCreateWithFlags(&sideStream, cudaStreamNonBlocking);
+        e != cudaSuccess)
+      throw CommError("rank " + std::to_string(self) +
+                      ": creating the posted messages' stream failed: " +
+                      cudaGetErrorString(e));
+  }
+
+  void validate(const std::vector<P2POp> &ops) {
     for (const P2POp &op : ops) {
       std::string problem;
       if (op.peer < 0 || op.peer >= worldSize)
@@ -228,30 +368,35 @@ public:
                         (op.isSend ? "send" : "receive") + inContext() + ": " +
                         problem);
     }
-    if (ops.empty())
-      return;
-    // NCCL pairs each peer's messages in posting order: both ends post a
-    // batch in the same canonical order.
-    canonicalOrder(ops);
-    cudaStream_t s = stream();
-    // ncclGroupEnd may wait on the host for a peer to connect.
-    HostCall call(*this, "ncclGroupEnd of a batch of messages");
-    check(api.groupStart(), "ncclGroupStart", nullptr);
-    for (const P2POp &op : ops) {
-      if (op.bytes == 0)
-        continue; // both ends know the size: neither posts it
-      size_t n = static_cast<size_t>(op.bytes);
-      int peer = static_cast<int>(op.peer);
-      ncclResult_t r = op.isSend
-                           ? api.send(op.data, n, ncclUint8, peer, world, s)
-                           : api.recv(op.data, n, ncclUint8, peer, world, s);
-      if (r != ncclSuccess) {
-        api.groupEnd();
-        check(r, op.isSend ? "ncclSend" : "ncclRecv", world);
+  }
+
+  /// One NCCL group of `ops` (in canonical order) on communicator `c` and
+  /// stream `s`; the watchdog follows it.
+  void group(const std::vector<P2POp> &ops, ncclComm_t c, cudaStream_t s,
+             const char *what) {
+    {
+      // ncclGroupEnd may wait on the host for a peer to connect.
+      HostCall call(*this, "ncclGroupEnd of a batch of messages");
+      check(api.groupStart(), "ncclGroupStart", nullptr);
+      for (const P2POp &op : ops) {
+        if (op.bytes == 0)
+          continue; // both ends know the size: neither posts it
+        size_t n = static_cast<size_t>(op.bytes);
+        int peer = static_cast<int>(op.peer);
+        ncclResult_t r = op.isSend
+                             ? api.send(op.data, n, ncclUint8, peer, c, s)
+                             : api.recv(op.data, n, ncclUint8, peer, c, s);
+        if (r != ncclSuccess) {
+          api.groupEnd();
+          check(r, op.isSend ? "ncclSend" : "ncclRecv", c);
+        }
       }
+      check(api.groupEnd(), "ncclGroupEnd", c);
     }
-    check(api.groupEnd(), "ncclGroupEnd", world);
-    follow("exchange");
+    if (s == sideStream)
+      follow(std::make_shared<StreamEvent>(s), what);
+    else
+      follow(what);
   }
 
   void fail(const std::string &message) override {
@@ -402,8 +547,8 @@ private:
   }
 
   /// Hands the watchdog the point the stream reached after `what`.
-  void follow(const char *what) {
-    device::EventPtr event = device().record();
+  void follow(const char *what) { follow(device().record(), what); }
+  void follow(device::EventPtr event, const char *what) {
     std::lock_guard<std::mutex> lock(mutex);
     pending.push_back(
         {std::move(event),
@@ -419,6 +564,8 @@ private:
     std::lock_guard<std::mutex> lock(mutex);
     for (auto &[group, c] : groups)
       api.commAbort(c);
+    if (postedComm)
+      api.commAbort(postedComm);
     if (world)
       api.commAbort(world);
   }
@@ -491,6 +638,11 @@ private:
   int64_t self, worldSize;
   Comm *bootstrap;
   std::map<std::vector<int64_t>, ncclComm_t> groups;
+  /// Posted messages' communicator and stream (preparePosted), and the
+  /// messages this rank posted to itself, not yet received.
+  ncclComm_t postedComm = nullptr;
+  cudaStream_t sideStream = nullptr;
+  std::vector<P2POp> selfPosted;
   std::atomic<bool> aborted{false};
 
   struct Pending {
@@ -506,6 +658,16 @@ private:
   bool stopping = false;
   std::thread watchdog;
 };
+
+void NcclPosted::wait() {
+  if (!done)
+    return;
+  cudaStream_t main = static_cast<cudaStream_t>(comm.device().nativeStream());
+  if (cudaError_t e = cudaStreamWaitEvent(main, done->event, 0);
+      e != cudaSuccess)
+    throw CommError(std::string("waiting for posted sends failed: ") +
+                    cudaGetErrorString(e));
+}
 
 } // namespace
 

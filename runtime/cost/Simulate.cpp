@@ -5,6 +5,7 @@
 #include "runtime/plan/StreamMatching.h"
 
 #include <algorithm>
+#include <tuple>
 #include <unordered_map>
 
 namespace mimo {
@@ -250,9 +251,10 @@ private:
     for (int32_t i = st.pc; i < end; ++i) {
       runPeers.push_back(*resolvePeers(topology, rank, stream[i], nullptr));
       const Peers &peers = runPeers.back();
-      st.outstanding += peers.ranks.empty() || peers.collective
-                            ? 1
-                            : static_cast<int64_t>(peers.ranks.size());
+      st.outstanding +=
+          peers.ranks.empty() || peers.collective || postedSend(stream[i])
+              ? 1
+              : static_cast<int64_t>(peers.ranks.size());
     }
     for (int32_t i = st.pc; i < end; ++i) {
       const Instr &in = stream[i];
@@ -273,20 +275,40 @@ private:
         start(rank, entry);
         continue;
       }
+      // A posted send completes for its rank at once; its message moves
+      // when the receive is there (the receive waits for it).
+      const bool postedHere = postedSend(in);
       for (int64_t peer : peers.ranks) {
         std::optional<Waiting> met =
             posted.message(topology, rank, peer, in, {rank, entry});
         if (!met)
           continue;
         Waiting other = *met;
-        ready(entry, st.last);
-        ready(other.entry, st.last);
         double end = now + costs.messageSeconds(rank, peer, in);
-        push(end, Event::Done, rank, entry);
-        push(end, Event::Done, other.rank, other.entry);
+        const size_t otherInstr =
+            other.entry - result.firstEntry[static_cast<size_t>(other.rank)];
+        for (auto [who, e, isPosted] :
+             {std::tuple{rank, entry, postedHere},
+              std::tuple{other.rank, other.entry,
+                         postedSend(streamOf(other.rank)[otherInstr])}}) {
+          if (isPosted) {
+            result.instrs[e].end = std::max(result.instrs[e].end, end);
+            continue;
+          }
+          ready(e, st.last);
+          push(end, Event::Done, who, e);
+        }
+      }
+      if (postedHere) {
+        ready(entry, st.last);
+        push(now, Event::Done, rank, entry);
       }
     }
     st.pc = end;
+  }
+
+  static bool postedSend(const Instr &in) {
+    return in.posted && instrInfo(in.op).isSend;
   }
 
   /// Starts the work of a ready instruction.

@@ -55,6 +55,13 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
     }
   if (overlap.sendsAhead && overlap.channels)
     sendChannel = overlap.channels(kSendChannel);
+  // Every rank at once (the nccl backend splits a communicator off).
+  for (const Program &p : plan.programs)
+    if (std::any_of(p.instrs.begin(), p.instrs.end(),
+                    [](const Instr &in) { return in.posted; })) {
+      comm.preparePosted();
+      break;
+    }
   if (evalData)
     evalProgram = forwardOnly(*program);
 }
@@ -148,7 +155,8 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
         name += " + " + describeInstr(topo, instrs[j]);
       events.push_back({rank, name, t0, t1 - t0, traceArgs(instrs[i])});
     }
-    if (end + 1 == instrs.size() && !inFlight.empty())
+    if (end + 1 == instrs.size() &&
+        (!inFlight.empty() || !postedInFlight.empty()))
       awaitSends(); // the pass's end: nothing stays in flight
     if (trace) {
       for (const BucketedReduction::Span &s : channelSpans) {
@@ -168,6 +176,10 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
 }
 
 void RankExecutor::awaitSends() {
+  std::vector<PostedFlight> posted = std::move(postedInFlight);
+  postedInFlight.clear();
+  for (PostedFlight &f : posted)
+    f.sends->wait();
   std::vector<InFlight> waiting = std::move(inFlight);
   inFlight.clear();
   std::vector<std::shared_ptr<comm::Request>> requests;

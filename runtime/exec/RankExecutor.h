@@ -302,7 +302,8 @@ private:
   /// Posts the point-to-point instructions [first, last] together.
   void exchange(const std::vector<Instr> &instrs, size_t first, size_t last);
 
-  /// Waits for the sends posted ahead (their spans go to the trace).
+  /// Waits for the sends posted ahead (their spans go to the trace) and
+  /// the posted sends.
   void awaitSends();
 
   void execute(const Instr &in);
@@ -368,6 +369,13 @@ private:
     int64_t bytes = 0;
   };
   std::vector<InFlight> inFlight;
+  /// Posted sends (docs/plan.md "Posted messages") and the tensors they
+  /// read; the handle goes first (it withdraws what was never received).
+  struct PostedFlight {
+    std::vector<Tensor> buffers;
+    std::unique_ptr<comm::PostedSends> sends;
+  };
+  std::vector<PostedFlight> postedInFlight;
   std::unique_ptr<comm::Channel> sendChannel;
   double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
   /// The last step's loss or norm was not finite and it was skipped.

@@ -156,6 +156,21 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
     }
   }
   exchanged = ops;
+  if (instrs[first].posted) {
+    // docs/plan.md "Posted messages": a send goes out and the rank goes on
+    // (its tensors kept until the pass's end waits for it); a receive
+    // blocks, on the posted messages' own pairing.
+    if (!instrInfo(instrs[first].op).isSend)
+      return comm.receivePosted(ops);
+    PostedFlight f;
+    for (auto &[map, key] : consumed) {
+      f.buffers.push_back(std::move(map->at(key)));
+      map->erase(key);
+    }
+    f.sends = comm.postSends(std::move(ops));
+    postedInFlight.push_back(std::move(f));
+    return;
+  }
   if (!sendChannel) {
     comm.exchange(ops);
     for (auto &[map, key] : consumed)

@@ -51,6 +51,11 @@ struct ModuleTopology {
   /// (docs/model.md): the last stage's copy and the first stage's sum
   /// their gradients (tiedEmbeddingGroups).
   bool tiedAcrossStages = false;
+  /// Expected forward FLOPs of one microbatch on one rank of the module
+  /// (config/Flops.h, its lane's samples, its stage's layers, split over
+  /// TP x CP); 0: unknown. What a schedule weighs one module's work
+  /// against another's by.
+  double forwardFlops = 0;
 };
 
 /// A bridge from an encoder's last stage to the language first stage
@@ -167,11 +172,23 @@ struct Instr {
   /// the rank's chunks of the module's layers (virtual stage
   /// chunk x pp + the rank's stage); 0 otherwise.
   int32_t chunk = 0;
+  /// A posted bridge message (docs/plan.md "Posted messages"): a send the
+  /// rank posts and goes on from, waited for at the end of the pass; on
+  /// a receive, that its message is such a send (both ends say it). Never
+  /// fused.
+  bool posted = false;
   bool operator==(const Instr &o) const {
     return op == o.op && index == o.index && mb == o.mb && fused == o.fused &&
-           chunk == o.chunk;
+           chunk == o.chunk && posted == o.posted;
   }
 };
+
+/// Whether an instruction of kind `op` may be posted: the bridges' sends
+/// and receives.
+inline bool postable(InstrOp op) {
+  return op == InstrOp::BridgeSend || op == InstrOp::BridgeRecv ||
+         op == InstrOp::BridgeSendGrad || op == InstrOp::BridgeRecvGrad;
+}
 
 struct Program {
   /// The role's name, e.g. "language/pp0/images:dst-leader".

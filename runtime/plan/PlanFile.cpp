@@ -267,6 +267,8 @@ ordered_json instrJson(const Topology &t, const Instr &in) {
     entry["chunk"] = in.chunk;
   if (in.fused)
     entry["fused"] = true;
+  if (in.posted)
+    entry["posted"] = true;
   return entry;
 }
 
@@ -551,6 +553,25 @@ private:
             continue;
           }
           in.fused = ij["fused"].get<bool>();
+        }
+        if (ij.contains("posted")) {
+          if (!ij["posted"].is_boolean()) {
+            error(iat + "/posted", "expected true or false");
+            continue;
+          }
+          in.posted = ij["posted"].get<bool>();
+          if (in.posted && !postable(in.op)) {
+            error(iat + "/posted",
+                  std::string("only a bridge's sends and receives can be "
+                              "posted, not ") +
+                      info.name + "; remove the key");
+            continue;
+          }
+          if (in.posted && in.fused) {
+            error(iat + "/posted", "a posted message is never fused; "
+                                   "remove \"fused\" or \"posted\"");
+            continue;
+          }
         }
         program.instrs.push_back(in);
       }

@@ -130,13 +130,22 @@ void buildInterleavedProgram(const Topology &topology, int64_t rank, size_t m,
   emit.add(InstrOp::OptimizerStep, -1);
 }
 
+/// Work a colocated pipeline places inside the language stage's stream
+/// (zero bubble across modules): after each backward (its input
+/// gradients and their unshard), and before each receive of the
+/// cool-down's gradients (microbatch `mb`'s).
+struct StageHooks {
+  std::function<void(int64_t mb)> afterBackward, beforeCooldownReceive;
+};
+
 /// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
 /// stream also moves the bridges' tensors (not when a colocated pipeline
 /// moves them before and after); `finalize`: end with the gradient
-/// reduction and the optimizer step.
+/// reduction and the optimizer step; `hooks`: work of other modules placed
+/// in the stream (none under the interleaved schedule).
 void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
-                          bool bridges, bool finalize,
-                          std::vector<Instr> &out) {
+                          bool bridges, bool finalize, std::vector<Instr> &out,
+                          const StageHooks *hooks = nullptr) {
   const ModuleTopology &module = topology.modules[m];
   if (module.virtualStages > 1)
     return buildInterleavedProgram(topology, rank, m, bridges, finalize, out);
@@ -228,6 +237,8 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     emit.add(InstrOp::Backward, m, mb);
     waiting.push_back(mb);
     afterBackward(mb);
+    if (hooks && hooks->afterBackward)
+      hooks->afterBackward(mb);
   };
   for (int64_t i = 0; i < warmup; ++i) {
     emit.batch(recvForward(i));
@@ -258,6 +269,8 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   }
   for (int64_t i = 0; i < warmup; ++i) {
     int64_t b = steady + i;
+    if (hooks && hooks->beforeCooldownReceive)
+      hooks->beforeCooldownReceive(b);
     emit.batch(recvBackward(b));
     afterRecvBackward(b);
     backward(b);
@@ -271,12 +284,105 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   emit.add(InstrOp::OptimizerStep, -1);
 }
 
+/// Whether every encoder's TP x CP group (its backward's collectives and
+/// its bridges' gradient broadcasts) lies within one language stage: its
+/// members then reach the same points of the language pipeline together.
+bool encoderGroupsWithinStages(const Topology &topology) {
+  const size_t lm = topology.languageIndex();
+  const Grid &lmGrid = topology.modules[lm].grid;
+  for (size_t i = 0; i < topology.modules.size(); ++i) {
+    if (i == lm)
+      continue;
+    const Grid &grid = topology.modules[i].grid;
+    for (const std::vector<int64_t> &group : grid.groups({Dim::TP, Dim::CP}))
+      for (int64_t member : group)
+        if (lmGrid.coordsOf(member).pp != lmGrid.coordsOf(group[0]).pp)
+          return false;
+  }
+  return true;
+}
+
+/// Zero bubble across modules (docs/plan.md "Zero bubble across
+/// modules"), colocated with language pp > 1, after the encoders'
+/// forwards and bridges: the language first stage posts each microbatch's
+/// bridge gradients as soon as its backward has made them, and every rank
+/// runs the encoders' backward of a microbatch (its posted bridge
+/// gradients received, broadcast, each encoder's backward) in the language
+/// pipeline's cool-down, before a gradient receive it would otherwise
+/// wait at, once the first stage has made them: on stage s before the
+/// receive of microbatch b's gradient, microbatches up to b - 1 - s (the
+/// first stage's backward of b - 1 - s ends about s backwards after
+/// stage s's of b - 1); the rest after the pipeline. Where an encoder's
+/// TP x CP group spans stages, all of them after the pipeline, in order.
+void crossModuleZeroBubble(const Topology &topology, int64_t rank,
+                           bool inPipeline, std::vector<Instr> &out) {
+  ProgramBuilder emit(out);
+  const size_t lm = topology.languageIndex();
+  const Grid &lmGrid = topology.modules[lm].grid;
+  const int64_t stage = lmGrid.coordsOf(rank).pp;
+  auto posted = [](Instr in) {
+    in.posted = true;
+    return in;
+  };
+  int64_t next = 0; // the first microbatch whose encoders' backward waits
+  auto encoderBackwards = [&](int64_t upTo) {
+    for (; next <= upTo && next < topology.microbatches; ++next) {
+      for (size_t b = 0; b < topology.bridges.size(); ++b) {
+        const BridgeTopology &bridge = topology.bridges[b];
+        if (isSourceLeader(bridge, topology.modules[bridge.src].grid, rank))
+          out.push_back(posted(instr(InstrOp::BridgeRecvGrad, b, next)));
+      }
+      for (size_t b = 0; b < topology.bridges.size(); ++b)
+        if (tpcpSize(topology, topology.bridges[b].src) > 1)
+          emit.add(InstrOp::BridgeBroadcastGrad, b, next);
+      for (size_t i = topology.modules.size(); i-- > 0;)
+        if (i != lm)
+          emit.add(InstrOp::Backward, i, next);
+    }
+  };
+  // A cool-down slot leaves a stage idle for about one forward of its
+  // language stage (the pipeline's period, the last stage's forward,
+  // input and weight gradients, less the stage's own two). What overflows
+  // it delays the stage's next gradient and so the whole pipeline, and
+  // FLOPs overrate a small encoder's speed (its short GEMMs run far below
+  // the language stage's rate: 5x its FLOPs' time on an H100, bench/
+  // results/schedules.md): at most M / P a slot (at least one), and none
+  // where even the FLOPs say one encoder backward (about twice its
+  // forward) outlasts the language stage's forward.
+  const int64_t P = lmGrid.size(Dim::PP);
+  int64_t perHole = std::max<int64_t>(1, topology.microbatches / P);
+  double encoderBackward = 0;
+  for (size_t i = 0; i < topology.modules.size(); ++i)
+    if (i != lm && !topology.modules[i].forwardOnly)
+      encoderBackward += 2 * topology.modules[i].forwardFlops;
+  if (topology.modules[lm].forwardFlops > 0 && encoderBackward > 0)
+    perHole = std::min<int64_t>(
+        perHole, static_cast<int64_t>(topology.modules[lm].forwardFlops /
+                                      encoderBackward));
+  StageHooks hooks;
+  hooks.afterBackward = [&](int64_t mb) {
+    for (size_t b = 0; b < topology.bridges.size() && stage == 0; ++b)
+      if (isDestinationLeader(topology.bridges[b], lmGrid, rank))
+        out.push_back(posted(instr(InstrOp::BridgeSendGrad, b, mb)));
+  };
+  if (inPipeline)
+    hooks.beforeCooldownReceive = [&](int64_t mb) {
+      encoderBackwards(std::min(mb - 1 - stage, next + perHole - 1));
+    };
+  buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
+                       /*finalize=*/false, out, &hooks);
+  encoderBackwards(topology.microbatches - 1);
+  for (size_t i = 0; i < topology.modules.size(); ++i)
+    emit.add(InstrOp::ReduceGrads, i);
+  emit.add(InstrOp::OptimizerStep, -1);
+}
+
 /// Colocated with language pp > 1 (docs/plan.md, reference §9.6), three
 /// phases: every encoder forward for all microbatches and the bridges to
 /// the language first stage; the language 1F1B; the bridges' gradients back
 /// and every encoder backward. Then the gradient reduction and the step.
 void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
-                                   std::vector<Instr> &out) {
+                                   bool inPipeline, std::vector<Instr> &out) {
   ProgramBuilder emit(out);
   size_t lm = topology.languageIndex();
   const Grid &lmGrid = topology.modules[lm].grid;
@@ -307,6 +413,8 @@ void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
         emit.add(InstrOp::Forward, i, mb);
   for (int64_t mb = 0; mb < topology.microbatches; ++mb)
     bridgeBatch(mb, false);
+  if (topology.zeroBubble && topology.modules[lm].virtualStages == 1)
+    return crossModuleZeroBubble(topology, rank, inPipeline, out);
   buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
                        /*finalize=*/false, out);
   for (int64_t mb = 0; mb < topology.microbatches; ++mb)
@@ -389,6 +497,8 @@ ProgramSet buildPrograms(const Topology &topology) {
   ProgramSet set;
   set.rankProgram.assign(static_cast<size_t>(topology.worldSize), -1);
   std::unordered_map<std::string, int32_t> byRole;
+  const bool inPipeline = colocatedPipeline(topology) && topology.zeroBubble &&
+                          encoderGroupsWithinStages(topology);
   for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
     std::string role = roleOf(topology, rank);
     auto [it, inserted] =
@@ -397,7 +507,8 @@ ProgramSet buildPrograms(const Topology &topology) {
       Program program;
       program.role = role;
       if (colocatedPipeline(topology))
-        buildColocatedPipelineProgram(topology, rank, program.instrs);
+        buildColocatedPipelineProgram(topology, rank, inPipeline,
+                                      program.instrs);
       else if (topology.layout == Layout::Colocated)
         buildColocatedProgram(topology, program.instrs);
       else if (!topology.modulesOf(rank).empty())

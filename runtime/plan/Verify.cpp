@@ -94,7 +94,16 @@ private:
         }
         if (checked[p])
           continue;
-        if (in.fused && !(info.isSend || info.isRecv))
+        if (in.posted && !postable(in.op))
+          problem(where(rank, int32_t(i)) +
+                      " is posted, but only a bridge's sends and receives "
+                      "can be",
+                  {place(rank, int32_t(i))});
+        else if (in.posted && in.fused)
+          problem(where(rank, int32_t(i)) +
+                      " is posted and fused: a posted message goes alone",
+                  {place(rank, int32_t(i))});
+        else if (in.fused && !(info.isSend || info.isRecv))
           problem("only sends and receives can be posted together; " +
                       where(rank, int32_t(i)) + " is not one",
                   {place(rank, int32_t(i))});
@@ -169,7 +178,9 @@ private:
         const Posting &s = ends.sends[0], &r = ends.recvs[0];
         ShapeRule sent =
             shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr]);
-        if (sent.sampleEnd <= sent.sampleBegin)
+        if (sent.sampleEnd <= sent.sampleBegin ||
+            streamOf(s.rank)[s.instr].posted !=
+                streamOf(r.rank)[r.instr].posted)
           bad.push_back({key, &ends});
       }
     std::sort(bad.begin(), bad.end(), [](const auto &a, const auto &b) {
@@ -206,6 +217,17 @@ private:
                     " and " + where(twice[1].rank, twice[1].instr),
                 {place(twice[0].rank, twice[0].instr),
                  place(twice[1].rank, twice[1].instr)});
+      } else if (streamOf(ends->sends[0].rank)[ends->sends[0].instr].posted !=
+                 streamOf(ends->recvs[0].rank)[ends->recvs[0].instr].posted) {
+        const Posting &s = ends->sends[0], &r = ends->recvs[0];
+        bool sendPosted = streamOf(s.rank)[s.instr].posted;
+        problem(where(s.rank, s.instr) + (sendPosted ? " posts" : " sends") +
+                    " the " + what + " and " + where(r.rank, r.instr) +
+                    " receives it as a " +
+                    (sendPosted ? "blocking" : "posted") +
+                    " message: both ends of a message say whether it is "
+                    "posted",
+                {place(s.rank, s.instr), place(r.rank, r.instr)});
       } else {
         const Posting &s = ends->sends[0], &r = ends->recvs[0];
         problem(
@@ -226,8 +248,10 @@ private:
   }
 
   /// Runs every stream with blocking point-to-point operations (a fused
-  /// run is posted at once and completes when all of it has matched) and
-  /// collectives that complete when the whole group has arrived.
+  /// run is posted at once and completes when all of it has matched),
+  /// posted sends that complete for their rank at once (their receive
+  /// still waits for them) and collectives that complete when the whole
+  /// group has arrived.
   void simulate() {
     struct State {
       int32_t pc = 0, end = 0, pending = 0;
@@ -267,7 +291,8 @@ private:
         std::vector<std::pair<int32_t, Peers>> ops;
         for (int32_t i = s.pc; i < s.end; ++i) {
           Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
-          s.pending += peers.collective ? 1 : int32_t(peers.ranks.size());
+          if (!postedSend(stream[i]))
+            s.pending += peers.collective ? 1 : int32_t(peers.ranks.size());
           ops.push_back({i, std::move(peers)});
         }
         ++s.pending;
@@ -288,8 +313,12 @@ private:
                 posted.message(topology, rank, peer, in, {rank, i});
             if (!met)
               continue;
+            // A posted send's rank does not wait for it.
             int64_t other = met->rank;
-            --s.pending;
+            if (!postedSend(in))
+              --s.pending;
+            if (postedSend(streamOf(other)[met->instr]))
+              continue;
             if (other != rank)
               release(other);
             else
@@ -304,6 +333,10 @@ private:
     reportDeadlock(state, posted);
   }
 
+  static bool postedSend(const Instr &in) {
+    return in.posted && instrInfo(in.op).isSend;
+  }
+
   template <typename StateVec>
   void reportDeadlock(const StateVec &state,
                       const Rendezvous<Posting> &posted) {
@@ -314,6 +347,8 @@ private:
       const std::vector<Instr> &stream = streamOf(rank);
       for (int32_t i = s.pc; i < s.end; ++i) {
         const Instr &in = stream[i];
+        if (postedSend(in))
+          continue;
         Peers peers = *resolvePeers(topology, rank, in, nullptr);
         if (peers.collective) {
           const std::vector<Posting> *members =

@@ -150,6 +150,19 @@ inline std::vector<Layout> equivalenceLayouts() {
   json zeroBubbleColocated = example("vlm-colocated-pp2.json");
   zeroBubbleColocated["batch"]["schedule"] = "zero_bubble";
   layouts.push_back({"ZeroBubbleColocatedLanguagePp2", zeroBubbleColocated, 8});
+  // Zero bubble across modules (docs/plan.md): four language stages and
+  // eight microbatches, the encoder's backward in the cool-down on every
+  // stage (its TP groups within a stage), its gradients posted by the
+  // first stage; and with an encoder TP group across two stages, all of
+  // it after the pipeline.
+  json crossModule = zeroBubbleColocated;
+  crossModule["batch"]["num_microbatches"] = 8;
+  crossModule["modules"][1]["parallel"] = {{"tp", 1}, {"pp", 4}, {"dp", 2}};
+  layouts.push_back({"ZeroBubbleAcrossModulesPp4", crossModule, 8});
+  json acrossStages = crossModule;
+  acrossStages["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
+  layouts.push_back(
+      {"ZeroBubbleAcrossModulesEncoderTpAcrossStages", acrossStages, 8});
   // Interleaved 1F1B (batch.schedule, parallel.virtual_stages): two chunks
   // of layers on each of four language stages behind an encoder that runs
   // every forward first, few microbatches; colocated, chunks of one layer

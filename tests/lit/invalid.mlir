@@ -687,6 +687,24 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
 
 // -----
 
+// ExchangeOp: a posted message goes alone
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 4 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+  mimo.program "r" attributes {ranks = 1 : i64} {
+    mimo.exchange {
+// expected-error @+1 {{'mimo.bridge_send_grad' op is posted: a posted message goes alone, outside any mimo.exchange}}
+      mimo.bridge_send_grad {bridge = 0 : i64, mb = 0 : i64, posted}
+      mimo.recv_grad @lm {mb = 0 : i64}
+    }
+  }
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
 // Instructions: each kind takes exactly its typed attributes
 mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
   %g = mimo.grid #mimo.parallel<tp = 1, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>

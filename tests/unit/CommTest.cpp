@@ -689,3 +689,79 @@ TEST(LocalCommInPostingOrder, BroadcastWaitsForEveryMember) {
 }
 
 } // namespace
+
+/// Posted messages (docs/plan.md "Posted messages"): rank 0 posts a message
+/// to every rank, itself included, and goes on: it then exchanges with
+/// rank 1 while the others have not received yet, and waits last. The
+/// receivers take theirs in reverse rank order, after an ordinary message
+/// from rank 0 in the same pairing lane; both ways of pairing.
+TEST(LocalCommPosted, SendsGoOnAndMeetTheirReceivesLater) {
+  for (Matching matching : {Matching::ByTag, Matching::InPostingOrder}) {
+    SCOPED_TRACE(matching == Matching::ByTag ? "by tag" : "in posting order");
+    constexpr int64_t n = 4, bytes = 1 << 12, kTag = 7;
+    std::atomic<int> received{0};
+    auto outcomes = runRanks(
+        n,
+        [&](Comm &c) {
+          const int64_t r = c.rank();
+          std::vector<unsigned char> in(bytes);
+          if (r == 0) {
+            std::vector<std::vector<unsigned char>> out;
+            std::vector<P2POp> ops;
+            for (int64_t dst = 0; dst < n; ++dst)
+              out.push_back(message(0, dst, kTag, bytes));
+            for (int64_t dst = 0; dst < n; ++dst)
+              ops.push_back({true, dst, kTag, out[size_t(dst)].data(), bytes});
+            std::unique_ptr<PostedSends> posted = c.postSends(ops);
+            // Nobody has received: posting did not wait.
+            EXPECT_EQ(received.load(), 0);
+            // Ordinary messages go on beside the posted ones.
+            for (int64_t dst = 1; dst < n; ++dst) {
+              unsigned char one = static_cast<unsigned char>(dst);
+              c.send(dst, kTag + 1, &one, 1);
+            }
+            std::vector<P2POp> self = {{false, 0, kTag, in.data(), bytes}};
+            c.receivePosted(self);
+            EXPECT_EQ(in, message(0, 0, kTag, bytes));
+            posted->wait(); // every receiver has its message
+            return;
+          }
+          unsigned char one = 0;
+          c.recv(0, kTag + 1, &one, 1);
+          EXPECT_EQ(one, static_cast<unsigned char>(r));
+          // Later ranks receive first.
+          std::this_thread::sleep_for(std::chrono::milliseconds(20 * (n - r)));
+          std::vector<P2POp> ops = {{false, 0, kTag, in.data(), bytes}};
+          c.receivePosted(ops);
+          EXPECT_EQ(in, message(0, r, kTag, bytes));
+          ++received;
+        },
+        Seconds(30), nullptr, matching);
+    expectAllOk(outcomes);
+  }
+}
+
+/// A posted message nobody receives times out in the wait, naming the
+/// peer; the receiver of one never posted times out too.
+TEST(LocalCommPosted, UnreceivedPostedSendTimesOut) {
+  auto outcomes = runRanks(
+      2,
+      [&](Comm &c) {
+        unsigned char byte = 1;
+        if (c.rank() == 0) {
+          std::unique_ptr<PostedSends> posted =
+              c.postSends({{true, 1, 3, &byte, 1}});
+          posted->wait();
+        } else {
+          std::vector<P2POp> ops = {{false, 0, 4, &byte, 1}};
+          c.receivePosted(ops);
+        }
+      },
+      Seconds(0.3));
+  ASSERT_TRUE(outcomes[0].threw || outcomes[1].threw);
+  for (const Outcome &o : outcomes) {
+    if (o.threw) {
+      EXPECT_NE(o.what.find("timed out"), std::string::npos) << o.what;
+    }
+  }
+}

@@ -618,6 +618,130 @@ TEST(VerifyTest, FusedComputeIsRejected) {
             std::string::npos);
 }
 
+/// The layout of test::equivalenceLayouts() named `name`, as a plan.
+Plan layoutPlan(const std::string &name) {
+  for (const test::Layout &layout : test::equivalenceLayouts())
+    if (layout.name == name)
+      return planOf(layout.model);
+  ADD_FAILURE() << "no layout " << name;
+  return twoStagePlan();
+}
+
+TEST(PlanTest, ZeroBubbleAcrossModulesPostsBridgeGradientsAndFillsCooldown) {
+  // docs/plan.md "Zero bubble across modules": the first stage's leader
+  // posts each microbatch's bridge gradients right after its backward
+  // (and unshard); every rank runs a microbatch's encoder backward after
+  // receiving them, posted; with the encoder's TP groups within a stage
+  // some of it comes before the rank's last language gradient (the
+  // cool-down), with a group across stages none does. Both verify and
+  // round-trip.
+  for (const char *name : {"ZeroBubbleAcrossModulesPp4",
+                           "ZeroBubbleAcrossModulesEncoderTpAcrossStages"}) {
+    SCOPED_TRACE(name);
+    const bool within = std::string(name) == "ZeroBubbleAcrossModulesPp4";
+    Plan plan = layoutPlan(name);
+    expectVerifiesAndRoundTrips(plan);
+    const Topology &t = plan.topology;
+    const int32_t lm = static_cast<int32_t>(t.languageIndex());
+    int posts = 0;
+    for (int64_t rank = 0; rank < t.worldSize; ++rank) {
+      const std::vector<Instr> &s =
+          plan.programs[static_cast<size_t>(plan.rankProgram[rank])].instrs;
+      size_t lastLanguage = 0, firstEncoderBackward = s.size();
+      for (size_t i = 0; i < s.size(); ++i) {
+        const Instr &in = s[i];
+        if (in.op == InstrOp::BridgeSendGrad) {
+          EXPECT_TRUE(in.posted);
+          ++posts;
+          // Right behind its microbatch's backward (and unshard).
+          size_t back = i;
+          while (back > 0 && (s[back - 1].op == InstrOp::Unshard ||
+                              s[back - 1].op == InstrOp::BridgeSendGrad))
+            --back;
+          ASSERT_GT(back, 0u);
+          EXPECT_EQ(s[back - 1].op, InstrOp::Backward);
+          EXPECT_EQ(s[back - 1].index, lm);
+          EXPECT_EQ(s[back - 1].mb, in.mb);
+        }
+        if (in.op == InstrOp::BridgeRecvGrad) {
+          EXPECT_TRUE(in.posted);
+        }
+        if (in.index == lm &&
+            (in.op == InstrOp::RecvGrad || in.op == InstrOp::Backward ||
+             in.op == InstrOp::WeightGrad))
+          lastLanguage = i;
+        if (in.op == InstrOp::Backward && in.index != lm) {
+          firstEncoderBackward = std::min(firstEncoderBackward, i);
+          // Its gradients arrived before.
+          bool received = false;
+          for (size_t j = 0; j < i; ++j)
+            received |= (s[j].op == InstrOp::BridgeRecvGrad ||
+                         s[j].op == InstrOp::BridgeBroadcastGrad) &&
+                        s[j].mb == in.mb;
+          EXPECT_TRUE(received) << "rank " << rank << " mb " << in.mb;
+        }
+      }
+      ASSERT_LT(firstEncoderBackward, s.size());
+      const int64_t stage = t.modules[lm].grid.coordsOf(rank).pp;
+      if (within && stage < t.modules[lm].grid.size(Dim::PP) - 1) {
+        EXPECT_LT(firstEncoderBackward, lastLanguage) << "rank " << rank;
+      }
+      if (!within) {
+        EXPECT_GT(firstEncoderBackward, lastLanguage) << "rank " << rank;
+      }
+    }
+    EXPECT_EQ(posts, 2 * t.microbatches); // one leader per language lane
+  }
+}
+
+TEST(VerifyTest, PostedMessagesAreWhatLetsCrossModuleZeroBubbleRun) {
+  // The same plan with blocking bridge gradients deadlocks: the first
+  // stage would wait in its steady 1F1B for the last stage's receive,
+  // which comes after the pipeline.
+  Plan plan = layoutPlan("ZeroBubbleAcrossModulesPp4");
+  for (Program &program : plan.programs)
+    for (Instr &in : program.instrs)
+      in.posted = false;
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("the plan deadlocks"), std::string::npos)
+      << problems[0].message;
+  // One end posted, the other not: named.
+  plan = layoutPlan("ZeroBubbleAcrossModulesPp4");
+  for (Program &program : plan.programs)
+    for (Instr &in : program.instrs)
+      if (in.op == InstrOp::BridgeRecvGrad)
+        in.posted = false;
+  problems = verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("both ends of a message say whether it "
+                                     "is posted"),
+            std::string::npos)
+      << problems[0].message;
+  // Only a bridge's messages are posted, and never fused.
+  plan = twoStagePlan();
+  for (Instr &in : programOf(plan, 1).instrs)
+    if (in.op == InstrOp::SendAct)
+      in.posted = true;
+  problems = verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("only a bridge's sends and receives"),
+            std::string::npos)
+      << problems[0].message;
+  plan = twoStagePlan();
+  bool marked = false;
+  for (Instr &in : programOf(plan, 0).instrs)
+    if (in.op == InstrOp::BridgeSend) {
+      in.posted = in.fused = marked = true;
+    }
+  ASSERT_TRUE(marked);
+  problems = verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("posted and fused"), std::string::npos)
+      << problems[0].message;
+}
+
 //===----------------------------------------------------------------------===//
 // The plan file
 //===----------------------------------------------------------------------===//
@@ -727,6 +851,11 @@ TEST(PlanFileTest, BadInstructionsAreRejected) {
   doc = examplePlan();
   doc["programs"][0]["instructions"][0]["mb"] = 99;
   EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/mb"),
+            std::string::npos)
+      << firstError(doc);
+  doc = examplePlan();
+  doc["programs"][0]["instructions"][0]["posted"] = true;
+  EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/posted"),
             std::string::npos)
       << firstError(doc);
   doc = examplePlan();
