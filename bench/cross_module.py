@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Zero bubble across modules in a colocated layout (docs/plan.md "Zero
 bubble across modules"), as `mimoc simulate` predicts it: each layout's
-zero-bubble step with the encoders' backward in the language pipeline's
-cool-down (the compiled plan), with it after the pipeline (the same plan
-with every encoder backward and its bridge gradients moved behind the
-rank's last language instruction: the order before), and with the
-encoder frozen (no encoder backward at all: the most any placement could
-save). The idle share is the compiled plan's.
+zero-bubble step as compiled ("now": the encoders' forwards in the
+language pipeline's ramp, their backward in its cool-down) and the same
+plan in the order before ("before": every encoder forward and bridge
+first, every encoder backward after the pipeline), with the encoder
+trained and frozen (the LLaVA recipe's tower). "bound, trained" is the
+share of the trained step before that its encoder backward took (the
+frozen step before is the same without it). The idle share is the
+trained plan's as compiled.
 
 Layouts, in bf16: a LLaVA-7B-like model colocated on 8 ranks (a
 ViT-L-like tower of 24 layers, hidden 1024, 576 tokens an image, dp 8; a
@@ -52,24 +54,34 @@ def model(microbatches, seq, image_tokens, frozen):
     }
 
 
-ENCODER_BACKWARD_OPS = ("bridge_send_grad", "bridge_recv_grad",
-                        "bridge_broadcast_grad")
+BRIDGE_FORWARD_OPS = ("bridge_send", "bridge_recv", "bridge_broadcast")
+BRIDGE_BACKWARD_OPS = ("bridge_send_grad", "bridge_recv_grad",
+                       "bridge_broadcast_grad")
 
 
-def after_pipeline(plan):
-    """The plan with each rank's encoder backwards (and their bridge
-    gradients) moved behind its last language instruction, in microbatch
-    order: the order before zero bubble across modules."""
+def order_before(plan):
+    """The plan in the order before zero bubble across modules: each rank's
+    encoder forwards first (microbatch order), then their bridges, then the
+    language pipeline, then the encoder backwards with their bridge
+    gradients (microbatch order), then the reduction and the step."""
     language = plan["model"]["modules"][-1]["name"]
+
+    def encoder(i, op):
+        return i["op"] == op and i.get("module") != language
     for program in plan["programs"]:
         instrs = program["instructions"]
-        moved = [i for i in instrs
-                 if i["op"] in ENCODER_BACKWARD_OPS or
-                 (i["op"] == "backward" and i.get("module") != language)]
+        forwards = [i for i in instrs if encoder(i, "forward")]
+        bridges = [i for i in instrs if i["op"] in BRIDGE_FORWARD_OPS]
+        backwards = [i for i in instrs if i["op"] in BRIDGE_BACKWARD_OPS or
+                     encoder(i, "backward")]
+        moved = forwards + bridges + backwards
         kept = [i for i in instrs if not any(i is m for m in moved)]
         end = next(k for k, i in enumerate(kept) if i["op"] == "reduce_grads")
-        moved.sort(key=lambda i: i["mb"])  # stable: a microbatch's order
-        program["instructions"] = kept[:end] + moved + kept[end:]
+        # Stable sorts: a microbatch's instructions keep their order.
+        bridges.sort(key=lambda i: i["mb"])
+        backwards.sort(key=lambda i: i["mb"])
+        program["instructions"] = (forwards + bridges + kept[:end] +
+                                   backwards + kept[end:])
     return plan
 
 
@@ -81,7 +93,7 @@ def simulate(mimoc, profile, doc, tmp, before=False):
         plan = os.path.join(tmp, "plan.json")
         subprocess.run([mimoc, "compile", "-q", path, "-o", plan], check=True)
         with open(plan) as f:
-            edited = after_pipeline(json.load(f))
+            edited = order_before(json.load(f))
         with open(plan, "w") as f:
             json.dump(edited, f)
         path = plan
@@ -108,22 +120,31 @@ def main():
           f"{os.path.basename(args.profile)}), bf16, zero bubble, 8 ranks "
           "colocated")
     print()
-    print("| layout | M | encoder backward in the cool-down | "
-          "after the pipeline (before) | encoder frozen | saved | "
-          "bound | idle share |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| layout | M | trained: now | trained: before | saved | "
+          "frozen: now | frozen: before | saved | bound, trained | "
+          "idle share |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, m, seq, tokens in rows:
-            trained = model(m, seq, tokens, False)
-            filled, idle = simulate(mimoc, args.profile, trained, tmp)
-            before, _ = simulate(mimoc, args.profile, trained, tmp, True)
-            frozen, _ = simulate(mimoc, args.profile,
-                                 model(m, seq, tokens, True), tmp)
-            saved = (1 - filled / before) * 100
-            bound = (1 - frozen / before) * 100
-            print(f"| {name} | {m} | {filled / 1000:.2f} s | "
-                  f"{before / 1000:.2f} s | {frozen / 1000:.2f} s | "
-                  f"{saved:.1f}% | {bound:.1f}% | {idle:.1f}% |")
+            steps = {}
+            for frozen in (False, True):
+                doc = model(m, seq, tokens, frozen)
+                steps[frozen, "now"], idle = simulate(mimoc, args.profile,
+                                                      doc, tmp)
+                if not frozen:
+                    trained_idle = idle
+                steps[frozen, "before"], _ = simulate(mimoc, args.profile,
+                                                      doc, tmp, True)
+
+            def saved(frozen):
+                return (1 - steps[frozen, "now"] /
+                        steps[frozen, "before"]) * 100
+            bound = (1 - steps[True, "before"] / steps[False, "before"]) * 100
+            print(f"| {name} | {m} | {steps[False, 'now'] / 1000:.2f} s | "
+                  f"{steps[False, 'before'] / 1000:.2f} s | "
+                  f"{saved(False):.1f}% | {steps[True, 'now'] / 1000:.2f} s | "
+                  f"{steps[True, 'before'] / 1000:.2f} s | "
+                  f"{saved(True):.1f}% | {bound:.1f}% | {trained_idle:.1f}% |")
     return 0
 
 

@@ -59,16 +59,20 @@ void estimateForwardFlops(ir::ModelOp model, Topology &topology) {
     if (auto fraction = source.getTextOnlyFraction())
       textOnly = fraction->convertToDouble();
   }
-  const double S = static_cast<double>(batch.getSeqLength());
-  size_t i = 0;
-  for (ir::EncoderOp encoder : model.getEncoders()) {
-    ir::EncoderArchAttr arch = encoder.getArch();
+  // The transformer's sizes, which both kinds of arch name alike.
+  const auto configOf = [](auto arch) {
     ModuleConfig config;
-    config.featureDim = static_cast<int64_t>(arch.getFeatureDim());
     config.hiddenSize = static_cast<int64_t>(arch.getHiddenSize());
     config.numLayers = static_cast<int64_t>(arch.getNumLayers());
     config.numHeads = static_cast<int64_t>(arch.getNumHeads());
     config.ffnHiddenSize = static_cast<int64_t>(arch.getFfnHiddenSize());
+    return config;
+  };
+  const double S = static_cast<double>(batch.getSeqLength());
+  size_t i = 0;
+  for (ir::EncoderOp encoder : model.getEncoders()) {
+    ModuleConfig config = configOf(encoder.getArch());
+    config.featureDim = static_cast<int64_t>(encoder.getArch().getFeatureDim());
     TokenMoments moments{S / 8, S * S / 64};
     if (synthetic && tokensPerSample)
       if (auto range = tokensPerSample.getAs<mlir::DenseI64ArrayAttr>(
@@ -85,13 +89,8 @@ void estimateForwardFlops(ir::ModelOp model, Topology &topology) {
                             samples * moments.square) /
         ranksOf(m.grid);
   }
-  ir::LanguageArchAttr arch = language.getArch();
-  ModuleConfig config;
-  config.vocabSize = static_cast<int64_t>(arch.getVocabSize());
-  config.hiddenSize = static_cast<int64_t>(arch.getHiddenSize());
-  config.numLayers = static_cast<int64_t>(arch.getNumLayers());
-  config.numHeads = static_cast<int64_t>(arch.getNumHeads());
-  config.ffnHiddenSize = static_cast<int64_t>(arch.getFfnHiddenSize());
+  ModuleConfig config = configOf(language.getArch());
+  config.vocabSize = static_cast<int64_t>(language.getArch().getVocabSize());
   ModuleTopology &lm = topology.modules.back();
   const double samples = samplesOf(lm.grid);
   lm.forwardFlops =

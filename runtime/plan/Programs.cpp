@@ -136,6 +136,11 @@ void buildInterleavedProgram(const Topology &topology, int64_t rank, size_t m,
 /// cool-down's gradients (microbatch `mb`'s).
 struct StageHooks {
   std::function<void(int64_t mb)> afterBackward, beforeCooldownReceive;
+  /// The first stage: before a microbatch's shard; and once, after the
+  /// first steady forward, before its exchange (where the stage waits for
+  /// the pipeline's first gradient).
+  std::function<void(int64_t mb)> beforeShard;
+  std::function<void()> afterRampForward;
 };
 
 /// The 1F1B stream of `rank`'s stage of module `m`. `bridges`: whether the
@@ -186,8 +191,11 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
     for (size_t b : incoming)
       if (tpcpSize(topology, topology.bridges[b].dst) > 1)
         emit.add(InstrOp::BridgeBroadcast, b, mb);
-    if (first && module.isLanguage)
+    if (first && module.isLanguage) {
+      if (hooks && hooks->beforeShard)
+        hooks->beforeShard(mb);
       emit.add(InstrOp::Shard, m, mb);
+    }
   };
   auto sendForward = [&](int64_t mb) {
     return messages(!last, InstrOp::SendAct, outgoing, true,
@@ -253,6 +261,8 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   for (int64_t i = 0; i < steady; ++i) {
     int64_t f = warmup + i;
     emit.add(InstrOp::Forward, m, f);
+    if (i == 0 && hooks && hooks->afterRampForward)
+      hooks->afterRampForward();
     emit.batch(concat(sendForward(f), recvBackward(i)));
     afterRecvBackward(i);
     backward(i);
@@ -303,17 +313,22 @@ bool encoderGroupsWithinStages(const Topology &topology) {
 }
 
 /// Zero bubble across modules (docs/plan.md "Zero bubble across
-/// modules"), colocated with language pp > 1, after the encoders'
-/// forwards and bridges: the language first stage posts each microbatch's
-/// bridge gradients as soon as its backward has made them, and every rank
-/// runs the encoders' backward of a microbatch (its posted bridge
-/// gradients received, broadcast, each encoder's backward) in the language
-/// pipeline's cool-down, before a gradient receive it would otherwise
-/// wait at, once the first stage has made them: on stage s before the
-/// receive of microbatch b's gradient, microbatches up to b - 1 - s (the
-/// first stage's backward of b - 1 - s ends about s backwards after
-/// stage s's of b - 1); the rest after the pipeline. Where an encoder's
-/// TP x CP group spans stages, all of them after the pipeline, in order.
+/// modules"), colocated with language pp > 1. The encoders' forwards: each
+/// microbatch's on every rank with its bridge sends posted, the first
+/// stage's just before the language microbatch that takes it and the rest
+/// in its wait for the pipeline's first gradient, the other stages' before
+/// the pipeline (in its ramp). The backward: the language first stage posts
+/// each microbatch's bridge gradients as soon as its backward has made
+/// them, and every rank runs the encoders' backward of a microbatch (its
+/// posted bridge gradients received, broadcast, each encoder's backward)
+/// in the language pipeline's cool-down, before a gradient receive it
+/// would otherwise wait at, once the first stage has made them: on stage s
+/// before the receive of microbatch b's gradient, microbatches up to
+/// b - 1 - s (the first stage's backward of b - 1 - s ends about s
+/// backwards after stage s's of b - 1); the rest after the pipeline.
+/// Where an encoder's TP x CP group spans stages (`inPipeline` false), the
+/// forwards and bridges all come first (buildColocatedPipelineProgram) and
+/// the backward all after the pipeline, in order.
 void crossModuleZeroBubble(const Topology &topology, int64_t rank,
                            bool inPipeline, std::vector<Instr> &out) {
   ProgramBuilder emit(out);
@@ -369,6 +384,41 @@ void crossModuleZeroBubble(const Topology &topology, int64_t rank,
     hooks.beforeCooldownReceive = [&](int64_t mb) {
       encoderBackwards(std::min(mb - 1 - stage, next + perHole - 1));
     };
+  // The forwards: every encoder forward and its posted bridge send, in
+  // microbatch order; the first stage runs each just before the language
+  // microbatch that takes it (its bridges received, posted, and broadcast)
+  // and the rest in the wait for the pipeline's first gradient, the
+  // others before the pipeline, in its ramp.
+  int64_t forwarded = 0;
+  auto encoderForwards = [&](int64_t upTo) {
+    for (; forwarded <= upTo && forwarded < topology.microbatches;
+         ++forwarded) {
+      for (size_t i = 0; i < topology.modules.size(); ++i)
+        if (i != lm)
+          emit.add(InstrOp::Forward, i, forwarded);
+      for (size_t b = 0; b < topology.bridges.size(); ++b) {
+        const BridgeTopology &bridge = topology.bridges[b];
+        if (isSourceLeader(bridge, topology.modules[bridge.src].grid, rank))
+          out.push_back(posted(instr(InstrOp::BridgeSend, b, forwarded)));
+      }
+    }
+  };
+  if (inPipeline) {
+    if (stage > 0)
+      encoderForwards(topology.microbatches - 1);
+    hooks.beforeShard = [&](int64_t mb) {
+      encoderForwards(mb);
+      for (size_t b = 0; b < topology.bridges.size(); ++b)
+        if (isDestinationLeader(topology.bridges[b], lmGrid, rank))
+          out.push_back(posted(instr(InstrOp::BridgeRecv, b, mb)));
+      for (size_t b = 0; b < topology.bridges.size(); ++b)
+        if (tpcpSize(topology, lm) > 1)
+          emit.add(InstrOp::BridgeBroadcast, b, mb);
+    };
+    hooks.afterRampForward = [&] {
+      encoderForwards(topology.microbatches - 1);
+    };
+  }
   buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
                        /*finalize=*/false, out, &hooks);
   encoderBackwards(topology.microbatches - 1);
@@ -381,6 +431,8 @@ void crossModuleZeroBubble(const Topology &topology, int64_t rank,
 /// phases: every encoder forward for all microbatches and the bridges to
 /// the language first stage; the language 1F1B; the bridges' gradients back
 /// and every encoder backward. Then the gradient reduction and the step.
+/// Under zero bubble, crossModuleZeroBubble's order (`inPipeline`: every
+/// encoder's TP x CP group within a language stage).
 void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
                                    bool inPipeline, std::vector<Instr> &out) {
   ProgramBuilder emit(out);
@@ -407,13 +459,17 @@ void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
         emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
     }
   };
-  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
-    for (size_t i = 0; i < topology.modules.size(); ++i)
-      if (i != lm)
-        emit.add(InstrOp::Forward, i, mb);
-  for (int64_t mb = 0; mb < topology.microbatches; ++mb)
-    bridgeBatch(mb, false);
-  if (topology.zeroBubble && topology.modules[lm].virtualStages == 1)
+  const bool crossModule =
+      topology.zeroBubble && topology.modules[lm].virtualStages == 1;
+  if (!(crossModule && inPipeline)) {
+    for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+      for (size_t i = 0; i < topology.modules.size(); ++i)
+        if (i != lm)
+          emit.add(InstrOp::Forward, i, mb);
+    for (int64_t mb = 0; mb < topology.microbatches; ++mb)
+      bridgeBatch(mb, false);
+  }
+  if (crossModule)
     return crossModuleZeroBubble(topology, rank, inPipeline, out);
   buildPipelineProgram(topology, rank, lm, /*bridges=*/false,
                        /*finalize=*/false, out);

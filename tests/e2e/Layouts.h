@@ -151,14 +151,18 @@ inline std::vector<Layout> equivalenceLayouts() {
   zeroBubbleColocated["batch"]["schedule"] = "zero_bubble";
   layouts.push_back({"ZeroBubbleColocatedLanguagePp2", zeroBubbleColocated, 8});
   // Zero bubble across modules (docs/plan.md): four language stages and
-  // eight microbatches, the encoder's backward in the cool-down on every
-  // stage (its TP groups within a stage), its gradients posted by the
-  // first stage; and with an encoder TP group across two stages, all of
-  // it after the pipeline.
+  // eight microbatches, the encoder's forwards in the pipeline's ramp and
+  // its backward in the cool-down on every stage (its TP groups within a
+  // stage), their bridges posted; the tower frozen (forwards only); and
+  // with an encoder TP group across two stages, the forwards before the
+  // pipeline and the backward after it.
   json crossModule = zeroBubbleColocated;
   crossModule["batch"]["num_microbatches"] = 8;
   crossModule["modules"][1]["parallel"] = {{"tp", 1}, {"pp", 4}, {"dp", 2}};
   layouts.push_back({"ZeroBubbleAcrossModulesPp4", crossModule, 8});
+  json frozenTower = crossModule; // the LLaVA recipe: forwards only
+  frozenTower["modules"][0]["freeze"] = true;
+  layouts.push_back({"ZeroBubbleAcrossModulesFrozenTower", frozenTower, 8});
   json acrossStages = crossModule;
   acrossStages["modules"][0]["parallel"] = {{"tp", 4}, {"dp", 2}};
   layouts.push_back(

@@ -4,7 +4,7 @@
 #   mimo-run --reference; injected faults and a killed rank end every rank
 #   with a message naming it; bad input exits 1.
 # usage: mimo_run_cli.sh BIN_DIR EXAMPLES_DIR [trainings|checks]
-#   trainings: sections 1-1f (the examples and schedules under mpirun
+#   trainings: sections 1-1g (the examples and schedules under mpirun
 #   against --reference); checks: sections 2 on (faults, bad input, flags,
 #   data formats, the memory plan); both when not given. CTest runs the two
 #   halves as two tests, side by side.
@@ -13,6 +13,21 @@ part=${3:-all}
 source "$(dirname "$0")/cli_common.sh"
 
 compile() { "$bin/mimoc" compile -q "$examples/$1.json" -o "$work/$1.plan.json" || fail "compile $1"; }
+
+# mpi_matches NAME NP PATTERN WHAT: $work/NAME.json compiles to a plan that
+# holds PATTERN, and 3 steps of it under mpirun -np NP match --reference.
+mpi_matches() {
+  local name=$1 np=$2 pattern=$3 what=$4
+  "$bin/mimoc" compile -q "$work/$name.json" -o "$work/$name.plan.json" &&
+    grep -q "$pattern" "$work/$name.plan.json" &&
+    "$bin/mimo-run" "$work/$name.plan.json" --steps 3 --reference \
+      --metrics "$work/$name.ref.jsonl" >/dev/null &&
+    mpirun -np "$np" "$bin/mimo-run" "$work/$name.plan.json" --steps 3 \
+      --metrics "$work/$name.mpi.jsonl" >"$work/$name.mpi.out" 2>&1 &&
+    python3 "$here/compare_metrics.py" "$work/$name.mpi.jsonl" "$work/$name.ref.jsonl" &&
+    pass "$what: mpirun -np $np matches --reference" ||
+    { cat "$work/$name.mpi.out" 2>/dev/null; fail "$what under mpirun"; }
+}
 
 if [ "$part" != checks ]; then
 # 1. Local and MPI runs match the reference.
@@ -111,38 +126,7 @@ model["modules"][1]["parallel"] = {"pp": 4, "rank_offset": 4}
 model["batch"]["schedule"] = "zero_bubble"
 json.dump(model, open(sys.argv[2], "w"))
 PY
-"$bin/mimoc" compile -q "$work/zb.json" -o "$work/zb.plan.json" &&
-  grep -q '"weight_grad"' "$work/zb.plan.json" &&
-  "$bin/mimo-run" "$work/zb.plan.json" --steps 3 --reference \
-    --metrics "$work/zb.ref.jsonl" >/dev/null &&
-  mpirun -np 8 "$bin/mimo-run" "$work/zb.plan.json" --steps 3 \
-    --metrics "$work/zb.mpi.jsonl" >"$work/zb.mpi.out" 2>&1 &&
-  python3 "$here/compare_metrics.py" "$work/zb.mpi.jsonl" "$work/zb.ref.jsonl" &&
-  pass "zero bubble: mpirun -np 8 matches --reference" ||
-  { cat "$work/zb.mpi.out" 2>/dev/null; fail "zero bubble under mpirun"; }
-
-# 1g. Zero bubble across modules under mpirun (docs/plan.md): colocated,
-# four language stages; the first stage posts each microbatch's bridge
-# gradients (MPI_Isend) as its backward makes them, every stage runs the
-# encoder's backward in its cool-down, and the losses and norms are
-# --reference's.
-python3 - "$examples/vlm-colocated-pp2.json" "$work/xm.json" <<'PY'
-import json, sys
-model = json.load(open(sys.argv[1]))
-model["modules"][1]["parallel"] = {"tp": 1, "pp": 4, "dp": 2}
-model["batch"]["schedule"] = "zero_bubble"
-model["batch"]["num_microbatches"] = 8
-json.dump(model, open(sys.argv[2], "w"))
-PY
-"$bin/mimoc" compile -q "$work/xm.json" -o "$work/xm.plan.json" &&
-  grep -q '"posted":true' "$work/xm.plan.json" &&
-  "$bin/mimo-run" "$work/xm.plan.json" --steps 3 --reference \
-    --metrics "$work/xm.ref.jsonl" >/dev/null &&
-  mpirun -np 8 "$bin/mimo-run" "$work/xm.plan.json" --steps 3 \
-    --metrics "$work/xm.mpi.jsonl" >"$work/xm.mpi.out" 2>&1 &&
-  python3 "$here/compare_metrics.py" "$work/xm.mpi.jsonl" "$work/xm.ref.jsonl" &&
-  pass "zero bubble across modules: mpirun -np 8 matches --reference" ||
-  { cat "$work/xm.mpi.out" 2>/dev/null; fail "zero bubble across modules under mpirun"; }
+mpi_matches zb 8 '"weight_grad"' "zero bubble"
 
 # 1f. Interleaved 1F1B under mpirun (docs/plan.md): four language stages of
 # two chunks each behind an encoder; the messages that wrap from the last
@@ -157,15 +141,23 @@ model["modules"][1]["arch"]["num_layers"] = 8
 model["batch"]["schedule"] = "interleaved"
 json.dump(model, open(sys.argv[2], "w"))
 PY
-"$bin/mimoc" compile -q "$work/il.json" -o "$work/il.plan.json" &&
-  grep -q '"chunk":1' "$work/il.plan.json" &&
-  "$bin/mimo-run" "$work/il.plan.json" --steps 3 --reference \
-    --metrics "$work/il.ref.jsonl" >/dev/null &&
-  mpirun -np 8 "$bin/mimo-run" "$work/il.plan.json" --steps 3 \
-    --metrics "$work/il.mpi.jsonl" >"$work/il.mpi.out" 2>&1 &&
-  python3 "$here/compare_metrics.py" "$work/il.mpi.jsonl" "$work/il.ref.jsonl" &&
-  pass "interleaved: mpirun -np 8 matches --reference" ||
-  { cat "$work/il.mpi.out" 2>/dev/null; fail "interleaved under mpirun"; }
+mpi_matches il 8 '"chunk":1' "interleaved"
+
+# 1g. Zero bubble across modules under mpirun (docs/plan.md): colocated,
+# four language stages; every rank posts its encoder outputs (MPI_Isend)
+# and the first stage takes each just before its language forward, the
+# first stage posts each microbatch's bridge gradients as its backward
+# makes them, every stage runs the encoder's backward in its cool-down,
+# and the losses and norms are --reference's.
+python3 - "$examples/vlm-colocated-pp2.json" "$work/xm.json" <<'PY'
+import json, sys
+model = json.load(open(sys.argv[1]))
+model["modules"][1]["parallel"] = {"tp": 1, "pp": 4, "dp": 2}
+model["batch"]["schedule"] = "zero_bubble"
+model["batch"]["num_microbatches"] = 8
+json.dump(model, open(sys.argv[2], "w"))
+PY
+mpi_matches xm 8 '"posted":true' "zero bubble across modules"
 fi
 
 if [ "$part" != trainings ]; then
