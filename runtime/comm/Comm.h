@@ -63,6 +63,9 @@ public:
   /// reused or freed; the poster's later device work is ordered after the
   /// transfers). CommError as exchange().
   virtual void wait() = 0;
+  /// Whether every message has been received, asked without waiting
+  /// (wait() then returns at once).
+  virtual bool done() = 0;
 };
 
 class Comm {

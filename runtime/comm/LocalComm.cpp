@@ -119,6 +119,12 @@ public:
   /// withdraws them (a handle dropped unwaited, when failing).
   void awaitPosted(std::vector<Message> &sends);
   void withdrawPosted(std::vector<Message> &sends);
+  /// Whether every one of `sends` has been copied by its receiver.
+  bool consumed(const std::vector<Message> &sends) {
+    std::lock_guard<std::mutex> lock(world->mutex);
+    return std::all_of(sends.begin(), sends.end(),
+                       [](const Message &m) { return m.done; });
+  }
 
   void fail(const std::string &message) override {
     std::lock_guard<std::mutex> lock(world->mutex);
@@ -282,6 +288,7 @@ public:
       throw;
     }
   }
+  bool done() override { return comm.consumed(sends); }
   std::vector<Message> sends;
 
 private:
@@ -307,6 +314,10 @@ std::unique_ptr<PostedSends> LocalComm::postSends(std::vector<P2POp> ops) {
 
 void LocalComm::receivePosted(std::vector<P2POp> &ops) {
   validate(ops);
+  for (const P2POp &op : ops)
+    if (op.isSend)
+      throw CommError("rank " + std::to_string(self) +
+                      ": receivePosted takes receives only" + inContext());
   if (world->matching == Matching::InPostingOrder)
     canonicalOrder(ops);
   std::unique_lock<std::mutex> lock(world->mutex);

@@ -151,6 +151,14 @@ public:
     std::vector<bool> finished(ops.size(), false);
     comm.waitAll(ops, order, requests, indices, statuses, finished);
   }
+  bool done() override {
+    int complete = 0;
+    // Errors surface in wait(), which finds the requests still there.
+    if (MPI_Testall(static_cast<int>(requests.size()), requests.data(),
+                    &complete, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      return false;
+    return complete != 0;
+  }
 
   MpiComm &comm;
   std::vector<P2POp> ops;

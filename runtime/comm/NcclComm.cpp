@@ -190,8 +190,9 @@ class NcclPosted final : public PostedSends {
 public:
   explicit NcclPosted(NcclComm &comm) : comm(comm) {}
   void wait() override;
+  bool done() override { return !finished || finished->reached(); }
   NcclComm &comm;
-  std::shared_ptr<StreamEvent> done;
+  std::shared_ptr<StreamEvent> finished;
 };
 
 class NcclComm final : public Comm {
@@ -301,7 +302,7 @@ public:
                       ": ordering a posted send after its data failed: " +
                       cudaGetErrorString(e) + inContext());
     group(remote, postedComm, sideStream, "posted send");
-    posted->done = std::make_shared<StreamEvent>(sideStream);
+    posted->finished = std::make_shared<StreamEvent>(sideStream);
     return posted;
   }
 
@@ -660,10 +661,10 @@ private:
 };
 
 void NcclPosted::wait() {
-  if (!done)
+  if (!finished)
     return;
   cudaStream_t main = static_cast<cudaStream_t>(comm.device().nativeStream());
-  if (cudaError_t e = cudaStreamWaitEvent(main, done->event, 0);
+  if (cudaError_t e = cudaStreamWaitEvent(main, finished->event, 0);
       e != cudaSuccess)
     throw CommError(std::string("waiting for posted sends failed: ") +
                     cudaGetErrorString(e));

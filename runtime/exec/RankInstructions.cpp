@@ -159,7 +159,16 @@ void RankExecutor::exchange(const std::vector<Instr> &instrs, size_t first,
   if (instrs[first].posted) {
     // docs/plan.md "Posted messages": a send goes out and the rank goes on
     // (its tensors kept until the pass's end waits for it); a receive
-    // blocks, on the posted messages' own pairing.
+    // blocks, on the posted messages' own pairing. Posted sends already
+    // received let their tensors go now (a microbatch's encoder output or
+    // bridge gradients each), not at the pass's end.
+    for (auto it = postedInFlight.begin(); it != postedInFlight.end();)
+      if (it->sends->done()) {
+        it->sends->wait();
+        it = postedInFlight.erase(it);
+      } else {
+        ++it;
+      }
     if (!instrInfo(instrs[first].op).isSend)
       return comm.receivePosted(ops);
     PostedFlight f;

@@ -360,10 +360,11 @@ void crossModuleZeroBubble(const Topology &topology, int64_t rank,
   // input and weight gradients, less the stage's own two). What overflows
   // it delays the stage's next gradient and so the whole pipeline, and
   // FLOPs overrate a small encoder's speed (its short GEMMs run far below
-  // the language stage's rate: 5x its FLOPs' time on an H100, bench/
-  // results/schedules.md): at most M / P a slot (at least one), and none
-  // where even the FLOPs say one encoder backward (about twice its
-  // forward) outlasts the language stage's forward.
+  // the language stage's rate: on the h100 profile a ViT-L-like tower's
+  // backward of an image takes a fifth of a 7B-like stage's forward, their
+  // FLOPs a 37th; bench/results/schedules.md): at most M / P a slot (at
+  // least one), and none where even the FLOPs say one encoder backward
+  // (about twice its forward) outlasts the language stage's forward.
   const int64_t P = lmGrid.size(Dim::PP);
   int64_t perHole = std::max<int64_t>(1, topology.microbatches / P);
   double encoderBackward = 0;

@@ -723,7 +723,11 @@ TEST(LocalCommPosted, SendsGoOnAndMeetTheirReceivesLater) {
             std::vector<P2POp> self = {{false, 0, kTag, in.data(), bytes}};
             c.receivePosted(self);
             EXPECT_EQ(in, message(0, 0, kTag, bytes));
-            posted->wait(); // every receiver has its message
+            // done() turns true once every receiver has its message.
+            for (int i = 0; i < 10000 && !posted->done(); ++i)
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            EXPECT_TRUE(posted->done());
+            posted->wait();
             return;
           }
           unsigned char one = 0;
