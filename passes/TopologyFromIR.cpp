@@ -2,8 +2,6 @@
 
 #include "passes/TopologyFromIR.h"
 
-#include "runtime/config/Flops.h"
-
 #include "runtime/plan/Topology.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -31,71 +29,6 @@ int64_t moduleIndex(const Topology &topology, llvm::StringRef name) {
     if (topology.modules[i].name == name)
       return static_cast<int64_t>(i);
   return -1;
-}
-
-/// ModuleTopology::forwardFlops of every module: config/Flops.h's counts
-/// of a microbatch's samples on one data-parallel lane (every sample
-/// seq_length long; an encoder's tokens at tokens_per_sample's expected
-/// count, seq_length / 8 a sample without one, as Flops.h guesses), over
-/// the module's PP x TP x CP ranks.
-void estimateForwardFlops(ir::ModelOp model, Topology &topology) {
-  ir::LanguageOp language = model.getLanguage();
-  ir::MicrobatchOp batch = model.getMicrobatch();
-  const auto samplesOf = [&](const Grid &grid) {
-    return static_cast<double>(batch.getMicroBatchSize()) /
-           static_cast<double>(grid.size(Dim::DP));
-  };
-  const auto ranksOf = [](const Grid &grid) {
-    return static_cast<double>(grid.size(Dim::PP) * grid.size(Dim::TP) *
-                               grid.size(Dim::CP));
-  };
-  mlir::DictionaryAttr tokensPerSample;
-  double textOnly = 0;
-  bool synthetic = false;
-  for (ir::DataSourceOp source : model.getBody().getOps<ir::DataSourceOp>()) {
-    synthetic = source.getSource() == "synthetic";
-    if (auto tokens = source.getTokensPerSample())
-      tokensPerSample = *tokens;
-    if (auto fraction = source.getTextOnlyFraction())
-      textOnly = fraction->convertToDouble();
-  }
-  // The transformer's sizes, which both kinds of arch name alike.
-  const auto configOf = [](auto arch) {
-    ModuleConfig config;
-    config.hiddenSize = static_cast<int64_t>(arch.getHiddenSize());
-    config.numLayers = static_cast<int64_t>(arch.getNumLayers());
-    config.numHeads = static_cast<int64_t>(arch.getNumHeads());
-    config.ffnHiddenSize = static_cast<int64_t>(arch.getFfnHiddenSize());
-    return config;
-  };
-  const double S = static_cast<double>(batch.getSeqLength());
-  size_t i = 0;
-  for (ir::EncoderOp encoder : model.getEncoders()) {
-    ModuleConfig config = configOf(encoder.getArch());
-    config.featureDim = static_cast<int64_t>(encoder.getArch().getFeatureDim());
-    TokenMoments moments{S / 8, S * S / 64};
-    if (synthetic && tokensPerSample)
-      if (auto range = tokensPerSample.getAs<mlir::DenseI64ArrayAttr>(
-              encoder.getSymName());
-          range && range.size() == 2) {
-        moments = uniformMoments(range[0], range[1]);
-        moments.mean *= 1 - textOnly;
-        moments.square *= 1 - textOnly;
-      }
-    ModuleTopology &m = topology.modules[i++];
-    const double samples = samplesOf(m.grid);
-    m.forwardFlops =
-        encoderForwardFlops(config, m.outputHidden, samples * moments.mean,
-                            samples * moments.square) /
-        ranksOf(m.grid);
-  }
-  ModuleConfig config = configOf(language.getArch());
-  config.vocabSize = static_cast<int64_t>(language.getArch().getVocabSize());
-  ModuleTopology &lm = topology.modules.back();
-  const double samples = samplesOf(lm.grid);
-  lm.forwardFlops =
-      languageForwardFlops(config, samples * S, samples * S * (S + 1) / 2) /
-      ranksOf(lm.grid);
 }
 
 } // namespace
@@ -144,7 +77,6 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
   topology.seqLength = static_cast<int64_t>(batch.getSeqLength());
   topology.zeroBubble = batch.getSchedule() == "zero_bubble";
   topology.interleaved = batch.getSchedule() == "interleaved";
-  estimateForwardFlops(model, topology);
   ir::ParallelAttr p = language.getGridOp().getParallel();
   topology.shard = makeShard(p.getCp(), p.getTp(), p.isSequenceParallel(),
                              batch.getPacking());

@@ -185,14 +185,18 @@ public:
 class NcclComm;
 
 /// Posted sends on the posted messages' stream: waiting orders the rank's
-/// stream after them (the host goes on).
+/// stream after them (the host goes on). Messages to the rank itself are
+/// done once its receivePosted has copied them.
 class NcclPosted final : public PostedSends {
 public:
   explicit NcclPosted(NcclComm &comm) : comm(comm) {}
   void wait() override;
-  bool done() override { return !finished || finished->reached(); }
+  bool done() override {
+    return *selfLeft == 0 && (!finished || finished->reached());
+  }
   NcclComm &comm;
   std::shared_ptr<StreamEvent> finished;
+  std::shared_ptr<int64_t> selfLeft = std::make_shared<int64_t>(0);
 };
 
 class NcclComm final : public Comm {
@@ -265,7 +269,8 @@ public:
     // NCCL pairs each peer's messages in posting order: both ends post a
     // batch in the same canonical order.
     canonicalOrder(ops);
-    group(ops, world, stream(), "exchange");
+    group(ops, world, stream());
+    follow("exchange");
   }
 
   /// Posted sends go on a stream and a communicator of their own (split
@@ -277,14 +282,19 @@ public:
     if (!postedComm)
       throw CommError("rank " + std::to_string(self) +
                       ": a posted message before preparePosted" + inContext());
+    auto posted = std::make_unique<NcclPosted>(*this);
     std::vector<P2POp> remote;
     for (const P2POp &op : ops) {
       if (!op.isSend)
         throw CommError("rank " + std::to_string(self) +
                         ": only sends can be posted" + inContext());
-      (op.peer == self ? selfPosted : remote).push_back(op);
+      if (op.peer != self) {
+        remote.push_back(op);
+        continue;
+      }
+      selfPosted.push_back({op, posted->selfLeft});
+      ++*posted->selfLeft;
     }
-    auto posted = std::make_unique<NcclPosted>(*this);
     if (remote.empty())
       return posted;
     canonicalOrder(remote);
@@ -301,8 +311,9 @@ public:
       throw CommError("rank " + std::to_string(self) +
                       ": ordering a posted send after its data failed: " +
                       cudaGetErrorString(e) + inContext());
-    group(remote, postedComm, sideStream, "posted send");
+    group(remote, postedComm, sideStream);
     posted->finished = std::make_shared<StreamEvent>(sideStream);
+    follow(posted->finished, "posted send");
     return posted;
   }
 
@@ -317,15 +328,17 @@ public:
         remote.push_back(op);
         continue;
       }
-      auto it = std::find_if(selfPosted.begin(), selfPosted.end(),
-                             [&](const P2POp &s) { return s.tag == op.tag; });
-      if (it == selfPosted.end() || it->bytes != op.bytes)
+      auto it = std::find_if(
+          selfPosted.begin(), selfPosted.end(),
+          [&](const SelfMessage &m) { return m.op.tag == op.tag; });
+      if (it == selfPosted.end() || it->op.bytes != op.bytes)
         throw CommError("rank " + std::to_string(self) +
                         ": no posted message of " + std::to_string(op.bytes) +
                         " bytes to itself with tag " + std::to_string(op.tag) +
                         inContext());
       if (op.bytes > 0)
-        device().copy(op.data, it->data, op.bytes);
+        device().copy(op.data, it->op.data, op.bytes);
+      --*it->left;
       selfPosted.erase(it);
     }
     if (remote.empty())
@@ -334,17 +347,22 @@ public:
       throw CommError("rank " + std::to_string(self) +
                       ": a posted message before preparePosted" + inContext());
     canonicalOrder(remote);
-    group(remote, postedComm, stream(), "posted receive");
+    group(remote, postedComm, stream());
+    follow("posted receive");
   }
 
   void preparePosted() override {
     if (postedComm)
       return;
+    ncclComm_t split = nullptr;
     {
       HostCall call(*this, "ncclCommSplit");
-      check(
-          api.commSplit(world, 0, static_cast<int>(self), &postedComm, nullptr),
-          "ncclCommSplit", world);
+      check(api.commSplit(world, 0, static_cast<int>(self), &split, nullptr),
+            "ncclCommSplit", world);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex); // the watchdog reads it
+      postedComm = split;
     }
     if (cudaError_t e =
             cudaStreamCreateWithFlags(&sideStream, cudaStreamNonBlocking);
@@ -372,32 +390,24 @@ public:
   }
 
   /// One NCCL group of `ops` (in canonical order) on communicator `c` and
-  /// stream `s`; the watchdog follows it.
-  void group(const std::vector<P2POp> &ops, ncclComm_t c, cudaStream_t s,
-             const char *what) {
-    {
-      // ncclGroupEnd may wait on the host for a peer to connect.
-      HostCall call(*this, "ncclGroupEnd of a batch of messages");
-      check(api.groupStart(), "ncclGroupStart", nullptr);
-      for (const P2POp &op : ops) {
-        if (op.bytes == 0)
-          continue; // both ends know the size: neither posts it
-        size_t n = static_cast<size_t>(op.bytes);
-        int peer = static_cast<int>(op.peer);
-        ncclResult_t r = op.isSend
-                             ? api.send(op.data, n, ncclUint8, peer, c, s)
-                             : api.recv(op.data, n, ncclUint8, peer, c, s);
-        if (r != ncclSuccess) {
-          api.groupEnd();
-          check(r, op.isSend ? "ncclSend" : "ncclRecv", c);
-        }
+  /// stream `s` (the caller hands the watchdog its end).
+  void group(const std::vector<P2POp> &ops, ncclComm_t c, cudaStream_t s) {
+    // ncclGroupEnd may wait on the host for a peer to connect.
+    HostCall call(*this, "ncclGroupEnd of a batch of messages");
+    check(api.groupStart(), "ncclGroupStart", nullptr);
+    for (const P2POp &op : ops) {
+      if (op.bytes == 0)
+        continue; // both ends know the size: neither posts it
+      size_t n = static_cast<size_t>(op.bytes);
+      int peer = static_cast<int>(op.peer);
+      ncclResult_t r = op.isSend ? api.send(op.data, n, ncclUint8, peer, c, s)
+                                 : api.recv(op.data, n, ncclUint8, peer, c, s);
+      if (r != ncclSuccess) {
+        api.groupEnd();
+        check(r, op.isSend ? "ncclSend" : "ncclRecv", c);
       }
-      check(api.groupEnd(), "ncclGroupEnd", c);
     }
-    if (s == sideStream)
-      follow(std::make_shared<StreamEvent>(s), what);
-    else
-      follow(what);
+    check(api.groupEnd(), "ncclGroupEnd", c);
   }
 
   void fail(const std::string &message) override {
@@ -606,6 +616,8 @@ private:
       std::vector<ncclComm_t> all;
       if (world)
         all.push_back(world);
+      if (postedComm)
+        all.push_back(postedComm);
       for (auto &[group, c] : groups)
         all.push_back(c);
       for (ncclComm_t c : all) {
@@ -643,7 +655,11 @@ private:
   /// messages this rank posted to itself, not yet received.
   ncclComm_t postedComm = nullptr;
   cudaStream_t sideStream = nullptr;
-  std::vector<P2POp> selfPosted;
+  struct SelfMessage {
+    P2POp op;
+    std::shared_ptr<int64_t> left; // its NcclPosted's count
+  };
+  std::vector<SelfMessage> selfPosted;
   std::atomic<bool> aborted{false};
 
   struct Pending {
@@ -661,6 +677,9 @@ private:
 };
 
 void NcclPosted::wait() {
+  if (*selfLeft > 0)
+    throw CommError("rank " + std::to_string(comm.rank()) +
+                    ": a message posted to itself was never received");
   if (!finished)
     return;
   cudaStream_t main = static_cast<cudaStream_t>(comm.device().nativeStream());

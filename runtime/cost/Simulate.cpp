@@ -5,7 +5,6 @@
 #include "runtime/plan/StreamMatching.h"
 
 #include <algorithm>
-#include <tuple>
 #include <unordered_map>
 
 namespace mimo {
@@ -285,19 +284,18 @@ private:
           continue;
         Waiting other = *met;
         double end = now + costs.messageSeconds(rank, peer, in);
-        const size_t otherInstr =
-            other.entry - result.firstEntry[static_cast<size_t>(other.rank)];
-        for (auto [who, e, isPosted] :
-             {std::tuple{rank, entry, postedHere},
-              std::tuple{other.rank, other.entry,
-                         postedSend(streamOf(other.rank)[otherInstr])}}) {
-          if (isPosted) {
-            result.instrs[e].end = std::max(result.instrs[e].end, end);
-            continue;
-          }
+        // Each end is done when the message is; a posted send was done
+        // for its rank when posted.
+        auto arrive = [&](int64_t who, size_t e) {
           ready(e, st.last);
           push(end, Event::Done, who, e);
-        }
+        };
+        const size_t otherInstr =
+            other.entry - result.firstEntry[static_cast<size_t>(other.rank)];
+        if (!postedHere)
+          arrive(rank, entry);
+        if (!postedSend(streamOf(other.rank)[otherInstr]))
+          arrive(other.rank, other.entry);
       }
       if (postedHere) {
         ready(entry, st.last);
@@ -305,10 +303,6 @@ private:
       }
     }
     st.pc = end;
-  }
-
-  static bool postedSend(const Instr &in) {
-    return in.posted && instrInfo(in.op).isSend;
   }
 
   /// Starts the work of a ready instruction.

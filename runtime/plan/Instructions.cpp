@@ -52,6 +52,10 @@ const InstrInfo &instrInfo(InstrOp op) {
   return kInstrInfo[static_cast<int>(op)];
 }
 
+bool postedSend(const Instr &in) {
+  return in.posted && instrInfo(in.op).isSend;
+}
+
 std::optional<InstrOp> parseInstrOp(std::string_view name) {
   for (int i = 0; i < kNumInstrOps; ++i)
     if (name == kInstrInfo[i].name)

@@ -51,11 +51,6 @@ struct ModuleTopology {
   /// (docs/model.md): the last stage's copy and the first stage's sum
   /// their gradients (tiedEmbeddingGroups).
   bool tiedAcrossStages = false;
-  /// Expected forward FLOPs of one microbatch on one rank of the module
-  /// (config/Flops.h, its lane's samples, its stage's layers, split over
-  /// TP x CP); 0: unknown. What a schedule weighs one module's work
-  /// against another's by.
-  double forwardFlops = 0;
 };
 
 /// A bridge from an encoder's last stage to the language first stage
@@ -173,9 +168,9 @@ struct Instr {
   /// chunk x pp + the rank's stage); 0 otherwise.
   int32_t chunk = 0;
   /// A posted bridge message (docs/plan.md "Posted messages"): a send the
-  /// rank posts and goes on from, waited for at the end of the pass; on
-  /// a receive, that its message is such a send (both ends say it). Never
-  /// fused.
+  /// rank posts and goes on from (its tensors kept until it has been
+  /// received, at the latest to the end of the pass); on a receive, that
+  /// its message is such a send (both ends say it). Never fused.
   bool posted = false;
   bool operator==(const Instr &o) const {
     return op == o.op && index == o.index && mb == o.mb && fused == o.fused &&
@@ -189,6 +184,9 @@ inline bool postable(InstrOp op) {
   return op == InstrOp::BridgeSend || op == InstrOp::BridgeRecv ||
          op == InstrOp::BridgeSendGrad || op == InstrOp::BridgeRecvGrad;
 }
+
+/// Whether `in` is a posted send: its rank does not wait for it.
+bool postedSend(const Instr &in);
 
 struct Program {
   /// The role's name, e.g. "language/pp0/images:dst-leader".

@@ -357,24 +357,14 @@ void crossModuleZeroBubble(const Topology &topology, int64_t rank,
   };
   // A cool-down slot leaves a stage idle for about one forward of its
   // language stage (the pipeline's period, the last stage's forward,
-  // input and weight gradients, less the stage's own two). What overflows
-  // it delays the stage's next gradient and so the whole pipeline, and
-  // FLOPs overrate a small encoder's speed (its short GEMMs run far below
-  // the language stage's rate: on the h100 profile a ViT-L-like tower's
-  // backward of an image takes a fifth of a 7B-like stage's forward, their
-  // FLOPs a 37th; bench/results/schedules.md): at most M / P a slot (at
-  // least one), and none where even the FLOPs say one encoder backward
-  // (about twice its forward) outlasts the language stage's forward.
-  const int64_t P = lmGrid.size(Dim::PP);
-  int64_t perHole = std::max<int64_t>(1, topology.microbatches / P);
-  double encoderBackward = 0;
-  for (size_t i = 0; i < topology.modules.size(); ++i)
-    if (i != lm && !topology.modules[i].forwardOnly)
-      encoderBackward += 2 * topology.modules[i].forwardFlops;
-  if (topology.modules[lm].forwardFlops > 0 && encoderBackward > 0)
-    perHole = std::min<int64_t>(
-        perHole, static_cast<int64_t>(topology.modules[lm].forwardFlops /
-                                      encoderBackward));
+  // input and weight gradients, less the stage's own two); what overflows
+  // it delays the stage's next gradient and so the whole pipeline. The
+  // plan knows no stage times (and FLOPs overrate a small encoder's
+  // speed: on the h100 profile a ViT-L-like tower's backward of an image
+  // takes a fifth of a 7B-like stage's forward, their FLOPs a 37th;
+  // bench/results/schedules.md): at most M / P a slot, at least one.
+  const int64_t perHole =
+      std::max<int64_t>(1, topology.microbatches / lmGrid.size(Dim::PP));
   StageHooks hooks;
   hooks.afterBackward = [&](int64_t mb) {
     for (size_t b = 0; b < topology.bridges.size() && stage == 0; ++b)

@@ -333,10 +333,6 @@ private:
     reportDeadlock(state, posted);
   }
 
-  static bool postedSend(const Instr &in) {
-    return in.posted && instrInfo(in.op).isSend;
-  }
-
   template <typename StateVec>
   void reportDeadlock(const StateVec &state,
                       const Rendezvous<Posting> &posted) {

@@ -648,8 +648,22 @@ TEST(PlanTest, ZeroBubbleAcrossModulesPostsBridgeGradientsAndFillsCooldown) {
       const std::vector<Instr> &s =
           plan.programs[static_cast<size_t>(plan.rankProgram[rank])].instrs;
       size_t lastLanguage = 0, firstEncoderBackward = s.size();
+      size_t firstLanguage = s.size(), lastEncoderForward = 0;
       for (size_t i = 0; i < s.size(); ++i) {
         const Instr &in = s[i];
+        if (in.op == InstrOp::Forward && in.index == lm)
+          firstLanguage = std::min(firstLanguage, i);
+        if (in.op == InstrOp::Forward && in.index != lm) {
+          lastEncoderForward = i;
+          // Its microbatch's language forward comes after it.
+          for (size_t j = 0; j < i; ++j)
+            EXPECT_FALSE(s[j].op == InstrOp::Forward && s[j].index == lm &&
+                         s[j].mb == in.mb)
+                << "rank " << rank << " mb " << in.mb;
+        }
+        if (in.op == InstrOp::BridgeSend || in.op == InstrOp::BridgeRecv) {
+          EXPECT_EQ(in.posted, within);
+        }
         if (in.op == InstrOp::BridgeSendGrad) {
           EXPECT_TRUE(in.posted);
           ++posts;
@@ -685,6 +699,13 @@ TEST(PlanTest, ZeroBubbleAcrossModulesPostsBridgeGradientsAndFillsCooldown) {
       const int64_t stage = t.modules[lm].grid.coordsOf(rank).pp;
       if (within && stage < t.modules[lm].grid.size(Dim::PP) - 1) {
         EXPECT_LT(firstEncoderBackward, lastLanguage) << "rank " << rank;
+      }
+      // The first stage's forwards fill its ramp (after its first language
+      // forward); elsewhere, and across stages, they all come first.
+      if (within && stage == 0) {
+        EXPECT_GT(lastEncoderForward, firstLanguage) << "rank " << rank;
+      } else {
+        EXPECT_LT(lastEncoderForward, firstLanguage) << "rank " << rank;
       }
       if (!within) {
         EXPECT_GT(firstEncoderBackward, lastLanguage) << "rank " << rank;
@@ -856,6 +877,25 @@ TEST(PlanFileTest, BadInstructionsAreRejected) {
   doc = examplePlan();
   doc["programs"][0]["instructions"][0]["posted"] = true;
   EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/posted"),
+            std::string::npos)
+      << firstError(doc);
+  EXPECT_NE(firstError(doc).find("only a bridge's sends and receives"),
+            std::string::npos)
+      << firstError(doc);
+  // A posted bridge message that is also fused.
+  doc = examplePlan();
+  json &instrs = doc["programs"][0]["instructions"];
+  size_t send = 0;
+  while (send < instrs.size() && instrs[send]["op"] != "bridge_send")
+    ++send;
+  ASSERT_LT(send, instrs.size());
+  instrs[send]["posted"] = true;
+  instrs[send]["fused"] = true;
+  EXPECT_NE(firstError(doc).find("/programs/0/instructions/" +
+                                 std::to_string(send) + "/posted"),
+            std::string::npos)
+      << firstError(doc);
+  EXPECT_NE(firstError(doc).find("a posted message is never fused"),
             std::string::npos)
       << firstError(doc);
   doc = examplePlan();

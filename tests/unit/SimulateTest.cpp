@@ -1,6 +1,7 @@
 //===- SimulateTest.cpp - Cost model, timed simulation and tune -----------===//
 
 #include "TestModels.h"
+#include "tests/e2e/Layouts.h"
 
 #include "codegen/SimulateReport.h"
 #include "codegen/Tune.h"
@@ -261,6 +262,54 @@ TEST(Simulate, MessagesOnTheCriticalPathCostTheirLink) {
         .stepSeconds;
   };
   EXPECT_GE(step(1000) - step(0), 2 * 1000e-6 * (1 - 1e-9));
+}
+
+TEST(Simulate, PostedSendsLetTheirRankGoOn) {
+  // Zero bubble across modules (docs/plan.md "Posted messages"): a posted
+  // send's rank starts its next instruction when it posts it; the first
+  // stage's bridge gradients of microbatch 0 reach the last stage's ranks
+  // only after their pipeline, long after the first stage went on.
+  std::optional<Plan> plan;
+  for (const test::Layout &layout : test::equivalenceLayouts())
+    if (layout.name == "ZeroBubbleAcrossModulesPp4")
+      plan = requirePlan(
+          requireConfig(validateModelConfig(layout.model, "model.json")));
+  ASSERT_TRUE(plan);
+  CostModel costs(plan->topology, plan->config, flatProfile(1),
+                  freeLinks(8, 0));
+  Simulation sim =
+      simulateStep(plan->topology, plan->programs, plan->rankProgram, costs);
+  ASSERT_TRUE(sim.problem.empty()) << sim.problem;
+  auto find = [&](int64_t rank, InstrOp op, int32_t mb) {
+    const std::vector<Instr> &stream =
+        plan->programs[plan->rankProgram[rank]].instrs;
+    for (size_t i = 0; i < stream.size(); ++i)
+      if (stream[i].op == op && stream[i].mb == mb)
+        return sim.firstEntry[rank] + i;
+    ADD_FAILURE() << "rank " << rank << " has no such instruction";
+    return sim.firstEntry[rank];
+  };
+  int posted = 0;
+  double wentOn = 0;
+  for (int64_t rank = 0; rank < plan->topology.worldSize; ++rank) {
+    const std::vector<Instr> &stream =
+        plan->programs[plan->rankProgram[rank]].instrs;
+    for (size_t i = 0; i + 1 < stream.size(); ++i) {
+      if (!postedSend(stream[i]))
+        continue;
+      ++posted;
+      const size_t e = sim.firstEntry[rank] + i;
+      EXPECT_DOUBLE_EQ(sim.postOf(e + 1, stream), sim.instrs[e].ready)
+          << "rank " << rank << " instruction " << i;
+      if (rank == 0 && stream[i].op == InstrOp::BridgeSendGrad &&
+          stream[i].mb == 0)
+        wentOn = sim.postOf(e + 1, stream);
+    }
+  }
+  EXPECT_GT(posted, 0);
+  ASSERT_GT(wentOn, 0);
+  const int64_t last = plan->topology.worldSize - 1; // the last stage
+  EXPECT_GT(sim.instrs[find(last, InstrOp::BridgeRecvGrad, 0)].end, wentOn);
 }
 
 TEST(Simulate, EqualStagesGiveTheOneFOneBBubble) {
