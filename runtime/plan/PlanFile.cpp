@@ -8,6 +8,8 @@
 #include "runtime/json/JsonReader.h"
 #include "runtime/plan/Topology.h"
 
+#include <algorithm>
+#include <iterator>
 #include <unordered_map>
 
 namespace mimo {
@@ -501,6 +503,21 @@ private:
           continue;
         }
         const InstrInfo &info = instrInfo(*op);
+        // Unknown keys are errors (docs/plan.md Version policy): a key this
+        // mimo does not know could change what the instruction means.
+        static const char *const kKeys[] = {"op",    "module", "bridge", "mb",
+                                            "chunk", "fused",  "posted"};
+        std::string unknown;
+        for (auto it = ij.begin(); it != ij.end() && unknown.empty(); ++it)
+          if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) ==
+              std::end(kKeys))
+            unknown = it.key();
+        if (!unknown.empty()) {
+          error(iat + "/" + escapePointerToken(unknown),
+                "unknown key in a version " + std::to_string(kPlanVersion) +
+                    " plan's instruction; remove it");
+          continue;
+        }
         Instr in;
         in.op = *op;
         if (info.operand == InstrOperand::Module) {

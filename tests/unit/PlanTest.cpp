@@ -882,6 +882,14 @@ TEST(PlanFileTest, BadInstructionsAreRejected) {
   EXPECT_NE(firstError(doc).find("only a bridge's sends and receives"),
             std::string::npos)
       << firstError(doc);
+  // An instruction key this mimo does not know.
+  doc = examplePlan();
+  doc["programs"][0]["instructions"][0]["async"] = true;
+  EXPECT_NE(firstError(doc).find("/programs/0/instructions/0/async"),
+            std::string::npos)
+      << firstError(doc);
+  EXPECT_NE(firstError(doc).find("unknown key"), std::string::npos)
+      << firstError(doc);
   // A posted bridge message that is also fused.
   doc = examplePlan();
   json &instrs = doc["programs"][0]["instructions"];
