@@ -12,17 +12,31 @@ conversations"), checked with no code of mimo-prep's:
    its EOS (decoded back to the answer's text by sentencepiece);
 3. byte-level BPE on a hand-made tokenizer.json: ids worked out by hand,
    added tokens, a Split pre-tokenizer;
-4. bad input: exit 1 with the file and the fix.
+4. bad input: exit 1 with the file and the fix;
+5. hostile input, every read bounded: decompression bombs and damaged
+   PNGs, FIFOs, sockets and folders named as images, image paths that lead
+   outside --images, JSON nested 100000 deep, a regex that backtracks
+   without end, bad added tokens, tokenizer.json and model.json files
+   mutated at random (a one-line error or a run, never a traceback),
+   --max-skipped, missing Python packages, progress lines in a log.
 
 usage: mimo_prep_check.py BUILD_DIR SOURCE_DIR
 """
+import contextlib
+import importlib.machinery
+import importlib.util
+import io
 import json
 import os
+import pty
+import random
 import shutil
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 import sentencepiece
@@ -41,8 +55,34 @@ def check(ok, what, detail=""):
         failures.append(what)
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+def run(cmd, timeout=600, **kw):
+    """The command's result; one that runs past `timeout` (a hang) has
+    returncode None."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, None, "", f"(hung: killed after {timeout} s)")
+
+
+def refused(r, *words):
+    """Exit 1 with no traceback, the last line of stderr mimo-prep's error
+    naming each of `words`."""
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    return (r.returncode == 1 and "Traceback" not in r.stderr
+            and last.startswith("mimo-prep: error: ") and all(w in last for w in words))
+
+
+def fresh(work):
+    """A dataset PREFIX no run has written to."""
+    fresh.n = getattr(fresh, "n", 0) + 1
+    return os.path.join(work, "out", str(fresh.n), "x")
+
+
+def written(prefix):
+    """The files of a dataset PREFIX that exist, finished or partial."""
+    d, base = os.path.split(prefix)
+    return [f for f in os.listdir(d) if f.startswith(os.path.basename(base) + ".")] \
+        if os.path.isdir(d) else []
 
 
 def read_dataset(prefix, encoder, dim):
@@ -88,10 +128,12 @@ def quick_start(build, source, work):
              "-o", os.path.join(prep, "data", "train")])
     check(r.returncode == 0 and "wrote 65 samples (64 with an image" in r.stdout,
           "mimo-prep writes the 65 usable records", r.stdout + r.stderr[-2000:])
-    check("skipped 2 record(s): 1 no image file, 1 more than one <image>" in r.stdout
-          and "record 65: no image file" in r.stdout,
-          "the two broken records are skipped, counted and named")
-    check("67/67 records" in r.stderr, "a progress bar")
+    check("skipped 2 of 67 records: 1 no image file, 1 more than one <image>" in r.stdout
+          and 'id "missing" (record 65): no image file' in r.stdout
+          and 'id "two" (record 66): more than one <image>' in r.stdout,
+          "the two broken records are skipped, counted and named by their ids")
+    check("mimo-prep: 67/67 records" in r.stderr and "\r" not in r.stderr,
+          "progress in plain lines when stderr is not a terminal", r.stderr[-2000:])
     plan = os.path.join(work, "prepared.plan.json")
     metrics = os.path.join(work, "prepared.jsonl")
     r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q",
@@ -189,6 +231,398 @@ def bad_input(source, work, prep, sample):
     check(not os.path.exists(os.path.join(work, "bad", "x.bin")), "nothing half-written")
 
 
+# Hostile input (issue: every input mimo-prep reads is bounded).
+
+def png_bytes(w, h, idat=None, ihdr_crc=None, cut=None):
+    """A PNG of w x h RGB pixels, chunk by chunk: a wrong IHDR checksum, or
+    cut after `cut` bytes, on request."""
+    def chunk(kind, data, crc=None):
+        crc = zlib.crc32(kind + data) if crc is None else crc
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc & 0xFFFFFFFF)
+    if idat is None:
+        idat = zlib.compress(b"".join(b"\0" + b"\x10\x80\xf0" * w for _ in range(h)))
+    data = (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0), ihdr_crc)
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return data[:cut] if cut else data
+
+
+def conversation(rid, image=None, question="What is it?"):
+    r = {"id": rid, "conversations": [{"from": "human", "value": "<image>\n" + question},
+                                      {"from": "gpt", "value": "It is red."}]}
+    if image is None:
+        r["conversations"][0]["value"] = question
+    else:
+        r["image"] = image
+    return r
+
+
+def prep_cmd(tool, conversations, images, tokenizer, model, out, *extra):
+    return [sys.executable, tool, "--conversations", conversations, "--images", images,
+            "--tokenizer", tokenizer, "--model", model, "-o", out] + list(extra)
+
+
+def hostile_images(source, work, prep, sample):
+    """Bombs and damaged PNGs; FIFOs, sockets, folders and links as images;
+    paths that lead outside --images: each record skipped and named."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    root = os.path.join(work, "hostile")
+    os.makedirs(os.path.join(root, "images", "folder.png"))
+    for i in range(4):
+        shutil.copy(os.path.join(sample, "images", f"{i:03d}.png"),
+                    os.path.join(root, "images", f"{i:03d}.png"))
+    files = {
+        "bomb": png_bytes(100000, 100000, idat=zlib.compress(b"\0" * 1000)),
+        "twice": png_bytes(100, 100),  # 10000 pixels: more than twice --max-pixels
+        "over": png_bytes(50, 50),  # 2500: past --max-pixels, not twice (PIL's warning)
+        "crc": png_bytes(32, 32, ihdr_crc=12345),
+        "cut": png_bytes(32, 32, cut=60),
+        "zlib": png_bytes(32, 32, idat=b"x\x9c" + bytes(range(200))),
+    }
+    records = [conversation(f"good{i}", f"images/{i:03d}.png") for i in range(4)]
+    for name, data in files.items():
+        open(os.path.join(root, "images", name + ".png"), "wb").write(data)
+        records.append(conversation(name, f"images/{name}.png"))
+    conv = os.path.join(work, "hostile-images.json")
+    json.dump(records, open(conv, "w"))
+    out = fresh(work)
+    model = os.path.join(prep, "vlm-prepared.json")
+    tokenizer = os.path.join(sample, "tokenizer.model")
+    r = run(prep_cmd(tool, conv, root, tokenizer, model, out, "--max-skipped", "1",
+                     "--max-pixels", "2000"), timeout=60)
+    named = all(f'id "{n}" (record {4 + i}): ' in r.stdout for i, n in enumerate(files))
+    check(r.returncode == 0 and "Traceback" not in r.stderr and "wrote 4 samples" in r.stdout
+          and named and "skipped 6 of 10 records: 3 an image too large, "
+          "3 an unreadable image" in r.stdout,
+          "a decompression bomb, images past --max-pixels and damaged PNGs are "
+          "skipped and named", r.stdout + r.stderr[-3000:])
+    # Not regular files, and paths that lead outside --images.
+    os.mkfifo(os.path.join(root, "images", "fifo.png"))
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(os.path.join(root, "images", "sock.png"))
+    outside = os.path.join(sample, "images", "005.png")
+    os.symlink(outside, os.path.join(root, "images", "out.png"))
+    os.symlink("/dev/zero", os.path.join(root, "images", "zero.png"))
+    os.symlink("000.png", os.path.join(root, "images", "in.png"))
+    rel_out = os.path.relpath(outside, os.path.join(root, "images"))
+    bad = {"fifo": ("images/fifo.png", "not a regular file"),
+           "socket": ("images/sock.png", "not a regular file"),
+           "folder": ("images/folder.png", "not a regular file"),
+           "absolute": (outside, "outside --images"),
+           "dotdot": ("images/" + rel_out, "outside --images"),
+           "link-out": ("images/out.png", "outside --images"),
+           "device": ("images/zero.png", "outside --images"),
+           "nul": ("images/000.png\0x", "outside --images")}
+    records = [conversation("good", "images/001.png"), conversation("in", "images/in.png"),
+               conversation("updown", "images/../images/002.png")]
+    records += [conversation(n, path) for n, (path, _) in bad.items()]
+    json.dump(records, open(conv, "w"))
+    r = run(prep_cmd(tool, conv, root, tokenizer, model, out, "--max-skipped", "1"),
+            timeout=60)
+    sock.close()
+    named = all(f'id "{n}" (record {3 + i}): ' in r.stdout and why in r.stdout
+                for i, (n, (_, why)) in enumerate(bad.items()))
+    check(r.returncode == 0 and "Traceback" not in r.stderr and "wrote 3 samples" in r.stdout
+          and named and "skipped 8 of 11 records: 5 an image path outside --images, "
+          "3 an image that is not a regular file" in r.stdout,
+          "a FIFO, a socket, a folder, absolute paths, .. and links out of --images "
+          "are skipped, not read", r.stdout + r.stderr[-3000:])
+    check(not any(n in r.stdout for n in ("good", "updown", '"in"')),
+          "links and .. that stay inside --images are read")
+
+
+def hostile_conversations(source, work, prep, sample):
+    """Deep JSON, a FIFO as an input, lone surrogates, ids in the messages,
+    --max-skipped."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    model = os.path.join(prep, "vlm-prepared.json")
+    tokenizer = os.path.join(sample, "tokenizer.model")
+    out = fresh(work)
+    deep = os.path.join(work, "deep.json")
+    open(deep, "w").write("[" * 100000 + "]" * 100000)
+    r = run(prep_cmd(tool, deep, sample, tokenizer, model, out), timeout=60)
+    check(refused(r, deep, "nested too deeply") and not written(out),
+          "a JSON array nested 100000 deep is refused in one line", r.stderr[-2000:])
+    lines = [json.dumps(rec) for rec in json.load(
+        open(os.path.join(sample, "conversations.json")))[:20]]
+    lines.insert(5, "[" * 100000)
+    lines.insert(7, json.dumps({"id": "deep", "x": 1})[:-1] + ', "y": ' + "[" * 100000 +
+                 "]" * 100000 + "}")
+    lines.append(json.dumps(conversation("surrogate", None, "\ud800?")))
+    lines.append(json.dumps(conversation("surrogate-path", "images/\ud800.png")))
+    lines.append(json.dumps({"id": 7, "conversations": []}))
+    jsonl = os.path.join(work, "deep.jsonl")
+    open(jsonl, "w").write("\n\n".join(lines) + "\n")
+    r = run(prep_cmd(tool, jsonl, sample, tokenizer, model, fresh(work), "--max-skipped", "0.5"),
+            timeout=60)
+    check(r.returncode == 0 and "Traceback" not in r.stderr and "wrote 20 samples" in r.stdout
+          and "line 11: not JSON: nested too deeply" in r.stdout
+          and "line 15: not JSON: nested too deeply" in r.stdout
+          and 'id "surrogate" (line 45): text that is not Unicode' in r.stdout
+          and 'id "surrogate-path" (line 47): an unreadable image' in r.stdout
+          and "id 7 (line 49): no conversations" in r.stdout,
+          "JSON lines: a line nested too deeply, lone surrogates: skipped, "
+          "named by line and id", r.stdout + r.stderr[-3000:])
+    fifo = os.path.join(work, "fifo.json")
+    os.mkfifo(fifo)
+    for flag in ("--conversations", "--tokenizer", "--model"):
+        args = {"--conversations": jsonl, "--tokenizer": tokenizer, "--model": model}
+        args[flag] = fifo
+        r = run(prep_cmd(tool, args["--conversations"], sample, args["--tokenizer"],
+                         args["--model"], out), timeout=30)
+        check(refused(r, fifo, "not a regular file"), f"a FIFO as {flag} is refused",
+              r.stderr[-2000:])
+    # --max-skipped: a wrong --images folder drops 66 of the 67 records.
+    conv = os.path.join(sample, "conversations.json")
+    r = run(prep_cmd(tool, conv, prep, tokenizer, model, out))
+    check(refused(r, "skipped 66 of 67 records", "--max-skipped 0.05")
+          and "skipped 66 of 67 records: 66 no image file" in r.stdout and not written(out),
+          "a wrong --images folder (66 of 67 records skipped) fails, writing nothing",
+          r.stdout[-2000:] + r.stderr[-2000:])
+    r = run(prep_cmd(tool, conv, prep, tokenizer, model, fresh(work), "--max-skipped", "1"))
+    check(r.returncode == 0 and "wrote 1 samples" in r.stdout, "--max-skipped 1 lets it run",
+          r.stdout[-2000:] + r.stderr[-2000:])
+    out = fresh(work)
+    r = run(prep_cmd(tool, conv, sample, tokenizer, model, out, "--max-skipped", "0"))
+    check(refused(r, "skipped 2 of 67 records") and not written(out),
+          "--max-skipped 0 fails on the quick start's 2 skipped records", r.stderr[-2000:])
+
+
+def progress_on_a_terminal(source, work, prep, sample):
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    master, slave = pty.openpty()
+    p = subprocess.Popen(prep_cmd(tool, os.path.join(sample, "conversations.json"), sample,
+                                  os.path.join(sample, "tokenizer.model"),
+                                  os.path.join(prep, "vlm-prepared.json"),
+                                  fresh(work)),
+                         stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the process is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    p.wait(timeout=60)
+    check(b"\rmimo-prep: [" + b"#" * 30 + b"] 67/67 records" in seen,
+          "a progress bar redrawn in place on a terminal", seen[-500:].decode(errors="replace"))
+
+
+def byte_tokenizer():
+    """A byte-level BPE tokenizer.json: the 256 bytes, a few merges, added
+    tokens and Llama 3's Split (digit runs)."""
+    import prep_tokenizers
+    vocab = {ch: b for b, ch in prep_tokenizers.bytes_to_unicode().items()}
+    merges = ["h e", "l l", "he ll", "hell o", "Ġ hello", "1 2", "12 3"]
+    for i, m in enumerate(merges):
+        vocab[m.replace(" ", "")] = 256 + i
+    return {"model": {"type": "BPE", "vocab": vocab, "merges": merges},
+            "added_tokens": [{"id": 270, "content": "<s>", "special": True},
+                             {"id": 271, "content": "</s>", "special": True}],
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}"},
+                 "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}}
+
+
+def bpe_model(prep, work):
+    """vlm-prepared.json with its image token past byte_tokenizer()'s ids."""
+    model = json.load(open(os.path.join(prep, "vlm-prepared.json")))
+    model["modules"][0]["special_token_id"] = 300
+    model["modules"][1]["arch"]["vocab_size"] = 320
+    model["batch"]["seq_length"] = 256
+    path = os.path.join(work, "bpe-model.json")
+    json.dump(model, open(path, "w"))
+    return path
+
+
+def hostile_tokenizers(source, work, prep, sample):
+    """Bad added tokens, a regex that backtracks without end."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    model, out = bpe_model(prep, work), fresh(work)
+    conv = os.path.join(sample, "conversations.json")
+    path = os.path.join(work, "hostile-tokenizer.json")
+    base = byte_tokenizer()
+    json.dump(base, open(path, "w"))
+    r = run(prep_cmd(tool, conv, sample, path, model, fresh(work)))
+    check(r.returncode == 0 and "wrote 65 samples" in r.stdout,
+          "a byte-level BPE tokenizer.json prepares the quick start", r.stderr[-2000:])
+    for value, shown in ((-1, "-1"), (257.9, "257.9"), (True, "true"), ("5", "'5'"),
+                         (1 << 40, str(1 << 40))):
+        doc = byte_tokenizer()
+        doc["added_tokens"].append({"id": value, "content": "<|x|>"})
+        json.dump(doc, open(path, "w"))
+        r = run(prep_cmd(tool, conv, sample, path, model, out))
+        check(refused(r, path, "/added_tokens/2/id", "'<|x|>'", shown, "from 0")
+              and not written(out), f"an added token of id {shown} is refused",
+              r.stdout[-1000:] + r.stderr[-2000:])
+    doc = byte_tokenizer()
+    doc["added_tokens"].append({"id": 400, "content": "<|x|>"})
+    json.dump(doc, open(path, "w"))
+    r = run(prep_cmd(tool, conv, sample, path, model, out))
+    check(refused(r, path, "'<|x|>'", "400", "vocab_size 320"),
+          "an added token past the model's vocab_size is refused, named",
+          r.stdout[-1000:] + r.stderr[-2000:])
+    doc = byte_tokenizer()
+    doc["added_tokens"].append({"id": 272, "content": ""})
+    json.dump(doc, open(path, "w"))
+    r = run(prep_cmd(tool, conv, sample, path, model, out))
+    check(refused(r, path, "/added_tokens/2/content", "empty"),
+          "an empty added token is refused", r.stdout[-1000:] + r.stderr[-2000:])
+    doc = byte_tokenizer()
+    doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a+)+$"
+    json.dump(doc, open(path, "w"))
+    long_a = os.path.join(work, "long-a.json")
+    json.dump([conversation("short", None, "aaa!"), conversation("long", None, "a" * 5000 + "!")],
+              open(long_a, "w"))
+    r = run(prep_cmd(tool, long_a, sample, path, model, out), timeout=60)
+    check(refused(r, path, "'(a+)+$'", 'id "long"') and not written(out),
+          "a regex that backtracks without end stops the run, naming the file and "
+          "the pattern", r.stderr[-2000:])
+
+
+def mutants(doc, rng, n):
+    """n copies of the JSON document `doc`, each changed in 1 to 3 places: a
+    key deleted, a value of another type or a random one, an array emptied."""
+    values = [None, True, False, 0, -1, 1, 2.5, 257.9, 1 << 40, "", "x", "(a+)+$", "[",
+              [], [1, 2], ["a", "b", "c"], {}, {"type": "BPE"}, {"a": 1}, "Split",
+              "ByteLevel", "Sequence", "BPE"]
+
+    def places(node, at):
+        yield at
+        if isinstance(node, dict):
+            keys = list(node)
+            for k in (rng.sample(keys, 6) if len(keys) > 6 else keys):
+                yield from places(node[k], at + (k,))
+        elif isinstance(node, list):
+            for i in (rng.sample(range(len(node)), 4) if len(node) > 4 else range(len(node))):
+                yield from places(node[i], at + (i,))
+
+    out = []
+    for _ in range(n):
+        d = json.loads(json.dumps(doc))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.choice(list(places(d, ())))
+            if not at:
+                continue
+            parent = d
+            for k in at[:-1]:
+                parent = parent[k]
+            op = rng.random()
+            if op < 0.3 and isinstance(parent, dict):
+                del parent[at[-1]]
+            elif op < 0.4 and isinstance(parent[at[-1]], (list, dict)):
+                parent[at[-1]] = type(parent[at[-1]])()
+            else:
+                parent[at[-1]] = json.loads(json.dumps(rng.choice(values)))
+        out.append(d)
+    return out
+
+
+def fuzz_tokenizers(source, work, prep, sample):
+    """tokenizer.json mutated at random: loaded and used, a TokenizerError
+    or ids; through mimo-prep, a one-line error (exit 1) or a run."""
+    import prep_tokenizers
+    rng = random.Random(55)
+    path = os.path.join(work, "fuzz-tokenizer.json")
+    other = []
+    for i, doc in enumerate(mutants(byte_tokenizer(), rng, 600)):
+        json.dump(doc, open(path, "w"))
+        try:
+            tok = prep_tokenizers.load(path)
+            prep_tokenizers.special_ids(tok, None, None)
+            ids = tok.encode("hello 12345 <s> world\n")
+            assert all(isinstance(t, int) and 0 <= t < tok.size for t in ids), ids
+        except (prep_tokenizers.TokenizerError,
+                getattr(prep_tokenizers, "PatternTimeout", KeyError)) as e:
+            assert path in str(e) or "symbol" in str(e), str(e)
+        except Exception as e:  # noqa: BLE001: what this looks for
+            other.append(f"mutant {i}: {type(e).__name__}: {e}: {json.dumps(doc)[:300]}")
+    check(not other, f"600 mutated tokenizer.json files: an error naming the file "
+          f"or ids ({len(other)} otherwise)", "\n".join(other[:5]))
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    model, out = bpe_model(prep, work), fresh(work)
+    conv = os.path.join(sample, "conversations.json")
+    bad = []
+    for i, doc in enumerate(mutants(byte_tokenizer(), random.Random(56), 12)):
+        json.dump(doc, open(path, "w"))
+        r = run(prep_cmd(tool, conv, sample, path, model, out, "--limit", "3",
+                         "--max-skipped", "1"), timeout=60)
+        if not (r.returncode == 0 or refused(r)):
+            bad.append(f"mutant {i}: exit {r.returncode}: {r.stderr[-600:]}")
+    check(not bad, "12 mutated tokenizer.json files through mimo-prep: exit 0, or 1 "
+          "with the file named, no traceback", "\n".join(bad[:3]))
+
+
+def fuzz_models(source, work, prep, sample):
+    """model.json mutated at random: mimo-prep's reading of it ends in a
+    one-line error (SystemExit 1) or in facts of the right types."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    loader = importlib.machinery.SourceFileLoader("mimo_prep_tool", tool)
+    spec = importlib.util.spec_from_loader("mimo_prep_tool", loader)
+    prep_tool = importlib.util.module_from_spec(spec)
+    loader.exec_module(prep_tool)
+    path = os.path.join(work, "fuzz-model.json")
+    other = []
+    base = json.load(open(os.path.join(prep, "vlm-prepared.json")))
+    for i, doc in enumerate(mutants(base, random.Random(57), 500)):
+        json.dump(doc, open(path, "w"))
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                facts = prep_tool.model_facts(path, None, None)
+            assert all(type(facts[k]) is int for k in
+                       ("special", "dim", "patch", "image_size", "vocab", "seq")), facts
+        except SystemExit as e:
+            if e.code != 1 or len(err.getvalue().splitlines()) != 1:
+                other.append(f"mutant {i}: exit {e.code}: {err.getvalue()}")
+        except Exception as e:  # noqa: BLE001: what this looks for
+            other.append(f"mutant {i}: {type(e).__name__}: {e}: {json.dumps(doc)[:300]}")
+    check(not other, f"500 mutated model.json files: a one-line error or the facts "
+          f"({len(other)} otherwise)", "\n".join(other[:5]))
+
+
+def missing_packages(source, work, prep, sample):
+    """Each package mimo-prep needs, hidden: one line naming its Debian and
+    pip packages, exit 1."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    tokenizer_json = os.path.join(work, "pkg-tokenizer.json")
+    json.dump(byte_tokenizer(), open(tokenizer_json, "w"))
+    for module, deb, pip in (("numpy", "python3-numpy", "numpy"),
+                             ("PIL", "python3-pil", "Pillow"),
+                             ("sentencepiece", "python3-sentencepiece", "sentencepiece"),
+                             ("regex", "python3-regex", "regex")):
+        hide = os.path.join(work, "hide-" + module)
+        os.makedirs(os.path.join(hide, module))
+        open(os.path.join(hide, module, "__init__.py"), "w").write(
+            f"raise ImportError(\"No module named '{module}'\")\n")
+        tokenizer = (tokenizer_json if module == "regex"
+                     else os.path.join(sample, "tokenizer.model"))
+        model = bpe_model(prep, work) if module == "regex" else os.path.join(
+            prep, "vlm-prepared.json")
+        r = run(prep_cmd(tool, os.path.join(sample, "conversations.json"), sample,
+                         tokenizer, model, fresh(work)),
+                env=dict(os.environ, PYTHONPATH=hide))
+        check(refused(r, module, deb, f"pip install {pip}")
+              and len(r.stderr.strip().splitlines()) == 1,
+              f"a missing {module} is one line naming {deb} and {pip}", r.stderr[-2000:])
+
+
+def hostile(source, work, prep, sample):
+    sys.path.insert(0, os.path.join(source, "tools", "mimo-prep"))
+    for part in (hostile_images, hostile_conversations, progress_on_a_terminal,
+                 hostile_tokenizers, fuzz_tokenizers, fuzz_models, missing_packages):
+        try:
+            part(source, work, prep, sample)
+        except Exception:  # noqa: BLE001: one part's crash fails it, not the rest
+            import traceback
+            check(False, f"{part.__name__} ran", traceback.format_exc())
+
+
 def main():
     build, source = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="mimo-prep-")
@@ -197,6 +631,7 @@ def main():
         files_check(prep, sample)
         bpe_check(source, work)
         bad_input(source, work, prep, sample)
+        hostile(source, work, prep, sample)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{len(failures)} failure(s)")

@@ -15,7 +15,13 @@ class DatasetWriter:
         self.dtype = np.uint16 if self.code == 8 else np.int32
         self.parts = {k: prefix + k + ".partial" for k in
                       (".bin", ".mask", f".{encoder}.feat.rows")}
-        self.files = {k: open(p, "wb") for k, p in self.parts.items()}
+        self.files = {}
+        try:
+            for k, p in self.parts.items():
+                self.files[k] = open(p, "wb")
+        except BaseException:
+            self.abandon()
+            raise
         self.lengths, self.rows = [], [0]
 
     def add(self, ids, mask, rows):
@@ -74,5 +80,7 @@ class DatasetWriter:
             f.close()
         for p in list(self.parts.values()) + [self.prefix + s for s in (
                 ".idx.partial", ".mask.head.partial", f".{self.encoder}.feat.partial")]:
-            if os.path.exists(p):
+            try:
                 os.remove(p)
+            except OSError:  # not there, or not ours to remove
+                pass
