@@ -300,29 +300,26 @@ void benchAttention(bool bf16) {
     const double backwardFlops = 2.5 * forwardFlops;
     dev->resetPeakBytes();
     const int64_t before = dev->peakBytes();
+    device::AttentionArgs args;
+    args.dtype = bf16 ? device::DType::BF16 : device::DType::F32;
+    args.q = bf16 ? qb.raw() : q.raw();
+    args.k = bf16 ? kb.raw() : k.raw();
+    args.v = bf16 ? vb.raw() : v.raw();
+    args.plan = view;
+    args.heads = args.kvHeads = heads;
+    args.headDim = d;
+    void *out = bf16 ? ob.raw() : o.raw();
+    const void *dOut = bf16 ? doutb.raw() : dout.raw();
     double fwd = medianSeconds(
         [&] {
-          if (bf16)
-            dev->attentionForwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
-                                      vb.data<uint16_t>(), ob.data<uint16_t>(),
-                                      lse.data(), view, heads, d);
-          else
-            dev->attentionForward(q.data(), k.data(), v.data(), o.data(),
-                                  lse.data(), view, heads, d);
+          dev->attentionForward(args, out, lse.data());
           dev->synchronize();
         },
         5);
     double bwd = medianSeconds(
         [&] {
-          if (bf16)
-            dev->attentionBackwardBf16(
-                qb.data<uint16_t>(), kb.data<uint16_t>(), vb.data<uint16_t>(),
-                ob.data<uint16_t>(), lse.data(), doutb.data<uint16_t>(),
-                dq.data(), dk.data(), dv.data(), view, heads, d);
-          else
-            dev->attentionBackward(q.data(), k.data(), v.data(), o.data(),
-                                   lse.data(), dout.data(), dq.data(),
-                                   dk.data(), dv.data(), view, heads, d);
+          dev->attentionBackward(args, out, lse.data(), dOut, dq.data(),
+                                 dk.data(), dv.data());
           dev->synchronize();
         },
         5);

@@ -69,7 +69,8 @@ const char *kUsage =
     "                [--metrics FILE.jsonl] [--trace FILE.json]\n"
     "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
     "                [--overlap | --no-overlap] [--on-nonfinite stop|skip]\n"
-    "                [--load-other-run]\n"
+    "                [--attention auto|cudnn|mimo] [--load-other-run]\n"
+    "       mimo-run PLAN.json --load DIR --export-hf OUT [--export-dtype T]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -94,6 +95,11 @@ const char *kHelp =
     "by\n"
     "                       the ranks on this machine); results do not depend\n"
     "                       on it\n"
+    "  --attention A        a GPU's attention: auto (the default: cuDNN's\n"
+    "                       fused attention where cuDNN 9 loads and takes\n"
+    "                       the call, bf16; else mimo's kernels), cudnn\n"
+    "                       (exit 1 when cuDNN cannot be loaded) or mimo\n"
+    "                       (docs/gpu.md)\n"
     "  --reference          train the same model, data and seed on one rank\n"
     "                       with no parallelism: every layout matches it\n"
     "  --save DIR           write checkpoints to DIR/step-N at the end ...\n"
@@ -222,6 +228,7 @@ struct CommandLine {
   double timeout = 300;
   double gradBucketMb = 25;
   std::optional<bool> overlap; // unset: on for cuda, off for cpu
+  device::AttentionChoice attention = device::AttentionChoice::Auto;
   bool reference = false;
   bool skipNonFinite = false;
   bool loadOtherRun = false;
@@ -318,6 +325,13 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       if (!v)
         return usageError("--trace expects a file name");
       cli.tracePath = *v;
+    } else if (is("--attention")) {
+      auto v = value("--attention");
+      std::optional<device::AttentionChoice> choice =
+          v ? device::parseAttentionChoice(*v) : std::nullopt;
+      if (!choice)
+        return usageError("--attention expects auto, cudnn or mimo");
+      cli.attention = *choice;
     } else if (arg == "--no-overlap") {
       cli.overlap = false;
     } else if (arg == "--overlap") {
@@ -434,6 +448,10 @@ std::optional<int> chooseBackendAndDevice(CommandLine &cli,
   if (cli.device.empty())
     cli.device = cli.backend != "mpi" && cuda.devices > 0 ? "cuda" : "cpu";
   kind = *device::parseKind(cli.device);
+  if (cli.attention == device::AttentionChoice::Cudnn &&
+      kind != device::DeviceKind::Cuda)
+    return usageError("--attention cudnn runs on a GPU: use it with --device "
+                      "cuda (the CPU runs mimo's attention)");
   if (kind == device::DeviceKind::Cuda) {
     if (cuda.devices <= 0)
       return usageError("--device cuda: no usable GPU: " + cuda.problem);
@@ -645,9 +663,10 @@ bool prepareRun(const CommandLine &cli, const Plan &plan,
 /// terminal, a flushed metrics record (docs/runtime.md).
 class StepReporter {
 public:
-  StepReporter(int64_t total, int64_t world, double peakTflops, bool terminal)
-      : total(total), world(world), peakTflops(peakTflops), terminal(terminal) {
-  }
+  StepReporter(int64_t total, int64_t world, double peakTflops, bool terminal,
+               std::string attention)
+      : total(total), world(world), peakTflops(peakTflops), terminal(terminal),
+        attention(std::move(attention)) {}
 
   /// Opens the metrics file before training, so a bad path fails at once
   /// and a run that fails keeps each completed step (OutputFile.h: never
@@ -708,6 +727,9 @@ public:
       record["eval_loss"] = *m.evalLoss;
     if (m.skipped)
       record["skipped"] = true;
+    if (first)
+      record["attention"] = attention;
+    first = false;
     metrics.write(record.dump() + "\n"); // written at once, unbuffered
   }
 
@@ -720,13 +742,40 @@ private:
   int64_t total, world;
   double peakTflops;
   bool terminal;
+  /// The attention the run's device runs, in the first metrics record.
+  std::string attention;
+  bool first = true;
   double elapsed = 0;
   StreamedOutput metrics;
 };
 
+/// The attention a run's GPU runs ("cudnn 9.19.0" or "mimo", with why),
+/// or why --attention cudnn cannot be honoured (`refusal`); under auto a
+/// missing cuDNN is said once on stderr by `printer`.
+std::string resolveAttention(const CommandLine &cli, device::DeviceKind kind,
+                             const Plan &plan, bool printer,
+                             std::string &refusal) {
+  if (kind != device::DeviceKind::Cuda ||
+      cli.attention == device::AttentionChoice::Mimo)
+    return "mimo";
+  const device::CudnnStatus &cudnn = device::cudnnStatus();
+  if (!cudnn.problem.empty()) {
+    if (cli.attention == device::AttentionChoice::Cudnn)
+      refusal = "mimo-run: error: --attention cudnn: " + cudnn.problem;
+    else if (printer)
+      std::cerr << "mimo-run: attention: mimo's kernels (" << cudnn.problem
+                << ")\n";
+    return "mimo";
+  }
+  if (plan.config.precision != "bf16")
+    return "mimo";
+  return "cudnn";
+}
+
 /// "mimo-run: vlm-fan-in: 8 ranks, local backend, cpu device (...), 30 steps".
 std::string runBanner(const Plan &plan, const CommandLine &cli,
-                      const exec::RunOptions &options, int64_t total) {
+                      const exec::RunOptions &options, int64_t total,
+                      const std::string &attention) {
   std::string deviceText = "cpu device (" + std::to_string(options.threads) +
                            " thread" + (options.threads > 1 ? "s" : "") +
                            " per rank)";
@@ -738,7 +787,15 @@ std::string runBanner(const Plan &plan, const CommandLine &cli,
   return "mimo-run: " + plan.config.name + ": " +
          std::to_string(plan.topology.worldSize) +
          (cli.reference ? " rank (reference)" : " ranks") + ", " + cli.backend +
-         " backend, " + deviceText + ", " + std::to_string(total) + " steps";
+         " backend, " + deviceText + ", " + std::to_string(total) + " steps" +
+         (options.device == device::DeviceKind::Cuda
+              ? ", attention " +
+                    (attention == "cudnn"
+                         ? "cudnn " + device::cudnnStatus().version +
+                               " (mimo's kernels where cuDNN cannot take a "
+                               "mask)"
+                         : attention)
+              : "");
 }
 
 /// mimo-run --calibrate -o FILE: measures the device's profile.
@@ -864,6 +921,7 @@ int run(int argc, char **argv) {
   options.gradBucketBytes =
       static_cast<int64_t>(cli.gradBucketMb * double(int64_t(1) << 20));
   options.overlap = cli.overlap;
+  options.attention = cli.attention;
   options.planFile = cli.planPath;
   options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();
   options.collectTrace = !cli.tracePath.empty();
@@ -876,13 +934,18 @@ int run(int argc, char **argv) {
         !shared.empty())
       return fail(shared);
 
+  std::string refusal;
+  const std::string attention =
+      resolveAttention(cli, kind, plan, printer, refusal);
+  if (!refusal.empty())
+    return fail(refusal);
   int64_t total = cli.steps >= 0 ? cli.steps : plan.config.train.steps;
   const device::CudaStatus &cuda = device::cudaStatus();
   StepReporter reporter(total, plan.topology.worldSize,
                         kind != device::DeviceKind::Cuda  ? 0.0
                         : plan.config.precision == "bf16" ? cuda.peakBf16Tflops
                                                           : cuda.peakFp32Tflops,
-                        printer && isatty(STDERR_FILENO));
+                        printer && isatty(STDERR_FILENO), attention);
   // Every output checked before the first step: none names an input, each
   // can be written (a trace that cannot would fail only after training).
   const std::vector<std::string> inputs =
@@ -905,7 +968,7 @@ int run(int argc, char **argv) {
   options.onStep = [&](const exec::StepMetrics &m) { reporter.report(m); };
   options.stopRequests = &stopRequests;
   if (printer)
-    std::cout << runBanner(plan, cli, options, total) << std::endl;
+    std::cout << runBanner(plan, cli, options, total, attention) << std::endl;
 
   if (nccl) // the GPU of this node-local rank (makeNcclComm chose it)
     options.deviceIndex = comm::localRankOnThisNode();

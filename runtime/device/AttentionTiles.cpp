@@ -20,6 +20,62 @@ void byPosition(std::vector<int64_t> &tokens, const int64_t *pos) {
   });
 }
 
+/// The strides of `tokens[b][s]` = b * strideBatch + s * strideSeq (false
+/// when they are not of that form, or not increasing).
+bool strided(const std::vector<const std::vector<int64_t> *> &tokens,
+             int64_t &strideBatch, int64_t &strideSeq) {
+  const std::vector<int64_t> &first = *tokens.front();
+  strideSeq = first.size() > 1 ? first[1] - first[0] : 1;
+  strideBatch = tokens.size() > 1 ? (*tokens[1])[0] - first[0]
+                                  : static_cast<int64_t>(first.size());
+  if (first[0] != 0 || strideSeq <= 0 || strideBatch <= 0)
+    return false;
+  for (size_t b = 0; b < tokens.size(); ++b)
+    for (size_t s = 0; s < tokens[b]->size(); ++s)
+      if ((*tokens[b])[s] != static_cast<int64_t>(b) * strideBatch +
+                                 static_cast<int64_t>(s) * strideSeq)
+        return false;
+  return true;
+}
+
+/// The DenseMask of segments ordered as the plan orders them (their
+/// queries' ends relative to their first key), or none.
+DenseMask denseMask(const std::map<int64_t, Segment> &segments,
+                    const std::vector<int64_t> &queryEnd, bool orphans,
+                    bool causal) {
+  DenseMask none;
+  if (segments.empty() || orphans)
+    return none;
+  const size_t nq = segments.begin()->second.queries.size();
+  const size_t nk = segments.begin()->second.keys.size();
+  if (nq == 0 || nk == 0 || (causal && nq != nk))
+    return none;
+  std::vector<const std::vector<int64_t> *> queries, keys;
+  size_t q0 = 0, k0 = 0;
+  for (const auto &entry : segments) {
+    const Segment &s = entry.second;
+    if (s.queries.size() != nq || s.keys.size() != nk)
+      return none;
+    // Causal: the ordered query i sees exactly the keys 0..i.
+    for (size_t i = 0; causal && i < nq; ++i)
+      if (queryEnd[q0 + i] != static_cast<int64_t>(k0 + i + 1))
+        return none;
+    queries.push_back(&s.queries);
+    keys.push_back(&s.keys);
+    q0 += nq;
+    k0 += nk;
+  }
+  DenseMask m;
+  if (!strided(queries, m.qStrideBatch, m.qStrideSeq) ||
+      !strided(keys, m.kStrideBatch, m.kStrideSeq))
+    return none;
+  m.batch = static_cast<int64_t>(segments.size());
+  m.seqQ = static_cast<int64_t>(nq);
+  m.seqK = static_cast<int64_t>(nk);
+  m.causal = causal;
+  return m;
+}
+
 } // namespace
 
 PlanView Plan::view(const int64_t *device) const {
@@ -28,6 +84,7 @@ PlanView Plan::view(const int64_t *device) const {
   v.Tk = Tk;
   v.queryBlockCount = queryBlockCount;
   v.keyBlockCount = keyBlockCount;
+  v.dense = dense;
   v.queryOrder = device;
   v.keyOrder = v.queryOrder + Tq;
   v.queryEnd = v.keyOrder + Tk;
@@ -103,6 +160,7 @@ Plan plan(const int64_t *qpos, const int64_t *qseg, const int64_t *kpos,
     keyBlocks.insert(keyBlocks.end(), {o0 + b, std::min(kKeyBlock, no - b),
                                        int64_t(0), int64_t(0)});
   Plan p;
+  p.dense = denseMask(bySegment, queryEnd, !orphans.empty(), causal);
   p.Tq = Tq;
   p.Tk = Tk;
   p.queryBlockCount = static_cast<int64_t>(queryBlocks.size()) / kBlockFields;

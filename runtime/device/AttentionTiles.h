@@ -39,6 +39,22 @@ inline constexpr int64_t kKeyBlock = 64;
 /// index of the other side it meets.
 inline constexpr int64_t kBlockFields = 4;
 
+/// The mask in the form fused-attention libraries take (cuDNN's): `batch`
+/// segments of `seqQ` queries and `seqK` keys each, ordered query s of
+/// segment b the token b * qStrideBatch + s * qStrideSeq (keys likewise
+/// with their strides), every key attended (full) or, when `causal`, keys
+/// 0..s (seqQ == seqK: the diagonal at the top left). A lane of samples
+/// [S, B] interleaved token by token is batch B, strides 1 and B. batch
+/// == 0: the plan is not of this form (packed samples of unequal lengths,
+/// padding, CP's zigzag halves, keys no query sees): only mimo's kernels
+/// take it.
+struct DenseMask {
+  int64_t batch = 0, seqQ = 0, seqK = 0;
+  int64_t qStrideBatch = 0, qStrideSeq = 0, kStrideBatch = 0, kStrideSeq = 0;
+  bool causal = false;
+  bool dense() const { return batch > 0; }
+};
+
 /// A plan's arrays in a device's memory (the host's for the CPU).
 ///  - queryOrder[Tq]: query tokens, by segment, each segment by position;
 ///  - keyOrder[Tk]: key tokens likewise; keys of segments without queries
@@ -53,6 +69,7 @@ struct PlanView {
   const int64_t *queryOrder = nullptr, *keyOrder = nullptr, *queryEnd = nullptr,
                 *queryBlocks = nullptr, *keyBlocks = nullptr;
   int64_t Tq = 0, Tk = 0, queryBlockCount = 0, keyBlockCount = 0;
+  DenseMask dense;
 };
 
 /// The plan on the host: counts and the packed array
@@ -60,6 +77,7 @@ struct PlanView {
 struct Plan {
   int64_t Tq = 0, Tk = 0, queryBlockCount = 0, keyBlockCount = 0;
   std::vector<int64_t> packed;
+  DenseMask dense;
 
   /// The views of `packed` copied to `device` (or of packed itself).
   PlanView view(const int64_t *device) const;

@@ -89,6 +89,24 @@ struct KernelSpan {
   double startSeconds = 0, seconds = 0;
 };
 
+/// Which attention a CUDA device runs (mimo-run --attention, docs/gpu.md
+/// "Attention backends"): cuDNN's fused attention where it loads and takes
+/// the call, else mimo's kernels (Auto); cuDNN required, mimo's kernels
+/// only for the calls it cannot express (Cudnn); mimo's kernels always
+/// (Mimo). The CPU runs mimo's under every choice.
+enum class AttentionChoice { Auto, Cudnn, Mimo };
+
+/// The inputs of one attention call (Device::attentionForward): q [Tq,
+/// heads, d], k and v [Tk, kvHeads, d] (kvHeads divides heads), all of
+/// `dtype` (F32, or BF16 bits), under the mask of `plan`.
+struct AttentionArgs {
+  DType dtype = DType::F32;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  tiles::PlanView plan;
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  int64_t repeat() const { return kvHeads > 0 ? heads / kvHeads : 1; }
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -289,44 +307,44 @@ public:
   /// `repeat` heads of dy [rows, groups x repeat, dim], in head order.
   virtual void sumKvGroups(const float *dy, float *y, int64_t rows,
                            int64_t groups, int64_t repeat, int64_t dim) = 0;
-  /// Attention of q [Tq, heads, d] over k, v [Tk, heads, d] under the mask
-  /// of `plan` (AttentionTiles.h: built on the host from the positions and
-  /// segments the reference takes, its packed array in this device's
-  /// memory); lse is [heads, Tq]. fp32 throughout.
-  virtual void attentionForward(const float *q, const float *k, const float *v,
-                                float *o, float *lse,
-                                const tiles::PlanView &plan, int64_t heads,
-                                int64_t d) = 0;
+  /// Attention (docs/model.md) of q [Tq, heads, d] over k, v [Tk, kvHeads,
+  /// d] under the mask of `a.plan` (AttentionTiles.h: built on the host
+  /// from the positions and segments the reference takes, its packed array
+  /// in this device's memory): o [Tq, heads, d] of a.dtype, lse [heads, Tq]
+  /// fp32. Grouped-query attention is native: query head h reads key and
+  /// value group h / (heads / kvHeads). Under F32 everything is fp32; under
+  /// BF16 (precision "bf16", as a tensor-core kernel runs it) q, k, v, o and
+  /// dout are bf16 buffers (o the fp32 result rounded, as packBf16 rounds);
+  /// scores, softmax, lse and D = rowsum(dout o) are fp32; the
+  /// probabilities P are rounded to bf16 where they multiply v (o) and dout
+  /// (dv), and dS = P (dP - D) where it multiplies k (dq) and q (dk), the
+  /// softmax scale applied after. mimo's kernels compute exactly that
+  /// (device/FlashMmaBodies.h on the tensor cores at head dimensions 32,
+  /// 64, 96 and 128, the fp32 programs with the same rounding at others;
+  /// the CPU emulates the rounding); a fused-attention library (cuDNN,
+  /// attentionBackendName()) rounds in its own places, within the bf16
+  /// rule of docs/gpu.md.
+  virtual void attentionForward(const AttentionArgs &a, void *o,
+                                float *lse) = 0;
+  /// Its backward from dout (a.dtype): dq [Tq, heads, d], dk and dv [Tk,
+  /// kvHeads, d] (each group's gradient the sum over its heads), fp32,
+  /// written, not accumulated.
+  virtual void attentionBackward(const AttentionArgs &a, const void *o,
+                                 const float *lse, const void *dout, float *dq,
+                                 float *dk, float *dv) = 0;
+  /// The attention this device runs for `a` ("mimo", or the library's name,
+  /// e.g. "cudnn"), as the next attentionForward/Backward of such a call
+  /// will.
+  virtual std::string attentionBackendName(const AttentionArgs &a) {
+    (void)a;
+    return "mimo";
+  }
   /// Ring attention's merge (KernelBodies.h AttentionMerge): (o, lse) of
   /// some key blocks and (ob, lseb) of another, the same queries, give
   /// those of both in (o, lse). o, ob [rows, heads, d]; lse [heads, rows].
   virtual void attentionMerge(float *o, float *lse, const float *ob,
                               const float *lseb, int64_t rows, int64_t heads,
                               int64_t d) = 0;
-  virtual void attentionBackward(const float *q, const float *k, const float *v,
-                                 const float *o, const float *lse,
-                                 const float *dout, float *dq, float *dk,
-                                 float *dv, const tiles::PlanView &plan,
-                                 int64_t heads, int64_t d) = 0;
-  /// Attention under precision "bf16", as a tensor-core kernel runs it:
-  /// q, k, v, o and dout are bf16 buffers (o the fp32 result rounded, as
-  /// packBf16 rounds); scores, softmax, lse and D = rowsum(dout o) are fp32;
-  /// the probabilities P are rounded to bf16 where they multiply v (o) and
-  /// dout (dv), and dS = P (dP - D) where it multiplies k (dq) and q (dk),
-  /// the softmax scale applied after; dq, dk, dv are fp32. The CUDA device
-  /// runs it on tensor cores at head dimensions 32, 64, 96 and 128
-  /// (device/FlashMmaBodies.h; the fp32 programs with the same rounding at
-  /// others); the CPU emulates the rounding.
-  virtual void attentionForwardBf16(const uint16_t *q, const uint16_t *k,
-                                    const uint16_t *v, uint16_t *o, float *lse,
-                                    const tiles::PlanView &plan, int64_t heads,
-                                    int64_t d) = 0;
-  virtual void attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
-                                     const uint16_t *v, const uint16_t *o,
-                                     const float *lse, const uint16_t *dout,
-                                     float *dq, float *dk, float *dv,
-                                     const tiles::PlanView &plan, int64_t heads,
-                                     int64_t d) = 0;
   virtual void embeddingForward(const int64_t *ids, int64_t n,
                                 const float *table, int64_t vocabBegin,
                                 int64_t vocabEnd, int64_t hidden,

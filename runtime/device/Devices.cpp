@@ -141,18 +141,53 @@ int defaultThreads(int64_t ranksHere) {
       threadsPerRank(std::thread::hardware_concurrency(), ranksHere));
 }
 
-std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank, int threads) {
+std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank, int threads,
+                                   AttentionChoice attention) {
   if (kind == DeviceKind::Cpu)
     return makeCpuDevice(threads);
   const CudaStatus &status = cudaStatus();
   if (status.devices <= 0)
     throw DeviceError("no usable GPU: " + status.problem);
 #ifdef MIMO_HAVE_CUDA
-  return cuda::makeDevice(deviceOrdinal(kind, rank));
+  return cuda::makeDevice(deviceOrdinal(kind, rank), attention);
 #else
   (void)rank;
+  (void)attention;
   throw DeviceError(status.problem);
 #endif
+}
+
+const char *attentionChoiceName(AttentionChoice choice) {
+  switch (choice) {
+  case AttentionChoice::Auto:
+    return "auto";
+  case AttentionChoice::Cudnn:
+    return "cudnn";
+  case AttentionChoice::Mimo:
+    return "mimo";
+  }
+  return "auto";
+}
+
+std::optional<AttentionChoice> parseAttentionChoice(const std::string &name) {
+  for (AttentionChoice c :
+       {AttentionChoice::Auto, AttentionChoice::Cudnn, AttentionChoice::Mimo})
+    if (name == attentionChoiceName(c))
+      return c;
+  return std::nullopt;
+}
+
+const CudnnStatus &cudnnStatus() {
+  static const CudnnStatus status = [] {
+    CudnnStatus s;
+#ifdef MIMO_HAVE_CUDA
+    s = cuda::probeCudnn();
+#else
+    s.problem = "this mimo-run was built without CUDA";
+#endif
+    return s;
+  }();
+  return status;
 }
 
 } // namespace mimo::device

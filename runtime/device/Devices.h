@@ -52,11 +52,25 @@ double datasheetBf16Tflops(const std::string &name);
 const char *kindName(DeviceKind kind);
 std::optional<DeviceKind> parseKind(const std::string &name);
 
-/// The device of `rank` (CUDA: GPU rank mod the visible GPUs; CPU: kernels
-/// on `threads` threads). Throws DeviceError when the kind is not usable
-/// here.
-std::unique_ptr<Device> makeDevice(DeviceKind kind, int64_t rank,
-                                   int threads = 1);
+/// The device of `rank` (CUDA: GPU rank mod the visible GPUs, its
+/// attention as `attention` says; CPU: kernels on `threads` threads).
+/// Throws DeviceError when the kind is not usable here.
+std::unique_ptr<Device>
+makeDevice(DeviceKind kind, int64_t rank, int threads = 1,
+           AttentionChoice attention = AttentionChoice::Auto);
+
+/// "auto", "cudnn", "mimo".
+const char *attentionChoiceName(AttentionChoice choice);
+std::optional<AttentionChoice> parseAttentionChoice(const std::string &name);
+
+/// Whether this process can run cuDNN's attention: `problem` empty when
+/// it can (the library found and recent enough: `library` its file,
+/// `version` "9.19.0"), else why not and what to install. Only loads the
+/// library (no GPU needed); a build without CUDA says so.
+struct CudnnStatus {
+  std::string library, version, problem;
+};
+const CudnnStatus &cudnnStatus();
 
 /// Threads per rank when the user names none: this machine's cores shared
 /// by the ranks of this process (at least 1).

@@ -433,6 +433,25 @@ template <typename T> struct RepeatKv {
   }
 };
 
+/// Attention statistics between a fused-attention library's layout
+/// [batch, heads, seq] and mimo's lse [heads, tokens] (the token of
+/// sequence b's position s: b * strideBatch + s * strideSeq, a DenseMask's
+/// queries): toLse copies stats into lse, else lse into stats.
+struct AttentionStatsLayout {
+  float *lse, *stats;
+  int64_t batch, heads, seq, tokens, strideBatch, strideSeq;
+  bool toLse;
+  MIMO_HD int64_t count() const { return batch * heads * seq; }
+  MIMO_HD void operator()(int64_t i) const {
+    const int64_t b = i / (heads * seq), h = i / seq % heads, s = i % seq;
+    const int64_t j = h * tokens + b * strideBatch + s * strideSeq;
+    if (toLse)
+      lse[j] = stats[i];
+    else
+      stats[i] = lse[j];
+  }
+};
+
 /// y [rows, groups, dim] = the sum of each group's heads of dy [rows,
 /// groups x repeat, dim], in head order (RepeatKv's adjoint).
 struct SumKvGroups {

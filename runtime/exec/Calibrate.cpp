@@ -136,31 +136,25 @@ void measureAttention(device::Device &dev, bool gpu, bool bf16,
     device::Tensor qb = bf16Values(dev, bits), kb = bf16Values(dev, bits),
                    vb = bf16Values(dev, bits), ob = bf16Values(dev, bits),
                    doutb = bf16Values(dev, bits);
+    device::AttentionArgs args;
+    args.dtype = bf16 ? device::DType::BF16 : device::DType::F32;
+    args.q = bf16 ? qb.raw() : static_cast<const void *>(q.data);
+    args.k = bf16 ? kb.raw() : static_cast<const void *>(k.data);
+    args.v = bf16 ? vb.raw() : static_cast<const void *>(v.data);
+    args.plan = view;
+    args.heads = args.kvHeads = heads;
+    args.headDim = d;
+    void *out = bf16 ? ob.raw() : static_cast<void *>(o.data);
+    const void *dOut =
+        bf16 ? doutb.raw() : static_cast<const void *>(dout.data);
     double budget = gpu ? 0.05 : 0.1;
     double fwd = timePerCall(
-        dev,
-        [&] {
-          if (bf16)
-            dev.attentionForwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
-                                     vb.data<uint16_t>(), ob.data<uint16_t>(),
-                                     lse.data, view, heads, d);
-          else
-            dev.attentionForward(q.data, k.data, v.data, o.data, lse.data, view,
-                                 heads, d);
-        },
-        budget);
+        dev, [&] { dev.attentionForward(args, out, lse.data); }, budget);
     double bwd = timePerCall(
         dev,
         [&] {
-          if (bf16)
-            dev.attentionBackwardBf16(qb.data<uint16_t>(), kb.data<uint16_t>(),
-                                      vb.data<uint16_t>(), ob.data<uint16_t>(),
-                                      lse.data, doutb.data<uint16_t>(), dq.data,
-                                      dk.data, dv.data, view, heads, d);
-          else
-            dev.attentionBackward(q.data, k.data, v.data, o.data, lse.data,
-                                  dout.data, dq.data, dk.data, dv.data, view,
-                                  heads, d);
+          dev.attentionBackward(args, out, lse.data, dOut, dq.data, dk.data,
+                                dv.data);
         },
         budget);
     // cost/CostModel.h counts 4 H FLOPs per attended (query, key) pair.

@@ -153,7 +153,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   try {
     dev = device::makeDevice(
         options.device, options.deviceIndex >= 0 ? options.deviceIndex : rank,
-        options.threads);
+        options.threads, options.attention);
     binding.emplace(*dev, comm);
     // Connections made now, before the pool grows to the activation peak.
     if (comm.connectsLazily())

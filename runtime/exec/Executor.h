@@ -76,6 +76,8 @@ struct RunOptions {
   /// Which GPU a rank of runOnComm uses: GPU deviceIndex mod the visible
   /// GPUs (the nccl backend: its node-local rank); -1: its rank's.
   int64_t deviceIndex = -1;
+  /// Which attention a GPU runs (mimo-run --attention; docs/gpu.md).
+  device::AttentionChoice attention = device::AttentionChoice::Auto;
   /// CPU threads per rank (BLAS and kernels); 0: this machine's cores
   /// shared by the ranks of this process (or of this node under mpirun).
   int threads = 0;

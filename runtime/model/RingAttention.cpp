@@ -100,14 +100,9 @@ public:
                                int64_t s) const {
     return blocks[static_cast<size_t>((ring.own - s + n) % n)].view();
   }
-  /// Its keys and values as attention reads them (GQA: repeated per head
-  /// into the storage).
-  const Tensor &keys(Tensor &storage) const {
-    return ring.perHead(*k, storage);
-  }
-  const Tensor &values(Tensor &storage) const {
-    return ring.perHead(*v, storage);
-  }
+  /// Its keys and values, grouped.
+  const Tensor &keys() const { return *k; }
+  const Tensor &values() const { return *v; }
 
 private:
   const Ring &ring;
@@ -117,22 +112,37 @@ private:
   std::array<Tensor, 2> bufK, bufV;
 };
 
-/// The attention of q over one block (K, V per head), its output in fp32.
+/// The attention call of q over one block (K, V grouped).
+device::AttentionArgs blockArgs(const Ring &ring,
+                                const device::tiles::PlanView &plan,
+                                const Tensor &q, const Tensor &K,
+                                const Tensor &V) {
+  device::AttentionArgs a;
+  a.dtype = q.dtype();
+  a.q = q.raw();
+  a.k = K.raw();
+  a.v = V.raw();
+  a.plan = plan;
+  a.heads = ring.heads;
+  a.kvHeads = ring.kvHeads;
+  a.headDim = ring.headDim;
+  return a;
+}
+
+/// The attention of q over one block, its output in fp32.
 void attendBlock(const Ring &ring, const device::tiles::PlanView &plan,
                  const Tensor &q, const Tensor &K, const Tensor &V, int64_t Tq,
                  Tensor &out, Tensor &lse) {
   Device &dev = *ring.dev;
   const int64_t width = ring.heads * ring.headDim;
+  const device::AttentionArgs a = blockArgs(ring, plan, q, K, V);
   if (!ring.bf16) {
     out = empty(Tq * width);
-    dev.attentionForward(q.data(), K.data(), V.data(), out.data(), lse.data(),
-                         plan, ring.heads, ring.headDim);
+    dev.attentionForward(a, out.data(), lse.data());
     return;
   }
   Tensor bits = Tensor::empty(Tq * width, device::DType::BF16);
-  dev.attentionForwardBf16(q.data<uint16_t>(), K.data<uint16_t>(),
-                           V.data<uint16_t>(), bits.data<uint16_t>(),
-                           lse.data(), plan, ring.heads, ring.headDim);
+  dev.attentionForward(a, bits.raw(), lse.data());
   out = unpackBf16(dev, bits);
 }
 
@@ -156,8 +166,7 @@ void ringAttentionForward(const Ring &ring,
   Tensor acc, part, partLse = empty(ring.heads * Tq);
   for (int64_t s = 0; s < n; ++s) {
     InFlight request(dev, hand.pass(s, "ring attention: keys and values"));
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
+    const Tensor &K = hand.keys(), &V = hand.values();
     const device::tiles::PlanView plan = hand.plan(blocks, s);
     if (s == 0) {
       attendBlock(ring, plan, q, K, V, Tq, acc, lse);
@@ -202,23 +211,14 @@ void ringAttentionBackward(const Ring &ring,
   for (int64_t s = 0; s < n; ++s) {
     InFlight keys(dev,
                   hand.pass(s, "ring attention backward: keys and values"));
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = hand.keys(repeatedK), &V = hand.values(repeatedV);
+    const Tensor &K = hand.keys(), &V = hand.values();
     const device::tiles::PlanView plan = hand.plan(blocks, s);
-    Tensor dK = empty(Tq * width), dV = empty(Tq * width);
-    if (ring.bf16)
-      dev.attentionBackwardBf16(
-          q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
-          o.data<uint16_t>(), lse.data(), dout.data<uint16_t>(), dqPart.data(),
-          dK.data(), dV.data(), plan, ring.heads, ring.headDim);
-    else
-      dev.attentionBackward(q.data(), K.data(), V.data(), o.data(), lse.data(),
-                            dout.data(), dqPart.data(), dK.data(), dV.data(),
-                            plan, ring.heads, ring.headDim);
+    Tensor groupedK = empty(k.size()), groupedV = empty(v.size());
+    dev.attentionBackward(blockArgs(ring, plan, q, K, V), o.raw(), lse.data(),
+                          dout.raw(), dqPart.data(), groupedK.data(),
+                          groupedV.data());
     dev.add(device::DType::F32, dq.data(), dq.data(), dqPart.data(),
             Tq * width);
-    Tensor groupedK = ring.perGroup(std::move(dK), Tq);
-    Tensor groupedV = ring.perGroup(std::move(dV), Tq);
     sums.finish();
     dev.add(device::DType::F32, curSumK->data(), curSumK->data(),
             groupedK.data(), k.size());

@@ -22,7 +22,6 @@
 #include "runtime/model/Model.h"
 #include "runtime/model/ModelOps.h"
 
-#include <functional>
 #include <vector>
 
 namespace mimo::exec {
@@ -41,13 +40,8 @@ struct Ring {
   /// The tag of every ring message (their order pairs them).
   int64_t tag = 0;
   bool bf16 = false;
-  /// Query heads (this rank's TP share) and their size.
-  int64_t heads = 0, headDim = 0;
-  /// Grouped keys or values [rows, KV groups x d] as attention reads them
-  /// (GQA: repeated per head into the second argument), and the adjoint of
-  /// a per-head gradient [rows, heads x d] (fp32).
-  std::function<const Tensor &(const Tensor &, Tensor &)> perHead;
-  std::function<Tensor(Tensor, int64_t)> perGroup;
+  /// Query heads and key-value groups (this rank's TP share), their size.
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
 };
 
 /// The attention of this rank's queries q [Tq, heads x d] (bf16 bits under

@@ -68,7 +68,6 @@ public:
     Hl = headsLocal * headDim;
     kvHeadsLocal = module.kvHeads() / ctx.tp;
     KVl = kvHeadsLocal * headDim;
-    repeat = headsLocal / kvHeadsLocal;
     Fl = module.ffnHiddenSize / ctx.tp;
     rope = ropeSpec(module);
     gelu = geluOf(module.activation);
@@ -135,7 +134,7 @@ private:
     // Under bf16 q, k and v are bf16 bits as attention reads them (and the
     // backward keeps them), and so is its output, the wo GEMM's input.
     // With grouped-query attention k and v hold the rank's KV groups (and
-    // so does what CP gathers); attention reads them repeated per head.
+    // so does what CP gathers); attention reads them grouped.
     c.q = queryOrKey(c.hf, wq, b.q, m, headsLocal);
     c.k = queryOrKey(c.hf, wk, b.k, m, kvHeadsLocal);
     c.v = projected(c.hf, wv, b.v, Tc, H, KVl);
@@ -338,20 +337,10 @@ private:
       c.keys = gatherRows(*ctx.comm, ctx.cpGroup, c.k);
       c.values = gatherRows(*ctx.comm, ctx.cpGroup, c.v);
     }
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
-    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
     c.a = Tensor::empty(Tc * Hl, c.q.dtype());
     c.lse = empty(headsLocal * Tc);
-    if (Tc > 0 && ctx.bf16)
-      dev.attentionForwardBf16(c.q.data<uint16_t>(), K.data<uint16_t>(),
-                               V.data<uint16_t>(), c.a.data<uint16_t>(),
-                               c.lse.data(), m.attention.view(), headsLocal,
-                               headDim);
-    else if (Tc > 0)
-      dev.attentionForward(c.q.data(), K.data(), V.data(), c.a.data(),
-                           c.lse.data(), m.attention.view(), headsLocal,
-                           headDim);
+    if (Tc > 0)
+      dev.attentionForward(attentionArgs(c, m), c.a.raw(), c.lse.data());
   }
   /// Its backward from da: dq, and dk, dv of the rank's own keys (the CP
   /// ranks' gradients of the gathered rows reduce-scattered), grouped.
@@ -360,28 +349,30 @@ private:
                                  Tensor &dv) {
     Device &dev = *ctx.dev;
     const int64_t Tc = m.cpRows, Tk = m.keyRows;
-    Tensor repeatedK, repeatedV;
-    const Tensor &K = perHead(ctx.cp > 1 ? c.keys : c.k, repeatedK);
-    const Tensor &V = perHead(ctx.cp > 1 ? c.values : c.v, repeatedV);
     // Without queries no key gets a gradient.
     dq = empty(Tc * Hl);
-    Tensor dK = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
-    Tensor dV = Tc > 0 ? empty(Tk * Hl) : zeros(Tk * Hl);
-    if (Tc > 0 && ctx.bf16)
-      dev.attentionBackwardBf16(
-          c.q.data<uint16_t>(), K.data<uint16_t>(), V.data<uint16_t>(),
-          c.a.data<uint16_t>(), c.lse.data(), da.data<uint16_t>(), dq.data(),
-          dK.data(), dV.data(), m.attention.view(), headsLocal, headDim);
-    else if (Tc > 0)
-      dev.attentionBackward(c.q.data(), K.data(), V.data(), c.a.data(),
-                            c.lse.data(), da.data(), dq.data(), dK.data(),
-                            dV.data(), m.attention.view(), headsLocal, headDim);
-    // GQA: each group's gradient sums its heads' (before CP sums the
-    // ranks' over the gathered rows).
-    dK = perGroup(std::move(dK), Tk);
-    dV = perGroup(std::move(dV), Tk);
+    Tensor dK = Tc > 0 ? empty(Tk * KVl) : zeros(Tk * KVl);
+    Tensor dV = Tc > 0 ? empty(Tk * KVl) : zeros(Tk * KVl);
+    if (Tc > 0)
+      dev.attentionBackward(attentionArgs(c, m), c.a.raw(), c.lse.data(),
+                            da.raw(), dq.data(), dK.data(), dV.data());
     dk = ctx.cp > 1 ? scatterRows(*ctx.comm, ctx.cpGroup, dK) : std::move(dK);
     dv = ctx.cp > 1 ? scatterRows(*ctx.comm, ctx.cpGroup, dV) : std::move(dV);
+  }
+  /// The attention call of the layer's queries over the keys and values
+  /// (gathered under CP), grouped as the model has them.
+  device::AttentionArgs attentionArgs(const LayerCache &c,
+                                      const LayerMeta &m) const {
+    device::AttentionArgs a;
+    a.dtype = c.q.dtype();
+    a.q = c.q.raw();
+    a.k = (ctx.cp > 1 ? c.keys : c.k).raw();
+    a.v = (ctx.cp > 1 ? c.values : c.v).raw();
+    a.plan = m.attention.view();
+    a.heads = headsLocal;
+    a.kvHeads = kvHeadsLocal;
+    a.headDim = headDim;
+    return a;
   }
   /// This rank's place in the CP ring (ctx.ringCp).
   Ring ring() const {
@@ -394,37 +385,9 @@ private:
     r.tag = ctx.ringTag;
     r.bf16 = ctx.bf16;
     r.heads = headsLocal;
+    r.kvHeads = kvHeadsLocal;
     r.headDim = headDim;
-    r.perHead = [this](const Tensor &grouped,
-                       Tensor &storage) -> const Tensor & {
-      return perHead(grouped, storage);
-    };
-    r.perGroup = [this](Tensor grad, int64_t rows) {
-      return perGroup(std::move(grad), rows);
-    };
     return r;
-  }
-
-  /// Keys or values [rows, KV groups x d] as attention reads them, one
-  /// head per query head: the tensor itself without GQA, else each group
-  /// repeated into `storage`.
-  const Tensor &perHead(const Tensor &grouped, Tensor &storage) const {
-    if (repeat == 1)
-      return grouped;
-    const int64_t rows = grouped.size() / KVl;
-    storage = Tensor::empty(rows * Hl, grouped.dtype());
-    ctx.dev->repeatKv(grouped.dtype(), grouped.raw(), storage.raw(), rows,
-                      kvHeadsLocal, repeat, headDim);
-    return storage;
-  }
-  /// The adjoint of perHead on a gradient [rows, heads x d] (fp32).
-  Tensor perGroup(Tensor perHeadGrad, int64_t rows) const {
-    if (repeat == 1)
-      return perHeadGrad;
-    Tensor grouped = empty(rows * KVl);
-    ctx.dev->sumKvGroups(perHeadGrad.data(), grouped.data(), rows, kvHeadsLocal,
-                         repeat, headDim);
-    return grouped;
   }
 
   /// in · W of a row-parallel linear (wo, w2; K inputs a row), summed over
@@ -614,7 +577,7 @@ private:
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
   /// Grouped-query attention: the rank's key/value heads, their width and
   /// the query heads per group (1 without GQA).
-  int64_t kvHeadsLocal = 1, KVl = 1, repeat = 1;
+  int64_t kvHeadsLocal = 1, KVl = 1;
   float eps;
   device::RopeSpec rope;
   device::Gelu gelu = device::Gelu::Tanh; // an encoder MLP's activation

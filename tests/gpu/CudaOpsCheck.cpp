@@ -617,65 +617,88 @@ public:
     }
   }
 
-  /// One attention case: positions and segments of queries and keys. bf16:
-  /// the tensor-core programs (head dims 32-128; the fp32 programs with bf16
-  /// rounding at others) against the CPU's emulation of their rounding,
-  /// within the bf16 tolerance (docs/gpu.md: their sums run in other orders,
-  /// so a probability may round to the neighbouring bf16).
+  /// One attention case: positions and segments of queries and keys, k and
+  /// v of kvHeads groups (grouped-query attention when fewer than heads).
+  /// bf16: the tensor-core programs (head dims 32-128; the fp32 programs
+  /// with bf16 rounding at others) or cuDNN (attentionBackendName) against
+  /// the CPU's emulation of mimo's rounding, within the bf16 tolerance
+  /// (docs/gpu.md: their sums run in other orders, so a probability may
+  /// round to the neighbouring bf16).
   void attention(const std::string &name, std::vector<int64_t> qpos,
                  std::vector<int64_t> qseg, std::vector<int64_t> kpos,
                  std::vector<int64_t> kseg, int64_t heads, int64_t d,
-                 bool causal, bool bf16 = false) {
-    const std::string label = (bf16 ? "bf16 " : "") + name;
+                 bool causal, bool bf16 = false, int64_t kvHeads = 0) {
+    if (kvHeads == 0)
+      kvHeads = heads;
     const double tolerance = bf16 ? 1e-2 : kTolerance;
     int64_t Tq = static_cast<int64_t>(qpos.size());
     int64_t Tk = static_cast<int64_t>(kpos.size());
     // One plan (device/AttentionTiles.h), its packed array on each device.
     device::tiles::Plan plan = device::tiles::plan(
         qpos.data(), qseg.data(), kpos.data(), kseg.data(), Tq, Tk, causal);
-    Io forward{{random(Tq * heads * d), random(Tk * heads * d),
-                random(Tk * heads * d)},
+    const int64_t nq = Tq * heads * d, nk = Tk * kvHeads * d;
+    Io forward{{random(nq), random(nk), random(nk)},
                {plan.packed},
                {},
-               {Tq * heads * d, heads * Tq}};
+               {nq, heads * Tq}};
     plan.packed.clear(); // the views below only read its counts
-    const int64_t nq = Tq * heads * d, nk = Tk * heads * d;
+    auto args = [=](const void *q, const void *k, const void *v,
+                    const int64_t *packed) {
+      device::AttentionArgs a;
+      a.dtype = bf16 ? device::DType::BF16 : device::DType::F32;
+      a.q = q;
+      a.k = k;
+      a.v = v;
+      a.plan = plan.view(packed);
+      a.heads = heads;
+      a.kvHeads = kvHeads;
+      a.headDim = d;
+      return a;
+    };
+    std::string label = (bf16 ? "bf16 " : "") + name +
+                        (kvHeads < heads ? " gqa " + std::to_string(heads) +
+                                               "/" + std::to_string(kvHeads)
+                                         : "");
+    label +=
+        " [" +
+        cuda->attentionBackendName(args(nullptr, nullptr, nullptr, nullptr)) +
+        "]";
     // bf16: q, k, v (and o, dO) packed to bf16 buffers on the device (the
     // values rounded), o unpacked after.
     const Op forwardOp = [=](Device &dv, const Ptr &p) {
       if (!bf16) {
-        dv.attentionForward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1],
-                            plan.view(p.idx[0]), heads, d);
+        dv.attentionForward(args(p.in[0], p.in[1], p.in[2], p.idx[0]), p.out[0],
+                            p.out[1]);
         return;
       }
       Bits q(dv, p.in[0], nq), k(dv, p.in[1], nk), v(dv, p.in[2], nk),
           o(dv, nullptr, nq);
-      dv.attentionForwardBf16(q.data, k.data, v.data, o.data, p.out[1],
-                              plan.view(p.idx[0]), heads, d);
+      dv.attentionForward(args(q.data, k.data, v.data, p.idx[0]), o.data,
+                          p.out[1]);
       dv.unpackBf16(o.data, p.out[0], nq);
     };
     compare("attention forward " + label, forward, forwardOp, tolerance);
     // The backward takes o and lse from the CPU forward.
     auto fwd = runOn(*cpu, forward, forwardOp);
     Io backward{{forward.in[0], forward.in[1], forward.in[2], fwd[0], fwd[1],
-                 random(Tq * heads * d)},
+                 random(nq)},
                 forward.idx,
                 {},
-                {Tq * heads * d, Tk * heads * d, Tk * heads * d}};
+                {nq, nk, nk}};
     compare(
         "attention backward " + label, backward,
         [=](Device &dv, const Ptr &p) {
           if (!bf16) {
-            dv.attentionBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
-                                 p.in[5], p.out[0], p.out[1], p.out[2],
-                                 plan.view(p.idx[0]), heads, d);
+            dv.attentionBackward(args(p.in[0], p.in[1], p.in[2], p.idx[0]),
+                                 p.in[3], p.in[4], p.in[5], p.out[0], p.out[1],
+                                 p.out[2]);
             return;
           }
           Bits q(dv, p.in[0], nq), k(dv, p.in[1], nk), v(dv, p.in[2], nk),
               o(dv, p.in[3], nq), dout(dv, p.in[5], nq);
-          dv.attentionBackwardBf16(q.data, k.data, v.data, o.data, p.in[4],
-                                   dout.data, p.out[0], p.out[1], p.out[2],
-                                   plan.view(p.idx[0]), heads, d);
+          dv.attentionBackward(args(q.data, k.data, v.data, p.idx[0]), o.data,
+                               p.in[4], dout.data, p.out[0], p.out[1],
+                               p.out[2]);
         },
         tolerance);
   }

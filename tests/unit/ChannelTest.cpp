@@ -177,12 +177,10 @@ void ringFailsWithATransferInFlight(bool backward) {
         ring.channel = &channel;
         ring.group = {0, 1};
         ring.own = r;
+        // No key-value group: the device refuses the attention call.
         ring.heads = 1;
+        ring.kvHeads = 0;
         ring.headDim = 4;
-        ring.perHead = [](const device::Tensor &,
-                          device::Tensor &) -> const device::Tensor & {
-          throw std::runtime_error("attention refused");
-        };
         std::vector<exec::AttentionPlan> blocks;
         for (int i = 0; i < 2; ++i)
           blocks.push_back(
@@ -207,7 +205,7 @@ void ringFailsWithATransferInFlight(bool backward) {
         }
       });
   for (const std::string &error : errors)
-    EXPECT_EQ(error, "attention refused");
+    EXPECT_NE(error.find("key-value groups"), std::string::npos) << error;
   EXPECT_GE(seconds[0], 0.15) << "rank 0 left before its transfer was done";
 }
 

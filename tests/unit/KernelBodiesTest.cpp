@@ -980,3 +980,31 @@ TEST(KernelBodies, GeluVariants) {
 }
 
 } // namespace
+
+TEST(KernelBodiesAttention, StatsMoveBetweenALibrarysLayoutAndMimos) {
+  // Two sequences of three interleaved ([S, B] lane: token s * 2 + b), two
+  // heads: stats [b][h][s] = 100 b + 10 h + s.
+  const int64_t B = 2, H = 2, S = 3, T = B * S;
+  std::vector<float> stats(static_cast<size_t>(B * H * S)),
+      lse(static_cast<size_t>(H * T), -1.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        stats[static_cast<size_t>((b * H + h) * S + s)] =
+            static_cast<float>(100 * b + 10 * h + s);
+  mimo::device::bodies::AttentionStatsLayout toLse{
+      lse.data(), stats.data(), B, H, S, T, 1, B, true};
+  for (int64_t i = 0; i < toLse.count(); ++i)
+    toLse(i);
+  // lse[h][token]: token 3 is sequence 1's position 1.
+  EXPECT_EQ(lse[static_cast<size_t>(0 * T + 3)], 101.0f);
+  EXPECT_EQ(lse[static_cast<size_t>(1 * T + 4)], 12.0f);
+  for (float x : lse)
+    EXPECT_GE(x, 0.0f) << "every entry written";
+  std::vector<float> back(stats.size(), -1.0f);
+  mimo::device::bodies::AttentionStatsLayout fromLse{
+      lse.data(), back.data(), B, H, S, T, 1, B, false};
+  for (int64_t i = 0; i < fromLse.count(); ++i)
+    fromLse(i);
+  EXPECT_EQ(back, stats);
+}

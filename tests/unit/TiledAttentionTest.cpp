@@ -195,6 +195,67 @@ TEST(AttentionTiles, SegmentsBecomeBlocksAndUnseenKeysGetEmptyBlocks) {
             (std::vector<int64_t>{64, 64, 0, 128}));
 }
 
+/// The DenseMask of a Mask's plan.
+t::DenseMask denseOf(const Mask &m) {
+  return t::plan(m.qpos.data(), m.qseg.data(), m.kpos.data(), m.kseg.data(),
+                 static_cast<int64_t>(m.qpos.size()),
+                 static_cast<int64_t>(m.kpos.size()), m.causal)
+      .dense;
+}
+
+TEST(AttentionTiles, DenseMasksAreFoundWhereALibraryCanTakeThem) {
+  // [S, B] lanes: B sequences, token = s * B + b.
+  t::DenseMask lanes = denseOf(lane(130, 3));
+  EXPECT_EQ(lanes.batch, 3);
+  EXPECT_EQ(lanes.seqQ, 130);
+  EXPECT_EQ(lanes.seqK, 130);
+  EXPECT_EQ(lanes.qStrideBatch, 1);
+  EXPECT_EQ(lanes.qStrideSeq, 3);
+  EXPECT_EQ(lanes.kStrideBatch, 1);
+  EXPECT_EQ(lanes.kStrideSeq, 3);
+  EXPECT_TRUE(lanes.causal);
+  // Samples one after another (mimo-run --calibrate's), bidirectional.
+  Mask samples;
+  for (int64_t t = 0; t < 12; ++t) {
+    samples.qpos.push_back(0);
+    samples.qseg.push_back(t / 4);
+  }
+  samples.kpos = samples.qpos;
+  samples.kseg = samples.qseg;
+  samples.causal = false;
+  t::DenseMask contiguous = denseOf(samples);
+  EXPECT_EQ(contiguous.batch, 3);
+  EXPECT_EQ(contiguous.qStrideBatch, 4);
+  EXPECT_EQ(contiguous.qStrideSeq, 1);
+  EXPECT_FALSE(contiguous.causal);
+  // Queries over more keys, every key seen (cross attention).
+  Mask cross = lane(2, 2);
+  cross.kpos = lane(5, 2).kpos;
+  cross.kseg = lane(5, 2).kseg;
+  cross.causal = false;
+  t::DenseMask wide = denseOf(cross);
+  EXPECT_EQ(wide.seqQ, 2);
+  EXPECT_EQ(wide.seqK, 5);
+  // What only mimo's kernels take: CP zigzag halves, packed samples of
+  // unequal lengths, padding, samples of unequal lengths, keys no query
+  // sees, a causal lane whose keys run past its queries.
+  EXPECT_FALSE(denseOf(zigzagRank1()).dense());
+  EXPECT_FALSE(denseOf(packedThd()).dense());
+  EXPECT_FALSE(denseOf(densePadding()).dense());
+  EXPECT_FALSE(denseOf(encoderSamples(4)).dense());
+  EXPECT_FALSE(denseOf(lonelyRows()).dense());
+  Mask longer = lane(3, 1);
+  longer.kpos = {0, 1, 2, 3};
+  longer.kseg = {0, 0, 0, 0};
+  EXPECT_FALSE(denseOf(longer).dense());
+  // Samples in reverse token order: no positive stride.
+  Mask reversed = lane(4, 2);
+  for (int64_t &s : reversed.qseg)
+    s = 1 - s;
+  reversed.kseg = reversed.qseg;
+  EXPECT_FALSE(denseOf(reversed).dense());
+}
+
 TEST(TiledAttention, CausalLanesOfSeveralBlocks) {
   check("one short sample", lane(5, 1), 2, 4);
   check("[S=130, B=3] lane", lane(130, 3), 3, 16);

@@ -11,6 +11,7 @@
 
 #include "runtime/device/Device.h"
 #include "runtime/device/Devices.h"
+#include "runtime/device/GroupedAttention.h"
 #include "runtime/device/KernelBodies.h"
 #include "runtime/device/cpu/Attention.h"
 #include "runtime/device/cpu/FastKernels.h"
@@ -424,32 +425,42 @@ public:
     });
     packBf16(dup.data(), du, n);
   }
-  void attentionForward(const float *q, const float *kk, const float *v,
-                        float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d) override {
-    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
+  void attentionForward(const AttentionArgs &args, void *o,
+                        float *lse) override {
+    const PerHeadKeys keys(*this, args);
+    const AttentionArgs &a = keys.args();
+    if (a.dtype == DType::BF16)
+      k::tiledAttentionForward(static_cast<const uint16_t *>(a.q),
+                               static_cast<const uint16_t *>(a.k),
+                               static_cast<const uint16_t *>(a.v),
+                               static_cast<uint16_t *>(o), lse, a.plan, a.heads,
+                               a.headDim);
+    else
+      k::tiledAttentionForward(
+          static_cast<const float *>(a.q), static_cast<const float *>(a.k),
+          static_cast<const float *>(a.v), static_cast<float *>(o), lse, a.plan,
+          a.heads, a.headDim);
   }
-  void attentionBackward(const float *q, const float *kk, const float *v,
-                         const float *o, const float *lse, const float *dout,
-                         float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads,
-                         int64_t d) override {
-    k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
-                              d);
-  }
-  void attentionForwardBf16(const uint16_t *q, const uint16_t *kk,
-                            const uint16_t *v, uint16_t *o, float *lse,
-                            const tiles::PlanView &plan, int64_t heads,
-                            int64_t d) override {
-    k::tiledAttentionForward(q, kk, v, o, lse, plan, heads, d);
-  }
-  void attentionBackwardBf16(const uint16_t *q, const uint16_t *kk,
-                             const uint16_t *v, const uint16_t *o,
-                             const float *lse, const uint16_t *dout, float *dq,
-                             float *dk, float *dv, const tiles::PlanView &plan,
-                             int64_t heads, int64_t d) override {
-    k::tiledAttentionBackward(q, kk, v, o, lse, dout, dq, dk, dv, plan, heads,
-                              d);
+  void attentionBackward(const AttentionArgs &args, const void *o,
+                         const float *lse, const void *dout, float *dq,
+                         float *dk, float *dv) override {
+    const PerHeadKeys keys(*this, args);
+    const AttentionArgs &a = keys.args();
+    PerHeadKeyGrads grads(*this, args, dk, dv);
+    if (a.dtype == DType::BF16)
+      k::tiledAttentionBackward(
+          static_cast<const uint16_t *>(a.q),
+          static_cast<const uint16_t *>(a.k),
+          static_cast<const uint16_t *>(a.v), static_cast<const uint16_t *>(o),
+          lse, static_cast<const uint16_t *>(dout), dq, grads.dk(), grads.dv(),
+          a.plan, a.heads, a.headDim);
+    else
+      k::tiledAttentionBackward(
+          static_cast<const float *>(a.q), static_cast<const float *>(a.k),
+          static_cast<const float *>(a.v), static_cast<const float *>(o), lse,
+          static_cast<const float *>(dout), dq, grads.dk(), grads.dv(), a.plan,
+          a.heads, a.headDim);
+    grads.finish();
   }
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,

@@ -203,8 +203,8 @@ void CudaDevice::synchronize() {
 
 } // namespace detail
 
-std::unique_ptr<Device> makeDevice(int ordinal) {
-  return std::make_unique<detail::CudaDevice>(ordinal);
+std::unique_ptr<Device> makeDevice(int ordinal, AttentionChoice attention) {
+  return std::make_unique<detail::CudaDevice>(ordinal, attention);
 }
 
 } // namespace mimo::device::cuda

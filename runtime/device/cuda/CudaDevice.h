@@ -27,9 +27,12 @@ int64_t freeBytes(int ordinal);
 std::string uuidOf(int ordinal);
 
 /// The CUDA device on GPU `ordinal`: its own stream, cuBLASLt handle and
-/// workspace, memory from the GPU's stream-ordered pool. Create and use it
-/// on one host thread (a rank's).
-std::unique_ptr<Device> makeDevice(int ordinal);
+/// workspace, memory from the GPU's stream-ordered pool, its attention as
+/// `attention` says. Create and use it on one host thread (a rank's).
+std::unique_ptr<Device> makeDevice(int ordinal, AttentionChoice attention);
+
+/// Loads cuDNN (Cudnn.h) and says what it found (Devices.h cudnnStatus).
+CudnnStatus probeCudnn();
 
 } // namespace mimo::device::cuda
 

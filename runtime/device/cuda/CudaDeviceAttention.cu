@@ -6,31 +6,180 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/device/GroupedAttention.h"
 #include "runtime/device/cuda/CudaDeviceImpl.cuh"
+
+#include <cstdio>
 
 namespace mimo::device::cuda::detail {
 
-void CudaDevice::attentionForward(const float *q, const float *k,
-                                  const float *v, float *o, float *lse,
-                                  const tiles::PlanView &plan, int64_t heads,
-                                  int64_t d) {
-  fp32AttentionForward(flash::shapeOf(plan, heads, d), q, k, v, o, lse);
+void CudaDevice::attentionForward(const AttentionArgs &args, void *o,
+                                  float *lse) {
+  PerHeadKeys::checked(args);
+  if (auto shape = cudnnShapeFor(args, false, {args.q, args.k, args.v, o}))
+    if (cudnnForward(*shape, args, o, lse))
+      return;
+  const PerHeadKeys keys(*this, args);
+  mimoAttentionForward(keys.args(), o, lse);
 }
 
-void CudaDevice::attentionBackward(const float *q, const float *k,
-                                   const float *v, const float *o,
-                                   const float *lse, const float *dout,
-                                   float *dq, float *dk, float *dv,
-                                   const tiles::PlanView &plan, int64_t heads,
-                                   int64_t d) {
-  fp32AttentionBackward(flash::shapeOf(plan, heads, d), q, k, v, o, lse, dout,
-                        dq, dk, dv);
+void CudaDevice::attentionBackward(const AttentionArgs &args, const void *o,
+                                   const float *lse, const void *dout,
+                                   float *dq, float *dk, float *dv) {
+  PerHeadKeys::checked(args);
+  if (auto shape = cudnnShapeFor(args, true, {args.q, args.k, args.v, o, dout}))
+    if (cudnnBackward(*shape, args, o, lse, dout, dq, dk, dv))
+      return;
+  const PerHeadKeys keys(*this, args);
+  PerHeadKeyGrads grads(*this, args, dk, dv);
+  mimoAttentionBackward(keys.args(), o, lse, dout, dq, grads.dk(), grads.dv());
+  grads.finish();
 }
 
-void CudaDevice::attentionForwardBf16(const uint16_t *q, const uint16_t *k,
-                                      const uint16_t *v, uint16_t *o,
-                                      float *lse, const tiles::PlanView &plan,
-                                      int64_t heads, int64_t d) {
+std::string CudaDevice::attentionBackendName(const AttentionArgs &a) {
+  return cudnnShapeFor(a, false, {}) ? "cudnn" : "mimo";
+}
+
+std::optional<CudnnAttentionShape>
+CudaDevice::cudnnShapeFor(const AttentionArgs &a, bool backward,
+                          std::initializer_list<const void *> buffers) {
+  if (attentionChoice == AttentionChoice::Mimo)
+    return std::nullopt;
+  const CudnnLibrary &library = cudnnLibrary();
+  if (!library.problem.empty()) {
+    if (attentionChoice == AttentionChoice::Cudnn)
+      throw DeviceError("--attention cudnn: " + library.problem);
+    return std::nullopt;
+  }
+  std::optional<CudnnAttentionShape> shape =
+      cudnnAttentionShape(a, library.version, computeMajor, backward, nullptr);
+  if (!shape || cudnnRefused[backward ? 1 : 0].count(*shape))
+    return std::nullopt;
+  for (const void *p : buffers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      return std::nullopt;
+  return shape;
+}
+
+CudnnAttention &CudaDevice::cudnn() {
+  if (!cudnnGraphs) {
+    const CudnnLibrary &library = cudnnLibrary();
+    activate();
+    cudnnStatus_t status = library.api.create(&cudnnHandle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      cudnnHandle = nullptr;
+      throw CudnnError("cuDNN attention: cudnnCreate on " + label + ": " +
+                       library.api.errorString(status));
+    }
+    cudnnGraphs = std::make_unique<CudnnAttention>(library.api, library.version,
+                                                   cudnnHandle);
+  }
+  return *cudnnGraphs;
+}
+
+void CudaDevice::refuseCudnn(const CudnnAttentionShape &shape, bool backward,
+                             const std::string &why) {
+  cudnnRefused[backward ? 1 : 0].insert(shape);
+  static std::mutex said;
+  std::lock_guard<std::mutex> lock(said);
+  std::fprintf(stderr,
+               "mimo-run: attention: %s; mimo's kernels run this shape (set "
+               "--attention mimo to skip cuDNN)\n",
+               why.c_str());
+}
+
+bool CudaDevice::cudnnForward(const CudnnAttentionShape &shape,
+                              const AttentionArgs &a, void *o, float *lse) {
+  const tiles::DenseMask &m = a.plan.dense;
+  try {
+    activate();
+    std::vector<Tensor> spaces;
+    auto workspace = [&](int64_t bytes) {
+      spaces.push_back(scratch((bytes + 3) / 4));
+      return spaces.back().raw();
+    };
+    // One sequence: cuDNN's [1, heads, S] statistics are mimo's lse.
+    Tensor stats = m.batch > 1 ? scratch(m.batch * a.heads * m.seqQ) : Tensor();
+    CudnnForwardBuffers buffers{a.q, a.k, a.v, o,
+                                m.batch > 1 ? stats.data() : lse};
+    {
+      Timed timed(*this, "attention_forward_cudnn");
+      cudnn().forward(shape, buffers, stream, workspace);
+      lastKernel = "attention_forward_cudnn";
+    }
+    if (m.batch > 1)
+      launch("attention_stats_to_lse",
+             b::AttentionStatsLayout{lse, stats.data(), m.batch, a.heads,
+                                     m.seqQ, a.plan.Tq, m.qStrideBatch,
+                                     m.qStrideSeq, true});
+    return true;
+  } catch (const CudnnError &e) {
+    if (attentionChoice == AttentionChoice::Cudnn)
+      throw;
+    refuseCudnn(shape, false, e.what());
+    return false;
+  }
+}
+
+bool CudaDevice::cudnnBackward(const CudnnAttentionShape &shape,
+                               const AttentionArgs &a, const void *o,
+                               const float *lse, const void *dout, float *dq,
+                               float *dk, float *dv) {
+  const tiles::DenseMask &m = a.plan.dense;
+  try {
+    activate();
+    std::vector<Tensor> spaces;
+    auto workspace = [&](int64_t bytes) {
+      spaces.push_back(scratch((bytes + 3) / 4));
+      return spaces.back().raw();
+    };
+    Tensor stats = m.batch > 1 ? scratch(m.batch * a.heads * m.seqQ) : Tensor();
+    if (m.batch > 1)
+      launch("attention_lse_to_stats",
+             b::AttentionStatsLayout{const_cast<float *>(lse), stats.data(),
+                                     m.batch, a.heads, m.seqQ, a.plan.Tq,
+                                     m.qStrideBatch, m.qStrideSeq, false});
+    // cuDNN writes bf16 gradients; mimo's are fp32.
+    const int64_t nq = a.plan.Tq * a.heads * a.headDim;
+    const int64_t nk = a.plan.Tk * a.kvHeads * a.headDim;
+    Tensor dQ = Tensor::empty(*this, nq, DType::BF16),
+           dK = Tensor::empty(*this, nk, DType::BF16),
+           dV = Tensor::empty(*this, nk, DType::BF16);
+    CudnnBackwardBuffers buffers{
+        a.q,      a.k,      a.v,     o, dout, m.batch > 1 ? stats.data() : lse,
+        dQ.raw(), dK.raw(), dV.raw()};
+    {
+      Timed timed(*this, "attention_backward_cudnn");
+      cudnn().backward(shape, buffers, stream, workspace);
+      lastKernel = "attention_backward_cudnn";
+    }
+    unpackBf16(dQ.data<uint16_t>(), dq, nq);
+    unpackBf16(dK.data<uint16_t>(), dk, nk);
+    unpackBf16(dV.data<uint16_t>(), dv, nk);
+    return true;
+  } catch (const CudnnError &e) {
+    if (attentionChoice == AttentionChoice::Cudnn)
+      throw;
+    refuseCudnn(shape, true, e.what());
+    return false;
+  }
+}
+
+void CudaDevice::mimoAttentionForward(const AttentionArgs &a, void *out,
+                                      float *lse) {
+  const tiles::PlanView &plan = a.plan;
+  const int64_t heads = a.heads, d = a.headDim;
+  if (a.dtype != DType::BF16) {
+    fp32AttentionForward(
+        flash::shapeOf(plan, heads, d), static_cast<const float *>(a.q),
+        static_cast<const float *>(a.k), static_cast<const float *>(a.v),
+        static_cast<float *>(out), lse);
+    return;
+  }
+  const auto *q = static_cast<const uint16_t *>(a.q);
+  const auto *k = static_cast<const uint16_t *>(a.k);
+  const auto *v = static_cast<const uint16_t *>(a.v);
+  auto *o = static_cast<uint16_t *>(out);
   const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
   if (tensorCores(shape, {q, k, v, o})) {
     Timed timed(*this, "attention_forward_bf16_mma");
@@ -45,12 +194,24 @@ void CudaDevice::attentionForwardBf16(const uint16_t *q, const uint16_t *k,
   packBf16(O.data(), o, nq);
 }
 
-void CudaDevice::attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
-                                       const uint16_t *v, const uint16_t *o,
-                                       const float *lse, const uint16_t *dout,
-                                       float *dq, float *dk, float *dv,
-                                       const tiles::PlanView &plan,
-                                       int64_t heads, int64_t d) {
+void CudaDevice::mimoAttentionBackward(const AttentionArgs &a, const void *out,
+                                       const float *lse, const void *dO,
+                                       float *dq, float *dk, float *dv) {
+  const tiles::PlanView &plan = a.plan;
+  const int64_t heads = a.heads, d = a.headDim;
+  if (a.dtype != DType::BF16) {
+    fp32AttentionBackward(
+        flash::shapeOf(plan, heads, d), static_cast<const float *>(a.q),
+        static_cast<const float *>(a.k), static_cast<const float *>(a.v),
+        static_cast<const float *>(out), lse, static_cast<const float *>(dO),
+        dq, dk, dv);
+    return;
+  }
+  const auto *q = static_cast<const uint16_t *>(a.q);
+  const auto *k = static_cast<const uint16_t *>(a.k);
+  const auto *v = static_cast<const uint16_t *>(a.v);
+  const auto *o = static_cast<const uint16_t *>(out);
+  const auto *dout = static_cast<const uint16_t *>(dO);
   const flash::Shape shape = flash::shapeOf(plan, heads, d, true);
   if (tensorCores(shape, {q, k, v, o, dout})) {
     Tensor D = scratch(heads * plan.Tq);
@@ -63,9 +224,9 @@ void CudaDevice::attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
   }
   const int64_t nq = plan.Tq * heads * d, nk = plan.Tk * heads * d;
   const Tensor Q = unpacked(q, nq), K = unpacked(k, nk), V = unpacked(v, nk),
-               O = unpacked(o, nq), dO = unpacked(dout, nq);
+               O = unpacked(o, nq), dOut = unpacked(dout, nq);
   fp32AttentionBackward(shape, Q.data(), K.data(), V.data(), O.data(), lse,
-                        dO.data(), dq, dk, dv);
+                        dOut.data(), dq, dk, dv);
 }
 
 /// The fp32 programs of FlashBodies.h (with the bf16 rounding when

@@ -22,6 +22,8 @@
 #include "runtime/device/cuda/CudaCheck.h"
 #include "runtime/device/cuda/CudaDevice.h"
 #include "runtime/device/cuda/CudaGemm.h"
+#include "runtime/device/cuda/Cudnn.h"
+#include "runtime/device/cuda/CudnnAttention.h"
 #include "runtime/device/cuda/FlashMma.h"
 
 #include <cuda_runtime.h>
@@ -31,6 +33,8 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -120,11 +124,13 @@ public:
 
 class CudaDevice final : public Device {
 public:
-  explicit CudaDevice(int ordinal)
-      : ordinal(ordinal), multiGpu(cudaStatus().devices > 1) {
+  CudaDevice(int ordinal, AttentionChoice attention)
+      : ordinal(ordinal), multiGpu(cudaStatus().devices > 1),
+        attentionChoice(attention) {
     activate();
     cudaDeviceProp props{};
     check(cudaGetDeviceProperties(&props, ordinal), "cudaGetDeviceProperties");
+    computeMajor = props.major;
     label = "cuda:" + std::to_string(ordinal) + " (" + props.name + ")";
     sharedOptIn = static_cast<int64_t>(props.sharedMemPerBlockOptin);
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -147,6 +153,9 @@ public:
     if (!activateQuietly())
       return; // the context is gone; nothing can be released any more
     blas.reset();
+    cudnnGraphs.reset();
+    if (cudnnHandle)
+      cudnnLibrary().api.destroy(cudnnHandle);
     events.clear();
     for (const TimedCall &t : timedCalls) {
       cudaEventDestroy(t.start);
@@ -282,23 +291,11 @@ public:
                         int64_t n, Gelu kind) override;
   void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
                           uint16_t *dg, uint16_t *du, int64_t n) override;
-  void attentionForward(const float *q, const float *k, const float *v,
-                        float *o, float *lse, const tiles::PlanView &plan,
-                        int64_t heads, int64_t d) override;
-  void attentionBackward(const float *q, const float *k, const float *v,
-                         const float *o, const float *lse, const float *dout,
-                         float *dq, float *dk, float *dv,
-                         const tiles::PlanView &plan, int64_t heads,
-                         int64_t d) override;
-  void attentionForwardBf16(const uint16_t *q, const uint16_t *k,
-                            const uint16_t *v, uint16_t *o, float *lse,
-                            const tiles::PlanView &plan, int64_t heads,
-                            int64_t d) override;
-  void attentionBackwardBf16(const uint16_t *q, const uint16_t *k,
-                             const uint16_t *v, const uint16_t *o,
-                             const float *lse, const uint16_t *dout, float *dq,
-                             float *dk, float *dv, const tiles::PlanView &plan,
-                             int64_t heads, int64_t d) override;
+  void attentionForward(const AttentionArgs &a, void *o, float *lse) override;
+  void attentionBackward(const AttentionArgs &a, const void *o,
+                         const float *lse, const void *dout, float *dq,
+                         float *dk, float *dv) override;
+  std::string attentionBackendName(const AttentionArgs &a) override;
   void embeddingForward(const int64_t *ids, int64_t n, const float *table,
                         int64_t vb, int64_t ve, int64_t hidden,
                         float *out) override;
@@ -493,6 +490,32 @@ private:
     return values;
   }
 
+  /// The cuDNN graph shape of `a` when cuDNN runs it: the choice allows it,
+  /// the library is loaded (--attention cudnn without it: DeviceError),
+  /// cuDNN takes the call (cudnnAttentionShape), every buffer is 16-byte
+  /// aligned, and no earlier call of the shape failed to build under auto.
+  std::optional<CudnnAttentionShape>
+  cudnnShapeFor(const AttentionArgs &a, bool backward,
+                std::initializer_list<const void *> buffers);
+  /// Runs a call on cuDNN; false when its graph cannot be built under
+  /// --attention auto (said once per shape; mimo's kernels take it).
+  bool cudnnForward(const CudnnAttentionShape &shape, const AttentionArgs &a,
+                    void *o, float *lse);
+  bool cudnnBackward(const CudnnAttentionShape &shape, const AttentionArgs &a,
+                     const void *o, const float *lse, const void *dout,
+                     float *dq, float *dk, float *dv);
+  /// The device's cuDNN graphs (its handle made on first use).
+  CudnnAttention &cudnn();
+  /// Under auto: a shape whose graph cuDNN refused, kept out from now on.
+  void refuseCudnn(const CudnnAttentionShape &shape, bool backward,
+                   const std::string &why);
+
+  /// mimo's kernels (one key head per query head): the tensor cores under
+  /// bf16 where tensorCores() says so, else the fp32 programs.
+  void mimoAttentionForward(const AttentionArgs &a, void *o, float *lse);
+  void mimoAttentionBackward(const AttentionArgs &a, const void *o,
+                             const float *lse, const void *dout, float *dq,
+                             float *dk, float *dv);
   /// The fp32 programs of FlashBodies.h (with the bf16 rounding when
   /// shape.bf16 is set).
   void fp32AttentionForward(const flash::Shape &shape, const float *q,
@@ -515,6 +538,11 @@ private:
 
   int ordinal;
   bool multiGpu;
+  AttentionChoice attentionChoice;
+  int computeMajor = 0;
+  cudnnHandle_t cudnnHandle = nullptr;
+  std::unique_ptr<CudnnAttention> cudnnGraphs;
+  std::set<CudnnAttentionShape> cudnnRefused[2]; // forward, backward
   int64_t sharedOptIn = 48 * 1024;
   std::string label;
   cudaStream_t stream = nullptr;
