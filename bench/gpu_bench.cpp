@@ -9,11 +9,15 @@
 //   2. Bridges: fan-in and fan-out between 4 lanes and 1 (5 ranks as
 //      threads, each its own stream on the GPU, the local communicator)
 //      against one device-to-device copy of the same bytes.
-//   3. Attention: the fused kernels (device/FlashBodies.h) at sequence
-//      2k, 4k and 8k, 16 heads of 128, causal, forward and backward
-//      TFLOP/s (FlashAttention's count: 4 d FLOPs per attended pair and
-//      head forward, 2.5 times that backward), and the peak bytes a call
+//   3. Attention: mimo's fused kernels (device/FlashBodies.h, bf16 on the
+//      tensor cores: FlashMmaBodies.h) and cuDNN's fused attention
+//      (--attention cudnn) at sequence 2k, 4k and 8k, 16 heads of 64 and
+//      of 128, causal, forward and backward TFLOP/s timed by CUDA events
+//      (FlashAttention's count: 4 d FLOPs per attended pair and head
+//      forward, 2.5 times that backward), and the peak bytes a call
 //      allocates beside its inputs and outputs (linear in the sequence).
+//      `--only attention [--json FILE]`: this part alone, every row also
+//      as JSON (scripts/gpu-check.sh's attention phase).
 //   4. Row kernels: RMSNorm forward (fp32 and bf16 out) and backward,
 //      SwiGLU with bf16 out, the cross-entropy's row max and sums, at the
 //      1B model's shapes (device/RowBodies.h), in GB/s against the same
@@ -249,87 +253,203 @@ void benchGemm(const std::vector<GemmShape> &shapes) {
 // 3. Attention
 //===----------------------------------------------------------------------===//
 
-/// bf16: the tensor-core programs (FlashMmaBodies.h), else the fp32 ones.
-void benchAttention(bool bf16) {
-  std::printf("\n## Attention: fused forward and backward (%s, causal, 16 "
-              "heads of 128, one sequence)\n\n",
-              bf16 ? "bf16 on tensor cores" : "fp32");
-  std::printf("| sequence | forward ms | forward TFLOP/s | backward ms | "
-              "backward TFLOP/s | bytes beyond inputs and outputs |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  std::unique_ptr<Device> dev = device::makeDevice(device::DeviceKind::Cuda, 0);
-  const int64_t heads = 16, d = 128, width = heads * d;
-  for (int64_t S : {2048, 4096, 8192}) {
-    std::vector<int64_t> pos(static_cast<size_t>(S)),
-        seg(static_cast<size_t>(S), 0);
-    for (int64_t t = 0; t < S; ++t)
-      pos[static_cast<size_t>(t)] = t;
-    device::tiles::Plan plan = device::tiles::plan(
-        pos.data(), seg.data(), pos.data(), seg.data(), S, S, true);
-    Tensor packed = Tensor::empty(
-        *dev, static_cast<int64_t>(plan.packed.size()), device::DType::I64);
-    dev->upload(packed.raw(), plan.packed.data(), packed.bytes());
-    const device::tiles::PlanView view = plan.view(packed.data<int64_t>());
-    std::vector<float> host(static_cast<size_t>(S * width));
-    std::mt19937 rng(13);
-    std::uniform_real_distribution<float> dist(-1, 1);
-    for (float &x : host)
-      x = dist(rng);
-    auto filled = [&] {
-      Tensor t = Tensor::empty(*dev, S * width);
-      dev->upload(t.raw(), host.data(), t.bytes());
-      return t;
-    };
-    Tensor q = filled(), k = filled(), v = filled(), dout = filled();
-    Tensor o = Tensor::empty(*dev, S * width),
-           lse = Tensor::empty(*dev, S * heads);
-    // bf16: q, k, v, o and dO as bf16 buffers, as the layer keeps them.
-    auto bits = [&](const Tensor &values) {
-      Tensor t = Tensor::empty(*dev, S * width, device::DType::BF16);
-      dev->packBf16(values.data(), t.data<uint16_t>(), S * width);
-      return t;
-    };
-    Tensor qb = bits(q), kb = bits(k), vb = bits(v), doutb = bits(dout),
-           ob = Tensor::empty(*dev, S * width, device::DType::BF16);
-    Tensor dq = Tensor::empty(*dev, S * width),
-           dk = Tensor::empty(*dev, S * width),
-           dv = Tensor::empty(*dev, S * width);
-    dev->synchronize();
-    const double pairs = static_cast<double>(plan.pairs());
-    const double forwardFlops = 4.0 * d * heads * pairs;
-    const double backwardFlops = 2.5 * forwardFlops;
-    dev->resetPeakBytes();
-    const int64_t before = dev->peakBytes();
-    device::AttentionArgs args;
-    args.dtype = bf16 ? device::DType::BF16 : device::DType::F32;
-    args.q = bf16 ? qb.raw() : q.raw();
-    args.k = bf16 ? kb.raw() : k.raw();
-    args.v = bf16 ? vb.raw() : v.raw();
-    args.plan = view;
-    args.heads = args.kvHeads = heads;
-    args.headDim = d;
-    void *out = bf16 ? ob.raw() : o.raw();
-    const void *dOut = bf16 ? doutb.raw() : dout.raw();
-    double fwd = medianSeconds(
-        [&] {
-          dev->attentionForward(args, out, lse.data());
-          dev->synchronize();
-        },
-        5);
-    double bwd = medianSeconds(
-        [&] {
-          dev->attentionBackward(args, out, lse.data(), dOut, dq.data(),
-                                 dk.data(), dv.data());
-          dev->synchronize();
-        },
-        5);
-    const int64_t extra = dev->peakBytes() - before;
-    std::printf("| %lld | %.2f | %.1f | %.2f | %.1f | %lld |\n",
-                static_cast<long long>(S), 1e3 * fwd, forwardFlops / fwd / 1e12,
-                1e3 * bwd, backwardFlops / bwd / 1e12,
-                static_cast<long long>(extra));
-    std::fflush(stdout);
+/// Median seconds of `run` timed by CUDA events on `dev`'s stream (the
+/// device's own clock: no host synchronisation inside the timing), after
+/// two warm-up calls.
+double deviceSeconds(Device &dev, const std::function<void()> &run,
+                     int repeats) {
+  auto *stream = static_cast<cudaStream_t>(dev.nativeStream());
+  run();
+  run();
+  std::vector<double> times;
+  cudaEvent_t start, end;
+  cudaCheck(cudaEventCreate(&start), "cudaEventCreate");
+  cudaCheck(cudaEventCreate(&end), "cudaEventCreate");
+  for (int i = 0; i < repeats; ++i) {
+    cudaCheck(cudaEventRecord(start, stream), "cudaEventRecord");
+    run();
+    cudaCheck(cudaEventRecord(end, stream), "cudaEventRecord");
+    cudaCheck(cudaEventSynchronize(end), "cudaEventSynchronize");
+    float ms = 0;
+    cudaCheck(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+    times.push_back(ms / 1e3);
   }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+/// One attention row of the table (and of --json).
+struct AttentionRow {
+  std::string backend, dtype, error;
+  int64_t seq = 0, heads = 0, headDim = 0;
+  double fwdMs = 0, fwdTflops = 0, bwdMs = 0, bwdTflops = 0;
+  int64_t extraBytes = 0;
+};
+
+/// Causal attention of one sequence of S tokens, `heads` heads of d, on
+/// `dev` (whose --attention choice picks the backend).
+AttentionRow timeAttention(Device &dev, const std::string &backend, bool bf16,
+                           int64_t S, int64_t heads, int64_t d) {
+  AttentionRow row;
+  row.backend = backend;
+  row.dtype = bf16 ? "bf16" : "fp32";
+  row.seq = S;
+  row.heads = heads;
+  row.headDim = d;
+  const int64_t width = heads * d;
+  std::vector<int64_t> pos(static_cast<size_t>(S)),
+      seg(static_cast<size_t>(S), 0);
+  for (int64_t t = 0; t < S; ++t)
+    pos[static_cast<size_t>(t)] = t;
+  device::tiles::Plan plan = device::tiles::plan(
+      pos.data(), seg.data(), pos.data(), seg.data(), S, S, true);
+  Tensor packed = Tensor::empty(dev, static_cast<int64_t>(plan.packed.size()),
+                                device::DType::I64);
+  dev.upload(packed.raw(), plan.packed.data(), packed.bytes());
+  std::vector<float> host(static_cast<size_t>(S * width));
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (float &x : host)
+    x = dist(rng);
+  const device::DType type = bf16 ? device::DType::BF16 : device::DType::F32;
+  // q, k, v and dO as the layer keeps them (bf16 bits under bf16).
+  auto filled = [&] {
+    Tensor values = Tensor::empty(dev, S * width);
+    dev.upload(values.raw(), host.data(), values.bytes());
+    if (!bf16)
+      return values;
+    Tensor bits = Tensor::empty(dev, S * width, device::DType::BF16);
+    dev.packBf16(values.data(), bits.data<uint16_t>(), S * width);
+    return bits;
+  };
+  Tensor q = filled(), k = filled(), v = filled(), dout = filled();
+  Tensor o = Tensor::empty(dev, S * width, type),
+         lse = Tensor::empty(dev, S * heads);
+  Tensor dq = Tensor::empty(dev, S * width), dk = Tensor::empty(dev, S * width),
+         dv = Tensor::empty(dev, S * width);
+  device::AttentionArgs args;
+  args.dtype = type;
+  args.q = q.raw();
+  args.k = k.raw();
+  args.v = v.raw();
+  args.plan = plan.view(packed.data<int64_t>());
+  args.heads = args.kvHeads = heads;
+  args.headDim = d;
+  dev.synchronize();
+  const double pairs = static_cast<double>(plan.pairs());
+  const double forwardFlops = 4.0 * d * heads * pairs;
+  const double backwardFlops = 2.5 * forwardFlops;
+  dev.resetPeakBytes();
+  const int64_t before = dev.peakBytes();
+  const double fwd = deviceSeconds(
+      dev, [&] { dev.attentionForward(args, o.raw(), lse.data()); }, 10);
+  const double bwd = deviceSeconds(
+      dev,
+      [&] {
+        dev.attentionBackward(args, o.raw(), lse.data(), dout.raw(), dq.data(),
+                              dk.data(), dv.data());
+      },
+      10);
+  row.extraBytes = dev.peakBytes() - before;
+  row.fwdMs = 1e3 * fwd;
+  row.bwdMs = 1e3 * bwd;
+  row.fwdTflops = forwardFlops / fwd / 1e12;
+  row.bwdTflops = backwardFlops / bwd / 1e12;
+  return row;
+}
+
+/// Attention: mimo's kernels (bf16 on the tensor cores, and fp32) and
+/// cuDNN's fused attention (bf16), causal, one sequence of 2048, 4096 and
+/// 8192 tokens, 16 heads of 64 and of 128; TFLOP/s timed by CUDA events.
+/// `json`: every row as {"rows": [...]} (scripts/gpu-check.sh attention).
+void benchAttention(const std::string &json) {
+  std::printf("\n## Attention: fused forward and backward (causal, one "
+              "sequence, 16 heads; CUDA events)\n\n");
+  std::printf("| backend | dtype | sequence | head dim | forward ms | forward "
+              "TFLOP/s | backward ms | backward TFLOP/s | bytes beyond "
+              "inputs and outputs |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<AttentionRow> rows;
+  struct Backend {
+    std::string name;
+    device::AttentionChoice choice;
+    bool bf16;
+  };
+  std::vector<Backend> backends = {
+      {"mimo", device::AttentionChoice::Mimo, true},
+      {"cudnn", device::AttentionChoice::Cudnn, true},
+      {"mimo", device::AttentionChoice::Mimo, false}};
+  for (const Backend &b : backends) {
+    std::unique_ptr<Device> dev;
+    std::string problem;
+    if (b.choice == device::AttentionChoice::Cudnn)
+      problem = device::cudnnStatus().problem;
+    if (problem.empty())
+      dev = device::makeDevice(device::DeviceKind::Cuda, 0, 1, b.choice);
+    for (int64_t d : {64, 128})
+      for (int64_t S : {2048, 4096, 8192}) {
+        AttentionRow row;
+        if (!problem.empty()) {
+          row.backend = b.name;
+          row.dtype = b.bf16 ? "bf16" : "fp32";
+          row.seq = S;
+          row.heads = 16;
+          row.headDim = d;
+          row.error = problem;
+        } else {
+          try {
+            row = timeAttention(*dev, b.name, b.bf16, S, 16, d);
+          } catch (const std::exception &e) {
+            row.backend = b.name;
+            row.dtype = b.bf16 ? "bf16" : "fp32";
+            row.seq = S;
+            row.heads = 16;
+            row.headDim = d;
+            row.error = e.what();
+          }
+        }
+        if (row.error.empty())
+          std::printf("| %s | %s | %lld | %lld | %.2f | %.1f | %.2f | %.1f | "
+                      "%lld |\n",
+                      row.backend.c_str(), row.dtype.c_str(),
+                      static_cast<long long>(S), static_cast<long long>(d),
+                      row.fwdMs, row.fwdTflops, row.bwdMs, row.bwdTflops,
+                      static_cast<long long>(row.extraBytes));
+        else
+          std::printf("| %s | %s | %lld | %lld | error: %s |||||\n",
+                      row.backend.c_str(), row.dtype.c_str(),
+                      static_cast<long long>(S), static_cast<long long>(d),
+                      row.error.c_str());
+        std::fflush(stdout);
+        rows.push_back(row);
+      }
+  }
+  if (json.empty())
+    return;
+  std::ofstream out(json);
+  out << "{\"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const AttentionRow &r = rows[i];
+    auto number = [&](double x) {
+      return r.error.empty() ? std::to_string(x) : std::string("null");
+    };
+    std::string error;
+    for (char c : r.error)
+      error += c == '"' || c == '\\' ? std::string("\\") + c
+               : c == '\n'           ? std::string(" ")
+                                     : std::string(1, c);
+    out << (i ? ",\n" : "\n") << "{\"backend\": \"" << r.backend
+        << "\", \"dtype\": \"" << r.dtype << "\", \"seq\": " << r.seq
+        << ", \"heads\": " << r.heads << ", \"head_dim\": " << r.headDim
+        << ", \"causal\": true, \"fwd_ms\": " << number(r.fwdMs)
+        << ", \"fwd_tflops\": " << number(r.fwdTflops)
+        << ", \"bwd_ms\": " << number(r.bwdMs)
+        << ", \"bwd_tflops\": " << number(r.bwdTflops) << ", \"error\": "
+        << (r.error.empty() ? std::string("null") : "\"" + error + "\"") << "}";
+  }
+  out << "\n]}\n";
 }
 
 //===----------------------------------------------------------------------===//
@@ -579,12 +699,26 @@ int main(int argc, char **argv) {
   }
   std::string examplesDir = MIMO_EXAMPLES_DIR;
   bool quick = false;
+  std::string only, json;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--quick")
       quick = true;
     else if (arg.rfind("--examples=", 0) == 0)
       examplesDir = arg.substr(11);
+    else if (arg == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else if (arg == "--json" && i + 1 < argc)
+      json = argv[++i];
+  }
+  if (only == "attention") {
+    try {
+      benchAttention(json);
+    } catch (const std::exception &e) {
+      std::printf("\ngpu_bench: error: %s\n", e.what());
+      return 1;
+    }
+    return 0;
   }
   std::vector<std::string> examples = {
       "vlm-fan-in", "vlm-fan-out", "vlm-colocated", "vlm-colocated-pp2",
@@ -609,8 +743,7 @@ int main(int argc, char **argv) {
                         GemmShape{"1B head", 8192, 32000, 2048}})
       shapes.push_back(s);
     benchGemm(shapes);
-    benchAttention(false);
-    benchAttention(true);
+    benchAttention(json);
     benchRows();
     benchBridges();
     if (!quick)

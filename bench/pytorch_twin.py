@@ -19,16 +19,26 @@ torch.cuda.synchronize and the peak memory PyTorch allocated is reported.
 clip and AdamW step, as mimo's `num_microbatches` does (a step is then M
 times `--batch` sequences).
 
+`--compile` runs the same model through torch.compile (default mode; the
+first step compiles, so it is left out of tokens/s as always; the AdamW
+step stays eager). A failure to compile or run prints {"error": reason}
+and exits 1. `--profile` (on a GPU) runs one more step after the timed ones
+under torch.profiler with CUDA activities and adds "kernels": the 20 device
+kernels (and copies) of most self time in that step, each {"name",
+"calls", "ms"}, and "kernel_ms": the step's device time over all of them.
+
 usage: pytorch_twin.py --hidden 512 --layers 4 --heads 8 --ffn 1536
        --vocab 8192 --seq 512 --batch 4 --steps 4 [--microbatches M]
        [--threads N]
        [--device cpu|cuda] [--dtype fp32|bf16] [--attention eager|sdpa]
+       [--compile] [--profile]
 Prints one JSON object: {"tokens_per_s": mean over steps 2.., "steps": [...]}
 (and "peak_bytes" on a GPU).
 """
 import argparse
 import json
 import math
+import sys
 import time
 
 import torch
@@ -116,6 +126,27 @@ class Model(torch.nn.Module):
                                ids[:, 1:].reshape(-1))
 
 
+def profile_step(step, top=20):
+    """The device kernels of one step(), by self time (torch.profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU,
+                             ProfilerActivity.CUDA]) as prof:
+        step()
+    kernels = []
+    for e in prof.key_averages():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        # self_device_time_total since PyTorch 2.4, self_cuda_time_total before.
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = e.self_cuda_time_total
+        kernels.append({"name": e.key, "calls": e.count, "ms": us / 1e3})
+    kernels.sort(key=lambda k: -k["ms"])
+    return {"kernels": kernels[:top],
+            "kernel_ms": sum(k["ms"] for k in kernels)}
+
+
 def main():
     p = argparse.ArgumentParser()
     for name, default in (("hidden", 512), ("layers", 4), ("heads", 8), ("ffn", 1536),
@@ -125,6 +156,8 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--attention", default="eager", choices=["eager", "sdpa"])
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--profile", action="store_true")
     a = p.parse_args()
     global SDPA
     SDPA = a.attention == "sdpa"
@@ -136,8 +169,8 @@ def main():
     model = Model(a.vocab, a.hidden, a.layers, a.heads, a.ffn).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    steps = []
-    for step in range(a.steps):
+
+    def step():
         batches = [torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
                    for _ in range(a.microbatches)]
         sync()
@@ -153,15 +186,35 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sync()
-        seconds = time.perf_counter() - start
-        steps.append({"step": step + 1, "loss": total.item(), "seconds": seconds,
-                      "tokens": a.batch * a.seq * a.microbatches})
+        return total.item(), time.perf_counter() - start
+
+    steps = []
+    try:
+        if a.compile:
+            model = torch.compile(model)
+        for n in range(a.steps):
+            loss, seconds = step()
+            steps.append({"step": n + 1, "loss": loss, "seconds": seconds,
+                          "tokens": a.batch * a.seq * a.microbatches})
+    except Exception as e:  # noqa: BLE001 (torch.compile's errors are many)
+        if not a.compile:
+            raise
+        # The reason in one line (the traceback's last line is often advice).
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(json.dumps({"error": "%s: %s" % (type(e).__name__, first[:400])}))
+        sys.exit(1)
     later = steps[1:] or steps
     rate = sum(s["tokens"] for s in later) / sum(s["seconds"] for s in later)
     out = {"tokens_per_s": rate, "threads": a.threads, "device": a.device,
-           "dtype": a.dtype, "attention": a.attention, "steps": steps}
+           "dtype": a.dtype, "attention": a.attention, "compile": a.compile,
+           "steps": steps}
     if cuda:
         out["peak_bytes"] = torch.cuda.max_memory_allocated()
+        if a.profile:
+            try:
+                out.update(profile_step(step))
+            except Exception as e:  # noqa: BLE001 (no CUPTI, ...)
+                out["kernels_error"] = "%s: %s" % (type(e).__name__, e)
     print(json.dumps(out))
 
 

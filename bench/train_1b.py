@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Training a ~1.3B-parameter language model on one GPU: mimo against
-PyTorch eager (docs/gpu.md GPU benchmarks; run by scripts/gpu-check.sh).
+PyTorch eager and torch.compile (docs/gpu.md GPU benchmarks; run by
+scripts/gpu-check.sh).
 
 The model (bench/models/lm-1b.json): hidden 2048, 22 layers, 16 heads,
 SwiGLU 5632, vocabulary 32000, sequence 2048, 4 micro-batches of 2
@@ -8,17 +9,28 @@ sequences per step (16,384 tokens; PyTorch accumulates the same four),
 precision bf16, AdamW. mimo trains its plan (compiled beforehand:
 scripts/gpu-bundle.sh) with `mimo-run --device cuda`; the same model and
 optimizer run in PyTorch eager (bench/pytorch_twin.py: bf16 autocast with
-F.scaled_dot_product_attention, and fp32) in the same run. Reported:
-tokens/s, model TFLOP/s and MFU against the GPU's dense bf16 peak, the
-ratio mimo / PyTorch, and the peak device memory of mimo's step (what its
-device allocated at most, `peak_bytes` of the metrics; nvidia-smi's view,
-the CUDA context included, beside it) against the memory plan's estimate
-(`mimoc explain`). Then where mimo's step goes: a second, traced run
-(`--trace`: on the GPU every kernel, GEMM and copy is timed with CUDA
-events) summed by kernel over its last step.
+F.scaled_dot_product_attention, and fp32), and the bf16 one through
+torch.compile, in the same run (SPEC §23 measures mimo against both).
+Reported: tokens/s, model TFLOP/s and MFU against the GPU's dense bf16
+peak, the ratios mimo / PyTorch, and the peak device memory of mimo's step
+(what its device allocated at most, `peak_bytes` of the metrics;
+nvidia-smi's view, the CUDA context included, beside it) against the
+memory plan's estimate (`mimoc explain`). Then where each step goes:
+mimo's from a second, traced run (`--trace`: on the GPU every kernel, GEMM
+and copy is timed with CUDA events) summed by kernel over its last step;
+PyTorch's (eager bf16 and torch.compile) from torch.profiler over one step
+after the timed ones, its 20 kernels of most self time. A torch.compile
+that fails (no Triton, a graph break that raises, the time limit) is
+reported as not measured, with the reason; the rest stands.
 
 usage: bench/train_1b.py --build DIR --plan PLAN.json [--explain EXPLAIN.json]
                          [--steps N] [--timeout S] [--out FILE.md]
+                         [--json FILE]
+  --json FILE  the headline figures: {"mfu_1b" (mimo's, a fraction of the
+               bf16 peak), "vs_pytorch_eager_bf16", "vs_torch_compile" (mimo's
+               tokens/s over PyTorch's), "mimo_step_s", "eager_step_s",
+               "compile_step_s" (median steps after the first), "errors"
+               (what failed, by run)}; null where not measured.
 """
 import argparse
 import json
@@ -165,9 +177,11 @@ def kernel_breakdown(args, work, top=15):
     return lines
 
 
-def run_twin(args, arch, batch, dtype, attention):
+def run_twin(args, arch, batch, dtype, compiled=False, profile=False):
+    """PyTorch's run of the model (bench/pytorch_twin.py, SDPA attention):
+    its JSON, or {"error": reason}."""
     cmd = [sys.executable, os.path.join(ROOT, "bench", "pytorch_twin.py"),
-           "--device", "cuda", "--dtype", dtype, "--attention", attention,
+           "--device", "cuda", "--dtype", dtype, "--attention", "sdpa",
            "--hidden", str(arch["hidden_size"]),
            "--layers", str(arch["num_layers"]),
            "--heads", str(arch["num_heads"]),
@@ -177,11 +191,56 @@ def run_twin(args, arch, batch, dtype, attention):
            "--batch", str(batch["micro_batch_size"]),
            "--microbatches", str(batch.get("num_microbatches", 1)),
            "--steps", str(args.steps)]
-    done = subprocess.run(cmd, capture_output=True, text=True,
-                          timeout=args.timeout)
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    cmd += ["--compile"] if compiled else []
+    cmd += ["--profile"] if profile else []
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "not done in %d s (--timeout)" % args.timeout}
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    try:
+        out = json.loads(last)
+    except ValueError:
+        out = None
+    if done.returncode != 0 or not isinstance(out, dict):
+        if isinstance(out, dict) and "error" in out:
+            return out
+        lines = done.stderr.strip().splitlines()
+        return {"error": "exit %d: %s" % (done.returncode,
+                                          (lines or ["no output"])[-1][-300:])}
+    return out
+
+
+def step_seconds(twin):
+    """The median step after the first (the first compiles, warms up)."""
+    steps = twin["steps"][1:] or twin["steps"]
+    return statistics.median(s["seconds"] for s in steps)
+
+
+def torch_kernels(label, twin):
+    """Lines of markdown: the PyTorch run's kernels of one step
+    (torch.profiler), or a line saying why there are none."""
+    if "kernels_error" in twin:
+        return ["", "- %s: no kernel profile: %s" % (label,
+                                                      twin["kernels_error"])]
+    if not twin.get("kernels"):
+        return []
+    total = twin["kernel_ms"]
+    lines = ["", "### Where PyTorch's step goes (%s; torch.profiler over one "
+             "step after the timed ones, the 20 kernels of most self time)" %
+             label, "",
+             "Kernels busy %.1f ms in that step." % total, "",
+             "| kernel | calls | ms | share | mean us |",
+             "|---|---:|---:|---:|---:|"]
+    for k in twin["kernels"]:
+        name = k["name"].replace("|", "/")
+        if len(name) > 100:
+            name = name[:97] + "..."
+        lines.append("| %s | %d | %.2f | %.1f%% | %.1f |" % (
+            name, k["calls"], k["ms"], 100 * k["ms"] / total if total else 0,
+            1e3 * k["ms"] / k["calls"] if k["calls"] else 0))
+    return lines
 
 
 def main():
@@ -192,12 +251,13 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--timeout", type=int, default=400)
     parser.add_argument("--out")
+    parser.add_argument("--json")
     args = parser.parse_args()
     arch, batch = model_shape(args.plan)
     name = gpu_name()
     peak = next((v for k, v in BF16_PEAK.items() if k in name), None)
     lines = ["## Training a ~1.3B language model on one GPU: mimo vs PyTorch "
-             "eager", "",
+             "eager and torch.compile", "",
              "`python3 bench/train_1b.py --steps %d` on %s; model: hidden %d, "
              "%d layers, %d heads, FFN %d, vocabulary %d, sequence %d, %d "
              "sequences per step (%d micro-batches), AdamW." % (
@@ -219,8 +279,17 @@ def main():
             except (OSError, ValueError, KeyError,
                     subprocess.TimeoutExpired) as e:
                 breakdown = ["- kernel breakdown failed: %s" % e]
-    twins = {(d, a): run_twin(args, arch, batch, d, a)
-             for d, a in (("bf16", "sdpa"), ("fp32", "sdpa"))}
+    # PyTorch's runs, torch.compile last (the longest, and the one most
+    # likely to fail: its row then says why).
+    twins = {}
+    twins["eager_bf16"] = run_twin(args, arch, batch, "bf16", profile=True)
+    twins["eager_fp32"] = run_twin(args, arch, batch, "fp32")
+    twins["compile_bf16"] = run_twin(args, arch, batch, "bf16", compiled=True,
+                                     profile=True)
+    labels = {
+        "eager_bf16": "PyTorch eager, bf16 autocast, SDPA attention",
+        "compile_bf16": "PyTorch torch.compile, bf16 autocast, SDPA attention",
+        "eager_fp32": "PyTorch eager, fp32 (TF32 off), SDPA attention"}
     flops_per_token = None
     if "tflops" in mimo:
         flops_per_token = mimo["tflops"] * 1e12 / mimo["tokens_per_s"]
@@ -243,11 +312,11 @@ def main():
                             mfu(mimo["tokens_per_s"]),
                             mimo["peak_bytes"] / 2**30,
                             mimo["peak_mib"] / 1024))
-    for (dtype, attention), twin in twins.items():
-        label = "PyTorch eager, %s%s, SDPA attention" % (
-            dtype, " autocast" if dtype == "bf16" else " (TF32 off)")
+    for key in ("eager_bf16", "compile_bf16", "eager_fp32"):
+        label, twin = labels[key], twins[key]
         if "error" in twin:
-            lines.append("| %s | failed: %s | | | |" % (label, twin["error"]))
+            lines.append("| %s | failed: %s | | | |" % (
+                label, str(twin["error"]).replace("|", "/")))
             continue
         tflops = (twin["tokens_per_s"] * flops_per_token / 1e12
                   if flops_per_token else float("nan"))
@@ -256,10 +325,11 @@ def main():
             twin["peak_bytes"] / 2**30))
     lines.append("")
     if "error" not in mimo:
-        for (dtype, _), twin in twins.items():
-            if "error" not in twin:
-                lines.append("- mimo / PyTorch eager %s: %.2fx tokens/s" % (
-                    dtype, mimo["tokens_per_s"] / twin["tokens_per_s"]))
+        for key in ("eager_bf16", "compile_bf16", "eager_fp32"):
+            if "error" not in twins[key]:
+                lines.append("- mimo / %s: %.2fx tokens/s" % (
+                    labels[key].split(", SDPA")[0],
+                    mimo["tokens_per_s"] / twins[key]["tokens_per_s"]))
         lines.append("- mimo's losses: %s; step %.2f s" % (
             mimo["loss"], mimo["seconds"]))
         if args.explain:
@@ -270,11 +340,43 @@ def main():
                              estimate["total_bytes"] / 2**30,
                              mimo["peak_bytes"] / estimate["total_bytes"]))
     lines += breakdown
+    lines += torch_kernels("eager bf16", twins["eager_bf16"])
+    lines += torch_kernels("torch.compile bf16", twins["compile_bf16"])
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(headline(mimo, twins, peak), f, indent=2)
+            f.write("\n")
+
+
+def headline(mimo, twins, peak):
+    """The figures gpu-check's summary takes (bench/gpu_summary.py)."""
+    ok = "error" not in mimo
+
+    def ratio(key):
+        twin = twins[key]
+        if not ok or "error" in twin:
+            return None
+        return mimo["tokens_per_s"] / twin["tokens_per_s"]
+
+    def step(key):
+        return None if "error" in twins[key] else step_seconds(twins[key])
+
+    errors = {key: str(twin["error"]) for key, twin in twins.items()
+              if "error" in twin}
+    if not ok:
+        errors["mimo"] = mimo["error"]
+    return {"mfu_1b": mimo["tflops"] / peak if ok and peak else None,
+            "vs_pytorch_eager_bf16": ratio("eager_bf16"),
+            "vs_torch_compile": ratio("compile_bf16"),
+            "mimo_step_s": mimo["seconds"] if ok else None,
+            "eager_step_s": step("eager_bf16"),
+            "compile_step_s": step("compile_bf16"),
+            "errors": errors}
 
 
 if __name__ == "__main__":

@@ -2,18 +2,26 @@
 # The GPU check (docs/gpu.md): on a machine with a GPU, builds the runtime with
 # CUDA, runs the GPU tests (ctest -L gpu: every CUDA op against the CPU,
 # every example and test layout on --device cuda against the CPU and CUDA
-# references, bitwise reproducibility, faults), runs mimo-run itself on
-# every example plan on cuda against --reference, runs the GPU benchmarks,
-# measures the device profile (mimo-run --calibrate: bench/results/
-# profile-<device>.json, for mimoc simulate/tune), and writes
+# references, bitwise reproducibility, faults), checks and times attention
+# on both backends (mimo's kernels, cuDNN) beside PyTorch SDPA's, runs
+# mimo-run itself on every example plan on cuda against --reference, runs
+# the GPU benchmarks, measures the device profile (mimo-run --calibrate:
+# bench/results/profile-<device>.json, for mimoc simulate/tune), and writes
 # bench/results/gpu-<device>.md (device, driver, date, commit, every
-# figure). About 10 minutes on one H100.
+# figure) and gpu-<device>.json (the headline figures: bench/gpu_summary.py).
+# About 10 minutes on one H100.
 #
 # usage: scripts/gpu-check.sh [PHASE ...]
-#   phases: build tests examples nccl bench report (default: all, in
-#   order). On the device machine (one call at most 10 minutes) run them
-#   as three calls, each carrying .gpu-bundle: "build tests", "examples
-#   nccl", "bench report" (docs/gpu.md). A phase that needs the build runs
+#   phases: build tests attention examples nccl bench report (default: all,
+#   in order). On the device machine (one call at most 10 minutes) run them
+#   as three calls, each carrying .gpu-bundle: "build tests attention",
+#   "examples nccl", "bench report" (docs/gpu.md). attention:
+#   mimo-cuda-ops-check --only attention (both backends against the CPU's
+#   reference), then gpu_bench --only attention and bench/attention_sdpa.py
+#   (PyTorch SDPA's flash and cuDNN backends), one table of the two; the
+#   cuDNN of the nvidia-cudnn Python package PyTorch brings (and NVRTC,
+#   which cuDNN compiles its kernels with) is put on LD_LIBRARY_PATH for
+#   every phase. A phase that needs the build runs
 #   it first when build-gpu/ is missing (a fresh machine); examples and
 #   bench keep what they finished and skip it when called again, so a call
 #   cut off at its limit resumes (MIMO_GPU_CHECK_FRESH=1 redoes all). nccl: a one-rank plan on --backend nccl against --reference,
@@ -41,7 +49,7 @@ build=${MIMO_GPU_BUILD:-build-gpu}
 logs=$build/gpu-check
 mkdir -p "$logs"
 phases=("$@")
-[ ${#phases[@]} -gt 0 ] || phases=(build tests examples nccl bench report)
+[ ${#phases[@]} -gt 0 ] || phases=(build tests attention examples nccl bench report)
 jobs=$(nproc 2>/dev/null || echo 4)
 gpu=${MIMO_GPU_CHECK_DEVICE:-cuda}
 fresh=${MIMO_GPU_CHECK_FRESH:-0}
@@ -62,6 +70,24 @@ ncclroot=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/d
 if [ -n "$ncclroot" ] && [ -d "$ncclroot/lib" ]; then
   export LD_LIBRARY_PATH="$ncclroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# cuDNN, which mimo's cudnn attention opens with dlopen at first use: the
+# nvidia-cudnn Python package's (PyTorch brings it). cuDNN compiles its
+# attention kernels with NVRTC when it builds a plan, so NVRTC too: the
+# toolkit's first (the CUDA libraries mimo was built with stay first),
+# then the Python packages' (nvidia/cuda_nvrtc, or nvidia/cu13 for CUDA 13).
+cudnnroot=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
+libs=()
+[ -n "$cudnnroot" ] && [ -d "$cudnnroot/lib" ] && libs+=("$cudnnroot/lib")
+[ -d /usr/local/cuda/lib64 ] && libs+=(/usr/local/cuda/lib64)
+for nvidia in $(python3 -c "import nvidia; print(' '.join(nvidia.__path__))" 2>/dev/null); do
+  for dir in "$nvidia/cuda_nvrtc/lib" "$nvidia/cu13/lib"; do
+    [ -d "$dir" ] && libs+=("$dir")
+  done
+done
+for dir in "${libs[@]}"; do
+  LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
+done
+[ ${#libs[@]} -eq 0 ] || export LD_LIBRARY_PATH
 
 # A later phase on a machine without the build (a fresh one) builds first.
 if ! has_phase build && [ ! -x "$build/bin/mimo-run" ] &&

@@ -107,6 +107,7 @@ public:
     rng.seed(seed);
     cpu = device::makeCpuDevice();
     cuda = device::makeDevice(gpucheck::checkedKind(), 0);
+    gpu = cuda.get();
   }
 
   std::vector<float> random(int64_t n, double lo = -1, double hi = 1) {
@@ -145,8 +146,8 @@ public:
                double tolerance = kTolerance) {
     try {
       auto ref = runOn(*cpu, io, op);
-      auto got = runOn(*cuda, io, op);
-      auto again = runOn(*cuda, io, op);
+      auto got = runOn(*gpu, io, op);
+      auto again = runOn(*gpu, io, op);
       for (size_t k = 0; k < ref.size(); ++k)
         report.close(gpucheck::relativeError(got[k], ref[k]), tolerance,
                      name + (ref.size() > 1 ? " output " + std::to_string(k)
@@ -661,7 +662,7 @@ public:
                                          : "");
     label +=
         " [" +
-        cuda->attentionBackendName(args(nullptr, nullptr, nullptr, nullptr)) +
+        gpu->attentionBackendName(args(nullptr, nullptr, nullptr, nullptr)) +
         "]";
     // bf16: q, k, v (and o, dO) packed to bf16 buffers on the device (the
     // values rounded), o unpacked after.
@@ -703,7 +704,8 @@ public:
         tolerance);
   }
 
-  void attentions() {
+  /// fp32 attention (mimo's kernels under every --attention choice).
+  void attentionsFp32() {
     // Causal over a [S, B] grid (token = position * B + sample).
     for (Dims s :
          {Dims{7, 3, 2, 5}, Dims{96, 4, 4, 32}, Dims{128, 2, 2, 128}}) {
@@ -760,6 +762,24 @@ public:
     // A query with no allowed key (o = 0, lse = -inf, no gradient).
     attention("no allowed key", {0, 1, 2}, {0, 0, 9}, {0, 1, 2}, {0, 0, 7}, 1,
               4, true);
+  }
+
+  /// bf16 attention on the backend of `gpu`: mimo's kernels, or cuDNN
+  /// where it takes the call (mimo's where not: the label names which).
+  void attentionsBf16() {
+    std::vector<int64_t> lpos, lseg(1000, 0);
+    for (int64_t p = 0; p < 1000; ++p)
+      lpos.push_back(p);
+    std::vector<int64_t> wpos(lpos.begin(), lpos.begin() + 100), wseg(100, 0);
+    std::vector<int64_t> tpos, tseg;
+    int64_t sequence = 0;
+    for (int64_t length : {5, 11, 2}) {
+      for (int64_t i = 0; i < length; ++i) {
+        tpos.push_back(i);
+        tseg.push_back(sequence);
+      }
+      ++sequence;
+    }
     // bf16: every head dimension the tensor-core programs take, on long
     // causal rows (many chunks, the diagonal skipped per warp), interleaved
     // samples, CP zigzag, packed THD, a bidirectional encoder and a query
@@ -796,6 +816,50 @@ public:
               32, true, true);
     attention("head dim 8 (fp32 programs)", wpos, wseg, wpos, wseg, 2, 8, true,
               true);
+    // Grouped-query attention (keys and values per group: cuDNN reads them
+    // as they are, mimo's kernels repeat them), over [S, B] lanes.
+    attention("causal 96x3", gpos, gseg, gpos, gseg, 8, 64, true, true, 2);
+    attention("causal 96x3", gpos, gseg, gpos, gseg, 4, 128, true, true, 1);
+    // The long sequences of a language model: one sequence of 2048, 4096
+    // and 8192 tokens at head dimensions 64 and 128, two heads over one
+    // group and two (the CPU computes the reference).
+    // (A dry run, the CPU standing in for the GPU, keeps the shortest.)
+    const bool dry = gpucheck::checkedKind() != device::DeviceKind::Cuda;
+    for (int64_t S : {2048, 4096, 8192})
+      for (int64_t hd : {64, 128}) {
+        if (dry && S > 2048)
+          continue;
+        std::vector<int64_t> spos(static_cast<size_t>(S)),
+            sseg(static_cast<size_t>(S), 0);
+        for (int64_t p = 0; p < S; ++p)
+          spos[static_cast<size_t>(p)] = p;
+        attention("causal " + std::to_string(S) + " d " + std::to_string(hd),
+                  spos, sseg, spos, sseg, 2, hd, true, true, hd == 64 ? 1 : 2);
+      }
+  }
+
+  /// Attention on both backends: fp32 (mimo's), then bf16 on mimo's
+  /// kernels and on cuDNN (when it loads here).
+  void attentions() {
+    attentionsFp32();
+    std::unique_ptr<Device> mimoKernels = device::makeDevice(
+        gpucheck::checkedKind(), 0, 1, device::AttentionChoice::Mimo);
+    gpu = mimoKernels.get();
+    attentionsBf16();
+    const device::CudnnStatus &cudnn = device::cudnnStatus();
+    if (gpucheck::checkedKind() != device::DeviceKind::Cuda) {
+      std::printf("attention: dry run: cuDNN not checked\n");
+    } else if (!cudnn.problem.empty()) {
+      report.check(false, "cuDNN attention", cudnn.problem);
+    } else {
+      std::printf("attention: cuDNN %s (%s)\n", cudnn.version.c_str(),
+                  cudnn.library.c_str());
+      std::unique_ptr<Device> withCudnn = device::makeDevice(
+          gpucheck::checkedKind(), 0, 1, device::AttentionChoice::Cudnn);
+      gpu = withCudnn.get();
+      attentionsBf16();
+    }
+    gpu = cuda.get();
   }
 
   void embedding() {
@@ -1045,6 +1109,12 @@ public:
     }
   }
 
+  /// --only attention: the attention checks alone (gpu-check's phase).
+  int runAttention() {
+    attentions();
+    return report.finish();
+  }
+
   int run() {
     gemm();
     gemmBf16();
@@ -1068,6 +1138,8 @@ private:
   unsigned seed = 0;
   std::mt19937 rng;
   std::unique_ptr<Device> cpu, cuda;
+  /// The device compare() runs on: cuda, or attentions()' backend's.
+  Device *gpu = nullptr;
 };
 
 } // namespace
@@ -1108,9 +1180,11 @@ int main(int argc, char **argv) {
   gpucheck::requireGpu("mimo-cuda-ops-check");
   if (argc > 1 && std::string(argv[1]) == "--probe")
     return probe();
+  const bool onlyAttention = argc > 2 && std::string(argv[1]) == "--only" &&
+                             std::string(argv[2]) == "attention";
   try {
     OpsCheck check;
-    return check.run();
+    return onlyAttention ? check.runAttention() : check.run();
   } catch (const std::exception &e) {
     std::printf("FAIL mimo-cuda-ops-check: %s\n", e.what());
     return 1;
