@@ -35,8 +35,8 @@ def unavailable():
     """Why PyTorch's GPU attention cannot run here, or None."""
     try:
         import torch
-    except ImportError:
-        return "torch is not installed"
+    except ImportError as e:
+        return "no torch here (%s)" % e
     if not torch.cuda.is_available():
         return "torch %s sees no CUDA device" % torch.__version__
     try:

@@ -77,8 +77,15 @@ def table(mimo_rows, torch_rows):
         lines.append("| %d | %d | %s |" % (seq, d, " | ".join(
             "%s / %s" % cells[(seq, d, b)] if (seq, d, b) in cells else "-"
             for b in COLUMNS)))
-    backend, row = default_backend(mimo_rows)
     lines.append("")
+    # Why a backend failed, once each (the first reason it gave).
+    reasons = {}
+    for r in bf16_causal(mimo_rows + torch_rows):
+        if r.get("error") and r.get("backend") in COLUMNS:
+            reasons.setdefault(r["backend"], r["error"])
+    for name, reason in reasons.items():
+        lines.append("- %s failed: %s" % (name, reason))
+    backend, row = default_backend(mimo_rows)
     if row:
         lines.append("- default backend (%s) at sequence %d, head dim %d, %d "
                      "heads: forward %.1f TFLOP/s, backward %.1f (SPEC §23's "

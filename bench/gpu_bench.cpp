@@ -39,6 +39,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -433,13 +434,14 @@ void benchAttention(const std::string &json) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const AttentionRow &r = rows[i];
     auto number = [&](double x) {
-      return r.error.empty() ? std::to_string(x) : std::string("null");
+      return r.error.empty() && std::isfinite(x) ? std::to_string(x)
+                                                 : std::string("null");
     };
     std::string error;
     for (char c : r.error)
-      error += c == '"' || c == '\\' ? std::string("\\") + c
-               : c == '\n'           ? std::string(" ")
-                                     : std::string(1, c);
+      error += c == '"' || c == '\\'              ? std::string("\\") + c
+               : static_cast<unsigned char>(c) < 32 ? std::string(" ")
+                                                    : std::string(1, c);
     out << (i ? ",\n" : "\n") << "{\"backend\": \"" << r.backend
         << "\", \"dtype\": \"" << r.dtype << "\", \"seq\": " << r.seq
         << ", \"heads\": " << r.heads << ", \"head_dim\": " << r.headDim

@@ -2,8 +2,9 @@
 # Every phase of scripts/gpu-check.sh in one call of a device machine with a
 # time budget (docs/gpu.md): the build, then the GPU tests beside the
 # examples and nccl phases (they share the GPU; the CPU references use the
-# host's cores), then the benchmarks in the time left; the report, the
-# profile and a tarball of every log go to $OUT whatever happens. On one
+# host's cores), then the attention phase and the benchmarks in the time
+# left, alone on the GPU; the report, its JSON, the profile and a tarball
+# of every log go to $OUT whatever happens. On one
 # H100 the whole check took 283 s (bench/results/gpu-h100.md).
 # usage: scripts/gpu-check-one-call.sh [BUDGET_SECONDS]   (default 530)
 # Run scripts/gpu-bundle.sh first and carry .gpu-bundle.
@@ -16,7 +17,7 @@ budget=${1:-530}
 left() { echo $(($budget - ($(date +%s) - t0))); }
 finish() {
   scripts/gpu-check.sh report 2>&1 | tail -2
-  cp bench/results/gpu-*.md bench/results/profile-*.json "$o/" 2>/dev/null
+  cp bench/results/gpu-*.md bench/results/gpu-*.json bench/results/profile-*.json "$o/" 2>/dev/null
   tar -czf "$o/logs.tgz" -C build-gpu gpu-check 2>/dev/null
   echo "one call: $(($(date +%s) - t0)) s"
 }
@@ -37,6 +38,6 @@ tail -30 /tmp/ex.out
 pkill -f mimo-cuda-; pkill -x mimo-run; pkill -x ctest; sleep 1
 echo "== checks done at $(($(date +%s) - t0)) s"
 l=$(left)
-[ "$l" -gt 20 ] && timeout "$l" scripts/gpu-check.sh bench 2>&1 | tail -60
+[ "$l" -gt 20 ] && timeout "$l" scripts/gpu-check.sh attention bench 2>&1 | tail -80
 pkill -x mimo-run; pkill -x gpu_bench
 finish

@@ -14,8 +14,8 @@
 # usage: scripts/gpu-check.sh [PHASE ...]
 #   phases: build tests attention examples nccl bench report (default: all,
 #   in order). On the device machine (one call at most 10 minutes) run them
-#   as three calls, each carrying .gpu-bundle: "build tests attention",
-#   "examples nccl", "bench report" (docs/gpu.md). attention:
+#   as three calls, each carrying .gpu-bundle: "build tests", "attention
+#   examples nccl", "bench report" (docs/gpu.md). attention:
 #   mimo-cuda-ops-check --only attention (both backends against the CPU's
 #   reference), then gpu_bench --only attention and bench/attention_sdpa.py
 #   (PyTorch SDPA's flash and cuDNN backends), one table of the two; the
@@ -31,14 +31,15 @@
 #   the phases can run in separate commands on a machine that stays up
 #   (e.g. "build tests", then "examples bench report"); `report` assembles
 #   whatever the logs hold. With $OUT set, every phase's log is copied
-#   there as soon as the phase ends, and the report too.
+#   there as soon as the phase ends, and the report and its JSON too.
 #   MIMO_GPU_CMAKE_ARGS: more cmake options (e.g. to build, on a machine
 #   that has them, without MPI, OpenBLAS, GoogleTest and the system json,
 #   as a GPU machine would).
 #   MIMO_GPU_CHECK_DEVICE=cpu: a dry run of the whole script on a machine
 #   without a GPU, the CPU standing in for it (the benchmarks are skipped).
 #
-# Needs: nvcc, cmake, ninja, python3 (for the examples phase). Where
+# Needs: nvcc, cmake, ninja, python3 (examples, attention, bench, report;
+# PyTorch for the attention and 1B baselines). Where
 # nlohmann-json is not installed, run scripts/gpu-bundle.sh first on a
 # machine that has it (and mimoc, for the example plans) and bring the
 # .gpu-bundle/ folder along.
@@ -71,27 +72,27 @@ if [ -n "$ncclroot" ] && [ -d "$ncclroot/lib" ]; then
   export LD_LIBRARY_PATH="$ncclroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 # cuDNN, which mimo's cudnn attention opens with dlopen at first use: the
-# nvidia-cudnn Python package's (PyTorch brings it). cuDNN compiles its
-# attention kernels with NVRTC when it builds a plan, so NVRTC too: the
-# toolkit's first (the CUDA libraries mimo was built with stay first),
-# then the Python packages' (nvidia/cuda_nvrtc, or nvidia/cu13 for CUDA 13).
+# one of the nvidia-cudnn Python package PyTorch brings, first (as NCCL).
+# cuDNN compiles its attention kernels with NVRTC when it builds a plan:
+# the toolkit's, else the Python packages' (nvidia/cuda_nvrtc, or
+# nvidia/cu13 for CUDA 13), after whatever the path holds already, so the
+# CUDA libraries mimo and PyTorch load stay theirs.
 cudnnroot=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
-libs=()
-[ -n "$cudnnroot" ] && [ -d "$cudnnroot/lib" ] && libs+=("$cudnnroot/lib")
-[ -d /usr/local/cuda/lib64 ] && libs+=(/usr/local/cuda/lib64)
-for nvidia in $(python3 -c "import nvidia; print(' '.join(nvidia.__path__))" 2>/dev/null); do
-  for dir in "$nvidia/cuda_nvrtc/lib" "$nvidia/cu13/lib"; do
-    [ -d "$dir" ] && libs+=("$dir")
-  done
+if [ -n "$cudnnroot" ] && [ -d "$cudnnroot/lib" ]; then
+  export LD_LIBRARY_PATH="$cudnnroot/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvrtc=(/usr/local/cuda/lib64)
+while IFS= read -r dir; do
+  nvrtc+=("$dir/cuda_nvrtc/lib" "$dir/cu13/lib")
+done < <(python3 -c "import nvidia; print('\n'.join(nvidia.__path__))" 2>/dev/null)
+for dir in "${nvrtc[@]}"; do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
 done
-for dir in "${libs[@]}"; do
-  LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
-done
-[ ${#libs[@]} -eq 0 ] || export LD_LIBRARY_PATH
 
 # A later phase on a machine without the build (a fresh one) builds first.
 if ! has_phase build && [ ! -x "$build/bin/mimo-run" ] &&
-  { has_phase tests || has_phase examples || has_phase nccl || has_phase bench; }; then
+  { has_phase tests || has_phase attention || has_phase examples || has_phase nccl ||
+    has_phase bench; }; then
   note "no build in $build: building first"
   phases=(build "${phases[@]}")
 fi
@@ -125,7 +126,7 @@ fi
 # Nothing to check without a usable GPU (the probe says why).
 if [ "$gpu" = cpu ]; then
   note "dry run: the CPU stands in for the GPU"
-elif has_phase tests || has_phase examples || has_phase bench; then
+elif has_phase tests || has_phase attention || has_phase examples || has_phase bench; then
   # The probe runs a kernel and a GEMM: a build without this GPU's
   # architecture stops here, not in every check.
   "$build/bin/mimo-cuda-ops-check" --probe
@@ -146,6 +147,40 @@ if has_phase tests; then
   sed -E 's/^[0-9]+: //' "$logs/tests.log" | grep -E "^FAIL|checks passed|tests passed|skipped" | tail -30
   [ $rc -eq 0 ] || { status=1; note "GPU tests failed (log: $logs/tests.log)"; }
   note "GPU tests: rc $rc in $(elapsed $t0) s"
+fi
+
+if has_phase attention; then
+  # SPEC §23: attention on both backends (mimo's kernels; cuDNN's fused
+  # flash attention, found through LD_LIBRARY_PATH above) against the CPU's
+  # bf16 and fp32 reference, then their TFLOP/s beside PyTorch SDPA's flash
+  # and cuDNN backends in the same run, bf16, causal, sequence 2k-8k, head
+  # dimension 64 and 128. Each part is bounded, so the phase stays under
+  # 10 minutes and a part that hangs still leaves its log.
+  t0=$(date +%s)
+  rc=0
+  rm -f "$logs/attention-mimo.json" "$logs/attention-torch.json" # this run's only
+  if [ "$gpu" = cpu ]; then
+    echo "dry run: attention's backends need a GPU; not run" >"$logs/attention-check.log"
+    : >"$logs/attention.md"
+  else
+    timeout 300 "$build/bin/mimo-cuda-ops-check" --only attention >"$logs/attention-check.log" 2>&1 ||
+      { rc=1; note "attention check failed (log: $logs/attention-check.log)"; }
+    timeout 120 "$build/bin/gpu_bench" --only attention --json "$logs/attention-mimo.json" \
+      >"$logs/attention.md" 2>&1 || { rc=1; note "gpu_bench --only attention failed"; }
+    echo >>"$logs/attention.md"
+    timeout 120 python3 bench/attention_sdpa.py --json "$logs/attention-torch.json" \
+      >>"$logs/attention.md" 2>"$logs/attention-torch.log" ||
+      { rc=1; note "bench/attention_sdpa.py failed"; tail -5 "$logs/attention-torch.log"; }
+    python3 bench/attention_table.py "$logs/attention-mimo.json" "$logs/attention-torch.json" \
+      >>"$logs/attention.md"
+  fi
+  # A dry run leaves the phase "not run" in the report.
+  [ "$gpu" = cpu ] || echo "$rc $(elapsed $t0)" >"$logs/attention.status"
+  [ $rc -eq 0 ] || status=1
+  keep "$logs/attention-check.log" "$logs/attention.md"
+  grep -E "^FAIL|checks passed|^dry run" "$logs/attention-check.log" | tail -20
+  cat "$logs/attention.md"
+  note "attention: rc $rc in $(elapsed $t0) s"
 fi
 
 if has_phase examples; then
@@ -329,10 +364,10 @@ if has_phase bench && [ "$gpu" != cpu ]; then
   if [ -f .gpu-bundle/1b/lm-1b.plan.json ] && todo "$logs/train-1b.md"; then
     python3 bench/train_1b.py --build "$build" --plan .gpu-bundle/1b/lm-1b.plan.json \
       --explain .gpu-bundle/1b/explain.json --steps 4 --timeout 240 \
-      --out "$logs/train-1b.md" >"$logs/train-1b.log" 2>&1 ||
+      --out "$logs/train-1b.md" --json "$logs/train-1b.json" >"$logs/train-1b.log" 2>&1 ||
       { status=1; note "1B benchmark failed"; tail -5 "$logs/train-1b.log"; }
   fi
-  keep "$logs/train-1b.md"
+  keep "$logs/train-1b.md" "$logs/train-1b.json"
   # The same model with recomputation (selective, full): peak memory, step.
   if [ -f .gpu-bundle/1b/lm-1b-full.plan.json ] && todo "$logs/recompute.md"; then
     { echo "## Recomputation on the ~1.3B model (bench/recompute_gpu.sh)"; echo
@@ -354,7 +389,10 @@ if has_phase report; then
   # be another's.
   commit=$(cat .gpu-bundle/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
   report=bench/results/gpu-$slug.md
-  [ "$gpu" = cpu ] && report=$logs/gpu-dry-run.md # not a GPU's figures
+  summary=bench/results/gpu-$slug.json
+  # not a GPU's figures
+  [ "$gpu" = cpu ] && report=$logs/gpu-dry-run.md && summary=$logs/gpu-dry-run.json
+  stamp=$(date -u '+%Y-%m-%d %H:%M UTC')
   if [ "$gpu" != cpu ] && [ -f "$logs/profile.json" ]; then
     cp "$logs/profile.json" "bench/results/profile-$slug.json"
     keep "bench/results/profile-$slug.json"
@@ -373,12 +411,12 @@ if has_phase report; then
     echo "- device: $name ($count visible, $memory), driver $driver"
     echo "- CUDA: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | head -1)"
     echo "- commit: $commit"
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- date: $stamp"
     echo "- host: $(nproc) cores"
     echo
     echo "## Phases"
     echo
-    for p in build tests examples nccl bench; do phase_line $p; done
+    for p in build tests attention examples nccl bench; do phase_line $p; done
     echo
     echo "## GPU tests (\`ctest -L gpu\`)"
     echo
@@ -391,6 +429,19 @@ if has_phase report; then
       echo "not run"
     fi
     echo '```'
+    echo
+    echo "## Attention: both backends against the CPU reference (\`mimo-cuda-ops-check --only attention\`)"
+    echo
+    echo '```'
+    if [ -f "$logs/attention-check.log" ]; then
+      grep -E "^(ok  |FAIL|seed |dry run|mimo-cuda-[a-z-]+: )" "$logs/attention-check.log" ||
+        tail -5 "$logs/attention-check.log"
+    else
+      echo "not run"
+    fi
+    echo '```'
+    echo
+    [ -s "$logs/attention.md" ] && cat "$logs/attention.md" || echo "Attention benchmarks: not run"
     echo
     echo "## mimo-run on every example: cuda vs --reference"
     echo
@@ -417,10 +468,16 @@ if has_phase report; then
     else
       echo "Device profile: not measured"
     fi
+    echo
+    echo "Headline figures (SPEC §23; null: not measured in this run): $summary"
   } >"$report"
   note "wrote $report"
+  # The headline figures of this run beside it, from the phases' JSON.
+  python3 bench/gpu_summary.py --logs "$logs" --device "$name" --commit "$commit" \
+    --date "$stamp" -o "$summary" || { status=1; note "bench/gpu_summary.py failed"; }
+  note "wrote $summary"
   if [ -n "${OUT:-}" ]; then
-    cp "$report" "$OUT/" 2>/dev/null
+    cp "$report" "$summary" "$OUT/" 2>/dev/null
     tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$build" gpu-check 2>/dev/null
   fi
 fi
