@@ -286,17 +286,20 @@ public:
   virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
                                   const float *dy, uint16_t *dgate,
                                   uint16_t *dup, int64_t n) = 0;
-  /// RoPE in place on x [tokens, heads, dim] (docs/model.md), each pair's
-  /// frequency from `spec` (device/RopeSpec.h: rope_theta, rope_scaling).
-  virtual void rope(float *x, const int64_t *positions, int64_t tokens,
-                    int64_t heads, int64_t dim, bool inverse,
-                    const RopeSpec &spec) = 0;
-  /// rope of x written as bf16 bits into y: the bits of the fp32 rotation
-  /// followed by packBf16, in one pass (precision "bf16"'s q and k as
+  /// RoPE's rotation table (docs/model.md) of `tokens` positions, each
+  /// pair's frequency from `spec` (device/RopeSpec.h: rope_theta,
+  /// rope_scaling): table [tokens, dim / 2, 2] doubles, the cosine and sine
+  /// of each (token, pair)'s angle (KernelBodies.h RopeTable). A
+  /// micro-batch's tokens build it once; every layer's rope reads it.
+  virtual void ropeTable(const int64_t *positions, int64_t tokens, int64_t dim,
+                         const RopeSpec &spec, double *table) = 0;
+  /// RoPE of x [tokens, heads, dim] by `table` (inverse: the rotation
+  /// back) written to y as `out`: F32 (y may be x: in place) or BF16 (the
+  /// bits of the fp32 rotation, one pass: precision "bf16"'s q and k as
   /// attention reads them; inverse: dq and dk as their GEMMs read them).
-  virtual void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                        int64_t tokens, int64_t heads, int64_t dim,
-                        bool inverse, const RopeSpec &spec) = 0;
+  virtual void rope(const float *x, DType out, void *y, const double *table,
+                    int64_t tokens, int64_t heads, int64_t dim,
+                    bool inverse) = 0;
   /// Grouped-query attention (model.json `num_query_groups`): x [rows,
   /// groups, dim] with each group's head repeated `repeat` times into y
   /// [rows, groups x repeat, dim] (query head h reads group h / repeat), as

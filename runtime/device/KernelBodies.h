@@ -380,18 +380,37 @@ void columnSumsOnHost(const Terms &terms, int64_t rows, int64_t cols, T *out0,
 // RoPE: one index per (token, head, rotated pair)
 //===----------------------------------------------------------------------===//
 
+/// RoPE's rotation table of a micro-batch's tokens: table[(t * half + i) *
+/// 2 + {0, 1}] = the cosine and sine of positions[t] * spec.invFreq(i, dim)
+/// (RopeSpec.h: rope_theta, rope_scaling) for each rotated pair i < half =
+/// dim / 2, in double, as the rotation uses them. Built once per token set
+/// and read by every layer's rotations: the transcendental functions run
+/// once per (token, pair), not per head and layer.
+struct RopeTable {
+  const int64_t *positions;
+  double *table;
+  int64_t tokens, dim;
+  RopeSpec spec;
+  MIMO_HD int64_t count() const { return tokens * (dim / 2); }
+  MIMO_HD void operator()(int64_t idx) const {
+    const int64_t half = dim / 2, i = idx % half, t = idx / half;
+    const double a = static_cast<double>(positions[t]) * spec.invFreq(i, dim);
+    table[2 * idx] = ::cos(a);
+    table[2 * idx + 1] = ::sin(a);
+  }
+};
+
 /// y = RoPE(x) (inverse: the rotation back), per token and head: pairs
-/// (i, i + dim/2) rotated by position * spec.invFreq(i, dim) (RopeSpec.h:
-/// 10000^(-2i/dim) by default); an odd dim's last
-/// value is copied. y may be x (in place); Out = uint16_t writes bf16 bits
-/// (the rotation in fp32, then rounded: precision "bf16"'s q and k).
+/// (i, i + dim/2) rotated by the table's angle of (token, i) in double,
+/// each result rounded to T then to Out (float, or bf16 bits: the fp32
+/// rotation rounded as written). An odd dim's last value is copied. x == y
+/// rotates in place.
 template <typename T, typename Out = T> struct Rope {
   const T *x;
   Out *y;
-  const int64_t *positions;
+  const double *table;
   int64_t tokens, heads, dim;
   bool inverse;
-  RopeSpec spec;
   MIMO_HD int64_t count() const { return tokens * heads * ((dim + 1) / 2); }
   MIMO_HD void operator()(int64_t idx) const {
     const int64_t half = dim / 2, pairs = (dim + 1) / 2;
@@ -403,12 +422,10 @@ template <typename T, typename Out = T> struct Rope {
       yh[i + half] = narrow<Out>(static_cast<double>(xh[i + half]));
       return;
     }
-    const int64_t t = th / heads;
-    double invFreq = spec.invFreq(i, dim);
-    double a = static_cast<double>(positions[t]) * invFreq;
-    double c = ::cos(a), s = (inverse ? -1.0 : 1.0) * ::sin(a);
-    double x1 = static_cast<double>(xh[i]);
-    double x2 = static_cast<double>(xh[i + half]);
+    const double *cs = table + 2 * ((th / heads) * half + i);
+    const double c = cs[0], s = (inverse ? -1.0 : 1.0) * cs[1];
+    const double x1 = static_cast<double>(xh[i]);
+    const double x2 = static_cast<double>(xh[i + half]);
     yh[i] = narrow<Out>(static_cast<T>(x1 * c - x2 * s));
     yh[i + half] = narrow<Out>(static_cast<T>(x2 * c + x1 * s));
   }

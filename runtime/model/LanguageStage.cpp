@@ -33,6 +33,8 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
       vocab(module.vocabSize), normEps(static_cast<float>(module.normEps)),
       shardTopology(shard) {
   vocabLocal = vocab / ctx.tp;
+  rope = ropeSpec(module);
+  headDim = module.hiddenSize / module.numHeads;
   buildParameters(stageParameters(module, hiddenSize,
                                   ctx.sequenceParallel && ctx.tp > 1, ctx.pp,
                                   ctx.ppRank),
@@ -190,6 +192,12 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     kseg.push_back(lane.segments[static_cast<size_t>(t)]);
   }
   m.qpos = indices(qpos);
+  // The rotation table every layer's RoPE reads (built once here).
+  m.ropeTable = Tensor::empty(
+      std::max<int64_t>(m.cpRows * (headDim / 2), 1) * 2, device::DType::F64);
+  if (m.cpRows > 0 && headDim / 2 > 0)
+    dev.ropeTable(m.qposData(), m.cpRows, headDim, rope,
+                  m.ropeTable.data<double>());
   if (ctx.ringCp) {
     // Ring CP: the queries against each CP rank's keys (its shard of the
     // concatenation), the blocks that travel (model/RingAttention.h).

@@ -313,6 +313,10 @@ public:
 private:
   int64_t hiddenSize, vocab, vocabLocal;
   float normEps; // the final norm's (model.json norm_eps)
+  /// RoPE's frequencies and head dimension: a micro-batch's rotation table
+  /// (LayerMeta::ropeTable) is built once from them.
+  device::RopeSpec rope;
+  int64_t headDim = 0;
   ShardTopology shardTopology;
   size_t embedding = 0, finalNorm = 0, head = 0;
   bool tied = false; // tie_embeddings: head == embedding

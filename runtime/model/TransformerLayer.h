@@ -24,6 +24,9 @@ using namespace ops;
 struct LayerMeta {
   int64_t localRows = 0, cpRows = 0, keyRows = 0;
   Tensor qpos; // of the queries (RoPE)
+  /// RoPE's cosines and sines of the queries' positions, [cpRows, headDim
+  /// / 2, 2] doubles (Device::ropeTable), built once for every layer.
+  Tensor ropeTable;
   /// The queries against every key (all_gather), or against each CP
   /// rank's keys in turn (ring: blocks[r], RingAttention.h).
   AttentionPlan attention;
@@ -69,7 +72,6 @@ public:
     kvHeadsLocal = module.kvHeads() / ctx.tp;
     KVl = kvHeadsLocal * headDim;
     Fl = module.ffnHiddenSize / ctx.tp;
-    rope = ropeSpec(module);
     gelu = geluOf(module.activation);
   }
 
@@ -316,15 +318,15 @@ private:
     Device &dev = *ctx.dev;
     if (!ctx.bf16) {
       if (rotate)
-        dev.rope(y.data(), m.qposData(), m.cpRows, heads, headDim, inverse,
-                 rope);
+        dev.rope(y.data(), device::DType::F32, y.data(),
+                 m.ropeTable.data<double>(), m.cpRows, heads, headDim, inverse);
       return y;
     }
     if (!rotate)
       return packBf16(dev, y);
     Tensor bits = Tensor::empty(y.size(), device::DType::BF16);
-    dev.ropeBf16(y.data(), bits.data<uint16_t>(), m.qposData(), m.cpRows, heads,
-                 headDim, inverse, rope);
+    dev.rope(y.data(), device::DType::BF16, bits.raw(),
+             m.ropeTable.data<double>(), m.cpRows, heads, headDim, inverse);
     return bits;
   }
 
@@ -579,7 +581,6 @@ private:
   /// the query heads per group (1 without GQA).
   int64_t kvHeadsLocal = 1, KVl = 1;
   float eps;
-  device::RopeSpec rope;
   device::Gelu gelu = device::Gelu::Tanh; // an encoder MLP's activation
   const StageContext &ctx;
 };

@@ -549,12 +549,23 @@ public:
         const std::string sz =
             std::to_string(tokens) + "x" + std::to_string(heads) + "x" +
             std::to_string(dim) + (spec.factor > 0 ? " llama3" : "");
+        // Each device builds its rotation table from the positions.
+        auto withTable = [=](Device &d, const int64_t *pos, auto &&use) {
+          const int64_t entries = std::max<int64_t>(tokens * (dim / 2), 1) * 2;
+          auto *table = static_cast<double *>(d.allocate(entries * 8));
+          d.ropeTable(pos, tokens, dim, spec, table);
+          use(table);
+          d.release(table);
+        };
         for (bool inverse : {false, true})
-          compare(
-              std::string("rope") + (inverse ? " inverse " : " ") + sz,
-              {{}, {positions}, {random(n)}, {}}, [=](Device &d, const Ptr &p) {
-                d.rope(p.inout[0], p.idx[0], tokens, heads, dim, inverse, spec);
-              });
+          compare(std::string("rope") + (inverse ? " inverse " : " ") + sz,
+                  {{}, {positions}, {random(n)}, {}},
+                  [=](Device &d, const Ptr &p) {
+                    withTable(d, p.idx[0], [&](const double *table) {
+                      d.rope(p.inout[0], DType::F32, p.inout[0], table, tokens,
+                             heads, dim, inverse);
+                    });
+                  });
         // bf16 out (precision "bf16"'s q and k, and their gradients): a bf16
         // step apart at most.
         for (bool inverse : {false, true})
@@ -564,8 +575,10 @@ public:
               {{random(n)}, {positions}, {}, {n}},
               [=](Device &d, const Ptr &p) {
                 viaBits(d, p.out[0], n, [&](uint16_t *y) {
-                  d.ropeBf16(p.in[0], y, p.idx[0], tokens, heads, dim, inverse,
-                             spec);
+                  withTable(d, p.idx[0], [&](const double *table) {
+                    d.rope(p.in[0], DType::BF16, y, table, tokens, heads, dim,
+                           inverse);
+                  });
                 });
               },
               kBf16Step);

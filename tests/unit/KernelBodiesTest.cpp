@@ -395,10 +395,17 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   llama3.originalMax = 64;
   for (const mimo::device::RopeSpec &spec : {mimo::device::RopeSpec{}, llama3})
     for (bool inverse : {false, true}) {
-      std::vector<float> rotated = x;
-      cpu->rope(rotated.data(), positions.data(), 2, 3, cols, inverse, spec);
-      cpu->ropeBf16(x.data(), bits.data(), positions.data(), 2, 3, cols,
-                    inverse, spec);
+      std::vector<double> table(static_cast<size_t>(2 * (cols / 2) * 2));
+      cpu->ropeTable(positions.data(), 2, cols, spec, table.data());
+      std::vector<float> rotated = x, reference = x;
+      cpu->rope(rotated.data(), mimo::device::DType::F32, rotated.data(),
+                table.data(), 2, 3, cols, inverse);
+      // The table's rotation is the reference kernel's, bit for bit.
+      k::rope<float>(reference.data(), positions.data(), 2, 3, cols, inverse,
+                     spec);
+      EXPECT_EQ(rotated, reference) << "rope by table, inverse " << inverse;
+      cpu->rope(x.data(), mimo::device::DType::BF16, bits.data(), table.data(),
+                2, 3, cols, inverse);
       EXPECT_EQ(bits, pack(rotated)) << "rope, inverse " << inverse;
     }
   // The residual: x + round(branch), rounded; the branch fp32 or bits.
@@ -587,8 +594,11 @@ TYPED_TEST(KernelBodies, Rope) {
       for (bool inverse : {false, true}) {
         const int64_t n = tokens * heads * dim;
         auto x = random<T>(rng, n), xr = x;
-        runAll(b::Rope<T>{x.data(), x.data(), positions.data(), tokens, heads,
-                          dim, inverse, spec});
+        std::vector<double> table(
+            static_cast<size_t>(std::max<int64_t>(tokens * (dim / 2), 1) * 2));
+        runAll(b::RopeTable{positions.data(), table.data(), tokens, dim, spec});
+        runAll(b::Rope<T>{x.data(), x.data(), table.data(), tokens, heads, dim,
+                          inverse});
         k::rope<T>(xr.data(), positions.data(), tokens, heads, dim, inverse,
                    spec);
         expectClose(inverse ? "rope inverse" : "rope", x, xr, tolerance<T>());
@@ -697,22 +707,12 @@ TEST(KernelBodies, RopeToBf16BitsIsTheFp32RopeRounded) {
       const int64_t n = tokens * heads * dim;
       auto x = random<float>(rng, n), rotated = x;
       std::vector<uint16_t> bits(static_cast<size_t>(n));
-      runAll(b::Rope<float, uint16_t>{x.data(),
-                                      bits.data(),
-                                      positions.data(),
-                                      tokens,
-                                      heads,
-                                      dim,
-                                      inverse,
-                                      {}});
-      runAll(b::Rope<float>{rotated.data(),
-                            rotated.data(),
-                            positions.data(),
-                            tokens,
-                            heads,
-                            dim,
-                            inverse,
-                            {}});
+      std::vector<double> table(static_cast<size_t>(tokens * (dim / 2) * 2));
+      runAll(b::RopeTable{positions.data(), table.data(), tokens, dim, {}});
+      runAll(b::Rope<float, uint16_t>{x.data(), bits.data(), table.data(),
+                                      tokens, heads, dim, inverse});
+      runAll(b::Rope<float>{rotated.data(), rotated.data(), table.data(),
+                            tokens, heads, dim, inverse});
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(bits[size_t(i)], b::bf16Bits(rotated[size_t(i)])) << i;
     }

@@ -378,18 +378,20 @@ public:
     compute(out.data());
     packBf16(out.data(), y, n);
   }
-  void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
-            int64_t dim, bool inverse, const RopeSpec &spec) override {
-    k::rope<float>(x, positions, tokens, heads, dim, inverse, spec);
+  void ropeTable(const int64_t *positions, int64_t tokens, int64_t dim,
+                 const RopeSpec &spec, double *table) override {
+    run(bodies::RopeTable{positions, table, tokens, dim, spec});
   }
-  void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim, bool inverse,
-                const RopeSpec &spec) override {
-    const int64_t n = tokens * heads * dim;
-    packed(y, n, [&](float *out) {
-      std::copy(x, x + n, out);
-      rope(out, positions, tokens, heads, dim, inverse, spec);
-    });
+  void rope(const float *x, DType out, void *y, const double *table,
+            int64_t tokens, int64_t heads, int64_t dim, bool inverse) override {
+    if (dim / 2 == 0 && out == DType::F32 && y == x)
+      return;
+    if (out == DType::BF16)
+      run(bodies::Rope<float, uint16_t>{x, static_cast<uint16_t *>(y), table,
+                                        tokens, heads, dim, inverse});
+    else
+      run(bodies::Rope<float>{x, static_cast<float *>(y), table, tokens, heads,
+                              dim, inverse});
   }
   void repeatKv(DType type, const void *x, void *y, int64_t rows,
                 int64_t groups, int64_t repeat, int64_t dim) override {

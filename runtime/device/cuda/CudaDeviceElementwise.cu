@@ -110,20 +110,21 @@ void CudaDevice::swigluBackward(const float *g, const float *u, const float *dy,
   launch("swiglu_backward", b::SwigluBackward<float>{g, u, dy, dg, du, n});
 }
 
-void CudaDevice::rope(float *x, const int64_t *positions, int64_t tokens,
-                      int64_t heads, int64_t dim, bool inverse,
-                      const RopeSpec &spec) {
-  if (dim / 2 == 0)
-    return;
-  launch("rope",
-         b::Rope<float>{x, x, positions, tokens, heads, dim, inverse, spec});
+void CudaDevice::ropeTable(const int64_t *positions, int64_t tokens,
+                           int64_t dim, const RopeSpec &spec, double *table) {
+  launch("rope_table", b::RopeTable{positions, table, tokens, dim, spec});
 }
 
-void CudaDevice::ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                          int64_t tokens, int64_t heads, int64_t dim,
-                          bool inverse, const RopeSpec &spec) {
-  launch("rope_bf16_out", b::Rope<float, uint16_t>{x, y, positions, tokens,
-                                                   heads, dim, inverse, spec});
+void CudaDevice::rope(const float *x, DType out, void *y, const double *table,
+                      int64_t tokens, int64_t heads, int64_t dim,
+                      bool inverse) {
+  if (out == DType::BF16)
+    launch("rope_bf16_out",
+           b::Rope<float, uint16_t>{x, static_cast<uint16_t *>(y), table,
+                                    tokens, heads, dim, inverse});
+  else if (dim / 2 > 0 || y != x)
+    launch("rope", b::Rope<float>{x, static_cast<float *>(y), table, tokens,
+                                  heads, dim, inverse});
 }
 
 void CudaDevice::repeatKv(DType type, const void *x, void *y, int64_t rows,

@@ -276,11 +276,10 @@ public:
                          int64_t n) override;
   void swigluBackward(const float *g, const float *u, const float *dy,
                       float *dg, float *du, int64_t n) override;
-  void rope(float *x, const int64_t *positions, int64_t tokens, int64_t heads,
-            int64_t dim, bool inverse, const RopeSpec &spec) override;
-  void ropeBf16(const float *x, uint16_t *y, const int64_t *positions,
-                int64_t tokens, int64_t heads, int64_t dim, bool inverse,
-                const RopeSpec &spec) override;
+  void ropeTable(const int64_t *positions, int64_t tokens, int64_t dim,
+                 const RopeSpec &spec, double *table) override;
+  void rope(const float *x, DType out, void *y, const double *table,
+            int64_t tokens, int64_t heads, int64_t dim, bool inverse) override;
   void repeatKv(DType type, const void *x, void *y, int64_t rows,
                 int64_t groups, int64_t repeat, int64_t dim) override;
   void attentionMerge(float *o, float *lse, const float *ob, const float *lseb,
