@@ -96,7 +96,8 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   // gate and up gradients are bf16, and what was kept is read as kept);
   // the last stage's forward: the gathered norm output and one chunk of
   // logits and their gradient (cost/MemoryPlan.h logitChunkRows; bf16
-  // under bf16), with their statistics.
+  // under bf16, the gradient of a group of chunks: headGradientRows), with
+  // their statistics.
   // The ring's backward: a block's dq, dk and dv, the sums of the block in
   // hand and of the one arriving, and two blocks of keys and values.
   b.working = kFloat * (Tc * Fl + 3 * Tc * H + 4 * Tc * Hl +
@@ -111,11 +112,17 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
     b.working += keptBytes(bf16) * 2 * Tk * Hl + kFloat * 2 * Tk * KVl;
   }
   if (last) {
-    const double R = static_cast<double>(
-        logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl)));
+    // bf16: the logit gradients of a group of chunks (headGradientRows).
+    const int64_t chunk =
+        logitChunkRows(static_cast<int64_t>(Tc), static_cast<int64_t>(Vl));
+    const double R = static_cast<double>(chunk);
+    const double G =
+        bf16 ? static_cast<double>(headGradientRows(
+                   static_cast<int64_t>(Tc), static_cast<int64_t>(Vl), chunk))
+             : R;
     b.working =
         std::max(b.working, kFloat * (Tc * H + 4 * R + Tc) +
-                                keptBytes(bf16) * 2 * R * Vl + kIndex * Tc);
+                                keptBytes(bf16) * (R + G) * Vl + kIndex * Tc);
   }
   return b;
 }

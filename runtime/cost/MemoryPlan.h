@@ -46,6 +46,22 @@ inline int64_t logitChunkRows(int64_t rows, int64_t vocabLocal,
   return rows < fit ? (rows > 0 ? rows : 1) : fit;
 }
 
+/// Under precision "bf16" the head's input and weight gradients run as one
+/// GEMM each over a group of chunks, their bf16 logit gradients kept for
+/// the group: a micro-batch's rows unless these would pass this many
+/// bytes (the GEMMs' K is then the group's rows, not a chunk's).
+inline constexpr int64_t kHeadGradientBytes = int64_t(512) << 20;
+
+/// The rows of one such group (a multiple of chunkRows, or all `rows`).
+inline int64_t headGradientRows(int64_t rows, int64_t vocabLocal,
+                                int64_t chunkRows,
+                                int64_t groupBytes = kHeadGradientBytes) {
+  const int64_t perRow = 2 * (vocabLocal > 0 ? vocabLocal : 1);
+  const int64_t chunks = groupBytes / perRow / chunkRows;
+  const int64_t fit = (chunks > 0 ? chunks : 1) * chunkRows;
+  return rows < fit ? (rows > 0 ? rows : 1) : fit;
+}
+
 /// The estimate of every rank (index = rank).
 std::vector<RankMemory> memoryPlan(const Topology &topology,
                                    const ModelConfig &config);

@@ -424,6 +424,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       overlap.sendsAhead = on && !ncclLike;
       overlap.ringAhead = on;
       overlap.logitChunkBytes = options.logitChunkBytes;
+      overlap.headGradientBytes = options.headGradientBytes;
       overlap.skipNonFinite = options.skipNonFinite;
       overlap.stopRequests = options.stopRequests;
       overlap.inits = inits;
@@ -550,6 +551,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   rankOptions.stopRequests = options.stopRequests;
   rankOptions.inits = inits;
   rankOptions.logitChunkBytes = options.logitChunkBytes;
+  rankOptions.headGradientBytes = options.headGradientBytes;
   std::vector<RankProgress> progress(1);
   rankOptions.progress = &progress[0];
   std::string failure;

@@ -111,6 +111,9 @@ struct RunOptions {
   /// The most bytes of fp32 logits the last language stage computes at
   /// once (its head, loss and their gradient go chunk by chunk).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// Under bf16 the most bytes of logit gradients the head's gradient
+  /// GEMMs take at once (cost/MemoryPlan.h headGradientRows).
+  int64_t headGradientBytes = kHeadGradientBytes;
   /// Under mpirun (mpi, nccl) with a trace asked for: a rank that fails
   /// writes its own events to this path with ".rankR" before ".json"
   /// before the job is aborted (rank 0 cannot gather them then).

@@ -37,7 +37,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
   modules.resize(topo.modules.size() * static_cast<size_t>(chunks));
   for (size_t m : topo.modulesOf(rank))
     for (int32_t c = 0; c < topo.modules[m].virtualStages; ++c)
-      modules[slotOf(m, c)] = makeModule(m, c, overlap.logitChunkBytes);
+      modules[slotOf(m, c)] = makeModule(m, c, overlap);
   program = &plan.programs[static_cast<size_t>(
       plan.rankProgram[static_cast<size_t>(rank)])];
   for (auto &m : modules)
@@ -215,8 +215,8 @@ double RankExecutor::micros() const {
       .count();
 }
 
-std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m, int32_t chunk,
-                                                      int64_t logitChunkBytes) {
+std::unique_ptr<ModuleState>
+RankExecutor::makeModule(size_t m, int32_t chunk, const RankOptions &options) {
   auto state = std::make_unique<ModuleState>();
   state->index = m;
   state->chunk = chunk;
@@ -242,7 +242,8 @@ std::unique_ptr<ModuleState> RankExecutor::makeModule(size_t m, int32_t chunk,
   ctx.ppRank = chunk * grid.size(Dim::PP) + c.pp;
   ctx.sequenceParallel = state->topo->isLanguage && topo.shard.sequenceParallel;
   ctx.bf16 = plan.config.precision == "bf16";
-  ctx.logitChunkBytes = logitChunkBytes;
+  ctx.logitChunkBytes = options.logitChunkBytes;
+  ctx.headGradientBytes = options.headGradientBytes;
   state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
   ctx.shardedMoments =
       state->config->distributedOptimizer && state->dpcpGroup.size() > 1;

@@ -154,6 +154,8 @@ struct RankOptions {
   /// The most bytes of fp32 logits the last language stage holds at once
   /// (cost/MemoryPlan.h logitChunkRows).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// Under bf16 the head's gradient GEMMs' group (headGradientRows).
+  int64_t headGradientBytes = kHeadGradientBytes;
   /// A step whose loss or gradient norm is not finite is skipped (no
   /// update, its gradients dropped) instead of stopping the run.
   bool skipNonFinite = false;
@@ -214,7 +216,7 @@ private:
   double micros() const;
 
   std::unique_ptr<ModuleState> makeModule(size_t m, int32_t chunk,
-                                          int64_t logitChunkBytes);
+                                          const RankOptions &options);
   /// A module's chunk's place among the rank's states (the module's index
   /// for chunk 0), and that of a module instruction.
   size_t slotOf(size_t module, int32_t chunk) const {

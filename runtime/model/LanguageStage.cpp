@@ -260,19 +260,43 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   // Under bf16 the logits come out of the GEMM as bf16 (stored rounded, as
   // every activation) and their gradient is written as bf16 (the GEMMs
   // read it rounded); the softmax, loss and statistics stay fp32.
+  // Under bf16 the head's gradients (its input's and its weight's) run
+  // once per group of chunks, a micro-batch's rows unless their bf16 logit
+  // gradients would pass kHeadGradientBytes (cost/MemoryPlan.h): GEMMs of
+  // K = the group's rows, not a chunk's.
   Param &W = parameters[head];
   const int64_t chunk = logitChunkRows(Tc, Vl, ctx.logitChunkBytes);
+  const int64_t group =
+      ctx.bf16 ? headGradientRows(Tc, Vl, chunk, ctx.headGradientBytes) : chunk;
   const device::DType logitType =
       ctx.bf16 ? device::DType::BF16 : device::DType::F32;
   Tensor logits = Tensor::empty(chunk * Vl, logitType),
-         dlogits = Tensor::empty(chunk * Vl, logitType);
+         dlogits = Tensor::empty((evaluating ? chunk : group) * Vl, logitType);
   Tensor gmax = empty(chunk), sums = empty(2 * chunk), loss = empty(chunk);
   c.dhNf = evaluating ? Tensor() : empty(Tc * H);
+  // The gradients of the rows [g0, end) of one group.
+  auto headGradients = [&](int64_t g0, int64_t end) {
+    const int64_t rows = end - g0;
+    const Tensor dz = dlogits.view(0, rows * Vl);
+    const Tensor h = hNf.view(g0 * H, rows * H);
+    if (tied) { // dh = dz · E; dE += dzᵀ · h
+      gemm(dev, ctx.bf16, false, false, rows, H, Vl, 1.0f, operand(dz),
+           W.weight(), 0.0f, c.dhNf.data() + g0 * H);
+      if (float *dE = weightGrad(W))
+        gemm(dev, ctx.bf16, true, false, Vl, H, rows, 1.0f, operand(dz),
+             operand(h), 1.0f, dE);
+    } else {
+      matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
+                     c.dhNf.data() + g0 * H, weightGrad(W), rows, H, Vl);
+    }
+  };
   for (int64_t r0 = 0; r0 < Tc; r0 += chunk) {
     const int64_t rows = std::min(chunk, Tc - r0);
     const int64_t *ids = target.data<int64_t>() + r0;
     const float *rowScale = weight.data() + r0;
-    Tensor z = logits.view(0, rows * Vl), dz = dlogits.view(0, rows * Vl);
+    const int64_t g0 = r0 / group * group; // the chunk's group
+    Tensor z = logits.view(0, rows * Vl),
+           dz = dlogits.view((evaluating ? 0 : r0 - g0) * Vl, rows * Vl);
     const Tensor h = hNf.view(r0 * H, rows * H);
     // Tied: W is the embedding's [Vl, H] rows, read transposed.
     if (ctx.bf16)
@@ -313,16 +337,8 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     else
       dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
                                gmax.data(), s.data(), rowScale, dz.data());
-    if (tied) { // dh = dz · E; dE += dzᵀ · h
-      gemm(dev, ctx.bf16, false, false, rows, H, Vl, 1.0f, operand(dz),
-           W.weight(), 0.0f, c.dhNf.data() + r0 * H);
-      if (float *dE = weightGrad(W))
-        gemm(dev, ctx.bf16, true, false, Vl, H, rows, 1.0f, operand(dz),
-             operand(h), 1.0f, dE);
-    } else {
-      matmulBackward(dev, ctx.bf16, operand(h), W.weight(), operand(dz),
-                     c.dhNf.data() + r0 * H, weightGrad(W), rows, H, Vl);
-    }
+    if (r0 + rows == std::min(g0 + group, Tc))
+      headGradients(g0, r0 + rows);
   }
   caches[mb] = std::move(cache);
   return {};

@@ -108,6 +108,9 @@ struct StageContext {
   /// The last language stage's head and loss run in chunks of rows with at
   /// most this many bytes of fp32 logits (cost/MemoryPlan.h).
   int64_t logitChunkBytes = kLogitChunkBytes;
+  /// Under bf16 the head's gradients run over groups of chunks whose bf16
+  /// logit gradients hold at most this many bytes (cost/MemoryPlan.h).
+  int64_t headGradientBytes = kHeadGradientBytes;
   /// The module's distributed optimizer shards the AdamW moments
   /// (exec/OptimizerShards.h): the stage keeps none (FlatParams m and v,
   /// each Param's m and v empty).

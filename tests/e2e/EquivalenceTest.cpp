@@ -114,6 +114,30 @@ TEST(ChunkedHead, OneRowAtATimeMatchesTheReference) {
   }
 }
 
+/// Under bf16 the head's gradients run once per group of chunks
+/// (cost/MemoryPlan.h headGradientRows): one-row chunks in groups of a few
+/// rows, several groups a micro-batch (a last group cut short), train as
+/// the reference, which takes each micro-batch's rows in one group.
+TEST(ChunkedHead, Bf16GradientGroupsMatchTheReference) {
+  json model = example("lm-cp2-sp.json");
+  model["precision"] = "bf16";
+  exec::RunOptions options;
+  options.logitChunkBytes = 1;
+  // 3 rows of bf16 logit gradients (the vocabulary's shard a row).
+  for (auto &module : model["modules"])
+    if (module["kind"] == "language")
+      options.headGradientBytes = 3 * 2 *
+                                  module["arch"]["vocab_size"].get<int64_t>() /
+                                  module["parallel"].value("tp", 1);
+  expectMatchesReference(model, 6, 1e-2, options);
+  EXPECT_EQ(mimo::headGradientRows(10, 100, 1, 3 * 2 * 100), 3);
+  EXPECT_EQ(mimo::headGradientRows(2, 100, 1, 3 * 2 * 100), 2);
+  EXPECT_EQ(mimo::headGradientRows(10, 100, 4, 3 * 2 * 100), 4)
+      << "at least one chunk";
+  EXPECT_EQ(mimo::headGradientRows(100, 100, 4, 9 * 2 * 100), 8)
+      << "whole chunks";
+}
+
 /// docs/gpu.md bf16 (emulated on the CPU: fp32 arithmetic, working weights
 /// and stored activations rounded to bfloat16): distributed layouts match
 /// their bf16 reference within 1e-2 over 3 steps, and bf16 follows fp32
