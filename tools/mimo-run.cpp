@@ -128,7 +128,7 @@ const char *kHelp =
     "                       default 25; 0: one all-reduce after the backward)\n"
     "  --overlap            pipeline and bridge sends and gradient buckets\n"
     "                       run beside the compute (local backend; the\n"
-    "                       default on cuda)\n"
+    "                       default on cuda when each rank has its own GPU)\n"
     "  --no-overlap         every message and collective blocks its rank\n"
     "                       until done (the default on cpu)\n"
     "  --on-nonfinite P     a step whose loss or gradient norm is not finite:\n"
@@ -227,7 +227,7 @@ struct CommandLine {
   int threads = 0;
   double timeout = 300;
   double gradBucketMb = 25;
-  std::optional<bool> overlap; // unset: on for cuda, off for cpu
+  std::optional<bool> overlap; // unset: Executor.h RunOptions::overlap
   device::AttentionChoice attention = device::AttentionChoice::Auto;
   bool reference = false;
   bool skipNonFinite = false;
@@ -803,9 +803,10 @@ int runCalibrate(const CommandLine &cli, device::DeviceKind kind) {
   std::cerr << "mimo-run: calibrating " << cli.device << " ...\n";
   DeviceProfile profile;
   try {
-    profile = exec::calibrate(kind, [](const std::string &what) {
-      std::cerr << "  " << what << "\n";
-    });
+    profile = exec::calibrate(
+        kind,
+        [](const std::string &what) { std::cerr << "  " << what << "\n"; },
+        cli.attention);
   } catch (const device::DeviceError &e) {
     std::cerr << "mimo-run: error: the device failed while calibrating: "
               << e.what() << "\n";

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 namespace mimo::comm {
 
@@ -263,6 +264,21 @@ void Comm::allReduce(const std::vector<int64_t> &group, T *data, int64_t count,
   constexpr device::DType type = device::DTypeOf<T>::value;
   if (nativeAllReduce(group, type, data, count, max))
     return;
+  // A large fp32 sum over more than two members: a reduce-scatter and an
+  // all-gather, each member reducing its share of the buffer (in group
+  // order: the same bits) and sending 2 (n - 1) / n of it, not n - 1
+  // whole copies (ranks sharing a GPU, the mpi backend).
+  if constexpr (std::is_same_v<T, float>) {
+    if (!max && n > 2 && count >= kSplitAllReduce * static_cast<int64_t>(n)) {
+      std::vector<int64_t> counts(n, count / static_cast<int64_t>(n));
+      for (size_t i = 0; i < static_cast<size_t>(count) % n; ++i)
+        ++counts[i];
+      device::Tensor share = device::Tensor::empty(device(), counts[own]);
+      reduceScatterV(group, data, counts, share.data());
+      allGatherV(group, share.data(), counts, data);
+      return;
+    }
+  }
   // count == 0 still exchanges (empty) messages: a member that disagrees
   // about the count gets a size mismatch instead of a hang.
   int64_t tag = collectiveTag(group);

@@ -137,6 +137,7 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
                                          "kind",
                                          "measured",
                                          "source",
+                                         "attention_backend",
                                          "cores",
                                          "memory_bytes",
                                          "peak_tflops",
@@ -164,6 +165,11 @@ std::optional<DeviceProfile> parseProfile(const nlohmann::json &doc,
     if (doc.contains("source"))
       if (auto s = v.string(doc, "", "source", false, "how it was made"))
         p.source = *s;
+    if (doc.contains("attention_backend"))
+      if (auto s =
+              v.choice(doc, "", "attention_backend", false, {"mimo", "cudnn"},
+                       "the attention backend its rates are of"))
+        p.attentionBackend = *s;
     if (auto c = v.integer(doc, "", "cores", true, 1,
                            "the cores ranks of one device share", 1 << 20))
       p.cores = *c;
@@ -240,6 +246,8 @@ nlohmann::ordered_json profileToJson(const DeviceProfile &p) {
     doc["attention_bf16_tflops"] = {
         {"forward", pointsJson(p.attentionBf16Forward)},
         {"backward", pointsJson(p.attentionBf16Backward)}};
+  if (!p.attentionBackend.empty())
+    doc["attention_backend"] = p.attentionBackend;
   return doc;
 }
 

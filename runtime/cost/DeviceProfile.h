@@ -56,6 +56,9 @@ struct DeviceProfile {
   bool measured = false;
   /// How it was made ("mimo-run --calibrate, 2026-11-23", "estimate: ...").
   std::string source;
+  /// The attention its bf16 attention rates are of ("mimo" or "cudnn",
+  /// mimo-run --attention; "" when not said).
+  std::string attentionBackend;
   /// Cores the ranks of one device share (a GPU: 1).
   int64_t cores = 1;
   /// Memory of one device (tune's default --memory).

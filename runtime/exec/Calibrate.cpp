@@ -356,10 +356,12 @@ std::string today() {
 
 DeviceProfile
 calibrate(device::DeviceKind kind,
-          const std::function<void(const std::string &)> &progress) {
+          const std::function<void(const std::string &)> &progress,
+          device::AttentionChoice attention) {
   const bool gpu = kind == device::DeviceKind::Cuda;
   // One thread: CPU rates are per core.
-  std::unique_ptr<device::Device> dev = device::makeDevice(kind, 0, 1);
+  std::unique_ptr<device::Device> dev =
+      device::makeDevice(kind, 0, 1, attention);
   DeviceProfile p;
   p.kind = gpu ? "cuda" : "cpu";
   p.measured = true;
@@ -374,7 +376,12 @@ calibrate(device::DeviceKind kind,
   p.gemmBf16 = measureGemm(*dev, gpu, true);
   progress("attention forward and backward");
   measureAttention(*dev, gpu, false, p.attentionForward, p.attentionBackward);
-  progress("attention forward and backward in bf16");
+  p.attentionBackend = gpu && attention != device::AttentionChoice::Mimo &&
+                               device::cudnnStatus().problem.empty()
+                           ? "cudnn"
+                           : "mimo";
+  progress("attention forward and backward in bf16 (" + p.attentionBackend +
+           ")");
   measureAttention(*dev, gpu, true, p.attentionBf16Forward,
                    p.attentionBf16Backward);
   progress("memory bandwidth and kernel overhead");

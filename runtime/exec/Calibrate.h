@@ -21,11 +21,14 @@
 
 namespace mimo::exec {
 
-/// Measures the profile of `kind` (rank 0's device). `progress` is told
-/// what is being measured. Throws DeviceError when the device fails.
+/// Measures the profile of `kind` (rank 0's device, its attention as
+/// `attention` says: the bf16 attention rates are the backend's a run with
+/// the same --attention gets). `progress` is told what is being measured.
+/// Throws DeviceError when the device fails.
 DeviceProfile
 calibrate(device::DeviceKind kind,
-          const std::function<void(const std::string &)> &progress);
+          const std::function<void(const std::string &)> &progress,
+          device::AttentionChoice attention = device::AttentionChoice::Auto);
 
 } // namespace mimo::exec
 

@@ -30,6 +30,14 @@ namespace mimo::exec {
 
 namespace {
 
+/// docs/gpu.md overlap's default: on a GPU when every rank has one of its
+/// own (ranks sharing one compete for it: measured slower on an H100),
+/// off on the CPU.
+bool overlapByDefault(device::DeviceKind kind, int64_t ranks) {
+  return kind == device::DeviceKind::Cuda &&
+         device::cudaStatus().devices >= ranks;
+}
+
 /// The runtime's own limits (message tags), checked before any rank starts.
 std::string limitsError(const Plan &plan, const std::string &planFile) {
   if (plan.topology.microbatches > kMaxMicrobatches)
@@ -416,8 +424,8 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // Channels also have a device stream of their own (same thread count:
       // creating a CPU device sets the creating thread's kernel threads).
       RankOptions overlap;
-      bool on =
-          options.overlap.value_or(options.device == device::DeviceKind::Cuda);
+      bool on = options.overlap.value_or(
+          overlapByDefault(options.device, plan.topology.worldSize));
       overlap.bucketBytes = on ? options.gradBucketBytes : 0;
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.

@@ -95,9 +95,10 @@ struct RunOptions {
   /// docs/gpu.md overlap (local backend): sends (pipeline and bridge) go out
   /// on a channel while the rank computes on, and the gradient buckets
   /// below run beside the backward. false: every message and collective
-  /// blocks the rank until it is done. Unset: on for cuda; off for cpu,
-  /// where the channels' work takes the same cores the ranks compute on
-  /// (bench/results/overlap-cpu.md: no step gets faster).
+  /// blocks the rank until it is done. Unset: on for cuda when every rank
+  /// has a GPU of its own (ranks sharing one: off, measured slower); off
+  /// for cpu, where the channels' work takes the same cores the ranks
+  /// compute on (bench/results/overlap-cpu.md: no step gets faster).
   std::optional<bool> overlap;
   /// docs/gpu.md overlap: the DP x CP gradient reduction runs in buckets of
   /// this many bytes, each posted as soon as the backward has finished its

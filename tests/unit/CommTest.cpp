@@ -238,7 +238,9 @@ TEST_P(LocalCommTest, ExchangeRingAndAllToAllInOneBatch) {
 TEST_P(LocalCommTest, AllReduceSumIsBitIdenticalGroupOrderSum) {
   std::vector<std::vector<float>> floats(n());
   std::vector<std::vector<double>> doubles(n());
-  const int64_t count = 1003;
+  // Past kSplitAllReduce a member: more than two members reduce-scatter
+  // and all-gather (shares of unequal size), with the same bits.
+  const int64_t count = kSplitAllReduce * std::max<int64_t>(n(), 1) + 3;
   auto outcomes = runRanks(n(), [&](Comm &c) {
     int64_t me = c.rank();
     std::vector<float> f(count);
@@ -264,6 +266,18 @@ TEST_P(LocalCommTest, AllReduceSumIsBitIdenticalGroupOrderSum) {
     EXPECT_TRUE(sameBits(doubles[r], d)) << "rank " << r;
     EXPECT_TRUE(sameBits(floats[r], floats[0]));
   }
+  // And below it, each member's whole buffer to every other.
+  std::vector<std::vector<float>> small(n());
+  const int64_t few = 1003;
+  expectAllOk(runRanks(n(), [&](Comm &c) {
+    std::vector<float> x(few);
+    for (int64_t k = 0; k < few; ++k)
+      x[k] = value<float>(c.rank(), k);
+    c.allReduceSum(range(n()), x.data(), few);
+    small[c.rank()] = x;
+  }));
+  for (int64_t r = 0; r < n(); ++r)
+    EXPECT_TRUE(sameBits(small[r], groupOrderSum<float>(range(n()), few)));
 }
 
 TEST_P(LocalCommTest, AllReduceMax) {

@@ -1008,3 +1008,21 @@ TEST(KernelBodiesAttention, StatsMoveBetweenALibrarysLayoutAndMimos) {
     fromLse(i);
   EXPECT_EQ(back, stats);
 }
+
+TEST(KernelBodiesBf16, WidePacksGiveTheBitsOfTheNarrowOnes) {
+  // Eight values an index, a partial last group, an offset start.
+  std::mt19937 rng(11);
+  for (int64_t n : {0, 1, 7, 8, 9, 67}) {
+    auto x = random<float>(rng, n + 1, -100, 100);
+    std::vector<uint16_t> narrowBits(static_cast<size_t>(n)),
+        wideBits(static_cast<size_t>(n), 0xdead);
+    runAll(b::ToBf16Bits{x.data() + 1, narrowBits.data(), n});
+    runAll(b::ToBf16BitsWide{x.data() + 1, wideBits.data(), n});
+    EXPECT_EQ(wideBits, narrowBits) << n;
+    std::vector<float> narrowBack(static_cast<size_t>(n)),
+        wideBack(static_cast<size_t>(n), -1.0f);
+    runAll(b::FromBf16Bits{narrowBits.data(), narrowBack.data(), n});
+    runAll(b::FromBf16BitsWide{wideBits.data(), wideBack.data(), n});
+    EXPECT_EQ(wideBack, narrowBack) << n;
+  }
+}

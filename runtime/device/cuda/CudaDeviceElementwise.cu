@@ -16,11 +16,11 @@ void CudaDevice::copyRows(float *dst, const int64_t *dstRows, const float *src,
 }
 
 void CudaDevice::packBf16(const float *x, uint16_t *out, int64_t n) {
-  launch("pack_bf16", b::ToBf16Bits{x, out, n});
+  launch("pack_bf16", b::ToBf16BitsWide{x, out, n});
 }
 
 void CudaDevice::unpackBf16(const uint16_t *in, float *out, int64_t n) {
-  launch("unpack_bf16", b::FromBf16Bits{in, out, n});
+  launch("unpack_bf16", b::FromBf16BitsWide{in, out, n});
 }
 
 void CudaDevice::roundToBf16(float *data, int64_t n) {

@@ -85,7 +85,7 @@ void CudaDevice::runBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 uint16_t *CudaDevice::toBf16(const float *x, int64_t n) {
   auto *out = static_cast<uint16_t *>(allocate(n * 2));
   try {
-    launch("to_bf16", b::ToBf16Bits{x, out, n});
+    launch("to_bf16", b::ToBf16BitsWide{x, out, n});
   } catch (...) {
     release(out);
     throw;
