@@ -346,6 +346,7 @@ void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
               "' holds " + std::to_string(out[k * stride]) + " at element " +
               std::to_string(first + k) + "; the weights are damaged");
     }
+    map->checkIntact(); // a shard truncated under us: an error, not zeros
     if (!host.empty())
       p->value.device().upload(p->value.raw(), host.data(), p->value.bytes());
   }

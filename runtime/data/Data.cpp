@@ -253,6 +253,8 @@ public:
         map ? reinterpret_cast<const char *>(map->bytes()) : text.data();
     const std::string one(bytes + line.begin,
                           static_cast<size_t>(line.end - line.begin));
+    if (map)
+      map->checkIntact();
     std::string problem;
     std::optional<Sample> sample = parseJsonlLine(
         config, encoders, one, path, line.number, [&](std::string m) {

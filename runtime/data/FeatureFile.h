@@ -41,6 +41,8 @@ public:
   void read(int64_t s, std::vector<float> &out) const;
   const std::string &path() const { return file; }
   int64_t bytes() const { return map.size; }
+  /// MappedFile::checkIntact of the file.
+  void checkIntact() const { map.checkIntact(); }
 
 private:
   std::string file;
@@ -58,6 +60,7 @@ public:
   /// error naming the file and the token).
   bool target(int64_t t) const;
   const std::string &path() const { return file; }
+  void checkIntact() const { map.checkIntact(); }
 
 private:
   std::string file;

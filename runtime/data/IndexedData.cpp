@@ -112,7 +112,13 @@ public:
             "' tokens (id " + std::to_string(encoders[e].specialTokenId) +
             ") in " + dataset.binPath + "; give one row per token");
       file.read(k, sample.features[e]);
+      file.checkIntact();
     }
+    // A file truncated or rewritten while mapped: an error naming it, not
+    // zeros trained on (support/MappedFile.h).
+    bin->checkIntact();
+    if (extras.mask)
+      extras.mask->checkIntact();
     return sample;
   }
 
@@ -184,6 +190,15 @@ std::optional<IndexedExtras> openIndexedExtras(const ModelConfig &config,
   IndexedExtras extras;
   std::error_code ec;
   const std::string maskPath = prefix + ".mask";
+  // A link whose target is gone is a mask that was meant, not none.
+  if (std::filesystem::is_symlink(
+          std::filesystem::symlink_status(maskPath, ec)) &&
+      !std::filesystem::exists(maskPath, ec)) {
+    error = maskPath + ": error: a symbolic link to a file that does not "
+                       "exist; the loss mask is missing (restore it, or "
+                       "remove the link to train on every token)";
+    return std::nullopt;
+  }
   if (std::filesystem::exists(maskPath, ec)) {
     extras.mask = MaskFile::open(maskPath, dataset.totalTokens, error);
     if (!extras.mask)
@@ -282,10 +297,40 @@ bool readIndexedDataset(const std::string &prefix, IndexedDataset &out,
               " bytes); the two files do not belong together";
       return false;
     }
+    // Megatron's writer lays the sequences out one after another: each
+    // pointer is the last one plus its sequence's bytes (a dtype code that
+    // does not match the data breaks this at the second sequence).
+    const int64_t expected =
+        i == 0 ? 0 : out.pointers[i - 1] + out.lengths[i - 1] * out.tokenBytes;
+    if (pointer != expected) {
+      error = out.idxPath + ": error: sequence " + std::to_string(i) +
+              " starts at byte " + std::to_string(pointer) + ", but the " +
+              std::to_string(i == 0 ? 0 : out.lengths[i - 1]) +
+              " tokens before it end at byte " + std::to_string(expected) +
+              " at " + std::to_string(out.tokenBytes) + " byte" +
+              (out.tokenBytes > 1 ? "s" : "") + " a token (dtype code " +
+              std::to_string(out.dtypeCode) +
+              "): the dtype code does not match the data, or the index does "
+              "not belong to " +
+              out.binPath + "; rewrite the index with the tokens' dtype";
+      return false;
+    }
     out.totalTokens += length;
   }
   if (out.totalTokens == 0)
     return fail("it indexes no tokens");
+  const int64_t end =
+      out.pointers[sequences - 1] + out.lengths[sequences - 1] * out.tokenBytes;
+  if (end != binSize) {
+    error = out.idxPath + ": error: its sequences end at byte " +
+            std::to_string(end) + " of " + out.binPath + ", which has " +
+            std::to_string(binSize) + " bytes: the dtype code (" +
+            std::to_string(out.dtypeCode) + ", " +
+            std::to_string(out.tokenBytes) +
+            " bytes a token) does not match the data, or the two files do "
+            "not belong together";
+    return false;
+  }
   return true;
 }
 

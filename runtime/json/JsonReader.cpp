@@ -156,6 +156,14 @@ std::optional<json> parseJsonText(std::string_view text, Diagnostic &error) {
                         "the file as UTF-8");
     return std::nullopt;
   }
+  // JSON has no raw NUL byte anywhere (strings escape it as \u0000): one
+  // means a damaged or binary file, never the document's end.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    error = syntaxError(text, nul,
+                        "invalid JSON: a NUL byte; JSON text holds none (the "
+                        "file is damaged, or not text)");
+    return std::nullopt;
+  }
   if (std::optional<ScanProblem> problem = scan(text)) {
     error =
         syntaxError(text, problem->offset, "invalid JSON: " + problem->message);

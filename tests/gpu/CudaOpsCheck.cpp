@@ -7,7 +7,13 @@
 // error <= 1e-5 in fp32; every op run twice on the GPU must agree bitwise.
 // Then events between two ranks' streams, and the local communicator's
 // collectives on GPU memory against the same collectives on the host.
+// Attention runs on both backends (mimo's kernels, cuDNN's when it loads).
 // Exits 77 without a usable GPU.
+//
+// usage: mimo-cuda-ops-check [--probe | --only attention]
+//   --probe           one kernel and one GEMM, read back (exit 0), or why
+//                     this build cannot run on the GPU (1)
+//   --only attention  the attention checks alone (gpu-check's phase)
 //
 //===----------------------------------------------------------------------===//
 

@@ -5,6 +5,8 @@
 #include "runtime/data/IndexedData.h"
 #include "tests/unit/TestModels.h"
 
+#include "runtime/support/MappedFile.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -188,6 +190,103 @@ TEST(IndexedData, BadFilesAreNamedAndTokensOutsideTheVocabularyRefused) {
   auto source = makeDataSource(config, "", "plan.json", errors);
   ASSERT_TRUE(source);
   EXPECT_THROW(source->get(0, 0), std::runtime_error); // 5000 >= vocab 1024
+  std::filesystem::remove_all(dir);
+}
+
+TEST(IndexedData, ADtypeCodeThatDoesNotMatchTheDataIsRefused) {
+  // Round 3: uint16 tokens under an index whose code says uint8 trained on
+  // garbage (each pointer must follow the last sequence's bytes).
+  std::string dir = tempDir(), error;
+  std::string prefix = dir + "/tokens";
+  ASSERT_TRUE(writeIndexedDataset(prefix, {{1, 2, 3}, {4, 5}}, 8, error));
+  { // the dtype code is the byte after the magic and the version
+    std::fstream idx(prefix + ".idx",
+                     std::ios::binary | std::ios::in | std::ios::out);
+    idx.seekp(9 + 8);
+    const char uint8Code = 1;
+    idx.write(&uint8Code, 1);
+  }
+  IndexedDataset dataset;
+  EXPECT_FALSE(readIndexedDataset(prefix, dataset, error));
+  EXPECT_NE(error.find("dtype code"), std::string::npos) << error;
+  // One sequence: its end is not the .bin's.
+  ASSERT_TRUE(writeIndexedDataset(prefix, {{1, 2, 3, 4}}, 4, error));
+  {
+    std::fstream idx(prefix + ".idx",
+                     std::ios::binary | std::ios::in | std::ios::out);
+    idx.seekp(9 + 8);
+    const char uint16Code = 8;
+    idx.write(&uint16Code, 1);
+  }
+  EXPECT_FALSE(readIndexedDataset(prefix, dataset, error));
+  EXPECT_NE(error.find("end at byte 8"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(IndexedData, ADanglingMaskLinkIsAnErrorNotNoMask) {
+  std::string dir = tempDir(), error;
+  std::string prefix = dir + "/masked";
+  ASSERT_TRUE(
+      writeIndexedDataset(prefix, {{1, 2, 3, 4, 5, 6, 7, 8}}, 8, error));
+  std::filesystem::create_symlink(dir + "/gone.mask", prefix + ".mask");
+  ModelConfig config = configOf(textModel("indexed", prefix));
+  std::vector<std::string> errors;
+  auto source = makeDataSource(config, "", "plan.json", errors);
+  EXPECT_FALSE(source);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors[0].find("does not exist"), std::string::npos) << errors[0];
+  std::filesystem::remove_all(dir);
+}
+
+TEST(IndexedData, TokensTruncatedWhileMappedAreAnErrorNotACrash) {
+  // Round 3: `truncate -s 0 train.bin` during a run killed it with SIGBUS.
+  std::string dir = tempDir(), error;
+  std::string prefix = dir + "/shrinking";
+  std::vector<int64_t> tokens(20000);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int64_t>(i % 1000);
+  ASSERT_TRUE(writeIndexedDataset(prefix, {tokens}, 8, error));
+  ModelConfig config = configOf(textModel("indexed", prefix));
+  std::vector<std::string> errors;
+  auto source = makeDataSource(config, "", "plan.json", errors);
+  ASSERT_TRUE(source) << (errors.empty() ? "" : errors[0]);
+  EXPECT_NO_THROW(source->get(0, 0));
+  std::filesystem::resize_file(prefix + ".bin", 0);
+  // Windows far into the (mapped, now empty) file: zeros would be read.
+  try {
+    source->get(1000, 0);
+    FAIL() << "read a truncated file";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("shrank while it was being read"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MappedFile, AShrinkWithinTheLastPageOrARewriteIsSeen) {
+  std::string dir = tempDir(), error;
+  const std::string path = dir + "/bytes";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(100, 'x');
+  }
+  MappedFile map;
+  ASSERT_TRUE(map.open(path, "the bytes", error)) << error;
+  EXPECT_FALSE(map.damaged());
+  std::filesystem::resize_file(path, 64); // no SIGBUS: the same page
+  EXPECT_TRUE(map.damaged());
+  EXPECT_THROW(map.checkIntact(), std::runtime_error);
+  // Pages past the new end read as zeros instead of killing the process.
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(3 * 4096, 'y');
+  }
+  MappedFile big;
+  ASSERT_TRUE(big.open(path, "the bytes", error)) << error;
+  std::filesystem::resize_file(path, 0);
+  EXPECT_EQ(big.bytes()[2 * 4096 + 5], 0);
+  EXPECT_TRUE(big.damaged());
   std::filesystem::remove_all(dir);
 }
 

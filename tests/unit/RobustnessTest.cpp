@@ -117,6 +117,19 @@ TEST(JsonReader, TruncatedDocumentsAreSyntaxErrors) {
   }
 }
 
+TEST(JsonReader, ANulByteAnywhereIsRefusedNotTheDocumentsEnd) {
+  // Round 3: a NUL after a document hid everything behind it.
+  std::string text = test::readExample("vlm-fan-in.json");
+  Diagnostic error;
+  for (size_t at : {text.size(), text.size() / 2, size_t(0)}) {
+    std::string damaged = text;
+    damaged.insert(at, std::string("\0{\"extra\": 1}", 13));
+    ASSERT_FALSE(parseJsonText(damaged, error)) << at;
+    EXPECT_NE(error.message.find("NUL byte"), std::string::npos)
+        << error.message;
+  }
+}
+
 TEST(JsonReader, BriefNeverThrowsAndStaysShort) {
   json value = std::string("ab\xff"
                            "cd") +
