@@ -23,6 +23,7 @@
 #include "runtime/support/OutputFile.h"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 using namespace mimo;
@@ -51,6 +53,25 @@ extern "C" void onStopSignal(int signal) {
       "--save) and exits 3; a second signal exits at once\n";
   ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
   (void)ignored;
+}
+
+/// Under mpirun: when mpirun itself goes (a second Ctrl-C makes it leave at
+/// once without signalling the ranks), the ranks are orphans that would
+/// train and save on. A thread notices that the parent is gone and ends
+/// the rank at once, like a second signal (exit 129).
+void stopWhenLauncherExits() {
+  const pid_t parent = ::getppid();
+  if (parent <= 1)
+    return;
+  std::thread([parent] {
+    while (::getppid() == parent)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    static const char message[] =
+        "mimo-run: mpirun (the launcher) has exited: this rank stops now\n";
+    ssize_t ignored = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    (void)ignored;
+    _exit(129);
+  }).detach();
 }
 
 void installStopHandlers() {
@@ -113,9 +134,11 @@ const char *kHelp =
     "                       architecture (another model name or seed):\n"
     "                       starting from it on purpose\n"
     "  --metrics FILE       one JSON object per step: step, loss, grad_norm,\n"
-    "                       lr, tokens, seconds, tokens_per_s, tflops, mfu\n"
-    "                       (GPU), peak_bytes and peak_rank (the most device\n"
-    "                       memory a rank held), eval_loss\n"
+    "                       lr, tokens, targets (loss tokens), seconds,\n"
+    "                       tokens_per_s, tflops, mfu (GPU), peak_bytes and\n"
+    "                       peak_rank (the most device memory a rank held),\n"
+    "                       peak_bytes_by_rank, eval_loss; the first also\n"
+    "                       attention (the GPU's backend)\n"
     "  --trace FILE         a Chrome/Perfetto trace: per rank, its\n"
     "                       instructions (compute), its overlapped\n"
     "                       gradient buckets (comm) and, on a GPU, every\n"
@@ -690,6 +713,14 @@ public:
     std::string text = line;
     if (m.skipped)
       text += "  skipped (not finite: no update)";
+    if (m.targets == 0 && !warnedNoTargets) {
+      // Round 3: a mask that masks every token trained at loss 0 silently.
+      warnedNoTargets = true;
+      std::cerr << "mimo-run: warning: step " << m.step
+                << " has no token to learn from (every token is masked from "
+                   "the loss): its loss is 0 and its gradient zero; check "
+                   "the data's loss masks (docs/data.md)\n";
+    }
     if (m.evalLoss) {
       char eval[64];
       std::snprintf(eval, sizeof(eval), "  eval_loss %.6f", *m.evalLoss);
@@ -719,9 +750,13 @@ public:
                              {"tflops", tflops}};
     if (peakTflops > 0)
       record["mfu"] = tflops / peakTflops;
+    record["targets"] = m.targets;
     if (m.peakBytes >= 0) {
       record["peak_bytes"] = m.peakBytes;
       record["peak_rank"] = m.peakRank;
+      // Each rank's, up to 4096 ranks (a line per step stays short).
+      if (!m.rankPeakBytes.empty() && m.rankPeakBytes.size() <= 4096)
+        record["peak_bytes_by_rank"] = m.rankPeakBytes;
     }
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
@@ -745,6 +780,7 @@ private:
   /// The attention the run's device runs, in the first metrics record.
   std::string attention;
   bool first = true;
+  bool warnedNoTargets = false;
   double elapsed = 0;
   StreamedOutput metrics;
 };
@@ -870,8 +906,13 @@ int run(int argc, char **argv) {
     return *code;
   if (cli.calibrate)
     return runCalibrate(cli, kind);
-  if (!cli.exportDir.empty())
+  if (!cli.exportDir.empty()) {
+    // Under mpirun every rank was started: the first exports, the others
+    // leave at once (one writer of OUT).
+    if (cli.underMpirun && comm::worldRankFromLauncher() != 0)
+      return 0;
     return runExport(cli);
+  }
 
   // mpi: the world; nccl: its bootstrap under mpirun (and the host
   // messages); `ranks` is the process's communicator (null: local).
@@ -934,6 +975,18 @@ int run(int argc, char **argv) {
     if (std::string shared = exec::sharedFolderProblem(*mpi, cli.saveDir);
         !shared.empty())
       return fail(shared);
+  // One run at a time saves into a folder: rank 0 holds its lock.
+  std::unique_ptr<exec::SaveFolderLock> saveLock;
+  if (printer && !cli.saveDir.empty()) {
+    std::string locked;
+    saveLock = exec::SaveFolderLock::acquire(cli.saveDir, locked);
+    if (!saveLock) {
+      std::cerr << "mimo-run: error: --save: " << locked << "\n";
+      if (mpi && mpi->size() > 1)
+        comm::abortMpi(1);
+      return finish(1);
+    }
+  }
 
   std::string refusal;
   const std::string attention =
@@ -1010,6 +1063,8 @@ int run(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   installStopHandlers();
+  if (comm::launchedByMpirun())
+    stopWhenLauncherExits();
   try {
     return run(argc, argv);
   } catch (const std::exception &e) {

@@ -16,12 +16,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 namespace mimo::exec {
@@ -160,6 +162,54 @@ std::optional<std::string> checkpointDirProblem(const std::string &dir) {
   }
   fs::remove(probe, ec);
   return std::nullopt;
+}
+
+std::unique_ptr<SaveFolderLock> SaveFolderLock::acquire(const std::string &dir,
+                                                        std::string &problem) {
+  const std::string path = (fs::path(dir) / ".mimo-lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    problem = "cannot open " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    if (why != EWOULDBLOCK) {
+      problem = "cannot lock " + path + ": " + std::strerror(why);
+      return nullptr;
+    }
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' '))
+      who.pop_back();
+    problem = dir + " is being saved into by another mimo-run" +
+              (who.empty() ? "" : " (" + who + ")") +
+              ": two runs saving into one folder would overwrite each "
+              "other's checkpoints; give this run another --save folder, or "
+              "stop the other run first";
+    return nullptr;
+  }
+  char host[128] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {};
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  const std::string text = "pid " + std::to_string(::getpid()) + " on " + host +
+                           ", since " + when + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    ssize_t ignored = ::pwrite(fd, text.data(), text.size(), 0);
+    (void)ignored;
+  }
+  auto lock = std::unique_ptr<SaveFolderLock>(new SaveFolderLock());
+  lock->fd = fd;
+  return lock;
+}
+
+SaveFolderLock::~SaveFolderLock() {
+  if (fd >= 0)
+    ::close(fd); // releases the lock
 }
 
 std::optional<int64_t> parseCheckpointState(std::string_view text,

@@ -118,6 +118,24 @@ void readModuleWeights(const ModuleWeights &weights,
 /// when not.
 std::optional<std::string> checkpointDirProblem(const std::string &dir);
 
+/// docs/checkpoints.md: one run saves into a folder at a time. Holds an
+/// exclusive flock on DIR/.mimo-lock (released when the process ends,
+/// however it ends: no stale lock) with the holder's pid, host and start
+/// written in it; a second run asking for the same folder gets nullptr and
+/// `problem` naming the holder.
+class SaveFolderLock {
+public:
+  static std::unique_ptr<SaveFolderLock> acquire(const std::string &dir,
+                                                 std::string &problem);
+  ~SaveFolderLock();
+  SaveFolderLock(const SaveFolderLock &) = delete;
+  SaveFolderLock &operator=(const SaveFolderLock &) = delete;
+
+private:
+  SaveFolderLock() = default;
+  int fd = -1;
+};
+
 /// The parameters one rank holds, with whether it writes them (one owner
 /// per block: data- and context-parallel rank 0, and for replicated
 /// parameters tensor-parallel rank 0).

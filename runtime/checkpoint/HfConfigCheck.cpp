@@ -54,9 +54,24 @@ struct ConfigCheck {
     return c.contains(key) && c[key].is_boolean() ? c[key].get<bool>()
                                                   : fallback;
   }
+  /// Whether config.json gives `hfKey` as a value of the wrong JSON type
+  /// (a string "500000" where a number belongs): a problem naming it, so
+  /// that a default never stands in for what the file meant. null is
+  /// absent.
+  bool wrongType(const char *key, const char *hfKey, bool ok,
+                 const char *expected) {
+    if (!c.contains(hfKey) || c[hfKey].is_null() || ok)
+      return false;
+    problem(key, where(hfKey) + " is " + briefJson(c[hfKey], 40) + ", not " +
+                     expected + ": write it as one in config.json");
+    return true;
+  }
   /// An integer size of config.json against arch.
   void size(const char *key, const char *hfKey, int64_t mine,
             std::optional<int64_t> fallback = std::nullopt) {
+    if (wrongType(key, hfKey, c.contains(hfKey) && c[hfKey].is_number_integer(),
+                  "an integer"))
+      return;
     std::optional<int64_t> theirs = integer(hfKey);
     if (!theirs)
       theirs = fallback;
@@ -73,6 +88,9 @@ struct ConfigCheck {
   }
   void number(const char *key, const char *hfKey, double mine,
               double fallback) {
+    if (wrongType(key, hfKey, c.contains(hfKey) && c[hfKey].is_number(),
+                  "a number"))
+      return;
     double theirs = fallback;
     if (c.contains(hfKey) && c[hfKey].is_number())
       theirs = c[hfKey].get<double>();
@@ -82,6 +100,10 @@ struct ConfigCheck {
                        numberText(theirs));
   }
   void flag(const char *key, const std::string &hfKey, bool mine, bool theirs) {
+    if (hfKey.find('/') == std::string::npos &&
+        wrongType(key, hfKey.c_str(),
+                  c.contains(hfKey) && c[hfKey].is_boolean(), "true or false"))
+      return;
     if (mine != theirs)
       problem(key, std::string(mine ? "true" : "false") + " here, but " +
                        where(hfKey) + " makes it " +
@@ -122,6 +144,10 @@ struct ConfigCheck {
 
 void ropeScalingProblems(ConfigCheck &k, const ModuleConfig &module) {
   const json &c = k.c;
+  if (k.wrongType("rope_scaling", "rope_scaling",
+                  c.contains("rope_scaling") && c["rope_scaling"].is_object(),
+                  "an object (or null)"))
+    return;
   const json *scaling =
       c.contains("rope_scaling") && c["rope_scaling"].is_object()
           ? &c["rope_scaling"]

@@ -131,6 +131,24 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
   if (ec)
     return out + ": error: cannot create it: " + ec.message();
   const int64_t esize = dtype == "bf16" ? 2 : 4;
+  // All or nothing: every target checked before anything is written, each
+  // module staged in a hidden folder, all moved into place at the end.
+  for (const ModuleConfig &module : config.modules) {
+    std::string why;
+    if (module.kind != ModuleKind::Language && !visionFamilyOf(module, why))
+      continue;
+    const fs::path final = fs::path(out) / module.name;
+    if (fs::exists(final, ec))
+      return final.string() +
+             ": error: it exists; remove it or give another --export-hf "
+             "folder (nothing is overwritten, nothing was written)";
+  }
+  std::vector<std::pair<fs::path, fs::path>> staged; // partial -> final
+  auto discard = [&] {
+    for (const auto &entry : staged)
+      fs::remove_all(entry.first, ec);
+  };
+  std::vector<std::string> done;
   for (const ModuleConfig &module : config.modules) {
     const bool language = module.kind == ModuleKind::Language;
     std::string why;
@@ -143,10 +161,6 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     const std::string visionPrefix = "vision_model.",
                       projectorPrefix = "multi_modal_projector.";
     const fs::path final = fs::path(out) / module.name;
-    if (fs::exists(final, ec))
-      return final.string() +
-             ": error: it exists; remove it or give another --export-hf "
-             "folder (nothing is overwritten)";
     // The tensors, in the checkpoint's parameter order.
     std::vector<OutTensor> tensors;
     for (const ParamSpec &spec :
@@ -154,9 +168,11 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       std::optional<HfSource> source =
           language ? hfLanguageSource("", spec.local)
                    : hfVisionSource(visionPrefix, projectorPrefix, spec.local);
-      if (!source)
+      if (!source) {
+        discard();
         return "mimo-run: error: parameter '" + spec.name() +
                "' has no Hugging Face name";
+      }
       OutTensor t;
       t.name = source->name;
       t.source = spec.name();
@@ -186,8 +202,11 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     const fs::path partial = fs::path(out) / ("." + module.name + ".partial");
     fs::remove_all(partial, ec);
     fs::create_directories(partial, ec);
-    if (ec)
+    if (ec) {
+      discard();
       return partial.string() + ": error: cannot create it: " + ec.message();
+    }
+    staged.emplace_back(partial, final);
     nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
     int64_t total = 0;
     try {
@@ -215,6 +234,14 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
             throw std::runtime_error(modelPath + ": error: no tensor '" +
                                      t.source + "'");
           std::vector<float> v = readTensor(model, ckpt->model, *entry);
+          for (size_t k = 0; k < v.size(); ++k)
+            if (!std::isfinite(v[k]))
+              throw std::runtime_error(
+                  modelPath + ": error: tensor '" + t.source + "' holds " +
+                  std::to_string(v[k]) + " at element " + std::to_string(k) +
+                  ": the checkpoint is not finite (training diverged, or the "
+                  "file is damaged); nothing is exported: export an earlier "
+                  "step (--load DIR/step-N)");
           std::vector<float> hf(v.size());
           for (int64_t r = 0; r < t.rows; ++r)
             for (int64_t c = 0; c < t.cols; ++c)
@@ -239,7 +266,7 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
           throw std::runtime_error(file.string() + ": error: cannot write it");
       }
     } catch (const std::exception &e) {
-      fs::remove_all(partial, ec);
+      discard();
       return e.what();
     }
     if (shards.size() > 1) {
@@ -256,19 +283,26 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
         << "\n";
     cfg.close();
     if (!cfg) {
-      fs::remove_all(partial, ec);
+      discard();
       return (partial / "config.json").string() + ": error: cannot write it";
     }
-    fs::rename(partial, final, ec);
-    if (ec) {
-      fs::remove_all(partial, ec);
-      return final.string() + ": error: cannot move the export there";
-    }
-    written.push_back("module '" + module.name + "': " + final.string() + " (" +
-                      std::to_string(tensors.size()) + " tensors, " + dtype +
-                      ", " + std::to_string(shards.size()) +
-                      (shards.size() == 1 ? " file)" : " shards)"));
+    done.push_back("module '" + module.name + "': " + final.string() + " (" +
+                   std::to_string(tensors.size()) + " tensors, " + dtype +
+                   ", " + std::to_string(shards.size()) +
+                   (shards.size() == 1 ? " file)" : " shards)"));
   }
+  // Every module written: now into place.
+  for (size_t i = 0; i < staged.size(); ++i) {
+    fs::rename(staged[i].first, staged[i].second, ec);
+    if (ec) {
+      for (size_t j = 0; j < i; ++j)
+        fs::remove_all(staged[j].second, ec);
+      discard();
+      return staged[i].second.string() +
+             ": error: cannot move the export there; nothing was exported";
+    }
+  }
+  written.insert(written.end(), done.begin(), done.end());
   return "";
 }
 

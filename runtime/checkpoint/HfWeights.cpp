@@ -2,6 +2,8 @@
 
 #include "runtime/checkpoint/HfWeights.h"
 
+#include "runtime/checkpoint/Checkpoint.h"
+
 #include "runtime/config/Parameters.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/model/Model.h"
@@ -355,9 +357,18 @@ void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
 std::vector<Diagnostic> initProblems(const ModelConfig &config) {
   std::vector<Diagnostic> problems;
   for (const ModuleConfig &module : config.modules) {
-    if (!module.init || module.init->format != "hf")
+    if (!module.init)
       continue;
     std::string error;
+    if (module.init->format != "hf") {
+      // A mimo checkpoint: found, complete and of this architecture, as
+      // mimo-run will check it (round 3: mimoc compile accepted a missing
+      // one).
+      if (!openModuleWeights(module.init->from, config, module, error))
+        problems.push_back(
+            Diagnostic::error(module.pointer + "/init/from", error));
+      continue;
+    }
     std::optional<HfFolder> folder = openHfFolder(module.init->from, error);
     if (!folder) {
       problems.push_back(

@@ -86,8 +86,9 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
 void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params);
 
-/// mimoc compile: every module whose init is a Hugging Face folder,
-/// opened and checked (config.json against arch, the tensors), as
+/// mimoc compile: every module's init opened and checked as mimo-run will
+/// (a Hugging Face folder: config.json against arch, the tensors; a mimo
+/// checkpoint: found, complete, this architecture's tensors), as
 /// diagnostics at the module's pointers.
 std::vector<Diagnostic> initProblems(const ModelConfig &config);
 

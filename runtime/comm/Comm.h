@@ -308,6 +308,10 @@ bool launchedByMpirun();
 int64_t ranksOnThisNode();
 /// This process's index among them (0 when not under mpirun).
 int64_t localRankOnThisNode();
+/// This process's rank in the job as the launcher says it
+/// (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID), before MPI
+/// starts; 0 when none does.
+int64_t worldRankFromLauncher();
 /// Initialises MPI (once) and returns the world communicator; nullptr with
 /// `error` set when mimo was built without MPI.
 std::unique_ptr<Comm> makeMpiComm(std::string *error);

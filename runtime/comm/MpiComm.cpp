@@ -49,6 +49,17 @@ int64_t ranksOnThisNode() {
   return 1;
 }
 
+int64_t worldRankFromLauncher() {
+  for (const char *name :
+       {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char *value = std::getenv(name)) {
+      long long n = std::atoll(value);
+      if (n >= 0)
+        return n;
+    }
+  return 0;
+}
+
 int64_t localRankOnThisNode() {
   for (const char *name :
        {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})

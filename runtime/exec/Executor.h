@@ -45,6 +45,11 @@ struct StepMetrics {
   /// what its device allocated: parameters, gradients, moments,
   /// activations, buffers) and that rank; -1 when the device does not say.
   int64_t peakBytes = -1, peakRank = -1;
+  /// Each rank's peak, by rank (empty when the device does not say).
+  std::vector<int64_t> rankPeakBytes;
+  /// The step's loss tokens (those not masked from the loss: N, the loss's
+  /// normaliser); 0 means nothing to learn from.
+  int64_t targets = 0;
   /// The loss or the gradient norm was not finite and the step was skipped
   /// (RunOptions::skipNonFinite): no update.
   bool skipped = false;

@@ -80,7 +80,9 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   metrics.flops = stepFlops;
   metrics.peakBytes = stepPeakBytes;
   metrics.peakRank = stepPeakRank;
+  metrics.rankPeakBytes = stepRankPeaks;
   metrics.tokens = stepTokens;
+  metrics.targets = stepTargets;
   metrics.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return metrics;
 }
@@ -473,6 +475,7 @@ void RankExecutor::resetStep() {
         n += !lossMasked(s, encoders, p);
     }
   invN = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+  stepTargets = n;
   stepFlops = batchFlops();
 }
 

@@ -390,7 +390,8 @@ private:
   std::string firstNonFiniteGradient();
   [[noreturn]] void stopOnNonFinite();
   /// The largest rank's peak device memory in the step (-1: untracked).
-  int64_t stepPeakBytes = -1, stepPeakRank = -1;
+  int64_t stepPeakBytes = -1, stepPeakRank = -1, stepTargets = 0;
+  std::vector<int64_t> stepRankPeaks;
   int64_t stepTokens = 0;
 };
 

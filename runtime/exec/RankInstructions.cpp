@@ -484,6 +484,10 @@ void RankExecutor::optimizerStep() {
   stepStop = host[static_cast<size_t>(2 + topo.worldSize)] > 0;
   stepPeakBytes = -1;
   stepPeakRank = -1;
+  stepRankPeaks.assign(static_cast<size_t>(topo.worldSize), -1);
+  for (int64_t r = 0; r < topo.worldSize; ++r)
+    stepRankPeaks[static_cast<size_t>(r)] =
+        static_cast<int64_t>(host[static_cast<size_t>(2 + r)]);
   for (int64_t r = 0; r < topo.worldSize; ++r)
     if (host[static_cast<size_t>(2 + r)] > double(stepPeakBytes)) {
       stepPeakBytes = static_cast<int64_t>(host[static_cast<size_t>(2 + r)]);

@@ -598,6 +598,45 @@ PY
     "$bin/mimo-run" "$work/stage2.plan.json" --steps 2 >"$work/ls2.out" 2>&1 &&
     pass "pretrained example: exported as two Hugging Face folders, stage 2 starts from them" ||
     { cat "$work/ls-export.out" "$work/ls2.out"; fail "pretrained example export"; }
+  # Round 3: --export-hf is all or nothing. A folder of one module already
+  # there: exit 1 before anything is written (the other module is not).
+  mkdir -p "$pre/again/language"
+  "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
+    --export-hf "$pre/again" >"$work/ls-again.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && [ ! -e "$pre/again/images" ] &&
+    [ "$(ls -A "$pre/again")" = "language" ] &&
+    grep -q "again/language: error: it exists" "$work/ls-again.out" &&
+    pass "--export-hf with one module's folder there: exit 1, nothing written" ||
+    { cat "$work/ls-again.out"; ls -A "$pre/again"; fail "export all or nothing (rc $rc)"; }
+  # Under mpirun one rank exports (every rank used to, into the same folder).
+  mpirun -np 2 "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
+    --export-hf "$pre/mpi-out" >"$work/ls-mpi-export.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && [ -f "$pre/mpi-out/images/config.json" ] &&
+    [ -f "$pre/mpi-out/language/config.json" ] &&
+    [ "$(grep -c "exported module 'language'" "$work/ls-mpi-export.out")" = 1 ] &&
+    pass "--export-hf under mpirun -np 2: one rank exports, exit 0" ||
+    { cat "$work/ls-mpi-export.out"; fail "export under mpirun (rc $rc)"; }
+  # A checkpoint holding a NaN is not exported (--load refuses it too).
+  cp -r "$work/ls-save" "$work/ls-nan"
+  python3 - "$work/ls-nan/$(cat "$work/ls-save/latest")/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    name = next(k for k in header if k != "__metadata__")
+    f.seek(8 + n + header[name]["data_offsets"][0])
+    f.write(struct.pack("<f", float("nan")))
+PY
+  "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-nan" \
+    --export-hf "$pre/nan-out" >"$work/ls-nan.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "not finite" "$work/ls-nan.out" &&
+    [ -z "$(ls -A "$pre/nan-out" 2>/dev/null)" ] &&
+    pass "--export-hf of a checkpoint holding a NaN: exit 1, nothing written" ||
+    { cat "$work/ls-nan.out"; ls -A "$pre/nan-out"; fail "NaN export (rc $rc)"; }
 fi
 
 fi

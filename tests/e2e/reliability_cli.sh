@@ -295,6 +295,83 @@ rc=$?
 [ $rc -eq 130 ] && pass "a second SIGINT exits at once (130)" ||
   { cat "$work/twice.out"; fail "second signal (rc $rc)"; }
 
+# Round 3: a dataset whose loss mask hides every token trained at loss 0
+# without a word: now each step's metrics say targets 0 and a warning
+# names the first such step.
+mkdir -p "$work/masked"
+python3 - "$work/data.jsonl" "$work/masked/data.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[2], "w") as out:
+    for line in open(sys.argv[1]):
+        sample = json.loads(line)
+        sample["loss_mask"] = [0] * len(sample["input_ids"])
+        out.write(json.dumps(sample) + "\n")
+PY
+cp "$work/jsonl.json" "$work/masked/jsonl.json"
+"$bin/mimoc" compile -q "$work/masked/jsonl.json" -o "$work/masked/plan.json" &&
+  "$bin/mimo-run" "$work/masked/plan.json" --device cpu --steps 2 \
+    --metrics "$work/masked/m.jsonl" >/dev/null 2>"$work/masked.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "step 1 has no token to learn from" "$work/masked.err" &&
+  [ "$(grep -c 'no token to learn from' "$work/masked.err")" = 1 ] &&
+  grep -q '"targets":0' "$work/masked/m.jsonl" &&
+  pass "every token masked: targets 0 in the metrics, one warning" ||
+  { cat "$work/masked.err"; fail "all-masked data (rc $rc)"; }
+
+# Round 3: Ctrl-C twice on mpirun makes it leave at once; its ranks must
+# not train and save on as orphans.
+mpirun -np 8 "$bin/mimo-run" "$plan" --device cpu --steps 100000 \
+  --save "$work/orphans" --save-every 1 --metrics "$work/orphans.jsonl" \
+  >"$work/orphans.out" 2>&1 &
+pid=$!
+wait_for_steps "$work/orphans.jsonl" 2
+kill -INT $pid
+sleep 0.05
+kill -INT $pid
+wait $pid
+sleep 2
+left=$(pgrep -f -- "--save $work/orphans" | wc -l)
+latest=$(cat "$work/orphans/latest" 2>/dev/null)
+sleep 2
+[ "$left" = 0 ] && [ "$(cat "$work/orphans/latest" 2>/dev/null)" = "$latest" ] &&
+  pass "Ctrl-C twice on mpirun: no rank trains on after mpirun has gone" ||
+  { cat "$work/orphans.out"; pkill -f -- "--save $work/orphans"; fail "orphan ranks ($left left)"; }
+
+# And whatever ends the launcher (here a stand-in killed with -9, the rank
+# believing itself under mpirun): the rank notices and stops at once.
+bash -c 'OMPI_COMM_WORLD_SIZE=1 "$0" "$1" --device cpu --backend local \
+  --steps 100000 --save "$2" --metrics "$2.jsonl" >"$2.out" 2>&1 & wait' \
+  "$bin/mimo-run" "$plan" "$work/orphan1" &
+launcher=$!
+wait_for_steps "$work/orphan1.jsonl" 1
+kill -KILL $launcher
+wait $launcher 2>/dev/null
+sleep 1.5
+left=$(pgrep -f -- "--save $work/orphan1" | wc -l)
+[ "$left" = 0 ] && grep -q "mpirun (the launcher) has exited" "$work/orphan1.out" &&
+  pass "the launcher killed: its rank stops at once, saying why" ||
+  { cat "$work/orphan1.out"; pkill -f -- "--save $work/orphan1"; fail "orphan rank ($left left)"; }
+
+# Round 3: two runs saving into one folder: the second is refused at once,
+# naming the first; the first trains on.
+"$bin/mimo-run" "$plan" --device cpu --steps 100000 --save "$work/shared-save" \
+  --metrics "$work/first.jsonl" >"$work/first.out" 2>&1 &
+first=$!
+wait_for_steps "$work/first.jsonl" 1
+"$bin/mimo-run" "$plan" --device cpu --steps 2 --save "$work/shared-save" \
+  >"$work/second.out" 2>&1
+rc=$?
+kill -0 $first 2>/dev/null && alive=yes || alive=no
+kill -TERM $first; wait $first
+[ $rc -eq 1 ] && [ $alive = yes ] &&
+  grep -q "is being saved into by another mimo-run (pid $first" "$work/second.out" &&
+  pass "a second run saving into the same folder: exit 1 naming the first" ||
+  { cat "$work/second.out"; fail "one folder, two runs (rc $rc)"; }
+"$bin/mimo-run" "$plan" --device cpu --steps 1 --save "$work/shared-save2" >/dev/null 2>&1 &&
+  "$bin/mimo-run" "$plan" --device cpu --steps 2 --save "$work/shared-save2" \
+    --load "$work/shared-save2" >/dev/null 2>&1 &&
+  pass "the folder is free again once its run has ended" || fail "lock released"
+
 # One --save folder for every rank: a rank that does not see the file rank 0
 # wrote there (an unshared disk: MIMO_TEST_UNSHARED_RANK) is named, exit 1,
 # before any step.

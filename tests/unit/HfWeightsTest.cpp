@@ -211,6 +211,52 @@ TEST(HfWeights, ConfigMismatchesNameBothPointers) {
   EXPECT_NE(problems[0].message.find("none on o"), std::string::npos);
 }
 
+/// Round 3: a value of config.json given as the wrong JSON type (a string
+/// "500000") is named, never replaced by the default.
+TEST(HfWeights, ValuesOfTheWrongTypeAreNamedNotDefaulted) {
+  TempDir dir;
+  json config = hfConfig();
+  config["rope_theta"] = "500000";
+  config["rope_scaling"] = "llama3";
+  config["tie_word_embeddings"] = "false";
+  config["num_key_value_heads"] = 4.0;
+  writeFolder(dir.path, config, hfTensors());
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  std::string all = describe(problems);
+  ASSERT_EQ(problems.size(), 4u) << all;
+  for (const char *key :
+       {"rope_theta", "rope_scaling", "tie_embeddings", "num_query_groups"})
+    EXPECT_NE(all.find(std::string("/modules/0/arch/") + key + ": "),
+              std::string::npos)
+        << key << "\n"
+        << all;
+  EXPECT_NE(all.find("/rope_theta of " + (dir.path / "config.json").string() +
+                     " is \"500000\", not a number"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("not an object (or null)"), std::string::npos) << all;
+  EXPECT_NE(all.find("not an integer"), std::string::npos) << all;
+  // null is absent: the default.
+  config = hfConfig();
+  config["rope_scaling"] = nullptr;
+  writeFolder(dir.path, config, hfTensors());
+  EXPECT_TRUE(problemsOf(modelJson(dir.path.string())).empty());
+}
+
+/// Round 3: mimoc compile checks a mimo checkpoint init as mimo-run will
+/// (it accepted a missing one).
+TEST(HfWeights, AMissingMimoCheckpointInitIsAProblemAtCompileTime) {
+  TempDir dir;
+  json model = modelJson(dir.path.string());
+  model["modules"][0]["init"] = {{"from", (dir.path / "no-such-run").string()},
+                                 {"format", "mimo"}};
+  std::vector<Diagnostic> problems = problemsOf(model);
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/modules/0/init/from");
+  EXPECT_NE(problems[0].message.find("no-such-run"), std::string::npos)
+      << describe(problems);
+}
+
 /// Mistral's sliding window: the same as whole-sample attention while
 /// samples fit it; past that, refused at /batch/seq_length.
 TEST(HfWeights, ASlidingWindowShorterThanTheSamplesIsRefused) {
