@@ -116,6 +116,41 @@ nlohmann::ordered_json simulationJson(const Plan &plan, const Simulation &sim,
       {"measured", costs.clusterConfig().measured}};
   report["world_size"] = t.worldSize;
   report["microbatches"] = t.microbatches;
+  // A TP group across nodes: its per-layer collectives take the
+  // links between nodes (Megatron keeps TP within a node).
+  const ClusterConfig &cluster = costs.clusterConfig();
+  nlohmann::ordered_json warnings = nlohmann::ordered_json::array();
+  const int64_t devices = cluster.devices(t.worldSize);
+  auto nodeOf = [&](int64_t rank) {
+    return rank % devices / std::max<int64_t>(1, cluster.devicesPerNode);
+  };
+  for (const ModuleTopology &m : t.modules)
+    for (Dim dim : {Dim::TP}) {
+      const int64_t size = m.grid.size(dim);
+      if (size <= 1)
+        continue;
+      std::vector<int64_t> nodes;
+      for (const std::vector<int64_t> &group : m.grid.groups({dim})) {
+        nodes.clear();
+        for (int64_t r : group)
+          if (std::find(nodes.begin(), nodes.end(), nodeOf(r)) == nodes.end())
+            nodes.push_back(nodeOf(r));
+        if (nodes.size() > 1)
+          break;
+      }
+      if (nodes.size() > 1)
+        warnings.push_back(
+            "module '" + m.name + "': its " + (dim == Dim::TP ? "tp" : "cp") +
+            " groups of " + std::to_string(size) + " ranks span " +
+            std::to_string(nodes.size()) + " nodes of " +
+            std::to_string(cluster.devicesPerNode) +
+            " devices: every layer's collectives cross the links between "
+            "nodes; keep " +
+            (dim == Dim::TP ? "tp" : "cp") + " within a node (<= " +
+            std::to_string(cluster.devicesPerNode) + ")");
+    }
+  if (!warnings.empty())
+    report["warnings"] = warnings;
   if (!sim.problem.empty()) {
     report["problem"] = sim.problem;
     return report;
@@ -205,6 +240,9 @@ std::string renderSimulationText(const nlohmann::ordered_json &r) {
     os << "  note: this profile is an estimate ("
        << profile["source"].get<std::string>() << ")\n";
   os << "cluster: " << r["cluster"]["name"].get<std::string>() << "\n";
+  if (r.contains("warnings"))
+    for (const auto &w : r["warnings"])
+      os << "warning: " << w.get<std::string>() << "\n";
   if (r.contains("problem")) {
     os << "error: " << r["problem"].get<std::string>() << "\n";
     return os.str();

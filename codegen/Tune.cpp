@@ -202,12 +202,18 @@ private:
 /// `microBatchSize`, under the rules of plan/ShapeRules.h.
 std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
                                     const ModuleConfig &m, int64_t maxSize,
-                                    int64_t microBatchSize, bool colocated) {
+                                    int64_t microBatchSize, bool colocated,
+                                    int64_t tpLimit) {
   std::vector<ModuleGrid> grids;
   bool language = m.kind == ModuleKind::Language;
   int64_t S = model.batch.seqLength;
   for (int64_t tp : divisors(m.numHeads)) {
     if (m.ffnHiddenSize % tp || (language && m.vocabSize % tp))
+      continue;
+    // TP within a node (its collectives run every layer): never across
+    // the links between nodes of a multi-node cluster (tpLimit: its
+    // devices per node; 0: one node).
+    if (tpLimit > 0 && tp > tpLimit)
       continue;
     for (int64_t cp = 1; cp <= (language ? maxSize : 1); ++cp) {
       if (cp > 1 && (S % (2 * cp) || model.batch.attentionMask == "dense"))
@@ -215,10 +221,16 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
       // pp dividing the layers (split evenly), and the powers of two below
       // them that do not (the layers split unevenly); a class token keeps
       // its encoder on one stage.
+      // A model that names the interleaved schedule keeps it: its language
+      // pipeline has pp > 1 stages, each of virtual_stages chunks of equal
+      // layers (no pipeline_layers), as docs/plan.md requires.
+      const int64_t chunks = language ? m.parallel.virtualStages : 1;
       for (int64_t pp = 1; pp <= std::min(m.layers(), maxSize); ++pp) {
         bool even = m.layers() % pp == 0, power = (pp & (pp - 1)) == 0;
         if ((!even && !power) ||
             ((colocated || m.classToken) && !language && pp > 1))
+          continue;
+        if (chunks > 1 && (pp == 1 || m.numLayers % (pp * chunks) != 0))
           continue;
         for (int64_t dp : divisors(microBatchSize)) {
           ModuleGrid g;
@@ -226,7 +238,7 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
           if (g.size() > maxSize)
             continue;
           g.sp = language && tp > 1 && S % (tp * (cp > 1 ? 2 * cp : 1)) == 0;
-          g.balanced = pp > 1;
+          g.balanced = pp > 1 && chunks == 1;
           grids.push_back(g);
         }
       }
@@ -341,7 +353,10 @@ bool lanesDivide(int64_t a, int64_t b) { return a % b == 0 || b % a == 0; }
 
 } // namespace
 
-TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
+namespace {
+
+/// The search over exactly options.worldSize ranks.
+TuneResult tuneWorld(const ModelConfig &model, const TuneOptions &requested) {
   // The model's precision picks the profile's GEMM rates and peak.
   TuneOptions options = requested;
   options.profile = forPrecision(requested.profile, model.precision);
@@ -355,6 +370,10 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
       encoderOf[i] = e++;
   Estimator estimator(model, options);
   double cores = estimator.devicesCores();
+  const int64_t tpLimit =
+      options.cluster.devices(world) > options.cluster.devicesPerNode
+          ? options.cluster.devicesPerNode
+          : 0;
   // Module spans move in steps of `step` ranks above 64 ranks.
   int64_t step = 1;
   if (world > 64)
@@ -376,8 +395,8 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
       // (span, dp) above 64 ranks (the rest cannot beat it in a layout).
       std::vector<std::map<int64_t, std::vector<ModuleGrid>>> bySize(n);
       for (size_t i = 0; i < n; ++i) {
-        for (ModuleGrid g :
-             moduleGrids(model, model.modules[i], world, B, colocated)) {
+        for (ModuleGrid g : moduleGrids(model, model.modules[i], world, B,
+                                        colocated, tpLimit)) {
           if (colocated ? g.size() != world : g.size() % step != 0)
             continue;
           estimator.costBest(i, encoderOf[i], g, B, M);
@@ -598,18 +617,56 @@ TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &requested) {
                    [](const TuneCandidate &a, const TuneCandidate &b) {
                      return a.stepSeconds < b.stepSeconds;
                    });
-  if (result.ranked.empty())
+  if (result.ranked.empty() && result.valid == 0)
+    result.problem =
+        "no layout of " + std::to_string(world) +
+        " ranks is valid: the module grids' sizes must tile the ranks and "
+        "divide the heads, the FFN, the vocabulary, the layers and the "
+        "micro-batch";
+  else if (result.ranked.empty())
     result.problem = std::to_string(result.overMemory) +
                      " valid layouts were tried and none fits in " +
                      formatBytes(result.memoryLimit) +
                      " per rank; give more ranks or memory (--memory GiB)";
+  result.worldSize = world;
   return result;
+}
+
+} // namespace
+
+TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options) {
+  TuneResult all = tuneWorld(model, options);
+  all.ranksAsked = options.worldSize;
+  if (!all.ranked.empty() || !options.allowIdle)
+    return all;
+  // No layout uses every rank (240 ranks for a model whose grids want
+  // powers of two): the most ranks down to three quarters that one does,
+  // the rest left idle (docs/tune.md).
+  TuneOptions fewer = options;
+  for (int64_t w = options.worldSize - 1;
+       w >= 1 && 4 * w >= 3 * options.worldSize; --w) {
+    fewer.worldSize = w;
+    TuneResult some = tuneWorld(model, fewer);
+    if (some.ranked.empty())
+      continue;
+    some.ranksAsked = options.worldSize;
+    return some;
+  }
+  all.problem += " (nor of any world from " +
+                 std::to_string(options.worldSize - 1) + " down to " +
+                 std::to_string((3 * options.worldSize + 3) / 4) +
+                 " ranks, leaving the rest idle)";
+  return all;
 }
 
 nlohmann::ordered_json tuneJson(const TuneResult &result,
                                 const TuneOptions &options, size_t top) {
   nlohmann::ordered_json out;
-  out["world_size"] = options.worldSize;
+  out["world_size"] =
+      result.worldSize > 0 ? result.worldSize : options.worldSize;
+  out["ranks_asked"] = options.worldSize;
+  out["idle_ranks"] =
+      result.worldSize > 0 ? options.worldSize - result.worldSize : 0;
   out["profile"] = {{"device", options.profile.device},
                     {"measured", options.profile.measured}};
   out["cluster"] = options.cluster.name;
@@ -644,10 +701,16 @@ std::string renderTuneText(const TuneResult &result, const TuneOptions &options,
     os << "  note: this profile is an estimate (" << options.profile.source
        << ")\n";
   os << "cluster: " << options.cluster.name << "\n";
-  os << options.worldSize << " ranks: " << result.enumerated
-     << " module grids costed, " << result.valid << " valid layouts, "
-     << result.overMemory << " over " << formatBytes(result.memoryLimit)
-     << " per rank, " << result.simulated << " simulated\n\n";
+  const int64_t used =
+      result.worldSize > 0 ? result.worldSize : options.worldSize;
+  if (used < options.worldSize)
+    os << options.worldSize << " ranks: no layout uses them all; the best use "
+       << used << " (" << options.worldSize - used
+       << " idle: launch the plan on " << used << ")\n";
+  os << used << " ranks: " << result.enumerated << " module grids costed, "
+     << result.valid << " valid layouts, " << result.overMemory << " over "
+     << formatBytes(result.memoryLimit) << " per rank, " << result.simulated
+     << " simulated\n\n";
   if (result.ranked.empty())
     return os.str(); // mimoc reports the problem on stderr
   os << "  #  step       MFU     idle   memory/rank  layout\n";

@@ -42,6 +42,9 @@ struct TuneOptions {
   ClusterConfig cluster;
   /// How many of the analytically best layouts to simulate (0: all).
   size_t simulate = 48;
+  /// When no layout uses all worldSize ranks: search fewer, down to three
+  /// quarters of them, leaving the rest idle.
+  bool allowIdle = true;
 };
 
 struct TuneCandidate {
@@ -60,6 +63,9 @@ struct TuneResult {
   double memoryLimit = 0;
   /// Non-empty when no layout is valid: why.
   std::string problem;
+  /// The ranks the ranked layouts use, and those asked for (more when no
+  /// layout used them all: TuneOptions::allowIdle).
+  int64_t worldSize = 0, ranksAsked = 0;
 };
 
 TuneResult tuneLayouts(const ModelConfig &model, const TuneOptions &options);

@@ -93,5 +93,24 @@ echo '{"format": "mimo-cluster", "version": 1, "devices_per_node": 0, "links": {
 [ $? -eq 1 ] && grep -q "needs -o FILE" "$work/e5" &&
   pass "--calibrate without -o: exit 1" || { cat "$work/e5"; fail "calibrate without -o"; }
 
+# Round 3: tune aborted (SIGABRT) on a model that names the interleaved
+# schedule; it keeps the schedule, and its best layout compiles.
+python3 - "$examples/vlm-fan-in.json" "$work/il.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["batch"]["schedule"] = "interleaved"
+for mod in m["modules"]:
+    if mod["kind"] == "language":
+        mod["parallel"]["virtual_stages"] = 2
+json.dump(m, open(sys.argv[2], "w"))
+PY
+"$bin/mimoc" tune "$work/il.json" --world 8 --top 3 -o "$work/il-best.json" >"$work/il.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "interleaved (2 virtual stages)" "$work/il.out" &&
+  "$bin/mimoc" compile -q "$work/il-best.json" -o "$work/il-best.plan.json" &&
+  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['batch']['schedule']=='interleaved'" "$work/il-best.json" &&
+  pass "mimoc tune of an interleaved model: exit 0, the schedule kept, the best compiles" ||
+  { cat "$work/il.out"; fail "tune interleaved (rc $rc)"; }
+
 echo "$failures failure(s)"
 [ $failures -eq 0 ]

@@ -19,7 +19,11 @@ options=()
 while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do options+=("$1"); shift; done
 echo "${options[*]}" >>"$SLURM_STUB_DIR/srun.log"
 echo $$ >"$SLURM_STUB_DIR/srun.pid"
-exec mpirun -np "$SLURM_NTASKS" "$@"
+tasks=$SLURM_NTASKS
+for option in "${options[@]}"; do
+  case $option in --ntasks=*) tasks=${option#--ntasks=} ;; esac
+done
+exec mpirun -np "$tasks" "$@"
 STUB
 cat >"$stubs/scontrol" <<'STUB'
 #!/usr/bin/env bash
@@ -92,6 +96,12 @@ for tag, step in (("r4", k1), ("r6", k1 + 1)):
 PY
   pass "preempted at step $k on 8 ranks, resumed on 4 and then 6: re-planned, as the 8-rank run to 1e-5" ||
   { cat "$work/job21.out" "$work/job21-4.out" "$work/job21-6.out"; fail "re-plan (step $k)"; }
+# Round 3: the re-plan ran with the GPU's profile (it used the CPU's and
+# found nothing fits) and this allocation's nodes.
+grep -q "device: NVIDIA H100" "$work/replan/replans/tune-4.txt" &&
+  grep -q '"devices_per_node"' "$work/replan/replans/cluster-4.json" &&
+  pass "the re-plan uses the GPU profile (PROFILE) and the allocation's nodes" ||
+  { cat "$work/replan/replans/tune-4.txt"; fail "re-plan profile"; }
 unset JOB_CKPT MODEL
 
 # Rank 0's refusal of an output (metrics over the plan it reads) ends
