@@ -137,6 +137,10 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
     : plan_(&plan), onlyRank_(onlyRank),
       memory_(memoryPlan(plan.topology, plan.config)) {
   const Topology &t = plan.topology;
+  // Bytes do not depend on the device: any profile counts them.
+  const DeviceProfile profile = *builtinProfile("h100");
+  costs_ = std::make_unique<CostModel>(t, plan.config, profile,
+                                       defaultCluster(profile));
   json &result = summary_;
   result["world_size"] = t.worldSize;
   result["layout"] = layoutName(t.layout);
@@ -236,6 +240,25 @@ RankExplanation Explanation::rank(int64_t rank) const {
   }
   e.program = plan_->rankProgram[rank];
   e.memory = memory_[static_cast<size_t>(rank)];
+  auto found = traffic_.find(e.program);
+  if (found == traffic_.end()) {
+    // Every rank of a role sends alike: counted once, on this one.
+    double messages = 0, collectives = 0;
+    for (const Instr &in : plan_->programs[e.program].instrs) {
+      const InstrInfo &info = instrInfo(in.op);
+      if (info.isSend) {
+        std::optional<Peers> peers = resolvePeers(t, rank, in, nullptr);
+        if (peers)
+          for (int64_t peer : peers->ranks)
+            messages += costs_->messageBytes(rank, peer, in);
+      } else if (!info.isRecv) {
+        collectives += costs_->work(rank, in).bytes;
+      }
+    }
+    found = traffic_.emplace(e.program, std::pair{messages, collectives}).first;
+  }
+  e.messageBytes = found->second.first;
+  e.collectiveBytes = found->second.second;
   return e;
 }
 
@@ -252,19 +275,22 @@ json Explanation::rankJson(int64_t rank) const {
                          {"first_stage", role.firstStage},
                          {"last_stage", role.lastStage}});
   const RankMemory &mem = e.memory;
-  return json{{"rank", rank},
-              {"modules", roles},
-              {"stage", e.stage},
-              {"warmup", e.warmup},
-              {"program", plan_->programs[e.program].role},
-              {"memory",
-               {{"params", mem.params},
-                {"trainable_params", mem.trainableParams},
-                {"param_bytes", mem.paramBytes},
-                {"grad_bytes", mem.gradBytes},
-                {"optimizer_bytes", mem.optimizerBytes},
-                {"activation_bytes", mem.activationBytes},
-                {"total_bytes", mem.totalBytes}}}};
+  return json{
+      {"rank", rank},
+      {"modules", roles},
+      {"stage", e.stage},
+      {"warmup", e.warmup},
+      {"program", plan_->programs[e.program].role},
+      {"memory",
+       {{"params", mem.params},
+        {"trainable_params", mem.trainableParams},
+        {"param_bytes", mem.paramBytes},
+        {"grad_bytes", mem.gradBytes},
+        {"optimizer_bytes", mem.optimizerBytes},
+        {"activation_bytes", mem.activationBytes},
+        {"total_bytes", mem.totalBytes}}},
+      {"sent_bytes_per_step",
+       {{"messages", e.messageBytes}, {"collectives", e.collectiveBytes}}}};
 }
 
 std::vector<int64_t> Explanation::shardRanks() const {

@@ -8,6 +8,7 @@
 #ifndef MIMO_CODEGEN_EXPLAIN_H
 #define MIMO_CODEGEN_EXPLAIN_H
 
+#include "runtime/cost/CostModel.h"
 #include "runtime/cost/MemoryPlan.h"
 #include "runtime/plan/PlanFile.h"
 #include "runtime/plan/Sharding.h"
@@ -15,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +38,11 @@ struct RankExplanation {
   int64_t stage = 0, warmup = 0;
   int32_t program = 0;
   RankMemory memory;
+  /// Bytes the rank sends in one step: its point-to-point messages
+  /// (pipeline, bridges) and its share of the collectives (TP, CP, the
+  /// gradient reduction, the bridges' broadcasts), as the cost model
+  /// counts them (mimo's exchanges).
+  double messageBytes = 0, collectiveBytes = 0;
 };
 
 /// explain's facts of a plan. The per-rank parts (ranks[], shards[]) are
@@ -72,6 +80,9 @@ private:
   std::optional<int64_t> onlyRank_;
   std::vector<RankMemory> memory_;
   nlohmann::ordered_json summary_;
+  /// The bytes a role sends a step, per program (its ranks send alike).
+  std::unique_ptr<CostModel> costs_;
+  mutable std::map<int32_t, std::pair<double, double>> traffic_;
 };
 
 /// The whole explanation as JSON: Explanation(plan, onlyRank).toJson().

@@ -218,9 +218,9 @@ std::string renderExplainText(const Explanation &whole,
              : "")
      << ")\n\n";
 
-  std::vector<std::vector<std::string>> modules = {{"module", "kind", "ranks",
-                                                    "tp", "cp", "pp", "dp",
-                                                    "order", "FLOPs/rank"}};
+  std::vector<std::vector<std::string>> modules = {
+      {"module", "kind", "ranks", "tp", "cp", "pp", "dp", "order", "params",
+       "FLOPs/rank"}};
   for (const auto &module : explanation["modules"]) {
     int64_t offset = module["rank_offset"].get<int64_t>();
     int64_t size = module["tp"].get<int64_t>() * module["cp"].get<int64_t>() *
@@ -238,11 +238,14 @@ std::string renderExplainText(const Explanation &whole,
         split += (split.empty() ? "" : "+") + number(n);
       pp += " (" + split + ")";
     }
-    modules.push_back({module["name"].get<std::string>(),
-                       module["kind"].get<std::string>(),
-                       spanText(offset, size), number(module["tp"]),
-                       number(module["cp"]), pp, number(module["dp"]), order,
-                       flopsText(module["flops_per_rank"].get<double>())});
+    modules.push_back(
+        {module["name"].get<std::string>(), module["kind"].get<std::string>(),
+         spanText(offset, size), number(module["tp"]), number(module["cp"]), pp,
+         number(module["dp"]), order,
+         flopsText(
+             static_cast<double>(module["trainable_params"].get<int64_t>() +
+                                 module["frozen_params"].get<int64_t>())),
+         flopsText(module["flops_per_rank"].get<double>())});
   }
   os << table(modules);
   // What training changes, when a module freezes or scales anything.
@@ -287,7 +290,7 @@ std::string renderExplainText(const Explanation &whole,
 
   std::vector<std::vector<std::string>> ranks = {
       {"ranks", "count", "module", "tp", "cp", "dp", "pp", "pipeline",
-       "1f1b stage", "warm-up", "memory", "program"}};
+       "1f1b stage", "warm-up", "memory", "sent/step", "program"}};
   std::string microbatches = number(explanation["microbatches"]);
   for (const RankGroup &group : rankGroups(whole)) {
     const RankExplanation &rank = group.first;
@@ -305,6 +308,7 @@ std::string renderExplainText(const Explanation &whole,
            head ? std::to_string(rank.stage) : "",
            head ? std::to_string(rank.warmup) + " of " + microbatches : "",
            head ? formatBytes(static_cast<double>(rank.memory.totalBytes)) : "",
+           head ? formatBytes(rank.messageBytes + rank.collectiveBytes) : "",
            head ? whole.plan().programs[rank.program].role : ""});
     }
   }

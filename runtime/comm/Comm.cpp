@@ -13,6 +13,7 @@
 #include "runtime/comm/Comm.h"
 
 #include "runtime/device/Tensor.h"
+#include "runtime/support/Limits.h"
 
 #include <algorithm>
 #include <cmath>

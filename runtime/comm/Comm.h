@@ -38,10 +38,6 @@
 
 namespace mimo::comm {
 
-/// Values per member from which an fp32 sum over more than two members
-/// runs as a reduce-scatter and an all-gather (Comm::allReduceSum).
-inline constexpr int64_t kSplitAllReduce = 16384;
-
 /// A communication failure: a timeout, a peer that failed, a size mismatch.
 class CommError : public std::runtime_error {
 public:

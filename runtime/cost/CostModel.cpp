@@ -2,6 +2,8 @@
 
 #include "runtime/cost/CostModel.h"
 
+#include "runtime/support/Limits.h"
+
 #include "runtime/config/Flops.h"
 #include "runtime/config/Parameters.h"
 
@@ -84,9 +86,9 @@ Work exchangeWork(const DeviceProfile &profile, const LinkCost &link,
     // The cores copy and sum: at the calibrated all-reduce rate.
     if (profile.collectiveGBs > 0)
       transfer = (n - 1) * bytes / (profile.collectiveGBs * 1e9);
-    return {transfer, latency};
+    return {transfer, latency, (n - 1) * bytes};
   }
-  return {0, latency + transfer};
+  return {0, latency + transfer, (n - 1) * bytes};
 }
 
 Work CostModel::exchange(const GroupSpan &group, double bytes) const {
@@ -442,7 +444,17 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
       bytes /= n;
     if (members.size > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);
-    w += exchange(members, bytes);
+    // A large sum over more than two members reduce-scatters and
+    // all-gathers (Comm::allReduceSum): a piece each way, twice.
+    const bool split =
+        !moduleConfigs[static_cast<size_t>(in.index)]->distributedOptimizer &&
+        members.size > 2 && bytes >= kFloat * kSplitAllReduce * n;
+    if (split) {
+      w.compute = memorySeconds(profile, bytes) + kernelSeconds(profile, n);
+      w += exchange(members, bytes / n) * 2;
+    } else {
+      w += exchange(members, bytes);
+    }
     return w;
   }
   case InstrOp::OptimizerStep: {

@@ -39,12 +39,16 @@ struct Work {
   double compute = 0;
   /// Seconds of communication inside the instruction (no core).
   double comm = 0;
+  /// Bytes the rank sends in the instruction's collectives (mimoc
+  /// explain's communication volume).
+  double bytes = 0;
   Work &operator+=(const Work &o) {
     compute += o.compute;
     comm += o.comm;
+    bytes += o.bytes;
     return *this;
   }
-  Work operator*(double k) const { return {compute * k, comm * k}; }
+  Work operator*(double k) const { return {compute * k, comm * k, bytes * k}; }
 };
 
 /// An exchange over `members` ranks joined by `link`, each sending `bytes`

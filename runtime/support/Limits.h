@@ -41,6 +41,11 @@ inline constexpr int64_t kMaxSteps = int64_t(1) << 40;
 /// 2^50 fp32 values are 4 PiB, beyond every machine.
 inline constexpr int64_t kMaxElements = int64_t(1) << 50;
 
+/// Values per member from which an fp32 sum over more than two members
+/// runs as a reduce-scatter and an all-gather (Comm::allReduceSum; the
+/// cost model prices it so).
+inline constexpr int64_t kSplitAllReduce = 16384;
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_SUPPORT_LIMITS_H

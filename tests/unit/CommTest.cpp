@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
+#include "runtime/support/Limits.h"
 
 #include <gtest/gtest.h>
 
@@ -240,7 +241,7 @@ TEST_P(LocalCommTest, AllReduceSumIsBitIdenticalGroupOrderSum) {
   std::vector<std::vector<double>> doubles(n());
   // Past kSplitAllReduce a member: more than two members reduce-scatter
   // and all-gather (shares of unequal size), with the same bits.
-  const int64_t count = kSplitAllReduce * std::max<int64_t>(n(), 1) + 3;
+  const int64_t count = mimo::kSplitAllReduce * std::max<int64_t>(n(), 1) + 3;
   auto outcomes = runRanks(n(), [&](Comm &c) {
     int64_t me = c.rank();
     std::vector<float> f(count);

@@ -424,8 +424,10 @@ TEST(Simulate, RingCpHidesItsTransfersOnAGpu) {
 
 /// docs/model.md Distributed optimizer: a reduce-scatter of a piece at
 /// reduce_grads and an all-gather of one after the update, instead of the
-/// all-reduce of the whole buffer (each member sending all of it to every
-/// other): less in all, some of it moved to the optimizer step.
+/// all-reduce of the whole buffer; a large all-reduce over more than two
+/// members is itself a reduce-scatter and an all-gather
+/// (Comm::allReduceSum), so the two move the same in all, the sharded one
+/// half of it at the optimizer step.
 TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
   json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
   auto comm = [&](bool sharded, InstrOp op) {
@@ -448,7 +450,7 @@ TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
                gather = comm(true, InstrOp::OptimizerStep);
   EXPECT_LT(scatter, reduce);
   EXPECT_GT(gather, step);
-  EXPECT_LT(scatter + gather, reduce + step);
+  EXPECT_NEAR(scatter + gather, reduce + step, 1e-6 * (reduce + step));
 }
 
 namespace {
