@@ -567,6 +567,13 @@ makeDataSource(const ModelConfig &config, const std::string &baseDir,
   bool eval = split == DataSplit::Eval;
   if (config.data.source == "synthetic")
     return std::make_unique<SyntheticSource>(config, eval ? "eval" : "data");
+  // Held-out batches: one file, in file order, whatever the training
+  // data's shuffle says (its windows included: the held-out loss must not
+  // depend on the training data's order).
+  ModelConfig plain = config;
+  plain.data.shuffle = false;
+  plain.data.blend.clear();
+  const ModelConfig &reading = eval ? plain : config;
   // The files: the eval file, data.path, or every file of data.blend.
   std::vector<std::pair<std::string, std::string>> files;
   if (eval)
@@ -581,19 +588,15 @@ makeDataSource(const ModelConfig &config, const std::string &baseDir,
   for (const auto &[path, pointer] : files) {
     std::unique_ptr<Dataset> dataset =
         config.data.source == "jsonl"
-            ? loadJsonl(config, path, pointer, baseDir, planFile, errors,
+            ? loadJsonl(reading, path, pointer, baseDir, planFile, errors,
                         checkPart, checkParts)
-            : loadIndexed(config, path, pointer, baseDir, planFile, errors);
+            : loadIndexed(reading, path, pointer, baseDir, planFile, errors);
     if (!dataset)
       return nullptr;
     datasets.push_back(std::move(dataset));
   }
-  if (eval) { // held-out batches: one file, in file order
-    ModelConfig plain = config;
-    plain.data.shuffle = false;
-    plain.data.blend.clear();
+  if (eval)
     return orderedSource(plain, std::move(datasets));
-  }
   return orderedSource(config, std::move(datasets));
 }
 

@@ -193,6 +193,40 @@ TEST(IndexedData, BadFilesAreNamedAndTokensOutsideTheVocabularyRefused) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(IndexedData, HeldOutWindowsDoNotDependOnTheTrainingShuffle) {
+  // Round 3: with data.shuffle on, held-out indexed windows were cut as
+  // whole windows (floor(T / L)) instead of docs/data.md's file order
+  // (window k = tokens [kL, (k+1)L) mod T).
+  std::string dir = tempDir(), error;
+  std::string prefix = dir + "/heldout";
+  std::vector<int64_t> tokens(13);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int64_t>(100 + i);
+  ASSERT_TRUE(writeIndexedDataset(prefix, {tokens}, 8, error)) << error;
+  std::vector<std::vector<int64_t>> read;
+  for (bool shuffle : {false, true}) {
+    nlohmann::json model = textModel("indexed", prefix);
+    model["data"]["eval_path"] = prefix;
+    model["data"]["shuffle"] = shuffle;
+    model["train"]["eval_every"] = 1;
+    ModelConfig config = configOf(model);
+    std::vector<std::string> errors;
+    auto eval =
+        makeDataSource(config, "", "plan.json", errors, DataSplit::Eval);
+    ASSERT_TRUE(eval) << (errors.empty() ? "" : errors[0]);
+    std::vector<int64_t> ids;
+    // Held-out batch 1: samples 4..7, windows past floor(13 / 8) = 1.
+    for (int64_t mb = 0; mb < 2; ++mb)
+      for (const Sample &sample : eval->get(1, mb).samples)
+        ids.insert(ids.end(), sample.ids.begin(), sample.ids.end());
+    read.push_back(ids);
+  }
+  EXPECT_EQ(read[0], read[1]);
+  // File order: sample 4 is window 4, tokens [32, 40) mod 13.
+  EXPECT_EQ(read[0][0], 100 + 32 % 13);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(IndexedData, ADtypeCodeThatDoesNotMatchTheDataIsRefused) {
   // Round 3: uint16 tokens under an index whose code says uint8 trained on
   // garbage (each pointer must follow the last sequence's bytes).
