@@ -2,6 +2,9 @@
 
 #include "runtime/config/Grid.h"
 
+#include <climits>
+#include <cstdint>
+
 #include <algorithm>
 #include <cassert>
 
@@ -77,24 +80,6 @@ std::string formatOrder(const DimOrder &order) {
   return text;
 }
 
-int64_t &Coords::operator[](Dim dim) {
-  switch (dim) {
-  case Dim::TP:
-    return tp;
-  case Dim::CP:
-    return cp;
-  case Dim::DP:
-    return dp;
-  case Dim::PP:
-    break;
-  }
-  return pp;
-}
-
-int64_t Coords::operator[](Dim dim) const {
-  return const_cast<Coords &>(*this)[dim];
-}
-
 Grid::Grid(Coords sizes, DimOrder order, int64_t rankOffset)
     : sizes(sizes), dimOrder(order), offset(rankOffset) {
   int64_t stride = 1;
@@ -116,8 +101,22 @@ Coords Grid::coordsOf(int64_t rank) const {
   assert(contains(rank) && "rank outside the grid");
   Coords coords;
   int64_t relative = rank - offset;
-  for (Dim dim : dimOrder)
-    coords[dim] = (relative / strides[dim]) % sizes[dim];
+  // Mixed-radix digits, innermost dimension first (the order's strides
+  // grow in it): one division and one remainder a dimension, in 32 bits
+  // where the rank fits (the verifier asks for every rank's coordinates).
+  if (relative >= 0 && relative <= INT32_MAX) {
+    uint32_t rest = static_cast<uint32_t>(relative);
+    for (Dim dim : dimOrder) {
+      const uint32_t size = static_cast<uint32_t>(sizes[dim]);
+      coords[dim] = rest % size;
+      rest /= size;
+    }
+    return coords;
+  }
+  for (Dim dim : dimOrder) {
+    coords[dim] = relative % sizes[dim];
+    relative /= sizes[dim];
+  }
   return coords;
 }
 

@@ -47,8 +47,22 @@ std::string formatOrder(const DimOrder &order);
 /// Coordinates (or sizes) along the four dimensions.
 struct Coords {
   int64_t tp = 0, cp = 0, dp = 0, pp = 0;
-  int64_t &operator[](Dim dim);
-  int64_t operator[](Dim dim) const;
+  int64_t &operator[](Dim dim) {
+    switch (dim) {
+    case Dim::TP:
+      return tp;
+    case Dim::CP:
+      return cp;
+    case Dim::DP:
+      return dp;
+    case Dim::PP:
+      break;
+    }
+    return pp;
+  }
+  int64_t operator[](Dim dim) const {
+    return const_cast<Coords &>(*this)[dim];
+  }
   bool operator==(const Coords &other) const {
     return tp == other.tp && cp == other.cp && dp == other.dp && pp == other.pp;
   }

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -269,8 +270,45 @@ assignPrograms(const Topology &topology, const std::vector<Program> &programs,
 /// The peers of a point-to-point instruction on `rank`, in posting order,
 /// or the members of a collective's group (ascending). Empty for local
 /// instructions. Fails when the instruction does not apply to the rank.
+/// A few ranks held inline (a message's peer, a bridge's leaders), more on
+/// the heap: resolving an instruction's peers, which the verifier does
+/// for every instruction of every rank, allocates nothing in the common
+/// case.
+class PeerRanks {
+public:
+  static constexpr size_t kInline = 4;
+  void push_back(int64_t rank) {
+    if (count < kInline)
+      local[count] = rank;
+    else {
+      if (count == kInline)
+        heap.assign(local, local + kInline);
+      heap.push_back(rank);
+    }
+    ++count;
+  }
+  size_t size() const { return count; }
+  bool empty() const { return count == 0; }
+  const int64_t *begin() const {
+    return count <= kInline ? local : heap.data();
+  }
+  const int64_t *end() const { return begin() + count; }
+  int64_t operator[](size_t i) const { return begin()[i]; }
+  int64_t at(size_t i) const {
+    if (i >= count)
+      throw std::out_of_range("peer " + std::to_string(i) + " of " +
+                              std::to_string(count));
+    return begin()[i];
+  }
+
+private:
+  int64_t local[kInline] = {};
+  size_t count = 0;
+  std::vector<int64_t> heap;
+};
+
 struct Peers {
-  std::vector<int64_t> ranks;
+  PeerRanks ranks;
   bool collective = false;
   /// Collectives: the root (broadcasts) or -1.
   int64_t root = -1;

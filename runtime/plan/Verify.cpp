@@ -125,10 +125,16 @@ private:
     return problems.empty();
   }
 
-  /// Each send meets exactly one receive with the same shape rule.
+  /// Each send meets exactly one receive with the same shape rule. The
+  /// ranks are read in order; a message's send is only on its `from` rank
+  /// and its receive only on its `to`, so it is settled when the later of
+  /// the two is read: the earlier end waits in that rank's list. Memory
+  /// follows the messages in flight across the sweep (the longest distance
+  /// between a message's ranks), not the world: 2^20 ranks held every
+  /// message at once, gigabytes, in one hash map.
   bool matchMessages() {
     // Each end's count and its first two postings (what a report names):
-    // no allocation per message, which at 2^20 ranks dominated the load.
+    // no allocation per message.
     struct Postings {
       Posting first[2];
       uint32_t count = 0;
@@ -144,16 +150,55 @@ private:
     struct Ends {
       Postings sends, recvs;
     };
-    std::unordered_map<MessageKey, Ends, MessageKeyHash> messages;
-    size_t expected = 0;
-    for (const Program &program : programs)
-      for (const Instr &in : program.instrs)
-        expected += instrInfo(in.op).isSend ? 1 : 0;
-    messages.reserve(
-        std::min<size_t>(expected * static_cast<size_t>(topology.worldSize) /
-                             std::max<size_t>(programs.size(), 1),
-                         size_t(1) << 26));
+    // Messages that are wrong, kept (by value) for a report in key order.
+    std::vector<std::pair<MessageKey, Ends>> bad;
+    // Whether a message with both ends read is right.
+    auto right = [&](const Ends &ends) {
+      if (ends.sends.size() != 1 || ends.recvs.size() != 1)
+        return false;
+      // Both ends derive the shape from one topology, so they agree by
+      // construction; what can go wrong is a route joining lanes that
+      // share no samples: the message would carry nothing.
+      const Posting &s = ends.sends[0], &r = ends.recvs[0];
+      ShapeRule sent =
+          shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr]);
+      return sent.sampleEnd > sent.sampleBegin &&
+             streamOf(s.rank)[s.instr].posted ==
+                 streamOf(r.rank)[r.instr].posted;
+    };
+    // One end of a message as a rank's stream names it.
+    struct End {
+      MessageKey key;
+      bool send;
+      Posting posting;
+    };
+    auto keyOrder = [](const MessageKey &a, const MessageKey &b) {
+      return std::tie(a.from, a.to, a.mb, a.grad, a.channel) <
+             std::tie(b.from, b.to, b.mb, b.grad, b.channel);
+    };
+    // Ends whose other end is on a later rank, waiting for that rank.
+    std::unordered_map<int64_t, std::vector<End>> waiting;
+    std::vector<End> here; // the ends settled at this rank
+    auto settle = [&](std::vector<End> &ends) {
+      std::stable_sort(
+          ends.begin(), ends.end(),
+          [&](const End &a, const End &b) { return keyOrder(a.key, b.key); });
+      for (size_t i = 0; i < ends.size();) {
+        Ends both;
+        size_t j = i;
+        for (; j < ends.size() && ends[j].key == ends[i].key; ++j)
+          (ends[j].send ? both.sends : both.recvs).push_back(ends[j].posting);
+        if (!right(both))
+          bad.push_back({ends[i].key, both});
+        i = j;
+      }
+    };
     for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+      here.clear();
+      if (auto it = waiting.find(rank); it != waiting.end()) {
+        here = std::move(it->second);
+        waiting.erase(it);
+      }
       const std::vector<Instr> &stream = streamOf(rank);
       for (size_t i = 0; i < stream.size(); ++i) {
         const InstrInfo &info = instrInfo(stream[i].op);
@@ -161,28 +206,18 @@ private:
           continue;
         Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
         for (int64_t peer : peers.ranks) {
-          Ends &ends = messages[messageKey(topology, rank, peer, stream[i])];
-          (info.isSend ? ends.sends : ends.recvs).push_back({rank, int32_t(i)});
+          End end{messageKey(topology, rank, peer, stream[i]),
+                  info.isSend,
+                  {rank, int32_t(i)}};
+          (peer > rank ? waiting[peer] : here).push_back(end);
         }
       }
+      settle(here);
     }
-    // Report in a stable order.
-    std::vector<std::pair<MessageKey, const Ends *>> bad;
-    for (const auto &[key, ends] : messages)
-      if (ends.sends.size() != 1 || ends.recvs.size() != 1)
-        bad.push_back({key, &ends});
-      else {
-        // Both ends derive the shape from one topology, so they agree by
-        // construction; what can go wrong is a route joining lanes that
-        // share no samples: the message would carry nothing.
-        const Posting &s = ends.sends[0], &r = ends.recvs[0];
-        ShapeRule sent =
-            shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr]);
-        if (sent.sampleEnd <= sent.sampleBegin ||
-            streamOf(s.rank)[s.instr].posted !=
-                streamOf(r.rank)[r.instr].posted)
-          bad.push_back({key, &ends});
-      }
+    // What still waits had one end only (its peer never named it).
+    for (auto &entry : waiting)
+      settle(entry.second);
+    waiting.clear();
     std::sort(bad.begin(), bad.end(), [](const auto &a, const auto &b) {
       return std::tie(a.first.from, a.first.to, a.first.mb, a.first.grad,
                       a.first.channel) < std::tie(b.first.from, b.first.to,
@@ -196,30 +231,29 @@ private:
                          " of microbatch " + std::to_string(key.mb) +
                          " from rank " + std::to_string(key.from) +
                          " to rank " + std::to_string(key.to);
-      if (ends->sends.empty()) {
-        const Posting &r = ends->recvs[0];
+      if (ends.sends.empty()) {
+        const Posting &r = ends.recvs[0];
         problem(where(r.rank, r.instr) + " receives the " + what +
                     ", but rank " + std::to_string(key.from) +
                     " never sends it",
                 {place(r.rank, r.instr)});
-      } else if (ends->recvs.empty()) {
-        const Posting &s = ends->sends[0];
+      } else if (ends.recvs.empty()) {
+        const Posting &s = ends.sends[0];
         problem(where(s.rank, s.instr) + " sends the " + what + ", but rank " +
                     std::to_string(key.to) + " never receives it",
                 {place(s.rank, s.instr)});
-      } else if (ends->sends.size() > 1 || ends->recvs.size() > 1) {
-        const Postings &twice =
-            ends->sends.size() > 1 ? ends->sends : ends->recvs;
+      } else if (ends.sends.size() > 1 || ends.recvs.size() > 1) {
+        const Postings &twice = ends.sends.size() > 1 ? ends.sends : ends.recvs;
         problem("the " + what + " is " +
-                    (ends->sends.size() > 1 ? "sent" : "received") + " " +
+                    (ends.sends.size() > 1 ? "sent" : "received") + " " +
                     std::to_string(twice.size()) +
                     " times: " + where(twice[0].rank, twice[0].instr) +
                     " and " + where(twice[1].rank, twice[1].instr),
                 {place(twice[0].rank, twice[0].instr),
                  place(twice[1].rank, twice[1].instr)});
-      } else if (streamOf(ends->sends[0].rank)[ends->sends[0].instr].posted !=
-                 streamOf(ends->recvs[0].rank)[ends->recvs[0].instr].posted) {
-        const Posting &s = ends->sends[0], &r = ends->recvs[0];
+      } else if (streamOf(ends.sends[0].rank)[ends.sends[0].instr].posted !=
+                 streamOf(ends.recvs[0].rank)[ends.recvs[0].instr].posted) {
+        const Posting &s = ends.sends[0], &r = ends.recvs[0];
         bool sendPosted = streamOf(s.rank)[s.instr].posted;
         problem(where(s.rank, s.instr) + (sendPosted ? " posts" : " sends") +
                     " the " + what + " and " + where(r.rank, r.instr) +
@@ -229,7 +263,7 @@ private:
                     "posted",
                 {place(s.rank, s.instr), place(r.rank, r.instr)});
       } else {
-        const Posting &s = ends->sends[0], &r = ends->recvs[0];
+        const Posting &s = ends.sends[0], &r = ends.recvs[0];
         problem(
             where(s.rank, s.instr) + " sends " +
                 shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr])
@@ -258,6 +292,7 @@ private:
       bool posted = false;
     };
     std::vector<State> state(static_cast<size_t>(topology.worldSize));
+    std::vector<std::pair<int32_t, Peers>> ops; // one batch's, reused
     Rendezvous<Posting> posted;
     std::vector<int64_t> ready;
     for (int64_t rank = topology.worldSize; rank-- > 0;)
@@ -288,12 +323,12 @@ private:
         s.posted = true;
         // Count everything first so that matches found while posting
         // cannot release this rank early.
-        std::vector<std::pair<int32_t, Peers>> ops;
+        ops.clear();
         for (int32_t i = s.pc; i < s.end; ++i) {
           Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
           if (!postedSend(stream[i]))
             s.pending += peers.collective ? 1 : int32_t(peers.ranks.size());
-          ops.push_back({i, std::move(peers)});
+          ops.emplace_back(i, std::move(peers));
         }
         ++s.pending;
         for (auto &[i, peers] : ops) {
