@@ -137,7 +137,8 @@ const char *kHelp =
     "                       lr, tokens, targets (loss tokens), seconds,\n"
     "                       tokens_per_s, tflops, mfu (GPU), peak_bytes and\n"
     "                       peak_rank (the most device memory a rank held),\n"
-    "                       peak_bytes_by_rank, eval_loss; the first also\n"
+    "                       peak_bytes_by_rank, compute_seconds_by_rank,\n"
+    "                       eval_loss; the first also\n"
     "                       attention (the GPU's backend)\n"
     "  --trace FILE         a Chrome/Perfetto trace: per rank, its\n"
     "                       instructions (compute), its overlapped\n"
@@ -758,6 +759,8 @@ public:
       if (!m.rankPeakBytes.empty() && m.rankPeakBytes.size() <= 4096)
         record["peak_bytes_by_rank"] = m.rankPeakBytes;
     }
+    if (!m.rankComputeSeconds.empty() && m.rankComputeSeconds.size() <= 4096)
+      record["compute_seconds_by_rank"] = m.rankComputeSeconds;
     if (m.evalLoss)
       record["eval_loss"] = *m.evalLoss;
     if (m.skipped)

@@ -47,6 +47,10 @@ struct StepMetrics {
   int64_t peakBytes = -1, peakRank = -1;
   /// Each rank's peak, by rank (empty when the device does not say).
   std::vector<int64_t> rankPeakBytes;
+  /// Each rank's host seconds in its compute instructions (not in messages
+  /// or the gradient reduction): the busiest rank is what the others wait
+  /// for. On a GPU they count the launches' host time only.
+  std::vector<double> rankComputeSeconds;
   /// The step's loss tokens (those not masked from the loss: N, the loss's
   /// normaliser); 0 means nothing to learn from.
   int64_t targets = 0;

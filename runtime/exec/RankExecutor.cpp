@@ -81,6 +81,7 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   metrics.peakBytes = stepPeakBytes;
   metrics.peakRank = stepPeakRank;
   metrics.rankPeakBytes = stepRankPeaks;
+  metrics.rankComputeSeconds = stepRankCompute;
   metrics.tokens = stepTokens;
   metrics.targets = stepTargets;
   metrics.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -144,10 +145,19 @@ void RankExecutor::run(const Program &prog, int64_t step, bool trace,
         std::this_thread::sleep_for(std::chrono::seconds(1));
     exchanged.clear();
     if (end == i && !instrInfo(instrs[i].op).isSend &&
-        !instrInfo(instrs[i].op).isRecv)
+        !instrInfo(instrs[i].op).isRecv) {
+      // The rank's own work (its TP and CP collectives inside), not its
+      // waits for messages and the gradient reduction: metrics'
+      // compute_seconds_by_rank (the busiest rank holds the others up).
+      const bool waits = instrs[i].op == InstrOp::ReduceGrads ||
+                         instrs[i].op == InstrOp::OptimizerStep;
+      const double start = waits ? 0 : micros();
       execute(instrs[i]);
-    else
+      if (!waits)
+        stepComputeSeconds += (micros() - start) * 1e-6;
+    } else {
       exchange(instrs, i, end);
+    }
     if (progress)
       progress->instr.store(nullptr, std::memory_order_release);
     if (trace) {
@@ -461,7 +471,10 @@ void RankExecutor::resetStep() {
   if (!evaluating)
     dev.resetPeakBytes();
   // [sum of squares, loss, each rank's peak bytes, stop requests]
-  stepScalars = Tensor::zeros(dev, 3 + topo.worldSize, device::DType::F64);
+  // [sum of squares, loss, each rank's peak bytes, stop requests, each
+  // rank's compute seconds]
+  stepScalars = Tensor::zeros(dev, 3 + 2 * topo.worldSize, device::DType::F64);
+  stepComputeSeconds = 0;
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;
   invN = 0;

@@ -392,6 +392,10 @@ private:
   /// The largest rank's peak device memory in the step (-1: untracked).
   int64_t stepPeakBytes = -1, stepPeakRank = -1, stepTargets = 0;
   std::vector<int64_t> stepRankPeaks;
+  /// Host seconds of this rank's compute instructions this step, and every
+  /// rank's (gathered with the loss).
+  double stepComputeSeconds = 0;
+  std::vector<double> stepRankCompute;
   int64_t stepTokens = 0;
 };
 

@@ -469,6 +469,8 @@ void RankExecutor::optimizerStep() {
   }
   double peak = static_cast<double>(dev.peakBytes());
   dev.upload(sums + 2 + rank, &peak, sizeof(peak));
+  dev.upload(sums + 3 + topo.worldSize + rank, &stepComputeSeconds,
+             sizeof(stepComputeSeconds));
   // A stop signal on any rank: every rank learns it from this sum, so all
   // end after the same step.
   if (stopRequests && stopRequests->load(std::memory_order_relaxed) > 0) {
@@ -485,6 +487,8 @@ void RankExecutor::optimizerStep() {
   stepPeakBytes = -1;
   stepPeakRank = -1;
   stepRankPeaks.assign(static_cast<size_t>(topo.worldSize), -1);
+  stepRankCompute.assign(host.begin() + 3 + topo.worldSize,
+                         host.begin() + 3 + 2 * topo.worldSize);
   for (int64_t r = 0; r < topo.worldSize; ++r)
     stepRankPeaks[static_cast<size_t>(r)] =
         static_cast<int64_t>(host[static_cast<size_t>(2 + r)]);

@@ -312,7 +312,11 @@ assert not comm(sys.argv[1]), 'comm events without --overlap'
 names = {e['name'].split(' ')[0] for e in comm(sys.argv[2])}
 assert {'send_act', 'grad'} <= names, names
 m = json.loads(open(sys.argv[3]).readline())
-assert m['peak_bytes'] > 0 and 0 <= m['peak_rank'] < 8, m" \
+assert m['peak_bytes'] > 0 and 0 <= m['peak_rank'] < 8, m
+assert len(m['peak_bytes_by_rank']) == 8 and max(m['peak_bytes_by_rank']) == m['peak_bytes'], m
+busy = m['compute_seconds_by_rank']
+assert len(busy) == 8 and all(0 < b < m['seconds'] * 1.5 for b in busy), m
+assert m['targets'] > 0, m" \
     "$work/off.trace.json" "$work/on.trace.json" "$work/on.jsonl" &&
   pass "--overlap: sends and buckets on the comm threads (off by default on cpu); peak_bytes in the metrics" ||
   fail "--overlap trace or peak_bytes"
