@@ -100,7 +100,8 @@ struct ConfigCheck {
                        numberText(theirs));
   }
   void flag(const char *key, const std::string &hfKey, bool mine, bool theirs) {
-    if (hfKey.find('/') == std::string::npos &&
+    // (A flag the family implies, "model_type", is no boolean key.)
+    if (hfKey.find('/') == std::string::npos && hfKey != "model_type" &&
         wrongType(key, hfKey.c_str(),
                   c.contains(hfKey) && c[hfKey].is_boolean(), "true or false"))
       return;
