@@ -93,8 +93,14 @@ public:
   /// their own).
   virtual void receivePosted(std::vector<P2POp> &ops) { exchange(ops); }
   /// Every rank calls it once before the first posted message when its
-  /// plan has any (the nccl backend splits that communicator off here).
-  virtual void preparePosted() {}
+  /// plan has any, with the plan's posted channels, (sender, receiver)
+  /// pairs (plan/Plan.h postedChannels; asked only by a backend that needs
+  /// them: the nccl backend splits a communicator off per channel here).
+  virtual void
+  preparePosted(const std::function<std::vector<std::pair<int64_t, int64_t>>()>
+                    &channels) {
+    (void)channels;
+  }
 
   void send(int64_t peer, int64_t tag, const void *data, int64_t bytes);
   void recv(int64_t peer, int64_t tag, void *data, int64_t bytes);

@@ -28,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Comm.h"
+#include "runtime/plan/Plan.h"
 
 #include "runtime/comm/BoundedExit.h"
 #include "runtime/comm/GroupSplit.h"
@@ -192,15 +193,28 @@ public:
   explicit NcclPosted(NcclComm &comm) : comm(comm) {}
   void wait() override;
   bool done() override {
-    return *selfLeft == 0 && (!finished || finished->reached());
+    if (*selfLeft != 0)
+      return false;
+    for (const auto &event : finished)
+      if (!event->reached())
+        return false;
+    return true;
   }
   NcclComm &comm;
-  std::shared_ptr<StreamEvent> finished;
+  /// Each channel's point after the sends posted on it.
+  std::vector<std::shared_ptr<StreamEvent>> finished;
   std::shared_ptr<int64_t> selfLeft = std::make_shared<int64_t>(0);
 };
 
 class NcclComm final : public Comm {
 public:
+  /// A posted messages' channel: the pair's communicator, and on the
+  /// sender the stream its posted sends run on.
+  struct Channel {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+
   /// Starts the watchdog; `initialize` then makes the world communicator.
   NcclComm(const NcclApi &api, int ordinal, int64_t rank, int64_t size,
            Comm *bootstrap)
@@ -229,13 +243,14 @@ public:
     }
     for (auto &[group, c] : groups)
       quiet ? api.commDestroy(c) : api.commAbort(c);
-    if (postedComm)
-      quiet ? api.commDestroy(postedComm) : api.commAbort(postedComm);
+    for (auto &[pair, channel] : channels)
+      quiet ? api.commDestroy(channel.comm) : api.commAbort(channel.comm);
     quiet ? api.commDestroy(world) : api.commAbort(world);
-    if (sideStream) {
-      cudaStreamSynchronize(sideStream);
-      cudaStreamDestroy(sideStream);
-    }
+    for (auto &[pair, channel] : channels)
+      if (channel.stream) {
+        cudaStreamSynchronize(channel.stream);
+        cudaStreamDestroy(channel.stream);
+      }
   }
 
   /// ncclCommInitRank of the world (blocking: the watchdog times it).
@@ -273,59 +288,65 @@ public:
     follow("exchange");
   }
 
-  /// Posted sends go on a stream and a communicator of their own (split
-  /// off the world by preparePosted), after the rank's stream has made
-  /// their data; receivers receive them on that communicator. Messages to
-  /// this rank itself stay here until its receivePosted copies them.
+  /// Posted sends go on a channel per (sender, receiver) (plan/Plan.h
+  /// postedChannel: a communicator of the two, split off the world by
+  /// preparePosted, and a stream of the sender's), after the rank's stream
+  /// has made their data; the receiver receives on the channel's
+  /// communicator in its own stream. A posted message then waits only for
+  /// those the same sender posted to the same receiver before it (the
+  /// verifier proves each plan under these rules). Messages to this rank
+  /// itself stay here until its receivePosted copies them.
   std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override {
     validate(ops);
-    if (!postedComm)
-      throw CommError("rank " + std::to_string(self) +
-                      ": a posted message before preparePosted" + inContext());
     auto posted = std::make_unique<NcclPosted>(*this);
-    std::vector<P2POp> remote;
+    std::map<int64_t, std::vector<P2POp>> byPeer;
     for (const P2POp &op : ops) {
       if (!op.isSend)
         throw CommError("rank " + std::to_string(self) +
                         ": only sends can be posted" + inContext());
       if (op.peer != self) {
-        remote.push_back(op);
+        byPeer[op.peer].push_back(op);
         continue;
       }
       selfPosted.push_back({op, posted->selfLeft});
       ++*posted->selfLeft;
     }
-    if (remote.empty())
+    if (byPeer.empty())
       return posted;
-    canonicalOrder(remote);
     cudaStream_t main = stream();
-    cudaEvent_t ready = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-    if (e == cudaSuccess)
-      e = cudaEventRecord(ready, main);
-    if (e == cudaSuccess)
-      e = cudaStreamWaitEvent(sideStream, ready, 0);
-    if (ready)
-      cudaEventDestroy(ready);
-    if (e != cudaSuccess)
-      throw CommError("rank " + std::to_string(self) +
-                      ": ordering a posted send after its data failed: " +
-                      cudaGetErrorString(e) + inContext());
-    group(remote, postedComm, sideStream);
-    posted->finished = std::make_shared<StreamEvent>(sideStream);
-    follow(posted->finished, "posted send");
+    for (auto &[peer, mine] : byPeer) {
+      Channel &channel = channelOf(self, peer);
+      cudaEvent_t ready = nullptr;
+      cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+      if (e == cudaSuccess)
+        e = cudaEventRecord(ready, main);
+      if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(channel.stream, ready, 0);
+      if (ready)
+        cudaEventDestroy(ready);
+      if (e != cudaSuccess)
+        throw CommError("rank " + std::to_string(self) +
+                        ": ordering a posted send after its data failed: " +
+                        cudaGetErrorString(e) + inContext());
+      canonicalOrder(mine);
+      for (P2POp &op : mine)
+        op.peer = 1; // the receiver's rank in the pair's communicator
+      group(mine, channel.comm, channel.stream);
+      posted->finished.push_back(std::make_shared<StreamEvent>(channel.stream));
+      follow(posted->finished.back(), "posted send");
+    }
     return posted;
   }
 
   void receivePosted(std::vector<P2POp> &ops) override {
     validate(ops);
-    std::vector<P2POp> remote;
+    std::map<int64_t, std::vector<P2POp>> byPeer;
     for (const P2POp &op : ops) {
       if (op.isSend)
         throw CommError("rank " + std::to_string(self) +
                         ": receivePosted takes receives only" + inContext());
       if (op.peer != self) {
-        remote.push_back(op);
+        byPeer[op.peer].push_back(op);
         continue;
       }
       auto it = std::find_if(
@@ -341,35 +362,86 @@ public:
       --*it->left;
       selfPosted.erase(it);
     }
-    if (remote.empty())
-      return;
-    if (!postedComm)
-      throw CommError("rank " + std::to_string(self) +
-                      ": a posted message before preparePosted" + inContext());
-    canonicalOrder(remote);
-    group(remote, postedComm, stream());
-    follow("posted receive");
+    for (auto &[peer, mine] : byPeer) {
+      Channel &channel = channelOf(peer, self);
+      canonicalOrder(mine);
+      for (P2POp &op : mine)
+        op.peer = 0; // the sender's rank in the pair's communicator
+      group(mine, channel.comm, stream());
+      follow("posted receive");
+    }
   }
 
-  void preparePosted() override {
-    if (postedComm)
+  /// Splits a communicator off the world per channel, in rounds where a
+  /// rank belongs to one channel at most (channelRounds; every rank runs
+  /// the same rounds), sharing the world's resources (splitShare), then
+  /// connects each with one byte each way of its pair before the first
+  /// step (NCCL would connect inside the first posted message, blocking).
+  void preparePosted(
+      const std::function<std::vector<std::pair<int64_t, int64_t>>()> &list)
+      override {
+    if (postedPrepared)
       return;
-    ncclComm_t split = nullptr;
-    {
-      HostCall call(*this, "ncclCommSplit");
-      check(api.commSplit(world, 0, static_cast<int>(self), &split, nullptr),
-            "ncclCommSplit", world);
+    postedPrepared = true;
+    const std::vector<std::pair<int64_t, int64_t>> all = list();
+    const std::vector<std::vector<int64_t>> rounds =
+        channelRounds(all, worldSize);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.splitShare = 1;
+    for (const std::vector<int64_t> &round : rounds) {
+      const int64_t c = round[static_cast<size_t>(self)];
+      const bool sender = c >= 0 && all[static_cast<size_t>(c)].first == self;
+      ncclComm_t split = nullptr;
+      {
+        HostCall call(*this, "ncclCommSplit of a posted messages' channel");
+        check(api.commSplit(world,
+                            c >= 0 ? static_cast<int>(c) : NCCL_SPLIT_NOCOLOR,
+                            sender ? 0 : 1, &split, &config),
+              "ncclCommSplit", world);
+      }
+      if (c < 0)
+        continue;
+      Channel channel;
+      channel.comm = split;
+      if (sender)
+        if (cudaError_t e = cudaStreamCreateWithFlags(&channel.stream,
+                                                      cudaStreamNonBlocking);
+            e != cudaSuccess)
+          throw CommError("rank " + std::to_string(self) +
+                          ": creating a posted messages' stream failed: " +
+                          cudaGetErrorString(e));
+      std::lock_guard<std::mutex> lock(mutex); // the watchdog reads them
+      channels[all[static_cast<size_t>(c)]] = channel;
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex); // the watchdog reads it
-      postedComm = split;
+    // Connected now: one byte from each sender to its receiver, round by
+    // round (a rank in one pair a round: nothing waits on another pair).
+    if (rounds.empty())
+      return;
+    void *byte = device().allocate(1);
+    for (const std::vector<int64_t> &round : rounds) {
+      const int64_t c = round[static_cast<size_t>(self)];
+      if (c < 0)
+        continue;
+      const auto pair = all[static_cast<size_t>(c)];
+      const bool sender = pair.first == self;
+      std::vector<P2POp> one = {{sender, sender ? 1 : 0, 0, byte, 1}};
+      group(one, channels[pair].comm, stream());
     }
-    if (cudaError_t e =
-            cudaStreamCreateWithFlags(&sideStream, cudaStreamNonBlocking);
-        e != cudaSuccess)
+    cudaStreamSynchronize(stream());
+    device().release(byte);
+  }
+
+  /// The channel from `sender` to `receiver` (preparePosted made it).
+  Channel &channelOf(int64_t sender, int64_t receiver) {
+    auto it = channels.find({sender, receiver});
+    if (it == channels.end())
       throw CommError("rank " + std::to_string(self) +
-                      ": creating the posted messages' stream failed: " +
-                      cudaGetErrorString(e));
+                      ": a posted message from rank " + std::to_string(sender) +
+                      " to rank " + std::to_string(receiver) +
+                      ", which the plan's posted messages do not include "
+                      "(preparePosted)" +
+                      inContext());
+    return it->second;
   }
 
   void validate(const std::vector<P2POp> &ops) {
@@ -575,8 +647,8 @@ private:
     std::lock_guard<std::mutex> lock(mutex);
     for (auto &[group, c] : groups)
       api.commAbort(c);
-    if (postedComm)
-      api.commAbort(postedComm);
+    for (auto &[pair, channel] : channels)
+      api.commAbort(channel.comm);
     if (world)
       api.commAbort(world);
   }
@@ -616,8 +688,8 @@ private:
       std::vector<ncclComm_t> all;
       if (world)
         all.push_back(world);
-      if (postedComm)
-        all.push_back(postedComm);
+      for (auto &[pair, channel] : channels)
+        all.push_back(channel.comm);
       for (auto &[group, c] : groups)
         all.push_back(c);
       for (ncclComm_t c : all) {
@@ -651,10 +723,11 @@ private:
   int64_t self, worldSize;
   Comm *bootstrap;
   std::map<std::vector<int64_t>, ncclComm_t> groups;
-  /// Posted messages' communicator and stream (preparePosted), and the
-  /// messages this rank posted to itself, not yet received.
-  ncclComm_t postedComm = nullptr;
-  cudaStream_t sideStream = nullptr;
+  /// Posted messages' channels by (sender, receiver) (preparePosted: a
+  /// communicator of the pair, and the sender's stream), and the messages
+  /// this rank posted to itself, not yet received.
+  std::map<std::pair<int64_t, int64_t>, Channel> channels;
+  bool postedPrepared = false;
   struct SelfMessage {
     P2POp op;
     std::shared_ptr<int64_t> left; // its NcclPosted's count
@@ -680,13 +753,12 @@ void NcclPosted::wait() {
   if (*selfLeft > 0)
     throw CommError("rank " + std::to_string(comm.rank()) +
                     ": a message posted to itself was never received");
-  if (!finished)
-    return;
   cudaStream_t main = static_cast<cudaStream_t>(comm.device().nativeStream());
-  if (cudaError_t e = cudaStreamWaitEvent(main, finished->event, 0);
-      e != cudaSuccess)
-    throw CommError(std::string("waiting for posted sends failed: ") +
-                    cudaGetErrorString(e));
+  for (const auto &event : finished)
+    if (cudaError_t e = cudaStreamWaitEvent(main, event->event, 0);
+        e != cudaSuccess)
+      throw CommError(std::string("waiting for posted sends failed: ") +
+                      cudaGetErrorString(e));
 }
 
 } // namespace

@@ -59,7 +59,9 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
   for (const Program &p : plan.programs)
     if (std::any_of(p.instrs.begin(), p.instrs.end(),
                     [](const Instr &in) { return in.posted; })) {
-      comm.preparePosted();
+      comm.preparePosted([&] {
+        return postedChannels(plan.topology, plan.programs, plan.rankProgram);
+      });
       break;
     }
   if (evalData)

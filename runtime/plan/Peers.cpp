@@ -260,4 +260,49 @@ std::vector<int64_t> messagePeers(const Topology &topology,
   return peers;
 }
 
+std::vector<std::pair<int64_t, int64_t>>
+postedChannels(const Topology &topology, const std::vector<Program> &programs,
+               const std::vector<int32_t> &rankProgram) {
+  std::vector<bool> posts(programs.size(), false);
+  for (size_t p = 0; p < programs.size(); ++p)
+    for (const Instr &in : programs[p].instrs)
+      posts[p] = posts[p] || (in.posted && instrInfo(in.op).isSend);
+  std::vector<std::pair<int64_t, int64_t>> channels;
+  for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+    const auto program = static_cast<size_t>(rankProgram[rank]);
+    if (!posts[program])
+      continue;
+    for (const Instr &in : programs[program].instrs) {
+      if (!in.posted || !instrInfo(in.op).isSend)
+        continue;
+      if (std::optional<Peers> peers =
+              resolvePeers(topology, rank, in, nullptr))
+        for (int64_t peer : peers->ranks)
+          if (peer != rank)
+            channels.emplace_back(rank, peer);
+    }
+  }
+  std::sort(channels.begin(), channels.end());
+  channels.erase(std::unique(channels.begin(), channels.end()), channels.end());
+  return channels;
+}
+
+std::vector<std::vector<int64_t>>
+channelRounds(const std::vector<std::pair<int64_t, int64_t>> &channels,
+              int64_t worldSize) {
+  std::vector<std::vector<int64_t>> rounds;
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const auto [a, b] = channels[c];
+    size_t k = 0;
+    while (k < rounds.size() && (rounds[k][static_cast<size_t>(a)] >= 0 ||
+                                 rounds[k][static_cast<size_t>(b)] >= 0))
+      ++k;
+    if (k == rounds.size())
+      rounds.emplace_back(static_cast<size_t>(worldSize), -1);
+    rounds[k][static_cast<size_t>(a)] = static_cast<int64_t>(c);
+    rounds[k][static_cast<size_t>(b)] = static_cast<int64_t>(c);
+  }
+  return rounds;
+}
+
 } // namespace mimo

@@ -189,6 +189,21 @@ inline bool postable(InstrOp op) {
 /// Whether `in` is a posted send: its rank does not wait for it.
 bool postedSend(const Instr &in);
 
+/// The channel a posted message travels on under NCCL: one per sending
+/// and receiving rank (a communicator of the two and a stream on each).
+/// NCCL runs a communicator's operations in the order each rank issued
+/// them, a CUDA stream its kernels one after another, and a send waits
+/// for its receive: on one channel for all, a posted send to one rank
+/// holds back the sender's posted sends to every other, and a rank's
+/// posted receives queue behind its own posted sends (the verifier found
+/// both deadlocking zero bubble across modules). On a channel per ordered
+/// pair a message waits only for the ones the same sender posted to the
+/// same receiver before it.
+inline int64_t postedChannel(int64_t sender, int64_t receiver) {
+  return (sender << 32) | receiver;
+}
+
+
 struct Program {
   /// The role's name, e.g. "language/pp0/images:dst-leader".
   std::string role;
@@ -315,6 +330,21 @@ struct Peers {
 };
 std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
                                   const Instr &instr, std::string *error);
+
+/// Every (sender, receiver) pair of ranks with a posted message between
+/// them in `programs` (sender != receiver), ascending: the channels the
+/// nccl backend opens before the first step.
+std::vector<std::pair<int64_t, int64_t>>
+postedChannels(const Topology &topology, const std::vector<Program> &programs,
+               const std::vector<int32_t> &rankProgram);
+
+/// The channels in rounds where each rank belongs to one channel at most
+/// (a greedy edge colouring, the same on every rank): round k gives each
+/// rank the index of its channel in `channels`, or -1. NCCL splits a
+/// communicator off the world once per round.
+std::vector<std::vector<int64_t>>
+channelRounds(const std::vector<std::pair<int64_t, int64_t>> &channels,
+              int64_t worldSize);
 
 /// The chunk of the sending end of a pipeline message (both ends derive
 /// the same, which keys the message): a receive's own chunk, except where

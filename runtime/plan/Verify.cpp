@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -38,6 +39,8 @@ public:
     if (!matchMessages())
       return problems;
     simulate();
+    if (problems.empty())
+      simulateNccl();
     return problems;
   }
 
@@ -366,6 +369,247 @@ private:
     if (finished == static_cast<size_t>(topology.worldSize))
       return;
     reportDeadlock(state, posted);
+  }
+
+  /// The plan again under NCCL's rules (docs/plan.md "Verification"):
+  /// the blocking messages, each rendezvous (a send completes when its
+  /// receive is posted too) on the world communicator in program order,
+  /// and the collectives as simulate() runs them; the posted messages
+  /// (bridge sends and receives marked posted) on channels of their own,
+  /// one per sender and receiver (postedChannel: a communicator and a
+  /// stream), whose operations run in the order they were issued: each
+  /// channel's posted operations on a rank form a queue, and a posted
+  /// message completes only when its send and its receive head their
+  /// ranks' queues. A posted send does not stop its rank; a posted
+  /// receive does until it completes; a rank's pass ends when its queues
+  /// are empty.
+  void simulateNccl() {
+    struct Queued {
+      int32_t instr;
+      int64_t peer;
+      MessageKey key;
+      bool send;
+    };
+    struct State {
+      int32_t pc = 0, end = 0, pending = 0;
+      bool posted = false, draining = false;
+      /// Posted operations not yet completed, by lane.
+      std::map<int64_t, std::deque<Queued>> queues;
+      bool idle() const {
+        for (const auto &entry : queues)
+          if (!entry.second.empty())
+            return false;
+        return true;
+      }
+    };
+    std::vector<State> state(static_cast<size_t>(topology.worldSize));
+    std::vector<std::pair<int32_t, Peers>> ops;
+    Rendezvous<Posting> posted;
+    std::vector<int64_t> ready;
+    std::vector<std::pair<int64_t, int64_t>> heads; // (rank, queue)
+    for (int64_t rank = topology.worldSize; rank-- > 0;)
+      ready.push_back(rank);
+    auto release = [&](int64_t rank) {
+      if (--state[rank].pending == 0)
+        ready.push_back(rank);
+    };
+    // Completes posted messages whose two ends head their queues, from the
+    // queues of `heads` on.
+    auto matchHeads = [&] {
+      while (!heads.empty()) {
+        const auto [rank, lane] = heads.back();
+        heads.pop_back();
+        State &a = state[rank];
+        std::deque<Queued> &mine = a.queues[lane];
+        if (mine.empty()) {
+          if (a.draining && a.idle()) {
+            a.draining = false;
+            release(rank);
+          }
+          continue;
+        }
+        const Queued x = mine.front();
+        std::deque<Queued> &theirs = state[x.peer].queues[lane];
+        if (theirs.empty() || !(theirs.front().key == x.key) ||
+            theirs.front().send == x.send)
+          continue;
+        const Queued y = theirs.front();
+        mine.pop_front();
+        theirs.pop_front();
+        if (!x.send)
+          release(rank);
+        if (!y.send)
+          release(x.peer);
+        heads.push_back({rank, lane});
+        heads.push_back({x.peer, lane});
+      }
+    };
+    size_t finished = 0;
+    while (!ready.empty()) {
+      int64_t rank = ready.back();
+      ready.pop_back();
+      State &s = state[rank];
+      const std::vector<Instr> &stream = streamOf(rank);
+      while (s.pending == 0) {
+        if (s.posted) {
+          s.pc = s.end;
+          s.posted = false;
+        }
+        if (static_cast<size_t>(s.pc) >= stream.size()) {
+          if (!s.idle() && !s.draining && s.pc >= 0) {
+            // The pass's end waits for its posted operations.
+            s.draining = true;
+            ++s.pending;
+            continue;
+          }
+          if (s.pc >= 0) {
+            ++finished;
+            s.pc = -1; // counted
+          }
+          break;
+        }
+        s.end = s.pc;
+        while (stream[s.end].fused)
+          ++s.end;
+        ++s.end;
+        s.posted = true;
+        ops.clear();
+        for (int32_t i = s.pc; i < s.end; ++i) {
+          Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
+          if (stream[i].posted) {
+            // Into the posted queue; a receive holds its rank until done.
+            // A message to the rank itself is a copy on the rank, outside
+            // the communicator (its send comes first in the stream).
+            const bool send = instrInfo(stream[i].op).isSend;
+            for (int64_t peer : peers.ranks) {
+              if (peer == rank)
+                continue;
+              const int64_t lane =
+                  postedChannel(send ? rank : peer, send ? peer : rank);
+              s.queues[lane].push_back(
+                  {i, peer, messageKey(topology, rank, peer, stream[i]), send});
+              if (!send)
+                ++s.pending;
+              heads.push_back({rank, lane});
+            }
+            continue;
+          }
+          s.pending += peers.collective ? 1 : int32_t(peers.ranks.size());
+          ops.emplace_back(i, std::move(peers));
+        }
+        ++s.pending;
+        for (auto &[i, peers] : ops) {
+          const Instr &in = stream[i];
+          if (peers.collective) {
+            if (auto members = posted.arrive(topology, rank, in, {rank, i})) {
+              for (const Posting &p : *members) {
+                if (p.rank != rank)
+                  release(p.rank);
+                else
+                  --s.pending;
+              }
+            }
+            continue;
+          }
+          for (int64_t peer : peers.ranks) {
+            std::optional<Posting> met =
+                posted.message(topology, rank, peer, in, {rank, i});
+            if (!met)
+              continue;
+            --s.pending;
+            if (met->rank != rank)
+              release(met->rank);
+            else
+              --s.pending;
+          }
+        }
+        // Matched while this batch still holds the rank: its own releases
+        // cannot hand it to `ready` while it runs.
+        matchHeads();
+        --s.pending;
+      }
+    }
+    if (finished == static_cast<size_t>(topology.worldSize))
+      return;
+    // A cycle of waits: a rank held by a blocking operation waits for its
+    // peer (or a missing member); one held by its posted queue waits for
+    // the peer of the queue's first operation.
+    auto waitsFor = [&](int64_t rank) -> std::pair<int64_t, std::string> {
+      const State &st = state[rank];
+      const std::vector<Instr> &stream = streamOf(rank);
+      // A queue holding a receive (or the pass's end) holds the rank.
+      for (const auto &[lane, queue] : st.queues) {
+        if (queue.empty())
+          continue;
+        bool holds = st.draining;
+        for (const Queued &q : queue)
+          holds |= !q.send;
+        if (holds)
+          return {queue.front().peer,
+                  "its posted queue's first operation, instruction " +
+                      std::to_string(queue.front().instr) + " (" +
+                      describeInstr(topology, stream[queue.front().instr]) +
+                      ")"};
+      }
+      for (int32_t i = st.pc; i >= 0 && i < st.end; ++i) {
+        const Instr &in = stream[i];
+        if (in.posted)
+          continue;
+        Peers peers = *resolvePeers(topology, rank, in, nullptr);
+        const std::string what = "instruction " + std::to_string(i) + " (" +
+                                 describeInstr(topology, in) + ")";
+        if (peers.collective) {
+          // The smallest member that has not arrived.
+          const std::vector<Posting> *members =
+              posted.arrived(topology, rank, in);
+          if (!members)
+            continue;
+          std::vector<int64_t> arrived;
+          for (const Posting &p : *members)
+            arrived.push_back(p.rank);
+          std::sort(arrived.begin(), arrived.end());
+          for (int64_t member = collectiveGroup(rank, in).first;
+               member < topology.worldSize; ++member)
+            if (!std::binary_search(arrived.begin(), arrived.end(), member) &&
+                sameGroup(rank, member, in))
+              return {member, what};
+          continue;
+        }
+        for (int64_t peer : peers.ranks)
+          if (posted.waiting(topology, rank, peer, in))
+            return {peer, what};
+      }
+      return {-1, "the end of its pass"};
+    };
+    int64_t start = -1;
+    for (int64_t rank = 0; rank < topology.worldSize && start < 0; ++rank)
+      if (state[rank].pc >= 0)
+        start = rank;
+    std::map<int64_t, size_t> seen;
+    std::vector<std::pair<int64_t, std::string>> path;
+    int64_t rank = start;
+    while (rank >= 0 && !seen.count(rank)) {
+      seen[rank] = path.size();
+      auto [next, what] = waitsFor(rank);
+      path.push_back({rank, what});
+      rank = next;
+    }
+    std::string message = "the plan deadlocks under NCCL's rules (a send "
+                          "waits for its receive; a communicator's "
+                          "operations run in the order each rank issued "
+                          "them, posted ones included): ";
+    std::vector<PlanProblem::Place> places;
+    const size_t from = rank >= 0 && seen.count(rank) ? seen[rank] : 0;
+    for (size_t i = from; i < path.size(); ++i) {
+      const int64_t next =
+          i + 1 < path.size() ? path[i + 1].first : (rank >= 0 ? rank : -1);
+      message += (i == from ? "" : ", ") + std::string("rank ") +
+                 std::to_string(path[i].first) + " waits at " + path[i].second +
+                 (next >= 0 ? " for rank " + std::to_string(next) : "");
+      places.push_back(
+          place(path[i].first, std::max<int32_t>(0, state[path[i].first].pc)));
+    }
+    problem(message, places);
   }
 
   template <typename StateVec>

@@ -763,6 +763,98 @@ TEST(VerifyTest, PostedMessagesAreWhatLetsCrossModuleZeroBubbleRun) {
       << problems[0].message;
 }
 
+TEST(VerifyTest, PostedMessagesKeepNcclsIssueOrder) {
+  // Under NCCL a communicator's operations run in the order each rank
+  // issued them, and a send completes only when its receive is posted
+  // too: a rank that takes two posted messages from one peer in the other
+  // order than the peer posted them hangs on 8 GPUs, though buffered
+  // messages (the local backend's, simulate()'s first pass) never do.
+  Plan plan = layoutPlan("ZeroBubbleAcrossModulesPp4");
+  EXPECT_EQ(problemsText(
+                verifyPrograms(plan.topology, plan.programs, plan.rankProgram)),
+            "");
+  bool swapped = false;
+  for (int64_t rank = 0; rank < plan.topology.worldSize && !swapped; ++rank) {
+    Program &program =
+        plan.programs[static_cast<size_t>(plan.rankProgram[rank])];
+    std::vector<size_t> receives;
+    for (size_t i = 0; i < program.instrs.size(); ++i)
+      if (program.instrs[i].op == InstrOp::BridgeRecvGrad &&
+          program.instrs[i].posted)
+        receives.push_back(i);
+    for (size_t a = 0; a + 1 < receives.size() && !swapped; ++a) {
+      Instr &first = program.instrs[receives[a]];
+      Instr &second = program.instrs[receives[a + 1]];
+      auto peerOf = [&](const Instr &in) {
+        return resolvePeers(plan.topology, rank, in, nullptr)->ranks.at(0);
+      };
+      if (first.index != second.index || peerOf(first) != peerOf(second) ||
+          peerOf(first) == rank)
+        continue;
+      std::swap(first.mb, second.mb);
+      swapped = true;
+    }
+  }
+  ASSERT_TRUE(swapped) << "no rank takes two posted messages from one peer";
+  std::vector<PlanProblem> problems =
+      verifyPrograms(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].message.find("deadlocks under NCCL's rules"),
+            std::string::npos)
+      << problems[0].message;
+  EXPECT_NE(problems[0].message.find("posted queue's first operation"),
+            std::string::npos)
+      << problems[0].message;
+}
+
+TEST(PlanTest, PostedChannelsAreOpenedInRoundsOfDisjointPairs) {
+  // The nccl backend opens a channel per (sender, receiver) of posted
+  // messages, one ncclCommSplit per round in which no rank is in two
+  // channels.
+  Plan plan = layoutPlan("ZeroBubbleAcrossModulesPp4");
+  const auto channels =
+      postedChannels(plan.topology, plan.programs, plan.rankProgram);
+  ASSERT_FALSE(channels.empty());
+  for (const auto &[sender, receiver] : channels)
+    EXPECT_NE(sender, receiver);
+  EXPECT_TRUE(std::is_sorted(channels.begin(), channels.end()));
+  // Every posted send's pair is one of them.
+  for (int64_t rank = 0; rank < plan.topology.worldSize; ++rank)
+    for (const Instr &in : programOf(plan, rank).instrs) {
+      if (!in.posted || !instrInfo(in.op).isSend)
+        continue;
+      for (int64_t peer :
+           resolvePeers(plan.topology, rank, in, nullptr)->ranks) {
+        if (peer != rank) {
+          EXPECT_TRUE(std::binary_search(channels.begin(), channels.end(),
+                                         std::make_pair(rank, peer)));
+        }
+      }
+    }
+  const auto rounds = channelRounds(channels, plan.topology.worldSize);
+  std::vector<int> seen(channels.size(), 0);
+  for (const std::vector<int64_t> &round : rounds) {
+    std::vector<int> members(channels.size(), 0);
+    for (int64_t rank = 0; rank < plan.topology.worldSize; ++rank)
+      if (round[static_cast<size_t>(rank)] >= 0) {
+        const auto c = static_cast<size_t>(round[static_cast<size_t>(rank)]);
+        EXPECT_TRUE(channels[c].first == rank || channels[c].second == rank);
+        ++members[c];
+      }
+    for (size_t c = 0; c < channels.size(); ++c)
+      if (members[c]) {
+        EXPECT_EQ(members[c], 2) << "both ranks of a channel in its round";
+        ++seen[c];
+      }
+  }
+  for (int n : seen)
+    EXPECT_EQ(n, 1) << "each channel in exactly one round";
+  // A plan without posted messages opens none.
+  EXPECT_TRUE(postedChannels(twoStagePlan().topology, twoStagePlan().programs,
+                             twoStagePlan().rankProgram)
+                  .empty());
+}
+
 //===----------------------------------------------------------------------===//
 // The plan file
 //===----------------------------------------------------------------------===//
