@@ -31,8 +31,8 @@ base = {"version": 1, "name": "recipe", "seed": 7,
         "data": {"tokens_per_sample": {"images": [64, 64]}},
         "train": {"lr": 1e-3, "weight_decay": 0.1}}
 recipes = {"full": ({}, {}),
-           "stage1": ({"freeze": ["patch", "layers"]}, {"freeze": True}),
-           "stage2": ({"freeze": ["patch", "layers"], "lr_mult": 0.1}, {}),
+           "stage1": ({"freeze": "encoder_body"}, {"freeze": True}),
+           "stage2": ({"freeze": "encoder_body", "lr_mult": 0.1}, {}),
            "frozen-tower": ({"freeze": True}, {})}
 for name, (enc, lm) in recipes.items():
     m = json.loads(json.dumps(base))

@@ -85,7 +85,7 @@ void resolveInitPaths(ModelConfig &config, const std::string &modelDir) {
 }
 
 bool ModuleConfig::frozen(const std::string &local) const {
-  if (freezeAll)
+  if (freezeAll || (freezeBody && !namePrefixMatches(local, "projection")))
     return true;
   for (const std::string &prefix : freezePrefixes)
     if (namePrefixMatches(local, prefix))

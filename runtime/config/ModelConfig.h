@@ -104,8 +104,9 @@ struct ModuleConfig {
   /// docs/model-json.md `freeze`: every parameter (freezeAll), or those
   /// whose local names begin with one of `freezePrefixes` in whole
   /// dot-separated parts ("layers" freezes "layers.0.wq", "layers.1" not
-  /// "layers.10.wq").
-  bool freezeAll = false;
+  /// "layers.10.wq"), or (freezeBody, `"encoder_body"`) every parameter of
+  /// an encoder but its projector's.
+  bool freezeAll = false, freezeBody = false;
   std::vector<std::string> freezePrefixes;
   /// Scales the learning rate of the module's parameters.
   double lrMult = 1.0;
@@ -152,7 +153,9 @@ struct ModuleConfig {
 
   /// Whether parameter `local` (its name within the module) is frozen.
   bool frozen(const std::string &local) const;
-  bool freezesAny() const { return freezeAll || !freezePrefixes.empty(); }
+  bool freezesAny() const {
+    return freezeAll || freezeBody || !freezePrefixes.empty();
+  }
 };
 
 /// Whether local parameter name `local` begins with `prefix` in whole

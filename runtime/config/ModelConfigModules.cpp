@@ -362,6 +362,22 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     const std::string at = pointer + "/freeze";
     if (freeze->is_boolean()) {
       module.freezeAll = freeze->get<bool>();
+    } else if (freeze->is_string() && module.kind == ModuleKind::Encoder &&
+               freeze->get<std::string>() == "encoder_body") {
+      module.freezeBody = true;
+    } else if (freeze->is_string()) {
+      v.error(at, module.kind == ModuleKind::Language &&
+                          freeze->get<std::string>() == "encoder_body"
+                      ? "\"encoder_body\" freezes an encoder's tower, and "
+                        "module '" +
+                            module.name +
+                            "' is the language model; write true or an "
+                            "array of parameter-name prefixes"
+                      : "expected true, false, \"encoder_body\" or an array "
+                        "of parameter-name prefixes, found " +
+                            describeJson(*freeze) +
+                            "; write for example \"encoder_body\" or "
+                            "[\"patch\", \"layers\"]");
     } else if (freeze->is_array()) {
       for (size_t i = 0; i < freeze->size(); ++i) {
         const json &prefix = (*freeze)[i];
@@ -375,8 +391,8 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                       "; write the parameter names of docs/model.md");
       }
     } else {
-      v.error(at, "expected true, false or an array of parameter-name "
-                  "prefixes, found " +
+      v.error(at, "expected true, false, \"encoder_body\" or an array of "
+                  "parameter-name prefixes, found " +
                       describeJson(*freeze) +
                       "; write for example true or [\"patch\", \"layers\"]");
     }

@@ -87,6 +87,8 @@ json toJson(const ModelConfig &config) {
     // Written only when set: a model without them keeps its digest.
     if (module.freezeAll)
       entry["freeze"] = true;
+    else if (module.freezeBody)
+      entry["freeze"] = "encoder_body";
     else if (!module.freezePrefixes.empty())
       entry["freeze"] = module.freezePrefixes;
     if (module.lrMult != 1.0)

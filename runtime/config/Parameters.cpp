@@ -252,7 +252,7 @@ bool everyParameterFrozen(const ModelConfig &config,
                           const ModuleConfig &module) {
   if (module.freezeAll)
     return true;
-  if (module.freezePrefixes.empty())
+  if (module.freezePrefixes.empty() && !module.freezeBody)
     return false;
   int64_t outputHidden = config.language().hiddenSize;
   for (const ParamSpec &spec :

@@ -308,9 +308,9 @@ STAGE1_TRAIN = {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
                 "weight_decay": 0.1, "clip_grad": 0.05,
                 "lr_schedule": {"warmup_steps": 1, "decay": "cosine",
                                 "decay_steps": 2, "min_lr": 0.001}}
-# Every part of the CLIP tower but the projector, in mimo's names.
-STAGE1_FREEZE = ["patch", "class_token", "position_embedding", "pre_norm",
-                 "layers"]
+# Every part of the CLIP tower but the projector (LLaVA's freeze_vit); the
+# twin trains only the tensors named multi_modal_projector.*.
+STAGE1_FREEZE = "encoder_body"
 PROJECTOR = "multi_modal_projector."
 
 

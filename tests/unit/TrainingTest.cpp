@@ -329,6 +329,59 @@ TEST(ParamGroups, FreezePrefixesDecayRuleAndMergedStretches) {
   EXPECT_EQ(g.frozen, (std::vector<std::pair<int64_t, int64_t>>{{0, 40}}));
 }
 
+// LLaVA stage 1's freeze_vit: "encoder_body" freezes a CLIP tower's every
+// part (its class token, positions and pre-norm too) but the projector.
+TEST(ModelJson, FreezeEncoderBodyLeavesOnlyTheProjectorTraining) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  json &arch = m["modules"][0]["arch"];
+  arch["class_token"] = true;
+  arch["position_embeddings"] = "learned";
+  arch["max_positions"] = 40;
+  arch["pre_norm"] = true;
+  arch["final_norm"] = true;
+  arch["bias"] = true;
+  m["modules"][0]["parallel"] = {{"dp", 1}};
+  m["modules"][0]["freeze"] = "encoder_body";
+  ParseResult parsed = parseModelConfig(m.dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << parsed.diagnostics[0].message;
+  const ModelConfig &c = *parsed.config;
+  const ModuleConfig &tower = c.modules[0];
+  EXPECT_TRUE(tower.freezeBody);
+  EXPECT_TRUE(tower.freezesAny());
+  EXPECT_FALSE(everyParameterFrozen(c, tower));
+  EXPECT_TRUE(encoderBottomFrozen(tower));
+  int64_t trained = 0, frozen = 0, projector = 0;
+  std::vector<std::string> frozenHeads;
+  for (const ParamSpec &spec :
+       stageParameters(tower, c.language().hiddenSize, false, 1, 0)) {
+    const bool inProjector = spec.local.rfind("projection.", 0) == 0;
+    EXPECT_EQ(tower.frozen(spec.local), !inProjector) << spec.local;
+    (tower.frozen(spec.local) ? frozen : trained) += spec.rows * spec.cols;
+    if (inProjector)
+      projector += spec.rows * spec.cols;
+    std::string head = spec.local.substr(0, spec.local.find('.'));
+    if (!inProjector && std::find(frozenHeads.begin(), frozenHeads.end(),
+                                  head) == frozenHeads.end())
+      frozenHeads.push_back(head);
+  }
+  EXPECT_EQ(trained, projector);
+  EXPECT_GT(frozen, 0);
+  EXPECT_EQ(frozenHeads, (std::vector<std::string>{
+                             "patch", "class_token", "position_embedding",
+                             "pre_norm", "layers", "final_norm"}));
+  // Round trip.
+  EXPECT_EQ(toJson(c)["modules"][0]["freeze"], "encoder_body");
+  ParseResult again = parseModelConfig(toJson(c).dump(), "m.json");
+  ASSERT_TRUE(again.config);
+  EXPECT_TRUE(again.config->modules[0].freezeBody);
+  // The old recipe ["patch", "layers"] leaves the rest of the tower training.
+  m["modules"][0]["freeze"] = {"patch", "layers"};
+  ParseResult old = parseModelConfig(m.dump(), "m.json");
+  ASSERT_TRUE(old.config);
+  EXPECT_FALSE(old.config->modules[0].frozen("class_token"));
+  EXPECT_FALSE(old.config->modules[0].frozen("pre_norm.weight"));
+}
+
 TEST(ParamGroups, PrefixesMatchWholeParts) {
   EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers"));
   EXPECT_TRUE(namePrefixMatches("layers.1.wq", "layers.1"));
@@ -381,8 +434,15 @@ TEST(ModelJson, FreezeLrMultAndDecayAllRoundTripAndAreChecked) {
                              0),
             0u);
   bad["modules"][0]["freeze"] = "layers";
-  EXPECT_EQ(error(bad).rfind("/modules/0/freeze: expected true, false or an "
-                             "array",
+  EXPECT_EQ(error(bad).rfind("/modules/0/freeze: expected true, false, "
+                             "\"encoder_body\" or an array",
+                             0),
+            0u);
+  bad["modules"][0]["freeze"] = "encoder_body";
+  bad["modules"][1]["freeze"] = "encoder_body";
+  EXPECT_EQ(error(bad).rfind("/modules/1/freeze: \"encoder_body\" freezes an "
+                             "encoder's tower, and module 'language' is the "
+                             "language model",
                              0),
             0u);
   bad = m;
