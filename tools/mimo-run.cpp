@@ -75,7 +75,7 @@ void stopWhenLauncherExits() {
 }
 
 void installStopHandlers() {
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = onStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
@@ -92,6 +92,7 @@ const char *kUsage =
     "                [--overlap | --no-overlap] [--on-nonfinite stop|skip]\n"
     "                [--attention auto|cudnn|mimo] [--load-other-run]\n"
     "       mimo-run PLAN.json --load DIR --export-hf OUT [--export-dtype T]\n"
+    "                [--export-hf-per-module]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -160,13 +161,15 @@ const char *kHelp =
     "                       naming the step and the first non-finite\n"
     "                       gradient) or skip (no update for that step;\n"
     "                       metrics mark it \"skipped\")\n"
-    "  --export-hf DIR      train nothing: write each module of the --load\n"
-    "                       checkpoint as a Hugging Face folder (Llama or\n"
-    "                       Qwen2; an encoder as a CLIP or SigLIP tower with\n"
-    "                       LLaVA's projector) DIR/<module> (config.json,\n"
-    "                       safetensors sharded\n"
-    "                       at 5 GB) that transformers and init format hf\n"
-    "                       read (docs/pretrained.md)\n"
+    "  --export-hf DIR      train nothing: write the --load checkpoint as\n"
+    "                       one Hugging Face folder DIR that transformers\n"
+    "                       and init format hf read (docs/pretrained.md):\n"
+    "                       the language model's (Llama or Qwen2), or with\n"
+    "                       a CLIP or SigLIP encoder a LLaVA folder; the\n"
+    "                       pretrained folder's tokenizer copied\n"
+    "  --export-hf-per-module  with --export-hf: a folder per module,\n"
+    "                       DIR/<module> (an encoder as a CLIP or SigLIP\n"
+    "                       tower with LLaVA's projector)\n"
     "  --export-dtype T     bf16 or fp32 (default: the model's precision)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
@@ -259,6 +262,7 @@ struct CommandLine {
   /// --export-hf DIR (with --load): write Hugging Face folders, train
   /// nothing; --export-dtype bf16|fp32 (default: the model's precision).
   std::string exportDir, exportDtype;
+  bool exportPerModule = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
   bool underMpirun = false;
@@ -387,6 +391,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       if (!v || v->empty())
         return usageError("--export-hf expects a directory");
       cli.exportDir = *v;
+    } else if (arg == "--export-hf-per-module") {
+      cli.exportPerModule = true;
     } else if (is("--export-dtype")) {
       auto v = value("--export-dtype");
       if (!v || (*v != "bf16" && *v != "fp32"))
@@ -427,6 +433,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
     return usageError("--save-every needs --save DIR");
   if (cli.loadOtherRun && cli.loadPath.empty())
     return usageError("--load-other-run goes with --load PATH");
+  if (cli.exportPerModule && cli.exportDir.empty())
+    return usageError("--export-hf-per-module goes with --export-hf DIR");
   if (!cli.exportDtype.empty() && cli.exportDir.empty())
     return usageError("--export-dtype goes with --export-hf DIR");
   if (!cli.exportDir.empty() && cli.loadPath.empty())
@@ -880,18 +888,23 @@ int runExport(const CommandLine &cli) {
     return 1;
   }
   const ModelConfig &config = loaded.plan->config;
-  const std::string dtype = cli.exportDtype.empty()
-                                ? (config.precision == "bf16" ? "bf16" : "fp32")
-                                : cli.exportDtype;
+  exec::HfExportOptions options;
+  options.dtype = cli.exportDtype.empty()
+                      ? (config.precision == "bf16" ? "bf16" : "fp32")
+                      : cli.exportDtype;
+  options.perModule = cli.exportPerModule;
   std::vector<std::string> written;
   std::string error;
   try {
-    error = exec::exportHf(config, cli.loadPath, cli.exportDir, dtype, written);
+    error =
+        exec::exportHf(config, cli.loadPath, cli.exportDir, options, written);
   } catch (const std::exception &e) {
     error = e.what();
   }
   for (const std::string &line : written)
-    std::cout << "mimo-run: exported " << line << "\n";
+    std::cout << (line.rfind("note: ", 0) == 0 ? "mimo-run: "
+                                               : "mimo-run: exported ")
+              << line << "\n";
   if (!error.empty()) {
     std::cerr << (error.rfind("mimo-run", 0) == 0 ? "" : "mimo-run: ") << error
               << "\n";

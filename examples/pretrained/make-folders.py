@@ -3,7 +3,8 @@
 docs/pretrained.md starts from, scaled down to run on a CPU: a Llama 3.1
 (grouped-query attention, rope_theta 500000, the llama3 RoPE rescaling)
 and a SigLIP vision tower (patches of 14 pixels, as so400m-patch14 has),
-as transformers saves them (config.json, model.safetensors). The weights
+as transformers saves them (config.json, model.safetensors, with the
+generation, tokenizer and image processor configs beside). The weights
 are random: replace the folders with real ones (Meta-Llama-3.1-8B,
 siglip-so400m-patch14-384) and the sizes in llava-siglip.json with theirs.
 
@@ -27,7 +28,21 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                           "original_max_position_embeddings": 128},
          "tie_word_embeddings": False, "attention_bias": False,
-         "mlp_bias": False, "torch_dtype": "bfloat16"}
+         "mlp_bias": False, "bos_token_id": 1001, "eos_token_id": 1002,
+         "torch_dtype": "bfloat16"}
+# Beside the weights, as in a model's own folder: what generate() and the
+# tokenizer read (mimo's --export-hf copies them into its export). A real
+# folder has its tokenizer.json here too.
+GENERATION = {"bos_token_id": 1001, "eos_token_id": 1002, "do_sample": True,
+              "temperature": 0.6, "top_p": 0.9}
+TOKENIZER = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
+             "model_max_length": 512,
+             "tokenizer_class": "PreTrainedTokenizerFast"}
+PREPROCESSOR = {"image_processor_type": "SiglipImageProcessor",
+                "do_resize": True, "size": {"height": 56, "width": 56},
+                "resample": 3, "do_rescale": True,
+                "rescale_factor": 0.00392156862745098, "do_normalize": True,
+                "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
 SIGLIP = {"architectures": ["SiglipVisionModel"],
           "model_type": "siglip_vision_model", "hidden_size": 64,
           "intermediate_size": 256, "num_hidden_layers": 3,
@@ -41,10 +56,13 @@ def bf16(a):
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2").tobytes()
 
 
-def write(folder, config, tensors):
+def write(folder, config, tensors, beside=()):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    for name, doc in beside:
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(doc, f, indent=2)
     header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
     for name, a in tensors:
         data = bf16(a)
@@ -81,7 +99,9 @@ def main():
               (p + "mlp.up_proj.weight", w(F, H)),
               (p + "mlp.down_proj.weight", w(H, F))]
     t += [("model.norm.weight", ones(H)), ("lm_head.weight", w(V, H))]
-    write(os.path.join(out, "llama3"), c, t)
+    write(os.path.join(out, "llama3"), c, t,
+          [("generation_config.json", GENERATION),
+           ("tokenizer_config.json", TOKENIZER)])
 
     c = SIGLIP
     H, F, p = c["hidden_size"], c["intermediate_size"], c["patch_size"]
@@ -100,7 +120,8 @@ def main():
         t += [(q + "mlp.fc1.weight", w(F, H)), (q + "mlp.fc1.bias", 0.02 * g.standard_normal(F)),
               (q + "mlp.fc2.weight", w(H, F)), (q + "mlp.fc2.bias", 0.02 * g.standard_normal(H))]
     t += [(v + "post_layernorm.weight", ones(H)), (v + "post_layernorm.bias", np.zeros(H))]
-    write(os.path.join(out, "siglip"), c, t)
+    write(os.path.join(out, "siglip"), c, t,
+          [("preprocessor_config.json", PREPROCESSOR)])
     print(f"wrote {out}/llama3 and {out}/siglip")
 
 

@@ -515,6 +515,38 @@ void writeCheckpointShards(const std::string &dir, int64_t step,
   optimizer.sync();
 }
 
+nlohmann::json hfOriginsOf(const ModelConfig &config) {
+  nlohmann::json origins = nlohmann::json::object();
+  for (const ModuleConfig &module : config.modules) {
+    if (!module.init)
+      continue;
+    if (module.init->format == "hf") {
+      origins[module.name] = module.init->from;
+      continue;
+    }
+    // A mimo checkpoint: what its own state.json records, when it can be
+    // read (an unreadable one is refused when the weights are read).
+    std::string error;
+    std::optional<std::string> step =
+        checkpointStepDir(module.init->from, error);
+    if (!step)
+      continue;
+    const std::string path = (fs::path(*step) / "state.json").string();
+    std::optional<std::string> text =
+        readInputFile(path, kMaxSmallJsonBytes, "the checkpoint state", error);
+    if (!text)
+      continue;
+    Diagnostic syntax;
+    std::optional<nlohmann::json> state = parseJsonText(*text, syntax);
+    if (state && state->is_object() && state->contains("hf_origin") &&
+        (*state)["hf_origin"].is_object() &&
+        (*state)["hf_origin"].contains(module.name) &&
+        (*state)["hf_origin"][module.name].is_string())
+      origins[module.name] = (*state)["hf_origin"][module.name];
+  }
+  return origins;
+}
+
 void finishCheckpoint(const std::string &dir, int64_t step,
                       const ModelConfig &config, const nlohmann::json &layout) {
   fs::path tmp = fs::path(dir) / (stepName(step) + ".tmp");
@@ -538,7 +570,8 @@ void finishCheckpoint(const std::string &dir, int64_t step,
         {"last", learningRate(t, step)},
         {"next", learningRate(t, step + 1)}}},
       {"architecture_digest", architectureDigest(config)},
-      {"layout", layout}};
+      {"layout", layout},
+      {"hf_origin", hfOriginsOf(config)}};
   writeSynced((tmp / "state.json").string(), state.dump(2) + "\n");
   for (const char *name : {kModelFile, kOptimizerFile}) {
     File f((tmp / name).string(), O_RDONLY);

@@ -153,6 +153,13 @@ void beginCheckpoint(const std::string &dir, int64_t step,
 void writeCheckpointShards(const std::string &dir, int64_t step,
                            const CheckpointFiles &files,
                            const HeldParams &held);
+/// Every module's Hugging Face folder of origin, {module: DIR}: its init
+/// folder (format hf), or the one the init checkpoint's state.json records
+/// (format mimo); a module with neither is left out. state.json keeps it
+/// ("hf_origin"): --export-hf takes the pretrained config values and the
+/// tokenizer from there, however many stages later.
+nlohmann::json hfOriginsOf(const ModelConfig &config);
+
 /// Rank 0, after every rank has written: state.json, then step-N.tmp ->
 /// step-N, then DIR/latest; each synced.
 void finishCheckpoint(const std::string &dir, int64_t step,

@@ -377,7 +377,7 @@ void visionProblems(const HfFolder &folder, const ModuleConfig &module,
                                        : "has no class token") +
                     "; the tower and the strategy disagree");
   }
-  if (!folder.projectorPrefix.empty()) {
+  if (!folder.layout.projector.empty()) {
     const std::string pact = l.text("projector_hidden_act", "gelu");
     l.choice("projector_activation", "projector_hidden_act",
              module.projectorActivation,

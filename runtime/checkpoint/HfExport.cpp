@@ -8,6 +8,8 @@
 #include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/device/KernelBodies.h"
+#include "runtime/json/JsonReader.h"
+#include "runtime/support/InputFile.h"
 
 #include <cerrno>
 #include <cmath>
@@ -22,9 +24,22 @@ namespace mimo::exec {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+/// A double that holds an integer as a JSON integer (transformers reads
+/// original_max_position_embeddings as an int), else as it is.
+nlohmann::ordered_json number(double x) {
+  if (std::isfinite(x) && std::floor(x) == x && std::fabs(x) < 9.0e15)
+    return static_cast<int64_t>(x);
+  return x;
+}
+
+} // namespace
+
 nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
                                   const ModuleConfig &m,
-                                  const std::string &dtype) {
+                                  const std::string &dtype,
+                                  const nlohmann::json &pretrained) {
   const bool qwen = m.qkvBias;
   nlohmann::ordered_json c;
   c["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
@@ -37,6 +52,8 @@ nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
   c["num_key_value_heads"] = m.kvHeads();
   c["head_dim"] = m.hiddenSize / m.numHeads;
   c["hidden_act"] = "silu";
+  // What the pretrained model was made for, not this run's seq_length
+  // (which is only a floor).
   c["max_position_embeddings"] = config.batch.seqLength;
   c["rms_norm_eps"] = m.normEps;
   c["rope_theta"] = m.ropeTheta;
@@ -46,7 +63,7 @@ nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
                          {"low_freq_factor", m.ropeScaling->lowFreqFactor},
                          {"high_freq_factor", m.ropeScaling->highFreqFactor},
                          {"original_max_position_embeddings",
-                          m.ropeScaling->originalMaxPositions}};
+                          number(m.ropeScaling->originalMaxPositions)}};
   else
     c["rope_scaling"] = nullptr;
   c["tie_word_embeddings"] = m.tieEmbeddings;
@@ -57,6 +74,20 @@ nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
   c["attention_dropout"] = 0.0;
   c["initializer_range"] = 0.02;
   c["use_cache"] = true;
+  // The pretrained folder's values as it wrote them (an eos list stays a
+  // list, integers stay integers); init checked them against the arch.
+  if (pretrained.is_object()) {
+    for (const char *key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (pretrained.contains(key) && !pretrained[key].is_null())
+        c[key] = pretrained[key];
+    if (pretrained.contains("max_position_embeddings") &&
+        pretrained["max_position_embeddings"].is_number_integer() &&
+        pretrained["max_position_embeddings"].get<int64_t>() > 0)
+      c["max_position_embeddings"] = pretrained["max_position_embeddings"];
+    if (m.ropeScaling && pretrained.contains("rope_scaling") &&
+        pretrained["rope_scaling"].is_object())
+      c["rope_scaling"] = pretrained["rope_scaling"];
+  }
   c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   c["transformers_version"] = "4.45.0";
   return c;
@@ -94,6 +125,50 @@ nlohmann::ordered_json hfVisionConfigOf(const ModelConfig &config,
   return c;
 }
 
+std::string llavaProblem(const ModuleConfig &encoder) {
+  std::string why;
+  if (!visionFamilyOf(encoder, why))
+    return "it is not a CLIP or SigLIP tower: " + why;
+  if (encoder.finalNorm)
+    return "its final_norm normalises the rows it passes on, and LLaVA "
+           "takes the tower's hidden states before post_layernorm";
+  return "";
+}
+
+nlohmann::ordered_json hfLlavaConfigOf(const ModelConfig &config,
+                                       const ModuleConfig &encoder,
+                                       const std::string &dtype,
+                                       const nlohmann::json &pretrained) {
+  const ModuleConfig &language = config.language();
+  nlohmann::ordered_json vision = hfVisionConfigOf(config, encoder, dtype);
+  for (const char *key :
+       {"architectures", "vision_feature_layer",
+        "vision_feature_select_strategy", "projector_hidden_act",
+        "projector_hidden_size", "transformers_version"})
+    vision.erase(key);
+  nlohmann::ordered_json text = hfConfigOf(config, language, dtype, pretrained);
+  text.erase("architectures");
+  text.erase("transformers_version");
+  const int64_t grid = encoder.maxPositions - (encoder.classToken ? 1 : 0);
+  nlohmann::ordered_json c;
+  c["architectures"] = {"LlavaForConditionalGeneration"};
+  c["model_type"] = "llava";
+  c["image_token_index"] = encoder.specialTokenId;
+  c["image_seq_length"] = grid;
+  c["projector_hidden_act"] = hfActivationName(encoder.projectorActivation);
+  c["multimodal_projector_bias"] = true;
+  c["vision_feature_layer"] = encoder.outputLayer;
+  c["vision_feature_select_strategy"] = encoder.classToken ? "default" : "full";
+  if (text.contains("pad_token_id"))
+    c["pad_token_id"] = text["pad_token_id"];
+  c["tie_word_embeddings"] = language.tieEmbeddings;
+  c["text_config"] = std::move(text);
+  c["vision_config"] = std::move(vision);
+  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  c["transformers_version"] = "4.45.0";
+  return c;
+}
+
 namespace {
 
 struct OutTensor {
@@ -116,9 +191,239 @@ std::vector<float> readTensor(File &file, const safetensors::Header &header,
 
 } // namespace
 
+namespace {
+
+/// One folder to write: where, its tensors and config, and the files
+/// copied in beside them (from their folders, under their names).
+struct OutFolder {
+  fs::path final, partial;
+  std::string label;
+  std::vector<OutTensor> tensors;
+  nlohmann::ordered_json config;
+  std::vector<fs::path> copies;
+};
+
+/// Appends `module`'s tensors under `layout`'s names; "" or the error.
+std::string addTensors(const ModelConfig &config, const ModuleConfig &module,
+                       const HfLayout &layout, int64_t esize,
+                       std::vector<OutTensor> &tensors) {
+  const bool language = module.kind == ModuleKind::Language;
+  for (const ParamSpec &spec :
+       stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
+    std::optional<HfSource> source = language
+                                         ? hfLanguageSource(layout, spec.local)
+                                         : hfVisionSource(layout, spec.local);
+    if (!source)
+      return "mimo-run: error: parameter '" + spec.name() +
+             "' has no Hugging Face name";
+    OutTensor t;
+    t.name = source->name;
+    t.source = spec.name();
+    t.rows = spec.rows, t.cols = spec.cols;
+    t.transposed = source->transposed;
+    t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
+              : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
+                             : std::vector<int64_t>{spec.rows, spec.cols};
+    if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
+      const PatchGeometry patch = patchGeometryOf(module.featureDim);
+      t.shape = {spec.cols, patch.channels, patch.patch, patch.patch};
+    }
+    t.bytes = spec.rows * spec.cols * esize;
+    tensors.push_back(std::move(t));
+  }
+  return "";
+}
+
+/// The Hugging Face folder `module`'s weights came from: what the
+/// checkpoint records (hfOriginsOf when it was saved), else what the
+/// plan's config says; "" for none.
+std::string originOf(const Checkpoint &ckpt, const ModelConfig &config,
+                     const ModuleConfig &module) {
+  const nlohmann::json &state = ckpt.state;
+  if (state.is_object() && state.contains("hf_origin") &&
+      state["hf_origin"].is_object() &&
+      state["hf_origin"].contains(module.name) &&
+      state["hf_origin"][module.name].is_string())
+    return state["hf_origin"][module.name].get<std::string>();
+  const nlohmann::json origins = hfOriginsOf(config);
+  return origins.contains(module.name) ? origins[module.name].get<std::string>()
+                                       : "";
+}
+
+/// The language part of `dir`'s config.json (a LLaVA config's
+/// text_config); null, with a note, when it cannot be read.
+nlohmann::json pretrainedText(const std::string &dir,
+                              std::vector<std::string> &notes) {
+  std::string error;
+  const std::string path = (fs::path(dir) / "config.json").string();
+  std::optional<std::string> text =
+      readInputFile(path, kMaxSmallJsonBytes, "the Hugging Face config", error);
+  Diagnostic syntax;
+  std::optional<nlohmann::json> c =
+      text ? parseJsonText(*text, syntax) : std::nullopt;
+  if (!c || !c->is_object()) {
+    notes.push_back("note: " + (text ? path + ": " + syntax.message : error) +
+                    ": bos/eos ids and max_position_embeddings are not the "
+                    "pretrained ones");
+    return nullptr;
+  }
+  if (c->contains("text_config") && (*c)["text_config"].is_object())
+    return (*c)["text_config"];
+  return *c;
+}
+
+/// What transformers' tokenizers and generate() read beside a model.
+constexpr const char *kTokenizerFiles[] = {"tokenizer.json",
+                                           "tokenizer.model",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "added_tokens.json",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "chat_template.jinja",
+                                           "chat_template.json",
+                                           "generation_config.json"};
+/// What LLaVA's processor reads (an image processor's, the processor's).
+constexpr const char *kProcessorFiles[] = {"preprocessor_config.json",
+                                           "processor_config.json"};
+
+/// Adds the regular files of `names` found in `dir` (a symbolic link, as
+/// in the Hugging Face cache, is followed) not already in `copies`.
+template <size_t N>
+void addCopies(const std::string &dir, const char *const (&names)[N],
+               std::vector<fs::path> &copies) {
+  std::error_code ec;
+  for (const char *name : names) {
+    const fs::path file = fs::path(dir) / name;
+    bool taken = false;
+    for (const fs::path &c : copies)
+      taken = taken || c.filename() == name;
+    if (!taken && fs::is_regular_file(file, ec))
+      copies.push_back(file);
+  }
+}
+
+std::string copiedNames(const std::vector<fs::path> &copies) {
+  std::string names;
+  for (const fs::path &c : copies)
+    names += (names.empty() ? "" : ", ") + c.filename().string();
+  return names;
+}
+
+/// Writes `f`'s safetensors (sharded at `shardBytes`), index, config and
+/// copies into f.partial; returns how many safetensors files; throws
+/// std::runtime_error naming the file.
+size_t writeFolder(const OutFolder &f, const Checkpoint &ckpt,
+                   const std::string &modelPath, const std::string &dtype,
+                   int64_t shardBytes) {
+  const std::vector<OutTensor> &tensors = f.tensors;
+  // Shards of at most shardBytes (a larger tensor alone in its own).
+  std::vector<std::vector<size_t>> shards(1);
+  int64_t filled = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!shards.back().empty() && filled + tensors[i].bytes > shardBytes) {
+      shards.emplace_back();
+      filled = 0;
+    }
+    shards.back().push_back(i);
+    filled += tensors[i].bytes;
+  }
+  nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+  int64_t total = 0;
+  File model(modelPath, O_RDONLY | O_CLOEXEC);
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    if (shards.size() == 1)
+      std::snprintf(name, sizeof name, "model.safetensors");
+    else
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors",
+                    s + 1, shards.size());
+    safetensors::Header header;
+    header.metadata = {{"format", "pt"}};
+    for (size_t i : shards[s])
+      header.tensors.push_back({tensors[i].name,
+                                dtype == "bf16" ? "BF16" : "F32",
+                                tensors[i].shape, 0, 0});
+    const fs::path file = f.partial / name;
+    std::ofstream os(file, std::ios::binary);
+    os << safetensors::encodeHeader(header);
+    for (size_t i : shards[s]) {
+      const OutTensor &t = tensors[i];
+      const safetensors::TensorEntry *entry = ckpt.model.find(t.source);
+      if (!entry)
+        throw std::runtime_error(modelPath + ": error: no tensor '" + t.source +
+                                 "'");
+      std::vector<float> v = readTensor(model, ckpt.model, *entry);
+      for (size_t k = 0; k < v.size(); ++k)
+        if (!std::isfinite(v[k]))
+          throw std::runtime_error(
+              modelPath + ": error: tensor '" + t.source + "' holds " +
+              std::to_string(v[k]) + " at element " + std::to_string(k) +
+              ": the checkpoint is not finite (training diverged, or the "
+              "file is damaged); nothing is exported: export an earlier "
+              "step (--load DIR/step-N)");
+      std::vector<float> hf(v.size());
+      for (int64_t r = 0; r < t.rows; ++r)
+        for (int64_t c = 0; c < t.cols; ++c)
+          hf[static_cast<size_t>(t.transposed ? c * t.rows + r
+                                              : r * t.cols + c)] =
+              v[static_cast<size_t>(r * t.cols + c)];
+      if (dtype == "bf16") {
+        std::vector<uint16_t> bits(hf.size());
+        for (size_t k = 0; k < hf.size(); ++k)
+          bits[k] = device::bodies::bf16Bits(hf[k]);
+        os.write(reinterpret_cast<const char *>(bits.data()),
+                 static_cast<std::streamsize>(bits.size() * 2));
+      } else {
+        os.write(reinterpret_cast<const char *>(hf.data()),
+                 static_cast<std::streamsize>(hf.size() * 4));
+      }
+      weightMap[t.name] = name;
+      total += t.bytes;
+    }
+    os.close();
+    if (!os)
+      throw std::runtime_error(file.string() + ": error: cannot write it");
+  }
+  auto writeJson = [&](const char *name, const nlohmann::ordered_json &doc) {
+    std::ofstream os(f.partial / name);
+    os << doc.dump(2) << "\n";
+    os.close();
+    if (!os)
+      throw std::runtime_error((f.partial / name).string() +
+                               ": error: cannot write it");
+  };
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weightMap;
+    writeJson("model.safetensors.index.json", index);
+  }
+  writeJson("config.json", f.config);
+  for (const fs::path &from : f.copies) {
+    std::error_code ec;
+    fs::copy_file(from, f.partial / from.filename(), ec);
+    if (ec)
+      throw std::runtime_error(from.string() + ": error: cannot copy it into " +
+                               f.partial.string() + ": " + ec.message());
+  }
+  return shards.size();
+}
+
+/// Whether `path` is absent or an empty folder (an export may go there).
+bool freeForExport(const fs::path &path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec)))
+    return true;
+  return fs::is_directory(fs::symlink_status(path, ec)) &&
+         fs::is_empty(path, ec) && !ec;
+}
+
+} // namespace
+
 std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
-                     const std::string &out, const std::string &dtype,
-                     std::vector<std::string> &written, int64_t shardBytes) {
+                     const std::string &out, const HfExportOptions &options,
+                     std::vector<std::string> &written) {
   std::string error;
   std::optional<Checkpoint> ckpt =
       openCheckpoint(checkpoint, config, error, /*otherRun=*/true);
@@ -126,183 +431,171 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     return error;
   const std::string modelPath =
       (fs::path(ckpt->dir) / "model.safetensors").string();
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec)
-    return out + ": error: cannot create it: " + ec.message();
+  const std::string &dtype = options.dtype;
   const int64_t esize = dtype == "bf16" ? 2 : 4;
+  fs::path target = fs::path(out).lexically_normal();
+  if (!target.has_filename())
+    target = target.parent_path();
+  if (target.empty())
+    target = ".";
+
+  // The folders, decided before anything is written.
+  const ModuleConfig &language = config.language();
+  std::vector<std::string> notes;
+  const std::string languageOrigin = originOf(*ckpt, config, language);
+  const nlohmann::json pretrained = languageOrigin.empty()
+                                        ? nlohmann::json(nullptr)
+                                        : pretrainedText(languageOrigin, notes);
+  std::vector<OutFolder> folders;
+  auto languageCopies = [&](OutFolder &f) {
+    if (languageOrigin.empty())
+      notes.push_back("note: module '" + language.name +
+                      "' did not start from a Hugging Face folder: no "
+                      "tokenizer or generation_config.json copied (add the "
+                      "tokenizer's files to " +
+                      f.final.string() + " yourself)");
+    else
+      addCopies(languageOrigin, kTokenizerFiles, f.copies);
+  };
+  if (options.perModule) {
+    for (const ModuleConfig &module : config.modules) {
+      const bool isLanguage = module.kind == ModuleKind::Language;
+      std::string why;
+      if (!isLanguage && !visionFamilyOf(module, why)) {
+        notes.push_back("note: module '" + module.name +
+                        "' (an encoder) is not exported: " + why +
+                        " (its weights stay in " + ckpt->dir + ")");
+        continue;
+      }
+      OutFolder f;
+      f.final = target / module.name;
+      f.label = "module '" + module.name + "'";
+      HfLayout layout;
+      if (!isLanguage)
+        layout.projector = "multi_modal_projector.";
+      if (std::string e = addTensors(config, module, layout, esize, f.tensors);
+          !e.empty())
+        return e;
+      if (isLanguage) {
+        f.config = hfConfigOf(config, module, dtype, pretrained);
+        languageCopies(f);
+      } else {
+        f.config = hfVisionConfigOf(config, module, dtype);
+        if (std::string origin = originOf(*ckpt, config, module);
+            !origin.empty())
+          addCopies(origin, kProcessorFiles, f.copies);
+      }
+      folders.push_back(std::move(f));
+    }
+  } else {
+    std::vector<const ModuleConfig *> encoders;
+    for (const ModuleConfig &module : config.modules)
+      if (module.kind != ModuleKind::Language)
+        encoders.push_back(&module);
+    OutFolder f;
+    f.final = target;
+    if (encoders.size() > 1) {
+      std::string names;
+      for (const ModuleConfig *e : encoders)
+        names += (names.empty() ? "'" : ", '") + e->name + "'";
+      return "mimo-run: error: --export-hf writes one Hugging Face folder, "
+             "and a LLaVA folder holds one image encoder; this model has " +
+             std::to_string(encoders.size()) + " encoders (" + names +
+             "): write a folder per module with --export-hf-per-module "
+             "(nothing was written)";
+    }
+    if (encoders.empty()) {
+      f.label = "module '" + language.name + "'";
+      if (std::string e =
+              addTensors(config, language, HfLayout{}, esize, f.tensors);
+          !e.empty())
+        return e;
+      f.config = hfConfigOf(config, language, dtype, pretrained);
+      languageCopies(f);
+    } else {
+      const ModuleConfig &encoder = *encoders[0];
+      if (std::string problem = llavaProblem(encoder); !problem.empty())
+        return "mimo-run: error: --export-hf writes one LLaVA folder, and "
+               "module '" +
+               encoder.name + "' cannot be its tower: " + problem +
+               "; write a folder per module with --export-hf-per-module "
+               "(nothing was written)";
+      f.label =
+          "LLaVA (modules '" + encoder.name + "', '" + language.name + "')";
+      const HfLayout layout = HfLayout::llavaBefore452();
+      for (const ModuleConfig *module : {&encoder, &language})
+        if (std::string e =
+                addTensors(config, *module, layout, esize, f.tensors);
+            !e.empty())
+          return e;
+      f.config = hfLlavaConfigOf(config, encoder, dtype, pretrained);
+      languageCopies(f);
+      if (!languageOrigin.empty())
+        addCopies(languageOrigin, kProcessorFiles, f.copies);
+      if (std::string origin = originOf(*ckpt, config, encoder);
+          !origin.empty())
+        addCopies(origin, kProcessorFiles, f.copies);
+    }
+    folders.push_back(std::move(f));
+  }
+
   // All or nothing: every target checked before anything is written, each
-  // module staged in a hidden folder, all moved into place at the end.
-  for (const ModuleConfig &module : config.modules) {
-    std::string why;
-    if (module.kind != ModuleKind::Language && !visionFamilyOf(module, why))
-      continue;
-    const fs::path final = fs::path(out) / module.name;
-    if (fs::exists(final, ec))
-      return final.string() +
+  // folder staged beside its place, all moved into place at the end.
+  std::error_code ec;
+  for (OutFolder &f : folders) {
+    if (!freeForExport(f.final))
+      return f.final.string() +
              ": error: it exists; remove it or give another --export-hf "
              "folder (nothing is overwritten, nothing was written)";
+    f.partial = f.final.parent_path() /
+                ("." + f.final.filename().string() + ".partial");
   }
-  std::vector<std::pair<fs::path, fs::path>> staged; // partial -> final
+  std::vector<const OutFolder *> staged;
   auto discard = [&] {
-    for (const auto &entry : staged)
-      fs::remove_all(entry.first, ec);
+    for (const OutFolder *f : staged)
+      fs::remove_all(f->partial, ec);
   };
   std::vector<std::string> done;
-  for (const ModuleConfig &module : config.modules) {
-    const bool language = module.kind == ModuleKind::Language;
-    std::string why;
-    if (!language && !visionFamilyOf(module, why)) {
-      written.push_back("module '" + module.name +
-                        "' (an encoder): not exported: " + why +
-                        " (its weights stay in " + ckpt->dir + ")");
-      continue;
-    }
-    const std::string visionPrefix = "vision_model.",
-                      projectorPrefix = "multi_modal_projector.";
-    const fs::path final = fs::path(out) / module.name;
-    // The tensors, in the checkpoint's parameter order.
-    std::vector<OutTensor> tensors;
-    for (const ParamSpec &spec :
-         stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
-      std::optional<HfSource> source =
-          language ? hfLanguageSource("", spec.local)
-                   : hfVisionSource(visionPrefix, projectorPrefix, spec.local);
-      if (!source) {
-        discard();
-        return "mimo-run: error: parameter '" + spec.name() +
-               "' has no Hugging Face name";
-      }
-      OutTensor t;
-      t.name = source->name;
-      t.source = spec.name();
-      t.rows = spec.rows, t.cols = spec.cols;
-      t.transposed = source->transposed;
-      t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
-                : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
-                               : std::vector<int64_t>{spec.rows, spec.cols};
-      if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
-        const PatchGeometry patch = patchGeometryOf(module.featureDim);
-        t.shape = {spec.cols, patch.channels, patch.patch, patch.patch};
-      }
-      t.bytes = spec.rows * spec.cols * esize;
-      tensors.push_back(std::move(t));
-    }
-    // Shards of at most shardBytes (a larger tensor alone in its own).
-    std::vector<std::vector<size_t>> shards(1);
-    int64_t filled = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!shards.back().empty() && filled + tensors[i].bytes > shardBytes) {
-        shards.emplace_back();
-        filled = 0;
-      }
-      shards.back().push_back(i);
-      filled += tensors[i].bytes;
-    }
-    const fs::path partial = fs::path(out) / ("." + module.name + ".partial");
-    fs::remove_all(partial, ec);
-    fs::create_directories(partial, ec);
+  for (const OutFolder &f : folders) {
+    const fs::path parent = f.final.parent_path();
+    if (!parent.empty())
+      fs::create_directories(parent, ec);
+    fs::remove_all(f.partial, ec);
+    fs::create_directories(f.partial, ec);
     if (ec) {
       discard();
-      return partial.string() + ": error: cannot create it: " + ec.message();
+      return f.partial.string() + ": error: cannot create it: " + ec.message();
     }
-    staged.emplace_back(partial, final);
-    nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
-    int64_t total = 0;
+    staged.push_back(&f);
+    size_t files = 0;
     try {
-      File model(modelPath, O_RDONLY | O_CLOEXEC);
-      for (size_t s = 0; s < shards.size(); ++s) {
-        char name[64];
-        if (shards.size() == 1)
-          std::snprintf(name, sizeof name, "model.safetensors");
-        else
-          std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors",
-                        s + 1, shards.size());
-        safetensors::Header header;
-        header.metadata = {{"format", "pt"}};
-        for (size_t i : shards[s])
-          header.tensors.push_back({tensors[i].name,
-                                    dtype == "bf16" ? "BF16" : "F32",
-                                    tensors[i].shape, 0, 0});
-        const fs::path file = partial / name;
-        std::ofstream os(file, std::ios::binary);
-        os << safetensors::encodeHeader(header);
-        for (size_t i : shards[s]) {
-          const OutTensor &t = tensors[i];
-          const safetensors::TensorEntry *entry = ckpt->model.find(t.source);
-          if (!entry)
-            throw std::runtime_error(modelPath + ": error: no tensor '" +
-                                     t.source + "'");
-          std::vector<float> v = readTensor(model, ckpt->model, *entry);
-          for (size_t k = 0; k < v.size(); ++k)
-            if (!std::isfinite(v[k]))
-              throw std::runtime_error(
-                  modelPath + ": error: tensor '" + t.source + "' holds " +
-                  std::to_string(v[k]) + " at element " + std::to_string(k) +
-                  ": the checkpoint is not finite (training diverged, or the "
-                  "file is damaged); nothing is exported: export an earlier "
-                  "step (--load DIR/step-N)");
-          std::vector<float> hf(v.size());
-          for (int64_t r = 0; r < t.rows; ++r)
-            for (int64_t c = 0; c < t.cols; ++c)
-              hf[static_cast<size_t>(t.transposed ? c * t.rows + r
-                                                  : r * t.cols + c)] =
-                  v[static_cast<size_t>(r * t.cols + c)];
-          if (dtype == "bf16") {
-            std::vector<uint16_t> bits(hf.size());
-            for (size_t k = 0; k < hf.size(); ++k)
-              bits[k] = device::bodies::bf16Bits(hf[k]);
-            os.write(reinterpret_cast<const char *>(bits.data()),
-                     static_cast<std::streamsize>(bits.size() * 2));
-          } else {
-            os.write(reinterpret_cast<const char *>(hf.data()),
-                     static_cast<std::streamsize>(hf.size() * 4));
-          }
-          weightMap[t.name] = name;
-          total += t.bytes;
-        }
-        os.close();
-        if (!os)
-          throw std::runtime_error(file.string() + ": error: cannot write it");
-      }
+      files = writeFolder(f, *ckpt, modelPath, dtype, options.shardBytes);
     } catch (const std::exception &e) {
       discard();
       return e.what();
     }
-    if (shards.size() > 1) {
-      nlohmann::ordered_json index;
-      index["metadata"] = {{"total_size", total}};
-      index["weight_map"] = weightMap;
-      std::ofstream(partial / "model.safetensors.index.json")
-          << index.dump(2) << "\n";
-    }
-    std::ofstream cfg(partial / "config.json");
-    cfg << (language ? hfConfigOf(config, module, dtype)
-                     : hfVisionConfigOf(config, module, dtype))
-               .dump(2)
-        << "\n";
-    cfg.close();
-    if (!cfg) {
-      discard();
-      return (partial / "config.json").string() + ": error: cannot write it";
-    }
-    done.push_back("module '" + module.name + "': " + final.string() + " (" +
-                   std::to_string(tensors.size()) + " tensors, " + dtype +
-                   ", " + std::to_string(shards.size()) +
-                   (shards.size() == 1 ? " file)" : " shards)"));
+    std::string line = f.label + ": " + f.final.string() + " (" +
+                       std::to_string(f.tensors.size()) + " tensors, " + dtype +
+                       ", " + std::to_string(files) +
+                       (files == 1 ? " file" : " shards");
+    if (!f.copies.empty())
+      line += "; copied " + copiedNames(f.copies);
+    done.push_back(line + ")");
   }
-  // Every module written: now into place.
+  // Every folder written: now into place (an empty folder there gives way).
   for (size_t i = 0; i < staged.size(); ++i) {
-    fs::rename(staged[i].first, staged[i].second, ec);
+    fs::remove(staged[i]->final, ec); // only ever an empty folder
+    fs::rename(staged[i]->partial, staged[i]->final, ec);
     if (ec) {
       for (size_t j = 0; j < i; ++j)
-        fs::remove_all(staged[j].second, ec);
+        fs::remove_all(staged[j]->final, ec);
       discard();
-      return staged[i].second.string() +
+      return staged[i]->final.string() +
              ": error: cannot move the export there; nothing was exported";
     }
   }
   written.insert(written.end(), done.begin(), done.end());
+  written.insert(written.end(), notes.begin(), notes.end());
   return "";
 }
 

@@ -1,16 +1,23 @@
 //===- HfExport.h - Hugging Face model folders out --------------*- C++ -*-===//
 //
 // docs/pretrained.md: `mimo-run PLAN --load CKPT --export-hf OUT` writes,
-// without training, each module of a checkpoint as a Hugging Face folder
-// OUT/<module>: the language model's config.json (Llama, or Qwen2 with
-// qkv_bias), an encoder's as a CLIP or SigLIP vision model's (with LLaVA's
-// projector, multi_modal_projector, beside the tower); the tensors under
-// the names and layouts transformers reads (checkpoint/HfNames.h, linear
+// without training, a checkpoint as one Hugging Face folder OUT: a language
+// model alone as its family's (Llama, or Qwen2 with qkv_bias), a language
+// model with one CLIP or SigLIP image encoder as a
+// LlavaForConditionalGeneration folder (the names transformers writes
+// before 4.52, which every version reads). `--export-hf-per-module` writes
+// a folder per module instead, OUT/<module> (an encoder as a CLIP or SigLIP
+// vision model with LLaVA's projector beside the tower). Tensors under the
+// names and layouts transformers reads (checkpoint/HfNames.h, linear
 // weights transposed back to [out, in], the patch weight as the
 // convolution's [hidden, C, p, p]), in bf16 or fp32, in one
 // model.safetensors or shards of at most `shardBytes` with
-// model.safetensors.index.json. `"init": {"format": "hf"}` reads it back
-// bit for bit. An encoder of neither family is left out, said in a line.
+// model.safetensors.index.json. The language model's config keeps the
+// pretrained folder's bos, eos, pad and max_position_embeddings, and the
+// tokenizer files and generation_config.json found there are copied (the
+// folder the weights came from: the module's init, or the one the init
+// checkpoint records). `"init": {"format": "hf"}` reads it back bit for
+// bit.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_CHECKPOINT_HFEXPORT_H
@@ -29,10 +36,13 @@ namespace mimo::exec {
 inline constexpr int64_t kHfShardBytes = int64_t(5) << 30; // 5 GiB
 
 /// The config.json of `module` (the language model) as transformers reads
-/// it; `dtype` "bf16" or "fp32".
+/// it; `dtype` "bf16" or "fp32". `pretrained` (the text part of the config
+/// the weights came from, or null) gives bos_token_id, eos_token_id,
+/// pad_token_id, max_position_embeddings and rope_scaling as they were.
 nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
                                   const ModuleConfig &module,
-                                  const std::string &dtype);
+                                  const std::string &dtype,
+                                  const nlohmann::json &pretrained = nullptr);
 
 /// The config.json of an encoder whose arch is a CLIP or SigLIP tower's
 /// (checkpoint/HfNames.h visionFamilyOf), with LLaVA's keys for its
@@ -41,13 +51,31 @@ nlohmann::ordered_json hfVisionConfigOf(const ModelConfig &config,
                                         const ModuleConfig &module,
                                         const std::string &dtype);
 
-/// Writes the folders; returns "" or the error ("PATH: error: ...").
-/// Nothing is left half-written: each folder is written beside its place
-/// and moved there when complete. `written` gets one line per folder.
+/// A LlavaForConditionalGeneration config.json: text_config, vision_config,
+/// projector_hidden_act, vision_feature_layer and _select_strategy,
+/// image_token_index (the encoder's special_token_id), image_seq_length.
+nlohmann::ordered_json
+hfLlavaConfigOf(const ModelConfig &config, const ModuleConfig &encoder,
+                const std::string &dtype,
+                const nlohmann::json &pretrained = nullptr);
+
+/// Why `encoder` cannot be a LLaVA folder's tower, or "".
+std::string llavaProblem(const ModuleConfig &encoder);
+
+struct HfExportOptions {
+  std::string dtype = "fp32"; // "bf16" or "fp32"
+  bool perModule = false;     // OUT/<module>, not one folder OUT
+  int64_t shardBytes = kHfShardBytes;
+};
+
+/// Writes the folder (or folders); returns "" or the error ("PATH: error:
+/// ..."). Nothing is left half-written: each folder is written beside its
+/// place and moved there when all are complete; an existing folder (but an
+/// empty one) is never written over. `written` gets one line per folder
+/// and per note.
 std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
-                     const std::string &out, const std::string &dtype,
-                     std::vector<std::string> &written,
-                     int64_t shardBytes = kHfShardBytes);
+                     const std::string &out, const HfExportOptions &options,
+                     std::vector<std::string> &written);
 
 } // namespace mimo::exec
 

@@ -30,15 +30,15 @@ int64_t squareRoot(int64_t n) {
 
 } // namespace
 
-std::optional<HfSource> hfLanguageSource(const std::string &prefix,
+std::optional<HfSource> hfLanguageSource(const HfLayout &layout,
                                          const std::string &local) {
-  const std::string m = prefix + "model.";
+  const std::string &m = layout.languageBody;
   if (local == "embedding")
     return HfSource{m + "embed_tokens.weight", false};
   if (local == "final_norm")
     return HfSource{m + "norm.weight", false};
   if (local == "head")
-    return HfSource{prefix + "lm_head.weight", true};
+    return HfSource{layout.languageHead + "lm_head.weight", true};
   auto layer = splitLayer(local);
   if (!layer)
     return std::nullopt;
@@ -63,9 +63,10 @@ std::optional<HfSource> hfLanguageSource(const std::string &prefix,
                   it->second.second};
 }
 
-std::optional<HfSource> hfVisionSource(const std::string &visionPrefix,
-                                       const std::string &projectorPrefix,
+std::optional<HfSource> hfVisionSource(const HfLayout &layout,
                                        const std::string &local) {
+  const std::string &visionPrefix = layout.vision,
+                    &projectorPrefix = layout.projector;
   static const std::map<std::string, std::pair<const char *, bool>> top = {
       {"patch.weight", {"embeddings.patch_embedding.weight", true}},
       {"patch.bias", {"embeddings.patch_embedding.bias", false}},

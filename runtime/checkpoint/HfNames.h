@@ -2,12 +2,11 @@
 //
 // docs/pretrained.md's name maps, one table each, read by the importer
 // (checkpoint/HfWeights.h) and the exporter (checkpoint/HfExport.h):
-// - the language model: LlamaForCausalLM's (and Mistral's, Qwen2's) names,
-//   under a prefix ("" or a LLaVA folder's "language_model.");
-// - an encoder: CLIPVisionModel's and SiglipVisionModel's names under a
-//   prefix ("vision_model.", or a LLaVA folder's
-//   "vision_tower.vision_model."), and LLaVA's projector
-//   (multi_modal_projector.linear_1, linear_2).
+// - the language model: LlamaForCausalLM's (and Mistral's, Qwen2's) names;
+// - an encoder: CLIPVisionModel's and SiglipVisionModel's names, and
+//   LLaVA's projector (multi_modal_projector.linear_1, linear_2);
+// each under the prefixes of a layout (HfLayout: a model's own folder, or
+// a LLaVA folder's, before or since transformers 4.52).
 // Linear weights are [out, in] there and [in, out] in mimo (transposed);
 // the patch embedding is a convolution's [hidden, C, p, p], which is the
 // [hidden, C·p·p] of the patch rows' (channel, row, col) order.
@@ -31,16 +30,36 @@ struct HfSource {
   bool transposed = false;
 };
 
+/// Where a folder's names begin: a language model's body (embed_tokens,
+/// layers, norm) and head (lm_head), a vision tower's, LLaVA's projector's
+/// ("" when the folder has none).
+struct HfLayout {
+  std::string languageBody = "model.", languageHead = "";
+  std::string vision = "vision_model.", projector = "";
+  /// A LLaVA folder as transformers before 4.52 writes it (and every
+  /// version reads): language_model.model.*, language_model.lm_head,
+  /// vision_tower.vision_model.*, multi_modal_projector.*. mimo's export.
+  static HfLayout llavaBefore452() {
+    return {"language_model.model.", "language_model.",
+            "vision_tower.vision_model.", "multi_modal_projector."};
+  }
+  /// Since 4.52: model.language_model.*, lm_head,
+  /// model.vision_tower.vision_model.*, model.multi_modal_projector.*.
+  static HfLayout llavaSince452() {
+    return {"model.language_model.", "", "model.vision_tower.vision_model.",
+            "model.multi_modal_projector."};
+  }
+};
+
 /// The language module's parameter `local` (docs/model.md's names);
 /// nullopt for a name no Llama tensor holds.
-std::optional<HfSource> hfLanguageSource(const std::string &prefix,
+std::optional<HfSource> hfLanguageSource(const HfLayout &layout,
                                          const std::string &local);
 
-/// An encoder's parameter `local`: the tower's under `visionPrefix`, the
-/// projector's under `projectorPrefix` (nullopt for the projector when that
-/// is "": the folder has none, and the projector starts from mimo's init).
-std::optional<HfSource> hfVisionSource(const std::string &visionPrefix,
-                                       const std::string &projectorPrefix,
+/// An encoder's parameter `local`: the tower's, the projector's (nullopt
+/// for the projector when the layout has none: the projector starts from
+/// mimo's init).
+std::optional<HfSource> hfVisionSource(const HfLayout &layout,
                                        const std::string &local);
 
 /// Whether a tensor of the vision tower (its name less the prefix) is one

@@ -203,26 +203,34 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
       return std::nullopt;
     }
   folder.fileOf = std::move(held);
-  folder.languagePrefix =
-      folder.find("language_model.model.embed_tokens.weight") ||
-              folder.find("language_model.model.norm.weight")
-          ? "language_model."
-          : "";
-  folder.visionPrefix =
-      folder.find("vision_tower.vision_model.embeddings.patch_embedding.weight")
-          ? "vision_tower.vision_model."
-          : "vision_model.";
-  folder.projectorPrefix = folder.find("multi_modal_projector.linear_1.weight")
-                               ? "multi_modal_projector."
-                               : "";
+  // The layout, by the tensors the folder holds.
+  const HfLayout before = HfLayout::llavaBefore452(),
+                 since = HfLayout::llavaSince452();
+  auto holds = [&](const std::string &prefix, const char *first,
+                   const char *second) {
+    return folder.find(prefix + first) || folder.find(prefix + second);
+  };
+  HfLayout &layout = folder.layout;
+  for (const HfLayout *llava : {&before, &since})
+    if (holds(llava->languageBody, "embed_tokens.weight", "norm.weight")) {
+      layout.languageBody = llava->languageBody;
+      layout.languageHead = llava->languageHead;
+    }
+  for (const HfLayout *llava : {&before, &since}) {
+    if (holds(llava->vision, "embeddings.patch_embedding.weight",
+              "embeddings.position_embedding.weight"))
+      layout.vision = llava->vision;
+    if (holds(llava->projector, "linear_1.weight", "linear_2.weight"))
+      layout.projector = llava->projector;
+  }
   return folder;
 }
 
 std::optional<HfSource> HfFolder::sourceOf(const ModuleConfig &module,
                                            const std::string &local) const {
   if (module.kind == ModuleKind::Language)
-    return hfLanguageSource(languagePrefix, local);
-  return hfVisionSource(visionPrefix, projectorPrefix, local);
+    return hfLanguageSource(layout, local);
+  return hfVisionSource(layout, local);
 }
 
 std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
@@ -273,16 +281,16 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
       continue;
     bool ours = false, unused = false;
     if (language) {
-      const std::string &prefix = folder.languagePrefix;
-      ours = name.rfind(prefix + "model.", 0) == 0 ||
-             name.rfind(prefix + "lm_head.", 0) == 0;
-      unused = ignoredTensor(name, prefix, module.tieEmbeddings);
-    } else if (name.rfind(folder.visionPrefix, 0) == 0) {
+      const HfLayout &l = folder.layout;
+      ours = name.rfind(l.languageBody, 0) == 0 ||
+             name.rfind(l.languageHead + "lm_head.", 0) == 0;
+      unused = ignoredTensor(name, l.languageHead, module.tieEmbeddings);
+    } else if (name.rfind(folder.layout.vision, 0) == 0) {
       ours = true;
-      unused = hfVisionUnused(name.substr(folder.visionPrefix.size()), module);
+      unused = hfVisionUnused(name.substr(folder.layout.vision.size()), module);
     } else {
-      ours = !folder.projectorPrefix.empty() &&
-             name.rfind(folder.projectorPrefix, 0) == 0;
+      ours = !folder.layout.projector.empty() &&
+             name.rfind(folder.layout.projector, 0) == 0;
     }
     if (!ours || unused)
       continue;

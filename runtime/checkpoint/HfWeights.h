@@ -48,11 +48,11 @@ struct HfFolder {
   std::vector<File> files;
   /// Tensor name -> its file (an index into `files`).
   std::map<std::string, size_t> fileOf;
-  /// Where the language model's names begin ("" or "language_model."),
-  /// the vision tower's ("vision_model." or "vision_tower.vision_model."),
-  /// and LLaVA's projector's ("multi_modal_projector.", or "" when the
-  /// folder has no projector).
-  std::string languagePrefix, visionPrefix, projectorPrefix;
+  /// Where the language model's, the vision tower's and LLaVA's
+  /// projector's names begin: a model's own folder, or a LLaVA folder of
+  /// either layout (before or since transformers 4.52), told apart by the
+  /// tensors it holds.
+  HfLayout layout;
 
   const safetensors::TensorEntry *find(const std::string &name) const;
   /// The tensor `module`'s parameter `local` comes from; nullopt when the

@@ -585,41 +585,67 @@ else
     python3 "$here/compare_metrics.py" "$work/ls.mpi.jsonl" "$work/ls.ref.jsonl" 2 &&
     pass "pretrained example: stage 1 from Hugging Face folders, mpirun matches --reference" ||
     { cat "$work/ls.out"; fail "pretrained example"; }
+  # One LLaVA folder out (SPEC §28): the pretrained bos/eos ids and
+  # max_position_embeddings kept, integers integers, the generation,
+  # tokenizer and image processor configs copied; stage 2 starts from it.
   "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
     --export-hf "$pre/out" >"$work/ls-export.out" 2>&1 &&
-    grep -q "exported module 'images'" "$work/ls-export.out" &&
-    grep -q "exported module 'language'" "$work/ls-export.out" &&
+    grep -q "exported LLaVA (modules 'images', 'language')" "$work/ls-export.out" &&
     python3 - "$pre" <<'PY' &&
-import json, sys
+import json, os, sys
 pre = sys.argv[1]
+c = json.load(open(f"{pre}/out/config.json"))
+t, v = c["text_config"], c["vision_config"]
+want = [(c["architectures"], ["LlavaForConditionalGeneration"]),
+        (c["image_token_index"], 1000), (c["vision_feature_layer"], -2),
+        (c["vision_feature_select_strategy"], "full"),
+        (c["projector_hidden_act"], "gelu"), (c["image_seq_length"], 16),
+        (t["bos_token_id"], 1001), (t["eos_token_id"], 1002),
+        (t["max_position_embeddings"], 512),
+        (type(t["rope_scaling"]["original_max_position_embeddings"]), int),
+        (v["model_type"], "siglip_vision_model"), (v["image_size"], 56)]
+bad = [(got, exp) for got, exp in want if got != exp]
+assert not bad, bad
+for name in ("generation_config.json", "tokenizer_config.json",
+             "preprocessor_config.json"):
+    assert os.path.isfile(f"{pre}/out/{name}"), name
+assert json.load(open(f"{pre}/out/generation_config.json"))["top_p"] == 0.9
 model = json.load(open(f"{pre}/llava-siglip.json"))
 for module in model["modules"]:
-    module["init"]["from"] = "out/" + module["name"]
+    module["init"]["from"] = "out"  # one folder starts both modules
 model["modules"][1].pop("freeze")  # stage 2: the language model trains
 json.dump(model, open(f"{pre}/stage2.json", "w"))
 PY
     "$bin/mimoc" compile -q "$pre/stage2.json" -o "$work/stage2.plan.json" &&
     "$bin/mimo-run" "$work/stage2.plan.json" --steps 2 >"$work/ls2.out" 2>&1 &&
-    pass "pretrained example: exported as two Hugging Face folders, stage 2 starts from them" ||
+    pass "pretrained example: exported as one LLaVA folder, stage 2 starts from it" ||
     { cat "$work/ls-export.out" "$work/ls2.out"; fail "pretrained example export"; }
-  # Round 3: --export-hf is all or nothing. A folder of one module already
-  # there: exit 1 before anything is written (the other module is not).
-  mkdir -p "$pre/again/language"
+  # --export-hf-per-module: today's folder per module.
+  "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
+    --export-hf "$pre/per-module" --export-hf-per-module >"$work/ls-pm.out" 2>&1 &&
+    [ -f "$pre/per-module/images/config.json" ] &&
+    [ -f "$pre/per-module/language/tokenizer_config.json" ] &&
+    [ "$(ls -A "$pre/per-module")" = "$(printf 'images\nlanguage')" ] &&
+    pass "--export-hf-per-module: a folder per module" ||
+    { cat "$work/ls-pm.out"; ls -A "$pre/per-module"; fail "export per module"; }
+  # Round 3: --export-hf is all or nothing. A folder that is not empty
+  # there: exit 1 before anything is written.
+  mkdir -p "$pre/again" && echo '{}' >"$pre/again/config.json"
   "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
     --export-hf "$pre/again" >"$work/ls-again.out" 2>&1
   rc=$?
-  [ $rc -eq 1 ] && [ ! -e "$pre/again/images" ] &&
-    [ "$(ls -A "$pre/again")" = "language" ] &&
-    grep -q "again/language: error: it exists" "$work/ls-again.out" &&
-    pass "--export-hf with one module's folder there: exit 1, nothing written" ||
+  [ $rc -eq 1 ] && [ "$(ls -A "$pre/again")" = "config.json" ] &&
+    [ -z "$(ls -A "$pre" | grep partial)" ] &&
+    grep -q "again: error: it exists" "$work/ls-again.out" &&
+    pass "--export-hf over a folder that is not empty: exit 1, nothing written" ||
     { cat "$work/ls-again.out"; ls -A "$pre/again"; fail "export all or nothing (rc $rc)"; }
   # Under mpirun one rank exports (every rank used to, into the same folder).
   mpirun -np 2 "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \
     --export-hf "$pre/mpi-out" >"$work/ls-mpi-export.out" 2>&1
   rc=$?
-  [ $rc -eq 0 ] && [ -f "$pre/mpi-out/images/config.json" ] &&
-    [ -f "$pre/mpi-out/language/config.json" ] &&
-    [ "$(grep -c "exported module 'language'" "$work/ls-mpi-export.out")" = 1 ] &&
+  [ $rc -eq 0 ] && [ -f "$pre/mpi-out/config.json" ] &&
+    [ -f "$pre/mpi-out/model.safetensors" ] &&
+    [ "$(grep -c "exported LLaVA" "$work/ls-mpi-export.out")" = 1 ] &&
     pass "--export-hf under mpirun -np 2: one rank exports, exit 0" ||
     { cat "$work/ls-mpi-export.out"; fail "export under mpirun (rc $rc)"; }
   # A checkpoint holding a NaN is not exported (--load refuses it too).

@@ -2,7 +2,8 @@
 # examples/slurm/train.sbatch run as Slurm would (docs/gpu.md): a stub srun
 # (records its options, launches the tasks with mpirun on this machine) and
 # a stub scontrol (records requeues). A job that ends trains and saves; a
-# job signalled with SIGUSR1 (Slurm's --signal) saves, exits 3 and
+# job signalled with SIGUSR1 (Slurm's --signal), or with SIGTERM to the
+# script and the tasks (the time limit, preemption), saves, exits 3 and
 # requeues itself; the requeued job resumes from the checkpoint, also on
 # another number of tasks (re-planned).
 # usage: slurm_template.sh BIN_DIR EXAMPLES_DIR
@@ -19,6 +20,7 @@ options=()
 while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do options+=("$1"); shift; done
 echo "${options[*]}" >>"$SLURM_STUB_DIR/srun.log"
 echo $$ >"$SLURM_STUB_DIR/srun.pid"
+echo $PPID >"$SLURM_STUB_DIR/script.pid"
 tasks=$SLURM_NTASKS
 for option in "${options[@]}"; do
   case $option in --ntasks=*) tasks=${option#--ntasks=} ;; esac
@@ -66,6 +68,22 @@ job 12 $((last + 1)) c >"$work/job12b.out" 2>&1 &&
   [ "$(cat "$work/ckpt/latest")" = "step-$((last + 1))" ] &&
   pass "the requeued job resumes at step $((last + 1))" ||
   { cat "$work/job12b.out"; fail "the requeued job"; }
+
+# The time limit or a preemption with GraceTime: Slurm sends SIGTERM to
+# every task and to the batch script. The script outlives it (it would die
+# at once by default and never requeue), the ranks save and exit 3, and the
+# job requeues itself.
+JOB_CKPT=$work/term/ckpt job 14 400 t >"$work/job14.out" 2>&1 &
+pid=$!
+wait_for_steps "$work/metrics-t.jsonl" 1
+kill -TERM "$(cat "$stubs/script.pid")" $(pgrep -P "$(cat "$stubs/srun.pid")")
+wait $pid
+rc=$?
+last=$(sed -n 's/^step-//p' "$work/term/ckpt/latest" 2>/dev/null)
+[ $rc -eq 3 ] && [ -n "$last" ] && grep -q "requeue 14" "$stubs/scontrol.log" &&
+  grep -q "mimo: SIGTERM" "$work/job14.out" &&
+  pass "SIGTERM to the script and the tasks: step $last saved, exit 3, requeued" ||
+  { cat "$work/job14.out"; fail "job 14 (rc $rc, latest step-$last)"; }
 
 # Re-planning on another allocation: preempted on 8 ranks, the requeued job
 # gets 4 tasks, then 6; each finds its layout (mimoc tune), resumes the

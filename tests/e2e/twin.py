@@ -286,7 +286,7 @@ def run_export(bin_dir, work, samples, data_path, case):
     failures = []
     try:
         lines = run_mimo(bin_dir, work, tag, model, 2, save=save, export=out)
-        folder = os.path.join(out, "language")
+        folder = out  # a language model alone: one folder, OUT itself
         config = json.load(open(os.path.join(folder, "config.json")))
         want = {"num_key_value_heads": cfg["groups"], "rope_theta": cfg["theta"],
                 "rms_norm_eps": cfg["eps"], "hidden_size": HIDDEN,

@@ -207,10 +207,21 @@ def write_tower(tower, folder):
     write_folder(folder, config, tensors, "F32", 1)
 
 
-def write_llava(lm, tower, folder, dtype, shards):
+def llava_names(layout):
+    """(tower, projector, language body, head) prefixes of a LLaVA folder:
+    as transformers writes it before 4.52 (and mimo's --export-hf), or
+    since."""
+    if layout == "since-4.52":
+        return ("model.vision_tower.", "model.multi_modal_projector.",
+                "model.language_model.", "")
+    return "vision_tower.", "multi_modal_projector.", "language_model.model.", \
+        "language_model."
+
+
+def write_llava(lm, tower, folder, dtype, shards, layout="before-4.52"):
     """A LlavaForConditionalGeneration folder: config.json with text_config
-    and vision_config; the tower under vision_tower., the projector, the
-    language model under language_model."""
+    and vision_config; the tower, the projector and the language model
+    under `layout`'s names (llava_names)."""
     config = {"architectures": ["LlavaForConditionalGeneration"],
               "model_type": "llava", "text_config": hf_config(lm),
               "vision_config": tower_config(tower),
@@ -218,12 +229,19 @@ def write_llava(lm, tower, folder, dtype, shards):
               "vision_feature_layer": tower.feature_layer,
               "vision_feature_select_strategy": "default",
               "image_token_index": IMAGE_ID}
+    vision, projector, body, head = llava_names(layout)
     tensors = []
     for n, t in tower.tensors.items():
-        name = n if n.startswith("multi_modal_projector.") else "vision_tower." + n
+        if n.startswith("multi_modal_projector."):
+            name = projector + n[len("multi_modal_projector."):]
+        else:
+            name = vision + n
         tensors.append((name, t.numpy().astype("<f4")))
-    tensors += [("language_model." + hf_name(n), t.numpy().astype("<f4"))
-                for n, t in lm.params.items()]
+    for n, t in lm.params.items():
+        name = hf_name(n)
+        name = body + name[len("model."):] if name.startswith("model.") \
+            else head + name
+        tensors.append((name, t.numpy().astype("<f4")))
     write_folder(folder, config, tensors, dtype, shards)
 
 

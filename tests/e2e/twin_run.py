@@ -17,10 +17,12 @@ class RunError(Exception):
     pass
 
 
-def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None):
+def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None,
+             per_module=False):
     """Compiles `model` and trains it `steps` steps (saving into `save`
     after each step when given); then, with `export`, writes step 1's
-    checkpoint as Hugging Face folders there (--export-hf, fp32)."""
+    checkpoint as a Hugging Face folder there (--export-hf, fp32; a folder
+    per module with `per_module`)."""
     plan = os.path.join(work, tag + ".plan.json")
     metrics = os.path.join(work, tag + ".metrics.jsonl")
     cmds = [[os.path.join(bin_dir, "mimoc"), "compile", model, "-o", plan],
@@ -31,7 +33,8 @@ def run_mimo(bin_dir, work, tag, model, steps, save=None, export=None):
     if export:
         cmds.append([os.path.join(bin_dir, "mimo-run"), plan, "--load",
                      os.path.join(save, "step-1"), "--export-hf", export,
-                     "--export-dtype", "fp32"])
+                     "--export-dtype", "fp32"]
+                    + (["--export-hf-per-module"] if per_module else []))
     for cmd in cmds:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:

@@ -8,8 +8,11 @@ model, with no code of mimo's.
   llava   a LlavaForConditionalGeneration folder (bf16, two shards): a
           CLIPVisionModel under vision_tower., LLaVA's projector, the
           Llama under language_model.; both modules start from it (init
-          format hf) in three layouts; the images are pixels, the twin
-          runs the patch convolution, mimo reads the patch rows
+          format hf) in three layouts, and from the same folder in the
+          layout of transformers 4.52 and later; the images are pixels,
+          the twin runs the patch convolution, mimo reads the patch rows;
+          then 2 steps and --export-hf, one LLaVA folder the twin reads
+          back (its step-2 loss is mimo's) and mimo starts again from
   siglip  a SiglipVisionModel folder with LLaVA's projector beside it (the
           pooling head and nothing else left unread) and a Llama folder;
           mimo trains 2 steps from them and exports both (--export-hf),
@@ -28,8 +31,8 @@ import subprocess
 import numpy as np
 import torch
 
-from twin_files import (SEQ, read_folder, write_hf, write_init, write_llava,
-                        write_tower)
+from twin_files import (SEQ, llava_names, read_folder, write_hf, write_init,
+                        write_llava, write_tower)
 from twin_models import (E_CHANNELS, E_D, E_FFN, E_GRID, E_H, E_HEADS,
                          E_IMAGE, E_LAYERS, E_POSITIONS, FFN, HEADS, HIDDEN,
                          IMAGE_ID, LAYERS, VOCAB, HfTower, Twin, VisionTwin,
@@ -219,6 +222,8 @@ def run_llava(bin_dir, work):
          "multi_modal_projector.linear_2.weight"])
     folder = os.path.join(work, "llava-hf")
     write_llava(lm, tower, folder, "BF16", 2)
+    since = os.path.join(work, "llava-hf-since-4.52")
+    write_llava(lm, tower, since, "BF16", 2, layout="since-4.52")
     data = os.path.join(work, "llava.jsonl")
     write_images(data, batch)
     for name, enc_par, lang_par, world in LAYOUTS:
@@ -227,6 +232,85 @@ def run_llava(bin_dir, work):
                      lang_par, world, data)
         first_loss(bin_dir, work, f"llava-{name}", f"llava/{name}", want, path,
                    failures)
+    # The layout transformers writes since 4.52, read as well.
+    path = os.path.join(work, "llava-since-4.52.json")
+    vision_model(path, tower_arch(tower), since, since, {}, {"rank_offset": 1},
+                 2, data)
+    first_loss(bin_dir, work, "llava-since-4.52", "llava/since-4.52", want,
+               path, failures)
+    failures += llava_export(bin_dir, work, lm, tower, folder)
+    return failures
+
+
+def llava_export(bin_dir, work, lm, tower, folder):
+    """2 steps from the LLaVA folder, then --export-hf: one LLaVA folder
+    whose config the twin's agrees with; the twin on its tensors gives
+    mimo's step-2 loss, and mimo started again from it the twin's first
+    loss."""
+    failures = []
+    batch = image_batch(14, 2 * GLOBAL_BATCH)
+    data = os.path.join(work, "llava-export.jsonl")
+    write_images(data, batch)
+    path = os.path.join(work, "llava-export.json")
+    vision_model(path, tower_arch(tower), folder, folder, {},
+                 {"rank_offset": 1}, 2, data)
+    save, out = os.path.join(work, "llava-save"), os.path.join(work, "llava-out")
+    try:
+        lines = run_mimo(bin_dir, work, "llava-export", path, 2, save=save,
+                         export=out)
+        config = json.load(open(os.path.join(out, "config.json")))
+        expect = {"model_type": "llava", "image_token_index": IMAGE_ID,
+                  "vision_feature_layer": tower.feature_layer,
+                  "vision_feature_select_strategy": "default",
+                  "projector_hidden_act": tower.projector_act,
+                  "image_seq_length": E_GRID}
+        wrong = {k: (config.get(k), x) for k, x in expect.items()
+                 if config.get(k) != x}
+        for part, keys in (("text_config", {"model_type": "llama",
+                                            "hidden_size": HIDDEN,
+                                            "num_hidden_layers": LAYERS}),
+                           ("vision_config", {"model_type": "clip_vision_model",
+                                              "hidden_size": E_H,
+                                              "image_size": E_IMAGE,
+                                              "patch_size": 2})):
+            wrong.update({f"{part}/{k}": (config[part].get(k), x)
+                          for k, x in keys.items() if config[part].get(k) != x})
+        if wrong:
+            raise RunError(f"llava-out/config.json: (found, expected) {wrong}")
+        vision, projector, body, head = llava_names("before-4.52")
+        tensors = read_folder(out)
+        exported = HfTower("clip", seed=402, feature_layer=tower.feature_layer,
+                           dtype="BF16")
+        again_lm = Twin(dict(lm.cfg), seed=0)
+        from twin_files import hf_name
+        for n in again_lm.params:
+            name = hf_name(n)
+            name = body + name[len("model."):] if name.startswith("model.") \
+                else head + name
+            again_lm.params[n] = torch.from_numpy(tensors.pop(name))
+        for n, a in tensors.items():
+            if n.startswith(projector):
+                key = "multi_modal_projector." + n[len(projector):]
+            elif n.startswith(vision):
+                key = n[len(vision):]
+            else:
+                raise RunError(f"llava-out: tensor {n} is no part of LLaVA's")
+            if key not in exported.tensors:
+                raise RunError(f"llava-out: tensor {n} is not the twin's")
+            exported.tensors[key] = torch.from_numpy(a)
+        with torch.no_grad():
+            second = vlm_loss(again_lm, exported, batch[GLOBAL_BATCH:]).item()
+            first = vlm_loss(again_lm, exported, batch[:GLOBAL_BATCH]).item()
+        compare("llava/export", second, lines[1]["loss"], failures)
+        again = os.path.join(work, "llava-again.json")
+        vision_model(again, tower_arch(tower), out, out, {}, {"rank_offset": 1},
+                     2, data)
+        got = run_mimo(bin_dir, work, "llava-again", again, 1)[0]["loss"]
+        compare("llava/re-import", first, got, failures)
+    except (RunError, subprocess.TimeoutExpired, OSError, ValueError,
+            KeyError) as e:
+        print(f"FAIL llava/export: {e}")
+        failures.append("llava/export")
     return failures
 
 
@@ -263,8 +347,9 @@ def run_siglip(bin_dir, work):
                  {"rank_offset": 1}, 2, data)
     save, out = os.path.join(work, "siglip-save"), os.path.join(work, "siglip-out")
     try:
+        # A tower with a final norm is not LLaVA's: a folder per module.
         lines = run_mimo(bin_dir, work, "siglip-export", path, 2, save=save,
-                         export=out)
+                         export=out, per_module=True)
         config = json.load(open(os.path.join(out, "images", "config.json")))
         expect = {"model_type": "siglip_vision_model", "hidden_size": E_H,
                   "num_hidden_layers": E_LAYERS, "patch_size": 2,

@@ -26,6 +26,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
+
 using namespace mimo;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -440,6 +442,16 @@ void trainOneStep(const ModelConfig &config, const std::string &saveDir) {
   ASSERT_EQ(run.exitCode, 0) << run.error;
 }
 
+exec::HfExportOptions exportOptions(const std::string &dtype,
+                                    int64_t shardBytes = exec::kHfShardBytes,
+                                    bool perModule = false) {
+  exec::HfExportOptions options;
+  options.dtype = dtype;
+  options.shardBytes = shardBytes;
+  options.perModule = perModule;
+  return options;
+}
+
 TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
   TempDir dir;
   json model = modelJson("");
@@ -457,14 +469,16 @@ TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
     SCOPED_TRACE(dtype);
     const fs::path out = dir.path / dtype;
     std::vector<std::string> written;
-    error = exec::exportHf(*parsed.config, options.saveDir, out.string(), dtype,
-                           written, /*shardBytes=*/1024);
+    error = exec::exportHf(*parsed.config, options.saveDir, out.string(),
+                           exportOptions(dtype, 1024), written);
     ASSERT_EQ(error, "");
-    ASSERT_EQ(written.size(), 1u);
+    ASSERT_EQ(written.size(), 2u); // the folder, and no tokenizer to copy
     EXPECT_NE(written[0].find("shards"), std::string::npos) << written[0];
-    const fs::path folderPath = out / "language";
+    EXPECT_NE(written[1].find("no tokenizer"), std::string::npos) << written[1];
+    const fs::path folderPath = out; // a language model alone: OUT itself
     EXPECT_TRUE(fs::exists(folderPath / "model.safetensors.index.json"));
-    EXPECT_FALSE(fs::exists(out / ".language.partial"));
+    EXPECT_FALSE(
+        fs::exists(dir.path / ("." + std::string(dtype) + ".partial")));
     std::optional<exec::HfFolder> folder =
         exec::openHfFolder(folderPath.string(), error);
     ASSERT_TRUE(folder) << error;
@@ -481,10 +495,90 @@ TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
     EXPECT_EQ(k->shape, (std::vector<int64_t>{G * H / N, H}));
     // Never over an earlier export.
     written.clear();
-    error = exec::exportHf(*parsed.config, options.saveDir, out.string(), dtype,
-                           written, 1024);
+    error = exec::exportHf(*parsed.config, options.saveDir, out.string(),
+                           exportOptions(dtype, 1024), written);
     EXPECT_NE(error.find("it exists; remove it"), std::string::npos) << error;
   }
+}
+
+/// SPEC §28: the export keeps what the pretrained folder said (bos and eos
+/// ids, max_position_embeddings, not this run's seq_length) and copies its
+/// tokenizer and generation_config.json, also two stages later (the first
+/// stage's checkpoint records the folder it started from); integers stay
+/// integers; a FIFO where a tokenizer file would be is left alone.
+TEST(HfExport, PretrainedValuesAndTokenizerFilesComeAlong) {
+  TempDir dir;
+  const fs::path pretrained = dir.path / "pretrained";
+  fs::create_directories(pretrained);
+  json config = hfConfig();
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = {2, 3};
+  config["max_position_embeddings"] = 4096;
+  writeFolder(pretrained, config, hfTensors());
+  std::ofstream(pretrained / "tokenizer.json") << "{\"model\": {}}\n";
+  std::ofstream(pretrained / "generation_config.json")
+      << "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3]}\n";
+  ASSERT_EQ(::mkfifo((pretrained / "tokenizer.model").c_str(), 0600), 0);
+
+  ParseResult stage1 =
+      parseModelConfig(modelJson(pretrained.string()).dump(), "m.json");
+  ASSERT_TRUE(stage1.config) << describe(stage1.diagnostics);
+  const fs::path save1 = dir.path / "stage1";
+  ASSERT_NO_FATAL_FAILURE(trainOneStep(*stage1.config, save1.string()));
+  json model2 = modelJson("");
+  model2["modules"][0]["init"] = {{"from", save1.string()}, {"format", "mimo"}};
+  ParseResult stage2 = parseModelConfig(model2.dump(), "m.json");
+  ASSERT_TRUE(stage2.config) << describe(stage2.diagnostics);
+  const fs::path save2 = dir.path / "stage2";
+  ASSERT_NO_FATAL_FAILURE(trainOneStep(*stage2.config, save2.string()));
+  std::ifstream stateFile(save2 / "step-1" / "state.json");
+  json state = json::parse(stateFile);
+  EXPECT_EQ(state["hf_origin"]["language"], pretrained.string());
+
+  for (const auto &[save, parsed] :
+       {std::pair{save1, &stage1}, std::pair{save2, &stage2}}) {
+    SCOPED_TRACE(save.string());
+    const fs::path out = dir.path / ("out-" + save.filename().string());
+    fs::create_directories(out); // an empty folder may be given
+    std::vector<std::string> written;
+    std::string error =
+        exec::exportHf(*parsed->config, save.string(), out.string(),
+                       exportOptions("fp32"), written);
+    ASSERT_EQ(error, "");
+    ASSERT_EQ(written.size(), 1u);
+    EXPECT_NE(written[0].find("copied tokenizer.json, generation_config.json"),
+              std::string::npos)
+        << written[0];
+    EXPECT_TRUE(fs::is_regular_file(out / "tokenizer.json"));
+    EXPECT_TRUE(fs::is_regular_file(out / "generation_config.json"));
+    EXPECT_FALSE(fs::exists(out / "tokenizer.model"));
+    std::ifstream in(out / "config.json");
+    json c = json::parse(in);
+    EXPECT_EQ(c["bos_token_id"], 1);
+    EXPECT_EQ(c["eos_token_id"], json({2, 3}));
+    EXPECT_EQ(c["max_position_embeddings"], 4096);
+    EXPECT_TRUE(c["max_position_embeddings"].is_number_integer());
+  }
+
+  // Without a pretrained folder: seq_length, and a llama3 rescaling's
+  // original_max_position_embeddings as an integer.
+  json scaled = modelJson("");
+  scaled["modules"][0].erase("init");
+  scaled["modules"][0]["arch"]["rope_scaling"] = {
+      {"type", "llama3"},
+      {"factor", 8},
+      {"low_freq_factor", 1},
+      {"high_freq_factor", 4},
+      {"original_max_position_embeddings", 64}};
+  ParseResult parsed = parseModelConfig(scaled.dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
+  const nlohmann::ordered_json c =
+      exec::hfConfigOf(*parsed.config, parsed.config->language(), "bf16");
+  EXPECT_EQ(c["max_position_embeddings"], 8);
+  EXPECT_TRUE(
+      c["rope_scaling"]["original_max_position_embeddings"].is_number_integer())
+      << c["rope_scaling"].dump();
+  EXPECT_EQ(c["rope_scaling"]["original_max_position_embeddings"], 64);
 }
 
 // ---------------------------------------------------------------------------
@@ -543,7 +637,8 @@ json clipConfig() {
 /// A CLIPVisionModel's tensors (every layer, the post-layernorm, a cached
 /// position_ids), with LLaVA's projector when `projector`.
 std::vector<std::pair<std::string, std::vector<int64_t>>>
-clipTensors(const std::string &prefix, bool projector) {
+clipTensors(const std::string &prefix, bool projector,
+            const std::string &projectorPrefix = "multi_modal_projector.") {
   std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
       {prefix + "embeddings.patch_embedding.weight", {EH, 3, 2, 2}},
       {prefix + "embeddings.class_embedding", {EH}},
@@ -569,10 +664,10 @@ clipTensors(const std::string &prefix, bool projector) {
     t.push_back({p + "mlp.fc2.bias", {EH}});
   }
   if (projector) {
-    t.push_back({"multi_modal_projector.linear_1.weight", {H, EH}});
-    t.push_back({"multi_modal_projector.linear_1.bias", {H}});
-    t.push_back({"multi_modal_projector.linear_2.weight", {H, H}});
-    t.push_back({"multi_modal_projector.linear_2.bias", {H}});
+    t.push_back({projectorPrefix + "linear_1.weight", {H, EH}});
+    t.push_back({projectorPrefix + "linear_1.bias", {H}});
+    t.push_back({projectorPrefix + "linear_2.weight", {H, H}});
+    t.push_back({projectorPrefix + "linear_2.bias", {H}});
   }
   return t;
 }
@@ -613,6 +708,31 @@ TEST(HfVision, ClipLlavaAndSiglipFoldersFitTheirArch) {
                                  {"format", "hf"}};
   problems = problemsOf(model);
   EXPECT_TRUE(problems.empty()) << describe(problems);
+
+  // The layout transformers writes since 4.52: model.language_model.*,
+  // lm_head, model.vision_tower.*, model.multi_modal_projector.*.
+  TempDir since452;
+  tensors = clipTensors("model.vision_tower.vision_model.", true,
+                        "model.multi_modal_projector.");
+  for (auto [name, shape] : hfTensors())
+    tensors.push_back({name.rfind("model.", 0) == 0
+                           ? "model.language_model." + name.substr(6)
+                           : name,
+                       shape});
+  writeFolder(since452.path, config, tensors, "BF16");
+  model = visionModelJson(since452.path.string());
+  model["modules"][1]["init"] = {{"from", since452.path.string()},
+                                 {"format", "hf"}};
+  problems = problemsOf(model);
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+  std::string error;
+  std::optional<exec::HfFolder> opened =
+      exec::openHfFolder(since452.path.string(), error);
+  ASSERT_TRUE(opened) << error;
+  EXPECT_EQ(opened->layout.languageBody, "model.language_model.");
+  EXPECT_EQ(opened->layout.languageHead, "");
+  EXPECT_EQ(opened->layout.vision, "model.vision_tower.vision_model.");
+  EXPECT_EQ(opened->layout.projector, "model.multi_modal_projector.");
 
   TempDir siglip;
   json sc = clipConfig();
@@ -732,10 +852,12 @@ TEST(HfVision, TensorProblemsNameTheTensor) {
       << problems[0].message;
 }
 
-/// --export-hf of an encoder: a CLIP vision model folder with LLaVA's
-/// projector beside it, config.json and the convolution's [H, C, p, p];
-/// init format hf reads every parameter back bit for bit (the language
-/// model's too).
+/// --export-hf of a language model and a CLIP encoder: one
+/// LlavaForConditionalGeneration folder (config.json with text_config and
+/// vision_config, the names transformers writes before 4.52), or with
+/// --export-hf-per-module a CLIP vision model folder with LLaVA's
+/// projector beside it and the language model's; the convolution's
+/// [H, C, p, p]; init format hf reads every parameter back bit for bit.
 TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
   TempDir dir;
   ParseResult parsed = parseModelConfig(visionModelJson("").dump(), "m.json");
@@ -744,59 +866,123 @@ TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
   options.saveDir = (dir.path / "save").string();
   ASSERT_NO_FATAL_FAILURE(trainOneStep(*parsed.config, options.saveDir));
   std::string error;
-  std::vector<std::string> written;
-  const fs::path out = dir.path / "hf";
-  error = exec::exportHf(*parsed.config, options.saveDir, out.string(), "fp32",
-                         written);
-  ASSERT_EQ(error, "");
-  ASSERT_EQ(written.size(), 2u);
   std::optional<exec::Checkpoint> ckpt =
       exec::openCheckpoint(options.saveDir, *parsed.config, error, true);
   ASSERT_TRUE(ckpt) << error;
   exec::File model((fs::path(ckpt->dir) / "model.safetensors").string(),
                    O_RDONLY);
   std::unique_ptr<device::Device> cpu = device::makeCpuDevice();
-  for (const ModuleConfig &module : parsed.config->modules) {
-    SCOPED_TRACE(module.name);
-    std::optional<exec::HfFolder> folder =
-        exec::openHfFolder((out / module.name).string(), error);
-    ASSERT_TRUE(folder) << error;
-    std::vector<Diagnostic> problems = exec::hfConfigProblems(*folder, module);
-    EXPECT_TRUE(problems.empty()) << describe(problems);
-    EXPECT_EQ(exec::hfTensorProblem(*folder, *parsed.config, module), "");
-    if (module.kind == ModuleKind::Encoder) {
-      EXPECT_EQ(folder->config["model_type"], "clip_vision_model");
-      EXPECT_EQ(folder->config["image_size"], 4);
-      const safetensors::TensorEntry *patch =
-          folder->find("vision_model.embeddings.patch_embedding.weight");
-      ASSERT_TRUE(patch);
-      EXPECT_EQ(patch->shape, (std::vector<int64_t>{EH, 3, 2, 2}));
-      EXPECT_TRUE(folder->find("multi_modal_projector.linear_2.bias"));
+  for (bool perModule : {false, true}) {
+    SCOPED_TRACE(perModule ? "per module" : "one LLaVA folder");
+    std::vector<std::string> written;
+    const fs::path out = dir.path / (perModule ? "per-module" : "llava");
+    error = exec::exportHf(
+        *parsed.config, options.saveDir, out.string(),
+        exportOptions("fp32", exec::kHfShardBytes, perModule), written);
+    ASSERT_EQ(error, "");
+    // The folder(s), and the note that no tokenizer came along.
+    ASSERT_EQ(written.size(), perModule ? 3u : 2u);
+    if (!perModule) {
+      std::ifstream in(out / "config.json");
+      json c = json::parse(in);
+      EXPECT_EQ(c["architectures"], json({"LlavaForConditionalGeneration"}));
+      EXPECT_EQ(c["model_type"], "llava");
+      EXPECT_EQ(c["image_token_index"], V - 1);
+      EXPECT_EQ(c["image_seq_length"], 4);
+      EXPECT_EQ(c["vision_feature_layer"], -2);
+      EXPECT_EQ(c["vision_feature_select_strategy"], "default");
+      EXPECT_EQ(c["projector_hidden_act"], "gelu");
+      EXPECT_EQ(c["text_config"]["model_type"], "llama");
+      EXPECT_EQ(c["vision_config"]["model_type"], "clip_vision_model");
+      EXPECT_FALSE(c["vision_config"].contains("vision_feature_layer"));
     }
-    std::vector<exec::Param> params;
-    for (const ParamSpec &spec : stageParameters(module, H, false, 1, 0)) {
-      exec::Param p;
-      p.name = spec.name();
-      p.rowEnd = p.globalRows = spec.rows;
-      p.colEnd = p.globalCols = spec.cols;
-      p.value = device::Tensor::empty(*cpu, spec.rows * spec.cols);
-      params.push_back(std::move(p));
-    }
-    std::vector<exec::Param *> pointers;
-    for (exec::Param &p : params)
-      pointers.push_back(&p);
-    exec::readHfWeights(*folder, module, pointers);
-    for (exec::Param &p : params) {
-      const safetensors::TensorEntry *saved = ckpt->model.find(p.name);
-      ASSERT_TRUE(saved) << p.name;
-      std::vector<float> want(static_cast<size_t>(p.globalRows * p.globalCols));
-      model.readAt(want.data(), saved->end - saved->begin,
-                   ckpt->model.dataOffset + saved->begin);
-      std::vector<float> got = p.value.toHost();
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-          << p.name;
+    for (const ModuleConfig &module : parsed.config->modules) {
+      SCOPED_TRACE(module.name);
+      const fs::path folderPath = perModule ? out / module.name : out;
+      std::optional<exec::HfFolder> folder =
+          exec::openHfFolder(folderPath.string(), error);
+      ASSERT_TRUE(folder) << error;
+      std::vector<Diagnostic> problems =
+          exec::hfConfigProblems(*folder, module);
+      EXPECT_TRUE(problems.empty()) << describe(problems);
+      EXPECT_EQ(exec::hfTensorProblem(*folder, *parsed.config, module), "");
+      const std::string tower =
+          perModule ? "vision_model." : "vision_tower.vision_model.";
+      if (module.kind == ModuleKind::Encoder) {
+        EXPECT_EQ(perModule ? folder->config["image_size"]
+                            : folder->config["vision_config"]["image_size"],
+                  4);
+        const safetensors::TensorEntry *patch =
+            folder->find(tower + "embeddings.patch_embedding.weight");
+        ASSERT_TRUE(patch);
+        EXPECT_EQ(patch->shape, (std::vector<int64_t>{EH, 3, 2, 2}));
+        EXPECT_TRUE(folder->find("multi_modal_projector.linear_2.bias"));
+      } else if (!perModule) {
+        EXPECT_TRUE(folder->find("language_model.model.embed_tokens.weight"));
+        EXPECT_TRUE(folder->find("language_model.lm_head.weight"));
+      }
+      std::vector<exec::Param> params;
+      for (const ParamSpec &spec : stageParameters(module, H, false, 1, 0)) {
+        exec::Param p;
+        p.name = spec.name();
+        p.rowEnd = p.globalRows = spec.rows;
+        p.colEnd = p.globalCols = spec.cols;
+        p.value = device::Tensor::empty(*cpu, spec.rows * spec.cols);
+        params.push_back(std::move(p));
+      }
+      std::vector<exec::Param *> pointers;
+      for (exec::Param &p : params)
+        pointers.push_back(&p);
+      exec::readHfWeights(*folder, module, pointers);
+      for (exec::Param &p : params) {
+        const safetensors::TensorEntry *saved = ckpt->model.find(p.name);
+        ASSERT_TRUE(saved) << p.name;
+        std::vector<float> want(
+            static_cast<size_t>(p.globalRows * p.globalCols));
+        model.readAt(want.data(), saved->end - saved->begin,
+                     ckpt->model.dataOffset + saved->begin);
+        std::vector<float> got = p.value.toHost();
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+            << p.name;
+      }
     }
   }
+}
+
+/// One folder holds one image encoder of LLaVA's kind; anything else is
+/// refused before anything is written, naming --export-hf-per-module.
+TEST(HfVision, WhatALlavaFolderCannotHoldIsRefused) {
+  TempDir dir;
+  json m = visionModelJson("");
+  m["modules"][0]["arch"]["final_norm"] = true; // CLIP's is not applied
+  ParseResult parsed = parseModelConfig(m.dump(), "m.json");
+  ASSERT_TRUE(parsed.config) << describe(parsed.diagnostics);
+  const std::string save = (dir.path / "save").string();
+  ASSERT_NO_FATAL_FAILURE(trainOneStep(*parsed.config, save));
+  std::vector<std::string> written;
+  const fs::path out = dir.path / "out";
+  std::string error = exec::exportHf(*parsed.config, save, out.string(),
+                                     exportOptions("bf16"), written);
+  EXPECT_NE(error.find("module 'images' cannot be its tower"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--export-hf-per-module"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(written.empty());
+  // Per module, the language model is written and the encoder named.
+  error =
+      exec::exportHf(*parsed.config, save, out.string(),
+                     exportOptions("bf16", exec::kHfShardBytes, true), written);
+  ASSERT_EQ(error, "");
+  EXPECT_TRUE(fs::exists(out / "language" / "config.json"));
+  EXPECT_FALSE(fs::exists(out / "images"));
+  EXPECT_NE(std::find_if(written.begin(), written.end(),
+                         [](const std::string &line) {
+                           return line.find("module 'images' (an encoder) is "
+                                            "not exported") !=
+                                  std::string::npos;
+                         }),
+            written.end());
 }
 
 } // namespace

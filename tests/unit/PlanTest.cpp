@@ -823,8 +823,9 @@ TEST(PlanTest, PostedChannelsAreOpenedInRoundsOfDisjointPairs) {
     for (const Instr &in : programOf(plan, rank).instrs) {
       if (!in.posted || !instrInfo(in.op).isSend)
         continue;
-      for (int64_t peer :
-           resolvePeers(plan.topology, rank, in, nullptr)->ranks) {
+      const auto peers = resolvePeers(plan.topology, rank, in, nullptr);
+      ASSERT_TRUE(peers.has_value());
+      for (int64_t peer : peers->ranks) {
         if (peer != rank) {
           EXPECT_TRUE(std::binary_search(channels.begin(), channels.end(),
                                          std::make_pair(rank, peer)));
