@@ -528,6 +528,34 @@ std::optional<Sample> parseJsonlLine(
         sample.features[e].push_back(value.get<float>());
       }
     }
+    // "items": the rows of each image (tile, frame) in order; the encoder
+    // runs each as its own sequence (docs/data.md).
+    auto items = modality->find("items");
+    if (!ok || items == modality->end())
+      continue;
+    const std::string where = "/" + encoders[e].name + "/items";
+    std::vector<int64_t> counts;
+    int64_t sum = 0;
+    if (items->is_array())
+      for (const auto &n : *items) {
+        if (!n.is_number_integer() || n.get<int64_t>() < 1 ||
+            n.get<int64_t>() > count) {
+          counts.clear();
+          break;
+        }
+        counts.push_back(n.get<int64_t>());
+        sum += counts.back();
+      }
+    if (counts.empty() || sum != count) {
+      error(where, "expected the rows of each item (an image, a tile, a "
+                   "frame) in order, integers from 1 summing to the " +
+                       std::to_string(count) + " feature rows, found " +
+                       briefJson(*items));
+      ok = false;
+      continue;
+    }
+    sample.items.resize(encoders.size());
+    sample.items[e] = std::move(counts);
   }
   if (!ok)
     return std::nullopt;
@@ -712,13 +740,22 @@ int64_t modalityRows(const Microbatch &mb, size_t encoder, int64_t begin,
 EncoderLane encoderLane(const Microbatch &mb, size_t encoder,
                         int64_t featureDim, int64_t begin, int64_t end) {
   EncoderLane lane;
+  int64_t item = 0;
   for (int64_t b = begin; b < end; ++b) {
     const Sample &sample = mb.samples[static_cast<size_t>(b)];
     const auto &rows = sample.features[encoder];
     lane.features.insert(lane.features.end(), rows.begin(), rows.end());
-    lane.segment.insert(lane.segment.end(),
-                        static_cast<size_t>(sample.counts[encoder]), b);
-    lane.rows += sample.counts[encoder];
+    const int64_t count = sample.counts[encoder];
+    const bool itemised =
+        encoder < sample.items.size() && !sample.items[encoder].empty();
+    for (int64_t n :
+         itemised ? sample.items[encoder] : std::vector<int64_t>{count}) {
+      if (n <= 0)
+        continue;
+      lane.segment.insert(lane.segment.end(), static_cast<size_t>(n), item);
+      ++item;
+    }
+    lane.rows += count;
   }
   (void)featureDim;
   return lane;

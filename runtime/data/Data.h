@@ -32,6 +32,10 @@ struct Sample {
   /// [count, feature_dim] row-major.
   std::vector<int64_t> counts;
   std::vector<std::vector<float>> features;
+  /// Per encoder (or empty): the row count of each item (an image, a tile,
+  /// a frame) in order, which the encoder runs as its own sequence; none
+  /// (the usual case) means the sample's rows are one item.
+  std::vector<std::vector<int64_t>> items;
   /// docs/data.md `loss_mask`: target[i] = 0 leaves token i out of the
   /// loss as a label (the prediction of it from the positions before);
   /// empty: every token is a target.
@@ -114,8 +118,11 @@ bool lossMasked(const Sample &sample, const std::vector<EncoderInfo> &encoders,
 /// [begin, end), sample-major.
 struct EncoderLane {
   int64_t rows = 0;
-  std::vector<float> features;  // [rows, feature_dim]
-  std::vector<int64_t> segment; // sample index of each row
+  std::vector<float> features; // [rows, feature_dim]
+  /// Each row's item (docs/model.md: the encoder runs each item, a
+  /// sample's rows or one image of them, as its own sequence), numbered
+  /// from 0 in lane order.
+  std::vector<int64_t> segment;
 };
 EncoderLane encoderLane(const Microbatch &mb, size_t encoder,
                         int64_t featureDim, int64_t begin, int64_t end);

@@ -15,6 +15,8 @@ constexpr char kFeatureMagic[8] = {'M', 'I', 'M', 'O', 'F', 'E', 'A', 'T'};
 constexpr char kMaskMagic[8] = {'M', 'I', 'M', 'O', 'M', 'A', 'S', 'K'};
 constexpr int64_t kFeatureHeader = 40; // magic, version, dtype, 0, dim, seqs
 constexpr int64_t kMaskHeader = 24;    // magic, version, tokens
+constexpr char kItemMagic[8] = {'M', 'I', 'M', 'O', 'I', 'T', 'E', 'M'};
+constexpr int64_t kItemHeader = 24; // magic, version, rows
 
 uint64_t u64At(const unsigned char *p) {
   uint64_t v;
@@ -196,6 +198,65 @@ bool writeFeatureFile(const std::string &path, bool bf16, int64_t featureDim,
         put(out, &v, 4);
       }
     }
+  out.close();
+  if (!out) {
+    error = path + ": error: cannot write it";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<ItemFile> ItemFile::open(const std::string &path, int64_t rows,
+                                         std::string &error) {
+  auto f = std::unique_ptr<ItemFile>(new ItemFile());
+  f->file = path;
+  if (!f->map.open(path, "the item boundaries", error))
+    return nullptr;
+  const unsigned char *p = f->map.bytes();
+  auto fail = [&](const std::string &what) {
+    error = path + ": error: " + what +
+            " (docs/data.md, binary features: write it with "
+            "tools/mimo-prep)";
+    return nullptr;
+  };
+  if (f->map.size < kItemHeader || std::memcmp(p, kItemMagic, 8) != 0)
+    return fail("expected the header MIMOITEM, found other bytes");
+  if (u64At(p + 8) != 1)
+    return fail("expected version 1, found " + std::to_string(u64At(p + 8)));
+  if (u64At(p + 16) != static_cast<uint64_t>(rows) ||
+      f->map.size - kItemHeader != rows)
+    return fail("it marks " + std::to_string(u64At(p + 16)) + " rows in " +
+                std::to_string(f->map.size - kItemHeader) +
+                " bytes, but the feature file has " + std::to_string(rows));
+  return f;
+}
+
+void ItemFile::items(int64_t begin, int64_t end,
+                     std::vector<int64_t> &out) const {
+  const unsigned char *p = map.bytes() + kItemHeader;
+  for (int64_t r = begin; r < end; ++r) {
+    const unsigned char b = p[r];
+    if (b > 1 || (r == begin && b != 1))
+      throw std::runtime_error(
+          file + ": error: row " + std::to_string(r) + " has byte " +
+          std::to_string(b) +
+          (b > 1 ? ", expected 0 or 1"
+                 : ", but it is a sequence's first row, which begins an "
+                   "item: expected 1"));
+    if (b == 1)
+      out.push_back(0);
+    ++out.back();
+  }
+}
+
+bool writeItemFile(const std::string &path, const std::vector<uint8_t> &starts,
+                   std::string &error) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t version = 1, rows = starts.size();
+  put(out, kItemMagic, 8);
+  put(out, &version, 8);
+  put(out, &rows, 8);
+  put(out, starts.data(), starts.size());
   out.close();
   if (!out) {
     error = path + ": error: cannot write it";

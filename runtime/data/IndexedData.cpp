@@ -113,6 +113,12 @@ public:
             ") in " + dataset.binPath + "; give one row per token");
       file.read(k, sample.features[e]);
       file.checkIntact();
+      if (const ItemFile *items = extras.items[e].get()) {
+        sample.items.resize(encoders.size());
+        items->items(file.firstRow(k), file.firstRow(k) + file.rowsOf(k),
+                     sample.items[e]);
+        items->checkIntact();
+      }
     }
     // A file truncated or rewritten while mapped: an error naming it, not
     // zeros trained on (support/MappedFile.h).
@@ -217,7 +223,17 @@ std::optional<IndexedExtras> openIndexedExtras(const ModelConfig &config,
                           static_cast<int64_t>(dataset.lengths.size()), error);
     if (!file)
       return std::nullopt;
+    const std::string itemsPath = prefix + "." + e.name + ".items";
+    std::unique_ptr<ItemFile> items;
+    if (std::filesystem::exists(itemsPath, ec) ||
+        std::filesystem::is_symlink(
+            std::filesystem::symlink_status(itemsPath, ec))) {
+      items = ItemFile::open(itemsPath, file->totalRows(), error);
+      if (!items)
+        return std::nullopt;
+    }
     extras.features.push_back(std::move(file));
+    extras.items.push_back(std::move(items));
   }
   return extras;
 }

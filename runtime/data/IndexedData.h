@@ -43,11 +43,14 @@ struct IndexedDataset {
 };
 
 /// What may sit beside an indexed dataset (data/FeatureFile.h): the loss
-/// mask PREFIX.mask (optional) and each encoder's PREFIX.<encoder>.feat
-/// (required with encoders, in model order).
+/// mask PREFIX.mask (optional), each encoder's PREFIX.<encoder>.feat
+/// (required with encoders, in model order) and PREFIX.<encoder>.items
+/// (optional).
 struct IndexedExtras {
   std::unique_ptr<MaskFile> mask;
   std::vector<std::unique_ptr<FeatureFile>> features;
+  /// Per encoder: PREFIX.<encoder>.items, or null (one item a sequence).
+  std::vector<std::unique_ptr<ItemFile>> items;
 };
 std::optional<IndexedExtras> openIndexedExtras(const ModelConfig &config,
                                                const std::string &prefix,

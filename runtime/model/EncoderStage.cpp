@@ -121,9 +121,10 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   auto cache = std::make_unique<Cache>();
   Cache &c = *cache;
   c.rows = rows;
-  // With a class token, each sample's rows are preceded by the token's
-  // row (a sample without rows has none); positions count within the
-  // sample from 0 (the class token's).
+  // Each item (a sample's rows, or one image of them: EncoderLane) is its
+  // own sequence. With a class token, each item's rows are preceded by the
+  // token's row; positions count within the item from 0 (the class
+  // token's).
   std::vector<int64_t> wideSegment;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t sample = segment[static_cast<size_t>(r)];
@@ -141,7 +142,7 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   c.wide = static_cast<int64_t>(wideSegment.size());
   const int64_t W = c.wide, H = hiddenSize;
   c.meta.localRows = c.meta.cpRows = c.meta.keyRows = W;
-  // Bidirectional within a sample: every position 0, segments = samples.
+  // Bidirectional within an item: every position 0, segments = items.
   std::vector<int64_t> zeros(static_cast<size_t>(W), 0);
   c.meta.attention =
       attentionPlan(zeros, wideSegment, zeros, wideSegment, false);
@@ -169,10 +170,11 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
           throw std::runtime_error(
               "encoder '" + moduleName + "': a sample has " +
               std::to_string(p + 1) +
-              " rows (its class token's included), "
+              " rows in one item (its class token's included), "
               "more than max_positions " +
               std::to_string(maxPositions) +
-              "; raise arch.max_positions or give fewer rows per sample");
+              "; raise arch.max_positions or give fewer rows per sample "
+              "(or per image: the data's \"items\")");
       Tensor ids = indices(c.position), added = empty(W * H);
       const Bf16Operand table = parameters[positions].weight();
       if (table.bits)

@@ -277,7 +277,9 @@ def vlm_loss(lm, vision, batch):
         x = p["embed_tokens"][torch.tensor(ids)].clone()
         rows = [i for i, t in enumerate(ids) if t == IMAGE_ID]
         if rows:
-            x[rows] = vision.forward(feats)
+            # Several images: each through the tower alone, rows in order.
+            x[rows] = (torch.cat([vision.forward(f) for f in feats])
+                       if isinstance(feats, list) else vision.forward(feats))
         logits = lm.forward_embedded(x)
         logp = torch.log_softmax(logits[:-1], dim=-1)
         nll = -logp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]

@@ -9,7 +9,9 @@ model, with no code of mimo's.
           CLIPVisionModel under vision_tower., LLaVA's projector, the
           Llama under language_model.; both modules start from it (init
           format hf) in three layouts, and from the same folder in the
-          layout of transformers 4.52 and later; the images are pixels,
+          layout of transformers 4.52 and later, and on samples of two
+          images each ("items": each image its own sequence in the
+          tower); the images are pixels,
           the twin runs the patch convolution, mimo reads the patch rows;
           then 2 steps and --export-hf, one LLaVA folder the twin reads
           back (its step-2 loss is mimo's) and mimo starts again from
@@ -131,12 +133,37 @@ def image_batch(seed, count):
     return batch
 
 
+def multi_image_batch(seed, count):
+    """Samples with two 4x4 RGB images, one, or none: each image's E_GRID
+    tokens at a random place, in order; (ids, [images] or None)."""
+    g = np.random.default_rng(seed)
+    batch = []
+    for i in range(count):
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 2) * 3)]
+        images = []
+        for k in range(2 - i % 3):
+            lo = 1 + k * (len(ids) // 2)
+            at = int(g.integers(lo, lo + len(ids) // 2 - E_GRID - 2))
+            ids[at:at + E_GRID] = [IMAGE_ID] * E_GRID
+            images.append(torch.from_numpy(g.standard_normal(
+                (E_CHANNELS, E_IMAGE, E_IMAGE)).astype(np.float32)
+                .astype(np.float64)))
+        batch.append((ids, images or None))
+    return batch
+
+
 def write_images(path, batch):
-    """jsonl: the image's patch rows as the encoder's features."""
+    """jsonl: the image's patch rows as the encoder's features; several
+    images' rows one after the other, with "items" their row counts."""
     with open(path, "w") as f:
         for ids, image in batch:
             sample = {"input_ids": ids}
-            if image is not None:
+            if isinstance(image, list):
+                rows = [patch_rows(im) for im in image]
+                sample["images"] = {
+                    "features": torch.cat(rows).numpy().tolist(),
+                    "items": [len(r) for r in rows]}
+            elif image is not None:
                 sample["images"] = {"features": patch_rows(image).numpy().tolist()}
             f.write(json.dumps(sample) + "\n")
 
@@ -238,6 +265,19 @@ def run_llava(bin_dir, work):
                  2, data)
     first_loss(bin_dir, work, "llava-since-4.52", "llava/since-4.52", want,
                path, failures)
+    # Several images a sample ("items"): each image its own sequence in the
+    # tower (its class token, positions from 0, attention within it).
+    multi = multi_image_batch(15, GLOBAL_BATCH)
+    with torch.no_grad():
+        want_multi = vlm_loss(lm, tower, multi).item()
+    data_multi = os.path.join(work, "llava-multi.jsonl")
+    write_images(data_multi, multi)
+    for name, enc_par, lang_par, world in LAYOUTS[:2]:
+        path = os.path.join(work, f"llava-multi-{name}.json")
+        vision_model(path, tower_arch(tower), folder, folder, enc_par,
+                     lang_par, world, data_multi)
+        first_loss(bin_dir, work, f"llava-multi-{name}",
+                   f"llava/two-images/{name}", want_multi, path, failures)
     failures += llava_export(bin_dir, work, lm, tower, folder)
     return failures
 

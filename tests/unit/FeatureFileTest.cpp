@@ -182,4 +182,89 @@ TEST(FeatureFile, DamagedAndMismatchedFilesAreNamed) {
   EXPECT_EQ(parsed.diagnostics[0].pointer, "/data/samples");
 }
 
+/// PREFIX.<encoder>.items (docs/data.md): the rows of several images a
+/// sequence, each its own item in the encoder's lane (its own segment);
+/// without the file a sequence's rows are one item. jsonl's "items" gives
+/// the same lane; bad files and values are named.
+TEST(FeatureFile, ItemsSplitASequencesRowsIntoImages) {
+  TempDir dir;
+  const std::string prefix = dir.path + "/vlm";
+  ASSERT_NO_FATAL_FAILURE(writeAll(prefix, false));
+  const std::string itemsPath = prefix + ".images.items";
+  std::string error;
+  // Rows 0-1 (sequence 0): one item; rows 2-4 (sequence 2): 1 + 2.
+  ASSERT_TRUE(writeItemFile(itemsPath, {1, 0, 1, 1, 0}, error)) << error;
+  std::vector<std::string> errors;
+  auto source = sourceOf(vlmModel(prefix), errors);
+  ASSERT_TRUE(source) << (errors.empty() ? "" : errors[0]);
+  Microbatch mb = source->get(0, 0);
+  EXPECT_EQ(mb.samples[0].items[0], (std::vector<int64_t>{2}));
+  EXPECT_EQ(mb.samples[2].items[0], (std::vector<int64_t>{1, 2}));
+  EncoderLane lane = encoderLane(mb, 0, kDim, 0, 4);
+  EXPECT_EQ(lane.rows, 7);
+  EXPECT_EQ(lane.segment, (std::vector<int64_t>{0, 0, 1, 2, 2, 3, 3}));
+  std::filesystem::remove(itemsPath);
+  source = sourceOf(vlmModel(prefix), errors);
+  ASSERT_TRUE(source);
+  lane = encoderLane(source->get(0, 0), 0, kDim, 0, 4);
+  EXPECT_EQ(lane.segment, (std::vector<int64_t>{0, 0, 1, 1, 1, 2, 2}));
+
+  // Damaged: the header, the row count, a byte of 2, a sequence's first
+  // row that begins no item.
+  ASSERT_TRUE(writeItemFile(itemsPath, {1, 0, 1, 1}, error)) << error;
+  EXPECT_NE(openError(vlmModel(prefix))
+                .find(itemsPath + ": error: it marks 4 rows in 4 bytes, but "
+                                  "the feature file has 5"),
+            std::string::npos);
+  for (const auto &[bytes, want] :
+       {std::pair{std::vector<uint8_t>{1, 0, 1, 2, 0}, "row 3 has byte 2"},
+        std::pair{std::vector<uint8_t>{1, 0, 0, 1, 0},
+                  "row 2 has byte 0, but it is a sequence's first row"}}) {
+    ASSERT_TRUE(writeItemFile(itemsPath, bytes, error)) << error;
+    source = sourceOf(vlmModel(prefix), errors);
+    ASSERT_TRUE(source);
+    try {
+      source->get(0, 0);
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const std::runtime_error &e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << e.what();
+    }
+  }
+  patch(itemsPath, 0, "NOTITEMS");
+  EXPECT_NE(openError(vlmModel(prefix)).find("expected the header MIMOITEM"),
+            std::string::npos);
+  std::filesystem::remove(itemsPath);
+
+  // jsonl: "items" beside "features".
+  const std::string jsonl = dir.path + "/vlm.jsonl";
+  auto line = [&](const std::string &items) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (int r = 0; r < 3; ++r)
+      rows.push_back(std::vector<float>(kDim, float(r)));
+    std::ofstream(jsonl) << "{\"input_ids\": [11, 1000, 1000, 1000, 12], "
+                            "\"images\": {\"features\": "
+                         << rows.dump() << items << "}}\n";
+  };
+  nlohmann::json model = vlmModel(prefix);
+  model["data"] = {{"source", "jsonl"}, {"path", jsonl}};
+  line(", \"items\": [2, 1]");
+  source = sourceOf(model, errors);
+  ASSERT_TRUE(source) << (errors.empty() ? "" : errors[0]);
+  lane = encoderLane(source->get(0, 0), 0, kDim, 0, 1);
+  EXPECT_EQ(lane.segment, (std::vector<int64_t>{0, 0, 1}));
+  for (const char *bad : {", \"items\": [2, 2]", ", \"items\": [3, 0]",
+                          ", \"items\": 3", ", \"items\": [1.5, 1.5]"}) {
+    SCOPED_TRACE(bad);
+    line(bad);
+    errors.clear();
+    EXPECT_FALSE(sourceOf(model, errors));
+    ASSERT_FALSE(errors.empty());
+    EXPECT_NE(errors[0].find("/images/items"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("summing to the 3 feature rows"),
+              std::string::npos)
+        << errors[0];
+  }
+}
+
 } // namespace
