@@ -74,6 +74,10 @@ json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/llava-siglip.json" -o "$bundle/plans/llava-siglip.plan.json"
 sed -i "s#\"$PWD/#\"#g" "$bundle/plans/llava-siglip.plan.json"
+# The hf phase's exported folders (a LLaVA, a Qwen2) and mimo's loss on a
+# batch from each (bench/hf_client.py prepare: mimo trains, exports, and
+# starts again from the export here; transformers loads it there).
+/usr/bin/python3 bench/hf_client.py prepare "$bundle/hf-client" >/dev/null
 # The nccl check's one-rank plan, and the overlap benchmark's layouts.
 mkdir -p "$bundle/nccl"
 python3 - "$bundle/nccl/single.json" <<'PY'

@@ -30,7 +30,7 @@ scripts/gpu-check.sh build 2>&1 | tail -45
   exit 1
 }
 echo "== built at $(($(date +%s) - t0)) s"
-timeout $(($(left) - 150)) scripts/gpu-check.sh examples nccl >/tmp/ex.out 2>&1 &
+timeout $(($(left) - 150)) scripts/gpu-check.sh examples nccl hf >/tmp/ex.out 2>&1 &
 ex=$!
 timeout $(($(left) - 150)) scripts/gpu-check.sh tests 2>&1 | tail -40
 wait $ex

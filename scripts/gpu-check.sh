@@ -12,10 +12,13 @@
 # About 10 minutes on one H100.
 #
 # usage: scripts/gpu-check.sh [PHASE ...]
-#   phases: build tests attention examples nccl bench report (default: all,
-#   in order). On the device machine (one call at most 10 minutes) run them
-#   as three calls, each carrying .gpu-bundle: "build tests", "attention
-#   examples nccl", "bench report" (docs/gpu.md). attention:
+#   phases: build tests attention examples nccl hf bench report (default:
+#   all, in order). On the device machine (one call at most 10 minutes) run
+#   them as three calls, each carrying .gpu-bundle: "build tests",
+#   "attention examples nccl hf", "bench report" (docs/gpu.md). hf: the
+#   machine's transformers loads mimo's --export-hf folders (a LLaVA, a
+#   Qwen2; made by scripts/gpu-bundle.sh) and its loss on a batch must be
+#   mimo's (bench/hf_client.py, 1e-4). attention:
 #   mimo-cuda-ops-check --only attention (both backends against the CPU's
 #   reference), then gpu_bench --only attention and bench/attention_sdpa.py
 #   (PyTorch SDPA's flash and cuDNN backends), one table of the two; the
@@ -50,7 +53,7 @@ build=${MIMO_GPU_BUILD:-build-gpu}
 logs=$build/gpu-check
 mkdir -p "$logs"
 phases=("$@")
-[ ${#phases[@]} -gt 0 ] || phases=(build tests attention examples nccl bench report)
+[ ${#phases[@]} -gt 0 ] || phases=(build tests attention examples nccl hf bench report)
 jobs=$(nproc 2>/dev/null || echo 4)
 gpu=${MIMO_GPU_CHECK_DEVICE:-cuda}
 fresh=${MIMO_GPU_CHECK_FRESH:-0}
@@ -331,6 +334,28 @@ PY
   cat "$logs/nccl.log"
 fi
 
+if has_phase hf; then
+  # SPEC §28, a real client: transformers loads the exported folders and
+  # computes the loss mimo computed from them (bench/hf_client.py check).
+  t0=$(date +%s)
+  rc=0
+  rm -f "$logs/hf.json"
+  if [ ! -d .gpu-bundle/hf-client ]; then
+    echo "FAIL no .gpu-bundle/hf-client (run scripts/gpu-bundle.sh)" >"$logs/hf.md"; rc=1
+  else
+    timeout 300 python3 bench/hf_client.py check .gpu-bundle/hf-client \
+      --json "$logs/hf.json" >"$logs/hf.md" 2>"$logs/hf.log"
+    rc=$?
+    [ $rc -eq 0 ] || tail -5 "$logs/hf.log"
+  fi
+  # Without transformers (rc 2, a dry run's machine) the phase is not run.
+  [ $rc -eq 2 ] || echo "$rc $(elapsed $t0)" >"$logs/hf.status"
+  [ $rc -eq 0 ] || [ $rc -eq 2 ] || status=1
+  keep "$logs/hf.md" "$logs/hf.json"
+  cat "$logs/hf.md"
+  note "hf: rc $rc in $(elapsed $t0) s"
+fi
+
 if has_phase bench && [ "$gpu" != cpu ]; then
   # Each part is skipped when its result is there from an earlier call
   # (unless MIMO_GPU_CHECK_FRESH=1), so a call cut off at its limit resumes.
@@ -416,7 +441,7 @@ if has_phase report; then
     echo
     echo "## Phases"
     echo
-    for p in build tests attention examples nccl bench; do phase_line $p; done
+    for p in build tests attention examples nccl hf bench; do phase_line $p; done
     echo
     echo "## GPU tests (\`ctest -L gpu\`)"
     echo
@@ -454,6 +479,10 @@ if has_phase report; then
     echo '```'
     [ -f "$logs/nccl.log" ] && cat "$logs/nccl.log" || echo "not run"
     echo '```'
+    echo
+    echo "## A real client: transformers loads mimo's --export-hf"
+    echo
+    [ -f "$logs/hf.status" ] && cat "$logs/hf.md" || echo "not run"
     echo
     [ -f "$logs/bench.md" ] && cat "$logs/bench.md" || echo "Benchmarks: not run"
     echo
