@@ -75,7 +75,7 @@ void stopWhenLauncherExits() {
 }
 
 void installStopHandlers() {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_handler = onStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
@@ -91,6 +91,7 @@ const char *kUsage =
     "                [--timeout SECONDS] [--grad-bucket-mb MB]\n"
     "                [--overlap | --no-overlap] [--on-nonfinite stop|skip]\n"
     "                [--attention auto|cudnn|mimo] [--load-other-run]\n"
+    "                [--strict]\n"
     "       mimo-run PLAN.json --load DIR --export-hf OUT [--export-dtype T]\n"
     "                [--export-hf-per-module]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
@@ -111,6 +112,11 @@ const char *kHelp =
     "                       over MPI (the default under mpirun without a\n"
     "                       GPU); nccl: one process and GPU per rank under\n"
     "                       mpirun (the default there with a GPU)\n"
+    "  --strict             local backend: NCCL's rules at run time (messages\n"
+    "                       paired in posting order per peer, not by tag;\n"
+    "                       collectives only over the plan's groups); each\n"
+    "                       send waits for its receive in any case, and a\n"
+    "                       timeout names the ranks' cycle (docs/runtime.md)\n"
     "  --device D           cuda (the default when a GPU is usable, local\n"
     "                       backend: rank r on GPU r mod visible GPUs) or cpu\n"
     "  --threads N          CPU threads per rank (default: the cores shared "
@@ -262,6 +268,8 @@ struct CommandLine {
   /// --export-hf DIR (with --load): write Hugging Face folders, train
   /// nothing; --export-dtype bf16|fp32 (default: the model's precision).
   std::string exportDir, exportDtype;
+  /// --strict: the local backend under NCCL's rules.
+  bool strict = false;
   bool exportPerModule = false;
   /// Started by mpirun (read before MPI_Init, which sets the same variables
   /// in a process started alone).
@@ -333,6 +341,8 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
         return usageError("--threads expects a number of threads per rank "
                           "from 1 to 4096");
       cli.threads = static_cast<int>(*n);
+    } else if (arg == "--strict") {
+      cli.strict = true;
     } else if (is("--backend")) {
       auto v = value("--backend");
       if (!v || (*v != "local" && *v != "mpi" && *v != "nccl"))
@@ -463,6 +473,14 @@ std::optional<int> chooseBackendAndDevice(CommandLine &cli,
                         "process; run it without mpirun, or use --backend "
                         "mpi");
   }
+  if (cli.strict && cli.backend != "local")
+    return usageError(
+        "--strict is the local backend's (NCCL's rules on the "
+        "CPU's threads); the " +
+        cli.backend + " backend " +
+        (cli.backend == "nccl" ? "is NCCL itself" : "pairs messages by tag") +
+        ": drop --strict, or run --backend local --strict "
+        "without mpirun");
   if (cli.backend == "nccl") {
     std::string error;
     if (!comm::ncclBuilt()) {
@@ -979,6 +997,8 @@ int run(int argc, char **argv) {
   options.gradBucketBytes =
       static_cast<int64_t>(cli.gradBucketMb * double(int64_t(1) << 20));
   options.overlap = cli.overlap;
+  if (cli.strict)
+    options.matching = comm::Matching::InPostingOrder;
   options.attention = cli.attention;
   options.planFile = cli.planPath;
   options.baseDir = std::filesystem::path(cli.planPath).parent_path().string();

@@ -21,7 +21,12 @@
 // Every wait wakes at least every 50 ms and gives up when any rank has
 // failed (CommError with the first failure) or when nothing has progressed
 // for the timeout (this rank then fails the world with a message naming
-// the peer it waited for).
+// the peer it waited for and, where the ranks wait for each other in a
+// ring, the whole cycle: each rank, what it waits for and in what
+// instruction). Since a send waits for its receive (rendezvous, as NCCL's
+// may), a plan whose messages NCCL would deadlock on deadlocks here too,
+// and with Matching::InPostingOrder (mimo-run --strict) they pair as
+// NCCL's do.
 //
 //===----------------------------------------------------------------------===//
 
@@ -98,6 +103,36 @@ public:
       inbox;
   bool failed = false;
   std::string failure;
+  /// What each rank is blocked on: the peer (or -1) and a description
+  /// ("its receive of 64 bytes with tag 3 in instruction 12 (...)"), for
+  /// the cycle a timeout names.
+  std::vector<int64_t> waitPeer = std::vector<int64_t>(size, -1);
+  std::vector<std::string> waitWhat = std::vector<std::string>(size);
+
+  /// The ranks waiting for one another from `rank` on, as text ("rank 0
+  /// waits for rank 1 (...); rank 1 waits for rank 0 (...)"), when they
+  /// close a cycle; "" otherwise. Needs `mutex`.
+  std::string cycleFrom(int64_t rank) const {
+    std::vector<int64_t> path;
+    std::vector<bool> seen(static_cast<size_t>(size), false);
+    for (int64_t r = rank; r >= 0 && !seen[static_cast<size_t>(r)];
+         r = waitPeer[static_cast<size_t>(r)]) {
+      seen[static_cast<size_t>(r)] = true;
+      path.push_back(r);
+    }
+    const int64_t last = path.empty() ? -1 : path.back();
+    const int64_t closes = last < 0 ? -1 : waitPeer[static_cast<size_t>(last)];
+    auto start = std::find(path.begin(), path.end(), closes);
+    if (closes < 0 || start == path.end())
+      return "";
+    std::string text;
+    for (auto it = start; it != path.end(); ++it)
+      text += (text.empty() ? "" : "; ") + std::string("rank ") +
+              std::to_string(*it) + " waits for rank " +
+              std::to_string(waitPeer[static_cast<size_t>(*it)]) + " (" +
+              waitWhat[static_cast<size_t>(*it)] + ")";
+    return text;
+  }
 };
 
 namespace {
@@ -166,6 +201,11 @@ private:
         lock, std::min<Clock::duration>(left, kWaitSlice));
   }
   [[noreturn]] void timedOut(const P2POp &op, bool sending);
+  /// What this rank waits for, in the world's table (the cycle a timeout
+  /// names), and its text. Need the lock.
+  std::string waitText(const P2POp &op, bool sending) const;
+  void waitingFor(const P2POp &op, bool sending);
+  void notWaiting();
   /// The inbox key of messages with `tag` of this communicator: in posting
   /// order, posted messages pair in a lane of their own (as the nccl
   /// backend's communicator for them).
@@ -190,13 +230,33 @@ private:
   int64_t self;
 };
 
+std::string LocalComm::waitText(const P2POp &op, bool sending) const {
+  return (sending ? "its receive of " : "a message of ") +
+         std::to_string(op.bytes) + " bytes with tag " + std::to_string(op.tag);
+}
+
+void LocalComm::waitingFor(const P2POp &op, bool sending) {
+  world->waitPeer[static_cast<size_t>(self)] = op.peer;
+  world->waitWhat[static_cast<size_t>(self)] =
+      waitText(op, sending) + inContext();
+}
+
+void LocalComm::notWaiting() {
+  world->waitPeer[static_cast<size_t>(self)] = -1;
+  world->waitWhat[static_cast<size_t>(self)].clear();
+}
+
 void LocalComm::timedOut(const P2POp &op, bool sending) {
+  waitingFor(op, sending);
   std::string message = "rank " + std::to_string(self) + " timed out after " +
                         secondsText(getTimeout()) + " s waiting for rank " +
                         std::to_string(op.peer) + inContext() + " (" +
-                        (sending ? "its receive of " : "a message of ") +
-                        std::to_string(op.bytes) + " bytes with tag " +
-                        std::to_string(op.tag) + ")";
+                        waitText(op, sending) + ")";
+  if (std::string cycle = world->cycleFrom(self); !cycle.empty())
+    message += "; the ranks wait for each other in a cycle: " + cycle +
+               " (each send waits for its receive, as NCCL's may: post the "
+               "receives in the same batch as the sends, or order the "
+               "batches; mimoc's verifier refuses such a plan)";
   failAndThrow(message);
 }
 
@@ -365,9 +425,11 @@ void LocalComm::receiveAll(std::vector<P2POp> &ops,
     if (ready == pending.end()) {
       if (Clock::now() >= deadline)
         timedOut(ops[pending.front()], false);
+      waitingFor(ops[pending.front()], false);
       waitSlice(lock, deadline);
       continue;
     }
+    notWaiting();
     P2POp &op = ops[*ready];
     Message *m = queue->second.front();
     if (m->tag != op.tag)
@@ -431,21 +493,25 @@ void LocalComm::awaitSends(std::vector<Message> &sends,
       else if (!m.claimed && !waiting)
         waiting = &m;
     }
-    if (done == sends.size())
+    if (done == sends.size()) {
+      notWaiting();
       return;
+    }
     checkFailed();
     if (done != doneBefore) {
       doneBefore = done;
       deadline = deadlineFromNow();
     }
+    P2POp op;
+    if (waiting) {
+      op.peer = waiting->dst;
+      op.tag = waiting->tag;
+      op.bytes = waiting->bytes;
+      waitingFor(op, true);
+    }
     if (Clock::now() >= deadline) {
-      if (waiting) {
-        P2POp op;
-        op.peer = waiting->dst;
-        op.tag = waiting->tag;
-        op.bytes = waiting->bytes;
+      if (waiting)
         timedOut(op, true);
-      }
       deadline = deadlineFromNow();
     }
     waitSlice(lock, deadline);

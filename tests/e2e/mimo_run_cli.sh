@@ -164,6 +164,19 @@ if [ "$part" != trainings ]; then
 [ -f "$work/vlm-fan-in.plan.json" ] || compile vlm-fan-in
 plan=$work/vlm-fan-in.plan.json
 
+# 1h. --strict (docs/runtime.md): the local backend under NCCL's rules
+# trains as --reference; with the mpi backend it is refused.
+"$bin/mimo-run" "$plan" --steps 2 --strict --metrics "$work/strict.jsonl" >/dev/null 2>&1 &&
+  "$bin/mimo-run" "$plan" --steps 2 --reference --metrics "$work/strict.ref.jsonl" >/dev/null 2>&1 &&
+  python3 "$here/compare_metrics.py" "$work/strict.jsonl" "$work/strict.ref.jsonl" 2 &&
+  pass "--strict: the local backend under NCCL's rules matches --reference" ||
+  fail "--strict against --reference"
+"$bin/mimo-run" "$plan" --steps 1 --strict --backend mpi >/dev/null 2>"$work/strict.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q -- "--strict is the local backend's" "$work/strict.err" &&
+  pass "--strict --backend mpi: exit 1 naming the fix" ||
+  { cat "$work/strict.err"; fail "--strict with mpi (rc $rc)"; }
+
 # 2. An injected fault: every rank stops, exit 2, the message names the rank,
 # and the run ends well before the 20 s communication timeout (the failure
 # is propagated, not waited out: faults never hang).

@@ -547,6 +547,36 @@ TEST(LocalCommFailure, TimeoutNamesPeerAndContextAndReleasesOthers) {
   EXPECT_EQ(localWorldFailure(*world), what);
 }
 
+/// Each send waits for its receive (as NCCL's may): two ranks that each
+/// send before they receive, in separate batches, wait for each other, and
+/// the timeout names the cycle with what each waits for and where.
+TEST(LocalCommFailure, SendsBeforeReceivesNameTheirCycle) {
+  std::shared_ptr<LocalWorld> world;
+  auto outcomes = runRanks(
+      2,
+      [&](Comm &c) {
+        std::vector<char> buffer(64, 'x');
+        const int64_t peer = 1 - c.rank();
+        c.setTimeout(Seconds(c.rank() == 0 ? 0.3 : 30));
+        c.setContext("instruction " + std::to_string(7 + c.rank()) +
+                     " (send_act)");
+        c.send(peer, 5, buffer.data(), 64);
+        c.recv(peer, 5, buffer.data(), 64);
+      },
+      Seconds(30), &world);
+  ASSERT_TRUE(outcomes[0].threw);
+  const std::string &what = outcomes[0].what;
+  EXPECT_NE(what.find("the ranks wait for each other in a cycle: rank 0 "
+                      "waits for rank 1 (its receive of 64 bytes with tag 5 "
+                      "in instruction 7 (send_act)); rank 1 waits for rank 0 "
+                      "(its receive of 64 bytes with tag 5 in instruction 8 "
+                      "(send_act))"),
+            std::string::npos)
+      << what;
+  ASSERT_TRUE(outcomes[1].threw);
+  EXPECT_EQ(outcomes[1].what, what);
+}
+
 TEST(LocalCommFailure, UnconsumedSendTimesOut) {
   std::shared_ptr<LocalWorld> world;
   auto outcomes = runRanks(
