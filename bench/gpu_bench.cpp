@@ -39,8 +39,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -439,7 +439,7 @@ void benchAttention(const std::string &json) {
     };
     std::string error;
     for (char c : r.error)
-      error += c == '"' || c == '\\'              ? std::string("\\") + c
+      error += c == '"' || c == '\\'                ? std::string("\\") + c
                : static_cast<unsigned char>(c) < 32 ? std::string(" ")
                                                     : std::string(1, c);
     out << (i ? ",\n" : "\n") << "{\"backend\": \"" << r.backend

@@ -60,9 +60,7 @@ struct Coords {
     }
     return pp;
   }
-  int64_t operator[](Dim dim) const {
-    return const_cast<Coords &>(*this)[dim];
-  }
+  int64_t operator[](Dim dim) const { return const_cast<Coords &>(*this)[dim]; }
   bool operator==(const Coords &other) const {
     return tp == other.tp && cp == other.cp && dp == other.dp && pp == other.pp;
   }
@@ -106,7 +104,7 @@ public:
 
   /// Communicator groups over `dims`: the ranks that agree on every other
   /// dimension. Members are ascending and groups are ordered by their
-  /// smallest rank (the canonical enumeration of reference §1.3(b)), so
+  /// smallest rank (the canonical enumeration of docs/plan.md), so
   /// group-local rank = index in the member list.
   std::vector<std::vector<int64_t>> groups(const std::vector<Dim> &dims) const;
   /// The group over `dims` that holds `rank`, ascending.

@@ -132,8 +132,7 @@ AddressSpace addressSpace() {
         return kib * 1024;
     return 0;
   };
-  struct rlimit as {
-  }, data{};
+  struct rlimit as{}, data{};
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     space.limit = static_cast<int64_t>(as.rlim_cur);
     space.used = status("VmSize:");

@@ -203,7 +203,6 @@ inline int64_t postedChannel(int64_t sender, int64_t receiver) {
   return (sender << 32) | receiver;
 }
 
-
 struct Program {
   /// The role's name, e.g. "language/pp0/images:dst-leader".
   std::string role;

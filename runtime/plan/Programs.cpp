@@ -220,7 +220,7 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
                     InstrOp::BridgeSendGrad, mb);
   };
 
-  // Multi-module 1F1B (reference §9.3): W warm-up forwards, R = M - W
+  // Multi-module 1F1B (docs/plan.md): W warm-up forwards, R = M - W
   // steady pairs whose sends and receives are posted together, W cool-down
   // backwards.
   int64_t mbs = topology.microbatches;
@@ -418,7 +418,7 @@ void crossModuleZeroBubble(const Topology &topology, int64_t rank,
   emit.add(InstrOp::OptimizerStep, -1);
 }
 
-/// Colocated with language pp > 1 (docs/plan.md, reference §9.6), three
+/// Colocated with language pp > 1 (docs/plan.md), three
 /// phases: every encoder forward for all microbatches and the bridges to
 /// the language first stage; the language 1F1B; the bridges' gradients back
 /// and every encoder backward. Then the gradient reduction and the step.

@@ -150,7 +150,7 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
   const Grid &d = topology.modules[dst].grid;
   // A colocated language module with pp > 1 holds its first stage on 1/pp
   // of the ranks: the encoder output travels to it over leader routes like
-  // a non-colocated bridge (docs/plan.md, reference §9.6).
+  // a non-colocated bridge (docs/plan.md).
   bool colocated =
       topology.layout == Layout::Colocated && !colocatedPipeline(topology);
   auto relation = relateLanes(s.size(Dim::DP), d.size(Dim::DP), colocated);
@@ -183,7 +183,7 @@ std::optional<BridgeTopology> makeBridge(const Topology &topology, size_t src,
     bridge.dstBroadcastGroups = boundaryGroups(d, /*isSource=*/false);
     return bridge;
   }
-  // Colocated (reference §4): the wide side's ranks gather over groups of
+  // Colocated (docs/plan.md): the wide side's ranks gather over groups of
   // `scale` consecutive lanes that share a TP index.
   if (s.size(Dim::PP) != 1 || d.size(Dim::PP) != 1)
     return fail("a colocated bridge runs inside the language first stage and "

@@ -1,6 +1,6 @@
 //===- Schedule.h - Multi-module 1F1B stage counts -------------*- C++ -*-===//
 //
-// docs/plan.md / reference §8.2, §9.2 for mimo's encoder -> language graph.
+// docs/plan.md for mimo's encoder -> language graph.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_PLAN_SCHEDULE_H

@@ -1,7 +1,7 @@
 //===- Sharding.h - CP zigzag and SP positions -----------------*- C++ -*-===//
 //
 // Which sequence positions a language first-stage rank holds after context
-// parallelism (zigzag) and sequence parallelism (docs/plan.md, reference §7).
+// parallelism (zigzag) and sequence parallelism (docs/plan.md).
 // Positions are half-open ranges in the order the rank stores them.
 //
 //===----------------------------------------------------------------------===//

@@ -68,7 +68,7 @@ std::vector<BridgeRoute> bridgeRoutes(const std::vector<int64_t> &sources,
                                       const std::vector<int64_t> &destinations);
 
 /// Folds per-sample token counts into `pieces` per-peer sizes by summing
-/// consecutive groups (reference §3.5). Fails, filling `error`, when the
+/// consecutive groups (docs/plan.md). Fails, filling `error`, when the
 /// count does not fold evenly or the sizes do not sum to `rows`.
 std::optional<std::vector<int64_t>>
 foldSplitSizes(const std::vector<int64_t> &sizes, int64_t pieces, int64_t rows,

@@ -166,7 +166,7 @@ TEST(ExplainTest, CoordinatesFollowAnyOrder) {
   EXPECT_EQ(orders, 24);
 }
 
-// README.md keys: bridges, stages and warm-ups (reference §11.10 fan-in row,
+// README.md keys: bridges, stages and warm-ups (docs/plan.md's fan-in row,
 // with the example's M = 4), against the compiled IR.
 TEST(ExplainTest, FanInBridgeStagesAndWarmups) {
   json e = explain(test::readExample("vlm-fan-in.json"));

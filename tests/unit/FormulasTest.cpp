@@ -1,7 +1,7 @@
 //===- FormulasTest.cpp - Leaders, routes, split sizes, zigzag, warm-ups --===//
 //
 // The shared formulas the bridge, sharding and schedule passes build on,
-// table-driven from reference §11.3, §11.4, §11.5, §11.8 and §11.10 (grid
+// table-driven from docs/plan.md's worked examples (grid
 // [tp,gtp_remat,cp,pp,dp] is mimo's order "tp-cp-pp-dp").
 //
 //===----------------------------------------------------------------------===//

@@ -306,7 +306,7 @@ TEST(TopologyTest, LaneRelations) {
 }
 
 TEST(TopologyTest, SequenceShardFactor) {
-  // docs/plan.md / reference §7.2: 2·cp·tp (CP+SP), 2·cp (CP), tp (SP).
+  // docs/plan.md: 2·cp·tp (CP+SP), 2·cp (CP), tp (SP).
   EXPECT_EQ(sequenceShardFactor(2, 2, true), 8);
   EXPECT_EQ(sequenceShardFactor(2, 2, false), 4);
   EXPECT_EQ(sequenceShardFactor(1, 8, true), 8);

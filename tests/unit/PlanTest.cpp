@@ -1,6 +1,6 @@
 //===- PlanTest.cpp - Programs, verification and the plan file ------------===//
 //
-// The per-rank programs against reference §11.10 (stages, warm-ups, bridge
+// The per-rank programs against docs/plan.md's tables (stages, warm-ups, bridge
 // leaders), the simulator-based verifier against hand-made deadlocks and
 // mismatches, and the plan file's round trip and rejection of bad plans.
 //
