@@ -126,11 +126,13 @@ def quick_start(build, source, work):
              "--images", sample, "--tokenizer", os.path.join(sample, "tokenizer.model"),
              "--model", os.path.join(prep, "vlm-prepared.json"),
              "-o", os.path.join(prep, "data", "train")])
-    check(r.returncode == 0 and "wrote 65 samples (64 with an image" in r.stdout,
+    check(r.returncode == 0 and "wrote 65 samples (64 images and frames" in r.stdout,
           "mimo-prep writes the 65 usable records", r.stdout + r.stderr[-2000:])
-    check("skipped 2 of 67 records: 1 no image file, 1 more than one <image>" in r.stdout
+    check("skipped 2 of 67 records: 1 no image file, 1 <image> placeholders that do "
+          "not match the images" in r.stdout
           and 'id "missing" (record 65): no image file' in r.stdout
-          and 'id "two" (record 66): more than one <image>' in r.stdout,
+          and 'id "two" (record 66): <image> placeholders that do not match the '
+          'images: 2 <image> for 1 image(s)' in r.stdout,
           "the two broken records are skipped, counted and named by their ids")
     check("mimo-prep: 67/67 records" in r.stderr and "\r" not in r.stderr,
           "progress in plain lines when stderr is not a terminal", r.stderr[-2000:])
@@ -207,6 +209,107 @@ def bpe_check(source, work):
     tok = prep_tokenizers.load(path)
     check(tok.encode("12345") == [207, 208],
           f"a Split pre-tokenizer (Llama 3's digit runs) cuts 123|45 ({tok.encode('12345')})")
+
+
+def read_items(prefix, encoder, rows):
+    """The item start bytes of PREFIX.<encoder>.items."""
+    data = open(f"{prefix}.{encoder}.items", "rb").read()
+    assert data[:8] == b"MIMOITEM", data[:8]
+    version, count = struct.unpack("<QQ", data[8:24])
+    assert version == 1 and count == rows and len(data) == 24 + rows, (count, rows)
+    return list(data[24:])
+
+
+def clip_rows(path, size):
+    """torch's unfold of an image resized to `size` (w, h), CLIP-normalised:
+    [rows, 48] of 4 x 4 patches, row-major."""
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073])[:, None, None]
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711])[:, None, None]
+    im = Image.open(path).convert("RGB").resize(size, Image.BICUBIC)
+    x = (torch.from_numpy(np.asarray(im, np.float32) / 255).permute(2, 0, 1) - mean) / std
+    return torch.nn.functional.unfold(x[None], 4, stride=4)[0].T
+
+
+def several_images(build, source, work, prep, sample):
+    """Several images a record ("images", or "image" a list), each at its
+    own size (--resize native: aspect kept, sides multiples of the patch,
+    at most the encoder's 16 x 16 pixels), and a video folder's frames
+    (--frames): rows in the placeholders' order, one item each in
+    PREFIX.images.items; mimo-run trains on it."""
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    folder = os.path.join(work, "multi")
+    os.makedirs(os.path.join(folder, "clip"), exist_ok=True)
+    g = np.random.default_rng(5)
+    def png(path, w, h):
+        Image.fromarray(g.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+    png(os.path.join(folder, "wide.png"), 32, 16)
+    png(os.path.join(folder, "square.png"), 16, 16)
+    for k in range(5):
+        png(os.path.join(folder, "clip", f"frame-{k}.png"), 16, 16)
+    answer = {"from": "gpt", "value": "Two things."}
+    records = [
+        {"id": "pair", "images": ["wide.png", "square.png"], "conversations": [
+            {"from": "human", "value": "<image> or <image>?"}, answer]},
+        {"id": "list", "image": ["square.png", "wide.png"], "conversations": [
+            {"from": "human", "value": "Which?"}, answer]},
+        {"id": "video", "video": "clip", "conversations": [
+            {"from": "human", "value": "What happens in <video>?"}, answer]},
+        {"id": "short", "images": ["wide.png"], "conversations": [
+            {"from": "human", "value": "<image> <image>?"}, answer]},
+    ] * 3
+    conv = os.path.join(folder, "conversations.json")
+    json.dump(records, open(conv, "w"))
+    out = os.path.join(folder, "data", "train")
+    model = json.load(open(os.path.join(prep, "vlm-prepared.json")))
+    model["data"]["path"] = out
+    model["batch"]["seq_length"] = 128  # room for two frames and the text
+    json.dump(model, open(os.path.join(folder, "model.json"), "w"))
+    r = run(prep_cmd(tool, conv, folder, os.path.join(sample, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), out,
+                     "--resize", "native", "--frames", "2", "--max-skipped", "0.3"))
+    check(r.returncode == 0 and "wrote 9 samples" in r.stdout and
+          "3 <image> placeholders that do not match the images" in r.stdout,
+          "several images and a video: 9 samples, the mismatched record skipped",
+          r.stdout + r.stderr[-2000:])
+    if r.returncode != 0:
+        return
+    ids, masks, rows = read_dataset(out, "images", 48)
+    starts = read_items(out, "images", sum(len(x) for x in rows))
+    wide = clip_rows(os.path.join(folder, "wide.png"), (20, 8))  # 5 x 2 patches
+    square = clip_rows(os.path.join(folder, "square.png"), (16, 16))
+    frames = [clip_rows(os.path.join(folder, "clip", f"frame-{k}.png"), (16, 16))
+              for k in (1, 3)]  # 2 of 5, evenly
+    at = 0
+    for name, i, want in (("pair", 0, [wide, square]), ("list", 1, [square, wide]),
+                          ("video", 2, frames)):
+        got = torch.from_numpy(rows[i].copy())
+        whole = torch.cat(want)
+        n = [len(w) for w in want]
+        check(got.shape == whole.shape and float((got - whole).abs().max()) < 1e-5
+              and ids[i].count(96) == sum(n),
+              f"{name}: rows of each image at its own size, in order ({n})")
+        mine = starts[at:at + sum(n)]
+        want_starts = sum(([1] + [0] * (k - 1) for k in n), [])
+        check(mine == want_starts, f"{name}: one item per image or frame in .items")
+        at += sum(n)
+    # A model folder's config.json beside the tokenizer: another vocab_size
+    # is one line naming both files, exit 1.
+    hf = os.path.join(folder, "hf")
+    os.makedirs(hf, exist_ok=True)
+    shutil.copy(os.path.join(sample, "tokenizer.model"), hf)
+    json.dump({"model_type": "llama", "vocab_size": 32000}, open(os.path.join(hf, "config.json"), "w"))
+    r = run(prep_cmd(tool, conv, folder, os.path.join(hf, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), fresh(work)))
+    check(refused(r, "config.json: vocab_size 32000, but", "says 128"),
+          "a tokenizer from a model of another vocab_size: exit 1, one line",
+          r.stdout + r.stderr[-2000:])
+    plan = os.path.join(folder, "plan.json")
+    r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q",
+             os.path.join(folder, "model.json"), "-o", plan])
+    r = r if r.returncode else run([os.path.join(build, "bin", "mimo-run"), plan,
+                                    "--steps", "2"])
+    check(r.returncode == 0, "mimo-run trains on several images a sample",
+          r.stderr[-2000:])
 
 
 def bad_input(source, work, prep, sample):
@@ -629,6 +732,7 @@ def main():
     try:
         prep, sample = quick_start(build, source, work)
         files_check(prep, sample)
+        several_images(build, source, work, prep, sample)
         bpe_check(source, work)
         bad_input(source, work, prep, sample)
         hostile(source, work, prep, sample)
