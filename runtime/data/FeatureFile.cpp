@@ -249,14 +249,18 @@ void ItemFile::items(int64_t begin, int64_t end,
   }
 }
 
-bool writeItemFile(const std::string &path, const std::vector<uint8_t> &starts,
-                   std::string &error) {
+namespace {
+
+/// A byte file (docs/data.md): `magic`, u64 version 1, u64 count, then one
+/// byte per counted thing.
+bool writeByteFile(const std::string &path, const char (&magic)[8],
+                   const std::vector<uint8_t> &bytes, std::string &error) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  const uint64_t version = 1, rows = starts.size();
-  put(out, kItemMagic, 8);
+  const uint64_t version = 1, count = bytes.size();
+  put(out, magic, 8);
   put(out, &version, 8);
-  put(out, &rows, 8);
-  put(out, starts.data(), starts.size());
+  put(out, &count, 8);
+  put(out, bytes.data(), bytes.size());
   out.close();
   if (!out) {
     error = path + ": error: cannot write it";
@@ -265,20 +269,16 @@ bool writeItemFile(const std::string &path, const std::vector<uint8_t> &starts,
   return true;
 }
 
+} // namespace
+
+bool writeItemFile(const std::string &path, const std::vector<uint8_t> &starts,
+                   std::string &error) {
+  return writeByteFile(path, kItemMagic, starts, error);
+}
+
 bool writeMaskFile(const std::string &path, const std::vector<uint8_t> &mask,
                    std::string &error) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  const uint64_t version = 1, tokens = mask.size();
-  put(out, kMaskMagic, 8);
-  put(out, &version, 8);
-  put(out, &tokens, 8);
-  put(out, mask.data(), mask.size());
-  out.close();
-  if (!out) {
-    error = path + ": error: cannot write it";
-    return false;
-  }
-  return true;
+  return writeByteFile(path, kMaskMagic, mask, error);
 }
 
 } // namespace mimo::exec
