@@ -7,13 +7,14 @@ cd "$(dirname "$0")/.."
 
 # MLIR 19 pinned: the -22 packages conflict with it and would replace it.
 # python3-torch and python3-numpy: the PyTorch twin test (tests/e2e/twin.py);
-# python3-pil, python3-sentencepiece and python3-regex: tools/mimo-prep and its
-# test.
+# python3-pil, python3-sentencepiece, python3-regex and python3-jinja2
+# (--template hf): tools/mimo-prep and its test.
 packages=(
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
   libopenblas-dev ninja-build cmake g++ python3 ccache clang-format-19
   python3-numpy python3-torch python3-pil python3-sentencepiece python3-regex
+  python3-jinja2
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -543,6 +543,72 @@ def bpe_model(prep, work):
     return path
 
 
+HF_TEMPLATE = ("{{ bos_token }}{% for m in messages %}"
+               "{% if m['role'] == 'user' %}[U]{{ m['content'] }}\n"
+               "{% elif m['role'] == 'system' %}[S]{{ m['content'] }}\n"
+               "{% else %}[A]{{ m['content'] }}{{ eos_token }}\n{% endif %}"
+               "{% endfor %}{% if add_generation_prompt %}[A]{% endif %}")
+
+
+def hf_template(source, work, prep, sample):
+    """--template hf: the tokenizer's own Jinja chat_template renders the
+    conversation (system turn, image, answer); decoded independently, the
+    ids are the rendered text with the image's rows where <image> was, and
+    the mask keeps exactly what the assistant message adds (its answer and
+    end of turn). A tokenizer without a template: exit 1, one line."""
+    try:
+        import jinja2  # noqa: F401
+    except ImportError:
+        check(False, "--template hf needs python3-jinja2 (scripts/setup.sh installs it)")
+        return
+    sys.path.insert(0, os.path.join(source, "tools", "mimo-prep"))
+    import prep_tokenizers
+    tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    folder = os.path.join(work, "hf-template")
+    os.makedirs(folder, exist_ok=True)
+    doc = byte_tokenizer()
+    tokenizer = os.path.join(folder, "tokenizer.json")
+    json.dump(doc, open(tokenizer, "w"))
+    conv = os.path.join(folder, "conversations.json")
+    records = [{"id": "t", "image": "images/000.png", "conversations": [
+        {"from": "system", "value": "Be brief."},
+        {"from": "human", "value": "<image>\nhello?"},
+        {"from": "gpt", "value": "hello 12"}]}]
+    json.dump(records, open(conv, "w"))
+    model = bpe_model(prep, work)
+    r = run(prep_cmd(tool, conv, sample, tokenizer, model, fresh(work), "--template", "hf"))
+    check(refused(r, "no chat template", "--template hf"),
+          "--template hf without a chat template: exit 1, one line", r.stderr[-2000:])
+    json.dump({"bos_token": "<s>", "eos_token": {"content": "</s>"},
+               "chat_template": HF_TEMPLATE},
+              open(os.path.join(folder, "tokenizer_config.json"), "w"))
+    out = fresh(work)
+    r = run(prep_cmd(tool, conv, sample, tokenizer, model, out, "--template", "hf"))
+    check(r.returncode == 0 and "wrote 1 samples" in r.stdout, "--template hf writes the record",
+          r.stdout + r.stderr[-2000:])
+    if r.returncode:
+        return
+    ids, masks, rows = read_dataset(out, "images", 48)
+    byte_of = {ch: b for b, ch in prep_tokenizers.bytes_to_unicode().items()}
+    text_of = {i: t for t, i in doc["model"]["vocab"].items()}
+    added = {t["id"]: t["content"] for t in doc["added_tokens"]}
+
+    def decode(seq):
+        out = b""
+        for i in seq:
+            out += added[i].encode() if i in added else bytes(byte_of[c] for c in text_of[i])
+        return out.decode()
+    s, m = ids[0], masks[0]
+    at = s.index(300)
+    runs_ok = s[at:at + 16] == [300] * 16 and s.count(300) == 16
+    check(runs_ok and decode(s[:at]) == "<s>[S]Be brief.\n[U]" and
+          decode(s[at + 16:]) == "\nhello?\n[A]hello 12</s>\n",
+          "the ids are the template's text, the image's 16 rows in place of <image>",
+          f"{decode(s[:at])!r} {decode(s[at + 16:])!r}")
+    check(decode([t for t, k in zip(s, m) if k]) == "hello 12</s>\n",
+          "the mask keeps the answer and its end of turn, as rendered")
+
+
 def hostile_tokenizers(source, work, prep, sample):
     """Bad added tokens, a regex that backtracks without end."""
     tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
@@ -733,6 +799,7 @@ def main():
         prep, sample = quick_start(build, source, work)
         files_check(prep, sample)
         several_images(build, source, work, prep, sample)
+        hf_template(source, work, prep, sample)
         bpe_check(source, work)
         bad_input(source, work, prep, sample)
         hostile(source, work, prep, sample)

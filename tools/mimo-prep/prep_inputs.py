@@ -15,6 +15,7 @@ PACKAGES = {
     "PIL": ("python3-pil", "Pillow"),
     "sentencepiece": ("python3-sentencepiece", "sentencepiece"),
     "regex": ("python3-regex", "regex"),
+    "jinja2": ("python3-jinja2", "Jinja2"),
 }
 
 
