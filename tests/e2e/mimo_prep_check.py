@@ -220,13 +220,16 @@ def read_items(prefix, encoder, rows):
     return list(data[24:])
 
 
-def clip_rows(path, size):
-    """torch's unfold of an image resized to `size` (w, h), CLIP-normalised:
-    [rows, 48] of 4 x 4 patches, row-major."""
+def clip_rows(path, size, crop=None):
+    """torch's unfold of an image resized to `size` (w, h) (and cut to
+    `crop`, (x, y, w, h)), CLIP-normalised: [rows, 48] of 4 x 4 patches,
+    row-major."""
     mean = torch.tensor([0.48145466, 0.4578275, 0.40821073])[:, None, None]
     std = torch.tensor([0.26862954, 0.26130258, 0.27577711])[:, None, None]
     im = Image.open(path).convert("RGB").resize(size, Image.BICUBIC)
     x = (torch.from_numpy(np.asarray(im, np.float32) / 255).permute(2, 0, 1) - mean) / std
+    if crop:
+        x = x[:, crop[1]:crop[1] + crop[3], crop[0]:crop[0] + crop[2]]
     return torch.nn.functional.unfold(x[None], 4, stride=4)[0].T
 
 
@@ -292,6 +295,28 @@ def several_images(build, source, work, prep, sample):
         want_starts = sum(([1] + [0] * (k - 1) for k in n), [])
         check(mine == want_starts, f"{name}: one item per image or frame in .items")
         at += sum(n)
+    # Tiles: a thumbnail, then the 32 x 16 image as 2 x 1 tiles of 16.
+    tiles_out = fresh(work)
+    conv_tiles = os.path.join(folder, "tiles.json")
+    json.dump([{"id": "tiles", "image": "wide.png", "conversations": [
+        {"from": "human", "value": "<image>"}, answer]}], open(conv_tiles, "w"))
+    r = run(prep_cmd(tool, conv_tiles, folder, os.path.join(sample, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), tiles_out,
+                     "--resize", "tiles", "--max-tiles", "4"))
+    if r.returncode == 0:
+        ids, _, rows = read_dataset(tiles_out, "images", 48)
+        starts = read_items(tiles_out, "images", len(rows[0]))
+        wide_png = os.path.join(folder, "wide.png")
+        want = torch.cat([clip_rows(wide_png, (16, 16)),
+                          clip_rows(wide_png, (32, 16), (0, 0, 16, 16)),
+                          clip_rows(wide_png, (32, 16), (16, 0, 16, 16))])
+        got = torch.from_numpy(rows[0].copy())
+        ok = got.shape == want.shape and float((got - want).abs().max()) < 1e-5
+        ok &= starts == ([1] + [0] * 15) * 3 and ids[0].count(96) == 48
+    else:
+        ok = False
+    check(ok, "--resize tiles: a thumbnail and 2 x 1 tiles, three items",
+          r.stdout + r.stderr[-2000:])
     # A model folder's config.json beside the tokenizer: another vocab_size
     # is one line naming both files, exit 1.
     hf = os.path.join(folder, "hf")
