@@ -236,9 +236,11 @@ def clip_rows(path, size, crop=None):
 def several_images(build, source, work, prep, sample):
     """Several images a record ("images", or "image" a list), each at its
     own size (--resize native: aspect kept, sides multiples of the patch,
-    at most the encoder's 16 x 16 pixels), and a video folder's frames
-    (--frames): rows in the placeholders' order, one item each in
-    PREFIX.images.items; mimo-run trains on it."""
+    at most the encoder's 16 x 16 pixels, a smaller image not enlarged),
+    and a video folder's frames (--frames): rows in the placeholders'
+    order (images without <image> at the first question's start, after a
+    system turn), one item each in PREFIX.images.items; --max-image-pixels;
+    --resize tiles; a model folder's config.json; mimo-run trains on it."""
     tool = os.path.join(source, "tools", "mimo-prep", "mimo-prep")
     folder = os.path.join(work, "multi")
     os.makedirs(os.path.join(folder, "clip"), exist_ok=True)
@@ -247,8 +249,9 @@ def several_images(build, source, work, prep, sample):
         Image.fromarray(g.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
     png(os.path.join(folder, "wide.png"), 32, 16)
     png(os.path.join(folder, "square.png"), 16, 16)
+    png(os.path.join(folder, "small.png"), 8, 12)
     for k in range(5):
-        png(os.path.join(folder, "clip", f"frame-{k}.png"), 16, 16)
+        png(os.path.join(folder, "clip", f"frame-{k}.png"), 24, 16)
     answer = {"from": "gpt", "value": "Two things."}
     records = [
         {"id": "pair", "images": ["wide.png", "square.png"], "conversations": [
@@ -259,6 +262,9 @@ def several_images(build, source, work, prep, sample):
             {"from": "human", "value": "What happens in <video>?"}, answer]},
         {"id": "short", "images": ["wide.png"], "conversations": [
             {"from": "human", "value": "<image> <image>?"}, answer]},
+        {"id": "small", "images": ["small.png", "wide.png"], "conversations": [
+            {"from": "system", "value": "Be short."},
+            {"from": "human", "value": "Which?"}, answer]},
     ] * 3
     conv = os.path.join(folder, "conversations.json")
     json.dump(records, open(conv, "w"))
@@ -270,9 +276,11 @@ def several_images(build, source, work, prep, sample):
     r = run(prep_cmd(tool, conv, folder, os.path.join(sample, "tokenizer.model"),
                      os.path.join(folder, "model.json"), out,
                      "--resize", "native", "--frames", "2", "--max-skipped", "0.3"))
-    check(r.returncode == 0 and "wrote 9 samples" in r.stdout and
-          "3 <image> placeholders that do not match the images" in r.stdout,
-          "several images and a video: 9 samples, the mismatched record skipped",
+    check(r.returncode == 0 and "wrote 12 samples" in r.stdout and
+          "skipped 3 of 15 records: 3 <image> placeholders that do not match the "
+          "images" in r.stdout and 'id "short" (record 3): <image> placeholders '
+          "that do not match the images: 2 <image> for 1 image(s)" in r.stdout,
+          "several images and a video: 12 samples, the mismatched record skipped",
           r.stdout + r.stderr[-2000:])
     if r.returncode != 0:
         return
@@ -280,11 +288,12 @@ def several_images(build, source, work, prep, sample):
     starts = read_items(out, "images", sum(len(x) for x in rows))
     wide = clip_rows(os.path.join(folder, "wide.png"), (20, 8))  # 5 x 2 patches
     square = clip_rows(os.path.join(folder, "square.png"), (16, 16))
-    frames = [clip_rows(os.path.join(folder, "clip", f"frame-{k}.png"), (16, 16))
-              for k in (1, 3)]  # 2 of 5, evenly
+    small = clip_rows(os.path.join(folder, "small.png"), (8, 12))  # not enlarged
+    frames = [clip_rows(os.path.join(folder, "clip", f"frame-{k}.png"), (16, 12))
+              for k in (1, 3)]  # 2 of 5, evenly; 24 x 16 at most 256 pixels
     at = 0
     for name, i, want in (("pair", 0, [wide, square]), ("list", 1, [square, wide]),
-                          ("video", 2, frames)):
+                          ("video", 2, frames), ("small", 3, [small, wide])):
         got = torch.from_numpy(rows[i].copy())
         whole = torch.cat(want)
         n = [len(w) for w in want]
@@ -295,6 +304,15 @@ def several_images(build, source, work, prep, sample):
         want_starts = sum(([1] + [0] * (k - 1) for k in n), [])
         check(mine == want_starts, f"{name}: one item per image or frame in .items")
         at += sum(n)
+    sp = sentencepiece.SentencePieceProcessor()
+    sp.Load(os.path.join(sample, "tokenizer.model"))
+    first = ids[3].index(96)
+    check(ids[3][:first] == [sp.bos_id()] + sp.EncodeAsIds("Be short.\n")
+          + sp.EncodeAsIds("USER: ") and ids[3][first:first + 16] == [96] * 16,
+          "images without <image> go to the first question's start, after the "
+          "system turn")
+    check(starts.count(1) == 12 * 2 and set(starts) == {0, 1},
+          "the 12 samples' 24 images and frames are 24 items", str(starts))
     # Tiles: a thumbnail, then the 32 x 16 image as 2 x 1 tiles of 16.
     tiles_out = fresh(work)
     conv_tiles = os.path.join(folder, "tiles.json")
@@ -325,9 +343,54 @@ def several_images(build, source, work, prep, sample):
     json.dump({"model_type": "llama", "vocab_size": 32000}, open(os.path.join(hf, "config.json"), "w"))
     r = run(prep_cmd(tool, conv, folder, os.path.join(hf, "tokenizer.model"),
                      os.path.join(folder, "model.json"), fresh(work)))
+    check(refused(r, os.path.join(hf, "config.json") + ": vocab_size 32000, but",
+                  os.path.join(folder, "model.json") + " says 128")
+          and len(r.stderr.strip().splitlines()) == 1,
+          "a tokenizer from a model of another vocab_size: exit 1, one line naming "
+          "both files", r.stdout + r.stderr[-2000:])
+    json.dump({"text_config": {"vocab_size": 32000}},
+              open(os.path.join(hf, "config.json"), "w"))
+    r = run(prep_cmd(tool, conv, folder, os.path.join(hf, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), fresh(work)))
     check(refused(r, "config.json: vocab_size 32000, but", "says 128"),
-          "a tokenizer from a model of another vocab_size: exit 1, one line",
+          "a multimodal config.json's text_config vocab_size is checked too",
           r.stdout + r.stderr[-2000:])
+    json.dump({"vocab_size": 128, "bos_token_id": 5, "eos_token_id": [2, 7]},
+              open(os.path.join(hf, "config.json"), "w"))
+    r = run(prep_cmd(tool, conv_tiles, folder, os.path.join(hf, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), fresh(work)))
+    warned = [l for l in r.stderr.splitlines() if "warning" in l]
+    check(r.returncode == 0 and len(warned) == 1 and "bos_token_id 5, but the "
+          "tokenizer's is 1" in warned[0], "a config.json's other bos_token_id is "
+          "warned about in one line (an eos_token_id list holding the EOS is not)",
+          r.stdout + r.stderr[-2000:])
+    # --max-image-pixels: 128 pixels make the 32 x 16 image 16 x 8 (4 x 2
+    # patches); more patches than the encoder's positions, or less than one
+    # patch, is one line.
+    out = fresh(work)
+    r = run(prep_cmd(tool, conv_tiles, folder, os.path.join(sample, "tokenizer.model"),
+                     os.path.join(folder, "model.json"), out,
+                     "--resize", "native", "--max-image-pixels", "128"))
+    if r.returncode == 0:
+        ids, _, rows = read_dataset(out, "images", 48)
+        want = clip_rows(os.path.join(folder, "wide.png"), (16, 8))
+        got = torch.from_numpy(rows[0].copy())
+        ok = (got.shape == want.shape and float((got - want).abs().max()) < 1e-5
+              and read_items(out, "images", 8) == [1] + [0] * 7 and ids[0].count(96) == 8)
+    else:
+        ok = False
+    check(ok, "--max-image-pixels 128: 32 x 16 pixels become 16 x 8, 8 rows",
+          r.stdout + r.stderr[-2000:])
+    for pixels, words in (("1024", ("--max-image-pixels 1024", "64 patches",
+                                    "16 learned positions", "at most 256")),
+                          ("15", ("--max-image-pixels 15", "less than one patch"))):
+        out = fresh(work)
+        r = run(prep_cmd(tool, conv_tiles, folder, os.path.join(sample, "tokenizer.model"),
+                         os.path.join(folder, "model.json"), out,
+                         "--resize", "native", "--max-image-pixels", pixels))
+        check(refused(r, *words) and len(r.stderr.strip().splitlines()) == 1
+              and not written(out), f"--max-image-pixels {pixels} is refused in one line",
+              r.stderr[-2000:])
     plan = os.path.join(folder, "plan.json")
     r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q",
              os.path.join(folder, "model.json"), "-o", plan])
@@ -568,19 +631,43 @@ def bpe_model(prep, work):
     return path
 
 
-HF_TEMPLATE = ("{{ bos_token }}{% for m in messages %}"
+# transformers' own extras: loop controls, strftime_now, {% generation %};
+# a template that refuses a conversation starting with the assistant.
+HF_TEMPLATE = ("{% set today = strftime_now('%Y-%m-%d') %}"
+               "{% if messages and messages[0]['role'] == 'assistant' %}"
+               "{{ raise_exception('the user speaks first') }}{% endif %}"
+               "{{ bos_token }}{% for m in messages %}"
+               "{% if m['role'] == 'tool' %}{% continue %}{% endif %}"
                "{% if m['role'] == 'user' %}[U]{{ m['content'] }}\n"
                "{% elif m['role'] == 'system' %}[S]{{ m['content'] }}\n"
-               "{% else %}[A]{{ m['content'] }}{{ eos_token }}\n{% endif %}"
+               "{% else %}[A]{% generation %}{{ m['content'] }}{{ eos_token }}"
+               "{% endgeneration %}{{ '\\n' }}{% endif %}"
                "{% endfor %}{% if add_generation_prompt %}[A]{% endif %}")
+
+
+def target_runs(seq, mask, decode):
+    """The text of each run of targets."""
+    runs, cur = [], []
+    for t, k in zip(seq + [None], mask + [0]):
+        if k:
+            cur.append(t)
+        elif cur:
+            runs.append(decode(cur))
+            cur = []
+    return runs
 
 
 def hf_template(source, work, prep, sample):
     """--template hf: the tokenizer's own Jinja chat_template renders the
-    conversation (system turn, image, answer); decoded independently, the
-    ids are the rendered text with the image's rows where <image> was, and
-    the mask keeps exactly what the assistant message adds (its answer and
-    end of turn). A tokenizer without a template: exit 1, one line."""
+    conversation (system turn, images in two questions, two answers);
+    decoded independently, the ids are the rendered text with each image's
+    rows where its <image> was, and the mask keeps exactly what each
+    assistant message adds (its answer and end of turn). With sentencepiece
+    the <s> and </s> the template writes are the BOS and EOS ids and the
+    text between images is tokenised whole. A tokenizer without a template,
+    a template that is not a string, not Jinja or cannot render a question
+    and its answer, a missing jinja2: exit 1, one line naming the file; a
+    record the template refuses is skipped."""
     try:
         import jinja2  # noqa: F401
     except ImportError:
@@ -594,23 +681,64 @@ def hf_template(source, work, prep, sample):
     doc = byte_tokenizer()
     tokenizer = os.path.join(folder, "tokenizer.json")
     json.dump(doc, open(tokenizer, "w"))
+    config_path = os.path.join(folder, "tokenizer_config.json")
     conv = os.path.join(folder, "conversations.json")
     records = [{"id": "t", "image": "images/000.png", "conversations": [
         {"from": "system", "value": "Be brief."},
         {"from": "human", "value": "<image>\nhello?"},
-        {"from": "gpt", "value": "hello 12"}]}]
+        {"from": "gpt", "value": "hello 12"}]},
+        {"id": "multi", "images": ["images/001.png", "images/002.png"], "conversations": [
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": "<image>\nhello?"},
+            {"from": "gpt", "value": "hello 12"},
+            {"from": "user", "value": "and <image>?"},
+            {"from": "assistant", "value": "hello"}]},
+        {"id": "gpt-first", "conversations": [
+            {"from": "gpt", "value": "hello"}, {"from": "human", "value": "hello?"},
+            {"from": "gpt", "value": "hello"}]}]
     json.dump(records, open(conv, "w"))
     model = bpe_model(prep, work)
-    r = run(prep_cmd(tool, conv, sample, tokenizer, model, fresh(work), "--template", "hf"))
-    check(refused(r, "no chat template", "--template hf"),
-          "--template hf without a chat template: exit 1, one line", r.stderr[-2000:])
-    json.dump({"bos_token": "<s>", "eos_token": {"content": "</s>"},
-               "chat_template": HF_TEMPLATE},
-              open(os.path.join(folder, "tokenizer_config.json"), "w"))
+
+    def prep_hf(out, *extra, **kw):
+        return run(prep_cmd(tool, conv, sample, tokenizer, model, out, "--template", "hf",
+                            "--max-skipped", "0.5", *extra), **kw)
     out = fresh(work)
-    r = run(prep_cmd(tool, conv, sample, tokenizer, model, out, "--template", "hf"))
-    check(r.returncode == 0 and "wrote 1 samples" in r.stdout, "--template hf writes the record",
-          r.stdout + r.stderr[-2000:])
+    r = prep_hf(out)
+    check(refused(r, "no chat template", "--template hf") and not written(out),
+          "--template hf without a chat template: exit 1, one line", r.stderr[-2000:])
+    for template, words, what in (
+            (5, ("/chat_template is the integer 5",), "a template that is not a string"),
+            ([{"name": "tool_use", "template": HF_TEMPLATE}],
+             ('none named "default"',), "a list of templates without a default"),
+            ("{% for %}", ("not Jinja",), "a template that is not Jinja"),
+            ("{{ raise_exception('no') }}", ("cannot render a question and its answer",
+                                             "the template raised: no"),
+             "a template that cannot render a question and its answer")):
+        json.dump({"chat_template": template}, open(config_path, "w"))
+        out = fresh(work)
+        r = prep_hf(out)
+        check(refused(r, config_path, *words) and not written(out)
+              and len(r.stderr.strip().splitlines()) == 1,
+              f"{what}: exit 1, one line naming the file", r.stderr[-2000:])
+    json.dump({"bos_token": "<s>", "eos_token": {"content": "</s>"},
+               "chat_template": [{"name": "default", "template": HF_TEMPLATE},
+                                 {"name": "rag", "template": "{{ x }}"}]},
+              open(config_path, "w"))
+    hide = os.path.join(work, "hide-jinja2")
+    os.makedirs(os.path.join(hide, "jinja2"), exist_ok=True)
+    open(os.path.join(hide, "jinja2", "__init__.py"), "w").write(
+        "raise ImportError(\"No module named 'jinja2'\")\n")
+    r = prep_hf(fresh(work), env=dict(os.environ, PYTHONPATH=hide))
+    check(refused(r, "jinja2", "python3-jinja2", "pip install Jinja2")
+          and len(r.stderr.strip().splitlines()) == 1,
+          "a missing jinja2 is one line naming python3-jinja2 and Jinja2", r.stderr[-2000:])
+    out = fresh(work)
+    r = prep_hf(out)
+    check(r.returncode == 0 and "wrote 2 samples" in r.stdout and
+          'id "gpt-first" (record 2): a conversation the chat template cannot render: '
+          "the template raised: the user speaks first" in r.stdout,
+          "--template hf writes the records (the default of a list of templates), "
+          "skips the one the template refuses", r.stdout + r.stderr[-2000:])
     if r.returncode:
         return
     ids, masks, rows = read_dataset(out, "images", 48)
@@ -619,19 +747,79 @@ def hf_template(source, work, prep, sample):
     added = {t["id"]: t["content"] for t in doc["added_tokens"]}
 
     def decode(seq):
+        """The text of ids, each image's run of rows as <IMG>."""
         out = b""
-        for i in seq:
-            out += added[i].encode() if i in added else bytes(byte_of[c] for c in text_of[i])
+        for k, i in enumerate(seq):
+            if i == 300:
+                out += b"<IMG>" if k == 0 or seq[k - 1] != 300 else b""
+            else:
+                out += added[i].encode() if i in added else bytes(byte_of[c] for c in text_of[i])
         return out.decode()
     s, m = ids[0], masks[0]
     at = s.index(300)
     runs_ok = s[at:at + 16] == [300] * 16 and s.count(300) == 16
-    check(runs_ok and decode(s[:at]) == "<s>[S]Be brief.\n[U]" and
-          decode(s[at + 16:]) == "\nhello?\n[A]hello 12</s>\n",
+    check(runs_ok and decode(s) == "<s>[S]Be brief.\n[U]<IMG>\nhello?\n[A]hello 12</s>\n",
           "the ids are the template's text, the image's 16 rows in place of <image>",
-          f"{decode(s[:at])!r} {decode(s[at + 16:])!r}")
-    check(decode([t for t, k in zip(s, m) if k]) == "hello 12</s>\n",
-          "the mask keeps the answer and its end of turn, as rendered")
+          repr(decode(s)))
+    check(target_runs(s, m, decode) == ["hello 12</s>\n"],
+          "the mask keeps the answer and its end of turn, as rendered",
+          repr(target_runs(s, m, decode)))
+    s, m = ids[1], masks[1]
+    check(decode(s) == "<s>[S]Be brief.\n[U]<IMG>\nhello?\n[A]hello 12</s>\n"
+          "[U]and <IMG>?\n[A]hello</s>\n" and s.count(300) == 32 and
+          rows[1].shape == (32, 48), "two turns, an image in each question: the "
+          "images' rows where their <image>s stand", repr(decode(s)))
+    check(target_runs(s, m, decode) == ["hello 12</s>\n", "hello</s>\n"],
+          "two answers: the mask keeps each answer and its end of turn",
+          repr(target_runs(s, m, decode)))
+    # A generation prompt the answer's render does not repeat (an empty
+    # thinking block, as Qwen3's): the answer begins where the two part.
+    json.dump({"chat_template": "{% for m in messages %}<s>{{ m.role }}\n"
+               "{{ m.content }}</s>\n{% endfor %}{% if add_generation_prompt %}"
+               "<s>assistant\n[think][/think]\n{% endif %}"}, open(config_path, "w"))
+    out = fresh(work)
+    r = prep_hf(out)
+    if r.returncode == 0:
+        ids, masks, _ = read_dataset(out, "images", 48)
+        runs = target_runs(ids[1], masks[1], decode)
+        ok = runs == ["hello 12</s>\n", "hello</s>\n"] and "wrote 3 samples" in r.stdout
+    else:
+        runs, ok = r.stdout + r.stderr[-2000:], False
+    check(ok, "a generation prompt the answer does not repeat: the answers still "
+          "found", repr(runs))
+    # sentencepiece: the template's <s> and </s> are the BOS and EOS ids.
+    spdir = os.path.join(folder, "sp")
+    os.makedirs(spdir, exist_ok=True)
+    shutil.copy(os.path.join(sample, "tokenizer.model"), spdir)
+    json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+               "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+               "USER: {{ m['content'] }} ASSISTANT:{% else %} {{ m['content'] }}"
+               "{{ eos_token }}{% endif %}{% endfor %}"},
+              open(os.path.join(spdir, "tokenizer_config.json"), "w"))
+    out = fresh(work)
+    r = run(prep_cmd(tool, os.path.join(sample, "conversations.json"), sample,
+                     os.path.join(spdir, "tokenizer.model"),
+                     os.path.join(prep, "vlm-prepared.json"), out, "--template", "hf",
+                     "--limit", "4"))
+    check(r.returncode == 0 and "wrote 4 samples" in r.stdout,
+          "--template hf with a sentencepiece tokenizer.model", r.stdout + r.stderr[-2000:])
+    if r.returncode:
+        return
+    ids, masks, _ = read_dataset(out, "images", 48)
+    sp = sentencepiece.SentencePieceProcessor()
+    sp.Load(os.path.join(sample, "tokenizer.model"))
+    sample_records = json.load(open(os.path.join(sample, "conversations.json")))
+    ok = True
+    for i in range(4):
+        q, a = (t["value"] for t in sample_records[i]["conversations"])
+        assert q.startswith("<image>")
+        want = ([sp.bos_id()] + sp.EncodeAsIds("USER: ") + [96] * 16
+                + sp.EncodeAsIds(f"{q[len('<image>'):]} ASSISTANT: {a}") + [sp.eos_id()])
+        targets = [t for t, k in zip(ids[i], masks[i]) if k]
+        ok &= (ids[i] == want and targets[-1] == sp.eos_id()
+               and sp.DecodeIds(targets[:-1]) == a and 96 not in targets)
+    check(ok, "sentencepiece: BOS and EOS ids where the template writes <s> and "
+          "</s>, the text between images tokenised whole, the answers and EOS targets")
 
 
 def hostile_tokenizers(source, work, prep, sample):

@@ -22,6 +22,7 @@ is not empty. The regexes of one encode() call get REGEX_SECONDS in all: a
 pattern that backtracks without end (say "(a+)+$") raises PatternTimeout,
 naming the file and the pattern.
 """
+import re
 import time
 
 import prep_inputs
@@ -272,37 +273,51 @@ class ByteLevelBpe:
                     merged.append(symbols[i])
                     i += 1
             symbols = merged
-        ids = []
+        ids = []  # (id, its bytes): a symbol is a character a byte
         for s in symbols:
             if s not in self.vocab:
                 raise TokenizerError(f"the symbol {s!r} is not in the vocabulary")
-            ids.append(self.vocab[s])
+            ids.append((self.vocab[s], len(s)))
         if len(self.cache) >= CACHE_PIECES:
             self.cache.clear()
         self.cache[piece] = ids
         return ids
 
     def encode(self, text):
+        return [i for i, _, _ in self.encode_offsets(text)]
+
+    def encode_offsets(self, text):
+        """[(id, begin, end)]: each token and the characters of `text` it
+        stands for (an added prefix space stands for none)."""
         deadline = time.monotonic() + REGEX_SECONDS
         out, parts, at = [], [], 0
         if self.added_re is not None:
             for m in self._matches(self.added_re, text, deadline):
-                parts.append((text[at:m.start()], False))
-                parts.append((m.group(0), True))
+                parts.append((at, text[at:m.start()], False))
+                parts.append((m.start(), m.group(0), True))
                 at = m.end()
-        parts.append((text[at:], False))
+        parts.append((at, text[at:], False))
         first = True
-        for part, special in parts:
+        for begin, part, special in parts:
             if special:
-                out.append(self.added[part])
+                out.append((self.added[part], begin, begin + len(part)))
                 continue
             if not part:
                 continue
+            floor = begin
             if first and self.prefix_space and not part.startswith(" "):
-                part = " " + part
+                part, begin = " " + part, begin - 1
             first = False
             for piece in self._pieces(part, deadline):
-                out += self._bpe(piece, deadline)
+                # the character each of the piece's UTF-8 bytes belongs to
+                owner = [k for k, ch in enumerate(piece)
+                         for _ in range(len(ch.encode("utf-8")))]
+                b = 0
+                for i, n in self._bpe(piece, deadline):
+                    lo, hi = begin + owner[b], begin + owner[b + n - 1] + 1
+                    out.append((i, max(lo, floor), max(hi, floor)))
+                    b += n
+                begin += len(piece)
         return out
 
 
@@ -326,6 +341,40 @@ class SentencePiece:
 
     def encode(self, text):
         return list(self.sp.EncodeAsIds(text))
+
+    def cut_specials(self, added=()):
+        """Has encode_offsets() take the control pieces (<s>, </s>) written
+        as text, and the (text, id) pairs of `added` (tokenizer_config.json's
+        added tokens), as their ids, as Hugging Face's tokenizers do with
+        special tokens: --template hf, whose templates write them."""
+        if not hasattr(self.sp, "EncodeAsImmutableProto"):
+            raise TokenizerError("--template hf needs sentencepiece 0.1.97 or later "
+                                 "(its token offsets): upgrade python3-sentencepiece")
+        self.specials = {self.sp.IdToPiece(i): i for i in range(self.size)
+                         if self.sp.IsControl(i) and self.sp.IdToPiece(i)}
+        for text, i in added:
+            self.specials.setdefault(text, i)
+        self.specials_re = re.compile("|".join(
+            re.escape(t) for t in sorted(self.specials, key=len, reverse=True)))
+
+    def encode_offsets(self, text):
+        """[(id, begin, end)]: each token and the characters of `text` it
+        stands for."""
+        specials_re = getattr(self, "specials_re", None)
+        parts, at = [], 0
+        for m in (specials_re.finditer(text) if specials_re and self.specials else ()):
+            parts.append((at, text[at:m.start()], None))
+            parts.append((m.start(), m.group(0), self.specials[m.group(0)]))
+            at = m.end()
+        parts.append((at, text[at:], None))
+        out = []
+        for begin, part, special in parts:
+            if special is not None:
+                out.append((special, begin, begin + len(part)))
+            elif part:
+                out += [(p.id, begin + p.begin, begin + p.end)
+                        for p in self.sp.EncodeAsImmutableProto(part).pieces]
+        return out
 
     def bos(self):
         return self.sp.bos_id() if self.sp.bos_id() >= 0 else None
