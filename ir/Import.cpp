@@ -114,7 +114,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       builder.getStringAttr(language.name), batch, modalityInputs,
       /*embeddings=*/mlir::Value(), /*targets=*/mlir::Value(),
       grids[config.languageIndex()], builder.getArrayAttr(modalityNames),
-      languageArch);
+      languageArch,
+      language.tieEmbeddings ? builder.getUnitAttr() : mlir::UnitAttr());
 
   const TrainConfig &t = config.train;
   builder.create<TrainOp>(loc("/train"), languageOp.getLoss(), i64(t.steps),

@@ -160,6 +160,9 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
     Embeds the text tokens, places each modality's token rows at its
     special-token positions (`modalities[i]` names `modality_inputs[i]`),
     runs the causal transformer and returns the masked cross-entropy.
+    `tied_embeddings`: the output head is the input embedding
+    (`arch.tie_embeddings`); over more than one pipeline stage the first
+    and last stage sum its gradients.
 
     ```mlir
     %loss = mimo.language @language(%batch, %images : !mimo.tokens<128>)
@@ -180,7 +183,8 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
                        Optional<Mimo_HiddenType>:$embeddings,
                        Optional<Mimo_TargetsType>:$targets,
                        Mimo_GridType:$grid, StrArrayAttr:$modalities,
-                       Mimo_LanguageArchAttr:$arch);
+                       Mimo_LanguageArchAttr:$arch,
+                       UnitAttr:$tied_embeddings);
   let results = (outs Mimo_LossType:$loss);
   let assemblyFormat = [{
     $sym_name `(` $batch (`,` $modality_inputs^ `:` type($modality_inputs))? `)`

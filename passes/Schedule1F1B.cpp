@@ -33,6 +33,11 @@ public:
         ok = false;
         return;
       }
+      // Plain 1F1B stages: mimo-schedule-zero-bubble and
+      // mimo-schedule-interleaved refine them.
+      topology->zeroBubble = topology->interleaved = false;
+      for (ModuleTopology &module : topology->modules)
+        module.virtualStages = 1;
       assignStages(*topology);
       mlir::OpBuilder builder(model.getBody().front().getTerminator());
       llvm::SmallVector<mlir::Location> gridLocs;

@@ -108,7 +108,8 @@ private:
     auto sharded = builder.create<ir::LanguageOp>(
         loc, language.getLoss().getType(), language.getSymNameAttr(),
         language.getBatch(), mlir::ValueRange(), embeddings, targets, grid,
-        language.getModalities(), language.getArch());
+        language.getModalities(), language.getArch(),
+        language.getTiedEmbeddingsAttr());
     language.getLoss().replaceAllUsesWith(sharded.getLoss());
     language.erase();
     return mlir::success();

@@ -33,134 +33,175 @@ int64_t moduleIndex(const Topology &topology, llvm::StringRef name) {
 
 } // namespace
 
-mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
-  Topology topology;
+mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
+  TopologySource source;
   ir::LanguageOp language = model.getLanguage();
   ir::MicrobatchOp batch = model.getMicrobatch();
   if (!language || !batch || !language.getGridOp())
     return model.emitError("the model needs a language module on a grid and "
                            "a microbatch"),
            failure();
-  int64_t lmHidden = static_cast<int64_t>(language.getArch().getHiddenSize());
   for (ir::EncoderOp encoder : model.getEncoders()) {
     if (!encoder.getGridOp())
       return encoder.emitError("the encoder's grid must be a mimo.grid"),
              failure();
-    ModuleTopology m;
+    TopologySource::Module m;
     m.name = encoder.getSymName().str();
     m.grid = encoder.getGridOp().getGridArithmetic();
     m.hidden = static_cast<int64_t>(encoder.getArch().getHiddenSize());
-    m.outputHidden = lmHidden;
     m.specialTokenId = static_cast<int64_t>(encoder.getSpecialTokenId());
     m.forwardOnly = encoder.getForwardOnly();
-    topology.modules.push_back(std::move(m));
+    source.modules.push_back(std::move(m));
   }
-  ModuleTopology lm;
+  TopologySource::Module lm;
   lm.name = language.getSymName().str();
   lm.isLanguage = true;
   lm.grid = language.getGridOp().getGridArithmetic();
-  lm.hidden = lm.outputHidden = lmHidden;
-  topology.modules.push_back(lm);
+  lm.hidden = static_cast<int64_t>(language.getArch().getHiddenSize());
+  lm.tieEmbeddings = language.getTiedEmbeddings();
+  lm.sequenceParallel = language.getGridOp().getParallel().isSequenceParallel();
+  if (auto chunks = batch.getVirtualStages())
+    lm.virtualStages = static_cast<int64_t>(*chunks);
+  source.modules.push_back(std::move(lm));
+  source.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
+  source.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
+  source.seqLength = static_cast<int64_t>(batch.getSeqLength());
+  if (auto schedule = batch.getSchedule())
+    source.schedule = schedule->str();
+  source.packing = batch.getPacking();
+  return source;
+}
 
-  std::vector<RankSpan> spans;
-  for (const ModuleTopology &m : topology.modules)
-    spans.push_back({m.grid.rankOffset(), m.grid.endRank()});
-  LayoutResult layout = classifyLayout(spans);
-  if (layout.problem)
-    return model.emitError("the module spans do not tile the world; run "
-                           "mimo-assign-grids for the details"),
-           failure();
-  topology.layout = layout.layout;
-  topology.worldSize = layout.worldSize;
-  topology.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
-  topology.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
-  topology.seqLength = static_cast<int64_t>(batch.getSeqLength());
-  topology.zeroBubble = batch.getSchedule() == "zero_bubble";
-  topology.interleaved = batch.getSchedule() == "interleaved";
-  ir::ParallelAttr p = language.getGridOp().getParallel();
-  topology.shard = makeShard(p.getCp(), p.getTp(), p.isSequenceParallel(),
-                             batch.getPacking());
+namespace {
 
-  if (parts >= TopologyParts::Bridges) {
-    for (ir::BridgeOp op : model.getBody().getOps<ir::BridgeOp>()) {
-      BridgeTopology bridge;
-      int64_t src = moduleIndex(topology, op.getSrc());
-      int64_t dst = moduleIndex(topology, op.getDst());
-      if (src < 0 || dst < 0)
-        return op.emitOpError("names a module the model does not have"),
-               failure();
-      bridge.src = static_cast<size_t>(src);
-      bridge.dst = static_cast<size_t>(dst);
-      bridge.mode = ir::fromIR(op.getMode());
-      bridge.ratio = static_cast<int64_t>(op.getRatio());
-      bridge.tensorNdim = static_cast<int64_t>(op.getTensorNdim());
-      bridge.batchDim = static_cast<int64_t>(op.getBatchDim());
-      bridge.srcLeaders = toVector(op.getSrcLeaders());
-      bridge.dstLeaders = toVector(op.getDstLeaders());
-      llvm::ArrayRef<int64_t> routes = op.getRoutes();
-      for (size_t i = 0; i + 1 < routes.size(); i += 2)
-        bridge.routes.push_back({routes[i], routes[i + 1]});
-      bridge.srcBroadcastGroups = toGroups(op.getSrcBroadcastGroups());
-      bridge.dstBroadcastGroups = toGroups(op.getDstBroadcastGroups());
-      if (auto direction = op.getDirection())
-        bridge.direction = ir::stringifyColocatedDirection(*direction).str();
-      if (auto groups = op.getGatherGroups())
-        bridge.gatherGroups = toGroups(*groups);
-      // The peers of every rank follow from the leaders; they must be the
-      // ones the grids give.
-      const Grid &sg = topology.modules[bridge.src].grid;
-      const Grid &dg = topology.modules[bridge.dst].grid;
-      if (bridge.mode != BridgeMode::Colocated &&
-          (bridge.srcLeaders != sourceLeaders(sg) ||
-           bridge.dstLeaders != destinationLeaders(dg) ||
-           bridge.routes != bridgeRoutes(bridge.srcLeaders, bridge.dstLeaders)))
-        return op.emitOpError("leaders or routes disagree with the grids of "
-                              "@")
-                   << op.getSrc() << " and @" << op.getDst()
-                   << "; rerun mimo-insert-bridges",
-               failure();
-      topology.bridges.push_back(std::move(bridge));
-    }
-    if (topology.bridges.size() + 1 != topology.modules.size())
-      return model.emitError("expected one mimo.bridge per encoder, found ")
-                 << topology.bridges.size()
-                 << "; run mimo-insert-bridges first",
+/// The bridges the IR's mimo.bridge ops describe, in op order.
+mlir::FailureOr<std::vector<BridgeTopology>>
+bridgesInIR(ir::ModelOp model, const Topology &topology) {
+  std::vector<BridgeTopology> bridges;
+  for (ir::BridgeOp op : model.getBody().getOps<ir::BridgeOp>()) {
+    BridgeTopology bridge;
+    int64_t src = moduleIndex(topology, op.getSrc());
+    int64_t dst = moduleIndex(topology, op.getDst());
+    if (src < 0 || dst < 0)
+      return op.emitOpError("names a module the model does not have"),
              failure();
+    bridge.src = static_cast<size_t>(src);
+    bridge.dst = static_cast<size_t>(dst);
+    bridge.mode = ir::fromIR(op.getMode());
+    bridge.ratio = static_cast<int64_t>(op.getRatio());
+    bridge.tensorNdim = static_cast<int64_t>(op.getTensorNdim());
+    bridge.batchDim = static_cast<int64_t>(op.getBatchDim());
+    bridge.srcLeaders = toVector(op.getSrcLeaders());
+    bridge.dstLeaders = toVector(op.getDstLeaders());
+    llvm::ArrayRef<int64_t> routes = op.getRoutes();
+    for (size_t i = 0; i + 1 < routes.size(); i += 2)
+      bridge.routes.push_back({routes[i], routes[i + 1]});
+    bridge.srcBroadcastGroups = toGroups(op.getSrcBroadcastGroups());
+    bridge.dstBroadcastGroups = toGroups(op.getDstBroadcastGroups());
+    if (auto direction = op.getDirection())
+      bridge.direction = ir::stringifyColocatedDirection(*direction).str();
+    if (auto groups = op.getGatherGroups())
+      bridge.gatherGroups = toGroups(*groups);
+    bridges.push_back(std::move(bridge));
   }
+  return bridges;
+}
+
+/// The stages the IR's mimo.stage ops describe, in the order of `built`'s
+/// (matched by module and pp).
+mlir::FailureOr<std::vector<StageTopology>> stagesInIR(ir::ModelOp model,
+                                                       const Topology &built) {
+  std::vector<StageTopology> stages;
+  for (const StageTopology &expected : built.stages) {
+    const std::string &name = built.modules[expected.module].name;
+    ir::StageOp found;
+    for (ir::StageOp op : model.getBody().getOps<ir::StageOp>())
+      if (op.getModule() == name &&
+          static_cast<int64_t>(op.getPp()) == expected.pp)
+        found = op;
+    if (!found)
+      return model.emitError("no mimo.stage for @")
+                 << name << " pp " << expected.pp
+                 << "; run mimo-schedule-1f1b first",
+             failure();
+    StageTopology stage;
+    stage.module = expected.module;
+    stage.pp = expected.pp;
+    stage.stage = static_cast<int64_t>(found.getStage());
+    stage.warmup = static_cast<int64_t>(found.getWarmup());
+    if (auto lag = found.getWeightLag())
+      stage.weightLag = static_cast<int64_t>(*lag);
+    stages.push_back(stage);
+  }
+  for (ir::StageOp op : model.getBody().getOps<ir::StageOp>())
+    if (moduleIndex(built, op.getModule()) < 0)
+      return op.emitOpError("names a module the model does not have"),
+             failure();
+  return stages;
+}
+
+} // namespace
+
+mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
+  mlir::FailureOr<TopologySource> source = readTopologySource(model);
+  if (mlir::failed(source))
+    return failure();
+  std::string error;
+  std::optional<Topology> built = buildTopology(*source, parts, &error);
+  if (!built)
+    return model.emitError(error)
+               << (parts >= TopologyParts::Bridges
+                       ? "; run mimo-assign-grids and mimo-insert-bridges "
+                         "for the details"
+                       : "; run mimo-assign-grids for the details"),
+           failure();
+  if (parts < TopologyParts::Bridges)
+    return std::move(*built);
+  // The passes annotated the IR with the same builder's bridges and
+  // stages; IR that says otherwise was edited or is out of date.
+  Topology inIR = *built;
+  mlir::FailureOr<std::vector<BridgeTopology>> bridges =
+      bridgesInIR(model, *built);
+  if (mlir::failed(bridges))
+    return failure();
+  if (bridges->size() != built->bridges.size())
+    return model.emitError("expected one mimo.bridge per encoder, found ")
+               << bridges->size() << "; run mimo-insert-bridges first",
+           failure();
+  inIR.bridges = std::move(*bridges);
+  const char *rerun = "mimo-insert-bridges";
   if (parts >= TopologyParts::Stages) {
     auto total = model.getTotalStages();
     if (!total)
       return model.emitError("the model has no total_stages; run "
                              "mimo-schedule-1f1b first"),
              failure();
-    topology.totalStages = static_cast<int64_t>(*total);
+    inIR.totalStages = static_cast<int64_t>(*total);
+    mlir::FailureOr<std::vector<StageTopology>> stages =
+        stagesInIR(model, *built);
+    if (mlir::failed(stages))
+      return failure();
+    inIR.stages = std::move(*stages);
+    rerun = "mimo-insert-bridges and the schedule passes";
     for (ir::StageOp op : model.getBody().getOps<ir::StageOp>()) {
-      int64_t m = moduleIndex(topology, op.getModule());
-      if (m < 0)
-        return op.emitOpError("names a module the model does not have"),
+      const int64_t m = moduleIndex(*built, op.getModule());
+      const int64_t chunks = op.getVirtualStages()
+                                 ? static_cast<int64_t>(*op.getVirtualStages())
+                                 : 1;
+      if (chunks != built->modules[static_cast<size_t>(m)].virtualStages)
+        return op.emitOpError("has virtual_stages ")
+                   << chunks << " but the model's mimo.microbatch asks for "
+                   << built->modules[static_cast<size_t>(m)].virtualStages
+                   << "; rerun mimo-schedule-interleaved",
                failure();
-      StageTopology stage;
-      stage.module = static_cast<size_t>(m);
-      stage.pp = static_cast<int64_t>(op.getPp());
-      stage.stage = static_cast<int64_t>(op.getStage());
-      stage.warmup = static_cast<int64_t>(op.getWarmup());
-      if (auto lag = op.getWeightLag())
-        stage.weightLag = static_cast<int64_t>(*lag);
-      // mimo-schedule-interleaved's chunks of the language layers.
-      if (auto chunks = op.getVirtualStages())
-        topology.modules[static_cast<size_t>(m)].virtualStages =
-            static_cast<int64_t>(*chunks);
-      topology.stages.push_back(stage);
     }
-    for (size_t m = 0; m < topology.modules.size(); ++m)
-      for (int64_t pp = 0; pp < topology.modules[m].grid.size(Dim::PP); ++pp)
-        if (!topology.stageOf(m, pp))
-          return model.emitError("no mimo.stage for @")
-                     << topology.modules[m].name << " pp " << pp
-                     << "; run mimo-schedule-1f1b first",
-                 failure();
   }
-  return topology;
+  if (std::optional<std::string> difference = topologyDifference(*built, inIR))
+    return model.emitError("the IR's bridges or stages are not the ones its "
+                           "grids and batch give (")
+               << *difference << "); rerun " << rerun,
+           failure();
+  return std::move(*built);
 }
 
 mlir::FailureOr<std::optional<Topology>>

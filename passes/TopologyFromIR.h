@@ -9,21 +9,22 @@
 #define MIMO_PASSES_TOPOLOGYFROMIR_H
 
 #include "ir/MimoOps.h"
+#include "runtime/plan/BuildTopology.h"
 #include "runtime/plan/Plan.h"
 
 #include "mlir/Support/LogicalResult.h"
 
 namespace mimo {
 
-/// What must already be in the IR.
-enum class TopologyParts : unsigned {
-  Grids = 0,   // modules, layout, batch sizes, sharding
-  Bridges = 1, // + mimo.bridge ops
-  Stages = 2,  // + mimo.stage ops and total_stages
-};
+/// What the IR says the topology is a function of (its grids, modules
+/// and mimo.microbatch); emits an error when the IR lacks one.
+mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model);
 
-/// Reads the model's topology; emits an error (naming the pass to run
-/// first) and fails when a required part is missing.
+/// The model's topology up to `parts`: buildTopology of
+/// readTopologySource, the one builder model.json's topology comes from.
+/// The IR's mimo.bridge and mimo.stage ops (which the passes wrote from the
+/// same builder) must agree with it; emits an error naming the pass to run
+/// (again) and fails when a part is missing or disagrees.
 mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts);
 
 /// The grids' topology of a model whose `mimo.microbatch` asks for

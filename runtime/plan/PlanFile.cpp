@@ -2,6 +2,8 @@
 
 #include "runtime/plan/PlanFile.h"
 
+#include "runtime/plan/BuildTopology.h"
+
 #include "runtime/config/Parameters.h"
 #include "runtime/plan/ShapeRules.h"
 
@@ -69,65 +71,13 @@ std::vector<Diagnostic> modelShapeErrors(const ModelConfig &config) {
 
 std::optional<Topology> buildTopology(const ModelConfig &config,
                                       std::string *error) {
-  auto fail = [&](std::string why) -> std::optional<Topology> {
-    if (error)
-      *error = std::move(why);
-    return std::nullopt;
-  };
   std::vector<Diagnostic> shapes = modelShapeErrors(config);
-  if (!shapes.empty())
-    return fail(shapes.front().pointer + ": " + shapes.front().message);
-  Topology topology;
-  std::vector<RankSpan> spans;
-  size_t lm = config.languageIndex();
-  if (lm >= config.modules.size())
-    return fail("the model has no language module");
-  // Encoders in model order, then the language module (the order of the
-  // IR, and of the bridges).
-  std::vector<size_t> order;
-  for (size_t i = 0; i < config.modules.size(); ++i)
-    if (i != lm)
-      order.push_back(i);
-  order.push_back(lm);
-  for (size_t index : order) {
-    const ModuleConfig &module = config.modules[index];
-    ModuleTopology m;
-    m.name = module.name;
-    m.isLanguage = module.kind == ModuleKind::Language;
-    m.grid = module.parallel.grid();
-    m.hidden = module.hiddenSize;
-    m.outputHidden = config.modules[lm].hiddenSize;
-    m.specialTokenId = module.specialTokenId;
-    m.virtualStages = module.parallel.virtualStages;
-    m.forwardOnly = runsForwardOnly(config, module);
-    m.tiedAcrossStages = module.kind == ModuleKind::Language &&
-                         module.tieEmbeddings && module.parallel.pp > 1;
-    spans.push_back({m.grid.rankOffset(), m.grid.endRank()});
-    topology.modules.push_back(std::move(m));
+  if (!shapes.empty()) {
+    if (error)
+      *error = shapes.front().pointer + ": " + shapes.front().message;
+    return std::nullopt;
   }
-  LayoutResult layout = classifyLayout(spans);
-  if (layout.problem)
-    return fail("the module spans do not tile the world");
-  topology.worldSize = layout.worldSize;
-  topology.layout = layout.layout;
-  topology.microbatches = config.batch.numMicrobatches;
-  topology.microBatchSize = config.batch.microBatchSize;
-  topology.seqLength = config.batch.seqLength;
-  topology.zeroBubble = config.batch.zeroBubble();
-  topology.interleaved = config.batch.interleaved();
-  size_t language = topology.modules.size() - 1;
-  for (size_t i = 0; i < language; ++i) {
-    std::optional<BridgeTopology> bridge =
-        makeBridge(topology, i, language, error);
-    if (!bridge)
-      return std::nullopt;
-    topology.bridges.push_back(std::move(*bridge));
-  }
-  assignStages(topology);
-  const ParallelConfig &p = config.modules[lm].parallel;
-  topology.shard =
-      makeShard(p.cp, p.tp, p.sequenceParallel, config.batch.packing);
-  return topology;
+  return buildTopology(topologySource(config), TopologyParts::Stages, error);
 }
 
 std::optional<Plan> buildPlan(const ModelConfig &config, std::string *error) {
@@ -315,12 +265,9 @@ bool isPlanDocument(const json &document) {
          document["format"] == kPlanFormat;
 }
 
-namespace {
-
-/// The first place where `found` differs from `expected`.
 std::optional<std::pair<std::string, std::string>>
-firstDifference(const json &expected, const json &found,
-                const std::string &pointer) {
+jsonDifference(const json &expected, const json &found,
+               const std::string &pointer) {
   if (expected.type() != found.type() &&
       !(expected.is_number() && found.is_number()))
     return std::make_pair(pointer, "expected " + briefJson(expected) +
@@ -330,7 +277,7 @@ firstDifference(const json &expected, const json &found,
       std::string child = pointer + "/" + escapePointerToken(it.key());
       if (!found.contains(it.key()))
         return std::make_pair(child, "missing; expected " + briefJson(*it));
-      if (auto d = firstDifference(*it, found[it.key()], child))
+      if (auto d = jsonDifference(*it, found[it.key()], child))
         return d;
     }
     for (auto it = found.begin(); it != found.end(); ++it)
@@ -345,8 +292,8 @@ firstDifference(const json &expected, const json &found,
           pointer, "expected " + std::to_string(expected.size()) +
                        " entries, found " + std::to_string(found.size()));
     for (size_t i = 0; i < expected.size(); ++i)
-      if (auto d = firstDifference(expected[i], found[i],
-                                   pointer + "/" + std::to_string(i)))
+      if (auto d = jsonDifference(expected[i], found[i],
+                                  pointer + "/" + std::to_string(i)))
         return d;
     return std::nullopt;
   }
@@ -355,6 +302,8 @@ firstDifference(const json &expected, const json &found,
                                        ", found " + briefJson(found));
   return std::nullopt;
 }
+
+namespace {
 
 class PlanLoader {
 public:
@@ -416,7 +365,7 @@ public:
         error(pointer, "missing; recompile the model with `mimoc compile`");
         continue;
       }
-      if (auto d = firstDifference(json(derived[key]), doc[key], pointer))
+      if (auto d = jsonDifference(json(derived[key]), doc[key], pointer))
         error(d->first, d->second + ": the plan disagrees with its own model; "
                                     "recompile it instead of editing it");
     }

@@ -70,6 +70,12 @@ PlanLoadResult loadPlan(std::string_view text, std::string_view fileName);
 PlanLoadResult loadPlanDocument(const nlohmann::json &document,
                                 std::string_view fileName);
 
+/// The first place where `found` differs from `expected`, below JSON
+/// pointer `pointer`: the place and what differs there.
+std::optional<std::pair<std::string, std::string>>
+jsonDifference(const nlohmann::json &expected, const nlohmann::json &found,
+               const std::string &pointer);
+
 /// Whether `document` looks like a plan (has "format": "mimo-plan").
 bool isPlanDocument(const nlohmann::json &document);
 
