@@ -83,7 +83,7 @@ def run_schedules(mimoc, run, base, schedules, steps, work, tag):
             [mimoc, "simulate", plan, "--profile", "cpu", "--format=json"],
             capture_output=True, text=True, check=True).stdout)
         # The schedule's bubble with equal parts, as mimoc explain gives it
-        # (runtime/plan/Schedule.h).
+        # (runtime/schedule/Formulas.h).
         formula = json.loads(subprocess.run(
             [mimoc, "explain", plan, "--format=json"],
             capture_output=True, text=True, check=True).stdout)["pipeline_bubble"]

@@ -8,8 +8,8 @@
 #include "runtime/config/Grid.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/plan/Schedule.h"
 #include "runtime/plan/Sharding.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
 #include <sstream>
@@ -80,33 +80,19 @@ std::vector<std::string> layoutWarnings(const Plan &plan) {
                          "' will wait: move ranks to '" + heavy + "'");
   }
   const int64_t chunks = t.modules[t.languageIndex()].virtualStages;
-  double bubble =
-      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble, chunks);
-  // The interleaved schedule takes the microbatches in groups of pp.
-  const int64_t groups =
-      chunks > 1 ? t.modules[t.languageIndex()].grid.size(Dim::PP) : 1;
+  const PipelineSchedule &schedule = *t.schedule;
+  double bubble = schedule.bubble(t.totalStages, t.microbatches, chunks);
+  const int64_t groups = schedule.microbatchMultiple(
+      t.modules[t.languageIndex()].grid.size(Dim::PP));
   const int64_t needed =
-      microbatchesForBubble(t.totalStages, kBubbleShare, t.zeroBubble, chunks);
+      schedule.microbatchesForBubble(t.totalStages, kBubbleShare, chunks);
   const int64_t enough = (needed + groups - 1) / groups * groups;
-  const int64_t zbUnits = zeroBubbleUnits(t.totalStages, t.microbatches);
   if (bubble > kBubbleShare)
     warnings.push_back(
         "pipeline bubble " + percent(bubble) + " (" +
         std::to_string(t.totalStages) + " stages, " +
         std::to_string(t.microbatches) + " microbatches" +
-        (t.zeroBubble
-             ? ", zero bubble: each rank idles " +
-                   std::to_string(zbUnits - 3 * t.microbatches) + " of " +
-                   std::to_string(zbUnits) + " thirds of a slot"
-         : chunks > 1
-             ? ", " + std::to_string(chunks) +
-                   " virtual stages: each rank idles " +
-                   std::to_string(t.totalStages - 1) + " of " +
-                   std::to_string(chunks * t.microbatches + t.totalStages - 1) +
-                   " chunk slots"
-             : ": each rank idles " + std::to_string(t.totalStages - 1) +
-                   " of " + std::to_string(t.microbatches + t.totalStages - 1) +
-                   " slots") +
+        schedule.idleText(t.totalStages, t.microbatches, chunks) +
         "); num_microbatches >= " + std::to_string(enough) + " brings it to " +
         percent(kBubbleShare) + " or below");
   return warnings;
@@ -202,11 +188,9 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["microbatches"] = t.microbatches;
   const int64_t chunks = t.modules[t.languageIndex()].virtualStages;
   result["pipeline_bubble"] =
-      scheduleBubble(t.totalStages, t.microbatches, t.zeroBubble, chunks);
-  result["schedule"] = t.zeroBubble    ? "zero_bubble"
-                       : t.interleaved ? "interleaved"
-                                       : "1f1b";
-  if (t.interleaved)
+      t.schedule->bubble(t.totalStages, t.microbatches, chunks);
+  result["schedule"] = std::string(t.schedule->name());
+  if (t.schedule->chunked())
     result["virtual_stages"] = chunks;
   result["warnings"] = layoutWarnings(plan);
 }

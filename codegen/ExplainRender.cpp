@@ -11,6 +11,8 @@
 
 #include "codegen/Explain.h"
 
+#include "runtime/schedule/PipelineSchedule.h"
+
 #include "runtime/cost/MemoryPlan.h"
 
 #include <algorithm>
@@ -26,6 +28,20 @@ namespace mimo {
 using json = nlohmann::ordered_json;
 
 namespace {
+
+/// ", zero bubble" or ", interleaved, 2 virtual stages" after the bubble;
+/// nothing for the default schedule.
+std::string scheduleText(const nlohmann::json &explanation) {
+  const PipelineSchedule *schedule = findSchedule(
+      explanation.value("schedule", std::string(defaultSchedule().name())));
+  if (!schedule || schedule == &defaultSchedule())
+    return "";
+  std::string text = ", " + std::string(schedule->label());
+  if (schedule->chunked())
+    text += ", " + std::to_string(explanation.value("virtual_stages", 1)) +
+            " virtual stages";
+  return text;
+}
 
 /// The widest a list of ranks or coordinates is written before its middle is
 /// elided ("0-6, 8-14, ..., 1016-1022 (128 blocks)").
@@ -208,15 +224,7 @@ std::string renderExplainText(const Explanation &whole,
      << " (bubble "
      << static_cast<int>(explanation["pipeline_bubble"].get<double>() * 100 +
                          0.5)
-     << "%"
-     << (explanation.value("schedule", "1f1b") == "zero_bubble"
-             ? ", zero bubble"
-         : explanation.value("schedule", "1f1b") == "interleaved"
-             ? ", interleaved, " +
-                   std::to_string(explanation.value("virtual_stages", 1)) +
-                   " virtual stages"
-             : "")
-     << ")\n\n";
+     << "%" << scheduleText(explanation) << ")\n\n";
 
   std::vector<std::vector<std::string>> modules = {
       {"module", "kind", "ranks", "tp", "cp", "pp", "dp", "order", "params",

@@ -335,11 +335,12 @@ std::string summarize(const ModelConfig &config, bool colocated) {
                            m.parallel.dp * m.parallel.cp > 1;
                   }))
     os << "; distributed optimizer";
-  if (config.batch.zeroBubble())
-    os << "; zero bubble";
-  if (config.batch.interleaved())
-    os << "; interleaved (" << config.language().parallel.virtualStages
-       << " virtual stages)";
+  if (config.batch.schedule != &defaultSchedule()) {
+    os << "; " << config.batch.schedule->label();
+    if (config.batch.schedule->chunked())
+      os << " (" << config.language().parallel.virtualStages
+         << " virtual stages)";
+  }
   // The recomputation the search chose (every module alike).
   if (config.modules.front().recompute != "none")
     os << "; recompute " << config.modules.front().recompute;
@@ -594,17 +595,20 @@ TuneResult tuneWorld(const ModelConfig &model, const TuneOptions &requested) {
       }
     };
     if (plan->topology.totalStages > 1 && !model.batch.scheduleNamed) {
-      ModelConfig zeroBubble = c.config;
-      zeroBubble.batch.schedule = "zero_bubble";
-      trySchedule(std::move(zeroBubble));
-      ModelConfig interleaved = c.config;
-      ModuleConfig &lm = interleaved.modules[interleaved.languageIndex()];
-      const int64_t pp = lm.parallel.pp;
-      if (pp > 1 && lm.pipelineLayers.empty() && lm.numLayers % (2 * pp) == 0 &&
-          interleaved.batch.numMicrobatches % pp == 0) {
-        interleaved.batch.schedule = "interleaved";
-        lm.parallel.virtualStages = 2;
-        trySchedule(std::move(interleaved));
+      const ModuleConfig &lm = c.config.language();
+      TuneSlot slot;
+      slot.pp = lm.parallel.pp;
+      slot.numLayers = lm.numLayers;
+      slot.microbatches = c.config.batch.numMicrobatches;
+      slot.unevenStages = !lm.pipelineLayers.empty();
+      for (const PipelineSchedule *schedule : schedules()) {
+        std::optional<int64_t> chunks = schedule->tuneChunks(slot);
+        if (schedule == c.config.batch.schedule || !chunks)
+          continue;
+        ModelConfig other = c.config;
+        other.batch.schedule = schedule;
+        other.modules[other.languageIndex()].parallel.virtualStages = *chunks;
+        trySchedule(std::move(other));
       }
     }
     ++result.simulated;

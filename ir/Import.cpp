@@ -81,8 +81,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       AttentionMaskKindAttr::get(context,
                                  symbolizeAttentionMaskKind(b.attentionMask)
                                      .value_or(AttentionMaskKind::Causal)),
-      b.schedule != "1f1b" ? builder.getStringAttr(b.schedule)
-                           : mlir::StringAttr(),
+      b.schedule != &defaultSchedule()
+          ? builder.getStringAttr(std::string(b.schedule->name()))
+          : mlir::StringAttr(),
       config.language().parallel.virtualStages > 1
           ? builder.getI64IntegerAttr(config.language().parallel.virtualStages)
           : mlir::IntegerAttr());

@@ -8,6 +8,8 @@
 
 #include "ir/MimoOps.h"
 
+#include "runtime/schedule/PipelineSchedule.h"
+
 #include "llvm/ADT/StringExtras.h"
 
 #include "ir/Locations.h"
@@ -175,17 +177,26 @@ LogicalResult MicrobatchOp::verify() {
   if (getPacking() && getAttentionMask() == AttentionMaskKind::Dense)
     return emitOpError() << "packing restricts attention to each sample and "
                             "cannot take a dense attention_mask";
-  auto schedule = getSchedule();
-  if (schedule && *schedule != "1f1b" && *schedule != "zero_bubble" &&
-      *schedule != "interleaved")
-    return emitOpError() << "schedule must be \"1f1b\", \"zero_bubble\" or "
-                            "\"interleaved\", found \""
-                         << *schedule << "\"";
-  const bool interleaved = schedule && *schedule == "interleaved";
+  const PipelineSchedule *schedule = &defaultSchedule();
+  if (auto name = getSchedule()) {
+    schedule = findSchedule(name->str());
+    if (!schedule) {
+      std::vector<const PipelineSchedule *> all = schedules();
+      std::string names;
+      for (size_t i = 0; i < all.size(); ++i)
+        names += (i ? (i + 1 == all.size() ? " or " : ", ") : "") +
+                 ("\"" + std::string(all[i]->name()) + "\"");
+      return emitOpError() << "schedule must be " << names << ", found \""
+                           << *name << "\"";
+    }
+  }
   auto chunks = getVirtualStages();
-  if (interleaved != (chunks && *chunks >= 2))
-    return emitOpError() << "schedule \"interleaved\" and virtual_stages (2 "
-                            "or more) go together";
+  if (schedule->chunked() != (chunks && *chunks >= 2))
+    return emitOpError()
+           << "virtual_stages (2 or more) goes with a schedule that runs the "
+              "language layers in chunks, and such a schedule with it; found "
+              "schedule \""
+           << schedule->name() << "\"";
   return success();
 }
 

@@ -1,8 +1,8 @@
 //===- Schedule1F1B.cpp - mimo-schedule-1f1b ------------------------------===//
 //
 // Places every (module, pipeline stage) in the multi-module 1F1B
-// (docs/plan.md, schedule) with the shared formulas (runtime/plan/Schedule.h
-// via assignStages).
+// (docs/plan.md, schedule) with the shared formulas
+// (runtime/schedule/Formulas.h via assignStages).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,11 +33,8 @@ public:
         ok = false;
         return;
       }
-      // Plain 1F1B stages: mimo-schedule-zero-bubble and
-      // mimo-schedule-interleaved refine them.
-      topology->zeroBubble = topology->interleaved = false;
-      for (ModuleTopology &module : topology->modules)
-        module.virtualStages = 1;
+      // The schedule's stages and warm-ups; mimo-schedule-zero-bubble
+      // and mimo-schedule-interleaved add weight lags and chunks.
       assignStages(*topology);
       mlir::OpBuilder builder(model.getBody().front().getTerminator());
       llvm::SmallVector<mlir::Location> gridLocs;

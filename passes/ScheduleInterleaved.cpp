@@ -4,7 +4,7 @@
 // that asks for it get `virtual_stages`, and the encoders ahead of them run
 // every forward first, both from the shared rule (runtime/plan/Roles.cpp
 // assignStages, with the language module's chunks); the program builder
-// (runtime/plan/Programs.cpp, plan/Interleaved.h) turns them into the
+// (runtime/plan/Programs.cpp, schedule/InterleavedOrder.h) turns them into the
 // chunks' lockstep order.
 //
 //===----------------------------------------------------------------------===//
@@ -29,7 +29,9 @@ public:
     bool ok = true;
     getOperation().walk([&](ir::ModelOp model) {
       mlir::FailureOr<std::optional<Topology>> read =
-          scheduledTopology(model, "interleaved");
+          scheduledTopology(model, [](const PipelineSchedule &schedule) {
+            return schedule.chunked();
+          });
       if (mlir::failed(read)) {
         ok = false;
         return;

@@ -2,7 +2,7 @@
 //
 // ZB-H1 over the multi-module 1F1B (docs/plan.md, zero bubble): every
 // pipelined stage of a model that asks for it gets its `weight_lag` from
-// the shared formula (runtime/plan/Schedule.h zeroBubbleLag), which the
+// the shared formula (runtime/schedule/Formulas.h zeroBubbleLag), which the
 // program builder (runtime/plan/Programs.cpp) turns into split backwards
 // and deferred `mimo.weight_grad` instructions.
 //
@@ -30,7 +30,9 @@ public:
       // The stages' lags from the shared rule (runtime/plan/Roles.cpp
       // assignStages), matched to the mimo.stage ops by module and pp.
       mlir::FailureOr<std::optional<Topology>> read =
-          scheduledTopology(model, "zero_bubble");
+          scheduledTopology(model, [](const PipelineSchedule &schedule) {
+            return schedule.splitsBackward();
+          });
       if (mlir::failed(read)) {
         ok = false;
         return;

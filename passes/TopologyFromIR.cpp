@@ -66,8 +66,13 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
   source.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
   source.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());
   source.seqLength = static_cast<int64_t>(batch.getSeqLength());
-  if (auto schedule = batch.getSchedule())
-    source.schedule = schedule->str();
+  if (auto name = batch.getSchedule()) {
+    source.schedule = findSchedule(name->str());
+    if (!source.schedule)
+      return batch.emitOpError("asks for schedule \"")
+                 << *name << "\", which this mimo does not have",
+             failure();
+  }
   source.packing = batch.getPacking();
   return source;
 }
@@ -205,9 +210,15 @@ mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts) {
 }
 
 mlir::FailureOr<std::optional<Topology>>
-scheduledTopology(ir::ModelOp model, llvm::StringRef schedule) {
+scheduledTopology(ir::ModelOp model,
+                  bool (*applies)(const PipelineSchedule &schedule)) {
   ir::MicrobatchOp batch = model.getMicrobatch();
-  if (!batch || batch.getSchedule() != schedule)
+  if (!batch)
+    return std::optional<Topology>();
+  const PipelineSchedule *schedule = &defaultSchedule();
+  if (auto name = batch.getSchedule())
+    schedule = findSchedule(name->str());
+  if (!schedule || !applies(*schedule))
     return std::optional<Topology>();
   if (model.getBody().getOps<ir::StageOp>().empty())
     return model.emitError("the model has no mimo.stage; run "

@@ -27,13 +27,14 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model);
 /// (again) and fails when a part is missing or disagrees.
 mlir::FailureOr<Topology> readTopology(ir::ModelOp model, TopologyParts parts);
 
-/// The grids' topology of a model whose `mimo.microbatch` asks for
-/// `schedule`, for a pass that refines `mimo-schedule-1f1b`'s stages (the
-/// zero-bubble and interleaved passes): std::nullopt when the model asks
-/// for another schedule, failure (reported on the model) when it has no
-/// `mimo.stage` yet or its grids do not read.
+/// The grids' topology of a model whose `mimo.microbatch` asks for a
+/// schedule for which `applies` holds, for a pass that refines
+/// `mimo-schedule-1f1b`'s stages (the zero-bubble and interleaved passes):
+/// std::nullopt for other schedules, failure (reported on the model) when
+/// it has no `mimo.stage` yet or its grids do not read.
 mlir::FailureOr<std::optional<Topology>>
-scheduledTopology(ir::ModelOp model, llvm::StringRef schedule);
+scheduledTopology(ir::ModelOp model,
+                  bool (*applies)(const PipelineSchedule &schedule));
 
 /// The model's mimo.program ops as programs, with the op of every
 /// instruction (for diagnostics).

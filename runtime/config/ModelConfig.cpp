@@ -115,6 +115,27 @@ using detail::parseModules;
 
 namespace {
 
+/// The schedules that run the language layers in chunks, for messages:
+/// "the interleaved schedule".
+std::string chunkedSchedules() {
+  std::vector<std::string> names;
+  for (const PipelineSchedule *schedule : schedules())
+    if (schedule->chunked())
+      names.emplace_back(schedule->label());
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i ? (i + 1 == names.size() ? " or " : ", ") : "") + names[i];
+  return "the " + text + (names.size() == 1 ? " schedule" : " schedules");
+}
+
+/// The first chunked schedule's name, quoted, for a fix.
+std::string firstChunkedSchedule() {
+  for (const PipelineSchedule *schedule : schedules())
+    if (schedule->chunked())
+      return "\"" + std::string(schedule->name()) + "\"";
+  return "\"\"";
+}
+
 using Validator = JsonValidator;
 
 std::string fileStem(std::string_view fileName) {
@@ -155,10 +176,13 @@ void parseBatch(Validator &v, const json &root, ModelConfig &config) {
   if (auto mask = v.choice(*batch, "/batch", "attention_mask", false,
                            {"causal", "dense"}, "the attention mask"))
     b.attentionMask = *mask;
+  std::vector<std::string> scheduleNames;
+  for (const PipelineSchedule *schedule : schedules())
+    scheduleNames.emplace_back(schedule->name());
+  std::sort(scheduleNames.begin(), scheduleNames.end());
   if (auto schedule = v.choice(*batch, "/batch", "schedule", false,
-                               {"1f1b", "interleaved", "zero_bubble"},
-                               "the pipeline schedule")) {
-    b.schedule = *schedule;
+                               scheduleNames, "the pipeline schedule")) {
+    b.schedule = findSchedule(*schedule);
     b.scheduleNamed = true;
   }
   if (b.packing && b.attentionMask == "dense")
@@ -481,11 +505,11 @@ void checkSchedule(Validator &v, const ModelConfig &config) {
       continue;
     }
     chunked = true;
-    if (!b.interleaved())
-      v.error(at, "virtual_stages " + std::to_string(chunks) +
-                      " runs under the interleaved schedule only, found "
-                      "batch.schedule \"" +
-                      b.schedule + "\"; set \"schedule\": \"interleaved\"");
+    if (!b.schedule->chunked())
+      v.error(at, "virtual_stages " + std::to_string(chunks) + " runs under " +
+                      chunkedSchedules() + " only, found batch.schedule \"" +
+                      std::string(b.schedule->name()) +
+                      "\"; set \"schedule\": " + firstChunkedSchedule());
     else if (pp < 2)
       v.error(at, "virtual_stages needs a pipeline (parallel.pp of 2 or "
                   "more), found pp " +
@@ -499,19 +523,22 @@ void checkSchedule(Validator &v, const ModelConfig &config) {
                       " for " + std::to_string(m.numLayers) +
                       " layers; choose virtual_stages dividing " +
                       std::to_string(m.numLayers / pp));
-    else if (b.numMicrobatches % pp != 0)
+    else if (b.numMicrobatches % b.schedule->microbatchMultiple(pp) != 0)
       v.error("/batch/num_microbatches",
-              "the interleaved schedule takes the microbatches in groups of "
-              "pp, found " +
+              "the " + std::string(b.schedule->label()) +
+                  " schedule takes the microbatches in groups of "
+                  "pp, found " +
                   std::to_string(b.numMicrobatches) + " for pp " +
                   std::to_string(pp) + "; use a multiple of " +
-                  std::to_string(pp));
+                  std::to_string(b.schedule->microbatchMultiple(pp)));
   }
-  if (b.interleaved() && !chunked)
+  if (b.schedule->chunked() && !chunked)
     v.error("/batch/schedule",
-            "\"interleaved\" needs the language module's "
-            "parallel.virtual_stages of 2 or more, found none; set it (2 "
-            "halves the bubble) or use \"1f1b\"");
+            "\"" + std::string(b.schedule->name()) +
+                "\" needs the language module's "
+                "parallel.virtual_stages of 2 or more, found none; set it (2 "
+                "halves the bubble) or use \"" +
+                std::string(defaultSchedule().name()) + "\"");
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 
 #include "runtime/config/Grid.h"
 #include "runtime/json/Diagnostic.h"
+#include "runtime/schedule/PipelineSchedule.h"
 
 #include <nlohmann/json.hpp>
 
@@ -166,15 +167,12 @@ struct BatchConfig {
   int64_t microBatchSize = 0, numMicrobatches = 0, seqLength = 0;
   bool packing = false;
   std::string attentionMask = "causal";
-  /// The pipeline schedule (docs/plan.md "Zero bubble"): "1f1b"
-  /// or "zero_bubble" (ZB-H1: backwards split into input and weight
-  /// gradients, the latter filling the bubbles).
-  std::string schedule = "1f1b";
+  /// The pipeline schedule (batch.schedule, docs/plan.md "Schedules"),
+  /// parsed once: never null.
+  const PipelineSchedule *schedule = &defaultSchedule();
   /// Whether model.json names the schedule (tune then keeps it, "1f1b"
   /// too; the writer writes it back).
   bool scheduleNamed = false;
-  bool zeroBubble() const { return schedule == "zero_bubble"; }
-  bool interleaved() const { return schedule == "interleaved"; }
 };
 
 struct TokenRange {

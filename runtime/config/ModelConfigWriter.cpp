@@ -155,8 +155,8 @@ json toJson(const ModelConfig &config) {
                  {"eval_every", config.train.evalEvery},
                  {"eval_steps", config.train.evalSteps}}}};
   // Written where the model names it or it is not the default.
-  if (config.batch.scheduleNamed || config.batch.schedule != "1f1b")
-    root["batch"]["schedule"] = config.batch.schedule;
+  if (config.batch.scheduleNamed || config.batch.schedule != &defaultSchedule())
+    root["batch"]["schedule"] = std::string(config.batch.schedule->name());
   if (config.train.decayAll)
     root["train"]["decay_all"] = true;
   if (config.worldSize)

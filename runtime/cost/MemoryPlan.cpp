@@ -4,7 +4,6 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/Parameters.h"
-#include "runtime/plan/Interleaved.h"
 
 #include <algorithm>
 #include <cmath>
@@ -203,16 +202,15 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
       const StageTopology *s = t.stageOf(m, stage);
       int64_t inFlight =
           topo.forwardOnly ? 0 // nothing saved for a backward
-          : chunks > 1     ? interleavedHeld(pp, chunks, t.microbatches,
-                                             stage)[static_cast<size_t>(chunk)]
           : !topo.isLanguage && encodersFirst
               ? t.microbatches // every microbatch forward before the pipeline
-              : std::min<int64_t>(t.microbatches, (s ? s->warmup : 0) + 1);
+              : t.schedule->inFlight(pp, chunks, t.microbatches, stage, chunk,
+                                     s ? s->warmup : 0);
       // Zero bubble: up to weight_lag more microbatches' weight gradients
       // wait with their GEMM inputs and output gradients: at most what a
       // forward that recomputes nothing saves (a recomputed layer's
       // backward rebuilds its whole cache, and the waiting GEMMs keep it),
-      // min(P, M) microbatches in all (Schedule.h).
+      // min(P, M) microbatches in all (schedule/Formulas.h).
       double waiting = 0;
       if (s && s->weightLag > 0 && inFlight > 0) {
         ModuleConfig whole = *module;

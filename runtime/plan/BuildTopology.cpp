@@ -79,8 +79,7 @@ std::optional<Topology> buildTopology(const TopologySource &source,
   topology.microbatches = source.microbatches;
   topology.microBatchSize = source.microBatchSize;
   topology.seqLength = source.seqLength;
-  topology.zeroBubble = source.schedule == "zero_bubble";
-  topology.interleaved = source.schedule == "interleaved";
+  topology.schedule = source.schedule;
   topology.shard =
       makeShard(language.grid.size(Dim::CP), language.grid.size(Dim::TP),
                 language.sequenceParallel, source.packing);
@@ -135,8 +134,7 @@ ordered_json topologyJson(const Topology &t) {
     bridges.push_back(std::move(entry));
   }
   doc["bridges"] = std::move(bridges);
-  doc["zero_bubble"] = t.zeroBubble;
-  doc["interleaved"] = t.interleaved;
+  doc["schedule_name"] = std::string(t.schedule->name());
   doc["schedule"] = scheduleJson(t);
   doc["shards"] = shardsJson(t);
   return doc;

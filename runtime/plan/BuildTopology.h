@@ -42,9 +42,8 @@ struct TopologySource {
   /// The encoders in model order, then the language module.
   std::vector<Module> modules;
   int64_t microbatches = 1, microBatchSize = 1, seqLength = 1;
-  /// batch.schedule as model.json spells it ("1f1b", "zero_bubble",
-  /// "interleaved").
-  std::string schedule = "1f1b";
+  /// batch.schedule; never null.
+  const PipelineSchedule *schedule = &defaultSchedule();
   bool packing = false;
 };
 

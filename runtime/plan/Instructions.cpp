@@ -4,7 +4,7 @@
 
 #include <iterator>
 
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
 #include <cassert>

@@ -2,7 +2,7 @@
 
 #include "runtime/plan/Plan.h"
 
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
 #include <cassert>

@@ -19,6 +19,7 @@
 
 #include "runtime/config/Grid.h"
 #include "runtime/plan/Topology.h"
+#include "runtime/schedule/PipelineSchedule.h"
 
 #include <cstdint>
 #include <optional>
@@ -219,12 +220,10 @@ struct Topology {
   std::vector<ModuleTopology> modules;
   std::vector<BridgeTopology> bridges;
   int64_t totalStages = 1;
-  /// batch.schedule "zero_bubble": pipelined stages split their backward
-  /// (StageTopology::weightLag).
-  bool zeroBubble = false;
-  /// batch.schedule "interleaved": the language module's pipeline runs its
-  /// virtual stages in Megatron's order (ModuleTopology::virtualStages).
-  bool interleaved = false;
+  /// batch.schedule: what decides each stage's warm-up and weight lag
+  /// (assignStages) and whether the language module runs in chunks
+  /// (ModuleTopology::virtualStages). Never null.
+  const PipelineSchedule *schedule = &defaultSchedule();
   std::vector<StageTopology> stages;
   ShardTopology shard;
 

@@ -176,12 +176,10 @@ ordered_json scheduleJson(const Topology &t) {
   schedule["total_stages"] = t.totalStages;
   schedule["microbatches"] = t.microbatches;
   ordered_json stages = ordered_json::array();
-  if (t.zeroBubble)
-    schedule["kind"] = "zero_bubble";
-  if (t.interleaved) {
-    schedule["kind"] = "interleaved";
+  if (t.schedule != &defaultSchedule())
+    schedule["kind"] = std::string(t.schedule->name());
+  if (t.schedule->chunked())
     schedule["virtual_stages"] = t.modules[t.languageIndex()].virtualStages;
-  }
   for (const StageTopology &s : t.stages) {
     stages.push_back({{"module", t.modules[s.module].name},
                       {"pp", s.pp},

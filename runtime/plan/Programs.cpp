@@ -2,8 +2,8 @@
 
 #include "runtime/plan/Plan.h"
 
-#include "runtime/plan/Interleaved.h"
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
+#include "runtime/schedule/InterleavedOrder.h"
 
 #include <algorithm>
 #include <cassert>
@@ -60,8 +60,16 @@ int64_t tpcpSize(const Topology &topology, size_t module) {
   return grid.size(Dim::TP) * grid.size(Dim::CP);
 }
 
-/// The interleaved stream (plan/Interleaved.h) of `rank`'s stage of the
-/// language module `m`: each lockstep step's work, then its batch of
+/// Whether the schedule holds some stage's weight gradients back behind
+/// its input gradients (StageTopology::weightLag: zero bubble).
+bool defersWeightGradients(const Topology &topology) {
+  return std::any_of(
+      topology.stages.begin(), topology.stages.end(),
+      [](const StageTopology &stage) { return stage.weightLag >= 0; });
+}
+
+/// The interleaved stream (schedule/InterleavedOrder.h) of `rank`'s stage of
+/// the language module `m`: each lockstep step's work, then its batch of
 /// messages. On the first stage each chunk-0 forward follows its
 /// microbatch's bridge tokens (the encoders run every forward first) and
 /// its shard, and the bridges' gradients go back after the last step.
@@ -227,7 +235,7 @@ void buildPipelineProgram(const Topology &topology, int64_t rank, size_t m,
   const StageTopology *stage = topology.stageOf(m, c.pp);
   int64_t warmup = stage ? stage->warmup : 0;
   int64_t steady = mbs - warmup;
-  // Zero bubble (runtime/plan/Schedule.h zeroBubbleLag): each backward
+  // Zero bubble (runtime/schedule/Formulas.h zeroBubbleLag): each backward
   // makes its input gradient only, and a microbatch's weight gradients run
   // once more than `lag` of them wait (after the input gradient is sent,
   // before the next receive), the rest before the gradient reduction.
@@ -450,8 +458,7 @@ void buildColocatedPipelineProgram(const Topology &topology, int64_t rank,
         emit.add(InstrOp::BridgeBroadcastGrad, b, mb);
     }
   };
-  const bool crossModule =
-      topology.zeroBubble && topology.modules[lm].virtualStages == 1;
+  const bool crossModule = defersWeightGradients(topology);
   if (!(crossModule && inPipeline)) {
     for (int64_t mb = 0; mb < topology.microbatches; ++mb)
       for (size_t i = 0; i < topology.modules.size(); ++i)
@@ -544,7 +551,8 @@ ProgramSet buildPrograms(const Topology &topology) {
   ProgramSet set;
   set.rankProgram.assign(static_cast<size_t>(topology.worldSize), -1);
   std::unordered_map<std::string, int32_t> byRole;
-  const bool inPipeline = colocatedPipeline(topology) && topology.zeroBubble &&
+  const bool inPipeline = colocatedPipeline(topology) &&
+                          defersWeightGradients(topology) &&
                           encoderGroupsWithinStages(topology);
   for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
     std::string role = roleOf(topology, rank);

@@ -2,7 +2,7 @@
 
 #include "runtime/plan/Plan.h"
 
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
 #include <cassert>
@@ -243,21 +243,14 @@ void assignStages(Topology &topology) {
       s.module = i;
       s.pp = p;
       s.stage = stage;
-      s.warmup = warmupMicrobatches(topology.totalStages, stage,
-                                    topology.microbatches);
-      // Before an interleaved language pipeline the encoders run every
-      // forward first (its first stage returns their gradients at the end:
-      // docs/plan.md "Interleaved 1F1B").
-      if (topology.modules[lm].virtualStages > 1 && i != lm)
-        s.warmup = topology.microbatches;
-      // Zero bubble splits the pipelined stages (a colocated layout's
-      // encoders run whole, before and after the language pipeline, and
-      // with language pp 1 nothing is pipelined) that hold something back
-      // (not the first).
-      const int64_t lag = zeroBubbleLag(stage, topology.microbatches);
-      if (topology.zeroBubble && (!colocated || (i == lm && lmPp > 1)) &&
-          lag > 0)
-        s.weightLag = lag;
+      StageSlot slot;
+      slot.totalStages = topology.totalStages;
+      slot.stage = stage;
+      slot.microbatches = topology.microbatches;
+      slot.isLanguage = i == lm;
+      slot.pipelined = !colocated || (i == lm && lmPp > 1);
+      s.warmup = topology.schedule->warmup(slot);
+      s.weightLag = topology.schedule->weightLag(slot);
       topology.stages.push_back(s);
     }
   }

@@ -2,8 +2,8 @@
 
 #include "runtime/plan/Plan.h"
 
-#include "runtime/plan/Schedule.h"
 #include "runtime/plan/StreamMatching.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
 #include <cassert>

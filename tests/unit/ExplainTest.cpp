@@ -4,7 +4,7 @@
 
 #include "codegen/Explain.h"
 #include "codegen/JsonStream.h"
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"

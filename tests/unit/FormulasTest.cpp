@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/schedule/Formulas.h"
 #include "runtime/config/Grid.h"
-#include "runtime/plan/Schedule.h"
 #include "runtime/plan/Sharding.h"
 #include "runtime/plan/Topology.h"
 

@@ -74,7 +74,8 @@ TEST(ModelConfigTest, VirtualStagesDivideLayersAndMicrobatches) {
   document["modules"][1]["arch"]["num_layers"] = 4;
   ModelConfig ok = test::requireConfig(parse(document));
   EXPECT_EQ(ok.modules[1].parallel.virtualStages, 2);
-  EXPECT_TRUE(ok.batch.interleaved());
+  EXPECT_EQ(ok.batch.schedule, findSchedule("interleaved"));
+  EXPECT_TRUE(ok.batch.schedule->chunked());
   json canonical = toJson(ok);
   EXPECT_EQ(canonical["modules"][1]["parallel"]["virtual_stages"], 2);
   EXPECT_EQ(canonical["batch"]["schedule"], "interleaved");
@@ -116,15 +117,16 @@ TEST(ModelConfigTest, VirtualStagesDivideLayersAndMicrobatches) {
 TEST(ModelConfigTest, ScheduleIsWrittenOnlyWhereItIsNotTheDefault) {
   json document = test::baseModel();
   ModelConfig plain = test::requireConfig(parse(document));
-  EXPECT_EQ(plain.batch.schedule, "1f1b");
-  EXPECT_FALSE(plain.batch.zeroBubble());
+  EXPECT_EQ(plain.batch.schedule, &defaultSchedule());
+  EXPECT_EQ(plain.batch.schedule->name(), "1f1b");
   EXPECT_FALSE(toJson(plain)["batch"].contains("schedule"));
   document["batch"]["schedule"] = "zero_bubble";
   ModelConfig zb = test::requireConfig(parse(document));
-  EXPECT_TRUE(zb.batch.zeroBubble());
+  EXPECT_EQ(zb.batch.schedule->name(), "zero_bubble");
   json canonical = toJson(zb);
   EXPECT_EQ(canonical["batch"]["schedule"], "zero_bubble");
-  EXPECT_TRUE(test::requireConfig(parse(canonical)).batch.zeroBubble());
+  EXPECT_EQ(test::requireConfig(parse(canonical)).batch.schedule,
+            zb.batch.schedule);
   // Named, "1f1b" is written back (tune keeps a schedule the model names).
   document["batch"]["schedule"] = "1f1b";
   ModelConfig named = test::requireConfig(parse(document));

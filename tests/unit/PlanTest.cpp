@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/plan/PlanFile.h"
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include "tests/e2e/Layouts.h"
 #include "tests/unit/TestModels.h"

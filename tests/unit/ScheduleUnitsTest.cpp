@@ -1,6 +1,6 @@
 //===- ScheduleUnitsTest.cpp - The schedules' formulas on their programs -===//
 //
-// runtime/plan/Schedule.h's step and bubble formulas against the programs
+// runtime/schedule/Formulas.h's step and bubble formulas against the programs
 // the compiler builds, run in unit time with sends that block until
 // matched (docs/plan.md "Zero bubble").
 //
@@ -8,7 +8,7 @@
 
 #include "runtime/config/ModelConfig.h"
 #include "runtime/plan/PlanFile.h"
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

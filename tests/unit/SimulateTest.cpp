@@ -9,7 +9,7 @@
 #include "runtime/cost/CostModel.h"
 #include "runtime/cost/MemoryPlan.h"
 #include "runtime/cost/Simulate.h"
-#include "runtime/plan/Schedule.h"
+#include "runtime/schedule/Formulas.h"
 
 #include <gtest/gtest.h>
 
@@ -715,7 +715,7 @@ TEST(Tune, ZeroBubbleIsTriedOnEveryPipeline) {
   int zeroBubble = 0;
   for (const TuneCandidate &c : all.ranked) {
     Plan plan = requirePlan(c.config);
-    const bool split = c.config.batch.zeroBubble();
+    const bool split = c.config.batch.schedule->splitsBackward();
     EXPECT_EQ(split, c.summary.find("; zero bubble") != std::string::npos);
     if (plan.topology.totalStages == 1) {
       EXPECT_FALSE(split) << c.summary;
@@ -725,7 +725,7 @@ TEST(Tune, ZeroBubbleIsTriedOnEveryPipeline) {
     ++zeroBubble;
     // Faster than the same layout under 1F1B.
     ModelConfig plain = c.config;
-    plain.batch.schedule = "1f1b";
+    plain.batch.schedule = &defaultSchedule();
     Plan other = requirePlan(plain);
     const DeviceProfile &device = options.profile;
     CostModel costs(other.topology, other.config, device, options.cluster);
@@ -739,14 +739,14 @@ TEST(Tune, ZeroBubbleIsTriedOnEveryPipeline) {
   TuneResult named = tuneLayouts(
       requireConfig(parseModelConfig(json.dump(), "m.json")), options);
   for (const TuneCandidate &c : named.ranked)
-    EXPECT_TRUE(c.config.batch.zeroBubble()) << c.summary;
+    EXPECT_TRUE(c.config.batch.schedule->splitsBackward()) << c.summary;
   // A model that names 1F1B keeps it too.
   json["batch"]["schedule"] = "1f1b";
   TuneResult oneFOneB = tuneLayouts(
       requireConfig(parseModelConfig(json.dump(), "m.json")), options);
   ASSERT_FALSE(oneFOneB.ranked.empty()) << oneFOneB.problem;
   for (const TuneCandidate &c : oneFOneB.ranked)
-    EXPECT_FALSE(c.config.batch.zeroBubble()) << c.summary;
+    EXPECT_FALSE(c.config.batch.schedule->splitsBackward()) << c.summary;
 }
 
 TEST(Tune, InterleavedIsTriedWhereTheLayersAllow) {
@@ -760,7 +760,7 @@ TEST(Tune, InterleavedIsTriedWhereTheLayersAllow) {
   ASSERT_FALSE(all.ranked.empty()) << all.problem;
   int interleaved = 0;
   for (const TuneCandidate &c : all.ranked) {
-    if (!c.config.batch.interleaved())
+    if (!c.config.batch.schedule->chunked())
       continue;
     ++interleaved;
     const ModuleConfig &lm = c.config.language();
@@ -771,7 +771,7 @@ TEST(Tune, InterleavedIsTriedWhereTheLayersAllow) {
         << c.summary;
     // Faster than the same layout under 1F1B.
     ModelConfig plain = c.config;
-    plain.batch.schedule = "1f1b";
+    plain.batch.schedule = &defaultSchedule();
     plain.modules[plain.languageIndex()].parallel.virtualStages = 1;
     Plan other = requirePlan(plain);
     CostModel costs(other.topology, other.config, options.profile,

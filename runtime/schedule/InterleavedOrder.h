@@ -1,4 +1,4 @@
-//===- Interleaved.h - The interleaved 1F1B order, in lockstep -*- C++ -*-===//
+//===- InterleavedOrder.h - Interleaved 1F1B, in lockstep ------*- C++ -*-===//
 //
 // docs/plan.md "Interleaved 1F1B". A pipeline of P ranks holds v chunks of
 // the layers each (virtual stage chunk x P + stage). Every rank runs its
@@ -16,8 +16,8 @@
 // forwards and backwards a rank idles (P - 1) / (vM + P - 1) of the step.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MIMO_RUNTIME_PLAN_INTERLEAVED_H
-#define MIMO_RUNTIME_PLAN_INTERLEAVED_H
+#ifndef MIMO_RUNTIME_SCHEDULE_INTERLEAVEDORDER_H
+#define MIMO_RUNTIME_SCHEDULE_INTERLEAVEDORDER_H
 
 #include <cstdint>
 #include <vector>
@@ -65,4 +65,4 @@ int32_t interleavedMicrobatch(int64_t k, int64_t stages, int64_t chunks);
 
 } // namespace mimo
 
-#endif // MIMO_RUNTIME_PLAN_INTERLEAVED_H
+#endif // MIMO_RUNTIME_SCHEDULE_INTERLEAVEDORDER_H

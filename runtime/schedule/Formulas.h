@@ -1,10 +1,10 @@
-//===- Schedule.h - Multi-module 1F1B stage counts -------------*- C++ -*-===//
+//===- Formulas.h - Multi-module pipeline stage counts ---------*- C++ -*-===//
 //
 // docs/plan.md for mimo's encoder -> language graph.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MIMO_RUNTIME_PLAN_SCHEDULE_H
-#define MIMO_RUNTIME_PLAN_SCHEDULE_H
+#ifndef MIMO_RUNTIME_SCHEDULE_FORMULAS_H
+#define MIMO_RUNTIME_SCHEDULE_FORMULAS_H
 
 #include <algorithm>
 #include <cstdint>
@@ -80,7 +80,7 @@ inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
 
 /// The idle share of the step's schedule: zeroBubbleShare or
 /// pipelineBubble, or under the interleaved schedule with v chunks a stage
-/// (plan/Interleaved.h) (P - 1) / (vM + P - 1).
+/// (schedule/InterleavedOrder.h) (P - 1) / (vM + P - 1).
 inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
                              bool zeroBubble, int64_t chunks = 1) {
   return zeroBubble ? zeroBubbleShare(totalStages, microbatches)
@@ -112,4 +112,4 @@ inline int64_t microbatchesForBubble(int64_t totalStages, double share,
 
 } // namespace mimo
 
-#endif // MIMO_RUNTIME_PLAN_SCHEDULE_H
+#endif // MIMO_RUNTIME_SCHEDULE_FORMULAS_H

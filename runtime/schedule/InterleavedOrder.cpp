@@ -1,6 +1,6 @@
-//===- Interleaved.cpp - The interleaved 1F1B order, in lockstep ----------===//
+//===- InterleavedOrder.cpp - Interleaved 1F1B, in lockstep ---------------===//
 
-#include "runtime/plan/Interleaved.h"
+#include "runtime/schedule/InterleavedOrder.h"
 
 #include <algorithm>
 #include <set>
