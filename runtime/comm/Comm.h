@@ -68,12 +68,26 @@ public:
   virtual bool done() = 0;
 };
 
+/// What the executor may assume of a backend; it asks these instead of
+/// comparing backend names.
+struct Capabilities {
+  /// Every rank is a thread of this one process (local): one result and
+  /// one trace for them all.
+  bool ranksShareProcess = false;
+  /// Moves host memory only (mpi): a GPU rank needs another backend.
+  bool hostMemoryOnly = false;
+  /// Makes connections at their first use (nccl): warmUp pays off.
+  bool connectsLazily = false;
+};
+
 class Comm {
 public:
   virtual ~Comm() = default;
   virtual int64_t rank() const = 0;
   virtual int64_t size() const = 0;
+  /// "local", "mpi" or "nccl", for messages.
   virtual const char *backendName() const = 0;
+  virtual Capabilities capabilities() const = 0;
   /// The communicator for messages in host memory (the trace gathered at
   /// the end): this one, or the nccl backend's MPI bootstrap.
   virtual Comm &hostComm() { return *this; }
@@ -147,9 +161,6 @@ public:
   /// Throws CommError when a reply is wrong; returns once the device has
   /// finished.
   void warmUp(const std::vector<int64_t> &peers);
-  /// Whether the backend makes connections at their first use (warmUp
-  /// pays off).
-  virtual bool connectsLazily() const { return false; }
   /// A collective over a group of more than one rank that was not prepared
   /// fails with CommError (tests: the list is complete, so a backend with
   /// communicators per group never falls back to point-to-point).

@@ -145,6 +145,10 @@ public:
   int64_t rank() const override { return self; }
   int64_t size() const override { return world->size; }
   const char *backendName() const override { return "local"; }
+  Capabilities capabilities() const override {
+    return {/*ranksShareProcess=*/true, /*hostMemoryOnly=*/false,
+            /*connectsLazily=*/false};
+  }
 
   void exchange(std::vector<P2POp> &ops) override;
   std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override;

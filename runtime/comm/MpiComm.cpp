@@ -107,6 +107,10 @@ public:
   int64_t rank() const override { return self; }
   int64_t size() const override { return world; }
   const char *backendName() const override { return "mpi"; }
+  Capabilities capabilities() const override {
+    return {/*ranksShareProcess=*/false, /*hostMemoryOnly=*/true,
+            /*connectsLazily=*/false};
+  }
 
   void exchange(std::vector<P2POp> &ops) override;
   std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override;

@@ -272,10 +272,13 @@ public:
   int64_t rank() const override { return self; }
   int64_t size() const override { return worldSize; }
   const char *backendName() const override { return "nccl"; }
+  Capabilities capabilities() const override {
+    return {/*ranksShareProcess=*/false, /*hostMemoryOnly=*/false,
+            /*connectsLazily=*/true};
+  }
   Comm &hostComm() override { return bootstrap ? *bootstrap : *this; }
   /// NCCL connects a pair of ranks at their first message and a group's
   /// communicator at its first collective.
-  bool connectsLazily() const override { return true; }
 
   void exchange(std::vector<P2POp> &ops) override {
     validate(ops);

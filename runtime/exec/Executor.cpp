@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -129,12 +130,44 @@ private:
   comm::Comm &comm;
 };
 
-/// Runs every step of `rank`; returns the failure message or "".
-std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
-                    const DataSource &data, const DataSource *evalData,
-                    const RunOptions &options, Clock::time_point origin,
-                    RunResult &result, std::vector<TraceEvent> &events,
-                    const RankOptions &overlap = {}) {
+/// What one rank runs with: the plan, its rank and communicator, the data,
+/// the run's options and clock, and its own settings.
+struct RankRun {
+  const Plan &plan;
+  int64_t rank;
+  comm::Comm &comm;
+  const DataSources &data;
+  const RunOptions &options;
+  Clock::time_point origin;
+  RankOptions settings;
+};
+
+/// The settings every backend gives a rank (runLocal adds the overlap's).
+RankOptions rankSettings(
+    const RunOptions &options,
+    const std::map<std::string, std::shared_ptr<const ModuleWeights>> &inits,
+    RankProgress *progress) {
+  RankOptions settings;
+  settings.logitChunkBytes = options.logitChunkBytes;
+  settings.headGradientBytes = options.headGradientBytes;
+  settings.skipNonFinite = options.skipNonFinite;
+  settings.stopRequests = options.stopRequests;
+  settings.inits = inits;
+  settings.progress = progress;
+  return settings;
+}
+
+/// Runs every step of `run.rank`; returns the failure message or "".
+std::string runRank(const RankRun &run, RunResult &result,
+                    std::vector<TraceEvent> &events) {
+  const Plan &plan = run.plan;
+  const int64_t rank = run.rank;
+  comm::Comm &comm = run.comm;
+  const DataSource &data = *run.data.train;
+  const DataSource *evalData = run.data.eval.get();
+  const RunOptions &options = run.options;
+  const RankOptions &overlap = run.settings;
+  const bool ownProcess = !comm.capabilities().ranksShareProcess;
   // Destroyed in reverse: the executor's tensors before the device.
   std::unique_ptr<Device> dev;
   std::optional<DeviceBinding> binding;
@@ -144,8 +177,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
   // Under mpirun the failing rank's abort ends the job before rank 0 could
   // gather the trace: that rank writes its own first (FILE.rankR.json).
   auto failRank = [&](const std::string &message) {
-    if (!options.failureTracePath.empty() &&
-        std::string(comm.backendName()) != "local") {
+    if (!options.failureTracePath.empty() && ownProcess) {
       std::string path = options.failureTracePath;
       const size_t dot = path.rfind(".json");
       const std::string tag = ".rank" + std::to_string(rank);
@@ -164,14 +196,14 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
         options.threads, options.attention);
     binding.emplace(*dev, comm);
     // Connections made now, before the pool grows to the activation peak.
-    if (comm.connectsLazily())
+    if (comm.capabilities().connectsLazily)
       comm.warmUp(
           messagePeers(plan.topology,
                        plan.programs[static_cast<size_t>(
                            plan.rankProgram[static_cast<size_t>(rank)])],
                        rank));
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
-                                              evalData, origin, overlap);
+                                              evalData, run.origin, overlap);
     const TrainConfig &train = plan.config.train;
     if (options.resume)
       executor->load(*options.resume);
@@ -181,7 +213,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
     // of their own, on the trace's clock.
     const bool kernels = options.collectTrace && dev->timeKernels(true);
     const double kernelsFromUs =
-        std::chrono::duration<double, std::micro>(Clock::now() - origin)
+        std::chrono::duration<double, std::micro>(Clock::now() - run.origin)
             .count();
     auto takeKernels = [&] {
       if (!kernels)
@@ -222,7 +254,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
       }
       if (stop && step + 1 < steps) {
         // Each process's result (local: rank 0's, the one result).
-        if (rank == 0 || std::string(comm.backendName()) != "local")
+        if (rank == 0 || ownProcess)
           result.stoppedAfter = step + 1;
         break;
       }
@@ -239,7 +271,7 @@ std::string runRank(const Plan &plan, int64_t rank, comm::Comm &comm,
       failRank(e.what());
       return e.what();
     }
-    if (std::string(comm.backendName()) != "local")
+    if (ownProcess)
       std::this_thread::sleep_for(
           std::chrono::duration<double>(options.timeoutSeconds));
     return e.what();
@@ -308,23 +340,55 @@ std::string overdueRanks(const Plan &plan,
   std::_Exit(2);
 }
 
-/// Watches this process's ranks from a thread of its own while they run
-/// (runOnComm; runLocal watches in its own loop).
-class StuckWatchdog {
+/// The one watchdog of a process's ranks, on a thread of its own while
+/// they run. An instruction running past twice --timeout with no rank
+/// failed ends the process (exit 2: stuck in a computation). Where the
+/// ranks share the process (`failure` given: the local world's first
+/// failure, or ""), once one has failed the others are released at once;
+/// one that has not finished (`unfinished`: their ranks, or "") --timeout
+/// later is stuck in a computation and ends the process the same way.
+class Watchdog {
 public:
-  StuckWatchdog(const Plan &plan, const std::vector<RankProgress> &progress,
-                int64_t firstRank, const RunOptions &options)
-      : thread([this, &plan, &progress, firstRank, options] {
+  using Probe = std::function<std::string()>;
+  Watchdog(const Plan &plan, const std::vector<RankProgress> &progress,
+           int64_t firstRank, const RunOptions &options, Probe failure = {},
+           Probe unfinished = {})
+      : thread([this, &plan, &progress, firstRank, options, failure,
+                unfinished] {
           std::unique_lock<std::mutex> lock(mutex);
+          std::optional<Clock::time_point> failedAt;
           while (!stopping) {
             changed.wait_for(lock, std::chrono::milliseconds(200));
-            std::string overdue =
-                overdueRanks(plan, progress, firstRank, overdueAfter(options));
-            if (!overdue.empty() && !stopping)
-              endStuck(overdue, options);
+            if (stopping)
+              break;
+            if (!failedAt && failure && !failure().empty())
+              failedAt = Clock::now();
+            if (!failedAt) {
+              std::string overdue = overdueRanks(plan, progress, firstRank,
+                                                 overdueAfter(options));
+              if (!overdue.empty() && !(failure && !failure().empty()))
+                endStuck(overdue, options);
+              continue;
+            }
+            if (Clock::now() - *failedAt <=
+                std::chrono::duration<double>(
+                    std::max(options.timeoutSeconds, 1.0)))
+              continue;
+            const std::string stuck = unfinished ? unfinished() : "";
+            if (stuck.empty())
+              continue;
+            std::fflush(stdout);
+            std::fprintf(stderr,
+                         "mimo-run: %s\nmimo-run: rank(s) %s did not stop "
+                         "within --timeout (%g s) of that failure (stuck in a "
+                         "computation); ending the process\n",
+                         failure().c_str(), stuck.c_str(),
+                         options.timeoutSeconds);
+            std::fflush(stderr);
+            std::_Exit(2);
           }
         }) {}
-  ~StuckWatchdog() {
+  ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex);
       stopping = true;
@@ -332,6 +396,8 @@ public:
     changed.notify_all();
     thread.join();
   }
+  Watchdog(const Watchdog &) = delete;
+  Watchdog &operator=(const Watchdog &) = delete;
 
 private:
   std::mutex mutex;
@@ -339,6 +405,70 @@ private:
   bool stopping = false;
   std::thread thread;
 };
+
+/// A rank's trace in host messages (the nccl backend's MPI bootstrap
+/// carries them): (start, duration, stream) per event and one
+/// "name<TAB>args" line each.
+struct PackedTrace {
+  std::vector<double> times;
+  std::string names;
+};
+
+PackedTrace packTrace(const std::vector<TraceEvent> &events) {
+  PackedTrace packed;
+  for (const TraceEvent &e : events) {
+    packed.times.push_back(e.startUs);
+    packed.times.push_back(e.durationUs);
+    packed.times.push_back(static_cast<double>(e.stream));
+    packed.names += e.name + "\t" + e.args + "\n";
+  }
+  return packed;
+}
+
+void unpackTrace(int64_t rank, const PackedTrace &packed,
+                 std::vector<TraceEvent> &out) {
+  size_t at = 0;
+  for (size_t i = 0; i < packed.times.size() / 3; ++i) {
+    const size_t end = packed.names.find('\n', at);
+    const std::string line = packed.names.substr(at, end - at);
+    const size_t tab = line.find('\t');
+    out.push_back(
+        {rank, line.substr(0, tab), packed.times[3 * i],
+         packed.times[3 * i + 1],
+         tab == std::string::npos ? std::string() : line.substr(tab + 1),
+         static_cast<int>(packed.times[3 * i + 2])});
+    at = end + 1;
+  }
+}
+
+/// Every rank's trace on rank 0, in rank order (its own first).
+void gatherTrace(comm::Comm &comm, const std::vector<TraceEvent> &events,
+                 std::vector<TraceEvent> &out) {
+  comm::Comm &host = comm.hostComm();
+  constexpr int64_t kTag = 1 << 27;
+  if (comm.rank() != 0) {
+    PackedTrace packed = packTrace(events);
+    int64_t sizes[2] = {static_cast<int64_t>(packed.times.size()),
+                        static_cast<int64_t>(packed.names.size())};
+    host.send(0, kTag, sizes, sizeof(sizes));
+    host.send(0, kTag, packed.times.data(),
+              static_cast<int64_t>(packed.times.size() * sizeof(double)));
+    host.send(0, kTag, packed.names.data(), sizes[1]);
+    return;
+  }
+  out = events;
+  for (int64_t r = 1; r < comm.size(); ++r) {
+    int64_t sizes[2];
+    host.recv(r, kTag, sizes, sizeof(sizes));
+    PackedTrace packed;
+    packed.times.resize(static_cast<size_t>(sizes[0]));
+    packed.names.resize(static_cast<size_t>(sizes[1]));
+    host.recv(r, kTag, packed.times.data(),
+              static_cast<int64_t>(packed.times.size() * sizeof(double)));
+    host.recv(r, kTag, packed.names.data(), sizes[1]);
+    unpackTrace(r, packed, out);
+  }
+}
 
 } // namespace
 
@@ -423,70 +553,44 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       std::unique_ptr<comm::Comm> c = makeComm(0);
       // Channels also have a device stream of their own (same thread count:
       // creating a CPU device sets the creating thread's kernel threads).
-      RankOptions overlap;
+      RankOptions settings =
+          rankSettings(options, inits, &progress[static_cast<size_t>(rank)]);
       bool on = options.overlap.value_or(
           overlapByDefault(options.device, plan.topology.worldSize));
-      overlap.bucketBytes = on ? options.gradBucketBytes : 0;
+      settings.bucketBytes = on ? options.gradBucketBytes : 0;
       // NCCL's pairing follows each peer's posting order on one stream:
       // the emulation keeps sends on the rank's own thread.
-      overlap.sendsAhead = on && !ncclLike;
-      overlap.ringAhead = on;
-      overlap.logitChunkBytes = options.logitChunkBytes;
-      overlap.headGradientBytes = options.headGradientBytes;
-      overlap.skipNonFinite = options.skipNonFinite;
-      overlap.stopRequests = options.stopRequests;
-      overlap.inits = inits;
-      overlap.progress = &progress[static_cast<size_t>(rank)];
-      overlap.channels = [&, rank, makeComm](int64_t tagChannel) {
+      settings.sendsAhead = on && !ncclLike;
+      settings.ringAhead = on;
+      settings.channels = [&, rank, makeComm](int64_t tagChannel) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),
             device::makeDevice(local.device, rank, local.threads));
       };
       failures[static_cast<size_t>(rank)] =
-          runRank(plan, rank, *c, *data.train, data.eval.get(), local, origin,
-                  result, events[static_cast<size_t>(rank)], overlap);
+          runRank({plan, rank, *c, data, local, origin, std::move(settings)},
+                  result, events[static_cast<size_t>(rank)]);
       std::lock_guard<std::mutex> lock(finish.mutex);
       finish.done[static_cast<size_t>(rank)] = true;
       ++finish.count;
       finish.changed.notify_all();
     });
-  // Once a rank has failed, every other rank is released at once; one
-  // stuck in a computation that never returns (a library looping on an
-  // allocation it cannot get) would keep the run from ending. It is given
-  // --timeout, then the process ends with the failure (exit 2). With no
-  // failure (every rank stuck, or the only one), an instruction running
-  // past twice --timeout ends it the same way.
   {
+    // A rank stuck in a computation that never returns (a library looping
+    // on an allocation it cannot get) would keep the run from ending.
+    Watchdog watchdog(
+        plan, progress, 0, options,
+        [&] { return comm::localWorldFailure(*localWorld); },
+        [&] {
+          std::lock_guard<std::mutex> lock(finish.mutex);
+          std::string stuck;
+          for (int64_t r = 0; r < world; ++r)
+            if (!finish.done[static_cast<size_t>(r)])
+              stuck += (stuck.empty() ? "" : " ") + std::to_string(r);
+          return stuck;
+        });
     std::unique_lock<std::mutex> lock(finish.mutex);
-    std::optional<Clock::time_point> failedAt;
-    while (finish.count < world) {
-      finish.changed.wait_for(lock, std::chrono::milliseconds(200));
-      if (!failedAt && !comm::localWorldFailure(*localWorld).empty())
-        failedAt = Clock::now();
-      if (!failedAt) {
-        std::string overdue =
-            overdueRanks(plan, progress, 0, overdueAfter(options));
-        if (!overdue.empty() && comm::localWorldFailure(*localWorld).empty())
-          endStuck(overdue, options);
-      }
-      if (failedAt && Clock::now() - *failedAt >
-                          std::chrono::duration<double>(
-                              std::max(options.timeoutSeconds, 1.0))) {
-        std::string stuck;
-        for (int64_t r = 0; r < world; ++r)
-          if (!finish.done[static_cast<size_t>(r)])
-            stuck += (stuck.empty() ? "" : " ") + std::to_string(r);
-        std::fflush(stdout);
-        std::fprintf(stderr,
-                     "mimo-run: %s\nmimo-run: rank(s) %s did not stop within "
-                     "--timeout (%g s) of that failure (stuck in a "
-                     "computation); ending the process\n",
-                     comm::localWorldFailure(*localWorld).c_str(),
-                     stuck.c_str(), options.timeoutSeconds);
-        std::fflush(stderr);
-        std::_Exit(2);
-      }
-    }
+    finish.changed.wait(lock, [&] { return finish.count == world; });
   }
   for (std::thread &t : threads)
     t.join();
@@ -510,7 +614,7 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
                     const RunOptions &options) {
   RunResult result;
   if (options.device != device::DeviceKind::Cpu &&
-      std::string(comm.backendName()) == "mpi") {
+      comm.capabilities().hostMemoryOnly) {
     result.exitCode = 1;
     result.error = "the mpi backend moves host memory: use --device cpu with "
                    "it (GPU ranks under mpirun need the nccl backend)";
@@ -554,19 +658,13 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
   std::vector<TraceEvent> events;
-  RankOptions rankOptions;
-  rankOptions.skipNonFinite = options.skipNonFinite;
-  rankOptions.stopRequests = options.stopRequests;
-  rankOptions.inits = inits;
-  rankOptions.logitChunkBytes = options.logitChunkBytes;
-  rankOptions.headGradientBytes = options.headGradientBytes;
   std::vector<RankProgress> progress(1);
-  rankOptions.progress = &progress[0];
   std::string failure;
   {
-    StuckWatchdog watchdog(plan, progress, comm.rank(), options);
-    failure = runRank(plan, comm.rank(), comm, *data.train, data.eval.get(),
-                      local, Clock::now(), result, events, rankOptions);
+    Watchdog watchdog(plan, progress, comm.rank(), options);
+    failure = runRank({plan, comm.rank(), comm, data, local, Clock::now(),
+                       rankSettings(options, inits, &progress[0])},
+                      result, events);
   }
   if (!failure.empty()) {
     // The backend tears the job down; reaching here means it could not.
@@ -575,52 +673,8 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
     result.error = failure;
     return result;
   }
-  if (options.collectTrace) {
-    // Gather the trace on rank 0 (in host memory: the nccl backend's MPI
-    // bootstrap carries it): a count, then (start, duration, stream)
-    // triples and the names and arguments, one "name<TAB>args" line per
-    // event.
-    comm::Comm &host = comm.hostComm();
-    if (comm.rank() == 0) {
-      result.trace = events;
-      for (int64_t r = 1; r < comm.size(); ++r) {
-        int64_t sizes[2];
-        host.recv(r, 1 << 27, sizes, sizeof(sizes));
-        std::vector<double> times(static_cast<size_t>(3 * sizes[0]));
-        std::string names(static_cast<size_t>(sizes[1]), '\0');
-        host.recv(r, 1 << 27, times.data(),
-                  static_cast<int64_t>(times.size() * sizeof(double)));
-        host.recv(r, 1 << 27, names.data(), sizes[1]);
-        size_t at = 0;
-        for (int64_t i = 0; i < sizes[0]; ++i) {
-          size_t end = names.find('\n', at);
-          std::string line = names.substr(at, end - at);
-          size_t tab = line.find('\t');
-          result.trace.push_back(
-              {r, line.substr(0, tab), times[static_cast<size_t>(3 * i)],
-               times[static_cast<size_t>(3 * i + 1)],
-               tab == std::string::npos ? std::string() : line.substr(tab + 1),
-               static_cast<int>(times[static_cast<size_t>(3 * i + 2)])});
-          at = end + 1;
-        }
-      }
-    } else {
-      std::vector<double> times;
-      std::string names;
-      for (const TraceEvent &e : events) {
-        times.push_back(e.startUs);
-        times.push_back(e.durationUs);
-        times.push_back(static_cast<double>(e.stream));
-        names += e.name + "\t" + e.args + "\n";
-      }
-      int64_t sizes[2] = {static_cast<int64_t>(events.size()),
-                          static_cast<int64_t>(names.size())};
-      host.send(0, 1 << 27, sizes, sizeof(sizes));
-      host.send(0, 1 << 27, times.data(),
-                static_cast<int64_t>(times.size() * sizeof(double)));
-      host.send(0, 1 << 27, names.data(), sizes[1]);
-    }
-  }
+  if (options.collectTrace)
+    gatherTrace(comm, events, result.trace);
   return result;
 }
 

@@ -131,6 +131,11 @@ TEST_P(LocalCommTest, PointToPointAllPairsAndSizes) {
   auto outcomes = runRanks(n(), [&](Comm &c) {
     EXPECT_EQ(c.size(), n());
     EXPECT_STREQ(c.backendName(), "local");
+    // The executor asks capabilities, not names: local ranks are threads
+    // of one process and move device memory.
+    EXPECT_TRUE(c.capabilities().ranksShareProcess);
+    EXPECT_FALSE(c.capabilities().hostMemoryOnly);
+    EXPECT_FALSE(c.capabilities().connectsLazily);
     int64_t me = c.rank();
     // Pairs in one global order: the lower rank sends first, the higher
     // receives first, so blocking send/recv never deadlock.

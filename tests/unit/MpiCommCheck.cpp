@@ -312,6 +312,9 @@ int main() {
   c.setTimeout(std::chrono::duration<double>(60));
   try {
     check(std::string(c.backendName()) == "mpi", "backend name");
+    check(c.capabilities().hostMemoryOnly &&
+              !c.capabilities().ranksShareProcess,
+          "capabilities: host memory, a process per rank");
     check(launchedByMpirun(), "launchedByMpirun");
     pointToPoint(c);
     exchanges(c);
