@@ -4,7 +4,8 @@ conversations"), checked with no code of mimo-prep's:
 
 1. the README's quick start in a scratch folder: examples/prep/make-sample-
    data.py, mimo-prep, mimoc compile, mimo-run: the two broken records are
-   skipped and named, the model trains (the loss falls by half);
+   skipped and named, the model trains (the loss falls by half); then its
+   multi-image, variable-size one with the tokenizer's chat template;
 2. the files, read with this script's own reader: each image's rows are
    torch's unfold of the resized, normalised pixels (the (channel, row, col)
    order of a ViT's patch convolution), the image run is the encoder's
@@ -149,6 +150,64 @@ def quick_start(build, source, work):
         check(len(losses) == 20 and losses[-1] < losses[0] / 2,
               f"trains on the prepared data: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return prep, sample
+
+
+def quick_start_multi(build, source, work, prep, sample):
+    """The README's second quick start: conversations about one or two
+    images of six sizes each, several turns, rendered by the tokenizer's
+    own chat template (--template hf) with each image kept in its shape
+    (--resize native, at most 256 pixels: 16 patches, the encoder's learned
+    positions). Every image becomes its own item of 16 rows or fewer, the
+    counts vary with the shapes, the mask keeps each answer and its </s>,
+    and the model trains (the loss falls by half)."""
+    py, tool = sys.executable, os.path.join(source, "tools", "mimo-prep", "mimo-prep")
+    model_path = os.path.join(prep, "vlm-prepared-multi.json")
+    prefix = os.path.join(prep, "data", "train-multi")
+    r = run([py, tool, "--conversations", os.path.join(sample, "conversations-multi.json"),
+             "--images", sample, "--tokenizer", os.path.join(sample, "tokenizer.model"),
+             "--template", "hf", "--resize", "native", "--max-image-pixels", "256",
+             "--model", model_path, "-o", prefix])
+    check(r.returncode == 0 and "wrote 32 samples (48 images and frames" in r.stdout,
+          "mimo-prep writes the 32 multi-image records", r.stdout + r.stderr[-2000:])
+    if r.returncode != 0:
+        return
+    model = json.load(open(model_path))
+    enc = model["modules"][0]
+    ids, masks, rows = read_dataset(prefix, "images", enc["arch"]["feature_dim"])
+    starts = read_items(prefix, "images", sum(len(x) for x in rows))
+    records = json.load(open(os.path.join(sample, "conversations-multi.json")))
+    sp = sentencepiece.SentencePieceProcessor()
+    sp.Load(os.path.join(sample, "tokenizer.model"))
+    counts, at, items_ok, masks_ok = [], 0, True, True
+    for i, record in enumerate(records):
+        flags = starts[at:at + len(rows[i])]
+        at += len(rows[i])
+        begins = [k for k, f in enumerate(flags) if f] + [len(flags)]
+        sizes = [b - a for a, b in zip(begins, begins[1:])]
+        counts += sizes
+        items_ok &= len(sizes) == len(record["images"]) and \
+            ids[i].count(enc["special_token_id"]) == len(rows[i])
+        targets = [t for t, k in zip(ids[i], masks[i]) if k]
+        said = sp.DecodeIds([t for t in targets if t != sp.eos_id()])
+        answers = [t["value"] for t in record["conversations"] if t["from"] == "gpt"]
+        masks_ok &= targets.count(sp.eos_id()) == len(answers) and \
+            all(a in said for a in answers) and "USER" not in said
+    check(items_ok, "every image is its own item, one special token a row")
+    check(max(counts) <= 16 and len(set(counts)) >= 3,
+          f"native sizes: {sorted(set(counts))} patches an image, at most 16")
+    check(masks_ok, "the template's mask keeps each answer and its </s>, no question")
+    plan = os.path.join(work, "prepared-multi.plan.json")
+    metrics = os.path.join(work, "prepared-multi.jsonl")
+    r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q", model_path, "-o", plan])
+    check(r.returncode == 0, "mimoc compile (multi-image)", r.stderr[-2000:])
+    r = run([os.path.join(build, "bin", "mimo-run"), plan, "--steps", "20",
+             "--metrics", metrics])
+    check(r.returncode == 0, "mimo-run (multi-image)", r.stderr[-2000:])
+    if r.returncode == 0:
+        losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+        check(len(losses) == 20 and losses[-1] < losses[0] / 2,
+              f"trains on several images a sample: loss {losses[0]:.3f} -> "
+              f"{losses[-1]:.3f}")
 
 
 def files_check(prep, sample):
@@ -1010,6 +1069,7 @@ def main():
     work = tempfile.mkdtemp(prefix="mimo-prep-")
     try:
         prep, sample = quick_start(build, source, work)
+        quick_start_multi(build, source, work, prep, sample)
         files_check(prep, sample)
         several_images(build, source, work, prep, sample)
         hf_template(source, work, prep, sample)
