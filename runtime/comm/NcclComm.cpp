@@ -555,7 +555,8 @@ protected:
 
   /// One ncclCommSplit of the world per family that has a group of two or
   /// more (GroupSplit.h), on every rank in the same order; ranks in none of
-  /// those groups pass NCCL_SPLIT_NOCOLOR.
+  /// those groups pass NCCL_SPLIT_NOCOLOR. Each group is listed once
+  /// (plan/Plan.h communicatorGroups), so it gets one communicator.
   void createGroups(
       const std::vector<std::vector<std::vector<int64_t>>> &families) override {
     std::vector<GroupSplit> splits = groupSplits(families, self, worldSize);
@@ -564,10 +565,14 @@ protected:
       if (!s.split)
         continue;
       int color = s.color < 0 ? NCCL_SPLIT_NOCOLOR : s.color;
+      // Sharing the world's buffers and proxy thread (splitShare) rather
+      // than a set of each per group.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.splitShare = 1;
       ncclComm_t split = nullptr;
       {
         HostCall call(*this, "ncclCommSplit");
-        check(api.commSplit(world, color, s.key, &split, nullptr),
+        check(api.commSplit(world, color, s.key, &split, &config),
               "ncclCommSplit", world);
       }
       if (s.color >= 0) {
