@@ -28,8 +28,9 @@ double encoderForwardFlops(const ModuleConfig &m, int64_t outputHidden,
   double D = static_cast<double>(m.featureDim);
   double O = static_cast<double>(outputHidden);
   double L = static_cast<double>(m.layers());
+  // The projector: fc1 [H, O], and fc2 [O, O] unless it is "linear".
   double perToken = 2.0 * D * H + L * 2.0 * (4.0 * H * H + 2.0 * H * F) +
-                    2.0 * (H * O + O * O);
+                    2.0 * (H * O + (m.linearProjector ? 0.0 : O * O));
   return tokens * perToken + L * squares * 4.0 * H;
 }
 
@@ -122,7 +123,8 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     // The patch embedding's input needs no gradient: its dW alone.
     work += 2.0 * D * H * tokens * (trains("patch.weight") ? 2.0 : 1.0);
     work += weight(2.0 * H * O * tokens, "projection.fc1.weight", true);
-    work += weight(2.0 * O * O * tokens, "projection.fc2.weight", true);
+    if (!m.linearProjector)
+      work += weight(2.0 * O * O * tokens, "projection.fc2.weight", true);
   }
   return work;
 }

@@ -165,6 +165,43 @@ TEST(ModelFlops, LanguageModelByHand) {
   EXPECT_DOUBLE_EQ(modelFlopsPerStep(*r.config), 3 * forward);
 }
 
+/// A "linear" projector is fc1 alone (config/Parameters.h): no fc2 GEMM
+/// in the forward, nor in the backward of a frozen tower's stage 1.
+TEST(Flops, ALinearProjectorCountsNoSecondLayer) {
+  json model = json::parse(test::readExample("vlm-fan-in.json"));
+  ParseResult mlp = parse(model);
+  ASSERT_TRUE(mlp.config) << firstError(mlp);
+  model["modules"][0]["arch"]["projector"] = "linear";
+  ParseResult linear = parse(model);
+  ASSERT_TRUE(linear.config) << firstError(linear);
+  const ModuleConfig &e = linear.config->modules[0];
+  const double O = linear.config->language().hiddenSize, tokens = 1000;
+  EXPECT_DOUBLE_EQ(
+      encoderForwardFlops(mlp.config->modules[0], int64_t(O), tokens, 0) -
+          encoderForwardFlops(e, int64_t(O), tokens, 0),
+      tokens * 2 * O * O);
+  // Trained whole: three times the forward, as with the MLP projector.
+  const double samples = linear.config->batch.microBatchSize *
+                         linear.config->batch.numMicrobatches;
+  TokenMoments c = expectedModalityTokens(*linear.config, 0);
+  EXPECT_NEAR(moduleFlopsPerStep(*linear.config)[0],
+              3 * encoderForwardFlops(e, int64_t(O), samples * c.mean,
+                                      samples * c.square),
+              1e-9 * moduleFlopsPerStep(*linear.config)[0]);
+  // Stage 1 (the body frozen): the projector's fc1 alone trains.
+  model["modules"][0]["freeze"] = "encoder_body";
+  model["modules"][1]["freeze"] = true;
+  ParseResult frozen = parse(model);
+  ASSERT_TRUE(frozen.config) << firstError(frozen);
+  const ModuleConfig &f = frozen.config->modules[0];
+  const double H = f.hiddenSize, tokensMean = samples * c.mean;
+  EXPECT_NEAR(
+      moduleFlopsPerStep(*frozen.config)[0],
+      encoderForwardFlops(f, int64_t(O), tokensMean, samples * c.square) +
+          2 * tokensMean * 2 * H * O,
+      1e-9 * moduleFlopsPerStep(*frozen.config)[0]);
+}
+
 TEST(Flops, FrozenModulesCountTheWorkDone) {
   json model = json::parse(test::readExample("vlm-fan-in.json"));
   ParseResult whole = parse(model);
