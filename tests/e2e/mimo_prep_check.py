@@ -115,6 +115,21 @@ def read_dataset(prefix, encoder, dim):
     return ids, masks, rows
 
 
+def trains(build, work, model, tag, what):
+    """mimoc compile MODEL, then 20 steps of mimo-run: the loss halves."""
+    plan = os.path.join(work, tag + ".plan.json")
+    metrics = os.path.join(work, tag + ".jsonl")
+    r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q", model, "-o", plan])
+    check(r.returncode == 0, f"mimoc compile ({tag})", r.stderr[-2000:])
+    r = run([os.path.join(build, "bin", "mimo-run"), plan, "--steps", "20",
+             "--metrics", metrics])
+    check(r.returncode == 0, f"mimo-run ({tag})", r.stderr[-2000:])
+    if r.returncode == 0:
+        losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+        check(len(losses) == 20 and losses[-1] < losses[0] / 2,
+              f"{what}: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
 def quick_start(build, source, work):
     prep = os.path.join(work, "prep")
     shutil.copytree(os.path.join(source, "examples", "prep"), prep,
@@ -137,18 +152,8 @@ def quick_start(build, source, work):
           "the two broken records are skipped, counted and named by their ids")
     check("mimo-prep: 67/67 records" in r.stderr and "\r" not in r.stderr,
           "progress in plain lines when stderr is not a terminal", r.stderr[-2000:])
-    plan = os.path.join(work, "prepared.plan.json")
-    metrics = os.path.join(work, "prepared.jsonl")
-    r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q",
-             os.path.join(prep, "vlm-prepared.json"), "-o", plan])
-    check(r.returncode == 0, "mimoc compile", r.stderr[-2000:])
-    r = run([os.path.join(build, "bin", "mimo-run"), plan, "--steps", "20",
-             "--metrics", metrics])
-    check(r.returncode == 0, "mimo-run", r.stderr[-2000:])
-    if r.returncode == 0:
-        losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-        check(len(losses) == 20 and losses[-1] < losses[0] / 2,
-              f"trains on the prepared data: loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    trains(build, work, os.path.join(prep, "vlm-prepared.json"), "prepared",
+           "trains on the prepared data")
     return prep, sample
 
 
@@ -196,18 +201,8 @@ def quick_start_multi(build, source, work, prep, sample):
     check(max(counts) <= 16 and len(set(counts)) >= 3,
           f"native sizes: {sorted(set(counts))} patches an image, at most 16")
     check(masks_ok, "the template's mask keeps each answer and its </s>, no question")
-    plan = os.path.join(work, "prepared-multi.plan.json")
-    metrics = os.path.join(work, "prepared-multi.jsonl")
-    r = run([os.path.join(build, "bin", "mimoc"), "compile", "-q", model_path, "-o", plan])
-    check(r.returncode == 0, "mimoc compile (multi-image)", r.stderr[-2000:])
-    r = run([os.path.join(build, "bin", "mimo-run"), plan, "--steps", "20",
-             "--metrics", metrics])
-    check(r.returncode == 0, "mimo-run (multi-image)", r.stderr[-2000:])
-    if r.returncode == 0:
-        losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-        check(len(losses) == 20 and losses[-1] < losses[0] / 2,
-              f"trains on several images a sample: loss {losses[0]:.3f} -> "
-              f"{losses[-1]:.3f}")
+    trains(build, work, model_path, "prepared-multi",
+           "trains on several images a sample")
 
 
 def files_check(prep, sample):
