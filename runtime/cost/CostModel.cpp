@@ -286,11 +286,15 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   if (!shape.language && shape.first)
     w.compute += (backward && !trains("patch.weight") ? 0 : passes) *
                  gemmSeconds(p, rows, H, static_cast<double>(m.featureDim));
+  // The projector: fc1, and fc2 unless it is "linear" (fc1 alone).
   if (!shape.language && shape.last)
-    w.compute += (backward && !trains("projection.fc1.weight") ? 1 : passes) *
-                     gemmSeconds(p, rows, outputHidden, H) +
-                 (backward && !trains("projection.fc2.weight") ? 1 : passes) *
-                     gemmSeconds(p, rows, outputHidden, outputHidden);
+    w.compute +=
+        (backward && !trains("projection.fc1.weight") ? 1 : passes) *
+            gemmSeconds(p, rows, outputHidden, H) +
+        (m.linearProjector
+             ? 0.0
+             : (backward && !trains("projection.fc2.weight") ? 1 : passes) *
+                   gemmSeconds(p, rows, outputHidden, outputHidden));
   w.compute *= p.computeScale;
   w.attention *= p.computeScale;
   w.weightGrads *= p.computeScale;

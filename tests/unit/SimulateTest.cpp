@@ -171,6 +171,27 @@ TEST(CostModel, Bf16ModelsUseTheBf16GemmRatesAndPeak) {
 /// fp32 ones although the backward packs its GEMMs' operands; at the ~1B
 /// benchmark model's widths (H 2048, F 5632) the bf16 forward moves about
 /// 200 KB a token, the backward about 344 KB.
+/// A "linear" projector is fc1 alone: the encoder's last stage costs one
+/// [rows, O] x [O, O] GEMM less, forward and backward.
+TEST(CostModel, ALinearProjectorHasNoSecondGemm) {
+  nlohmann::json json = nlohmann::json::parse(readExample("vlm-fan-in.json"));
+  ModelConfig mlp = requireConfig(parseModelConfig(json.dump(), "m.json"));
+  json["modules"][0]["arch"]["projector"] = "linear";
+  ModelConfig linear = requireConfig(parseModelConfig(json.dump(), "m.json"));
+  DeviceProfile p = flatProfile(1);
+  const double O = linear.language().hiddenSize;
+  for (bool backward : {false, true}) {
+    StageShape shape = stageShape(linear, linear.modules[0], 0,
+                                  linear.batch.microBatchSize, 0, false);
+    const double rows = shape.rows;
+    const double fc2 = (backward ? 2 : 1) * gemmSeconds(p, rows, O, O);
+    EXPECT_NEAR(stageWork(mlp.modules[0], shape, backward, p, O).compute -
+                    stageWork(linear.modules[0], shape, backward, p, O).compute,
+                fc2 * p.computeScale, 1e-12)
+        << (backward ? "backward" : "forward");
+  }
+}
+
 TEST(CostModel, LayerElementwiseBytesFollowTheLayersBuffers) {
   const double H = 2048, F = 5632;
   EXPECT_DOUBLE_EQ(layerElementwiseBytes(H, H, F, true, true, false),
