@@ -8,6 +8,7 @@
 
 #include "ir/MimoOps.h"
 
+#include "runtime/json/JsonValidator.h"
 #include "runtime/schedule/PipelineSchedule.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -181,12 +182,11 @@ LogicalResult MicrobatchOp::verify() {
   if (auto name = getSchedule()) {
     schedule = findSchedule(name->str());
     if (!schedule) {
-      std::vector<const PipelineSchedule *> all = schedules();
-      std::string names;
-      for (size_t i = 0; i < all.size(); ++i)
-        names += (i ? (i + 1 == all.size() ? " or " : ", ") : "") +
-                 ("\"" + std::string(all[i]->name()) + "\"");
-      return emitOpError() << "schedule must be " << names << ", found \""
+      std::vector<std::string> names;
+      for (const PipelineSchedule *known : schedules())
+        names.emplace_back(known->name());
+      return emitOpError() << "schedule must be "
+                           << JsonValidator::quoted(names) << ", found \""
                            << *name << "\"";
     }
   }

@@ -41,9 +41,11 @@ public:
       std::optional<Topology> &topology = *read;
       ir::MicrobatchOp batch = model.getMicrobatch();
       const size_t lm = topology->languageIndex();
-      const int64_t chunks = static_cast<int64_t>(*batch.getVirtualStages());
+      // The chunks come from the mimo.microbatch (readTopologySource).
+      const int64_t chunks = topology->modules[lm].virtualStages;
       const int64_t pp = topology->modules[lm].grid.size(Dim::PP);
-      if (pp < 2 || topology->microbatches % pp != 0) {
+      if (pp < 2 ||
+          topology->microbatches % topology->schedule->microbatchMultiple(pp)) {
         batch.emitOpError("the interleaved schedule needs a language "
                           "pipeline (pp >= 2) and microbatches in groups of "
                           "pp, found pp ")
@@ -51,7 +53,6 @@ public:
         ok = false;
         return;
       }
-      topology->modules[lm].virtualStages = chunks;
       assignStages(*topology);
       mlir::Builder builder(&getContext());
       for (ir::StageOp op : model.getBody().getOps<ir::StageOp>())

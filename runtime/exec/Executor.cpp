@@ -366,7 +366,8 @@ public:
             if (!failedAt) {
               std::string overdue = overdueRanks(plan, progress, firstRank,
                                                  overdueAfter(options));
-              if (!overdue.empty() && !(failure && !failure().empty()))
+              // A failure while the ranks were read releases them instead.
+              if (!overdue.empty() && (!failure || failure().empty()))
                 endStuck(overdue, options);
               continue;
             }

@@ -78,36 +78,27 @@ inline double pipelineBubble(int64_t totalStages, int64_t microbatches) {
   return idle / (static_cast<double>(microbatches) + idle);
 }
 
-/// The idle share of the step's schedule: zeroBubbleShare or
-/// pipelineBubble, or under the interleaved schedule with v chunks a stage
-/// (schedule/InterleavedOrder.h) (P - 1) / (vM + P - 1).
-inline double scheduleBubble(int64_t totalStages, int64_t microbatches,
-                             bool zeroBubble, int64_t chunks = 1) {
-  return zeroBubble ? zeroBubbleShare(totalStages, microbatches)
-                    : pipelineBubble(totalStages, chunks * microbatches);
-}
-
-/// The fewest microbatches that keep the bubble at or below `share` (0 < share
-/// < 1): M >= (P - 1) (1 - share) / share, a v-th of it with v chunks a
-/// stage; under zero bubble the fewest from which on zeroBubbleShare <=
-/// share.
+/// The fewest microbatches that keep 1F1B's bubble at or below `share`
+/// (0 < share < 1): M >= (P - 1) (1 - share) / share, a v-th of it with v
+/// chunks a stage.
 inline int64_t microbatchesForBubble(int64_t totalStages, double share,
-                                     bool zeroBubble = false,
                                      int64_t chunks = 1) {
-  if (zeroBubble) {
-    // The share falls with M except from M = P to P + 1 (where the idle
-    // doubles): the fewest M from which on it stays at or below `share`.
-    int64_t m = zeroBubbleShare(totalStages, totalStages + 1) <= share
-                    ? 1
-                    : totalStages + 1;
-    while (zeroBubbleShare(totalStages, m) > share)
-      ++m;
-    return m;
-  }
   const double needed = static_cast<double>(totalStages - 1) * (1 - share) /
                         share / static_cast<double>(chunks);
   const auto m = static_cast<int64_t>(needed);
   return std::max<int64_t>(1, m < needed ? m + 1 : m);
+}
+
+/// Under zero bubble: the fewest M from which on zeroBubbleShare <= share
+/// (it falls with M except from M = P to P + 1, where the idle doubles).
+inline int64_t zeroBubbleMicrobatchesForBubble(int64_t totalStages,
+                                               double share) {
+  int64_t m = zeroBubbleShare(totalStages, totalStages + 1) <= share
+                  ? 1
+                  : totalStages + 1;
+  while (zeroBubbleShare(totalStages, m) > share)
+    ++m;
+  return m;
 }
 
 } // namespace mimo

@@ -20,8 +20,7 @@ double PipelineSchedule::bubble(int64_t totalStages, int64_t microbatches,
 int64_t PipelineSchedule::microbatchesForBubble(int64_t totalStages,
                                                 double share,
                                                 int64_t chunks) const {
-  return mimo::microbatchesForBubble(totalStages, share, /*zeroBubble=*/false,
-                                     chunks);
+  return mimo::microbatchesForBubble(totalStages, share, chunks);
 }
 
 std::string PipelineSchedule::idleText(int64_t totalStages,

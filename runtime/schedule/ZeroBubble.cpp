@@ -34,8 +34,8 @@ public:
 
   int64_t microbatchesForBubble(int64_t totalStages, double share,
                                 int64_t chunks) const override {
-    return mimo::microbatchesForBubble(totalStages, share,
-                                       /*zeroBubble=*/true, chunks);
+    (void)chunks;
+    return zeroBubbleMicrobatchesForBubble(totalStages, share);
   }
 
   std::string idleText(int64_t totalStages, int64_t microbatches,

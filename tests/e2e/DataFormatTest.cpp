@@ -11,6 +11,7 @@
 #include "runtime/data/IndexedData.h"
 #include "runtime/exec/Executor.h"
 #include "tests/e2e/Layouts.h"
+#include "tests/e2e/SameTraining.h"
 
 #include <gtest/gtest.h>
 
@@ -89,19 +90,7 @@ TEST(DataFormats, JsonlAndBinaryFeaturesTrainBitForBitAlike) {
                          {"shuffle", shuffle}};
     fromBinary["data"] = {
         {"source", "indexed"}, {"path", dir + "/train"}, {"shuffle", shuffle}};
-    exec::RunOptions options;
-    options.steps = 2;
-    options.timeoutSeconds = 120;
-    exec::RunResult a = exec::runLocal(test::planOf(fromJsonl), options);
-    exec::RunResult b = exec::runLocal(test::planOf(fromBinary), options);
-    ASSERT_EQ(a.exitCode, 0) << a.error;
-    ASSERT_EQ(b.exitCode, 0) << b.error;
-    ASSERT_EQ(a.steps.size(), 2u);
-    ASSERT_EQ(b.steps.size(), 2u);
-    for (size_t s = 0; s < 2; ++s) {
-      EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "step " << s + 1;
-      EXPECT_EQ(a.steps[s].gradNorm, b.steps[s].gradNorm) << "step " << s + 1;
-    }
+    test::expectSameTraining(test::planOf(fromJsonl), test::planOf(fromBinary));
   }
   std::filesystem::remove_all(dir);
 }

@@ -5,6 +5,7 @@
 #include "codegen/Explain.h"
 #include "codegen/JsonStream.h"
 #include "runtime/schedule/Formulas.h"
+#include "runtime/schedule/PipelineSchedule.h"
 #include "tools/driver/Driver.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -309,11 +310,12 @@ TEST(ExplainTest, ZeroBubbleShowsItsSmallerBubble) {
   EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 1), 4.0 / 7);
   EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 3), 2.0 / 11);
   EXPECT_DOUBLE_EQ(zeroBubbleShare(3, 4), 4.0 / 16);
-  EXPECT_EQ(microbatchesForBubble(3, 0.25, true), 3);
+  EXPECT_EQ(findSchedule("zero_bubble")->microbatchesForBubble(3, 0.25, 1), 3);
   // 18% at M = 3 but 25% at M = 4: from M = 5 (21%) on it stays below.
-  EXPECT_EQ(microbatchesForBubble(3, 0.22, true), 5);
-  EXPECT_EQ(microbatchesForBubble(3, 0.2, true), 6);
-  EXPECT_EQ(microbatchesForBubble(3, 0.15, true), 8); // 4 of 28 units
+  EXPECT_EQ(findSchedule("zero_bubble")->microbatchesForBubble(3, 0.22, 1), 5);
+  EXPECT_EQ(findSchedule("zero_bubble")->microbatchesForBubble(3, 0.2, 1), 6);
+  EXPECT_EQ(findSchedule("zero_bubble")->microbatchesForBubble(3, 0.15, 1),
+            8); // 4 of 28 units
   EXPECT_LE(zeroBubbleShare(3, 8), 0.15);
   EXPECT_GT(zeroBubbleShare(3, 7), 0.15);
   m["batch"]["num_microbatches"] = 1;

@@ -10,10 +10,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "tests/e2e/Layouts.h"
+#include "tests/e2e/SameTraining.h"
 
 #include "passes/TopologyFromIR.h"
 #include "runtime/cost/MemoryPlan.h"
-#include "runtime/exec/Executor.h"
 #include "runtime/plan/BuildTopology.h"
 #include "runtime/schedule/PipelineSchedule.h"
 #include "tools/driver/Driver.h"
@@ -115,19 +115,7 @@ TEST(ScheduleRegistry, ATestScheduleCompilesVerifiesAndTrainsLikeOneFOneB) {
 
   // The same losses as 1F1B, bit for bit: the schedule moves work, not
   // arithmetic.
-  exec::RunOptions options;
-  options.steps = 2;
-  options.timeoutSeconds = 120;
-  exec::RunResult a = exec::runLocal(plan, options);
-  exec::RunResult b = exec::runLocal(plain, options);
-  ASSERT_EQ(a.exitCode, 0) << a.error;
-  ASSERT_EQ(b.exitCode, 0) << b.error;
-  ASSERT_EQ(a.steps.size(), 2u);
-  ASSERT_EQ(b.steps.size(), 2u);
-  for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "step " << s + 1;
-    EXPECT_EQ(a.steps[s].gradNorm, b.steps[s].gradNorm) << "step " << s + 1;
-  }
+  test::expectSameTraining(plan, plain);
 }
 
 TEST(ScheduleRegistry, AnUnknownScheduleIsRefusedWithTheRegisteredNames) {
