@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 ORDER = [
-    "runtime/support", "runtime/json", "runtime/schedule", "runtime/config", "runtime/plan",
+    "runtime/support", "runtime/json", "runtime/schedule", "runtime/family", "runtime/config", "runtime/plan",
     "runtime/cost", "runtime/device", "runtime/comm", "runtime/data",
     "runtime/model", "runtime/checkpoint", "runtime/exec",
     "ir", "passes", "codegen", "tools",

@@ -24,110 +24,20 @@ namespace mimo::exec {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-/// A double that holds an integer as a JSON integer (transformers reads
-/// original_max_position_embeddings as an int), else as it is.
-nlohmann::ordered_json number(double x) {
-  if (std::isfinite(x) && std::floor(x) == x && std::fabs(x) < 9.0e15)
-    return static_cast<int64_t>(x);
-  return x;
-}
-
-} // namespace
-
 nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
                                   const ModuleConfig &m,
                                   const std::string &dtype,
                                   const nlohmann::json &pretrained) {
-  const bool qwen = m.qkvBias;
-  nlohmann::ordered_json c;
-  c["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  c["model_type"] = qwen ? "qwen2" : "llama";
-  c["vocab_size"] = m.vocabSize;
-  c["hidden_size"] = m.hiddenSize;
-  c["intermediate_size"] = m.ffnHiddenSize;
-  c["num_hidden_layers"] = m.numLayers;
-  c["num_attention_heads"] = m.numHeads;
-  c["num_key_value_heads"] = m.kvHeads();
-  c["head_dim"] = m.hiddenSize / m.numHeads;
-  c["hidden_act"] = "silu";
-  // What the pretrained model was made for, not this run's seq_length
-  // (which is only a floor).
-  c["max_position_embeddings"] = config.batch.seqLength;
-  c["rms_norm_eps"] = m.normEps;
-  c["rope_theta"] = m.ropeTheta;
-  if (m.ropeScaling)
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", m.ropeScaling->factor},
-                         {"low_freq_factor", m.ropeScaling->lowFreqFactor},
-                         {"high_freq_factor", m.ropeScaling->highFreqFactor},
-                         {"original_max_position_embeddings",
-                          number(m.ropeScaling->originalMaxPositions)}};
-  else
-    c["rope_scaling"] = nullptr;
-  c["tie_word_embeddings"] = m.tieEmbeddings;
-  if (!qwen) {
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
-  }
-  c["attention_dropout"] = 0.0;
-  c["initializer_range"] = 0.02;
-  c["use_cache"] = true;
-  // The pretrained folder's values as it wrote them (an eos list stays a
-  // list, integers stay integers); init checked them against the arch.
-  if (pretrained.is_object()) {
-    for (const char *key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-      if (pretrained.contains(key) && !pretrained[key].is_null())
-        c[key] = pretrained[key];
-    if (pretrained.contains("max_position_embeddings") &&
-        pretrained["max_position_embeddings"].is_number_integer() &&
-        pretrained["max_position_embeddings"].get<int64_t>() > 0)
-      c["max_position_embeddings"] = pretrained["max_position_embeddings"];
-    if (m.ropeScaling && pretrained.contains("rope_scaling") &&
-        pretrained["rope_scaling"].is_object())
-      c["rope_scaling"] = pretrained["rope_scaling"];
-  }
-  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
-  c["transformers_version"] = "4.45.0";
-  return c;
-}
-
-nlohmann::ordered_json hfVisionConfigOf(const ModelConfig &config,
-                                        const ModuleConfig &m,
-                                        const std::string &dtype) {
-  std::string why;
-  const bool clip = visionFamilyOf(m, why) == VisionFamily::Clip;
-  const PatchGeometry patch = patchGeometryOf(m.featureDim);
-  const int64_t grid = m.maxPositions - (m.classToken ? 1 : 0);
-  const auto side =
-      static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(grid))));
-  nlohmann::ordered_json c;
-  c["architectures"] = {clip ? "CLIPVisionModel" : "SiglipVisionModel"};
-  c["model_type"] = clip ? "clip_vision_model" : "siglip_vision_model";
-  c["hidden_size"] = m.hiddenSize;
-  c["intermediate_size"] = m.ffnHiddenSize;
-  c["num_hidden_layers"] = m.numLayers;
-  c["num_attention_heads"] = m.numHeads;
-  c["num_channels"] = patch.channels;
-  c["patch_size"] = patch.patch;
-  c["image_size"] = side * patch.patch;
-  c["hidden_act"] = hfActivationName(m.activation);
-  c["layer_norm_eps"] = m.normEps;
-  c["attention_dropout"] = 0.0;
-  // LLaVA's keys for the tower's output and the projector.
-  c["vision_feature_layer"] = m.outputLayer;
-  c["vision_feature_select_strategy"] = m.classToken ? "default" : "full";
-  c["projector_hidden_act"] = hfActivationName(m.projectorActivation);
-  c["projector_hidden_size"] = config.language().hiddenSize;
-  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
-  c["transformers_version"] = "4.45.0";
-  return c;
+  HfExportContext context;
+  context.seqLength = config.batch.seqLength;
+  context.languageHidden = config.language().hiddenSize;
+  context.dtype = dtype;
+  context.pretrained = &pretrained;
+  return m.family().hfConfig(m, context);
 }
 
 std::string llavaProblem(const ModuleConfig &encoder) {
-  std::string why;
-  if (!visionFamilyOf(encoder, why))
+  if (std::string why = encoder.family().hfExportProblem(encoder); !why.empty())
     return "it is not a CLIP or SigLIP tower: " + why;
   if (encoder.finalNorm)
     return "its final_norm normalises the rows it passes on, and LLaVA "
@@ -140,7 +50,7 @@ nlohmann::ordered_json hfLlavaConfigOf(const ModelConfig &config,
                                        const std::string &dtype,
                                        const nlohmann::json &pretrained) {
   const ModuleConfig &language = config.language();
-  nlohmann::ordered_json vision = hfVisionConfigOf(config, encoder, dtype);
+  nlohmann::ordered_json vision = hfConfigOf(config, encoder, dtype);
   for (const char *key :
        {"architectures", "vision_feature_layer",
         "vision_feature_select_strategy", "projector_hidden_act",
@@ -207,12 +117,10 @@ struct OutFolder {
 std::string addTensors(const ModelConfig &config, const ModuleConfig &module,
                        const HfLayout &layout, int64_t esize,
                        std::vector<OutTensor> &tensors) {
-  const bool language = module.kind == ModuleKind::Language;
   for (const ParamSpec &spec :
        stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
-    std::optional<HfSource> source = language
-                                         ? hfLanguageSource(layout, spec.local)
-                                         : hfVisionSource(layout, spec.local);
+    std::optional<HfSource> source =
+        module.family().hfSource(layout, spec.local);
     if (!source)
       return "mimo-run: error: parameter '" + spec.name() +
              "' has no Hugging Face name";
@@ -460,8 +368,8 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
   if (options.perModule) {
     for (const ModuleConfig &module : config.modules) {
       const bool isLanguage = module.kind == ModuleKind::Language;
-      std::string why;
-      if (!isLanguage && !visionFamilyOf(module, why)) {
+      if (std::string why = module.family().hfExportProblem(module);
+          !why.empty()) {
         notes.push_back("note: module '" + module.name +
                         "' (an encoder) is not exported: " + why +
                         " (its weights stay in " + ckpt->dir + ")");
@@ -480,7 +388,7 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
         f.config = hfConfigOf(config, module, dtype, pretrained);
         languageCopies(f);
       } else {
-        f.config = hfVisionConfigOf(config, module, dtype);
+        f.config = hfConfigOf(config, module, dtype);
         if (std::string origin = originOf(*ckpt, config, module);
             !origin.empty())
           addCopies(origin, kProcessorFiles, f.copies);

@@ -8,7 +8,7 @@
 // before 4.52, which every version reads). `--export-hf-per-module` writes
 // a folder per module instead, OUT/<module> (an encoder as a CLIP or SigLIP
 // vision model with LLaVA's projector beside the tower). Tensors under the
-// names and layouts transformers reads (checkpoint/HfNames.h, linear
+// names and layouts transformers reads (each family's, family/, linear
 // weights transposed back to [out, in], the patch weight as the
 // convolution's [hidden, C, p, p]), in bf16 or fp32, in one
 // model.safetensors or shards of at most `shardBytes` with
@@ -35,21 +35,17 @@ namespace mimo::exec {
 
 inline constexpr int64_t kHfShardBytes = int64_t(5) << 30; // 5 GiB
 
-/// The config.json of `module` (the language model) as transformers reads
-/// it; `dtype` "bf16" or "fp32". `pretrained` (the text part of the config
-/// the weights came from, or null) gives bos_token_id, eos_token_id,
-/// pad_token_id, max_position_embeddings and rope_scaling as they were.
+/// The config.json of `module` as transformers reads it, its family's
+/// (ModuleFamily::hfConfig; hfExportProblem must be ""); `dtype` "bf16" or
+/// "fp32". `pretrained` (the text part of the config the weights came
+/// from, or null) gives a language model's bos_token_id, eos_token_id,
+/// pad_token_id, max_position_embeddings and rope_scaling as they were. An
+/// encoder's config carries LLaVA's keys for its output layer and
+/// projector.
 nlohmann::ordered_json hfConfigOf(const ModelConfig &config,
                                   const ModuleConfig &module,
                                   const std::string &dtype,
                                   const nlohmann::json &pretrained = nullptr);
-
-/// The config.json of an encoder whose arch is a CLIP or SigLIP tower's
-/// (checkpoint/HfNames.h visionFamilyOf), with LLaVA's keys for its
-/// output layer and projector.
-nlohmann::ordered_json hfVisionConfigOf(const ModelConfig &config,
-                                        const ModuleConfig &module,
-                                        const std::string &dtype);
 
 /// A LlavaForConditionalGeneration config.json: text_config, vision_config,
 /// projector_hidden_act, vision_feature_layer and _select_strategy,

@@ -92,18 +92,6 @@ bool readableDtype(const std::string &dtype) {
   return dtype == "F32" || dtype == "BF16" || dtype == "F16";
 }
 
-/// The Hugging Face names of the language module's HF tensors that mimo
-/// has no parameter for but that a folder may hold: RoPE's cached
-/// frequencies (older checkpoints), and a tied model's head.
-bool ignoredTensor(const std::string &name, const std::string &prefix,
-                   bool tied) {
-  const std::string inv = "rotary_emb.inv_freq";
-  if (name.size() >= inv.size() &&
-      name.compare(name.size() - inv.size(), inv.size(), inv) == 0)
-    return true;
-  return tied && name == prefix + "lm_head.weight";
-}
-
 } // namespace
 
 const safetensors::TensorEntry *HfFolder::find(const std::string &name) const {
@@ -228,9 +216,7 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
 
 std::optional<HfSource> HfFolder::sourceOf(const ModuleConfig &module,
                                            const std::string &local) const {
-  if (module.kind == ModuleKind::Language)
-    return hfLanguageSource(layout, local);
-  return hfVisionSource(layout, local);
+  return module.family().hfSource(layout, local);
 }
 
 std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
@@ -279,20 +265,7 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
   for (const auto &[name, f] : folder.fileOf) {
     if (used.count(name))
       continue;
-    bool ours = false, unused = false;
-    if (language) {
-      const HfLayout &l = folder.layout;
-      ours = name.rfind(l.languageBody, 0) == 0 ||
-             name.rfind(l.languageHead + "lm_head.", 0) == 0;
-      unused = ignoredTensor(name, l.languageHead, module.tieEmbeddings);
-    } else if (name.rfind(folder.layout.vision, 0) == 0) {
-      ours = true;
-      unused = hfVisionUnused(name.substr(folder.layout.vision.size()), module);
-    } else {
-      ours = !folder.layout.projector.empty() &&
-             name.rfind(folder.layout.projector, 0) == 0;
-    }
-    if (!ours || unused)
+    if (module.family().hfClaim(module, folder.layout, name) != HfClaim::Ours)
       continue;
     return folder.files[f].path + ": error: tensor '" + name +
            "' is not a parameter of this model (module '" + module.name +

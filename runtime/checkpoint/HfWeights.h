@@ -5,7 +5,8 @@
 // or shards named by model.safetensors.index.json. The language model
 // reads the Llama, Mistral and Qwen2 families, an encoder a CLIP or SigLIP
 // vision tower and LLaVA's projector where the folder has one (a LLaVA
-// folder serves both; checkpoint/HfNames.h has the names). config.json is
+// folder serves both; each module family, family/ModuleFamily.h, has its
+// names and checks). config.json is
 // checked against the module's `arch`, every tensor against the
 // parameters (missing, unexpected, shape, dtype); each rank then reads
 // only its own block of each tensor, through a read-only mapping of the
@@ -15,9 +16,9 @@
 #ifndef MIMO_RUNTIME_CHECKPOINT_HFWEIGHTS_H
 #define MIMO_RUNTIME_CHECKPOINT_HFWEIGHTS_H
 
-#include "runtime/checkpoint/HfNames.h"
 #include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/ModelConfig.h"
+#include "runtime/family/ModuleFamily.h"
 #include "runtime/json/Diagnostic.h"
 
 #include <nlohmann/json.hpp>

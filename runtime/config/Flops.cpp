@@ -3,6 +3,7 @@
 #include "runtime/config/Flops.h"
 
 #include "runtime/config/Parameters.h"
+#include "runtime/family/ModuleFamily.h"
 
 #include <algorithm>
 #include <string>
@@ -11,27 +12,12 @@ namespace mimo {
 
 double languageForwardFlops(const ModuleConfig &m, double tokens,
                             double pairs) {
-  double H = static_cast<double>(m.hiddenSize);
-  double F = static_cast<double>(m.ffnHiddenSize);
-  double V = static_cast<double>(m.vocabSize);
-  double L = static_cast<double>(m.layers());
-  double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
-  double perToken =
-      L * 2.0 * (2.0 * H * H + 2.0 * H * KV + 3.0 * H * F) + 2.0 * H * V;
-  return tokens * perToken + L * pairs * 4.0 * H;
+  return m.family().forwardFlops(m, 0, tokens, pairs);
 }
 
 double encoderForwardFlops(const ModuleConfig &m, int64_t outputHidden,
                            double tokens, double squares) {
-  double H = static_cast<double>(m.hiddenSize);
-  double F = static_cast<double>(m.ffnHiddenSize);
-  double D = static_cast<double>(m.featureDim);
-  double O = static_cast<double>(outputHidden);
-  double L = static_cast<double>(m.layers());
-  // The projector: fc1 [H, O], and fc2 [O, O] unless it is "linear".
-  double perToken = 2.0 * D * H + L * 2.0 * (4.0 * H * H + 2.0 * H * F) +
-                    2.0 * (H * O + (m.linearProjector ? 0.0 : O * O));
-  return tokens * perToken + L * squares * 4.0 * H;
+  return m.family().forwardFlops(m, outputHidden, tokens, squares);
 }
 
 TokenMoments uniformMoments(int64_t min, int64_t max) {

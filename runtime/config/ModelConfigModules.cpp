@@ -3,6 +3,7 @@
 #include "runtime/config/ModelConfigParse.h"
 
 #include "runtime/config/Parameters.h"
+#include "runtime/family/ModuleFamily.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/support/Limits.h"
 
@@ -119,6 +120,38 @@ std::string shortNumber(double x) {
   std::ostringstream out;
   out << x;
   return out.str();
+}
+
+/// docs/model-json.md `arch.family`: the module family named, whose
+/// defaults the arch keys then start from (family/ModuleFamily.h).
+void parseFamily(JsonValidator &v, const json &arch, const std::string &at,
+                 ModuleConfig &module) {
+  std::vector<std::string> names;
+  for (const ModuleFamily *family : families())
+    if (family->kind() == module.kind)
+      names.push_back(std::string(family->name()));
+  const std::string kind =
+      module.kind == ModuleKind::Encoder ? "an encoder" : "the language model";
+  // A family of the other kind is named as such; any other name gets
+  // the choices (with the nearest).
+  if (arch.contains("family") && arch["family"].is_string())
+    if (const ModuleFamily *other =
+            findFamily(arch["family"].get<std::string>());
+        other && other->kind() != module.kind) {
+      v.error(at + "/family", "\"" + std::string(other->name()) + "\" is " +
+                                  std::string(other->label()) +
+                                  ", and module '" + module.name + "' is " +
+                                  kind + ": name one of " +
+                                  JsonValidator::quoted(names));
+      return;
+    }
+  auto name = v.choice(arch, at, "family", false, names,
+                       "the module family (" + kind + "'s)");
+  if (!name)
+    return;
+  const ModuleFamily *family = findFamily(*name);
+  module.namedFamily = family;
+  family->setDefaults(module);
 }
 
 /// docs/model-json.md: the architecture keys of Llama/Mistral/Qwen-style
@@ -302,6 +335,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                                            : "/modules/N/arch (language)");
     if (v.object(*arch, archPointer, archKeys,
                  "the architecture of module '" + module.name + "'")) {
+      parseFamily(v, *arch, archPointer, module);
       auto field = [&](const char *key, const char *meaning, int64_t maximum) {
         return v.integer(*arch, archPointer, key, true, 1, meaning, maximum)
             .value_or(0);
@@ -338,6 +372,12 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                       "; choose num_heads so that the head size is even");
       }
       parseArchExtras(v, *arch, archPointer, module);
+      if (module.namedFamily)
+        if (std::optional<ArchProblem> problem =
+                module.namedFamily->structureProblem(module))
+          v.error(archPointer + "/" +
+                      (arch->contains(problem->key) ? problem->key : "family"),
+                  problem->message);
     }
   }
   parseParallel(v, moduleJson, module);

@@ -1,6 +1,7 @@
 //===- ModelConfigWriter.cpp - The canonical model.json -------------------===//
 
 #include "runtime/config/ModelConfig.h"
+#include "runtime/family/ModuleFamily.h"
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,8 @@ json toJson(const ModelConfig &config) {
     if (encoder)
       entry["special_token_id"] = module.specialTokenId;
     json arch;
+    if (module.namedFamily)
+      arch["family"] = std::string(module.namedFamily->name());
     if (encoder)
       arch["feature_dim"] = module.featureDim;
     else
@@ -26,10 +29,15 @@ json toJson(const ModelConfig &config) {
     arch["num_layers"] = module.numLayers;
     arch["num_heads"] = module.numHeads;
     arch["ffn_hidden_size"] = module.ffnHiddenSize;
-    // Written only when set: a model without them keeps its digest.
-    if (module.numQueryGroups > 0)
+    // Written only when they differ from the defaults (the kind's, or the
+    // named family's): a model without them keeps its digest.
+    ModuleArch d;
+    d.kind = module.kind;
+    if (module.namedFamily)
+      module.namedFamily->setDefaults(d);
+    if (module.numQueryGroups != d.numQueryGroups)
       arch["num_query_groups"] = module.numQueryGroups;
-    if (module.ropeTheta != 10000.0)
+    if (module.ropeTheta != d.ropeTheta)
       arch["rope_theta"] = module.ropeTheta;
     if (const std::optional<RopeScaling> &r = module.ropeScaling)
       arch["rope_scaling"] = {
@@ -38,33 +46,31 @@ json toJson(const ModelConfig &config) {
           {"low_freq_factor", r->lowFreqFactor},
           {"high_freq_factor", r->highFreqFactor},
           {"original_max_position_embeddings", r->originalMaxPositions}};
-    if (module.normEps != 1e-5)
+    if (module.normEps != d.normEps)
       arch["norm_eps"] = module.normEps;
-    if (module.qkvBias)
-      arch["qkv_bias"] = true;
-    if (module.tieEmbeddings)
-      arch["tie_embeddings"] = true;
-    if (module.bias)
-      arch["bias"] = true;
-    if (module.learnedPositions) {
-      arch["position_embeddings"] = "learned";
+    auto flag = [&](const char *key, bool mine, bool theirs) {
+      if (mine != theirs)
+        arch[key] = mine;
+    };
+    flag("qkv_bias", module.qkvBias, d.qkvBias);
+    flag("tie_embeddings", module.tieEmbeddings, d.tieEmbeddings);
+    flag("bias", module.bias, d.bias);
+    if (module.learnedPositions != d.learnedPositions)
+      arch["position_embeddings"] =
+          module.learnedPositions ? "learned" : "none";
+    if (module.learnedPositions)
       arch["max_positions"] = module.maxPositions;
-    }
-    if (module.preNorm)
-      arch["pre_norm"] = true;
-    if (module.finalNorm)
-      arch["final_norm"] = true;
-    if (module.classToken)
-      arch["class_token"] = true;
-    if (!module.patchBias)
-      arch["patch_bias"] = false;
-    if (module.outputLayer != -1)
+    flag("pre_norm", module.preNorm, d.preNorm);
+    flag("final_norm", module.finalNorm, d.finalNorm);
+    flag("class_token", module.classToken, d.classToken);
+    flag("patch_bias", module.patchBias, d.patchBias);
+    if (module.outputLayer != d.outputLayer)
       arch["output_layer"] = module.outputLayer;
-    if (module.linearProjector)
-      arch["projector"] = "linear";
-    if (module.activation != "gelu_tanh")
+    if (module.linearProjector != d.linearProjector)
+      arch["projector"] = module.linearProjector ? "linear" : "mlp2x_gelu";
+    if (module.activation != d.activation)
       arch["activation"] = module.activation;
-    if (module.projectorActivation != "gelu_tanh")
+    if (module.projectorActivation != d.projectorActivation)
       arch["projector_activation"] = module.projectorActivation;
     entry["arch"] = arch;
     const ParallelConfig &p = module.parallel;

@@ -2,6 +2,8 @@
 
 #include "runtime/config/Parameters.h"
 
+#include "runtime/family/ModuleFamily.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -103,127 +105,19 @@ std::pair<int64_t, int64_t> stageLayers(const ModuleConfig &module, int64_t pp,
   return {begin, begin + counts[static_cast<size_t>(ppRank)]};
 }
 
-namespace {
-
-/// Adds parameters named "module.name" to a list.
-struct Declare {
-  const std::string &module;
-  std::vector<ParamSpec> &out;
-  void operator()(const std::string &name, int64_t rows, int64_t cols,
-                  ParamLayout layout, ParamInit init = ParamInit::Weight,
-                  float scale = 0, bool partialUnderSp = false) {
-    out.push_back(
-        {module, name, rows, cols, layout, init, scale, partialUnderSp});
-  }
-};
-
-} // namespace
-
 std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
                                        int64_t outputHidden,
                                        bool sequenceParallel, int64_t pp,
                                        int64_t ppRank) {
-  std::vector<ParamSpec> out;
-  Declare add{module.name, out};
-  const int64_t H = module.hiddenSize, F = module.ffnHiddenSize;
-  const bool first = ppRank == 0, last = ppRank == pp - 1;
   // An encoder's layers after its output_layer are not computed (nor held).
   auto [begin, end] = stageLayers(module, pp, ppRank);
-  using L = ParamLayout;
-  using I = ParamInit;
-  const int64_t KV = module.kvHidden(); // H unless grouped-query attention
-  // Biases (docs/model.md): of a column-parallel weight split with its
-  // columns; of a row-parallel one (added once to the summed output)
-  // replicated, its gradient partial over TP under SP (as the norms').
-  const bool qkvBias = module.qkvBias || module.bias;
-  auto attention = [&](const std::string &p) {
-    // Q, K and V split by heads (column-parallel; K and V by their groups
-    // under GQA, which TP divides), the output projection by the same
-    // heads (row-parallel).
-    add(p + "wq", H, H, L::ColumnParallel);
-    add(p + "wk", H, KV, L::ColumnParallel);
-    add(p + "wv", H, KV, L::ColumnParallel);
-    add(p + "wo", H, H, L::RowParallel);
-    if (qkvBias) {
-      add(p + "bq", 1, H, L::ColumnParallel, I::Zeros);
-      add(p + "bk", 1, KV, L::ColumnParallel, I::Zeros);
-      add(p + "bv", 1, KV, L::ColumnParallel, I::Zeros);
-    }
-    if (module.bias)
-      add(p + "bo", 1, H, L::Replicated, I::Zeros, 0, sequenceParallel);
-  };
-  if (module.kind == ModuleKind::Language) {
-    const bool sp = sequenceParallel;
-    const int64_t V = module.vocabSize;
-    // Vocab-parallel: each TP rank its rows of the vocabulary. Tied, the
-    // embedding is the head too, initialised as the head would be (fan-in
-    // H): at scale 1 the first logits would be ~√H wide.
-    if (first)
-      add("embedding", V, H, L::RowParallel, I::Weight,
-          module.tieEmbeddings ? 1.0f / std::sqrt(static_cast<float>(H))
-                               : 1.0f);
-    for (int64_t l = begin; l < end; ++l) {
-      std::string p = "layers." + std::to_string(l) + ".";
-      add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-      attention(p);
-      add(p + "mlp_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-      add(p + "gate", H, F, L::ColumnParallel);
-      add(p + "up", H, F, L::ColumnParallel);
-      add(p + "down", F, H, L::RowParallel);
-    }
-    if (last) {
-      add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-      if (!module.tieEmbeddings)              // tied: the embedding's transpose
-        add("head", H, V, L::ColumnParallel); // vocab-parallel logits
-      else if (!first) // the embedding's copy (docs/model.md: tied across PP)
-        add("embedding", V, H, L::RowParallel, I::Weight,
-            1.0f / std::sqrt(static_cast<float>(H)));
-    }
-    return out;
-  }
-  const int64_t D = module.featureDim, O = outputHidden;
-  if (first) {
-    add("patch.weight", D, H, L::Replicated);
-    if (module.patchBias)
-      add("patch.bias", 1, H, L::Replicated, I::Zeros);
-    if (module.classToken)
-      add("class_token", 1, H, L::Replicated, I::Weight,
-          1.0f / std::sqrt(static_cast<float>(H)));
-    if (module.learnedPositions)
-      add("position_embedding", module.maxPositions, H, L::Replicated,
-          I::Weight, 0.02f);
-    if (module.preNorm) {
-      add("pre_norm.weight", 1, H, L::Replicated, I::Ones);
-      add("pre_norm.bias", 1, H, L::Replicated, I::Zeros);
-    }
-  }
-  for (int64_t l = begin; l < end; ++l) {
-    std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "ln1.weight", 1, H, L::Replicated, I::Ones);
-    add(p + "ln1.bias", 1, H, L::Replicated, I::Zeros);
-    attention(p);
-    add(p + "ln2.weight", 1, H, L::Replicated, I::Ones);
-    add(p + "ln2.bias", 1, H, L::Replicated, I::Zeros);
-    add(p + "fc1", H, F, L::ColumnParallel);
-    add(p + "fc2", F, H, L::RowParallel);
-    if (module.bias) {
-      add(p + "fc1_bias", 1, F, L::ColumnParallel, I::Zeros);
-      add(p + "fc2_bias", 1, H, L::Replicated, I::Zeros);
-    }
-  }
-  if (last) {
-    if (module.finalNorm) {
-      add("final_norm.weight", 1, H, L::Replicated, I::Ones);
-      add("final_norm.bias", 1, H, L::Replicated, I::Zeros);
-    }
-    // projector "linear": fc1 alone.
-    add("projection.fc1.weight", H, O, L::Replicated);
-    add("projection.fc1.bias", 1, O, L::Replicated, I::Zeros);
-    if (!module.linearProjector) {
-      add("projection.fc2.weight", O, O, L::Replicated);
-      add("projection.fc2.bias", 1, O, L::Replicated, I::Zeros);
-    }
-  }
+  StageSpan span;
+  span.begin = begin, span.end = end;
+  span.first = ppRank == 0, span.last = ppRank == pp - 1;
+  span.outputHidden = outputHidden;
+  span.sequenceParallel = sequenceParallel;
+  std::vector<ParamSpec> out;
+  module.family().declareParameters(module, module.name, span, out);
   return out;
 }
 

@@ -12,34 +12,13 @@
 #define MIMO_RUNTIME_CONFIG_PARAMETERS_H
 
 #include "runtime/config/ModelConfig.h"
+#include "runtime/family/ParamSpec.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mimo {
-
-/// How TP ranks hold a [rows, cols] parameter: whole (replicated), a
-/// contiguous block of columns (column-parallel: QKV, gate, up, fc1, the
-/// head), or of rows (row-parallel: output, down, fc2, the embedding).
-enum class ParamLayout { Replicated, ColumnParallel, RowParallel };
-enum class ParamInit { Weight, Ones, Zeros };
-
-struct ParamSpec {
-  /// The module's name and the parameter's name within it; its logical
-  /// name is "module.local" (name()).
-  std::string module, local;
-  int64_t rows = 0, cols = 0;
-  ParamLayout layout = ParamLayout::Replicated;
-  ParamInit init = ParamInit::Weight;
-  /// Weights: uniform in [-scale, scale]; 0 means 1 / sqrt(rows).
-  float scale = 0;
-  /// Under sequence parallelism each TP rank's gradient covers only its
-  /// sequence shard and is summed over TP (the norms' weights).
-  bool partialUnderSp = false;
-  int64_t size() const { return rows * cols; }
-  std::string name() const { return module + "." + local; }
-};
 
 /// TP rank `tpRank`'s block [rowBegin, rowEnd) x [colBegin, colEnd) of a
 /// parameter.

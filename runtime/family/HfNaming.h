@@ -1,27 +1,24 @@
-//===- HfNames.h - mimo's parameters under Hugging Face names --*- C++ -*-===//
+//===- HfNaming.h - Hugging Face folders: names and layouts ----*- C++ -*-===//
 //
-// docs/pretrained.md's name maps, one table each, read by the importer
-// (checkpoint/HfWeights.h) and the exporter (checkpoint/HfExport.h):
-// - the language model: LlamaForCausalLM's (and Mistral's, Qwen2's) names;
-// - an encoder: CLIPVisionModel's and SiglipVisionModel's names, and
-//   LLaVA's projector (multi_modal_projector.linear_1, linear_2);
-// each under the prefixes of a layout (HfLayout: a model's own folder, or
-// a LLaVA folder's, before or since transformers 4.52).
+// What the module families (family/ModuleFamily.h) name Hugging Face
+// tensors and config values with: a tensor's name and orientation, the
+// prefixes a folder's layout puts before each part (a model's own folder,
+// or a LLaVA folder's, before or since transformers 4.52), and the small
+// translations several families share.
 // Linear weights are [out, in] there and [in, out] in mimo (transposed);
 // the patch embedding is a convolution's [hidden, C, p, p], which is the
 // [hidden, C·p·p] of the patch rows' (channel, row, col) order.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MIMO_RUNTIME_CHECKPOINT_HFNAMES_H
-#define MIMO_RUNTIME_CHECKPOINT_HFNAMES_H
-
-#include "runtime/config/ModelConfig.h"
+#ifndef MIMO_RUNTIME_FAMILY_HFNAMING_H
+#define MIMO_RUNTIME_FAMILY_HFNAMING_H
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
-namespace mimo::exec {
+namespace mimo {
 
 /// The Hugging Face tensor a mimo parameter comes from, and whether it is
 /// stored transposed there ([out, in] against mimo's [in, out]).
@@ -51,32 +48,20 @@ struct HfLayout {
   }
 };
 
-/// The language module's parameter `local` (docs/model.md's names);
-/// nullopt for a name no Llama tensor holds.
-std::optional<HfSource> hfLanguageSource(const HfLayout &layout,
-                                         const std::string &local);
+/// How a family sees a tensor of a folder that is not one of its
+/// parameters' sources.
+enum class HfClaim {
+  Others, ///< another module's (a LLaVA folder's other part), or no one's
+  Ours,   ///< the module's, and mimo has no parameter for it: an error
+  Unused, ///< the module's, and read past (a cached buffer, a later layer)
+};
 
-/// An encoder's parameter `local`: the tower's, the projector's (nullopt
-/// for the projector when the layout has none: the projector starts from
-/// mimo's init).
-std::optional<HfSource> hfVisionSource(const HfLayout &layout,
-                                       const std::string &local);
+/// mimo's "layers.L.NAME" as (L, NAME); nullopt for another name.
+std::optional<std::pair<std::string, std::string>>
+splitLayerName(const std::string &local);
 
-/// Whether a tensor of the vision tower (its name less the prefix) is one
-/// the encoder does not compute: the layers after its output_layer, the
-/// post-layernorm without final_norm, SigLIP's pooling head, a cached
-/// position_ids buffer. Such tensors are read past, not refused.
-bool hfVisionUnused(const std::string &local, const ModuleConfig &module);
-
-/// The two vision families mimo reads and writes.
-enum class VisionFamily { Clip, Siglip };
-
-/// The family whose structure the encoder's arch has (CLIP: class token,
-/// pre-norm, no patch bias, no final norm; SigLIP: none of the first two,
-/// a patch bias), with biases and learned positions on a square grid;
-/// nullopt with `why` otherwise.
-std::optional<VisionFamily> visionFamilyOf(const ModuleConfig &module,
-                                           std::string &why);
+/// The integer square root of n, or -1 when n is not a positive square.
+int64_t exactSquareRoot(int64_t n);
 
 /// The channels and patch size of a feature row of `featureDim` values,
 /// as an exporter names them (3 channels when featureDim is 3·p², else 1
@@ -92,6 +77,6 @@ PatchGeometry patchGeometryOf(int64_t featureDim);
 std::string hfActivationName(const std::string &mimo);
 std::string mimoActivationName(const std::string &hf);
 
-} // namespace mimo::exec
+} // namespace mimo
 
-#endif // MIMO_RUNTIME_CHECKPOINT_HFNAMES_H
+#endif // MIMO_RUNTIME_FAMILY_HFNAMING_H

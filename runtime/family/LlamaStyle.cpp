@@ -1,0 +1,300 @@
+//===- LlamaStyle.cpp - Llama-style language models -----------------------===//
+
+#include "runtime/family/LlamaStyle.h"
+
+#include "runtime/json/JsonReader.h"
+
+#include <cmath>
+#include <map>
+
+namespace mimo {
+
+using nlohmann::json;
+
+void LlamaStyleFamily::declareParameters(const ModuleArch &m,
+                                         const std::string &module,
+                                         const StageSpan &span,
+                                         std::vector<ParamSpec> &out) const {
+  using L = ParamLayout;
+  using I = ParamInit;
+  auto add = [&](const std::string &name, int64_t rows, int64_t cols, L layout,
+                 I init = I::Weight, float scale = 0,
+                 bool partialUnderSp = false) {
+    out.push_back(
+        {module, name, rows, cols, layout, init, scale, partialUnderSp});
+  };
+  const int64_t H = m.hiddenSize, F = m.ffnHiddenSize, V = m.vocabSize;
+  const bool sp = span.sequenceParallel;
+  // Vocab-parallel: each TP rank its rows of the vocabulary. Tied, the
+  // embedding is the head too, initialised as the head would be (fan-in
+  // H): at scale 1 the first logits would be ~√H wide.
+  const float tiedScale = 1.0f / std::sqrt(static_cast<float>(H));
+  if (span.first)
+    add("embedding", V, H, L::RowParallel, I::Weight,
+        m.tieEmbeddings ? tiedScale : 1.0f);
+  for (int64_t l = span.begin; l < span.end; ++l) {
+    std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+    declareAttention(m, module, p, m.qkvBias, false, sp, out);
+    add(p + "mlp_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+    add(p + "gate", H, F, L::ColumnParallel);
+    add(p + "up", H, F, L::ColumnParallel);
+    add(p + "down", F, H, L::RowParallel);
+  }
+  if (span.last) {
+    add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
+    if (!m.tieEmbeddings)                   // tied: the embedding's transpose
+      add("head", H, V, L::ColumnParallel); // vocab-parallel logits
+    else if (!span.first) // the embedding's copy (docs/model.md: tied across
+                          // PP)
+      add("embedding", V, H, L::RowParallel, I::Weight, tiedScale);
+  }
+}
+
+double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
+                                      double tokens, double pairs) const {
+  (void)outputHidden;
+  double H = static_cast<double>(m.hiddenSize);
+  double F = static_cast<double>(m.ffnHiddenSize);
+  double V = static_cast<double>(m.vocabSize);
+  double L = static_cast<double>(m.layers());
+  double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
+  double perToken =
+      L * 2.0 * (2.0 * H * H + 2.0 * H * KV + 3.0 * H * F) + 2.0 * H * V;
+  return tokens * perToken + L * pairs * 4.0 * H;
+}
+
+std::optional<HfSource>
+LlamaStyleFamily::hfSource(const HfLayout &layout,
+                           const std::string &local) const {
+  const std::string &m = layout.languageBody;
+  if (local == "embedding")
+    return HfSource{m + "embed_tokens.weight", false};
+  if (local == "final_norm")
+    return HfSource{m + "norm.weight", false};
+  if (local == "head")
+    return HfSource{layout.languageHead + "lm_head.weight", true};
+  auto layer = splitLayerName(local);
+  if (!layer)
+    return std::nullopt;
+  static const std::map<std::string, std::pair<const char *, bool>> map = {
+      {"attn_norm", {"input_layernorm.weight", false}},
+      {"mlp_norm", {"post_attention_layernorm.weight", false}},
+      {"wq", {"self_attn.q_proj.weight", true}},
+      {"wk", {"self_attn.k_proj.weight", true}},
+      {"wv", {"self_attn.v_proj.weight", true}},
+      {"wo", {"self_attn.o_proj.weight", true}},
+      {"bq", {"self_attn.q_proj.bias", false}},
+      {"bk", {"self_attn.k_proj.bias", false}},
+      {"bv", {"self_attn.v_proj.bias", false}},
+      {"gate", {"mlp.gate_proj.weight", true}},
+      {"up", {"mlp.up_proj.weight", true}},
+      {"down", {"mlp.down_proj.weight", true}},
+  };
+  auto it = map.find(layer->second);
+  if (it == map.end())
+    return std::nullopt;
+  return HfSource{m + "layers." + layer->first + "." + it->second.first,
+                  it->second.second};
+}
+
+HfClaim LlamaStyleFamily::hfClaim(const ModuleArch &arch,
+                                  const HfLayout &layout,
+                                  const std::string &name) const {
+  if (name.rfind(layout.languageBody, 0) != 0 &&
+      name.rfind(layout.languageHead + "lm_head.", 0) != 0)
+    return HfClaim::Others;
+  // RoPE's cached frequencies (older checkpoints), and a tied model's head.
+  const std::string inv = "rotary_emb.inv_freq";
+  if (name.size() >= inv.size() &&
+      name.compare(name.size() - inv.size(), inv.size(), inv) == 0)
+    return HfClaim::Unused;
+  if (arch.tieEmbeddings && name == layout.languageHead + "lm_head.weight")
+    return HfClaim::Unused;
+  return HfClaim::Ours;
+}
+
+namespace {
+
+void ropeScalingProblems(ConfigCheck &k, const ModuleArch &module) {
+  const json &c = k.c;
+  if (k.wrongType("rope_scaling", "rope_scaling",
+                  c.contains("rope_scaling") && c["rope_scaling"].is_object(),
+                  "an object (or null)"))
+    return;
+  const json *scaling =
+      c.contains("rope_scaling") && c["rope_scaling"].is_object()
+          ? &c["rope_scaling"]
+          : nullptr;
+  if (!scaling) {
+    if (module.ropeScaling)
+      k.problem("rope_scaling", "set here, but " + k.where("rope_scaling") +
+                                    " is absent (no rescaling): remove it");
+    return;
+  }
+  auto text = [&](const char *key) {
+    auto it = scaling->find(key);
+    return it != scaling->end() && it->is_string() ? it->get<std::string>()
+                                                   : std::string();
+  };
+  std::string kind = text("rope_type");
+  if (kind.empty())
+    kind = text("type");
+  if (kind != "llama3" && kind != "default") {
+    k.problem("rope_scaling",
+              k.where("rope_scaling") + " is of type '" + kind +
+                  "', which mimo does not compute (it computes \"llama3\")");
+  } else if (kind == "llama3") {
+    if (!module.ropeScaling) {
+      k.problem("rope_scaling", "absent here, but " + k.where("rope_scaling") +
+                                    " rescales RoPE (llama3): copy it into "
+                                    "arch.rope_scaling with type \"llama3\"");
+      return;
+    }
+    const RopeScaling &r = *module.ropeScaling;
+    auto same = [&](const char *key, double mine) {
+      auto it = scaling->find(key);
+      double theirs = it != scaling->end() && it->is_number()
+                          ? it->get<double>()
+                          : std::nan("");
+      if (!(std::abs(theirs - mine) <= 1e-9 * std::abs(theirs)))
+        k.problem(std::string("rope_scaling/") + key,
+                  hfNumberText(mine) + " here, but " +
+                      k.where(std::string("rope_scaling/") + key) + " is " +
+                      hfNumberText(theirs));
+    };
+    same("factor", r.factor);
+    same("low_freq_factor", r.lowFreqFactor);
+    same("high_freq_factor", r.highFreqFactor);
+    same("original_max_position_embeddings", r.originalMaxPositions);
+  } else if (module.ropeScaling) {
+    k.problem("rope_scaling", "set here, but " + k.where("rope_scaling") +
+                                  " does not rescale RoPE: remove it");
+  }
+}
+
+/// A double that holds an integer as a JSON integer (transformers reads
+/// original_max_position_embeddings as an int), else as it is.
+nlohmann::ordered_json integral(double x) {
+  if (std::isfinite(x) && std::floor(x) == x && std::fabs(x) < 9.0e15)
+    return static_cast<int64_t>(x);
+  return x;
+}
+
+} // namespace
+
+bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
+                               int64_t seqLength) const {
+  const std::string type = k.text("model_type", "");
+  if (type != "llama" && type != "mistral" && type != "qwen2") {
+    k.otherFamily("model", type,
+                  "mimo's language model reads the Llama, Mistral and Qwen2 "
+                  "families");
+    return false;
+  }
+  k.size("vocab_size", "vocab_size", module.vocabSize);
+  k.sizes(module);
+  k.size("num_query_groups", "num_key_value_heads", module.kvHeads(),
+         k.integer("num_attention_heads"));
+  if (std::optional<int64_t> headDim = k.integer("head_dim");
+      headDim && module.numHeads > 0 &&
+      *headDim != module.hiddenSize / module.numHeads)
+    k.problem("num_heads", k.where("head_dim") + " is " +
+                               std::to_string(*headDim) +
+                               ", not hidden_size / num_attention_heads: "
+                               "mimo's heads are hidden_size / num_heads wide");
+  k.number("rope_theta", "rope_theta", module.ropeTheta, 10000.0);
+  k.number("norm_eps", "rms_norm_eps", module.normEps, 1e-6);
+  k.flag("tie_embeddings", "tie_word_embeddings", module.tieEmbeddings,
+         k.boolean("tie_word_embeddings", false));
+  // Qwen2 always has q, k, v biases; Llama's attention_bias also puts one
+  // on o, which mimo has not.
+  if (type == "qwen2")
+    k.flag("qkv_bias", "model_type", module.qkvBias, true);
+  else if (k.boolean("attention_bias", false))
+    k.problem("qkv_bias", k.where("attention_bias") +
+                              " is true: biases on q, k, v and o, and mimo's "
+                              "language model has none on o");
+  else
+    k.flag("qkv_bias", "attention_bias", module.qkvBias, false);
+  if (k.boolean("mlp_bias", false))
+    k.problem("ffn_hidden_size",
+              k.where("mlp_bias") + " is true: mimo's SwiGLU has no biases");
+  if (k.has("hidden_act") && k.c["hidden_act"] != "silu")
+    k.problem("ffn_hidden_size", k.where("hidden_act") + " is " +
+                                     briefJson(k.c["hidden_act"]) +
+                                     ": mimo's language MLP is SwiGLU (silu)");
+  ropeScalingProblems(k, module);
+  // Mistral's (and Qwen2's, when use_sliding_window) sliding window: mimo
+  // attends to the whole sample, the same while samples fit the window.
+  if (std::optional<int64_t> window = k.integer("sliding_window");
+      window && *window > 0 && k.boolean("use_sliding_window", true) &&
+      seqLength > *window)
+    k.problems.push_back(Diagnostic::error(
+        "/batch/seq_length",
+        std::to_string(seqLength) + " here, but " + k.where("sliding_window") +
+            " is " + std::to_string(*window) +
+            ": the model attends to its last " + std::to_string(*window) +
+            " positions, and mimo's attention to the whole sample; keep "
+            "seq_length at most " +
+            std::to_string(*window)));
+  return true;
+}
+
+nlohmann::ordered_json
+LlamaStyleFamily::hfConfig(const ModuleArch &m,
+                           const HfExportContext &context) const {
+  nlohmann::ordered_json c;
+  c["architectures"] = {hfArchitecture()};
+  c["model_type"] = hfModelType();
+  c["vocab_size"] = m.vocabSize;
+  c["hidden_size"] = m.hiddenSize;
+  c["intermediate_size"] = m.ffnHiddenSize;
+  c["num_hidden_layers"] = m.numLayers;
+  c["num_attention_heads"] = m.numHeads;
+  c["num_key_value_heads"] = m.kvHeads();
+  c["head_dim"] = m.hiddenSize / m.numHeads;
+  c["hidden_act"] = "silu";
+  // What the pretrained model was made for, not this run's seq_length
+  // (which is only a floor).
+  c["max_position_embeddings"] = context.seqLength;
+  c["rms_norm_eps"] = m.normEps;
+  c["rope_theta"] = m.ropeTheta;
+  if (m.ropeScaling)
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", m.ropeScaling->factor},
+                         {"low_freq_factor", m.ropeScaling->lowFreqFactor},
+                         {"high_freq_factor", m.ropeScaling->highFreqFactor},
+                         {"original_max_position_embeddings",
+                          integral(m.ropeScaling->originalMaxPositions)}};
+  else
+    c["rope_scaling"] = nullptr;
+  c["tie_word_embeddings"] = m.tieEmbeddings;
+  if (!m.qkvBias) {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+  }
+  c["attention_dropout"] = 0.0;
+  c["initializer_range"] = 0.02;
+  c["use_cache"] = true;
+  // The pretrained folder's values as it wrote them (an eos list stays a
+  // list, integers stay integers); init checked them against the arch.
+  if (const json *pretrained = context.pretrained;
+      pretrained && pretrained->is_object()) {
+    for (const char *key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (pretrained->contains(key) && !(*pretrained)[key].is_null())
+        c[key] = (*pretrained)[key];
+    if (pretrained->contains("max_position_embeddings") &&
+        (*pretrained)["max_position_embeddings"].is_number_integer() &&
+        (*pretrained)["max_position_embeddings"].get<int64_t>() > 0)
+      c["max_position_embeddings"] = (*pretrained)["max_position_embeddings"];
+    if (m.ropeScaling && pretrained->contains("rope_scaling") &&
+        (*pretrained)["rope_scaling"].is_object())
+      c["rope_scaling"] = (*pretrained)["rope_scaling"];
+  }
+  c["torch_dtype"] = context.dtype == "bf16" ? "bfloat16" : "float32";
+  c["transformers_version"] = "4.45.0";
+  return c;
+}
+
+} // namespace mimo

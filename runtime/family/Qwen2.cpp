@@ -1,0 +1,44 @@
+//===- Qwen2.cpp - The Qwen2 family (Qwen2, Qwen2.5) ----------------------===//
+//
+// docs/model-json.md `"family": "qwen2"`: a Llama-style language model
+// with biases on q, k and v (added before RoPE); a module that names no
+// family is one when it sets qkv_bias. Named, its defaults are Qwen2's:
+// qkv_bias true, norm_eps 1e-6. Writes Qwen2ForCausalLM.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/family/LlamaStyle.h"
+
+namespace mimo {
+
+namespace {
+
+class Qwen2Family final : public LlamaStyleFamily {
+public:
+  std::string_view name() const override { return "qwen2"; }
+  std::string_view label() const override { return "a Qwen2 language model"; }
+  void setDefaults(ModuleArch &arch) const override {
+    arch.qkvBias = true;
+    arch.normEps = 1e-6;
+  }
+  std::optional<ArchProblem>
+  structureProblem(const ModuleArch &arch) const override {
+    if (!arch.qkvBias)
+      return ArchProblem{"qkv_bias",
+                         "the qwen2 family has biases on q, k and v: remove "
+                         "arch.qkv_bias, or set arch.family to \"llama\""};
+    return std::nullopt;
+  }
+
+protected:
+  std::string hfModelType() const override { return "qwen2"; }
+  std::string hfArchitecture() const override { return "Qwen2ForCausalLM"; }
+};
+
+} // namespace
+
+std::unique_ptr<ModuleFamily> makeQwen2Family() {
+  return std::make_unique<Qwen2Family>();
+}
+
+} // namespace mimo
