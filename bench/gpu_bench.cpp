@@ -227,11 +227,13 @@ void benchGemm(const std::vector<GemmShape> &shapes) {
              medianSeconds(
                  [&] {
                    if (bf16Path)
-                     dev->gemmBf16(ta, tb, M, N, K, 1.0f, a.data(), b.data(),
-                                   0.0f, c.data());
+                     dev->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.0f,
+                               a.data(), b.data(), 0.0f,
+                               mimo::device::DType::F32, c.data());
                    else
-                     dev->gemm(ta, tb, M, N, K, 1.0f, a.data(), b.data(), 0.0f,
-                               c.data());
+                     dev->gemm(mimo::device::DType::F32, ta, tb, M, N, K, 1.0f,
+                               a.data(), b.data(), 0.0f,
+                               mimo::device::DType::F32, c.data());
                    dev->synchronize();
                  },
                  repeats);
@@ -322,7 +324,8 @@ AttentionRow timeAttention(Device &dev, const std::string &backend, bool bf16,
     if (!bf16)
       return values;
     Tensor bits = Tensor::empty(dev, S * width, device::DType::BF16);
-    dev.packBf16(values.data(), bits.data<uint16_t>(), S * width);
+    dev.convert(mimo::device::DType::F32, values.data(),
+                mimo::device::DType::BF16, bits.data<uint16_t>(), S * width);
     return bits;
   };
   Tensor q = filled(), k = filled(), v = filled(), dout = filled();
@@ -508,24 +511,28 @@ void benchRows() {
          dx = Tensor::empty(*dev, n), dw = Tensor::zeros(*dev, hidden);
   Tensor bits = Tensor::empty(*dev, n, device::DType::BF16);
   row("rmsnorm forward", shape, 8.0 * n, [&] {
-    dev->rmsnormForward(x.data(), w.data(), y.data(), rstd.data(), rows, hidden,
-                        1e-5f);
+    dev->rmsnormForward(x.data(), w.data(), mimo::device::dtypeOf(y.data()),
+                        y.data(), rstd.data(), rows, hidden, 1e-5f);
   });
   row("rmsnorm forward, bf16 out", shape, 6.0 * n, [&] {
-    dev->rmsnormForwardBf16(x.data(), w.data(), bits.data<uint16_t>(),
-                            rstd.data(), rows, hidden, 1e-5f);
+    dev->rmsnormForward(
+        x.data(), w.data(), mimo::device::dtypeOf(bits.data<uint16_t>()),
+        bits.data<uint16_t>(), rstd.data(), rows, hidden, 1e-5f);
   });
   // dw's partials read x and dy; dx's rows read them again and write dx.
   row("rmsnorm backward (dx and dw)", shape, 20.0 * n, [&] {
-    dev->rmsnormBackward(x.data(), w.data(), rstd.data(), dy.data(), dx.data(),
-                         dw.data(), rows, hidden);
+    dev->rmsnormBackward(mimo::device::dtypeOf(x.data()), x.data(), w.data(),
+                         rstd.data(), dy.data(), dx.data(), dw.data(), rows,
+                         hidden);
   });
   const int64_t m = rows * ffn;
   Tensor g = filled(m), u = filled(m);
   Tensor s16 = Tensor::empty(*dev, m, device::DType::BF16);
   row("swiglu forward, bf16 out",
       std::to_string(rows) + " x " + std::to_string(ffn), 10.0 * m, [&] {
-        dev->swigluForwardBf16(g.data(), u.data(), s16.data<uint16_t>(), m);
+        dev->swigluForward(mimo::device::dtypeOf(g.data()), g.data(), u.data(),
+                           mimo::device::dtypeOf(s16.data<uint16_t>()),
+                           s16.data<uint16_t>(), m);
       });
   const int64_t l = vocabRows * vocab;
   Tensor logits = filled(l), mx = Tensor::empty(*dev, vocabRows),
@@ -539,11 +546,13 @@ void benchRows() {
   const std::string vshape =
       std::to_string(vocabRows) + " x " + std::to_string(vocab);
   row("cross-entropy row max", vshape, 4.0 * l, [&] {
-    dev->crossEntropyRowMax(logits.data(), vocabRows, vocab, mx.data());
+    dev->crossEntropyRowMax(mimo::device::dtypeOf(logits.data()), logits.data(),
+                            vocabRows, vocab, mx.data());
   });
   row("cross-entropy sums", vshape, 4.0 * l, [&] {
-    dev->crossEntropySums(logits.data(), targets.data<int64_t>(), vocabRows,
-                          vocab, 0, mx.data(), sum.data(), target.data());
+    dev->crossEntropySums(mimo::device::dtypeOf(logits.data()), logits.data(),
+                          targets.data<int64_t>(), vocabRows, vocab, 0,
+                          mx.data(), sum.data(), target.data());
   });
 }
 

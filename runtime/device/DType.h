@@ -29,6 +29,11 @@ constexpr int64_t sizeOf(DType type) {
   return 0;
 }
 
+/// The dtype of a buffer of these elements, for a call that takes both
+/// (Device's ops by element type).
+constexpr DType dtypeOf(const float *) { return DType::F32; }
+constexpr DType dtypeOf(const uint16_t *) { return DType::BF16; }
+
 constexpr const char *nameOf(DType type) {
   switch (type) {
   case DType::F32:

@@ -4,7 +4,10 @@
 // order work only through this interface, over buffers the device
 // allocates: `cpu/` runs the fp32 reference kernels of cpu/Kernels.h on the
 // host, `cuda/` runs CUDA kernels and cuBLASLt on a GPU. The semantics of
-// every kernel are documented once, in cpu/Kernels.h.
+// every kernel are documented once, in cpu/Kernels.h. The ops take their
+// buffers' element types as parameters (DType: fp32, or bf16 bits under
+// precision "bf16"); Device.cpp maps each combination onto the kernel of
+// those types, the protected members a device implements.
 //
 // Ordering: every call is enqueued on the device's one stream and returns
 // at once (the CPU device simply runs it). `record()` marks the point the
@@ -164,27 +167,26 @@ public:
                         const int64_t *srcRows, int64_t count,
                         int64_t cols) = 0;
   virtual void scale(float *data, float alpha, int64_t n) = 0;
-  /// Rounds values to bfloat16 in place (round to nearest even), kept as
-  /// floats: what `precision: "bf16"` stores (device/KernelBodies.h).
-  virtual void roundToBf16(float *data, int64_t n) = 0;
-  /// Values rounded to bfloat16 (as roundToBf16) into a bf16 buffer (their
-  /// top 16 bits: half the bytes), and back (exact): how precision "bf16"
-  /// keeps activations between a forward and its backward.
-  virtual void packBf16(const float *x, uint16_t *out, int64_t n) = 0;
-  virtual void unpackBf16(const uint16_t *in, float *out, int64_t n) = 0;
+  /// n values of x, of `from`, into y as `to`: F32 to BF16 rounds to
+  /// nearest even (device/KernelBodies.h; the top 16 bits: half the bytes,
+  /// how precision "bf16" keeps activations between a forward and its
+  /// backward), BF16 to F32 is exact; one type to itself copies.
+  void convert(DType from, const void *x, DType to, void *y, int64_t n);
+  /// Rounds values to `type` in place, kept as floats: BF16 rounds to
+  /// nearest even (what precision "bf16" stores); F32 leaves them.
+  void roundTo(DType type, float *data, int64_t n);
   /// y += alpha * x.
   virtual void axpy(int64_t n, float alpha, const float *x, float *y) = 0;
   /// out = a + b elementwise (f32 or f64; out may alias a or b).
   virtual void add(DType type, void *out, const void *a, const void *b,
                    int64_t n) = 0;
-  /// out = x + branch as precision "bf16" stores a residual: the branch
-  /// rounded to bf16 as stored, the sum rounded as stored, in one pass (the
-  /// bits of roundToBf16(branch), add, roundToBf16). The branch is fp32, or
-  /// bf16 bits (a GEMM's bf16 output); out may alias x.
-  virtual void residualBf16(const float *x, const float *branch, float *out,
-                            int64_t n) = 0;
-  virtual void residualBf16(const float *x, const uint16_t *branch, float *out,
-                            int64_t n) = 0;
+  /// out = x + branch as precision `stored` keeps a residual: F32 the sum;
+  /// BF16 the branch rounded to bf16 as stored and the sum rounded as
+  /// stored, in one pass (the bits of roundTo(branch), add, roundTo). The
+  /// branch is of `branchType`: F32, or (under BF16) bf16 bits, a GEMM's
+  /// bf16 output; out may alias x.
+  void residual(DType stored, const float *x, DType branchType,
+                const void *branch, float *out, int64_t n);
   /// out = max(a, b) elementwise; a NaN in either wins, a's first.
   virtual void maximum(float *out, const float *a, const float *b,
                        int64_t n) = 0;
@@ -201,91 +203,60 @@ public:
                             int64_t cols) = 0;
 
   //===--- Kernels (semantics in cpu/Kernels.h) ---------------------------===//
-  virtual void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                    float alpha, const float *A, const float *B, float beta,
-                    float *C) = 0;
-  /// gemm of A and B rounded to bfloat16 (ties to even), products summed
-  /// in fp32: what tensor cores compute from bf16 operands, the GEMMs of
-  /// precision "bf16" (docs/gpu.md). A and B are any floats or bf16 bits; C is
-  /// fp32. The CPU runs its fp32 GEMM on rounded (or unpacked) copies; the
-  /// GPU converts fp32 operands to bf16 and runs cuBLASLt's bf16 GEMM.
-  virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
-                        int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
-                        float beta, float *C) = 0;
-  /// gemmBf16 with beta 0 and C written as bf16 bits (the fp32 sums rounded,
-  /// as packBf16 rounds): a GEMM whose output precision "bf16" stores
-  /// rounded, in one pass (cuBLASLt's bf16 output on the GPU).
-  virtual void gemmBf16Out(bool transA, bool transB, int64_t M, int64_t N,
-                           int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
-                           uint16_t *C) = 0;
-  /// The norms' forwards take the module's ε (model.json `norm_eps`); their
-  /// backwards need none (they read the forward's statistics).
-  virtual void rmsnormForward(const float *x, const float *w, float *y,
-                              float *rstd, int64_t rows, int64_t cols,
-                              float eps) = 0;
-  virtual void rmsnormBackward(const float *x, const float *w,
-                               const float *rstd, const float *dy, float *dx,
-                               float *dw, int64_t rows, int64_t cols) = 0;
-  virtual void layernormForward(const float *x, const float *w, const float *b,
-                                float *y, float *mean, float *rstd,
-                                int64_t rows, int64_t cols, float eps) = 0;
-  virtual void layernormBackward(const float *x, const float *w,
-                                 const float *mean, const float *rstd,
-                                 const float *dy, float *dx, float *dw,
-                                 float *db, int64_t rows, int64_t cols) = 0;
-  /// GELU of `kind` (Activation.h: the tanh form, exact, QuickGELU), and
-  /// its backward; the bf16 variants below take the kind too.
-  virtual void geluForward(const float *x, float *y, int64_t n, Gelu kind) = 0;
-  virtual void geluBackward(const float *x, const float *dy, float *dx,
-                            int64_t n, Gelu kind) = 0;
-  virtual void swigluForward(const float *gate, const float *up, float *y,
-                             int64_t n) = 0;
-  virtual void swigluBackward(const float *gate, const float *up,
-                              const float *dy, float *dgate, float *dup,
-                              int64_t n) = 0;
-  /// The two backwards above as a bf16 layer runs them: x as bf16 bits (the
-  /// layer keeps its inputs so) and the input gradient added into dx (dx +=
-  /// the gradient: the bits of the op into scratch followed by axpy with
-  /// 1), in one pass; dw (and db) as above.
-  virtual void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
-                                      const float *rstd, const float *dy,
-                                      float *dx, float *dw, int64_t rows,
-                                      int64_t cols) = 0;
-  virtual void layernormBackwardAddBf16(const uint16_t *x, const float *w,
-                                        const float *mean, const float *rstd,
-                                        const float *dy, float *dx, float *dw,
-                                        float *db, int64_t rows,
-                                        int64_t cols) = 0;
-  /// The four forwards above with y written as bf16 bits: the bits of the
-  /// fp32 op followed by packBf16, in one pass (precision "bf16": what a
-  /// GEMM reads next and the backward keeps).
-  virtual void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
-                                  float *rstd, int64_t rows, int64_t cols,
-                                  float eps) = 0;
-  virtual void layernormForwardBf16(const float *x, const float *w,
-                                    const float *b, uint16_t *y, float *mean,
-                                    float *rstd, int64_t rows, int64_t cols,
-                                    float eps) = 0;
-  virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
-                               Gelu kind) = 0;
-  virtual void swigluForwardBf16(const float *gate, const float *up,
-                                 uint16_t *y, int64_t n) = 0;
-  /// The two above reading bf16 bits (the GEMM outputs of gemmBf16Out):
-  /// the same bits as on their values in fp32.
-  virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
-                               Gelu kind) = 0;
-  virtual void swigluForwardBf16(const uint16_t *gate, const uint16_t *up,
-                                 uint16_t *y, int64_t n) = 0;
-  /// The backwards of GeLU and SwiGLU reading their forward's inputs as
-  /// bf16 bits (the MLP's gate and up, as their GEMMs write them) and
-  /// writing the gradients as bf16 bits: the bits of the fp32 op on the
-  /// values followed by packBf16, in one pass (precision "bf16": the
-  /// gradients are read only by bf16 GEMMs, which round them so anyway).
-  virtual void geluBackwardBf16(const uint16_t *x, const float *dy,
-                                uint16_t *dx, int64_t n, Gelu kind) = 0;
-  virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
-                                  const float *dy, uint16_t *dgate,
-                                  uint16_t *dup, int64_t n) = 0;
+  // The element types are parameters: each op takes the types a precision
+  // gives its buffers and runs the kernel of those types (the protected
+  // members below, which a device implements; Device.cpp chooses). A
+  // combination no precision uses is a DeviceError naming it.
+
+  /// C = alpha op(A) op(B) + beta C, computed in `math`: F32 (A and B fp32)
+  /// or BF16: A and B rounded to bfloat16 (ties to even), products summed
+  /// in fp32, what tensor cores compute from bf16 operands (the GEMMs of
+  /// precision "bf16", docs/gpu.md; A and B are any floats or bf16 bits).
+  /// C is fp32 (`cType` F32), or under BF16 with beta 0 bf16 bits (BF16:
+  /// the fp32 sums rounded as convert rounds, in one pass). The CPU runs
+  /// its fp32 GEMM on rounded (or unpacked) copies; the GPU converts fp32
+  /// operands to bf16 and runs cuBLASLt's bf16 GEMM (bf16 output there).
+  void gemm(DType math, bool transA, bool transB, int64_t M, int64_t N,
+            int64_t K, float alpha, Bf16Operand A, Bf16Operand B, float beta,
+            DType cType, void *C);
+  /// The norms' forwards take the module's ε (model.json `norm_eps`) and
+  /// write y as `yType`: F32, or BF16 bits (the bits of the fp32 op
+  /// converted, in one pass: what a bf16 GEMM reads next and the backward
+  /// keeps). Their backwards need no ε (they read the forward's
+  /// statistics).
+  void rmsnormForward(const float *x, const float *w, DType yType, void *y,
+                      float *rstd, int64_t rows, int64_t cols, float eps);
+  void layernormForward(const float *x, const float *w, const float *b,
+                        DType yType, void *y, float *mean, float *rstd,
+                        int64_t rows, int64_t cols, float eps);
+  /// x of `xType`: F32 (the input gradient written to dx), or BF16 bits as
+  /// a bf16 layer keeps its inputs (the gradient added into dx: the bits
+  /// of the op into scratch followed by axpy with 1, in one pass); dw (and
+  /// db) accumulated.
+  void rmsnormBackward(DType xType, const void *x, const float *w,
+                       const float *rstd, const float *dy, float *dx, float *dw,
+                       int64_t rows, int64_t cols);
+  void layernormBackward(DType xType, const void *x, const float *w,
+                         const float *mean, const float *rstd, const float *dy,
+                         float *dx, float *dw, float *db, int64_t rows,
+                         int64_t cols);
+  /// GELU of `kind` (Activation.h: the tanh form, exact, QuickGELU) and
+  /// SwiGLU, reading x (gate and up) of `xType` and writing y as `yType`:
+  /// F32 to F32; F32 or BF16 to BF16 (the bits of the fp32 op on the
+  /// values, converted, in one pass: precision "bf16", where the GEMM
+  /// outputs they read are bf16 bits).
+  void geluForward(DType xType, const void *x, DType yType, void *y, int64_t n,
+                   Gelu kind);
+  void swigluForward(DType xType, const void *gate, const void *up, DType yType,
+                     void *y, int64_t n);
+  /// Their backwards: the forward's inputs and the gradients written of
+  /// one `type` (BF16: the MLP's gate and up as their GEMMs write them,
+  /// the gradients the bits of the fp32 op converted, read only by bf16
+  /// GEMMs, which round them so anyway); dy fp32.
+  void geluBackward(DType type, const void *x, const float *dy, void *dx,
+                    int64_t n, Gelu kind);
+  void swigluBackward(DType type, const void *gate, const void *up,
+                      const float *dy, void *dgate, void *dup, int64_t n);
   /// RoPE's rotation table (docs/model.md) of `tokens` positions, each
   /// pair's frequency from `spec` (device/RopeSpec.h: rope_theta,
   /// rope_scaling): table [tokens, dim / 2, 2] doubles, the cosine and sine
@@ -348,54 +319,145 @@ public:
   virtual void attentionMerge(float *o, float *lse, const float *ob,
                               const float *lseb, int64_t rows, int64_t heads,
                               int64_t d) = 0;
-  virtual void embeddingForward(const int64_t *ids, int64_t n,
-                                const float *table, int64_t vocabBegin,
-                                int64_t vocabEnd, int64_t hidden,
-                                float *out) = 0;
-  /// embeddingForward of a bf16 table (its rows unpacked to fp32).
-  virtual void embeddingForwardBf16(const int64_t *ids, int64_t n,
-                                    const uint16_t *table, int64_t vocabBegin,
-                                    int64_t vocabEnd, int64_t hidden,
-                                    float *out) = 0;
+  /// Rows `ids` of the vocabulary shard [vocabBegin, vocabEnd) of a table
+  /// of `tableType` (F32, or BF16 bits, the rows converted) into out
+  /// [n, hidden] fp32 (zeros for ids outside the shard).
+  void embeddingForward(const int64_t *ids, int64_t n, DType tableType,
+                        const void *table, int64_t vocabBegin, int64_t vocabEnd,
+                        int64_t hidden, float *out);
   /// dtable[rows[g]] += dout[t] for the tokens t of each group, in order
   /// (TokenGroups.h: the tokens grouped by shard row on the host; the view's
   /// arrays on this device).
   virtual void embeddingBackward(const TokenGroupsView &groups,
                                  const float *dout, int64_t hidden,
                                  float *dtable) = 0;
-  virtual void crossEntropyRowMax(const float *logits, int64_t n,
-                                  int64_t vocabLocal, float *rowMax) = 0;
-  virtual void crossEntropySums(const float *logits, const int64_t *targets,
-                                int64_t n, int64_t vocabLocal,
-                                int64_t vocabBegin, const float *globalMax,
-                                float *sumExp, float *targetLogit) = 0;
+  /// The vocabulary-parallel cross entropy's steps over logits of `type`
+  /// (F32, or BF16 bits: precision "bf16", where the head's GEMM writes
+  /// them so; the bits of the fp32 ops on the values), the backward
+  /// writing dlogits of the same type (BF16: read only by the head's bf16
+  /// GEMMs, which round them so anyway).
+  void crossEntropyRowMax(DType type, const void *logits, int64_t n,
+                          int64_t vocabLocal, float *rowMax);
+  void crossEntropySums(DType type, const void *logits, const int64_t *targets,
+                        int64_t n, int64_t vocabLocal, int64_t vocabBegin,
+                        const float *globalMax, float *sumExp,
+                        float *targetLogit);
   virtual void crossEntropyLoss(const float *globalMax,
                                 const float *globalSumExp,
                                 const float *globalTargetLogit, int64_t n,
                                 float *loss) = 0;
-  virtual void crossEntropyBackward(const float *logits, const int64_t *targets,
-                                    int64_t n, int64_t vocabLocal,
-                                    int64_t vocabBegin, const float *globalMax,
-                                    const float *globalSumExp,
-                                    const float *scale, float *dlogits) = 0;
-  /// The logit-reading kernels above on bf16 logits (precision "bf16":
-  /// the head's GEMM writes them as bf16), the backward writing bf16
-  /// dlogits (read only by the head's bf16 GEMMs, which round them so
-  /// anyway): the bits of the fp32 ops on the values, dlogits then packed.
+  void crossEntropyBackward(DType type, const void *logits,
+                            const int64_t *targets, int64_t n,
+                            int64_t vocabLocal, int64_t vocabBegin,
+                            const float *globalMax, const float *globalSumExp,
+                            const float *scale, void *dlogits);
+  virtual void adamw(float *param, const float *grad, float *m, float *v,
+                     int64_t n, const AdamWStep &step) = 0;
+
+protected:
+  //===--- The kernels by element type (what a device implements) ---------===//
+  // The ops above choose among them (Device.cpp); each is documented there
+  // by what it computes.
+  virtual void packBf16(const float *x, uint16_t *out, int64_t n) = 0;
+  virtual void unpackBf16(const uint16_t *in, float *out, int64_t n) = 0;
+  virtual void roundToBf16(float *data, int64_t n) = 0;
+  virtual void residualBf16(const float *x, const float *branch, float *out,
+                            int64_t n) = 0;
+  virtual void residualBf16(const float *x, const uint16_t *branch, float *out,
+                            int64_t n) = 0;
+  virtual void gemmF32(bool transA, bool transB, int64_t M, int64_t N,
+                       int64_t K, float alpha, const float *A, const float *B,
+                       float beta, float *C) = 0;
+  virtual void gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
+                        int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                        float beta, float *C) = 0;
+  virtual void gemmBf16Out(bool transA, bool transB, int64_t M, int64_t N,
+                           int64_t K, float alpha, Bf16Operand A, Bf16Operand B,
+                           uint16_t *C) = 0;
+  virtual void rmsnormForwardF32(const float *x, const float *w, float *y,
+                                 float *rstd, int64_t rows, int64_t cols,
+                                 float eps) = 0;
+  virtual void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
+                                  float *rstd, int64_t rows, int64_t cols,
+                                  float eps) = 0;
+  virtual void layernormForwardF32(const float *x, const float *w,
+                                   const float *b, float *y, float *mean,
+                                   float *rstd, int64_t rows, int64_t cols,
+                                   float eps) = 0;
+  virtual void layernormForwardBf16(const float *x, const float *w,
+                                    const float *b, uint16_t *y, float *mean,
+                                    float *rstd, int64_t rows, int64_t cols,
+                                    float eps) = 0;
+  virtual void rmsnormBackwardF32(const float *x, const float *w,
+                                  const float *rstd, const float *dy, float *dx,
+                                  float *dw, int64_t rows, int64_t cols) = 0;
+  virtual void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
+                                      const float *rstd, const float *dy,
+                                      float *dx, float *dw, int64_t rows,
+                                      int64_t cols) = 0;
+  virtual void layernormBackwardF32(const float *x, const float *w,
+                                    const float *mean, const float *rstd,
+                                    const float *dy, float *dx, float *dw,
+                                    float *db, int64_t rows, int64_t cols) = 0;
+  virtual void layernormBackwardAddBf16(const uint16_t *x, const float *w,
+                                        const float *mean, const float *rstd,
+                                        const float *dy, float *dx, float *dw,
+                                        float *db, int64_t rows,
+                                        int64_t cols) = 0;
+  virtual void geluForwardF32(const float *x, float *y, int64_t n,
+                              Gelu kind) = 0;
+  virtual void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
+                               Gelu kind) = 0;
+  virtual void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
+                               Gelu kind) = 0;
+  virtual void swigluForwardF32(const float *gate, const float *up, float *y,
+                                int64_t n) = 0;
+  virtual void swigluForwardBf16(const float *gate, const float *up,
+                                 uint16_t *y, int64_t n) = 0;
+  virtual void swigluForwardBf16(const uint16_t *gate, const uint16_t *up,
+                                 uint16_t *y, int64_t n) = 0;
+  virtual void geluBackwardF32(const float *x, const float *dy, float *dx,
+                               int64_t n, Gelu kind) = 0;
+  virtual void geluBackwardBf16(const uint16_t *x, const float *dy,
+                                uint16_t *dx, int64_t n, Gelu kind) = 0;
+  virtual void swigluBackwardF32(const float *gate, const float *up,
+                                 const float *dy, float *dgate, float *dup,
+                                 int64_t n) = 0;
+  virtual void swigluBackwardBf16(const uint16_t *gate, const uint16_t *up,
+                                  const float *dy, uint16_t *dgate,
+                                  uint16_t *dup, int64_t n) = 0;
+  virtual void embeddingForwardF32(const int64_t *ids, int64_t n,
+                                   const float *table, int64_t vocabBegin,
+                                   int64_t vocabEnd, int64_t hidden,
+                                   float *out) = 0;
+  virtual void embeddingForwardBf16(const int64_t *ids, int64_t n,
+                                    const uint16_t *table, int64_t vocabBegin,
+                                    int64_t vocabEnd, int64_t hidden,
+                                    float *out) = 0;
+  virtual void crossEntropyRowMaxF32(const float *logits, int64_t n,
+                                     int64_t vocabLocal, float *rowMax) = 0;
   virtual void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n,
                                       int64_t vocabLocal, float *rowMax) = 0;
+  virtual void crossEntropySumsF32(const float *logits, const int64_t *targets,
+                                   int64_t n, int64_t vocabLocal,
+                                   int64_t vocabBegin, const float *globalMax,
+                                   float *sumExp, float *targetLogit) = 0;
   virtual void crossEntropySumsBf16(const uint16_t *logits,
                                     const int64_t *targets, int64_t n,
                                     int64_t vocabLocal, int64_t vocabBegin,
                                     const float *globalMax, float *sumExp,
                                     float *targetLogit) = 0;
+  virtual void crossEntropyBackwardF32(const float *logits,
+                                       const int64_t *targets, int64_t n,
+                                       int64_t vocabLocal, int64_t vocabBegin,
+                                       const float *globalMax,
+                                       const float *globalSumExp,
+                                       const float *scale, float *dlogits) = 0;
   virtual void
   crossEntropyBackwardBf16(const uint16_t *logits, const int64_t *targets,
                            int64_t n, int64_t vocabLocal, int64_t vocabBegin,
                            const float *globalMax, const float *globalSumExp,
                            const float *scale, uint16_t *dlogits) = 0;
-  virtual void adamw(float *param, const float *grad, float *m, float *v,
-                     int64_t n, const AdamWStep &step) = 0;
 };
 
 /// The fp32 CPU device; its kernels, GEMMs included, use `threads` threads

@@ -60,7 +60,8 @@ device::Tensor bf16Values(device::Device &dev, int64_t n) {
   Buffer values(dev, n);
   device::Tensor bits =
       device::Tensor::empty(dev, std::max<int64_t>(n, 1), device::DType::BF16);
-  dev.packBf16(values.data, bits.data<uint16_t>(), n);
+  dev.convert(device::DType::F32, values.data, device::DType::BF16, bits.raw(),
+              n);
   return bits;
 }
 
@@ -88,11 +89,9 @@ std::vector<RatePoint> measureGemm(device::Device &dev, bool gpu, bool bf16) {
     double seconds = timePerCall(
         dev,
         [&] {
-          if (bf16)
-            dev.gemmBf16(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f,
-                         c.data);
-          else
-            dev.gemm(false, false, n, n, n, 1.0f, a.data, b.data, 0.0f, c.data);
+          dev.gemm(bf16 ? device::DType::BF16 : device::DType::F32, false,
+                   false, n, n, n, 1.0f, a.data, b.data, 0.0f,
+                   device::DType::F32, c.data);
         },
         gpu ? 0.05 : 0.1);
     double flops = 2.0 * static_cast<double>(n * n * n);

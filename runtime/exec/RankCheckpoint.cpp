@@ -71,12 +71,12 @@ void RankExecutor::keepWhole(ModuleState &m, WholeState &whole, bool read) {
     keepPieces(m, whole.masters, m.shardValues);
     // Every member read the whole masters: each makes its working weights.
     if (f.trainable > 0)
-      dev.packBf16(whole.masters.data(), f.working.data<uint16_t>(),
-                   f.trainable);
+      dev.convert(device::DType::F32, whole.masters.data(), device::DType::BF16,
+                  f.working.data<uint16_t>(), f.trainable);
     if (f.total > f.trainable)
-      dev.packBf16(m.frozenValues.data(),
-                   f.working.data<uint16_t>() + f.trainable,
-                   f.total - f.trainable);
+      dev.convert(device::DType::F32, m.frozenValues.data(),
+                  device::DType::BF16, f.working.data<uint16_t>() + f.trainable,
+                  f.total - f.trainable);
   }
   for (Param &p : m.stage->params())
     if (!p.frozen) {

@@ -408,8 +408,8 @@ void RankExecutor::gatherWorking(ModuleState &m) {
   for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
     const OptimizerShards::Piece &p = m.shards->piece(i);
     if (p.end > p.begin)
-      dev.packBf16(m.shardValues.data() + p.at, working + p.begin,
-                   p.end - p.begin);
+      dev.convert(device::DType::F32, m.shardValues.data() + p.at,
+                  device::DType::BF16, working + p.begin, p.end - p.begin);
   }
   gatherRanges(comm, m, working, 0, f.trainable);
 }

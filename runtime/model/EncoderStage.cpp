@@ -177,12 +177,11 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
               "(or per image: the data's \"items\")");
       Tensor ids = indices(c.position), added = empty(W * H);
       const Bf16Operand table = parameters[positions].weight();
-      if (table.bits)
-        dev.embeddingForwardBf16(ids.data<int64_t>(), W, table.bits, 0,
-                                 maxPositions, H, added.data());
-      else
-        dev.embeddingForward(ids.data<int64_t>(), W, table.f32, 0, maxPositions,
-                             H, added.data());
+      dev.embeddingForward(
+          ids.data<int64_t>(), W,
+          table.bits ? device::DType::BF16 : device::DType::F32,
+          table.bits ? static_cast<const void *>(table.bits) : table.f32, 0,
+          maxPositions, H, added.data());
       dev.axpy(W * H, 1.0f, added.data(), x.data());
     }
     if (classToken != kNone || positions != kNone)
@@ -215,7 +214,8 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
       x = c.y1.view(0, c.y1.size());
     } else {
       c.z = empty(rows * O);
-      dev.geluForward(c.y1.data(), c.z.data(), rows * O, projectorGelu);
+      dev.geluForward(device::DType::F32, c.y1.data(), device::DType::F32,
+                      c.z.data(), rows * O, projectorGelu);
       store(c.z);
       x = empty(rows * O);
       matmul(dev, ctx.bf16, c.z.data(), parameters[proj2W].weight(), x.data(),
@@ -234,9 +234,9 @@ Tensor EncoderStage::layerNorm(Tensor x, size_t w, size_t b, Tensor &in,
   Tensor y = empty(rows * H);
   mean = empty(rows);
   rstd = empty(rows);
-  ctx.dev->layernormForward(x.data(), vectorOf(parameters[w]).data(),
-                            vectorOf(parameters[b]).data(), y.data(),
-                            mean.data(), rstd.data(), rows, H, normEps);
+  ctx.dev->layernormForward(
+      x.data(), vectorOf(parameters[w]).data(), vectorOf(parameters[b]).data(),
+      device::DType::F32, y.data(), mean.data(), rstd.data(), rows, H, normEps);
   store(y);
   in = std::move(x);
   return y;
@@ -246,10 +246,10 @@ Tensor EncoderStage::layerNormBackward(const Tensor &dy, size_t w, size_t b,
                                        const Tensor &in, const Tensor &mean,
                                        const Tensor &rstd, int64_t rows) {
   Tensor dx = empty(rows * hiddenSize);
-  ctx.dev->layernormBackward(in.data(), vectorOf(parameters[w]).data(),
-                             mean.data(), rstd.data(), dy.data(), dx.data(),
-                             parameters[w].grad.data(),
-                             parameters[b].grad.data(), rows, hiddenSize);
+  ctx.dev->layernormBackward(
+      device::DType::F32, in.data(), vectorOf(parameters[w]).data(),
+      mean.data(), rstd.data(), dy.data(), dx.data(), parameters[w].grad.data(),
+      parameters[b].grad.data(), rows, hiddenSize);
   return dx;
 }
 
@@ -274,8 +274,8 @@ Tensor EncoderStage::backward(int64_t mb, const Tensor &gradOutput) {
       matmulBackward(dev, ctx.bf16, c.z.data(), P[proj2W].weight(), dx.data(),
                      dz.data(), weightGrad(P[proj2W]), rows, O, O);
       dy1 = empty(rows * O);
-      dev.geluBackward(c.y1.data(), dz.data(), dy1.data(), rows * O,
-                       projectorGelu);
+      dev.geluBackward(device::DType::F32, c.y1.data(), dz.data(), dy1.data(),
+                       rows * O, projectorGelu);
     }
     dev.biasBackward(dy1.data(), P[proj1B].grad.data(), rows, O);
     dx = empty(rows * H);

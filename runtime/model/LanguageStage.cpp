@@ -118,12 +118,11 @@ Tensor LanguageStage::shard(int64_t mb, const LanguageLane &lane,
   int64_t vb = ctx.tpRank * vocabLocal;
   Tensor deviceIds = indices(ids);
   const Bf16Operand table = parameters[embedding].weight();
-  if (table.bits)
-    ctx.dev->embeddingForwardBf16(deviceIds.data<int64_t>(), Tc, table.bits, vb,
-                                  vb + vocabLocal, H, E.data());
-  else
-    ctx.dev->embeddingForward(deviceIds.data<int64_t>(), Tc, table.f32, vb,
-                              vb + vocabLocal, H, E.data());
+  ctx.dev->embeddingForward(
+      deviceIds.data<int64_t>(), Tc,
+      table.bits ? device::DType::BF16 : device::DType::F32,
+      table.bits ? static_cast<const void *>(table.bits) : table.f32, vb,
+      vb + vocabLocal, H, E.data());
   reduceAll(*ctx.comm, ctx.tpGroup, E);
   store(E);
   for (size_t e = 0; e < lane.modalityRow.size(); ++e) {
@@ -236,12 +235,8 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
                                              : device::DType::F32);
   c.rstdF = empty(Tl);
   const Tensor finalWeight = vectorOf(parameters[finalNorm]);
-  if (normBits)
-    dev.rmsnormForwardBf16(c.xf.data(), finalWeight.data(), hN.data<uint16_t>(),
-                           c.rstdF.data(), Tl, H, normEps);
-  else
-    dev.rmsnormForward(c.xf.data(), finalWeight.data(), hN.data(),
-                       c.rstdF.data(), Tl, H, normEps);
+  dev.rmsnormForward(c.xf.data(), finalWeight.data(), hN.dtype(), hN.raw(),
+                     c.rstdF.data(), Tl, H, normEps);
   Tensor hNf =
       gemmInput(dev, ctx.bf16 && sp,
                 sp ? gatherRows(comm, ctx.tpGroup, hN) : std::move(hN));
@@ -299,26 +294,15 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
            dz = dlogits.view((evaluating ? 0 : r0 - g0) * Vl, rows * Vl);
     const Tensor h = hNf.view(r0 * H, rows * H);
     // Tied: W is the embedding's [Vl, H] rows, read transposed.
-    if (ctx.bf16)
-      dev.gemmBf16Out(false, tied, rows, Vl, H, 1.0f, operand(h), W.weight(),
-                      z.data<uint16_t>());
-    else
-      gemm(dev, false, false, tied, rows, Vl, H, 1.0f, operand(h), W.weight(),
-           0.0f, z.data());
-    if (ctx.bf16)
-      dev.crossEntropyRowMaxBf16(z.data<uint16_t>(), rows, Vl, gmax.data());
-    else
-      dev.crossEntropyRowMax(z.data(), rows, Vl, gmax.data());
+    // Under bf16 the logits are bits, written so by the GEMM.
+    dev.gemm(z.dtype(), false, tied, rows, Vl, H, 1.0f, operand(h), W.weight(),
+             0.0f, z.dtype(), z.raw());
+    dev.crossEntropyRowMax(z.dtype(), z.raw(), rows, Vl, gmax.data());
     if (ctx.tpGroup.size() > 1)
       comm.allReduceMax(ctx.tpGroup, gmax.data(), rows);
     Tensor s = sums.view(0, 2 * rows);
-    if (ctx.bf16)
-      dev.crossEntropySumsBf16(z.data<uint16_t>(), ids, rows, Vl,
-                               ctx.tpRank * Vl, gmax.data(), s.data(),
-                               s.data() + rows);
-    else
-      dev.crossEntropySums(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
-                           gmax.data(), s.data(), s.data() + rows);
+    dev.crossEntropySums(z.dtype(), z.raw(), ids, rows, Vl, ctx.tpRank * Vl,
+                         gmax.data(), s.data(), s.data() + rows);
     reduceAll(comm, ctx.tpGroup, s);
     if (ctx.tpRank == 0 && lossSum) {
       // Σ over unmasked tokens of the per-token loss, times 1/N, on the
@@ -330,13 +314,8 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
     }
     if (evaluating)
       continue;
-    if (ctx.bf16)
-      dev.crossEntropyBackwardBf16(z.data<uint16_t>(), ids, rows, Vl,
-                                   ctx.tpRank * Vl, gmax.data(), s.data(),
-                                   rowScale, dz.data<uint16_t>());
-    else
-      dev.crossEntropyBackward(z.data(), ids, rows, Vl, ctx.tpRank * Vl,
-                               gmax.data(), s.data(), rowScale, dz.data());
+    dev.crossEntropyBackward(z.dtype(), z.raw(), ids, rows, Vl, ctx.tpRank * Vl,
+                             gmax.data(), s.data(), rowScale, dz.raw());
     if (r0 + rows == std::min(g0 + group, Tc))
       headGradients(g0, r0 + rows);
   }
@@ -366,8 +345,9 @@ Tensor LanguageStage::backward(int64_t mb, const Tensor *gradOutput) {
       dhN = std::move(dhNf);
     }
     dx = empty(Tl * H);
-    dev.rmsnormBackward(c.xf.data(), vectorOf(parameters[finalNorm]).data(),
-                        c.rstdF.data(), dhN.data(), dx.data(),
+    dev.rmsnormBackward(device::DType::F32, c.xf.data(),
+                        vectorOf(parameters[finalNorm]).data(), c.rstdF.data(),
+                        dhN.data(), dx.data(),
                         parameters[finalNorm].grad.data(), Tl, H);
     // Tied on one stage, the embedding's gradient is done in inputBackward.
     if (tied && isFirst())

@@ -147,8 +147,9 @@ void Stage::finalizeParameters() {
 void Stage::refreshWorking() {
   if (!ctx.bf16)
     return;
-  ctx.dev->packBf16(flatParams.values.data(),
-                    flatParams.working.data<uint16_t>(), flatParams.total);
+  ctx.dev->convert(device::DType::F32, flatParams.values.data(),
+                   device::DType::BF16, flatParams.working.raw(),
+                   flatParams.total);
 }
 
 Tensor Stage::vectorOf(const Param &p) const {

@@ -161,7 +161,7 @@ public:
   /// bf16: `t` rounded to bfloat16 in place, as the GPU stores it.
   void store(Tensor &t) const {
     if (ctx.bf16 && t.size() > 0)
-      ctx.dev->roundToBf16(t.data(), t.size());
+      ctx.dev->roundTo(device::DType::BF16, t.data(), t.size());
   }
   /// Forgets what forwards saved for their backwards (after an evaluation,
   /// which runs no backward).

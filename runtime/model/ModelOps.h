@@ -27,12 +27,8 @@ using device::Bf16Operand;
 inline void gemm(Device &dev, bool bf16, bool transA, bool transB, int64_t M,
                  int64_t N, int64_t K, float alpha, Bf16Operand A,
                  Bf16Operand B, float beta, float *C) {
-  if (bf16)
-    dev.gemmBf16(transA, transB, M, N, K, alpha, A, B, beta, C);
-  else if (!A.bits && !B.bits)
-    dev.gemm(transA, transB, M, N, K, alpha, A.f32, B.f32, beta, C);
-  else
-    throw std::logic_error("an fp32 GEMM given bf16 operands");
+  dev.gemm(bf16 ? device::DType::BF16 : device::DType::F32, transA, transB, M,
+           N, K, alpha, A, B, beta, device::DType::F32, C);
 }
 
 /// Y[M,N] = X[M,K] · W[K,N] (+ beta Y; Y is not read when beta is 0).
@@ -43,7 +39,7 @@ inline void matmul(Device &dev, bool bf16, Bf16Operand x, Bf16Operand w,
 }
 
 /// Y[M,N] = X[M,K] · W stored as it is kept or read next: under bf16
-/// written as bf16 bits by the GEMM itself (Device::gemmBf16Out: the
+/// written as bf16 bits by the GEMM itself (Device::gemm with a BF16 C: the
 /// rounding a store would do, without an fp32 pass), else fp32. W is
 /// [K,N], or [N,K] read transposed (transW: an input gradient dY · W^T that
 /// is only ever read rounded, e.g. attention's dO).
@@ -56,7 +52,8 @@ inline Tensor storedProduct(Device &dev, bool bf16, Bf16Operand x,
     return y;
   }
   Tensor y = Tensor::empty(M * N, device::DType::BF16);
-  dev.gemmBf16Out(false, transW, M, N, K, 1.0f, x, w, y.data<uint16_t>());
+  dev.gemm(device::DType::BF16, false, transW, M, N, K, 1.0f, x, w, 0.0f,
+           device::DType::BF16, y.raw());
   return y;
 }
 
@@ -105,14 +102,16 @@ inline Tensor packBf16(Device &dev, const Tensor &t) {
   if (t.empty())
     return Tensor();
   Tensor out = Tensor::empty(t.size(), device::DType::BF16);
-  dev.packBf16(t.data(), out.data<uint16_t>(), t.size());
+  dev.convert(device::DType::F32, t.data(), device::DType::BF16, out.raw(),
+              t.size());
   return out;
 }
 inline Tensor unpackBf16(Device &dev, const Tensor &t) {
   if (t.empty())
     return Tensor();
   Tensor out = Tensor::empty(t.size());
-  dev.unpackBf16(t.data<uint16_t>(), out.data(), t.size());
+  dev.convert(device::DType::BF16, t.raw(), device::DType::F32, out.data(),
+              t.size());
   return out;
 }
 

@@ -112,18 +112,12 @@ private:
     Device &dev = *ctx.dev;
     Tensor s = Tensor::empty(Tc * Fl, ctx.bf16 ? device::DType::BF16
                                                : device::DType::F32);
-    if (language) {
-      if (ctx.bf16)
-        dev.swigluForwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
-                              s.data<uint16_t>(), Tc * Fl);
-      else
-        dev.swigluForward(c.g.data(), c.u.data(), s.data(), Tc * Fl);
-    } else if (ctx.bf16) {
-      dev.geluForwardBf16(c.g.data<uint16_t>(), s.data<uint16_t>(), Tc * Fl,
-                          gelu);
-    } else {
-      dev.geluForward(c.g.data(), s.data(), Tc * Fl, gelu);
-    }
+    if (language)
+      dev.swigluForward(c.g.dtype(), c.g.raw(), c.u.raw(), s.dtype(), s.raw(),
+                        Tc * Fl);
+    else
+      dev.geluForward(c.g.dtype(), c.g.raw(), s.dtype(), s.raw(), Tc * Fl,
+                      gelu);
     return s;
   }
 
@@ -181,21 +175,13 @@ private:
     Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = Tensor::empty(Tc * Fl, gradType);
-      if (ctx.bf16)
-        dev.swigluBackwardBf16(c.g.data<uint16_t>(), c.u.data<uint16_t>(),
-                               ds.data(), dg.data<uint16_t>(),
-                               du.data<uint16_t>(), Tc * Fl);
-      else
-        dev.swigluBackward(c.g.data(), c.u.data(), ds.data(), dg.data(),
-                           du.data(), Tc * Fl);
+      dev.swigluBackward(gradType, c.g.raw(), c.u.raw(), ds.data(), dg.raw(),
+                         du.raw(), Tc * Fl);
       matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
                      dh2f.data(), nullptr, Tc, H, Fl);
       weightGradient(c.h2f, du, w3, Tc, H, Fl);
-    } else if (ctx.bf16) {
-      dev.geluBackwardBf16(c.g.data<uint16_t>(), ds.data(), dg.data<uint16_t>(),
-                           Tc * Fl, gelu);
     } else {
-      dev.geluBackward(c.g.data(), ds.data(), dg.data(), Tc * Fl, gelu);
+      dev.geluBackward(gradType, c.g.raw(), ds.data(), dg.raw(), Tc * Fl, gelu);
     }
     biasGrad(dg, b.fc1, Tc, Fl);
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
@@ -484,23 +470,14 @@ private:
     Tensor weight = V(w);
     Device &dev = *ctx.dev;
     if (language) {
-      if (bits)
-        dev.rmsnormForwardBf16(x.data(), weight.data(), y.data<uint16_t>(),
-                               rstd.data(), rows, H, eps);
-      else
-        dev.rmsnormForward(x.data(), weight.data(), y.data(), rstd.data(), rows,
-                           H, eps);
+      dev.rmsnormForward(x.data(), weight.data(), y.dtype(), y.raw(),
+                         rstd.data(), rows, H, eps);
       return y;
     }
     mean = empty(rows);
     Tensor bias = V(b);
-    if (bits)
-      dev.layernormForwardBf16(x.data(), weight.data(), bias.data(),
-                               y.data<uint16_t>(), mean.data(), rstd.data(),
-                               rows, H, eps);
-    else
-      dev.layernormForward(x.data(), weight.data(), bias.data(), y.data(),
-                           mean.data(), rstd.data(), rows, H, eps);
+    dev.layernormForward(x.data(), weight.data(), bias.data(), y.dtype(),
+                         y.raw(), mean.data(), rstd.data(), rows, H, eps);
     return y;
   }
 
@@ -509,40 +486,29 @@ private:
                     const Tensor &rstd, const Tensor &dy, Tensor &dx,
                     int64_t rows) {
     Tensor weight = V(w);
-    if (x.dtype() == device::DType::BF16) { // kept packed: one pass
-      if (language)
-        ctx.dev->rmsnormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
-                                        rstd.data(), dy.data(), dx.data(), G(w),
-                                        rows, H);
-      else
-        ctx.dev->layernormBackwardAddBf16(x.data<uint16_t>(), weight.data(),
-                                          mean.data(), rstd.data(), dy.data(),
-                                          dx.data(), G(w), G(b), rows, H);
-      return;
-    }
-    Tensor d = empty(rows * H);
+    // Kept packed (bf16), the kernel adds into dx in one pass; fp32 writes
+    // the gradient, added after.
+    const bool adds = x.dtype() == device::DType::BF16;
+    Tensor d = adds ? Tensor() : empty(rows * H);
+    float *into = adds ? dx.data() : d.data();
     if (language)
-      ctx.dev->rmsnormBackward(x.data(), weight.data(), rstd.data(), dy.data(),
-                               d.data(), G(w), rows, H);
+      ctx.dev->rmsnormBackward(x.dtype(), x.raw(), weight.data(), rstd.data(),
+                               dy.data(), into, G(w), rows, H);
     else
-      ctx.dev->layernormBackward(x.data(), weight.data(), mean.data(),
-                                 rstd.data(), dy.data(), d.data(), G(w), G(b),
-                                 rows, H);
-    ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
+      ctx.dev->layernormBackward(x.dtype(), x.raw(), weight.data(), mean.data(),
+                                 rstd.data(), dy.data(), into, G(w), G(b), rows,
+                                 H);
+    if (!adds)
+      ctx.dev->axpy(d.size(), 1.0f, d.data(), dx.data());
   }
 
   /// x + branch, stored: under bf16 the branch and the sum rounded as
-  /// stored, in one pass (Device::residualBf16); the branch fp32 or bits.
+  /// stored, in one pass (Device::residual); the branch fp32 or bits.
   Tensor residual(const Tensor &x, const Tensor &branch) const {
     Tensor out = empty(x.size());
-    if (!ctx.bf16)
-      ctx.dev->add(device::DType::F32, out.data(), x.data(), branch.data(),
-                   x.size());
-    else if (branch.dtype() == device::DType::BF16)
-      ctx.dev->residualBf16(x.data(), branch.data<uint16_t>(), out.data(),
-                            x.size());
-    else
-      ctx.dev->residualBf16(x.data(), branch.data(), out.data(), x.size());
+    ctx.dev->residual(ctx.bf16 ? device::DType::BF16 : device::DType::F32,
+                      x.data(), branch.dtype(), branch.raw(), out.data(),
+                      x.size());
     return out;
   }
 

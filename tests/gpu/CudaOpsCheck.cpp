@@ -130,7 +130,8 @@ public:
     auto *bits =
         static_cast<uint16_t *>(d.allocate(std::max<int64_t>(n, 1) * 2));
     write(bits);
-    d.unpackBf16(bits, out, n);
+    d.convert(mimo::device::DType::BF16, bits, mimo::device::DType::F32, out,
+              n);
     d.release(bits);
   }
 
@@ -143,7 +144,8 @@ public:
         : tensor(Tensor::empty(dev, std::max<int64_t>(n, 1), DType::BF16)),
           data(tensor.data<uint16_t>()) {
       if (values)
-        dev.packBf16(values, data, n);
+        dev.convert(mimo::device::DType::F32, values, mimo::device::DType::BF16,
+                    data, n);
     }
   };
 
@@ -190,7 +192,8 @@ public:
                           static_cast<long long>(s.c), ta, tb, beta);
             compare(name, io, [=](Device &d, const Ptr &p) {
               float *C = beta == 0.0f ? p.out[0] : p.inout[0];
-              d.gemm(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1], beta, C);
+              d.gemm(mimo::device::DType::F32, ta, tb, s.a, s.b, s.c, 1.25f,
+                     p.in[0], p.in[1], beta, mimo::device::DType::F32, C);
             });
           }
   }
@@ -215,8 +218,9 @@ public:
           compare(
               name, io,
               [=](Device &d, const Ptr &p) {
-                d.gemmBf16(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1], 0.5f,
-                           p.inout[0]);
+                d.gemm(mimo::device::DType::BF16, ta, tb, s.a, s.b, s.c, 1.25f,
+                       p.in[0], p.in[1], 0.5f, mimo::device::DType::F32,
+                       p.inout[0]);
               },
               1e-4);
           // B as bf16 bits (precision "bf16"'s working weights).
@@ -225,9 +229,11 @@ public:
               [=](Device &d, const Ptr &p) {
                 int64_t n = s.c * s.b;
                 auto *bits = static_cast<uint16_t *>(d.allocate(n * 2));
-                d.packBf16(p.in[1], bits, n);
-                d.gemmBf16(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], bits, 0.5f,
-                           p.inout[0]);
+                d.convert(mimo::device::DType::F32, p.in[1],
+                          mimo::device::DType::BF16, bits, n);
+                d.gemm(mimo::device::DType::BF16, ta, tb, s.a, s.b, s.c, 1.25f,
+                       p.in[0], bits, 0.5f, mimo::device::DType::F32,
+                       p.inout[0]);
                 d.release(bits);
               },
               1e-4);
@@ -236,8 +242,9 @@ public:
               std::string(name) + " bf16 out", {io.in, {}, {}, {s.a * s.b}},
               [=](Device &d, const Ptr &p) {
                 viaBits(d, p.out[0], s.a * s.b, [&](uint16_t *y) {
-                  d.gemmBf16Out(ta, tb, s.a, s.b, s.c, 1.25f, p.in[0], p.in[1],
-                                y);
+                  d.gemm(mimo::device::DType::BF16, ta, tb, s.a, s.b, s.c,
+                         1.25f, p.in[0], p.in[1], 0.0f,
+                         mimo::device::DType::BF16, y);
                 });
               },
               kBf16Step);
@@ -261,7 +268,8 @@ public:
                         static_cast<long long>(s.b),
                         static_cast<long long>(s.c), ta, tb);
           compare(name, io, [=](Device &d, const Ptr &p) {
-            d.gemm(ta, tb, s.a, s.b, s.c, 1.0f, p.in[0] + 1, p.in[1] + 1, 0.5f,
+            d.gemm(mimo::device::DType::F32, ta, tb, s.a, s.b, s.c, 1.0f,
+                   p.in[0] + 1, p.in[1] + 1, 0.5f, mimo::device::DType::F32,
                    p.inout[0] + 1);
           });
         }
@@ -279,27 +287,35 @@ public:
             std::pair{Gelu::Quick, " (quick)"}})
         compare(std::string("gelu forward/backward") + name + sz, io,
                 [=](Device &d, const Ptr &p) {
-                  d.geluForward(p.in[0], p.out[0], n, kind);
-                  d.geluBackward(p.in[0], p.in[1], p.out[1], n, kind);
+                  d.geluForward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                                mimo::device::dtypeOf(p.out[0]), p.out[0], n,
+                                kind);
+                  d.geluBackward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                                 p.in[1], p.out[1], n, kind);
                 });
       compare(
           "gelu forward/backward, bf16 (quick)" + sz, {io.in, {}, {}, {n, n}},
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.geluForwardBf16(p.in[0], y, n, Gelu::Quick);
+              d.geluForward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                            mimo::device::dtypeOf(y), y, n, Gelu::Quick);
             });
             Bits x(d, p.in[0], n);
             viaBits(d, p.out[1], n, [&](uint16_t *dx) {
-              d.geluBackwardBf16(x.data, p.in[1], dx, n, Gelu::Exact);
+              d.geluBackward(mimo::device::dtypeOf(x.data), x.data, p.in[1], dx,
+                             n, Gelu::Exact);
             });
           },
           kBf16Step);
       compare("swiglu forward" + sz, {io.in, {}, {}, {n}},
               [=](Device &d, const Ptr &p) {
-                d.swigluForward(p.in[0], p.in[1], p.out[0], n);
+                d.swigluForward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                                p.in[1], mimo::device::dtypeOf(p.out[0]),
+                                p.out[0], n);
               });
       compare("swiglu backward" + sz, io, [=](Device &d, const Ptr &p) {
-        d.swigluBackward(p.in[0], p.in[1], p.in[2], p.out[0], p.out[1], n);
+        d.swigluBackward(mimo::device::dtypeOf(p.in[0]), p.in[0], p.in[1],
+                         p.in[2], p.out[0], p.out[1], n);
       });
       // bf16 outputs: one bf16 step apart at most where the two devices'
       // fp32 values straddle a rounding boundary.
@@ -307,10 +323,12 @@ public:
           "gelu and swiglu forward, bf16 out" + sz, {io.in, {}, {}, {n, n}},
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.geluForwardBf16(p.in[0], y, n, Gelu::Tanh);
+              d.geluForward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                            mimo::device::dtypeOf(y), y, n, Gelu::Tanh);
             });
             viaBits(d, p.out[1], n, [&](uint16_t *y) {
-              d.swigluForwardBf16(p.in[0], p.in[1], y, n);
+              d.swigluForward(mimo::device::dtypeOf(p.in[0]), p.in[0], p.in[1],
+                              mimo::device::dtypeOf(y), y, n);
             });
           },
           kBf16Step);
@@ -321,13 +339,17 @@ public:
           [=](Device &d, const Ptr &p) {
             auto *in = static_cast<uint16_t *>(
                 d.allocate(std::max<int64_t>(2 * n, 1) * 2));
-            d.packBf16(p.in[0], in, n);
-            d.packBf16(p.in[1], in + n, n);
+            d.convert(mimo::device::DType::F32, p.in[0],
+                      mimo::device::DType::BF16, in, n);
+            d.convert(mimo::device::DType::F32, p.in[1],
+                      mimo::device::DType::BF16, in + n, n);
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.geluForwardBf16(in, y, n, Gelu::Tanh);
+              d.geluForward(mimo::device::dtypeOf(in), in,
+                            mimo::device::dtypeOf(y), y, n, Gelu::Tanh);
             });
             viaBits(d, p.out[1], n, [&](uint16_t *y) {
-              d.swigluForwardBf16(in, in + n, y, n);
+              d.swigluForward(mimo::device::dtypeOf(in), in, in + n,
+                              mimo::device::dtypeOf(y), y, n);
             });
             d.release(in);
           },
@@ -341,15 +363,20 @@ public:
                 d.allocate(std::max<int64_t>(2 * n, 1) * 2));
             auto *du = static_cast<uint16_t *>(
                 d.allocate(std::max<int64_t>(n, 1) * 2));
-            d.packBf16(p.in[0], in, n);
-            d.packBf16(p.in[1], in + n, n);
+            d.convert(mimo::device::DType::F32, p.in[0],
+                      mimo::device::DType::BF16, in, n);
+            d.convert(mimo::device::DType::F32, p.in[1],
+                      mimo::device::DType::BF16, in + n, n);
             viaBits(d, p.out[0], n, [&](uint16_t *dx) {
-              d.geluBackwardBf16(in, p.in[2], dx, n, Gelu::Tanh);
+              d.geluBackward(mimo::device::dtypeOf(in), in, p.in[2], dx, n,
+                             Gelu::Tanh);
             });
             viaBits(d, p.out[1], n, [&](uint16_t *dg) {
-              d.swigluBackwardBf16(in, in + n, p.in[2], dg, du, n);
+              d.swigluBackward(mimo::device::dtypeOf(in), in, in + n, p.in[2],
+                               dg, du, n);
             });
-            d.unpackBf16(du, p.out[2], n);
+            d.convert(mimo::device::DType::BF16, du, mimo::device::DType::F32,
+                      p.out[2], n);
             d.release(du);
             d.release(in);
           },
@@ -357,11 +384,15 @@ public:
       // A residual as precision "bf16" stores it: the branch fp32 or bits.
       compare("residual bf16" + sz, {{random(n), random(n)}, {}, {}, {n, n}},
               [=](Device &d, const Ptr &p) {
-                d.residualBf16(p.in[0], p.in[1], p.out[0], n);
+                d.residual(mimo::device::DType::BF16, p.in[0],
+                           mimo::device::dtypeOf(p.in[1]), p.in[1], p.out[0],
+                           n);
                 auto *bits = static_cast<uint16_t *>(
                     d.allocate(std::max<int64_t>(n, 1) * 2));
-                d.packBf16(p.in[1], bits, n);
-                d.residualBf16(p.in[0], bits, p.out[1], n);
+                d.convert(mimo::device::DType::F32, p.in[1],
+                          mimo::device::DType::BF16, bits, n);
+                d.residual(mimo::device::DType::BF16, p.in[0],
+                           mimo::device::dtypeOf(bits), bits, p.out[1], n);
                 d.release(bits);
               });
       compare("add, scale, axpy, maximum" + sz,
@@ -376,10 +407,14 @@ public:
               {{random(n, -100, 100)}, {}, {}, {n, n}},
               [=](Device &d, const Ptr &p) {
                 d.copy(p.out[0], p.in[0], n * 4);
-                d.roundToBf16(p.out[0], n);
+                d.roundTo(mimo::device::DType::BF16, p.out[0], n);
                 void *bits = d.allocate(n * 2);
-                d.packBf16(p.in[0], static_cast<uint16_t *>(bits), n);
-                d.unpackBf16(static_cast<uint16_t *>(bits), p.out[1], n);
+                d.convert(mimo::device::DType::F32, p.in[0],
+                          mimo::device::DType::BF16,
+                          static_cast<uint16_t *>(bits), n);
+                d.convert(mimo::device::DType::BF16,
+                          static_cast<uint16_t *>(bits),
+                          mimo::device::DType::F32, p.out[1], n);
                 d.release(bits);
               });
       compare("fill, zero, copy" + sz, {{random(n)}, {}, {}, {n, n, n}},
@@ -462,16 +497,17 @@ public:
       compare("rmsnorm forward" + sz,
               {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
               [=](Device &d, const Ptr &p) {
-                d.rmsnormForward(p.in[0], p.in[1], p.out[0], p.out[1], rows,
-                                 cols, eps);
+                d.rmsnormForward(p.in[0], p.in[1],
+                                 mimo::device::dtypeOf(p.out[0]), p.out[0],
+                                 p.out[1], rows, cols, eps);
               });
       compare(
           "rmsnorm forward, bf16 out" + sz,
           {{random(n, -2, 2), random(cols, 0.5, 1.5)}, {}, {}, {n, rows}},
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.rmsnormForwardBf16(p.in[0], p.in[1], y, p.out[1], rows, cols,
-                                   eps);
+              d.rmsnormForward(p.in[0], p.in[1], mimo::device::dtypeOf(y), y,
+                               p.out[1], rows, cols, eps);
             });
           },
           kBf16Step);
@@ -483,8 +519,9 @@ public:
            {n, rows, rows}},
           [=](Device &d, const Ptr &p) {
             viaBits(d, p.out[0], n, [&](uint16_t *y) {
-              d.layernormForwardBf16(p.in[0], p.in[1], p.in[2], y, p.out[1],
-                                     p.out[2], rows, cols, eps);
+              d.layernormForward(p.in[0], p.in[1], p.in[2],
+                                 mimo::device::dtypeOf(y), y, p.out[1],
+                                 p.out[2], rows, cols, eps);
             });
           },
           kBf16Step);
@@ -495,7 +532,8 @@ public:
                {random(cols)},
                {n}},
               [=](Device &d, const Ptr &p) {
-                d.rmsnormBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.out[0],
+                d.rmsnormBackward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                                  p.in[1], p.in[2], p.in[3], p.out[0],
                                   p.inout[0], rows, cols);
               });
       compare("layernorm forward" + sz,
@@ -504,7 +542,8 @@ public:
                {},
                {n, rows, rows}},
               [=](Device &d, const Ptr &p) {
-                d.layernormForward(p.in[0], p.in[1], p.in[2], p.out[0],
+                d.layernormForward(p.in[0], p.in[1], p.in[2],
+                                   mimo::device::dtypeOf(p.out[0]), p.out[0],
                                    p.out[1], p.out[2], rows, cols, eps);
               });
       compare("layernorm backward" + sz,
@@ -514,7 +553,8 @@ public:
                {random(cols), random(cols)},
                {n}},
               [=](Device &d, const Ptr &p) {
-                d.layernormBackward(p.in[0], p.in[1], p.in[2], p.in[3], p.in[4],
+                d.layernormBackward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                                    p.in[1], p.in[2], p.in[3], p.in[4],
                                     p.out[0], p.inout[0], p.inout[1], rows,
                                     cols);
               });
@@ -527,11 +567,13 @@ public:
                {}},
               [=](Device &d, const Ptr &p) {
                 Bits x(d, p.in[0], n);
-                d.rmsnormBackwardAddBf16(x.data, p.in[1], p.in[3], p.in[4],
-                                         p.inout[0], p.inout[1], rows, cols);
-                d.layernormBackwardAddBf16(x.data, p.in[1], p.in[2], p.in[3],
-                                           p.in[4], p.inout[2], p.inout[3],
-                                           p.inout[4], rows, cols);
+                d.rmsnormBackward(mimo::device::dtypeOf(x.data), x.data,
+                                  p.in[1], p.in[3], p.in[4], p.inout[0],
+                                  p.inout[1], rows, cols);
+                d.layernormBackward(mimo::device::dtypeOf(x.data), x.data,
+                                    p.in[1], p.in[2], p.in[3], p.in[4],
+                                    p.inout[2], p.inout[3], p.inout[4], rows,
+                                    cols);
               });
     }
   }
@@ -695,7 +737,8 @@ public:
           o(dv, nullptr, nq);
       dv.attentionForward(args(q.data, k.data, v.data, p.idx[0]), o.data,
                           p.out[1]);
-      dv.unpackBf16(o.data, p.out[0], nq);
+      dv.convert(mimo::device::DType::BF16, o.data, mimo::device::DType::F32,
+                 p.out[0], nq);
     };
     compare("attention forward " + label, forward, forwardOp, tolerance);
     // The backward takes o and lse from the CPU forward.
@@ -895,17 +938,18 @@ public:
       compare("embedding forward" + sz,
               {{random(rows * hidden)}, {ids}, {}, {n * hidden}},
               [=](Device &d, const Ptr &p) {
-                d.embeddingForward(p.idx[0], n, p.in[0], vb, ve, hidden,
-                                   p.out[0]);
+                d.embeddingForward(p.idx[0], n, mimo::device::dtypeOf(p.in[0]),
+                                   p.in[0], vb, ve, hidden, p.out[0]);
               });
       compare("embedding forward, bf16 table" + sz,
               {{random(rows * hidden)}, {ids}, {}, {n * hidden}},
               [=](Device &d, const Ptr &p) {
                 auto *bits = static_cast<uint16_t *>(
                     d.allocate(std::max<int64_t>(rows * hidden, 1) * 2));
-                d.packBf16(p.in[0], bits, rows * hidden);
-                d.embeddingForwardBf16(p.idx[0], n, bits, vb, ve, hidden,
-                                       p.out[0]);
+                d.convert(mimo::device::DType::F32, p.in[0],
+                          mimo::device::DType::BF16, bits, rows * hidden);
+                d.embeddingForward(p.idx[0], n, mimo::device::dtypeOf(bits),
+                                   bits, vb, ve, hidden, p.out[0]);
                 d.release(bits);
               });
       const device::TokenGroups groups =
@@ -936,12 +980,14 @@ public:
         scale[i] = 0; // masked rows
       io.in.push_back(scale);
       compare("cross-entropy" + sz, io, [=](Device &d, const Ptr &p) {
-        d.crossEntropyRowMax(p.in[0], n, V, p.out[0]);
-        d.crossEntropySums(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
-                           p.out[2]);
+        d.crossEntropyRowMax(mimo::device::dtypeOf(p.in[0]), p.in[0], n, V,
+                             p.out[0]);
+        d.crossEntropySums(mimo::device::dtypeOf(p.in[0]), p.in[0], p.idx[0], n,
+                           V, vb, p.out[0], p.out[1], p.out[2]);
         d.crossEntropyLoss(p.out[0], p.out[1], p.out[2], n, p.out[3]);
-        d.crossEntropyBackward(p.in[0], p.idx[0], n, V, vb, p.out[0], p.out[1],
-                               p.in[1], p.out[4]);
+        d.crossEntropyBackward(mimo::device::dtypeOf(p.in[0]), p.in[0],
+                               p.idx[0], n, V, vb, p.out[0], p.out[1], p.in[1],
+                               p.out[4]);
       });
       // bf16 logits (the head's GEMM writes them so) and bf16 dlogits: the
       // statistics as exact as above, dlogits a bf16 step apart at most.
@@ -949,13 +995,15 @@ public:
           "cross-entropy, bf16 logits" + sz, io,
           [=](Device &d, const Ptr &p) {
             Bits z(d, p.in[0], n * V);
-            d.crossEntropyRowMaxBf16(z.data, n, V, p.out[0]);
-            d.crossEntropySumsBf16(z.data, p.idx[0], n, V, vb, p.out[0],
-                                   p.out[1], p.out[2]);
+            d.crossEntropyRowMax(mimo::device::dtypeOf(z.data), z.data, n, V,
+                                 p.out[0]);
+            d.crossEntropySums(mimo::device::dtypeOf(z.data), z.data, p.idx[0],
+                               n, V, vb, p.out[0], p.out[1], p.out[2]);
             d.crossEntropyLoss(p.out[0], p.out[1], p.out[2], n, p.out[3]);
             viaBits(d, p.out[4], n * V, [&](uint16_t *dz) {
-              d.crossEntropyBackwardBf16(z.data, p.idx[0], n, V, vb, p.out[0],
-                                         p.out[1], p.in[1], dz);
+              d.crossEntropyBackward(mimo::device::dtypeOf(z.data), z.data,
+                                     p.idx[0], n, V, vb, p.out[0], p.out[1],
+                                     p.in[1], dz);
             });
           },
           kBf16Step);
@@ -1173,7 +1221,8 @@ int probe() {
     const int64_t n = 1000;
     Tensor x = Tensor::empty(*dev, n), c = Tensor::empty(*dev, 4);
     dev->fill(x.data(), 3.0f, n);
-    dev->gemm(false, false, 2, 2, 2, 1.0f, x.data(), x.data(), 0.0f, c.data());
+    dev->gemm(mimo::device::DType::F32, false, false, 2, 2, 2, 1.0f, x.data(),
+              x.data(), 0.0f, mimo::device::DType::F32, c.data());
     std::vector<float> back(n), product(4);
     dev->download(back.data(), x.data(), n * int64_t(sizeof(float)));
     dev->download(product.data(), c.data(), 4 * int64_t(sizeof(float)));

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -187,8 +188,10 @@ TEST(KernelBodiesBf16, PackAndUnpackRoundTripTheRoundedValue) {
   runAll(b::FromBf16Bits{bits.data(), back.data(), n});
   std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
   std::vector<uint16_t> deviceBits(x.size());
-  cpu->packBf16(x.data(), deviceBits.data(), n);
-  cpu->unpackBf16(deviceBits.data(), viaDevice.data(), n);
+  cpu->convert(mimo::device::DType::F32, x.data(), mimo::device::DType::BF16,
+               deviceBits.data(), n);
+  cpu->convert(mimo::device::DType::BF16, deviceBits.data(),
+               mimo::device::DType::F32, viaDevice.data(), n);
   for (size_t i = 0; i < x.size(); ++i) {
     float r = b::roundToBf16(x[i]);
     if (std::isnan(r)) {
@@ -216,42 +219,45 @@ TEST(KernelBodiesBf16, GemmOfRoundedOperands) {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       std::vector<float> ra = A, rb = B;
-      cpu->roundToBf16(ra.data(), M * K);
-      cpu->roundToBf16(rb.data(), K * N);
+      cpu->roundTo(mimo::device::DType::BF16, ra.data(), M * K);
+      cpu->roundTo(mimo::device::DType::BF16, rb.data(), K * N);
       std::vector<float> got = C, want = C, plain = C;
-      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), B.data(), 0.25f,
-                    got.data());
-      cpu->gemm(ta, tb, M, N, K, 1.5f, ra.data(), rb.data(), 0.25f,
-                want.data());
-      cpu->gemm(ta, tb, M, N, K, 1.5f, A.data(), B.data(), 0.25f, plain.data());
+      cpu->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.5f, A.data(),
+                B.data(), 0.25f, mimo::device::DType::F32, got.data());
+      cpu->gemm(mimo::device::DType::F32, ta, tb, M, N, K, 1.5f, ra.data(),
+                rb.data(), 0.25f, mimo::device::DType::F32, want.data());
+      cpu->gemm(mimo::device::DType::F32, ta, tb, M, N, K, 1.5f, A.data(),
+                B.data(), 0.25f, mimo::device::DType::F32, plain.data());
       EXPECT_EQ(got, want);
       EXPECT_NE(got, plain); // the rounding shows on random operands
       std::vector<float> again = C;
-      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, ra.data(), rb.data(), 0.25f,
-                    again.data());
+      cpu->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.5f, ra.data(),
+                rb.data(), 0.25f, mimo::device::DType::F32, again.data());
       EXPECT_EQ(again, want); // bf16 operands: nothing to round
       // Operands as bf16 bits (precision "bf16"'s working weights).
       std::vector<uint16_t> bitsB(static_cast<size_t>(K * N));
-      cpu->packBf16(B.data(), bitsB.data(), K * N);
+      cpu->convert(mimo::device::DType::F32, B.data(),
+                   mimo::device::DType::BF16, bitsB.data(), K * N);
       std::vector<float> packed = C;
-      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(), 0.25f,
-                    packed.data());
+      cpu->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.5f, A.data(),
+                bitsB.data(), 0.25f, mimo::device::DType::F32, packed.data());
       EXPECT_EQ(packed, want);
       // bf16 output: the bits of the fp32 product (beta 0), rounded.
       std::vector<float> product(static_cast<size_t>(M * N));
-      cpu->gemmBf16(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(), 0.0f,
-                    product.data());
+      cpu->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.5f, A.data(),
+                bitsB.data(), 0.0f, mimo::device::DType::F32, product.data());
       std::vector<uint16_t> out(static_cast<size_t>(M * N), 0x7fc0),
           wantBits(static_cast<size_t>(M * N));
-      cpu->packBf16(product.data(), wantBits.data(), M * N);
-      cpu->gemmBf16Out(ta, tb, M, N, K, 1.5f, A.data(), bitsB.data(),
-                       out.data());
+      cpu->convert(mimo::device::DType::F32, product.data(),
+                   mimo::device::DType::BF16, wantBits.data(), M * N);
+      cpu->gemm(mimo::device::DType::BF16, ta, tb, M, N, K, 1.5f, A.data(),
+                bitsB.data(), 0.0f, mimo::device::DType::BF16, out.data());
       EXPECT_EQ(out, wantBits);
     }
   // No K: the rounded zero sums.
   std::vector<uint16_t> empty(6, 0x7fc0);
-  cpu->gemmBf16Out(false, false, 2, 3, 0, 1.0f, A.data(), B.data(),
-                   empty.data());
+  cpu->gemm(mimo::device::DType::BF16, false, false, 2, 3, 0, 1.0f, A.data(),
+            B.data(), 0.0f, mimo::device::DType::BF16, empty.data());
   EXPECT_EQ(empty, std::vector<uint16_t>(6, 0));
 }
 
@@ -265,17 +271,18 @@ TEST(KernelBodiesBf16, EmbeddingOfABf16Table) {
   for (float &v : table)
     v = dist(rng);
   std::vector<uint16_t> bits(table.size());
-  cpu->packBf16(table.data(), bits.data(), vocab * hidden);
+  cpu->convert(mimo::device::DType::F32, table.data(),
+               mimo::device::DType::BF16, bits.data(), vocab * hidden);
   std::vector<float> rounded = table;
-  cpu->roundToBf16(rounded.data(), vocab * hidden);
+  cpu->roundTo(mimo::device::DType::BF16, rounded.data(), vocab * hidden);
   // A TP shard of ids [2, 8): ids outside it give zero rows.
   std::vector<int64_t> ids = {3, 0, 7, 2, 9};
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<float> got(n * hidden, NAN), want(n * hidden, NAN);
-  cpu->embeddingForwardBf16(ids.data(), n, bits.data(), 2, 8, hidden,
-                            got.data());
-  cpu->embeddingForward(ids.data(), n, rounded.data(), 2, 8, hidden,
-                        want.data());
+  cpu->embeddingForward(ids.data(), n, mimo::device::dtypeOf(bits.data()),
+                        bits.data(), 2, 8, hidden, got.data());
+  cpu->embeddingForward(ids.data(), n, mimo::device::dtypeOf(rounded.data()),
+                        rounded.data(), 2, 8, hidden, want.data());
   EXPECT_EQ(got, want);
 }
 
@@ -328,34 +335,44 @@ TEST(KernelBodiesBf16, NormsAndActivationsWriteTheBitsOfTheirFp32Output) {
   runAll(b::GeluForward<float, uint16_t, uint16_t>{xBits.data(),
                                                    fromBits.data(), n});
   EXPECT_EQ(fromBits, bits) << "gelu of bf16 inputs";
-  cpu->geluForwardBf16(xBits.data(), fromBits.data(), n, Gelu::Tanh);
+  cpu->geluForward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                   mimo::device::dtypeOf(fromBits.data()), fromBits.data(), n,
+                   Gelu::Tanh);
   EXPECT_EQ(fromBits, bits) << "cpu gelu of bf16 inputs";
   runAll(
       b::SwigluForward<float, uint16_t>{xr.data(), ur.data(), bits.data(), n});
   runAll(b::SwigluForward<float, uint16_t, uint16_t>{xBits.data(), uBits.data(),
                                                      fromBits.data(), n});
   EXPECT_EQ(fromBits, bits) << "swiglu of bf16 inputs";
-  cpu->swigluForwardBf16(xBits.data(), uBits.data(), fromBits.data(), n);
+  cpu->swigluForward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                     uBits.data(), mimo::device::dtypeOf(fromBits.data()),
+                     fromBits.data(), n);
   EXPECT_EQ(fromBits, bits) << "cpu swiglu of bf16 inputs";
   // The CPU device: its bf16 forwards against its fp32 ones, packed.
-  cpu->rmsnormForward(x.data(), w.data(), y.data(), stat.data(), rows, cols,
-                      1e-5f);
-  cpu->rmsnormForwardBf16(x.data(), w.data(), bits.data(), rstdBits.data(),
-                          rows, cols, 1e-5f);
+  cpu->rmsnormForward(x.data(), w.data(), mimo::device::dtypeOf(y.data()),
+                      y.data(), stat.data(), rows, cols, 1e-5f);
+  cpu->rmsnormForward(x.data(), w.data(), mimo::device::dtypeOf(bits.data()),
+                      bits.data(), rstdBits.data(), rows, cols, 1e-5f);
   EXPECT_EQ(bits, pack(y)) << "cpu rmsnorm";
   EXPECT_EQ(rstdBits, stat);
-  cpu->layernormForward(x.data(), w.data(), bias.data(), y.data(), stat2.data(),
+  cpu->layernormForward(x.data(), w.data(), bias.data(),
+                        mimo::device::dtypeOf(y.data()), y.data(), stat2.data(),
                         stat.data(), rows, cols, 1e-6f);
-  cpu->layernormForwardBf16(x.data(), w.data(), bias.data(), bits.data(),
-                            meanBits.data(), rstdBits.data(), rows, cols,
-                            1e-6f);
+  cpu->layernormForward(x.data(), w.data(), bias.data(),
+                        mimo::device::dtypeOf(bits.data()), bits.data(),
+                        meanBits.data(), rstdBits.data(), rows, cols, 1e-6f);
   EXPECT_EQ(bits, pack(y)) << "cpu layernorm";
   EXPECT_EQ(meanBits, stat2);
-  cpu->geluForward(x.data(), y.data(), n, Gelu::Tanh);
-  cpu->geluForwardBf16(x.data(), bits.data(), n, Gelu::Tanh);
+  cpu->geluForward(mimo::device::dtypeOf(x.data()), x.data(),
+                   mimo::device::dtypeOf(y.data()), y.data(), n, Gelu::Tanh);
+  cpu->geluForward(mimo::device::dtypeOf(x.data()), x.data(),
+                   mimo::device::dtypeOf(bits.data()), bits.data(), n,
+                   Gelu::Tanh);
   EXPECT_EQ(bits, pack(y)) << "cpu gelu";
-  cpu->swigluForward(x.data(), u.data(), y.data(), n);
-  cpu->swigluForwardBf16(x.data(), u.data(), bits.data(), n);
+  cpu->swigluForward(mimo::device::dtypeOf(x.data()), x.data(), u.data(),
+                     mimo::device::dtypeOf(y.data()), y.data(), n);
+  cpu->swigluForward(mimo::device::dtypeOf(x.data()), x.data(), u.data(),
+                     mimo::device::dtypeOf(bits.data()), bits.data(), n);
   EXPECT_EQ(bits, pack(y)) << "cpu swiglu";
   // The rounding shows: not every value is bf16 already.
   std::vector<float> widened(n);
@@ -374,12 +391,15 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   const int64_t rows = 6, cols = 40, n = rows * cols;
   auto pack = [&](const std::vector<float> &v) {
     std::vector<uint16_t> out(v.size());
-    cpu->packBf16(v.data(), out.data(), static_cast<int64_t>(v.size()));
+    cpu->convert(mimo::device::DType::F32, v.data(), mimo::device::DType::BF16,
+                 out.data(), static_cast<int64_t>(v.size()));
     return out;
   };
   auto unpack = [&](const std::vector<uint16_t> &bits) {
     std::vector<float> out(bits.size());
-    cpu->unpackBf16(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
+    cpu->convert(mimo::device::DType::BF16, bits.data(),
+                 mimo::device::DType::F32, out.data(),
+                 static_cast<int64_t>(bits.size()));
     return out;
   };
   auto x = random<float>(rng, n, -3, 3), y = random<float>(rng, n),
@@ -411,19 +431,26 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   // The residual: x + round(branch), rounded; the branch fp32 or bits.
   std::vector<float> sum(n), fromFloats(n), fromBits(n);
   cpu->add(mimo::device::DType::F32, sum.data(), xr.data(), yr.data(), n);
-  cpu->roundToBf16(sum.data(), n);
-  cpu->residualBf16(xr.data(), y.data(), fromFloats.data(), n);
-  cpu->residualBf16(xr.data(), yBits.data(), fromBits.data(), n);
+  cpu->roundTo(mimo::device::DType::BF16, sum.data(), n);
+  cpu->residual(mimo::device::DType::BF16, xr.data(),
+                mimo::device::dtypeOf(y.data()), y.data(), fromFloats.data(),
+                n);
+  cpu->residual(mimo::device::DType::BF16, xr.data(),
+                mimo::device::dtypeOf(yBits.data()), yBits.data(),
+                fromBits.data(), n);
   EXPECT_EQ(fromFloats, sum) << "residual, fp32 branch";
   EXPECT_EQ(fromBits, sum) << "residual, bf16 branch";
   // GeLU and SwiGLU backwards on bf16 inputs, into bf16 gradients.
   std::vector<float> dg(n), du(n);
-  cpu->geluBackward(xr.data(), dy.data(), dg.data(), n, Gelu::Tanh);
-  cpu->geluBackwardBf16(xBits.data(), dy.data(), bits.data(), n, Gelu::Tanh);
+  cpu->geluBackward(mimo::device::dtypeOf(xr.data()), xr.data(), dy.data(),
+                    dg.data(), n, Gelu::Tanh);
+  cpu->geluBackward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                    dy.data(), bits.data(), n, Gelu::Tanh);
   EXPECT_EQ(bits, pack(dg)) << "gelu backward";
-  cpu->swigluBackward(xr.data(), yr.data(), dy.data(), dg.data(), du.data(), n);
-  cpu->swigluBackwardBf16(xBits.data(), yBits.data(), dy.data(), bits.data(),
-                          bits2.data(), n);
+  cpu->swigluBackward(mimo::device::dtypeOf(xr.data()), xr.data(), yr.data(),
+                      dy.data(), dg.data(), du.data(), n);
+  cpu->swigluBackward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                      yBits.data(), dy.data(), bits.data(), bits2.data(), n);
   EXPECT_EQ(bits, pack(dg)) << "swiglu backward, gate";
   EXPECT_EQ(bits2, pack(du)) << "swiglu backward, up";
   // The norms' backwards on bf16 x, added into dx.
@@ -433,20 +460,22 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   std::vector<float> d(n), want = base, got = base;
   std::vector<float> dw(cols, 0.0f), dwGot(cols, 0.0f), db(cols, 0.0f),
       dbGot(cols, 0.0f);
-  cpu->rmsnormBackward(xr.data(), w.data(), rstd.data(), dy.data(), d.data(),
-                       dw.data(), rows, cols);
+  cpu->rmsnormBackward(mimo::device::dtypeOf(xr.data()), xr.data(), w.data(),
+                       rstd.data(), dy.data(), d.data(), dw.data(), rows, cols);
   cpu->axpy(n, 1.0f, d.data(), want.data());
-  cpu->rmsnormBackwardAddBf16(xBits.data(), w.data(), rstd.data(), dy.data(),
-                              got.data(), dwGot.data(), rows, cols);
+  cpu->rmsnormBackward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                       w.data(), rstd.data(), dy.data(), got.data(),
+                       dwGot.data(), rows, cols);
   EXPECT_EQ(got, want) << "rmsnorm backward";
   EXPECT_EQ(dwGot, dw);
   want = base, got = base;
-  cpu->layernormBackward(xr.data(), w.data(), mean.data(), rstd.data(),
-                         dy.data(), d.data(), dw.data(), db.data(), rows, cols);
+  cpu->layernormBackward(mimo::device::dtypeOf(xr.data()), xr.data(), w.data(),
+                         mean.data(), rstd.data(), dy.data(), d.data(),
+                         dw.data(), db.data(), rows, cols);
   cpu->axpy(n, 1.0f, d.data(), want.data());
-  cpu->layernormBackwardAddBf16(xBits.data(), w.data(), mean.data(),
-                                rstd.data(), dy.data(), got.data(),
-                                dwGot.data(), dbGot.data(), rows, cols);
+  cpu->layernormBackward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                         w.data(), mean.data(), rstd.data(), dy.data(),
+                         got.data(), dwGot.data(), dbGot.data(), rows, cols);
   EXPECT_EQ(got, want) << "layernorm backward";
   EXPECT_EQ(dwGot, dw);
   EXPECT_EQ(dbGot, db);
@@ -456,20 +485,25 @@ TEST(KernelBodiesBf16, TheCpuDevicesBf16OpsAreItsFp32OpsRounded) {
   std::vector<float> scale = {0.5f, 0.0f, 1.0f, 0.25f, 2.0f, 1.0f};
   std::vector<float> mx(rows), mxGot(rows), se(rows), seGot(rows), tl(rows),
       tlGot(rows), dz(n);
-  cpu->crossEntropyRowMax(xr.data(), rows, cols, mx.data());
-  cpu->crossEntropyRowMaxBf16(xBits.data(), rows, cols, mxGot.data());
+  cpu->crossEntropyRowMax(mimo::device::dtypeOf(xr.data()), xr.data(), rows,
+                          cols, mx.data());
+  cpu->crossEntropyRowMax(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                          rows, cols, mxGot.data());
   EXPECT_EQ(mxGot, mx);
-  cpu->crossEntropySums(xr.data(), targets.data(), rows, cols, 10, mx.data(),
-                        se.data(), tl.data());
-  cpu->crossEntropySumsBf16(xBits.data(), targets.data(), rows, cols, 10,
-                            mx.data(), seGot.data(), tlGot.data());
+  cpu->crossEntropySums(mimo::device::dtypeOf(xr.data()), xr.data(),
+                        targets.data(), rows, cols, 10, mx.data(), se.data(),
+                        tl.data());
+  cpu->crossEntropySums(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                        targets.data(), rows, cols, 10, mx.data(), seGot.data(),
+                        tlGot.data());
   EXPECT_EQ(seGot, se);
   EXPECT_EQ(tlGot, tl);
-  cpu->crossEntropyBackward(xr.data(), targets.data(), rows, cols, 10,
-                            mx.data(), se.data(), scale.data(), dz.data());
-  cpu->crossEntropyBackwardBf16(xBits.data(), targets.data(), rows, cols, 10,
-                                mx.data(), se.data(), scale.data(),
-                                bits.data());
+  cpu->crossEntropyBackward(mimo::device::dtypeOf(xr.data()), xr.data(),
+                            targets.data(), rows, cols, 10, mx.data(),
+                            se.data(), scale.data(), dz.data());
+  cpu->crossEntropyBackward(mimo::device::dtypeOf(xBits.data()), xBits.data(),
+                            targets.data(), rows, cols, 10, mx.data(),
+                            se.data(), scale.data(), bits.data());
   EXPECT_EQ(bits, pack(dz)) << "cross-entropy backward";
 }
 
@@ -930,7 +964,8 @@ TEST(KernelBodies, RepeatKvAndSumKvGroups) {
   // bf16 bits are copied as they are, and the CPU device runs the bodies.
   std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
   std::vector<uint16_t> bits(x.size()), wide(y.size());
-  cpu->packBf16(x.data(), bits.data(), static_cast<int64_t>(x.size()));
+  cpu->convert(mimo::device::DType::F32, x.data(), mimo::device::DType::BF16,
+               bits.data(), static_cast<int64_t>(x.size()));
   cpu->repeatKv(mimo::device::DType::BF16, bits.data(), wide.data(), rows,
                 groups, repeat, dim);
   for (size_t i = 0; i < wide.size(); ++i)
@@ -969,8 +1004,10 @@ TEST(KernelBodies, GeluVariants) {
   std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
   std::vector<float> x = {-2.0f, -0.25f, 0.5f, 3.0f}, y(4), dy = {1, 2, 3, 4},
                      dx(4);
-  cpu->geluForward(x.data(), y.data(), 4, Gelu::Quick);
-  cpu->geluBackward(x.data(), dy.data(), dx.data(), 4, Gelu::Exact);
+  cpu->geluForward(mimo::device::dtypeOf(x.data()), x.data(),
+                   mimo::device::dtypeOf(y.data()), y.data(), 4, Gelu::Quick);
+  cpu->geluBackward(mimo::device::dtypeOf(x.data()), x.data(), dy.data(),
+                    dx.data(), 4, Gelu::Exact);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_FLOAT_EQ(
         y[i], static_cast<float>(mimo::device::geluValue(x[i], Gelu::Quick)));
@@ -1025,4 +1062,59 @@ TEST(KernelBodiesBf16, WidePacksGiveTheBitsOfTheNarrowOnes) {
     runAll(b::FromBf16BitsWide{wideBits.data(), wideBack.data(), n});
     EXPECT_EQ(wideBack, narrowBack) << n;
   }
+}
+
+/// Device.h: the ops take their element types; a combination no precision
+/// uses is a DeviceError naming the op and the types, never another
+/// kernel's reading of the bytes.
+TEST(DeviceOps, ACombinationNoKernelTakesIsAnError) {
+  using mimo::device::DType;
+  std::unique_ptr<mimo::device::Device> cpu = mimo::device::makeCpuDevice();
+  std::vector<float> x(4, 1.0f), y(4, 0.0f);
+  std::vector<uint16_t> bits(4, 0);
+  auto says = [](const std::function<void()> &call, const std::string &text) {
+    try {
+      call();
+    } catch (const mimo::device::DeviceError &e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)
+          << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no DeviceError for " << text;
+  };
+  says([&] { cpu->convert(DType::F64, x.data(), DType::BF16, bits.data(), 2); },
+       "convert: no kernel takes f64 to bf16");
+  says(
+      [&] {
+        cpu->gemm(DType::F32, false, false, 2, 2, 1, 1.0f, x.data(), x.data(),
+                  0.0f, DType::BF16, bits.data());
+      },
+      "gemm: no kernel takes f32 math with bf16 C");
+  says(
+      [&] {
+        cpu->gemm(DType::BF16, false, false, 2, 2, 1, 1.0f, x.data(), x.data(),
+                  1.0f, DType::BF16, bits.data());
+      },
+      "beta 1");
+  says(
+      [&] {
+        cpu->geluForward(DType::BF16, bits.data(), DType::F32, y.data(), 4,
+                         mimo::device::Gelu::Tanh);
+      },
+      "geluForward: no kernel takes bf16 to f32");
+  says(
+      [&] {
+        cpu->residual(DType::F32, x.data(), DType::BF16, bits.data(), y.data(),
+                      4);
+      },
+      "residual: no kernel takes bf16 branches stored as f32");
+  // A same-type convert copies; F32 rounding leaves the values.
+  std::vector<float> z(4, 0.0f);
+  x[1] = 1.0f + 1.0f / 1024;
+  cpu->convert(DType::F32, x.data(), DType::F32, z.data(), 4);
+  EXPECT_EQ(z, x);
+  cpu->roundTo(DType::F32, z.data(), 4);
+  EXPECT_EQ(z, x);
+  cpu->roundTo(DType::BF16, z.data(), 4);
+  EXPECT_EQ(z[1], 1.0f);
 }

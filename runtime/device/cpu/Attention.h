@@ -24,7 +24,8 @@
 
 namespace mimo::kernels {
 
-/// T: float (fp32) or uint16_t (bf16 bits, Device::attentionForwardBf16).
+/// T: float (fp32) or uint16_t (bf16 bits, Device::attentionForward under
+/// BF16).
 template <typename T>
 void tiledAttentionForward(const T *q, const T *k, const T *v, T *o, float *lse,
                            const device::tiles::PlanView &plan, int64_t heads,

@@ -238,8 +238,8 @@ public:
         db[j] += dy[i * cols + j];
   }
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-            const float *A, const float *B, float beta, float *C) override {
+  void gemmF32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, const float *B, float beta, float *C) override {
     if (M > 0 && N > 0 && K <= 0 && beta == 0.0f) // C is not read
       std::fill(C, C + M * N, 0.0f);
     else
@@ -249,7 +249,7 @@ public:
                 Bf16Operand A, Bf16Operand B, float beta, float *C) override {
     // bf16 products are exact in fp32: rounding the operands is all.
     std::vector<float> a = rounded(A, M * K), b = rounded(B, K * N);
-    gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+    gemmF32(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
   }
   void gemmBf16Out(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                    float alpha, Bf16Operand A, Bf16Operand B,
@@ -271,46 +271,46 @@ public:
     }
     return out;
   }
-  void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
-                      int64_t rows, int64_t cols, float eps) override {
+  void rmsnormForwardF32(const float *x, const float *w, float *y, float *rstd,
+                         int64_t rows, int64_t cols, float eps) override {
     k::rmsnormForward<float>(x, w, y, rstd, rows, cols, eps);
   }
-  void rmsnormBackward(const float *x, const float *w, const float *rstd,
-                       const float *dy, float *dx, float *dw, int64_t rows,
-                       int64_t cols) override {
+  void rmsnormBackwardF32(const float *x, const float *w, const float *rstd,
+                          const float *dy, float *dx, float *dw, int64_t rows,
+                          int64_t cols) override {
     k::rmsnormBackward<float>(x, w, rstd, dy, dx, dw, rows, cols);
   }
-  void layernormForward(const float *x, const float *w, const float *b,
-                        float *y, float *mean, float *rstd, int64_t rows,
-                        int64_t cols, float eps) override {
+  void layernormForwardF32(const float *x, const float *w, const float *b,
+                           float *y, float *mean, float *rstd, int64_t rows,
+                           int64_t cols, float eps) override {
     k::layernormForward<float>(x, w, b, y, mean, rstd, rows, cols, eps);
   }
-  void layernormBackward(const float *x, const float *w, const float *mean,
-                         const float *rstd, const float *dy, float *dx,
-                         float *dw, float *db, int64_t rows,
-                         int64_t cols) override {
+  void layernormBackwardF32(const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, float *dx,
+                            float *dw, float *db, int64_t rows,
+                            int64_t cols) override {
     k::layernormBackward<float>(x, w, mean, rstd, dy, dx, dw, db, rows, cols);
   }
   // The tanh form takes the vectorised kernels; the others the bodies.
-  void geluForward(const float *x, float *y, int64_t n, Gelu kind) override {
+  void geluForwardF32(const float *x, float *y, int64_t n, Gelu kind) override {
     if (kind == Gelu::Tanh)
       k::fast::geluForward(x, y, n);
     else
       run(bodies::GeluForward<float>{x, y, n, kind});
   }
-  void geluBackward(const float *x, const float *dy, float *dx, int64_t n,
-                    Gelu kind) override {
+  void geluBackwardF32(const float *x, const float *dy, float *dx, int64_t n,
+                       Gelu kind) override {
     if (kind == Gelu::Tanh)
       k::fast::geluBackward(x, dy, dx, n);
     else
       run(bodies::GeluBackward<float>{x, dy, dx, n, kind});
   }
-  void swigluForward(const float *g, const float *u, float *y,
-                     int64_t n) override {
+  void swigluForwardF32(const float *g, const float *u, float *y,
+                        int64_t n) override {
     k::fast::swigluForward(g, u, y, n);
   }
-  void swigluBackward(const float *g, const float *u, const float *dy,
-                      float *dg, float *du, int64_t n) override {
+  void swigluBackwardF32(const float *g, const float *u, const float *dy,
+                         float *dg, float *du, int64_t n) override {
     k::fast::swigluBackward(g, u, dy, dg, du, n);
   }
   // The bf16-output forwards: the fp32 op into scratch, then packed (on the
@@ -319,14 +319,14 @@ public:
                           float *rstd, int64_t rows, int64_t cols,
                           float eps) override {
     packed(y, rows * cols, [&](float *out) {
-      rmsnormForward(x, w, out, rstd, rows, cols, eps);
+      rmsnormForwardF32(x, w, out, rstd, rows, cols, eps);
     });
   }
   void layernormForwardBf16(const float *x, const float *w, const float *b,
                             uint16_t *y, float *mean, float *rstd, int64_t rows,
                             int64_t cols, float eps) override {
     packed(y, rows * cols, [&](float *out) {
-      layernormForward(x, w, b, out, mean, rstd, rows, cols, eps);
+      layernormForwardF32(x, w, b, out, mean, rstd, rows, cols, eps);
     });
   }
   void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
@@ -334,7 +334,7 @@ public:
                               float *dw, int64_t rows, int64_t cols) override {
     const std::vector<float> values = unpacked(x, rows * cols);
     std::vector<float> d(values.size());
-    rmsnormBackward(values.data(), w, rstd, dy, d.data(), dw, rows, cols);
+    rmsnormBackwardF32(values.data(), w, rstd, dy, d.data(), dw, rows, cols);
     axpy(rows * cols, 1.0f, d.data(), dx);
   }
   void layernormBackwardAddBf16(const uint16_t *x, const float *w,
@@ -344,17 +344,17 @@ public:
                                 int64_t cols) override {
     const std::vector<float> values = unpacked(x, rows * cols);
     std::vector<float> d(values.size());
-    layernormBackward(values.data(), w, mean, rstd, dy, d.data(), dw, db, rows,
-                      cols);
+    layernormBackwardF32(values.data(), w, mean, rstd, dy, d.data(), dw, db,
+                         rows, cols);
     axpy(rows * cols, 1.0f, d.data(), dx);
   }
   void geluForwardBf16(const float *x, uint16_t *y, int64_t n,
                        Gelu kind) override {
-    packed(y, n, [&](float *out) { geluForward(x, out, n, kind); });
+    packed(y, n, [&](float *out) { geluForwardF32(x, out, n, kind); });
   }
   void swigluForwardBf16(const float *g, const float *u, uint16_t *y,
                          int64_t n) override {
-    packed(y, n, [&](float *out) { swigluForward(g, u, out, n); });
+    packed(y, n, [&](float *out) { swigluForwardF32(g, u, out, n); });
   }
   void geluForwardBf16(const uint16_t *x, uint16_t *y, int64_t n,
                        Gelu kind) override {
@@ -416,14 +416,14 @@ public:
                         int64_t n, Gelu kind) override {
     std::vector<float> in = unpacked(x, n);
     packed(dx, n,
-           [&](float *out) { geluBackward(in.data(), dy, out, n, kind); });
+           [&](float *out) { geluBackwardF32(in.data(), dy, out, n, kind); });
   }
   void swigluBackwardBf16(const uint16_t *g, const uint16_t *u, const float *dy,
                           uint16_t *dg, uint16_t *du, int64_t n) override {
     std::vector<float> gate = unpacked(g, n), up = unpacked(u, n);
     std::vector<float> dup(static_cast<size_t>(std::max<int64_t>(n, 0)));
     packed(dg, n, [&](float *out) {
-      swigluBackward(gate.data(), up.data(), dy, out, dup.data(), n);
+      swigluBackwardF32(gate.data(), up.data(), dy, out, dup.data(), n);
     });
     packBf16(dup.data(), du, n);
   }
@@ -464,9 +464,9 @@ public:
           a.heads, a.headDim);
     grads.finish();
   }
-  void embeddingForward(const int64_t *ids, int64_t n, const float *table,
-                        int64_t vb, int64_t ve, int64_t hidden,
-                        float *out) override {
+  void embeddingForwardF32(const int64_t *ids, int64_t n, const float *table,
+                           int64_t vb, int64_t ve, int64_t hidden,
+                           float *out) override {
     k::embeddingForward<float>(ids, n, table, vb, ve, hidden, out);
   }
   void embeddingForwardBf16(const int64_t *ids, int64_t n,
@@ -490,13 +490,13 @@ public:
       }
     }
   }
-  void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
-                          float *rowMax) override {
+  void crossEntropyRowMaxF32(const float *logits, int64_t n, int64_t vl,
+                             float *rowMax) override {
     k::crossEntropyRowMax<float>(logits, n, vl, rowMax);
   }
-  void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
-                        int64_t vl, int64_t vb, const float *gmax,
-                        float *sumExp, float *targetLogit) override {
+  void crossEntropySumsF32(const float *logits, const int64_t *targets,
+                           int64_t n, int64_t vl, int64_t vb, const float *gmax,
+                           float *sumExp, float *targetLogit) override {
     k::fast::crossEntropySums(logits, targets, n, vl, vb, gmax, sumExp,
                               targetLogit);
   }
@@ -504,23 +504,23 @@ public:
                         const float *gtarget, int64_t n, float *loss) override {
     k::crossEntropyLoss<float>(gmax, gsum, gtarget, n, loss);
   }
-  void crossEntropyBackward(const float *logits, const int64_t *targets,
-                            int64_t n, int64_t vl, int64_t vb,
-                            const float *gmax, const float *gsum,
-                            const float *scale, float *dlogits) override {
+  void crossEntropyBackwardF32(const float *logits, const int64_t *targets,
+                               int64_t n, int64_t vl, int64_t vb,
+                               const float *gmax, const float *gsum,
+                               const float *scale, float *dlogits) override {
     k::fast::crossEntropyBackward(logits, targets, n, vl, vb, gmax, gsum, scale,
                                   dlogits);
   }
   void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n, int64_t vl,
                               float *rowMax) override {
-    crossEntropyRowMax(unpacked(logits, n * vl).data(), n, vl, rowMax);
+    crossEntropyRowMaxF32(unpacked(logits, n * vl).data(), n, vl, rowMax);
   }
   void crossEntropySumsBf16(const uint16_t *logits, const int64_t *targets,
                             int64_t n, int64_t vl, int64_t vb,
                             const float *gmax, float *sumExp,
                             float *targetLogit) override {
-    crossEntropySums(unpacked(logits, n * vl).data(), targets, n, vl, vb, gmax,
-                     sumExp, targetLogit);
+    crossEntropySumsF32(unpacked(logits, n * vl).data(), targets, n, vl, vb,
+                        gmax, sumExp, targetLogit);
   }
   void crossEntropyBackwardBf16(const uint16_t *logits, const int64_t *targets,
                                 int64_t n, int64_t vl, int64_t vb,
@@ -529,8 +529,8 @@ public:
                                 uint16_t *dlogits) override {
     const std::vector<float> values = unpacked(logits, n * vl);
     packed(dlogits, n * vl, [&](float *out) {
-      crossEntropyBackward(values.data(), targets, n, vl, vb, gmax, gsum, scale,
-                           out);
+      crossEntropyBackwardF32(values.data(), targets, n, vl, vb, gmax, gsum,
+                              scale, out);
     });
   }
   void adamw(float *p, const float *g, float *m, float *v, int64_t n,

@@ -69,17 +69,18 @@ void CudaDevice::addBias(float *y, const float *bias, int64_t rows,
   launch("add_bias", b::AddBias<float>{y, bias, rows, cols});
 }
 
-void CudaDevice::geluForward(const float *x, float *y, int64_t n, Gelu kind) {
+void CudaDevice::geluForwardF32(const float *x, float *y, int64_t n,
+                                Gelu kind) {
   launch("gelu_forward", b::GeluForward<float>{x, y, n, kind});
 }
 
-void CudaDevice::geluBackward(const float *x, const float *dy, float *dx,
-                              int64_t n, Gelu kind) {
+void CudaDevice::geluBackwardF32(const float *x, const float *dy, float *dx,
+                                 int64_t n, Gelu kind) {
   launch("gelu_backward", b::GeluBackward<float>{x, dy, dx, n, kind});
 }
 
-void CudaDevice::swigluForward(const float *g, const float *u, float *y,
-                               int64_t n) {
+void CudaDevice::swigluForwardF32(const float *g, const float *u, float *y,
+                                  int64_t n) {
   launch("swiglu_forward", b::SwigluForward<float>{g, u, y, n});
 }
 
@@ -105,8 +106,9 @@ void CudaDevice::swigluForwardBf16(const uint16_t *g, const uint16_t *u,
          b::SwigluForward<float, uint16_t, uint16_t>{g, u, y, n});
 }
 
-void CudaDevice::swigluBackward(const float *g, const float *u, const float *dy,
-                                float *dg, float *du, int64_t n) {
+void CudaDevice::swigluBackwardF32(const float *g, const float *u,
+                                   const float *dy, float *dg, float *du,
+                                   int64_t n) {
   launch("swiglu_backward", b::SwigluBackward<float>{g, u, dy, dg, du, n});
 }
 
@@ -165,9 +167,9 @@ void CudaDevice::swigluBackwardBf16(const uint16_t *g, const uint16_t *u,
          b::SwigluBackward<float, uint16_t, uint16_t>{g, u, dy, dg, du, n});
 }
 
-void CudaDevice::embeddingForward(const int64_t *ids, int64_t n,
-                                  const float *table, int64_t vb, int64_t ve,
-                                  int64_t hidden, float *out) {
+void CudaDevice::embeddingForwardF32(const int64_t *ids, int64_t n,
+                                     const float *table, int64_t vb, int64_t ve,
+                                     int64_t hidden, float *out) {
   launch("embedding_forward",
          b::EmbeddingForward<float>{ids, table, out, n, vb, ve, hidden});
 }

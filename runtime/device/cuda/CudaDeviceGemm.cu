@@ -9,9 +9,9 @@
 
 namespace mimo::device::cuda::detail {
 
-void CudaDevice::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      float alpha, const float *A, const float *B, float beta,
-                      float *C) {
+void CudaDevice::gemmF32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, const float *B,
+                         float beta, float *C) {
   if (M <= 0 || N <= 0)
     return;
   if (K <= 0) { // C = beta C, not read when beta is 0

@@ -222,8 +222,8 @@ public:
 
   //===--- Kernels --------------------------------------------------------===//
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-            const float *A, const float *B, float beta, float *C) override;
+  void gemmF32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, const float *B, float beta, float *C) override;
   void gemmBf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                 Bf16Operand A, Bf16Operand B, float beta, float *C) override;
   void gemmBf16Out(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -236,11 +236,11 @@ public:
                Bf16Operand A, Bf16Operand B, float beta, void *C, bool bf16Out);
   /// n values rounded to bf16, in new stream-ordered scratch.
   uint16_t *toBf16(const float *x, int64_t n);
-  void rmsnormForward(const float *x, const float *w, float *y, float *rstd,
-                      int64_t rows, int64_t cols, float eps) override;
-  void rmsnormBackward(const float *x, const float *w, const float *rstd,
-                       const float *dy, float *dx, float *dw, int64_t rows,
-                       int64_t cols) override;
+  void rmsnormForwardF32(const float *x, const float *w, float *y, float *rstd,
+                         int64_t rows, int64_t cols, float eps) override;
+  void rmsnormBackwardF32(const float *x, const float *w, const float *rstd,
+                          const float *dy, float *dx, float *dw, int64_t rows,
+                          int64_t cols) override;
   void rmsnormBackwardAddBf16(const uint16_t *x, const float *w,
                               const float *rstd, const float *dy, float *dx,
                               float *dw, int64_t rows, int64_t cols) override;
@@ -248,18 +248,18 @@ public:
                                 const float *mean, const float *rstd,
                                 const float *dy, float *dx, float *dw,
                                 float *db, int64_t rows, int64_t cols) override;
-  void layernormForward(const float *x, const float *w, const float *bias,
-                        float *y, float *mean, float *rstd, int64_t rows,
-                        int64_t cols, float eps) override;
-  void layernormBackward(const float *x, const float *w, const float *mean,
-                         const float *rstd, const float *dy, float *dx,
-                         float *dw, float *db, int64_t rows,
-                         int64_t cols) override;
-  void geluForward(const float *x, float *y, int64_t n, Gelu kind) override;
-  void geluBackward(const float *x, const float *dy, float *dx, int64_t n,
-                    Gelu kind) override;
-  void swigluForward(const float *g, const float *u, float *y,
-                     int64_t n) override;
+  void layernormForwardF32(const float *x, const float *w, const float *bias,
+                           float *y, float *mean, float *rstd, int64_t rows,
+                           int64_t cols, float eps) override;
+  void layernormBackwardF32(const float *x, const float *w, const float *mean,
+                            const float *rstd, const float *dy, float *dx,
+                            float *dw, float *db, int64_t rows,
+                            int64_t cols) override;
+  void geluForwardF32(const float *x, float *y, int64_t n, Gelu kind) override;
+  void geluBackwardF32(const float *x, const float *dy, float *dx, int64_t n,
+                       Gelu kind) override;
+  void swigluForwardF32(const float *g, const float *u, float *y,
+                        int64_t n) override;
   void rmsnormForwardBf16(const float *x, const float *w, uint16_t *y,
                           float *rstd, int64_t rows, int64_t cols,
                           float eps) override;
@@ -274,8 +274,8 @@ public:
                        Gelu kind) override;
   void swigluForwardBf16(const uint16_t *g, const uint16_t *u, uint16_t *y,
                          int64_t n) override;
-  void swigluBackward(const float *g, const float *u, const float *dy,
-                      float *dg, float *du, int64_t n) override;
+  void swigluBackwardF32(const float *g, const float *u, const float *dy,
+                         float *dg, float *du, int64_t n) override;
   void ropeTable(const int64_t *positions, int64_t tokens, int64_t dim,
                  const RopeSpec &spec, double *table) override;
   void rope(const float *x, DType out, void *y, const double *table,
@@ -295,25 +295,25 @@ public:
                          const float *lse, const void *dout, float *dq,
                          float *dk, float *dv) override;
   std::string attentionBackendName(const AttentionArgs &a) override;
-  void embeddingForward(const int64_t *ids, int64_t n, const float *table,
-                        int64_t vb, int64_t ve, int64_t hidden,
-                        float *out) override;
+  void embeddingForwardF32(const int64_t *ids, int64_t n, const float *table,
+                           int64_t vb, int64_t ve, int64_t hidden,
+                           float *out) override;
   void embeddingForwardBf16(const int64_t *ids, int64_t n,
                             const uint16_t *table, int64_t vb, int64_t ve,
                             int64_t hidden, float *out) override;
   void embeddingBackward(const TokenGroupsView &groups, const float *dout,
                          int64_t hidden, float *dtable) override;
-  void crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
-                          float *rowMax) override;
-  void crossEntropySums(const float *logits, const int64_t *targets, int64_t n,
-                        int64_t vl, int64_t vb, const float *gmax,
-                        float *sumExp, float *targetLogit) override;
+  void crossEntropyRowMaxF32(const float *logits, int64_t n, int64_t vl,
+                             float *rowMax) override;
+  void crossEntropySumsF32(const float *logits, const int64_t *targets,
+                           int64_t n, int64_t vl, int64_t vb, const float *gmax,
+                           float *sumExp, float *targetLogit) override;
   void crossEntropyLoss(const float *gmax, const float *gsum,
                         const float *gtarget, int64_t n, float *loss) override;
-  void crossEntropyBackward(const float *logits, const int64_t *targets,
-                            int64_t n, int64_t vl, int64_t vb,
-                            const float *gmax, const float *gsum,
-                            const float *scaleRows, float *dlogits) override;
+  void crossEntropyBackwardF32(const float *logits, const int64_t *targets,
+                               int64_t n, int64_t vl, int64_t vb,
+                               const float *gmax, const float *gsum,
+                               const float *scaleRows, float *dlogits) override;
   void crossEntropyRowMaxBf16(const uint16_t *logits, int64_t n, int64_t vl,
                               float *rowMax) override;
   void crossEntropySumsBf16(const uint16_t *logits, const int64_t *targets,

@@ -67,16 +67,17 @@ void CudaDevice::biasBackward(const float *dy, float *db, int64_t rows,
              b::BiasTerms<float>{dy, cols}, rows, cols, db);
 }
 
-void CudaDevice::rmsnormForward(const float *x, const float *w, float *y,
-                                float *rstd, int64_t rows, int64_t cols,
-                                float eps) {
+void CudaDevice::rmsnormForwardF32(const float *x, const float *w, float *y,
+                                   float *rstd, int64_t rows, int64_t cols,
+                                   float eps) {
   launchRows("rmsnorm_forward",
              rowwise::RmsnormForward<float>{x, w, y, rstd, rows, cols, eps});
 }
 
-void CudaDevice::rmsnormBackward(const float *x, const float *w,
-                                 const float *rstd, const float *dy, float *dx,
-                                 float *dw, int64_t rows, int64_t cols) {
+void CudaDevice::rmsnormBackwardF32(const float *x, const float *w,
+                                    const float *rstd, const float *dy,
+                                    float *dx, float *dw, int64_t rows,
+                                    int64_t cols) {
   // The weight gradient first: it reads x and dy, which dx may alias.
   columnSums("rmsnorm_backward_weight_partials", "rmsnorm_backward_weight_add",
              b::RmsnormWeightTerms<float>{x, rstd, dy, cols}, rows, cols, dw);
@@ -111,19 +112,19 @@ void CudaDevice::layernormBackwardAddBf16(const uint16_t *x, const float *w,
                  x, w, mean, rstd, dy, dx, rows, cols});
 }
 
-void CudaDevice::layernormForward(const float *x, const float *w,
-                                  const float *bias, float *y, float *mean,
-                                  float *rstd, int64_t rows, int64_t cols,
-                                  float eps) {
+void CudaDevice::layernormForwardF32(const float *x, const float *w,
+                                     const float *bias, float *y, float *mean,
+                                     float *rstd, int64_t rows, int64_t cols,
+                                     float eps) {
   launchRows("layernorm_forward",
              rowwise::LayernormForward<float>{x, w, bias, y, mean, rstd, rows,
                                               cols, eps});
 }
 
-void CudaDevice::layernormBackward(const float *x, const float *w,
-                                   const float *mean, const float *rstd,
-                                   const float *dy, float *dx, float *dw,
-                                   float *db, int64_t rows, int64_t cols) {
+void CudaDevice::layernormBackwardF32(const float *x, const float *w,
+                                      const float *mean, const float *rstd,
+                                      const float *dy, float *dx, float *dw,
+                                      float *db, int64_t rows, int64_t cols) {
   columnSums("layernorm_backward_params_partials",
              "layernorm_backward_params_add",
              b::LayernormParamTerms<float>{x, mean, rstd, dy, cols}, rows, cols,
@@ -148,16 +149,16 @@ void CudaDevice::layernormForwardBf16(const float *x, const float *w,
                                                         rstd, rows, cols, eps});
 }
 
-void CudaDevice::crossEntropyRowMax(const float *logits, int64_t n, int64_t vl,
-                                    float *rowMax) {
+void CudaDevice::crossEntropyRowMaxF32(const float *logits, int64_t n,
+                                       int64_t vl, float *rowMax) {
   launchRows("cross_entropy_row_max",
              rowwise::CrossEntropyRowMax<float>{logits, rowMax, n, vl});
 }
 
-void CudaDevice::crossEntropySums(const float *logits, const int64_t *targets,
-                                  int64_t n, int64_t vl, int64_t vb,
-                                  const float *gmax, float *sumExp,
-                                  float *targetLogit) {
+void CudaDevice::crossEntropySumsF32(const float *logits,
+                                     const int64_t *targets, int64_t n,
+                                     int64_t vl, int64_t vb, const float *gmax,
+                                     float *sumExp, float *targetLogit) {
   launchRows("cross_entropy_sums",
              rowwise::CrossEntropySums<float>{logits, targets, gmax, sumExp,
                                               targetLogit, n, vl, vb});
@@ -170,11 +171,12 @@ void CudaDevice::crossEntropyLoss(const float *gmax, const float *gsum,
          b::CrossEntropyLoss<float>{gmax, gsum, gtarget, loss, n});
 }
 
-void CudaDevice::crossEntropyBackward(const float *logits,
-                                      const int64_t *targets, int64_t n,
-                                      int64_t vl, int64_t vb, const float *gmax,
-                                      const float *gsum, const float *scaleRows,
-                                      float *dlogits) {
+void CudaDevice::crossEntropyBackwardF32(const float *logits,
+                                         const int64_t *targets, int64_t n,
+                                         int64_t vl, int64_t vb,
+                                         const float *gmax, const float *gsum,
+                                         const float *scaleRows,
+                                         float *dlogits) {
   launch("cross_entropy_backward",
          b::CrossEntropyBackward<float>{logits, targets, gmax, gsum, scaleRows,
                                         dlogits, n, vl, vb});
