@@ -209,9 +209,13 @@ bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
          k.boolean("tie_word_embeddings", false));
   // Qwen2 always has q, k, v biases; Llama's attention_bias also puts one
   // on o, which mimo has not.
-  if (type == "qwen2")
-    k.flag("qkv_bias", "model_type", module.qkvBias, true);
-  else if (k.boolean("attention_bias", false))
+  if (type == "qwen2") {
+    if (!module.qkvBias)
+      k.problem("qkv_bias", "false here, but " + k.where("model_type") +
+                                " makes it true (Qwen2 has biases on q, k and "
+                                "v): set arch.qkv_bias to true, or arch.family "
+                                "to \"qwen2\"");
+  } else if (k.boolean("attention_bias", false))
     k.problem("qkv_bias", k.where("attention_bias") +
                               " is true: biases on q, k, v and o, and mimo's "
                               "language model has none on o");

@@ -215,6 +215,7 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
                   (clip ? " and the class token's row" : "") +
                   ": set arch.max_positions to " + std::to_string(rows));
   const char *family = clip ? "a CLIP" : "a SigLIP";
+  const size_t before = k.problems.size();
   k.flag("bias", "model_type (" + std::string(family) + " tower)", module.bias,
          true);
   k.flag("class_token", "model_type (" + std::string(family) + " tower)",
@@ -227,6 +228,18 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
     k.problem("final_norm", "CLIP's post_layernorm normalises only the pooled "
                             "class token, not the patch rows an encoder "
                             "passes on: set arch.final_norm to false");
+  // The tower's structure, disagreed with key by key: its family sets
+  // every one of those keys.
+  const char *named = clip ? "clip" : "siglip";
+  if (k.problems.size() > before && name() != named) {
+    Diagnostic note = Diagnostic::error(
+        k.arch + "family",
+        std::string("the folder holds ") + family + " tower: \"family\": \"" +
+            named +
+            "\" in arch sets its structure (and remove the keys above)");
+    note.note = true;
+    k.problems.push_back(std::move(note));
+  }
   return true;
 }
 

@@ -812,6 +812,40 @@ TEST(HfVision, MismatchesNameBothPointersAndTheFix) {
   EXPECT_NE(problems[0].message.find("no vision tower"), std::string::npos);
 }
 
+/// A tower whose structure the arch does not spell out: each key is named,
+/// and a note says the family sets them all; naming it fits the folder.
+TEST(HfVision, AStructureMismatchPointsToTheFamily) {
+  TempDir dir;
+  writeFolder(dir.path, clipConfig(), clipTensors("vision_model.", false));
+  json model = visionModelJson(dir.path.string());
+  json &arch = model["modules"][0]["arch"];
+  for (const char *key :
+       {"bias", "pre_norm", "class_token", "patch_bias", "activation"})
+    arch.erase(key);
+  std::vector<Diagnostic> problems = problemsOf(model);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_TRUE(problems.back().note) << describe(problems);
+  EXPECT_EQ(problems.back().pointer, "/modules/0/arch/family");
+  EXPECT_NE(problems.back().message.find("\"family\": \"clip\""),
+            std::string::npos)
+      << problems.back().message;
+  arch["family"] = "clip";
+  problems = problemsOf(model);
+  EXPECT_TRUE(problems.empty()) << describe(problems);
+
+  // A Qwen2 folder read by a module without q/k/v biases.
+  TempDir qwen;
+  json config = hfConfig();
+  config["model_type"] = "qwen2";
+  writeFolder(qwen.path, config, hfTensors());
+  problems = problemsOf(modelJson(qwen.path.string()));
+  ASSERT_EQ(problems.size(), 1u) << describe(problems);
+  EXPECT_EQ(problems[0].pointer, "/modules/0/arch/qkv_bias");
+  EXPECT_NE(problems[0].message.find("or arch.family to \"qwen2\""),
+            std::string::npos)
+      << problems[0].message;
+}
+
 TEST(HfVision, TensorProblemsNameTheTensor) {
   // A layer past num_layers is another architecture's; a missing tensor
   // is named with mimo's parameter.
