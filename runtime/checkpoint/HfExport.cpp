@@ -74,8 +74,7 @@ nlohmann::ordered_json hfLlavaConfigOf(const ModelConfig &config,
   c["tie_word_embeddings"] = language.tieEmbeddings;
   c["text_config"] = std::move(text);
   c["vision_config"] = std::move(vision);
-  c["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
-  c["transformers_version"] = "4.45.0";
+  stampHfConfig(c, dtype);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
 #include "runtime/config/Parameters.h"
+#include "runtime/family/VisionTower.h"
 #include "runtime/json/JsonReader.h"
 #include "runtime/model/Model.h"
 #include "runtime/support/InputFile.h"
@@ -124,8 +125,7 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
     folder.visionPointer = "/vision_config";
     folder.vision = c["vision_config"];
   } else if (c.contains("model_type") && c["model_type"].is_string() &&
-             (c["model_type"] == "clip_vision_model" ||
-              c["model_type"] == "siglip_vision_model")) {
+             towerReading(c["model_type"].get<std::string>())) {
     folder.vision = c;
   }
 

@@ -45,4 +45,9 @@ std::string mimoActivationName(const std::string &hf) {
   return "";
 }
 
+void stampHfConfig(nlohmann::ordered_json &config, const std::string &dtype) {
+  config["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  config["transformers_version"] = "4.45.0";
+}
+
 } // namespace mimo

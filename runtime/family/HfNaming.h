@@ -13,6 +13,8 @@
 #ifndef MIMO_RUNTIME_FAMILY_HFNAMING_H
 #define MIMO_RUNTIME_FAMILY_HFNAMING_H
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,6 +78,10 @@ PatchGeometry patchGeometryOf(int64_t featureDim);
 /// ("" for one mimo does not compute).
 std::string hfActivationName(const std::string &mimo);
 std::string mimoActivationName(const std::string &hf);
+
+/// Ends a config.json mimo writes: its torch_dtype ("bfloat16" for
+/// "bf16", else "float32") and the transformers_version it is written for.
+void stampHfConfig(nlohmann::ordered_json &config, const std::string &dtype);
 
 } // namespace mimo
 

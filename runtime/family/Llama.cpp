@@ -18,14 +18,8 @@ public:
   std::string_view label() const override {
     return "a Llama-style language model";
   }
-  std::optional<ArchProblem>
-  structureProblem(const ModuleArch &arch) const override {
-    if (arch.qkvBias)
-      return ArchProblem{"qkv_bias",
-                         "the llama family has no biases on q, k and v: "
-                         "remove arch.qkv_bias, or set arch.family to "
-                         "\"qwen2\""};
-    return std::nullopt;
+  std::vector<std::string> hfModelTypesRead() const override {
+    return {"llama", "mistral"};
   }
 
 protected:

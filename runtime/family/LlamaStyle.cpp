@@ -4,6 +4,7 @@
 
 #include "runtime/json/JsonReader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -49,6 +50,31 @@ void LlamaStyleFamily::declareParameters(const ModuleArch &m,
                           // PP)
       add("embedding", V, H, L::RowParallel, I::Weight, tiedScale);
   }
+}
+
+void LlamaStyleFamily::setDefaults(ModuleArch &arch) const {
+  arch.qkvBias = qkvBiases();
+}
+
+std::optional<ArchProblem>
+LlamaStyleFamily::structureProblem(const ModuleArch &arch) const {
+  if (arch.qkvBias == qkvBiases())
+    return std::nullopt;
+  // The family that has what the arch asks for, to name as the fix.
+  std::string other;
+  for (const ModuleFamily *family : families())
+    if (const auto *llama = dynamic_cast<const LlamaStyleFamily *>(family);
+        llama && llama->qkvBiases() == arch.qkvBias) {
+      other = std::string(llama->name());
+      break;
+    }
+  return ArchProblem{"qkv_bias",
+                     "the " + std::string(name()) + " family has " +
+                         (qkvBiases() ? "" : "no ") +
+                         "biases on q, k and v: remove arch.qkv_bias" +
+                         (other.empty()
+                              ? std::string()
+                              : ", or set arch.family to \"" + other + "\"")};
 }
 
 double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
@@ -185,8 +211,18 @@ nlohmann::ordered_json integral(double x) {
 
 bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
                                int64_t seqLength) const {
+  // The folder's family: the Llama-style one that reads its model_type.
   const std::string type = k.text("model_type", "");
-  if (type != "llama" && type != "mistral" && type != "qwen2") {
+  const LlamaStyleFamily *folder = nullptr;
+  for (const ModuleFamily *family : families())
+    if (const auto *llama = dynamic_cast<const LlamaStyleFamily *>(family)) {
+      const std::vector<std::string> types = llama->hfModelTypesRead();
+      if (std::find(types.begin(), types.end(), type) != types.end()) {
+        folder = llama;
+        break;
+      }
+    }
+  if (!folder) {
     k.otherFamily("model", type,
                   "mimo's language model reads the Llama, Mistral and Qwen2 "
                   "families");
@@ -209,12 +245,14 @@ bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
          k.boolean("tie_word_embeddings", false));
   // Qwen2 always has q, k, v biases; Llama's attention_bias also puts one
   // on o, which mimo has not.
-  if (type == "qwen2") {
+  if (folder->qkvBiases()) {
     if (!module.qkvBias)
       k.problem("qkv_bias", "false here, but " + k.where("model_type") +
-                                " makes it true (Qwen2 has biases on q, k and "
-                                "v): set arch.qkv_bias to true, or arch.family "
-                                "to \"qwen2\"");
+                                " makes it true (" +
+                                std::string(folder->label()) +
+                                " has biases on q, k and v): set "
+                                "arch.qkv_bias to true, or arch.family to \"" +
+                                std::string(folder->name()) + "\"");
   } else if (k.boolean("attention_bias", false))
     k.problem("qkv_bias", k.where("attention_bias") +
                               " is true: biases on q, k, v and o, and mimo's "
@@ -296,8 +334,7 @@ LlamaStyleFamily::hfConfig(const ModuleArch &m,
         (*pretrained)["rope_scaling"].is_object())
       c["rope_scaling"] = (*pretrained)["rope_scaling"];
   }
-  c["torch_dtype"] = context.dtype == "bf16" ? "bfloat16" : "float32";
-  c["transformers_version"] = "4.45.0";
+  stampHfConfig(c, context.dtype);
   return c;
 }
 

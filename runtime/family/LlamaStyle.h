@@ -13,11 +13,18 @@
 
 #include "runtime/family/ModuleFamily.h"
 
+#include <string>
+#include <vector>
+
 namespace mimo {
 
 class LlamaStyleFamily : public ModuleFamily {
 public:
   ModuleKind kind() const override { return ModuleKind::Language; }
+  /// qkv_bias as qkvBiases() says, fixed.
+  void setDefaults(ModuleArch &arch) const override;
+  std::optional<ArchProblem>
+  structureProblem(const ModuleArch &arch) const override;
   void declareParameters(const ModuleArch &arch, const std::string &module,
                          const StageSpan &span,
                          std::vector<ParamSpec> &out) const override;
@@ -36,6 +43,14 @@ public:
   nlohmann::ordered_json
   hfConfig(const ModuleArch &arch,
            const HfExportContext &context) const override;
+
+  /// The model_types of the folders it reads ("llama", "mistral"; by
+  /// default the one it writes), and whether their q, k and v have biases
+  /// (Qwen2's): a Llama-style check finds the folder's family by them.
+  virtual std::vector<std::string> hfModelTypesRead() const {
+    return {hfModelType()};
+  }
+  virtual bool qkvBiases() const { return false; }
 
 protected:
   /// config.json's model_type and architectures entry ("llama",

@@ -18,17 +18,10 @@ public:
   std::string_view name() const override { return "qwen2"; }
   std::string_view label() const override { return "a Qwen2 language model"; }
   void setDefaults(ModuleArch &arch) const override {
-    arch.qkvBias = true;
+    LlamaStyleFamily::setDefaults(arch);
     arch.normEps = 1e-6;
   }
-  std::optional<ArchProblem>
-  structureProblem(const ModuleArch &arch) const override {
-    if (!arch.qkvBias)
-      return ArchProblem{"qkv_bias",
-                         "the qwen2 family has biases on q, k and v: remove "
-                         "arch.qkv_bias, or set arch.family to \"llama\""};
-    return std::nullopt;
-  }
+  bool qkvBiases() const override { return true; }
 
 protected:
   std::string hfModelType() const override { return "qwen2"; }

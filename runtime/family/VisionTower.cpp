@@ -2,6 +2,7 @@
 
 #include "runtime/family/VisionTower.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -162,21 +163,30 @@ HfClaim VisionTowerFamily::hfClaim(const ModuleArch &m, const HfLayout &layout,
   return l >= m.layers() && l < m.numLayers ? HfClaim::Unused : HfClaim::Ours;
 }
 
+const HfTowerFamily *towerReading(const std::string &type) {
+  for (const ModuleFamily *family : families())
+    if (const auto *tower = dynamic_cast<const HfTowerFamily *>(family)) {
+      const std::vector<std::string> &types = tower->structure().hfModelTypes;
+      if (std::find(types.begin(), types.end(), type) != types.end())
+        return tower;
+    }
+  return nullptr;
+}
+
 bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
                                 int64_t seqLength) const {
   (void)seqLength;
-  std::string type = k.text("model_type", k.outerType);
-  const bool clip = type == "clip_vision_model" || type == "clip";
-  const bool siglip = type == "siglip_vision_model" || type == "siglip";
-  if (!clip && !siglip) {
+  const std::string type = k.text("model_type", k.outerType);
+  const HfTowerFamily *folder = towerReading(type);
+  if (!folder) {
     k.otherFamily("vision tower", type,
                   "mimo's encoder reads the CLIP and SigLIP vision towers");
     return false;
   }
+  const TowerStructure &s = folder->structure();
   k.sizes(module);
-  k.number("norm_eps", "layer_norm_eps", module.normEps, clip ? 1e-5 : 1e-6);
-  const std::string act =
-      k.text("hidden_act", clip ? "quick_gelu" : "gelu_pytorch_tanh");
+  k.number("norm_eps", "layer_norm_eps", module.normEps, s.normEps);
+  const std::string act = k.text("hidden_act", hfActivationName(s.activation));
   k.choice("activation", "hidden_act", module.activation,
            mimoActivationName(act), act,
            "gelu, gelu_pytorch_tanh and quick_gelu");
@@ -199,7 +209,7 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
                   std::to_string(channels * *patch * *patch) +
                   " values: set arch.feature_dim to that");
   const int64_t grid = (image / *patch) * (image / *patch);
-  const int64_t rows = grid + (clip ? 1 : 0);
+  const int64_t rows = grid + (s.classToken ? 1 : 0);
   if (!module.learnedPositions)
     k.problem("position_embeddings",
               "the tower learns its position embeddings (" +
@@ -212,31 +222,24 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
               std::to_string(module.maxPositions) + " here, but " +
                   k.where("image_size") + " / " + k.where("patch_size") +
                   " make " + std::to_string(grid) + " patches" +
-                  (clip ? " and the class token's row" : "") +
+                  (s.classToken ? " and the class token's row" : "") +
                   ": set arch.max_positions to " + std::to_string(rows));
-  const char *family = clip ? "a CLIP" : "a SigLIP";
   const size_t before = k.problems.size();
-  k.flag("bias", "model_type (" + std::string(family) + " tower)", module.bias,
-         true);
-  k.flag("class_token", "model_type (" + std::string(family) + " tower)",
-         module.classToken, clip);
-  k.flag("pre_norm", "model_type (" + std::string(family) + " tower)",
-         module.preNorm, clip);
-  k.flag("patch_bias", "model_type (" + std::string(family) + " tower)",
-         module.patchBias, siglip);
-  if (clip && module.finalNorm)
-    k.problem("final_norm", "CLIP's post_layernorm normalises only the pooled "
-                            "class token, not the patch rows an encoder "
-                            "passes on: set arch.final_norm to false");
+  const std::string implied = "model_type (" + s.label + ")";
+  k.flag("bias", implied, module.bias, true);
+  k.flag("class_token", implied, module.classToken, s.classToken);
+  k.flag("pre_norm", implied, module.preNorm, s.preNorm);
+  k.flag("patch_bias", implied, module.patchBias, s.patchBias);
+  if (!s.finalNormWhy.empty() && module.finalNorm)
+    k.problem("final_norm", s.finalNormWhy + ": set arch.final_norm to false");
   // The tower's structure, disagreed with key by key: its family sets
   // every one of those keys.
-  const char *named = clip ? "clip" : "siglip";
-  if (k.problems.size() > before && name() != named) {
+  if (k.problems.size() > before && folder != this) {
     Diagnostic note = Diagnostic::error(
-        k.arch + "family",
-        std::string("the folder holds ") + family + " tower: \"family\": \"" +
-            named +
-            "\" in arch sets its structure (and remove the keys above)");
+        k.arch + "family", "the folder holds " + s.label + ": \"family\": \"" +
+                               s.name +
+                               "\" in arch sets its structure (and remove the "
+                               "keys above)");
     note.note = true;
     k.problems.push_back(std::move(note));
   }
@@ -261,23 +264,53 @@ std::string VisionTowerFamily::gridProblem(const ModuleArch &m) const {
   return "";
 }
 
-ArchProblem VisionTowerFamily::needs(const char *key, const char *what) const {
-  return ArchProblem{key, std::string(label()) + " " + what + ": remove arch." +
-                              key +
-                              " (the family sets it), or name another "
-                              "arch.family"};
+void HfTowerFamily::setDefaults(ModuleArch &arch) const {
+  arch.bias = true;
+  arch.learnedPositions = true;
+  arch.classToken = tower.classToken;
+  arch.preNorm = tower.preNorm;
+  arch.patchBias = tower.patchBias;
+  arch.finalNorm = false;
+  arch.activation = tower.activation;
+  arch.normEps = tower.normEps;
+}
+
+std::optional<ArchProblem>
+HfTowerFamily::structureProblem(const ModuleArch &a) const {
+  auto needs = [&](const char *key, const std::string &what) {
+    return ArchProblem{key, tower.label + " " + what + ": remove arch." + key +
+                                " (the family sets it), or name another "
+                                "arch.family"};
+  };
+  auto has = [](bool yes, const char *what) {
+    return std::string(yes ? "has a " : "has no ") + what;
+  };
+  if (!a.bias)
+    return needs("bias", "has biases");
+  if (!a.learnedPositions)
+    return needs("position_embeddings", "learns its position embeddings");
+  if (a.classToken != tower.classToken)
+    return needs("class_token", has(tower.classToken, "class token"));
+  if (a.preNorm != tower.preNorm)
+    return needs("pre_norm", has(tower.preNorm, "pre-norm"));
+  if (a.patchBias != tower.patchBias)
+    return needs("patch_bias", has(tower.patchBias, "patch bias"));
+  if (!tower.finalNormWhy.empty() && a.finalNorm)
+    return needs("final_norm",
+                 "has no final norm (" + tower.finalNormWhy + ")");
+  return std::nullopt;
 }
 
 nlohmann::ordered_json
-VisionTowerFamily::hfConfig(const ModuleArch &m,
-                            const HfExportContext &context) const {
+HfTowerFamily::hfConfig(const ModuleArch &m,
+                        const HfExportContext &context) const {
   const PatchGeometry patch = patchGeometryOf(m.featureDim);
   const int64_t grid = m.maxPositions - (m.classToken ? 1 : 0);
   const auto side =
       static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(grid))));
   nlohmann::ordered_json c;
-  c["architectures"] = {hfArchitecture()};
-  c["model_type"] = hfModelType();
+  c["architectures"] = {tower.hfArchitecture};
+  c["model_type"] = tower.hfModelType;
   c["hidden_size"] = m.hiddenSize;
   c["intermediate_size"] = m.ffnHiddenSize;
   c["num_hidden_layers"] = m.numLayers;
@@ -293,8 +326,7 @@ VisionTowerFamily::hfConfig(const ModuleArch &m,
   c["vision_feature_select_strategy"] = m.classToken ? "default" : "full";
   c["projector_hidden_act"] = hfActivationName(m.projectorActivation);
   c["projector_hidden_size"] = context.languageHidden;
-  c["torch_dtype"] = context.dtype == "bf16" ? "bfloat16" : "float32";
-  c["transformers_version"] = "4.45.0";
+  stampHfConfig(c, context.dtype);
   return c;
 }
 

@@ -16,6 +16,9 @@
 
 #include "runtime/family/ModuleFamily.h"
 
+#include <string>
+#include <vector>
+
 namespace mimo {
 
 class VisionTowerFamily : public ModuleFamily {
@@ -36,21 +39,60 @@ public:
                int64_t seqLength) const override;
   /// mimo's ViT: why it is neither CLIP's structure nor SigLIP's.
   std::string hfExportProblem(const ModuleArch &arch) const override;
+
+protected:
+  /// "" when the tower's positions are a square grid (which config.json's
+  /// image_size / patch_size must make).
+  std::string gridProblem(const ModuleArch &arch) const;
+};
+
+/// What a Hugging Face tower family (CLIP, SigLIP) fixes of an encoder's
+/// arch, the defaults it gives the rest, and its config.json's names: one
+/// record, read by the family's defaults and structure and by every
+/// tower's config check (the folder's model_type finds its record).
+struct TowerStructure {
+  /// arch.family ("clip"), how messages name it ("a CLIP vision tower").
+  std::string name, label;
+  /// The model_type and architectures entry written, and the model_types
+  /// read (a CLIPModel's vision_config names none: "clip").
+  std::string hfModelType, hfArchitecture;
+  std::vector<std::string> hfModelTypes;
+  /// Fixed: biases and learned positions always; these as given.
+  bool classToken = false, preNorm = false, patchBias = true;
+  /// Why final_norm must be false ("": the user chooses).
+  std::string finalNormWhy;
+  /// Defaults: the MLP's activation (mimo's name) and the norms' ε, as
+  /// config.json has them when it names none.
+  std::string activation = "gelu_tanh";
+  double normEps = 1e-5;
+};
+
+/// A tower family of Hugging Face's: mimo's ViT with one structure.
+class HfTowerFamily final : public VisionTowerFamily {
+public:
+  explicit HfTowerFamily(TowerStructure structure)
+      : tower(std::move(structure)) {}
+  const TowerStructure &structure() const { return tower; }
+
+  std::string_view name() const override { return tower.name; }
+  std::string_view label() const override { return tower.label; }
+  void setDefaults(ModuleArch &arch) const override;
+  std::optional<ArchProblem>
+  structureProblem(const ModuleArch &arch) const override;
+  std::string hfExportProblem(const ModuleArch &arch) const override {
+    return gridProblem(arch);
+  }
   nlohmann::ordered_json
   hfConfig(const ModuleArch &arch,
            const HfExportContext &context) const override;
 
-protected:
-  /// CLIP's and SigLIP's: config.json's model_type and architectures
-  /// entry; and "" when the tower's positions are a square grid (which
-  /// config.json's image_size / patch_size must make).
-  virtual std::string hfModelType() const { return ""; }
-  virtual std::string hfArchitecture() const { return ""; }
-  std::string gridProblem(const ModuleArch &arch) const;
-  /// The problem of arch key `key` against the family's structure: the
-  /// tower `what` ("has a class token").
-  ArchProblem needs(const char *key, const char *what) const;
+private:
+  TowerStructure tower;
 };
+
+/// The registered tower family that reads config.json's model_type `type`
+/// ("clip_vision_model"), or nullptr.
+const HfTowerFamily *towerReading(const std::string &type);
 
 } // namespace mimo
 

@@ -18,6 +18,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/model/Model.h"
 #include "runtime/plan/PlanFile.h"
+#include "tests/unit/HfReadBack.h"
 
 #include <gtest/gtest.h>
 
@@ -903,9 +904,6 @@ TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
   std::optional<exec::Checkpoint> ckpt =
       exec::openCheckpoint(options.saveDir, *parsed.config, error, true);
   ASSERT_TRUE(ckpt) << error;
-  exec::File model((fs::path(ckpt->dir) / "model.safetensors").string(),
-                   O_RDONLY);
-  std::unique_ptr<device::Device> cpu = device::makeCpuDevice();
   for (bool perModule : {false, true}) {
     SCOPED_TRACE(perModule ? "per module" : "one LLaVA folder");
     std::vector<std::string> written;
@@ -955,30 +953,8 @@ TEST(HfVision, AnEncoderExportsAndReadsBackBitForBit) {
         EXPECT_TRUE(folder->find("language_model.model.embed_tokens.weight"));
         EXPECT_TRUE(folder->find("language_model.lm_head.weight"));
       }
-      std::vector<exec::Param> params;
-      for (const ParamSpec &spec : stageParameters(module, H, false, 1, 0)) {
-        exec::Param p;
-        p.name = spec.name();
-        p.rowEnd = p.globalRows = spec.rows;
-        p.colEnd = p.globalCols = spec.cols;
-        p.value = device::Tensor::empty(*cpu, spec.rows * spec.cols);
-        params.push_back(std::move(p));
-      }
-      std::vector<exec::Param *> pointers;
-      for (exec::Param &p : params)
-        pointers.push_back(&p);
-      exec::readHfWeights(*folder, module, pointers);
-      for (exec::Param &p : params) {
-        const safetensors::TensorEntry *saved = ckpt->model.find(p.name);
-        ASSERT_TRUE(saved) << p.name;
-        std::vector<float> want(
-            static_cast<size_t>(p.globalRows * p.globalCols));
-        model.readAt(want.data(), saved->end - saved->begin,
-                     ckpt->model.dataOffset + saved->begin);
-        std::vector<float> got = p.value.toHost();
-        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-            << p.name;
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          hftest::expectReadsBackBitForBit(*folder, module, H, *ckpt));
     }
   }
 }

@@ -9,26 +9,21 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfExport.h"
 #include "runtime/checkpoint/HfWeights.h"
 #include "runtime/config/Flops.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
-#include "runtime/device/Device.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/family/LlamaStyle.h"
-#include "runtime/model/Model.h"
 #include "runtime/plan/PlanFile.h"
+#include "tests/unit/HfReadBack.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-
-#include <fcntl.h>
 
 using namespace mimo;
 using nlohmann::json;
@@ -394,32 +389,8 @@ TEST(ModuleFamily, AFamilyRegisteredFromATestReadsAndWritesItsFolder) {
   std::optional<exec::Checkpoint> ckpt =
       exec::openCheckpoint(save, *parsed.config, error, true);
   ASSERT_TRUE(ckpt) << error;
-  exec::File file((fs::path(ckpt->dir) / "model.safetensors").string(),
-                  O_RDONLY);
-  std::unique_ptr<device::Device> cpu = device::makeCpuDevice();
-  std::vector<exec::Param> params;
-  for (const ParamSpec &spec : stageParameters(language, 8, false, 1, 0)) {
-    exec::Param p;
-    p.name = spec.name();
-    p.rowEnd = p.globalRows = spec.rows;
-    p.colEnd = p.globalCols = spec.cols;
-    p.value = device::Tensor::empty(*cpu, spec.rows * spec.cols);
-    params.push_back(std::move(p));
-  }
-  std::vector<exec::Param *> pointers;
-  for (exec::Param &p : params)
-    pointers.push_back(&p);
-  exec::readHfWeights(*folder, language, pointers);
-  for (exec::Param &p : params) {
-    const safetensors::TensorEntry *saved = ckpt->model.find(p.name);
-    ASSERT_TRUE(saved) << p.name;
-    std::vector<float> want(static_cast<size_t>(p.globalRows * p.globalCols));
-    file.readAt(want.data(), saved->end - saved->begin,
-                ckpt->model.dataOffset + saved->begin);
-    std::vector<float> got = p.value.toHost();
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-        << p.name;
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      hftest::expectReadsBackBitForBit(*folder, language, 8, *ckpt));
 
   // The model starts from the folder; a config.json that disagrees with
   // the arch is named at the arch key, with the file's key.
