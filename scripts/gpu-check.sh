@@ -153,7 +153,7 @@ if has_phase tests; then
 fi
 
 if has_phase attention; then
-  # SPEC §23: attention on both backends (mimo's kernels; cuDNN's fused
+  # docs/gpu.md: attention on both backends (mimo's kernels; cuDNN's fused
   # flash attention, found through LD_LIBRARY_PATH above) against the CPU's
   # bf16 and fp32 reference, then their TFLOP/s beside PyTorch SDPA's flash
   # and cuDNN backends in the same run, bf16, causal, sequence 2k-8k, head
@@ -335,7 +335,7 @@ PY
 fi
 
 if has_phase hf; then
-  # SPEC §28, a real client: transformers loads the exported folders and
+  # docs/pretrained.md, a real client: transformers loads the exported folders and
   # computes the loss mimo computed from them (bench/hf_client.py check).
   t0=$(date +%s)
   rc=0
@@ -498,7 +498,7 @@ if has_phase report; then
       echo "Device profile: not measured"
     fi
     echo
-    echo "Headline figures (SPEC §23; null: not measured in this run): $summary"
+    echo "Headline figures (docs/gpu.md; null: not measured in this run): $summary"
   } >"$report"
   note "wrote $report"
   # The headline figures of this run beside it, from the phases' JSON.

@@ -598,7 +598,7 @@ else
     python3 "$here/compare_metrics.py" "$work/ls.mpi.jsonl" "$work/ls.ref.jsonl" 2 &&
     pass "pretrained example: stage 1 from Hugging Face folders, mpirun matches --reference" ||
     { cat "$work/ls.out"; fail "pretrained example"; }
-  # One LLaVA folder out (SPEC §28): the pretrained bos/eos ids and
+  # One LLaVA folder out (docs/pretrained.md): the pretrained bos/eos ids and
   # max_position_embeddings kept, integers integers, the generation,
   # tokenizer and image processor configs copied; stage 2 starts from it.
   "$bin/mimo-run" "$work/llava-siglip.plan.json" --load "$work/ls-save" \

@@ -502,9 +502,9 @@ TEST(HfExport, ACheckpointExportsToAFolderInitReads) {
   }
 }
 
-/// SPEC §28: the export keeps what the pretrained folder said (bos and eos
-/// ids, max_position_embeddings, not this run's seq_length) and copies its
-/// tokenizer and generation_config.json, also two stages later (the first
+/// docs/pretrained.md: the export keeps what the pretrained folder said (bos
+/// and eos ids, max_position_embeddings, not this run's seq_length) and copies
+/// its tokenizer and generation_config.json, also two stages later (the first
 /// stage's checkpoint records the folder it started from); integers stay
 /// integers; a FIFO where a tokenizer file would be is left alone.
 TEST(HfExport, PretrainedValuesAndTokenizerFilesComeAlong) {

@@ -1,10 +1,10 @@
 //===- ModuleFamilyTest.cpp - Module families: one entry each -------------===//
 //
-// docs/model-json.md `arch.family` (SPEC §25): the built-in families are
-// inferred from the keys as before, naming one changes nothing else, its
-// defaults and structure are applied and checked at the key's pointer, and
-// a family defined here, in the test, reads and writes its own Hugging
-// Face folder with no other file changed.
+// docs/model-json.md `arch.family`, CONTRIBUTING.md: the built-in
+// families are inferred from the keys as before, naming one changes
+// nothing else, its defaults and structure are applied and checked at the
+// key's pointer, and a family defined here, in the test, reads and writes
+// its own Hugging Face folder with no other file changed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -347,10 +347,10 @@ void trainOneStep(const ModelConfig &config, const std::string &saveDir) {
 
 } // namespace
 
-/// SPEC §25: a family is one entry. This one, registered from the test,
-/// trains, writes its folder under its own names and config.json, checks a
-/// folder's config against the arch, and reads its weights back bit for
-/// bit, with no file outside the test knowing it.
+/// A family is one entry (CONTRIBUTING.md). This one, registered from
+/// the test, trains, writes its folder under its own names and config.json,
+/// checks a folder's config against the arch, and reads its weights back bit
+/// for bit, with no file outside the test knowing it.
 TEST(ModuleFamily, AFamilyRegisteredFromATestReadsAndWritesItsFolder) {
   ASSERT_TRUE(registerFamily(std::make_unique<MetaFamily>()));
   EXPECT_FALSE(registerFamily(std::make_unique<MetaFamily>())); // name taken
