@@ -94,6 +94,8 @@ const char *kUsage =
     "                [--strict]\n"
     "       mimo-run PLAN.json --load DIR --export-hf OUT [--export-dtype T]\n"
     "                [--export-hf-per-module]\n"
+    "       mimo-run PLAN.json --load DIR --export-peft OUT [--export-dtype "
+    "T]\n"
     "       mimo-run --calibrate -o PROFILE.json [--device cpu|cuda]\n"
     "       mimo-run --help | --version\n";
 
@@ -176,6 +178,11 @@ const char *kHelp =
     "  --export-hf-per-module  with --export-hf: a folder per module,\n"
     "                       DIR/<module> (an encoder as a CLIP or SigLIP\n"
     "                       tower with LLaVA's projector)\n"
+    "  --export-peft DIR    train nothing: write the LoRA adapters of the\n"
+    "                       --load checkpoint as a PEFT adapter folder DIR\n"
+    "                       (adapter_config.json, adapter_model.safetensors)\n"
+    "                       for the folder --export-hf would write; with\n"
+    "                       --export-hf-per-module one per LoRA module\n"
     "  --export-dtype T     bf16 or fp32 (default: the model's precision)\n"
     "  --calibrate -o FILE  train nothing: time this device's GEMMs,\n"
     "                       attention, memory bandwidth, kernel overhead and\n"
@@ -268,6 +275,8 @@ struct CommandLine {
   /// --export-hf DIR (with --load): write Hugging Face folders, train
   /// nothing; --export-dtype bf16|fp32 (default: the model's precision).
   std::string exportDir, exportDtype;
+  /// --export-peft DIR: the adapters as PEFT saves them (exportDir).
+  bool exportPeft = false;
   /// --strict: the local backend under NCCL's rules.
   bool strict = false;
   bool exportPerModule = false;
@@ -400,7 +409,17 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
       auto v = value("--export-hf");
       if (!v || v->empty())
         return usageError("--export-hf expects a directory");
+      if (cli.exportPeft)
+        return usageError("give --export-hf or --export-peft, not both");
       cli.exportDir = *v;
+    } else if (is("--export-peft")) {
+      auto v = value("--export-peft");
+      if (!v || v->empty())
+        return usageError("--export-peft expects a directory");
+      if (!cli.exportDir.empty())
+        return usageError("give --export-hf or --export-peft, not both");
+      cli.exportDir = *v;
+      cli.exportPeft = true;
     } else if (arg == "--export-hf-per-module") {
       cli.exportPerModule = true;
     } else if (is("--export-dtype")) {
@@ -448,8 +467,10 @@ std::optional<int> parseCommandLine(int argc, char **argv, CommandLine &cli) {
   if (!cli.exportDtype.empty() && cli.exportDir.empty())
     return usageError("--export-dtype goes with --export-hf DIR");
   if (!cli.exportDir.empty() && cli.loadPath.empty())
-    return usageError("--export-hf writes the weights of a checkpoint: give "
-                      "it with --load PATH");
+    return usageError(
+        std::string(cli.exportPeft ? "--export-peft" : "--export-hf") +
+        " writes the weights of a checkpoint: give "
+        "it with --load PATH");
   return std::nullopt;
 }
 
@@ -911,6 +932,7 @@ int runExport(const CommandLine &cli) {
                       ? (config.precision == "bf16" ? "bf16" : "fp32")
                       : cli.exportDtype;
   options.perModule = cli.exportPerModule;
+  options.peft = cli.exportPeft;
   std::vector<std::string> written;
   std::string error;
   try {

@@ -3,6 +3,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfWeights.h"
+#include "runtime/checkpoint/PeftAdapter.h"
 
 #include "runtime/config/LearningRate.h"
 #include "runtime/config/Parameters.h"
@@ -125,7 +126,7 @@ CheckpointFiles checkpointFiles(const ModelConfig &config) {
   files.model.metadata = {{"format", "mimo"}, {"model", config.name}};
   files.optimizer.metadata = {
       {"format", "mimo"}, {"model", config.name}, {"optimizer", "adamw"}};
-  for (const ParamSpec &spec : modelParameters(config)) {
+  for (const ParamSpec &spec : checkpointParameters(config)) {
     files.model.tensors.push_back({spec.name(), "F32", shapeOf(spec)});
     files.optimizer.tensors.push_back(
         {spec.name() + ".exp_avg", "F32", shapeOf(spec)});
@@ -305,6 +306,14 @@ std::optional<ModuleWeights> openModuleWeights(const std::string &path,
     weights.dir = path;
     weights.hf = std::make_shared<const HfFolder>(std::move(*folder));
     weights.hfModule = std::make_shared<const ModuleConfig>(module);
+    if (!module.init->adapterFrom.empty()) {
+      std::optional<PeftAdapter> adapter = openPeftAdapter(
+          module.init->adapterFrom, *weights.hf, config, module, error);
+      if (!adapter)
+        return std::nullopt;
+      weights.adapter =
+          std::make_shared<const PeftAdapter>(std::move(*adapter));
+    }
     return weights;
   }
   std::optional<std::string> dir = checkpointStepDir(path, error);
@@ -316,7 +325,12 @@ std::optional<ModuleWeights> openModuleWeights(const std::string &path,
       safetensors::readHeader(file, error);
   if (!header)
     return std::nullopt;
-  CheckpointFiles expected = checkpointFiles(config);
+  // A LoRA module's init is its base: every parameter but the adapters'.
+  ModelConfig base = config;
+  for (ModuleConfig &m : base.modules)
+    if (m.name == module.name)
+      m.lora.reset();
+  CheckpointFiles expected = checkpointFiles(base);
   const std::string prefix = module.name + ".";
   for (const safetensors::TensorEntry &w : expected.model.tensors) {
     if (w.name.compare(0, prefix.size(), prefix) != 0)
@@ -473,6 +487,24 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
             "purpose";
     return std::nullopt;
   }
+  // LoRA: the adapters apply to the base they were trained on.
+  auto bases = state.find("lora_base");
+  for (const ModuleConfig &m : config.modules) {
+    if (!m.lora || otherRun || bases == state.end() || !bases->is_object() ||
+        !bases->contains(m.name))
+      continue;
+    const nlohmann::json want =
+        m.init ? nlohmann::json(m.init->from)
+               : nlohmann::json("seed " + std::to_string(config.seed));
+    if ((*bases)[m.name] != want) {
+      error = statePath + ": /lora_base/" + m.name +
+              ": error: the checkpoint's adapters of module '" + m.name +
+              "' apply to the base " + (*bases)[m.name].dump() +
+              ", this model's is " + want.dump() +
+              "; set the module's init to that base, or pass --load-other-run";
+      return std::nullopt;
+    }
+  }
   return c;
 }
 
@@ -572,6 +604,13 @@ void finishCheckpoint(const std::string &dir, int64_t step,
       {"architecture_digest", architectureDigest(config)},
       {"layout", layout},
       {"hf_origin", hfOriginsOf(config)}};
+  // LoRA: the base the adapters apply to, not in the checkpoint
+  // (docs/checkpoints.md): the module's init, or the seed's weights.
+  for (const ModuleConfig &module : config.modules)
+    if (module.lora)
+      state["lora_base"][module.name] =
+          module.init ? nlohmann::json(module.init->from)
+                      : nlohmann::json("seed " + std::to_string(config.seed));
   writeSynced((tmp / "state.json").string(), state.dump(2) + "\n");
   for (const char *name : {kModelFile, kOptimizerFile}) {
     File f((tmp / name).string(), O_RDONLY);
@@ -632,11 +671,14 @@ void readModuleWeights(const ModuleWeights &weights,
                        const std::vector<Param *> &params) {
   if (weights.hf) {
     readHfWeights(*weights.hf, *weights.hfModule, params);
+    if (weights.adapter)
+      readPeftAdapter(*weights.adapter, *weights.hfModule, params);
     return;
   }
   File model((fs::path(weights.dir) / kModelFile).string(), O_RDONLY);
   for (Param *p : params)
-    transferBlock(model, weights.model, p->name, *p, p->value, false);
+    if (!isLoraFactor(p->name)) // a base's adapters are not in it
+      transferBlock(model, weights.model, p->name, *p, p->value, false);
 }
 
 void readCheckpointShards(const Checkpoint &checkpoint,

@@ -87,6 +87,7 @@ std::optional<std::string> checkpointStepDir(const std::string &path,
                                              std::string &error);
 
 struct HfFolder;
+struct PeftAdapter;
 
 /// A module's starting weights (docs/model-json.md `init`): format mimo,
 /// the step directory and its model file's header; format hf, the opened
@@ -98,6 +99,8 @@ struct ModuleWeights {
   /// arch decide the names).
   std::shared_ptr<const HfFolder> hf;
   std::shared_ptr<const ModuleConfig> hfModule;
+  /// The init's PEFT adapter folder over the Hugging Face base, or null.
+  std::shared_ptr<const PeftAdapter> adapter;
 };
 
 /// Opens the checkpoint at `path` for `module`'s weights: every parameter

@@ -6,6 +6,7 @@
 #include "runtime/checkpoint/FileIo.h"
 #include "runtime/checkpoint/HfWeights.h"
 #include "runtime/checkpoint/Safetensors.h"
+#include "runtime/checkpoint/TrainedValues.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/device/KernelBodies.h"
 #include "runtime/json/JsonReader.h"
@@ -89,19 +90,6 @@ struct OutTensor {
   int64_t bytes = 0;
 };
 
-/// Reads a checkpoint tensor (F32, global [rows, cols]) whole.
-std::vector<float> readTensor(File &file, const safetensors::Header &header,
-                              const safetensors::TensorEntry &entry) {
-  std::vector<float> values(static_cast<size_t>((entry.end - entry.begin) / 4));
-  file.readAt(values.data(), entry.end - entry.begin,
-              header.dataOffset + entry.begin);
-  return values;
-}
-
-} // namespace
-
-namespace {
-
 /// One folder to write: where, its tensors and config, and the files
 /// copied in beside them (from their folders, under their names).
 struct OutFolder {
@@ -110,7 +98,33 @@ struct OutFolder {
   std::vector<OutTensor> tensors;
   nlohmann::ordered_json config;
   std::vector<fs::path> copies;
+  /// PEFT's adapter folder (--export-peft): adapter_model.safetensors
+  /// (never sharded) and adapter_config.json.
+  bool peft = false;
+  /// Its modules, under `layout`'s names.
+  std::vector<const ModuleConfig *> modules;
+  HfLayout layout;
 };
+
+/// `spec`'s tensor under Hugging Face name `name` (`transposed`: [out, in]
+/// from mimo's [in, out]), at `esize` bytes an element.
+OutTensor outTensor(const ModuleConfig &module, const ParamSpec &spec,
+                    const std::string &name, bool transposed, int64_t esize) {
+  OutTensor t;
+  t.name = name;
+  t.source = spec.name();
+  t.rows = spec.rows, t.cols = spec.cols;
+  t.transposed = transposed;
+  t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
+            : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
+                           : std::vector<int64_t>{spec.rows, spec.cols};
+  if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
+    const PatchGeometry patch = patchGeometryOf(module.featureDim);
+    t.shape = {spec.cols, patch.channels, patch.patch, patch.patch};
+  }
+  t.bytes = spec.rows * spec.cols * esize;
+  return t;
+}
 
 /// Appends `module`'s tensors under `layout`'s names; "" or the error.
 std::string addTensors(const ModelConfig &config, const ModuleConfig &module,
@@ -118,26 +132,161 @@ std::string addTensors(const ModelConfig &config, const ModuleConfig &module,
                        std::vector<OutTensor> &tensors) {
   for (const ParamSpec &spec :
        stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
+    if (isLoraFactor(spec.local))
+      continue; // merged into its weight
     std::optional<HfSource> source =
         module.family().hfSource(layout, spec.local);
     if (!source)
       return "mimo-run: error: parameter '" + spec.name() +
              "' has no Hugging Face name";
-    OutTensor t;
-    t.name = source->name;
-    t.source = spec.name();
-    t.rows = spec.rows, t.cols = spec.cols;
-    t.transposed = source->transposed;
-    t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
-              : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
-                             : std::vector<int64_t>{spec.rows, spec.cols};
-    if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
-      const PatchGeometry patch = patchGeometryOf(module.featureDim);
-      t.shape = {spec.cols, patch.channels, patch.patch, patch.patch};
-    }
-    t.bytes = spec.rows * spec.cols * esize;
-    tensors.push_back(std::move(t));
+    tensors.push_back(
+        outTensor(module, spec, source->name, source->transposed, esize));
   }
+  return "";
+}
+
+/// A Hugging Face tensor name without its last part ("...q_proj.weight" ->
+/// "...q_proj"): the torch module PEFT names.
+std::string moduleStem(const std::string &name) {
+  return name.substr(0, name.rfind('.'));
+}
+
+/// `stems` as one regular expression PEFT's re.fullmatch takes, each
+/// layer's index as \d+.
+std::string stemsPattern(const std::vector<std::string> &stems) {
+  std::vector<std::string> patterns;
+  for (const std::string &stem : stems) {
+    std::string p;
+    for (size_t i = 0; i < stem.size(); ++i) {
+      if (std::isdigit(static_cast<unsigned char>(stem[i])) && i > 0 &&
+          stem[i - 1] == '.') {
+        size_t j = i;
+        while (j < stem.size() &&
+               std::isdigit(static_cast<unsigned char>(stem[j])))
+          ++j;
+        if (j == stem.size() || stem[j] == '.') {
+          p += "\\d+";
+          i = j - 1;
+          continue;
+        }
+      }
+      if (stem[i] == '.')
+        p += "\\";
+      p += stem[i];
+    }
+    if (std::find(patterns.begin(), patterns.end(), p) == patterns.end())
+      patterns.push_back(p);
+  }
+  std::string all;
+  for (const std::string &p : patterns)
+    all += (all.empty() ? "" : "|") + p;
+  return patterns.size() == 1 ? all : "(?:" + all + ")";
+}
+
+/// What a PEFT folder of `f`'s modules holds (docs/pretrained.md): every
+/// LoRA factor as PEFT names it (lora_A.weight [r, in], lora_B.weight [out,
+/// r]), and as modules_to_save every other torch module with a trained
+/// parameter (the LoRA modules' modules_to_save, a projector trained beside
+/// them, a module without lora that trains), all of its tensors; and
+/// adapter_config.json. "" or the error.
+std::string toPeft(const ModelConfig &config, OutFolder &f, int64_t esize,
+                   const std::string &origin) {
+  f.peft = true;
+  f.tensors.clear();
+  const std::string prefix = "base_model.model.";
+  const ModuleConfig *primary = nullptr;
+  for (const ModuleConfig *m : f.modules)
+    if (m->lora && (!primary || m->kind == ModuleKind::Language))
+      primary = m;
+  if (!primary)
+    return "mimo-run: error: --export-peft writes LoRA adapters, and no "
+           "module of " +
+           f.label +
+           " has a lora object (docs/model-json.md); export its weights with "
+           "--export-hf (nothing was written)";
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::object(),
+                         alphas = nlohmann::ordered_json::object();
+  std::vector<std::string> targets, saved;
+  for (const ModuleConfig *m : f.modules) {
+    std::vector<ParamSpec> specs =
+        stageParameters(*m, config.language().hiddenSize, false, 1, 0);
+    std::vector<std::string> moduleTargets;
+    auto hfName = [&](const std::string &local) -> std::optional<HfSource> {
+      return m->family().hfSource(f.layout, local);
+    };
+    for (const ParamSpec &spec : specs) {
+      std::string base;
+      bool isB = false;
+      if (isLoraFactor(spec.local, &base, &isB)) {
+        std::optional<HfSource> source = hfName(base);
+        if (!source)
+          return "mimo-run: error: parameter '" + m->name + "." + base +
+                 "' has no Hugging Face name";
+        const std::string stem = moduleStem(source->name);
+        moduleTargets.push_back(stem);
+        f.tensors.push_back(outTensor(
+            *m, spec,
+            prefix + stem + (isB ? ".lora_B.weight" : ".lora_A.weight"), true,
+            esize));
+      } else if (!m->frozen(spec.local)) {
+        if (std::optional<HfSource> source = hfName(spec.local)) {
+          const std::string stem = moduleStem(source->name);
+          if (std::find(saved.begin(), saved.end(), stem) == saved.end())
+            saved.push_back(stem);
+        }
+      }
+    }
+    // modules_to_save: every tensor of each torch module saved.
+    for (const ParamSpec &spec : specs)
+      if (!isLoraFactor(spec.local))
+        if (std::optional<HfSource> source = hfName(spec.local))
+          if (std::find(saved.begin(), saved.end(), moduleStem(source->name)) !=
+              saved.end())
+            f.tensors.push_back(outTensor(*m, spec, prefix + source->name,
+                                          source->transposed, esize));
+    if (!m->lora)
+      continue;
+    if (m->lora->rslora != primary->lora->rslora)
+      return "mimo-run: error: --export-peft writes one adapter_config.json, "
+             "whose use_rslora is one for every module, and module '" +
+             m->name + "' has rslora " + (m->lora->rslora ? "true" : "false") +
+             ", module '" + primary->name + "' " +
+             (primary->lora->rslora ? "true" : "false") +
+             "; give both the same (nothing was written)";
+    if (m != primary) {
+      const std::string pattern = stemsPattern(moduleTargets);
+      ranks[pattern] = m->lora->rank;
+      alphas[pattern] = m->lora->alpha;
+    }
+    targets.insert(targets.end(), moduleTargets.begin(), moduleTargets.end());
+  }
+  nlohmann::ordered_json c;
+  c["peft_type"] = "LORA";
+  c["task_type"] =
+      f.modules.size() == 1 && f.modules[0]->kind == ModuleKind::Language
+          ? nlohmann::ordered_json("CAUSAL_LM")
+          : nlohmann::ordered_json(nullptr);
+  c["base_model_name_or_path"] = origin.empty()
+                                     ? nlohmann::ordered_json(nullptr)
+                                     : nlohmann::ordered_json(origin);
+  c["r"] = primary->lora->rank;
+  c["lora_alpha"] = primary->lora->alpha;
+  c["use_rslora"] = primary->lora->rslora;
+  c["target_modules"] = stemsPattern(targets);
+  c["rank_pattern"] = ranks;
+  c["alpha_pattern"] = alphas;
+  c["modules_to_save"] = saved.empty() ? nlohmann::ordered_json(nullptr)
+                                       : nlohmann::ordered_json(saved);
+  c["lora_dropout"] = 0.0;
+  c["bias"] = "none";
+  c["fan_in_fan_out"] = false;
+  c["init_lora_weights"] = true;
+  c["inference_mode"] = true;
+  c["use_dora"] = false;
+  c["layers_to_transform"] = nullptr;
+  c["layers_pattern"] = nullptr;
+  c["revision"] = nullptr;
+  f.config = c;
   return "";
 }
 
@@ -220,9 +369,8 @@ std::string copiedNames(const std::vector<fs::path> &copies) {
 /// Writes `f`'s safetensors (sharded at `shardBytes`), index, config and
 /// copies into f.partial; returns how many safetensors files; throws
 /// std::runtime_error naming the file.
-size_t writeFolder(const OutFolder &f, const Checkpoint &ckpt,
-                   const std::string &modelPath, const std::string &dtype,
-                   int64_t shardBytes) {
+size_t writeFolder(const OutFolder &f, TrainedValues &values,
+                   const std::string &dtype, int64_t shardBytes) {
   const std::vector<OutTensor> &tensors = f.tensors;
   // Shards of at most shardBytes (a larger tensor alone in its own).
   std::vector<std::vector<size_t>> shards(1);
@@ -237,10 +385,11 @@ size_t writeFolder(const OutFolder &f, const Checkpoint &ckpt,
   }
   nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
   int64_t total = 0;
-  File model(modelPath, O_RDONLY | O_CLOEXEC);
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
-    if (shards.size() == 1)
+    if (f.peft)
+      std::snprintf(name, sizeof name, "adapter_model.safetensors");
+    else if (shards.size() == 1)
       std::snprintf(name, sizeof name, "model.safetensors");
     else
       std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors",
@@ -256,19 +405,10 @@ size_t writeFolder(const OutFolder &f, const Checkpoint &ckpt,
     os << safetensors::encodeHeader(header);
     for (size_t i : shards[s]) {
       const OutTensor &t = tensors[i];
-      const safetensors::TensorEntry *entry = ckpt.model.find(t.source);
-      if (!entry)
-        throw std::runtime_error(modelPath + ": error: no tensor '" + t.source +
-                                 "'");
-      std::vector<float> v = readTensor(model, ckpt.model, *entry);
-      for (size_t k = 0; k < v.size(); ++k)
-        if (!std::isfinite(v[k]))
-          throw std::runtime_error(
-              modelPath + ": error: tensor '" + t.source + "' holds " +
-              std::to_string(v[k]) + " at element " + std::to_string(k) +
-              ": the checkpoint is not finite (training diverged, or the "
-              "file is damaged); nothing is exported: export an earlier "
-              "step (--load DIR/step-N)");
+      // A LoRA target merged with its adapters (PEFT's folders hold the
+      // adapters themselves).
+      std::vector<float> v =
+          f.peft ? values.kept(t.source) : values.whole(t.source);
       std::vector<float> hf(v.size());
       for (int64_t r = 0; r < t.rows; ++r)
         for (int64_t c = 0; c < t.cols; ++c)
@@ -306,7 +446,7 @@ size_t writeFolder(const OutFolder &f, const Checkpoint &ckpt,
     index["weight_map"] = weightMap;
     writeJson("model.safetensors.index.json", index);
   }
-  writeJson("config.json", f.config);
+  writeJson(f.peft ? "adapter_config.json" : "config.json", f.config);
   for (const fs::path &from : f.copies) {
     std::error_code ec;
     fs::copy_file(from, f.partial / from.filename(), ec);
@@ -336,8 +476,7 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       openCheckpoint(checkpoint, config, error, /*otherRun=*/true);
   if (!ckpt)
     return error;
-  const std::string modelPath =
-      (fs::path(ckpt->dir) / "model.safetensors").string();
+  TrainedValues values(config, *ckpt);
   const std::string &dtype = options.dtype;
   const int64_t esize = dtype == "bf16" ? 2 : 4;
   fs::path target = fs::path(out).lexically_normal();
@@ -380,6 +519,8 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       HfLayout layout;
       if (!isLanguage)
         layout.projector = "multi_modal_projector.";
+      f.modules = {&module};
+      f.layout = layout;
       if (std::string e = addTensors(config, module, layout, esize, f.tensors);
           !e.empty())
         return e;
@@ -413,6 +554,7 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     }
     if (encoders.empty()) {
       f.label = "module '" + language.name + "'";
+      f.modules = {&language};
       if (std::string e =
               addTensors(config, language, HfLayout{}, esize, f.tensors);
           !e.empty())
@@ -430,6 +572,8 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       f.label =
           "LLaVA (modules '" + encoder.name + "', '" + language.name + "')";
       const HfLayout layout = HfLayout::llavaBefore452();
+      f.modules = {&encoder, &language};
+      f.layout = layout;
       for (const ModuleConfig *module : {&encoder, &language})
         if (std::string e =
                 addTensors(config, *module, layout, esize, f.tensors);
@@ -444,6 +588,24 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
         addCopies(origin, kProcessorFiles, f.copies);
     }
     folders.push_back(std::move(f));
+  }
+
+  if (options.peft) {
+    std::vector<OutFolder> adapters;
+    for (OutFolder &f : folders) {
+      bool lora = false;
+      for (const ModuleConfig *m : f.modules)
+        lora = lora || m->lora;
+      if (!lora && options.perModule) {
+        notes.push_back("note: " + f.label +
+                        " has no lora object: no adapter folder for it");
+        continue;
+      }
+      if (std::string e = toPeft(config, f, esize, languageOrigin); !e.empty())
+        return e;
+      adapters.push_back(std::move(f));
+    }
+    folders = std::move(adapters);
   }
 
   // All or nothing: every target checked before anything is written, each
@@ -476,7 +638,8 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
     staged.push_back(&f);
     size_t files = 0;
     try {
-      files = writeFolder(f, *ckpt, modelPath, dtype, options.shardBytes);
+      files = writeFolder(f, values, dtype,
+                          f.peft ? INT64_MAX : options.shardBytes);
     } catch (const std::exception &e) {
       discard();
       return e.what();

@@ -17,7 +17,9 @@
 // tokenizer files and generation_config.json found there are copied (the
 // folder the weights came from: the module's init, or the one the init
 // checkpoint records). `"init": {"format": "hf"}` reads it back bit for
-// bit.
+// bit. A LoRA module's weights are merged with their adapters
+// (checkpoint/TrainedValues.h); `peft` writes the adapters instead, as PEFT
+// saves them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_CHECKPOINT_HFEXPORT_H
@@ -62,6 +64,10 @@ struct HfExportOptions {
   std::string dtype = "fp32"; // "bf16" or "fp32"
   bool perModule = false;     // OUT/<module>, not one folder OUT
   int64_t shardBytes = kHfShardBytes;
+  /// --export-peft: PEFT adapter folders (adapter_config.json,
+  /// adapter_model.safetensors) of the LoRA modules, under the names the
+  /// same export's Hugging Face folder has, instead of merged weights.
+  bool peft = false;
 };
 
 /// Writes the folder (or folders); returns "" or the error ("PATH: error:

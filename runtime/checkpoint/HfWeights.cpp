@@ -3,6 +3,7 @@
 #include "runtime/checkpoint/HfWeights.h"
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/PeftAdapter.h"
 
 #include "runtime/config/Parameters.h"
 #include "runtime/family/VisionTower.h"
@@ -225,6 +226,8 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
   std::set<std::string> used;
   for (const ParamSpec &spec :
        stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
+    if (isLoraFactor(spec.local))
+      continue; // adapters: not the base's (an init's adapter folder)
     std::optional<HfSource> source = folder.sourceOf(module, spec.local);
     if (!source) {
       if (!language && spec.local.rfind("projection.", 0) == 0)
@@ -279,16 +282,30 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
 
 void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params) {
-  std::map<size_t, std::unique_ptr<MappedFile>> maps;
+  std::vector<std::pair<Param *, HfSource>> sources;
   const std::string moduleDot = module.name + ".";
   for (Param *p : params) {
     const std::string local = p->name.substr(moduleDot.size());
+    if (isLoraFactor(local))
+      continue; // adapters: initialised, or from the init's adapter folder
     std::optional<HfSource> source = folder.sourceOf(module, local);
     if (!source && module.kind == ModuleKind::Encoder &&
         local.rfind("projection.", 0) == 0)
       continue; // no projector in the folder: mimo's init stays
-    const safetensors::TensorEntry *t =
-        source ? folder.find(source->name) : nullptr;
+    if (!source)
+      throw std::runtime_error(folder.dir + ": error: no tensor for '" +
+                               p->name + "'");
+    sources.push_back({p, *source});
+  }
+  readHfTensors(folder, sources);
+}
+
+void readHfTensors(const HfFolder &folder,
+                   const std::vector<std::pair<Param *, HfSource>> &sources) {
+  std::map<size_t, std::unique_ptr<MappedFile>> maps;
+  for (const auto &[p, hfSource] : sources) {
+    const HfSource *source = &hfSource;
+    const safetensors::TensorEntry *t = folder.find(source->name);
     if (!t)
       throw std::runtime_error(folder.dir + ": error: no tensor for '" +
                                p->name + "'");
@@ -364,9 +381,16 @@ std::vector<Diagnostic> initProblems(const ModelConfig &config) {
       continue;
     }
     error = hfTensorProblem(*folder, config, module);
-    if (!error.empty())
+    if (!error.empty()) {
       problems.push_back(
           Diagnostic::error(module.pointer + "/init/from", error));
+      continue;
+    }
+    if (!module.init->adapterFrom.empty() &&
+        !openPeftAdapter(module.init->adapterFrom, *folder, config, module,
+                         error))
+      problems.push_back(
+          Diagnostic::error(module.pointer + "/init/adapter/from", error));
   }
   return problems;
 }

@@ -87,6 +87,12 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
 void readHfWeights(const HfFolder &folder, const ModuleConfig &module,
                    const std::vector<Param *> &params);
 
+/// Every rank: the blocks of each parameter from the folder's tensor its
+/// source names (transposed: [out, in] for mimo's [in, out]), converted to
+/// fp32, as readHfWeights does.
+void readHfTensors(const HfFolder &folder,
+                   const std::vector<std::pair<Param *, HfSource>> &sources);
+
 /// mimoc compile: every module's init opened and checked as mimo-run will
 /// (a Hugging Face folder: config.json against arch, the tensors; a mimo
 /// checkpoint: found, complete, this architecture's tensors), as

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace mimo {
 
@@ -69,6 +70,15 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
   auto weight = [&](double forward, const std::string &local, bool backward) {
     return forward * (1.0 + (backward ? 1.0 + (trains(local) ? 1.0 : 0.0) : 0));
   };
+  // A LoRA adapter on a [K, N] weight (docs/model.md): x·A and (x·A)·B
+  // forward; dB, du, dA and dx where the backward runs.
+  auto adapter = [&](const std::string &local, double K, double N,
+                     bool backward) {
+    if (!m.lora || !loraTargetOf(*m.lora, local))
+      return 0.0;
+    const double r = static_cast<double>(m.lora->rank);
+    return 2.0 * tokens * r * (K + N) * (backward ? 3.0 : 1.0);
+  };
   double work = 0;
   int64_t truncated = 0;
   if (!language && encoderBottomFrozen(m)) {
@@ -78,7 +88,8 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
       bool frozen = true;
       for (const char *p : {"wq", "wk", "wv", "wo", "ln1.weight", "ln1.bias",
                             "ln2.weight", "ln2.bias", "fc1", "fc2"})
-        frozen = frozen && !trains(at + p);
+        frozen = frozen && !trains(at + p) &&
+                 !(m.lora && loraTargetOf(*m.lora, at + p));
       if (!frozen)
         break;
       truncated = l + 1;
@@ -88,15 +99,18 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     const std::string at = "layers." + std::to_string(l) + ".";
     const bool backward = l >= truncated;
     const double KV = static_cast<double>(m.kvHidden());
-    for (const char *w : {"wq", "wk", "wv", "wo"})
-      work += weight(2.0 * H * (w[1] == 'k' || w[1] == 'v' ? KV : H) * tokens,
-                     at + w, backward);
-    if (language)
-      for (const char *w : {"gate", "up", "down"})
-        work += weight(2.0 * H * F * tokens, at + w, backward);
-    else
-      for (const char *w : {"fc1", "fc2"})
-        work += weight(2.0 * H * F * tokens, at + w, backward);
+    for (const char *w : {"wq", "wk", "wv", "wo"}) {
+      const double N = w[1] == 'k' || w[1] == 'v' ? KV : H;
+      work += weight(2.0 * H * N * tokens, at + w, backward) +
+              adapter(at + w, H, N, backward);
+    }
+    for (const char *w : language
+                             ? std::vector<const char *>{"gate", "up", "down"}
+                             : std::vector<const char *>{"fc1", "fc2"}) {
+      const bool down = w[0] == 'd' || w[2] == '2';
+      work += weight(2.0 * H * F * tokens, at + w, backward) +
+              adapter(at + w, down ? F : H, down ? H : F, backward);
+    }
     work += squares * 4.0 * H * (backward ? 3.0 : 1.0);
   }
   if (language) {

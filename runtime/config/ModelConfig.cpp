@@ -29,11 +29,13 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N (encoder)",
        {"name", "kind", "arch", "parallel", "special_token_id", "freeze",
         "lr_mult", "init", "pipeline_layers", "recompute", "recompute_layers",
-        "distributed_optimizer"}},
+        "distributed_optimizer", "lora"}},
       {"/modules/N (language)",
        {"name", "kind", "arch", "parallel", "freeze", "lr_mult", "init",
         "pipeline_layers", "recompute", "recompute_layers",
-        "distributed_optimizer"}},
+        "distributed_optimizer", "lora"}},
+      {"/modules/N/lora",
+       {"r", "alpha", "targets", "rslora", "modules_to_save"}},
       {"/modules/N/arch (encoder)",
        {"family", "feature_dim", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size", "norm_eps", "bias", "position_embeddings",
@@ -47,7 +49,8 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/modules/N/arch/rope_scaling",
        {"type", "factor", "low_freq_factor", "high_freq_factor",
         "original_max_position_embeddings"}},
-      {"/modules/N/init", {"from", "format"}},
+      {"/modules/N/init", {"from", "format", "adapter"}},
+      {"/modules/N/init/adapter", {"from", "format"}},
       {"/modules/N/parallel",
        {"tp", "cp", "pp", "dp", "rank_offset", "sequence_parallel", "cp_comm",
         "virtual_stages", "order"}},
@@ -73,18 +76,30 @@ bool namePrefixMatches(const std::string &local, const std::string &prefix) {
 
 void resolveInitPaths(ModelConfig &config, const std::string &modelDir) {
   namespace fs = std::filesystem;
+  auto resolve = [&](std::string &path) {
+    if (path.empty() || fs::path(path).is_absolute())
+      return;
+    std::error_code ec;
+    fs::path joined = fs::path(modelDir.empty() ? "." : modelDir) / path;
+    fs::path absolute = fs::absolute(joined, ec);
+    path = (ec ? joined : absolute).lexically_normal().string();
+  };
   for (ModuleConfig &module : config.modules)
-    if (module.init && !module.init->from.empty() &&
-        !fs::path(module.init->from).is_absolute()) {
-      std::error_code ec;
-      fs::path joined =
-          fs::path(modelDir.empty() ? "." : modelDir) / module.init->from;
-      fs::path absolute = fs::absolute(joined, ec);
-      module.init->from = (ec ? joined : absolute).lexically_normal().string();
+    if (module.init) {
+      resolve(module.init->from);
+      resolve(module.init->adapterFrom);
     }
 }
 
 bool ModuleConfig::frozen(const std::string &local) const {
+  if (lora) {
+    if (isLoraFactor(local))
+      return false;
+    for (const std::string &prefix : lora->modulesToSave)
+      if (namePrefixMatches(local, prefix))
+        return false;
+    return true;
+  }
   if (freezeAll || (freezeBody && !namePrefixMatches(local, "projection")))
     return true;
   for (const std::string &prefix : freezePrefixes)

@@ -11,6 +11,7 @@
 #define MIMO_RUNTIME_CONFIG_MODELCONFIG_H
 
 #include "runtime/config/Grid.h"
+#include "runtime/config/Lora.h"
 #include "runtime/family/ModuleArch.h"
 #include "runtime/json/Diagnostic.h"
 #include "runtime/schedule/PipelineSchedule.h"
@@ -52,6 +53,9 @@ struct InitConfig {
   /// (resolveInitPaths).
   std::string from;
   std::string format = "mimo";
+  /// `adapter`: a PEFT LoRA folder read over the base (absolute once
+  /// compiled); empty when none.
+  std::string adapterFrom;
 };
 
 /// A module of model.json: its architecture (family/ModuleArch.h) and how
@@ -68,6 +72,9 @@ struct ModuleConfig : ModuleArch {
   /// an encoder but its projector's.
   bool freezeAll = false, freezeBody = false;
   std::vector<std::string> freezePrefixes;
+  /// docs/model-json.md `lora`: adapters on the targeted linear layers;
+  /// every other parameter frozen but its `modules_to_save`.
+  std::optional<LoraConfig> lora;
   /// Scales the learning rate of the module's parameters.
   double lrMult = 1.0;
   /// docs/model-json.md `recompute` ("none", "selective" or "full") and
@@ -103,10 +110,13 @@ struct ModuleConfig : ModuleArch {
   /// JSON pointer of this module ("/modules/1").
   std::string pointer;
 
-  /// Whether parameter `local` (its name within the module) is frozen.
+  /// Whether parameter `local` (its name within the module) is frozen:
+  /// never an adapter factor nor, under `lora`, a `modules_to_save`
+  /// parameter; under `lora` every other one.
   bool frozen(const std::string &local) const;
   bool freezesAny() const {
-    return freezeAll || freezeBody || !freezePrefixes.empty();
+    return freezeAll || freezeBody || !freezePrefixes.empty() ||
+           lora.has_value();
   }
 };
 

@@ -281,6 +281,90 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
   }
 }
 
+/// docs/model-json.md `lora`.
+void parseLora(Validator &v, const json &moduleJson, ModuleConfig &module) {
+  const json *lora = v.member(moduleJson, module.pointer, "lora", false,
+                              "the module's low-rank adapters");
+  const std::string at = module.pointer + "/lora";
+  if (!lora ||
+      !v.object(*lora, at, modelJsonKeys("/modules/N/lora"), "a lora object"))
+    return;
+  LoraConfig config;
+  const bool language = module.kind == ModuleKind::Language;
+  if (auto r = v.integer(*lora, at, "r", true, 1, "the adapters' rank", 65536))
+    config.rank = *r;
+  if (auto alpha = v.number(*lora, at, "alpha", 0, true, INFINITY, true,
+                            "the adapters' scale numerator (s = alpha / r)"))
+    config.alpha = *alpha;
+  else if (!lora->contains("alpha"))
+    config.alpha = static_cast<double>(config.rank); // s = 1, PEFT's 8/8
+  if (auto rs = v.boolean(*lora, at, "rslora",
+                          "whether s = alpha / sqrt(r) (rank-stabilised)"))
+    config.rslora = *rs;
+  const std::vector<std::string> names = loraTargetNames(language);
+  const std::string kindName = language ? "a language model" : "an encoder";
+  if (const json *targets = v.member(*lora, at, "targets", true,
+                                     "the linear layers that get adapters")) {
+    if (targets->is_string() && targets->get<std::string>() == "all-linear") {
+      config.targets = names;
+    } else if (!targets->is_array() || targets->empty()) {
+      v.error(at + "/targets",
+              "expected \"all-linear\" or a non-empty array of linear-layer "
+              "names, found " +
+                  describeJson(*targets) + "; " + kindName + "'s are " +
+                  JsonValidator::quoted(names));
+    } else {
+      for (size_t i = 0; i < targets->size(); ++i) {
+        const json &t = (*targets)[i];
+        const std::string where = at + "/targets/" + std::to_string(i);
+        std::optional<std::string> name;
+        if (t.is_string())
+          name = canonicalLoraTarget(t.get<std::string>());
+        if (!name ||
+            std::find(names.begin(), names.end(), *name) == names.end()) {
+          std::string hint =
+              t.is_string() ? closestMatch(t.get<std::string>(), names) : "";
+          v.error(where,
+                  "expected a linear layer of " + kindName +
+                      " (docs/model.md), found " + describeJson(t) +
+                      (hint.empty() ? "" : "; did you mean \"" + hint + "\"?") +
+                      "; " + kindName + "'s are " +
+                      JsonValidator::quoted(names) +
+                      " (or PEFT's names: q_proj, o_proj, ...)");
+          continue;
+        }
+        if (config.hasTarget(*name))
+          v.error(where, "\"" + *name +
+                             "\" is targeted twice; list each linear layer "
+                             "once");
+        else
+          config.targets.push_back(*name);
+      }
+    }
+  }
+  if (const json *save = v.member(*lora, at, "modules_to_save", false,
+                                  "parameters trained fully beside the "
+                                  "adapters")) {
+    if (!save->is_array())
+      v.error(at + "/modules_to_save",
+              "expected an array of parameter-name prefixes, found " +
+                  describeJson(*save) + "; write for example [\"head\"]");
+    else
+      for (size_t i = 0; i < save->size(); ++i) {
+        const json &prefix = (*save)[i];
+        if (prefix.is_string() && !prefix.get<std::string>().empty())
+          config.modulesToSave.push_back(prefix.get<std::string>());
+        else
+          v.error(at + "/modules_to_save/" + std::to_string(i),
+                  "expected a parameter-name prefix (a string such as "
+                  "\"head\"), found " +
+                      describeJson(prefix) +
+                      "; write the parameter names of docs/model.md");
+      }
+  }
+  module.lora = std::move(config);
+}
+
 void parseModule(Validator &v, const json &moduleJson, size_t index,
                  ModelConfig &config, bool &ok) {
   ModuleConfig module;
@@ -437,6 +521,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                       "; write for example true or [\"patch\", \"layers\"]");
     }
   }
+  parseLora(v, moduleJson, module);
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;
@@ -499,10 +584,68 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
       if (auto format = v.choice(*init, at, "format", true, {"mimo", "hf"},
                                  "what `from` holds"))
         config.format = *format;
+      if (const json *adapter = v.member(*init, at, "adapter", false,
+                                         "a PEFT adapter over the base")) {
+        const std::string where = at + "/adapter";
+        if (v.object(*adapter, where, modelJsonKeys("/modules/N/init/adapter"),
+                     "the adapter folder")) {
+          if (auto from = v.string(*adapter, where, "from", true,
+                                   "the PEFT adapter folder"))
+            config.adapterFrom = *from;
+          v.choice(*adapter, where, "format", true, {"peft"},
+                   "what the adapter folder holds");
+          if (!module.lora)
+            v.error(where, "an adapter folder is read into the module's LoRA "
+                           "adapters, and module '" +
+                               module.name +
+                               "' has no lora object; add \"lora\" with the "
+                               "adapter's r, alpha and targets");
+          else if (config.format != "hf")
+            v.error(where, "a PEFT adapter applies to a Hugging Face base: "
+                           "give init a \"format\": \"hf\" folder");
+        }
+      }
       module.init = config;
     }
   }
   config.modules.push_back(std::move(module));
+}
+
+/// Each of `prefixes` (at `at` + its index) names some parameter of
+/// `module` (not an adapter factor).
+void checkPrefixes(Validator &v, const ModuleConfig &module,
+                   int64_t outputHidden,
+                   const std::vector<std::string> &prefixes,
+                   const std::string &at) {
+  if (prefixes.empty())
+    return;
+  ModuleConfig plain = module;
+  plain.lora.reset(); // the base's names
+  std::vector<ParamSpec> specs =
+      stageParameters(plain, outputHidden, false, 1, 0);
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    const std::string &prefix = prefixes[i];
+    bool named = false;
+    for (const ParamSpec &spec : specs)
+      named = named || namePrefixMatches(spec.local, prefix);
+    if (named)
+      continue;
+    std::string names;
+    std::vector<std::string> seen;
+    for (const ParamSpec &spec : specs) {
+      std::string head = spec.local.substr(0, spec.local.find('.'));
+      if (std::find(seen.begin(), seen.end(), head) == seen.end()) {
+        seen.push_back(head);
+        names += (names.empty() ? "" : ", ") + ("\"" + head + "\"");
+      }
+    }
+    v.error(at + std::to_string(i),
+            "expected a prefix of a parameter name of module '" + module.name +
+                "', found \"" + prefix +
+                "\", which names none; its names "
+                "begin with " +
+                names + " (docs/model.md)");
+  }
 }
 
 } // namespace
@@ -574,35 +717,16 @@ void parseModules(Validator &v, const json &root, ModelConfig &config) {
     return;
   }
   const ModuleConfig &lm = config.modules[*language];
-  // Every freeze prefix names some parameter of its module.
+  // Every freeze and modules_to_save prefix names some parameter of its
+  // module.
   for (const ModuleConfig &module : config.modules) {
-    if (module.freezePrefixes.empty() || module.hiddenSize <= 0 ||
-        module.numLayers <= 0 || lm.hiddenSize <= 0)
+    if (module.hiddenSize <= 0 || module.numLayers <= 0 || lm.hiddenSize <= 0)
       continue;
-    std::vector<ParamSpec> specs =
-        stageParameters(module, lm.hiddenSize, false, 1, 0);
-    for (size_t i = 0; i < module.freezePrefixes.size(); ++i) {
-      const std::string &prefix = module.freezePrefixes[i];
-      bool named = false;
-      for (const ParamSpec &spec : specs)
-        named = named || namePrefixMatches(spec.local, prefix);
-      if (named)
-        continue;
-      std::string names;
-      std::vector<std::string> seen;
-      for (const ParamSpec &spec : specs) {
-        std::string head = spec.local.substr(0, spec.local.find('.'));
-        if (std::find(seen.begin(), seen.end(), head) == seen.end()) {
-          seen.push_back(head);
-          names += (names.empty() ? "" : ", ") + ("\"" + head + "\"");
-        }
-      }
-      v.error(module.pointer + "/freeze/" + std::to_string(i),
-              "expected a prefix of a parameter name of module '" +
-                  module.name + "', found \"" + prefix +
-                  "\", which names none; its names begin with " + names +
-                  " (docs/model.md)");
-    }
+    checkPrefixes(v, module, lm.hiddenSize, module.freezePrefixes,
+                  module.pointer + "/freeze/");
+    if (module.lora)
+      checkPrefixes(v, module, lm.hiddenSize, module.lora->modulesToSave,
+                    module.pointer + "/lora/modules_to_save/");
   }
   // Something must train.
   if (lm.hiddenSize > 0 && v.diagnostics.empty()) {

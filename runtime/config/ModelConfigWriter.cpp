@@ -97,6 +97,15 @@ json toJson(const ModelConfig &config) {
       entry["freeze"] = "encoder_body";
     else if (!module.freezePrefixes.empty())
       entry["freeze"] = module.freezePrefixes;
+    if (module.lora) {
+      const LoraConfig &l = *module.lora;
+      json lora = {{"r", l.rank}, {"alpha", l.alpha}, {"targets", l.targets}};
+      if (l.rslora)
+        lora["rslora"] = true;
+      if (!l.modulesToSave.empty())
+        lora["modules_to_save"] = l.modulesToSave;
+      entry["lora"] = lora;
+    }
     if (module.lrMult != 1.0)
       entry["lr_mult"] = module.lrMult;
     if (module.recompute != "none")
@@ -107,9 +116,13 @@ json toJson(const ModelConfig &config) {
       entry["distributed_optimizer"] = true;
     if (!module.pipelineLayers.empty())
       entry["pipeline_layers"] = module.pipelineLayers;
-    if (module.init)
+    if (module.init) {
       entry["init"] = {{"from", module.init->from},
                        {"format", module.init->format}};
+      if (!module.init->adapterFrom.empty())
+        entry["init"]["adapter"] = {{"from", module.init->adapterFrom},
+                                    {"format", "peft"}};
+    }
     modules.push_back(entry);
   }
   json data = {{"source", config.data.source}};

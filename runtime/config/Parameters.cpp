@@ -3,6 +3,7 @@
 #include "runtime/config/Parameters.h"
 
 #include "runtime/family/ModuleFamily.h"
+#include "runtime/support/Random.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +25,31 @@ ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank) {
     break;
   }
   return {0, spec.rows, 0, spec.cols};
+}
+
+std::vector<float> initialValues(uint64_t seed, const ParamSpec &spec,
+                                 const ParamBlock &block) {
+  using exec::combine, exec::hashString, exec::symmetricUnit;
+  const int64_t rows = block.rowEnd - block.rowBegin;
+  const int64_t cols = block.colEnd - block.colBegin;
+  const float scale = spec.scale > 0
+                          ? spec.scale
+                          : 1.0f / std::sqrt(static_cast<float>(spec.rows));
+  std::vector<float> value(static_cast<size_t>(rows * cols));
+  const uint64_t key =
+      combine(combine(seed, hashString(spec.module)), hashString(spec.local));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float element = spec.init == ParamInit::Ones ? 1.0f : 0.0f;
+      if (spec.init == ParamInit::Weight)
+        element =
+            scale *
+            symmetricUnit(combine(
+                key, static_cast<uint64_t>((block.rowBegin + i) * spec.cols +
+                                           block.colBegin + j)));
+      value[static_cast<size_t>(i * cols + j)] = element;
+    }
+  return value;
 }
 
 std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
@@ -118,6 +144,8 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
   span.sequenceParallel = sequenceParallel;
   std::vector<ParamSpec> out;
   module.family().declareParameters(module, module.name, span, out);
+  if (module.lora)
+    addLoraFactors(*module.lora, out);
   return out;
 }
 
@@ -135,6 +163,19 @@ std::vector<ParamSpec> modelParameters(const ModelConfig &config) {
           all.push_back(std::move(spec));
     }
   return all;
+}
+
+bool checkpointed(const ModuleConfig &module, const std::string &local) {
+  return !module.lora || !module.frozen(local);
+}
+
+std::vector<ParamSpec> checkpointParameters(const ModelConfig &config) {
+  std::vector<ParamSpec> out;
+  for (ParamSpec &spec : modelParameters(config))
+    for (const ModuleConfig &module : config.modules)
+      if (module.name == spec.module && checkpointed(module, spec.local))
+        out.push_back(std::move(spec));
+  return out;
 }
 
 bool tiedCopy(const ModuleConfig &module, const std::string &local,

@@ -28,6 +28,13 @@ struct ParamBlock {
 };
 ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank);
 
+/// The initial values of `block` of `spec` (docs/model.md "Parameters and
+/// initialisation"), row-major: a pure function of (seed, module, name,
+/// global index), so every layout, and an export of a LoRA base made from
+/// the seed, has the same bits.
+std::vector<float> initialValues(uint64_t seed, const ParamSpec &spec,
+                                 const ParamBlock &block);
+
 /// The layers [begin, end) of pipeline stage `ppRank` of `pp` when
 /// `layers` split evenly.
 std::pair<int64_t, int64_t> stageLayers(int64_t layers, int64_t pp,
@@ -62,6 +69,14 @@ std::vector<ParamSpec> stageParameters(const ModuleConfig &module,
 
 /// Every parameter of the model: each module's stages in order.
 std::vector<ParamSpec> modelParameters(const ModelConfig &config);
+
+/// Whether checkpoints hold parameter `local` of `module`
+/// (docs/checkpoints.md): every one but a LoRA module's frozen base, which
+/// a run takes from the module's `init` (or makes from the seed) again.
+bool checkpointed(const ModuleConfig &module, const std::string &local);
+
+/// The parameters checkpoints hold: modelParameters, checkpointed.
+std::vector<ParamSpec> checkpointParameters(const ModelConfig &config);
 
 /// Whether every parameter of `module` is frozen (docs/model-json.md
 /// `freeze`).

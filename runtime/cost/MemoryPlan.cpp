@@ -42,6 +42,15 @@ struct MicrobatchBytes {
 /// time, in its backward.
 double keptBytes(bool bf16) { return bf16 ? 2.0 : kFloat; }
 
+/// A layer's LoRA ranks summed over its adapted linears (docs/model.md):
+/// each keeps s·x·A, [rows, r], for its backward.
+double adaptedSites(const ModuleConfig &m) {
+  return m.lora
+             ? static_cast<double>(m.lora->rank *
+                                   static_cast<int64_t>(m.lora->targets.size()))
+             : 0.0;
+}
+
 MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
                               bool first, bool last, int64_t layers,
                               bool bf16) {
@@ -76,6 +85,7 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
                 (selective ? 2 : 3) * Tc * Fl;
   if (gathered)
     kept += 2 * T * KVl;
+  kept += Tc * adaptedSites(m); // LoRA's s·x·A of each adapted linear
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
@@ -143,7 +153,8 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   const int64_t recomputed = m.recomputed(layers);
   const bool selective = m.recompute == "selective";
   const double kept =
-      2 * R * H + 2 * R * H + 4 * R * Hl + (selective ? 1 : 2) * R * Fl;
+      2 * R * H + 2 * R * H + 4 * R * Hl + (selective ? 1 : 2) * R * Fl +
+      R * adaptedSites(m); // LoRA's s·x·A of each adapted linear
   double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R);
   MicrobatchBytes b;
   b.saved = static_cast<double>(layers - recomputed) * layer +

@@ -60,15 +60,14 @@ struct DataSources {
 };
 
 /// Each module's starting weights (docs/model-json.md `init`), opened and
-/// checked once: none when resuming (--load takes precedence); on a
-/// problem, exit 1 naming the file and the tensor.
+/// checked once: when resuming (--load takes precedence) only a LoRA
+/// module's, whose base the checkpoint does not hold; on a problem, exit 1
+/// naming the file and the tensor.
 std::map<std::string, std::shared_ptr<const ModuleWeights>>
 initsFor(const Plan &plan, const RunOptions &options, RunResult &result) {
   std::map<std::string, std::shared_ptr<const ModuleWeights>> inits;
-  if (options.resume)
-    return inits;
   for (const ModuleConfig &module : plan.config.modules) {
-    if (!module.init)
+    if (!module.init || (options.resume && !module.lora))
       continue;
     std::string error;
     std::optional<ModuleWeights> weights =
@@ -205,10 +204,11 @@ std::string runRank(const RankRun &run, RunResult &result,
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
                                               evalData, run.origin, overlap);
     const TrainConfig &train = plan.config.train;
+    // Resuming a LoRA module: its base from the init, then the checkpoint.
+    if (!overlap.inits.empty())
+      executor->loadInits(overlap.inits);
     if (options.resume)
       executor->load(*options.resume);
-    else if (!overlap.inits.empty())
-      executor->loadInits(overlap.inits);
     // With a trace, a device that times its kernels puts them on a stream
     // of their own, on the trace's clock.
     const bool kernels = options.collectTrace && dev->timeKernels(true);

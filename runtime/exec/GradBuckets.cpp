@@ -148,7 +148,7 @@ BucketedReduction::finish(device::Device &dev, int64_t prefix) {
     posted.push_back({name, prefix * static_cast<int64_t>(sizeof(float)),
                       reduce(0, prefix, dev,
                              "step " + std::to_string(step + 1) + ", " + name +
-                                 " (SP-partial gradients)"),
+                                 " (TP-partial gradients)"),
                       false});
   }
   std::vector<Posted> waiting = std::move(posted);

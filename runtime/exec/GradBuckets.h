@@ -7,7 +7,7 @@
 // accumulated (Stage::onGradsDone); once a bucket's parameters have all
 // microbatches in, its DP x CP all-reduce is posted on the module's
 // channel and runs while the backward goes on. The ReduceGrads instruction
-// then posts what is left (the SP-partial prefix after its TP sum) and
+// then posts what is left (the TP-partial prefix after its TP sum) and
 // waits for all of it.
 //
 // Every member of the group posts the same buckets in the same order (the
@@ -46,7 +46,7 @@ struct GradBucket {
 };
 
 /// The buckets of the parameters whose slots start at or after `from` (the
-/// SP-partial prefix before it is reduced after its TP sum instead): each
+/// TP-partial prefix before it is reduced after its TP sum instead): each
 /// region cut from its end into ranges of at least `bucketValues` values
 /// (whole parameters), then ordered by when the backward finishes them (a
 /// bucket is finished with its earliest-declared parameter: later layers'

@@ -3,7 +3,7 @@
 // docs/model.md "Distributed optimizer" (a module's `distributed_optimizer`,
 // Megatron's use_distributed_optimizer, ZeRO-1). The trainable part of a
 // stage's flat gradient buffer is reduced in ranges: the gradient buckets
-// (exec/GradBuckets.h) and the SP-partial prefix, or the whole of it when
+// (exec/GradBuckets.h) and the TP-partial prefix, or the whole of it when
 // nothing is bucketed. Each range is cut into one piece per member of the
 // module's DP x CP group, in group order, as evenly as whole values allow
 // (equal pieces whenever the range divides: a parameter spans a multiple

@@ -24,11 +24,12 @@ HeldParams RankExecutor::heldParams() {
   for (auto &m : modules)
     if (m)
       for (Param &p : m->stage->params()) {
+        const std::string local = p.name.substr(m->config->name.size() + 1);
+        if (!checkpointed(*m->config, local))
+          continue; // a LoRA base: from the init again
         held.params.push_back(&p);
         // A tied embedding's copy on the last stage: the first stage writes.
-        const bool copy =
-            tiedCopy(*m->config, p.name.substr(m->config->name.size() + 1),
-                     m->coords.pp);
+        const bool copy = tiedCopy(*m->config, local, m->coords.pp);
         held.owned.push_back(m->coords.dp == 0 && m->coords.cp == 0 &&
                              (!p.replicatedOverTp || m->coords.tp == 0) &&
                              !copy);

@@ -317,14 +317,14 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   std::vector<ParamSlot> slots;
   for (const Param &p : params) // frozen: an empty slot, never reduced
     slots.push_back({p.frozen ? 0 : p.flatBegin, p.frozen ? 0 : p.flatEnd,
-                     p.partialUnderSp     ? 0
+                     p.partialOverTp      ? 0
                      : p.replicatedOverTp ? 1
                                           : 2});
   FlatParams &flat = m.stage->flat();
   int64_t values =
       std::max<int64_t>(1, overlap.bucketBytes / int64_t(sizeof(float)));
   std::vector<GradBucket> buckets =
-      planGradBuckets(slots, flat.spPartial, values);
+      planGradBuckets(slots, flat.tpPartial, values);
   if (buckets.empty())
     return; // every member of the group decides alike
   m.channel = overlap.channels(1 + static_cast<int64_t>(m.slot));
@@ -348,7 +348,7 @@ void RankExecutor::setUpShards(ModuleState &m) {
       m.dpcpGroup.begin());
   std::vector<ShardRange> ranges;
   if (m.reduction) {
-    for (auto [begin, end] : m.reduction->ranges(f.spPartial))
+    for (auto [begin, end] : m.reduction->ranges(f.tpPartial))
       ranges.push_back({begin, end});
     m.reduction->scatterTo(own);
   } else if (f.trainable > 0) {

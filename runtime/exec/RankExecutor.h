@@ -322,7 +322,7 @@ private:
   /// backward), narrow to this rank's lane (the other way), or identity.
   void colocated(const BridgeTopology &bridge, Key key, bool forward);
 
-  /// The TP sum of SP-partial gradients (a prefix of the flat buffer),
+  /// The TP sum of TP-partial gradients (a prefix of the flat buffer),
   /// then the DP x CP sum of all of them: one collective each.
   void reduceGrads(ModuleState &m);
 

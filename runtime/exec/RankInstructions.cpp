@@ -382,7 +382,7 @@ void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
   }
 }
 
-/// The TP sum of SP-partial gradients (a prefix of the flat buffer),
+/// The TP sum of TP-partial gradients (a prefix of the flat buffer),
 /// then the DP x CP sum of all of them: one collective, or the buckets
 /// the backward has posted, the rest and the prefix.
 void RankExecutor::reduceGrads(ModuleState &m) {
@@ -395,11 +395,11 @@ void RankExecutor::reduceGrads(ModuleState &m) {
                       "instruction for them before reduce_grads)");
   FlatParams &flat = m.stage->flat();
   const StageContext &ctx = m.stage->context();
-  if (ctx.sequenceParallel && ctx.tp > 1 && flat.spPartial > 0)
-    comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.spPartial);
+  if (ctx.tp > 1 && flat.tpPartial > 0)
+    comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.tpPartial);
   if (m.reduction) {
     std::vector<BucketedReduction::Span> spans =
-        m.reduction->finish(dev, flat.spPartial);
+        m.reduction->finish(dev, flat.tpPartial);
     channelSpans.insert(channelSpans.end(), spans.begin(), spans.end());
   } else if (m.shards) {
     // The distributed optimizer: each member sums its own pieces.

@@ -20,9 +20,9 @@ void LlamaStyleFamily::declareParameters(const ModuleArch &m,
   using I = ParamInit;
   auto add = [&](const std::string &name, int64_t rows, int64_t cols, L layout,
                  I init = I::Weight, float scale = 0,
-                 bool partialUnderSp = false) {
+                 bool partialOverTp = false) {
     out.push_back(
-        {module, name, rows, cols, layout, init, scale, partialUnderSp});
+        {module, name, rows, cols, layout, init, scale, partialOverTp});
   };
   const int64_t H = m.hiddenSize, F = m.ffnHiddenSize, V = m.vocabSize;
   const bool sp = span.sequenceParallel;

@@ -34,8 +34,8 @@ void declareAttention(const ModuleArch &m, const std::string &module,
   using L = ParamLayout;
   using I = ParamInit;
   auto add = [&](const std::string &name, int64_t rows, int64_t cols, L layout,
-                 I init = I::Weight, bool partialUnderSp = false) {
-    out.push_back({module, name, rows, cols, layout, init, 0, partialUnderSp});
+                 I init = I::Weight, bool partialOverTp = false) {
+    out.push_back({module, name, rows, cols, layout, init, 0, partialOverTp});
   };
   const int64_t H = m.hiddenSize;
   const int64_t KV = m.kvHidden(); // H unless grouped-query attention

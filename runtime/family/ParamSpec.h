@@ -28,9 +28,11 @@ struct ParamSpec {
   ParamInit init = ParamInit::Weight;
   /// Weights: uniform in [-scale, scale]; 0 means 1 / sqrt(rows).
   float scale = 0;
-  /// Under sequence parallelism each TP rank's gradient covers only its
-  /// sequence shard and is summed over TP (the norms' weights).
-  bool partialUnderSp = false;
+  /// Replicated, yet each TP rank's gradient is a partial sum, summed over
+  /// TP before anything reads it: the norms' weights under sequence
+  /// parallelism (each rank's covers its sequence shard), a LoRA factor
+  /// beside a TP-cut base (config/Lora.h).
+  bool partialOverTp = false;
   int64_t size() const { return rows * cols; }
   std::string name() const { return module + "." + local; }
 };

@@ -80,6 +80,11 @@ constexpr KeySynonym kSynonyms[] = {
     {"adam_eps", "eps", "/train/eps", "Megatron"},
     {"eval_interval", "eval_every", "/train/eval_every", "Megatron"},
     {"eval_iters", "eval_steps", "/train/eval_steps", "Megatron"},
+    {"lora_alpha", "alpha", "/modules/N/lora/alpha", "PEFT"},
+    {"target_modules", "targets", "/modules/N/lora/targets", "PEFT"},
+    {"use_rslora", "rslora", "/modules/N/lora/rslora", "PEFT"},
+    {"lora_dropout", "", "no key (adapters train without dropout; remove it)",
+     "PEFT"},
     {"global_batch_size", "",
      "/batch/micro_batch_size x /batch/num_microbatches (micro_batch_size "
      "is the global micro-batch: the data-parallel ranks share it)",

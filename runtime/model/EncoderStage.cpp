@@ -79,7 +79,9 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
         indexOf(p + "ln1.bias"), indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), indexOf(p + "ln2.weight"),
         indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), module, ctx,
-        biases, module.recomputes(l - begin, end - begin)));
+        biases, module.recomputes(l - begin, end - begin),
+        LayerAdapters::of(module, p, false,
+                          [&](const std::string &n) { return indexOf(n); })));
   }
   if (isFirst()) {
     bool frozen = true;

@@ -55,7 +55,9 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
         *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
         indexOf(p + "up"), indexOf(p + "down"), module, ctx, biases,
-        module.recomputes(l - begin, end - begin)));
+        module.recomputes(l - begin, end - begin),
+        LayerAdapters::of(module, p, true,
+                          [&](const std::string &n) { return indexOf(n); })));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");

@@ -44,29 +44,10 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs,
     p.globalRows = spec.rows;
     p.globalCols = spec.cols;
     p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
-    p.partialUnderSp = spec.partialUnderSp && p.replicatedOverTp;
+    p.partialOverTp = spec.partialOverTp && p.replicatedOverTp;
     p.frozen = module.frozen(spec.local);
-    int64_t rows = block.rowEnd - block.rowBegin;
-    int64_t cols = block.colEnd - block.colBegin;
-    float scale = spec.scale > 0
-                      ? spec.scale
-                      : 1.0f / std::sqrt(static_cast<float>(spec.rows));
-    std::vector<float> value(static_cast<size_t>(rows * cols));
-    uint64_t key = combine(combine(ctx.seed, hashString(spec.module)),
-                           hashString(spec.local));
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        float element = spec.init == ParamInit::Ones ? 1.0f : 0.0f;
-        if (spec.init == ParamInit::Weight)
-          element =
-              scale *
-              symmetricUnit(combine(
-                  key, static_cast<uint64_t>((block.rowBegin + i) * spec.cols +
-                                             block.colBegin + j)));
-        value[static_cast<size_t>(i * cols + j)] = element;
-      }
     parameters.push_back(std::move(p));
-    initialValues.push_back(std::move(value));
+    initialValues.push_back(mimo::initialValues(ctx.seed, spec, block));
   }
   finalizeParameters();
 }
@@ -83,12 +64,12 @@ size_t Stage::indexOf(const std::string &local) const {
 }
 
 void Stage::finalizeParameters() {
-  // Flat layout: SP-partial replicated, other replicated, sharded, frozen;
+  // Flat layout: TP-partial replicated, other replicated, sharded, frozen;
   // each parameter at a multiple of 64 values (256 bytes, what GEMM
   // libraries align to), the padding zero in every buffer (AdamW keeps it
   // zero).
   auto group = [](const Param &p) {
-    return p.frozen ? 3 : p.partialUnderSp ? 0 : p.replicatedOverTp ? 1 : 2;
+    return p.frozen ? 3 : p.partialOverTp ? 0 : p.replicatedOverTp ? 1 : 2;
   };
   auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
   std::vector<int64_t> offset(parameters.size());
@@ -103,7 +84,7 @@ void Stage::finalizeParameters() {
           scratch = std::max(scratch, aligned(parameters[i].size()));
       }
     if (g == 0)
-      f.spPartial = at;
+      f.tpPartial = at;
     if (g == 1)
       f.replicated = at;
     if (g == 2)

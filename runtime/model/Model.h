@@ -64,9 +64,9 @@ struct Param {
   int64_t flatBegin = 0, flatEnd = 0;
   /// Identical on every TP rank of the module (counted once in the norm).
   bool replicatedOverTp = false;
-  /// Under SP, each TP rank's gradient covers its sequence shard only and
-  /// must be summed over the TP group.
-  bool partialUnderSp = false;
+  /// Its gradient is a partial sum over the TP group (ParamSpec): summed
+  /// over TP before the DP x CP reduction.
+  bool partialOverTp = false;
   /// Never updated (the module's `freeze`): no moments (m and v empty), its
   /// gradient a view of scratch that every frozen parameter shares and
   /// nothing reads.
@@ -81,8 +81,8 @@ struct Param {
 };
 
 /// A stage's parameters in one allocation per role, laid out in four
-/// groups: [replicated and SP-partial | other replicated | TP-sharded |
-/// frozen], so the SP-partial gradients are a prefix (summed over TP), the
+/// groups: [replicated and TP-partial | other replicated | TP-sharded |
+/// frozen], so the TP-partial gradients are a prefix (summed over TP), the
 /// sharded ones follow (each TP rank's own share of the norm) and the
 /// trainable ones end at `trainable`. `grads`, `m` and `v` cover
 /// [0, trainable) only (grads plus the frozen parameters' shared scratch;
@@ -92,7 +92,7 @@ struct FlatParams {
   /// bf16 only: the working weights, `values` rounded to bfloat16 and
   /// held as bf16.
   Tensor working;
-  int64_t spPartial = 0, replicated = 0, trainable = 0, total = 0;
+  int64_t tpPartial = 0, replicated = 0, trainable = 0, total = 0;
 };
 
 /// A rank's place in one module's grid, with the groups it computes with.

@@ -14,6 +14,8 @@
 #include "runtime/model/RingAttention.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <memory>
 
 namespace mimo::exec {
@@ -34,6 +36,42 @@ struct LayerMeta {
   const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
+/// The LoRA factors of a layer's linear layers (docs/model.md "LoRA",
+/// config/Lora.h), indices into the stage's list; kNone where a linear has
+/// none. Sites: the language model's q, k, v, o, gate, up, down; an
+/// encoder's q, k, v, o, fc1 (at Gate) and fc2 (at Down).
+struct LayerAdapters {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  enum Site { Q, K, V, O, Gate, Up, Down, kSites };
+  std::array<size_t, kSites> a{kNone, kNone, kNone, kNone, kNone, kNone, kNone};
+  std::array<size_t, kSites> b{kNone, kNone, kNone, kNone, kNone, kNone, kNone};
+  /// s: alpha / r (or alpha / sqrt(r), rslora).
+  float scale = 0;
+  bool has(Site site) const { return a[site] != kNone; }
+
+  /// The factors of layer `prefix` ("layers.3.") of `module`, found by
+  /// name through `indexOf`.
+  static LayerAdapters
+  of(const ModuleConfig &module, const std::string &prefix, bool language,
+     const std::function<size_t(const std::string &)> &indexOf) {
+    LayerAdapters out;
+    if (!module.lora)
+      return out;
+    out.scale = static_cast<float>(module.lora->scale());
+    const char *language_[kSites] = {"wq",   "wk", "wv",  "wo",
+                                     "gate", "up", "down"};
+    const char *encoder[kSites] = {"wq", "wk", "wv", "wo", "fc1", "", "fc2"};
+    for (int site = 0; site < kSites; ++site) {
+      const std::string param = language ? language_[site] : encoder[site];
+      if (param.empty() || !loraTargetOf(*module.lora, prefix + param))
+        continue;
+      out.a[site] = indexOf(loraAName(prefix + param));
+      out.b[site] = indexOf(loraBName(prefix + param));
+    }
+    return out;
+  }
+};
+
 /// What a layer's forward saves for its backward. Under bf16 the GEMM
 /// inputs (hf, a, h2f, s), the attention's q, k, v (keys, values) and the
 /// MLP's g, u are bf16 bits from the moment they are made; x and x1 are
@@ -41,6 +79,9 @@ struct LayerMeta {
 struct LayerCache {
   Tensor x, mean1, rstd1, hf, q, k, v, keys, values, a, lse, x1, mean2, rstd2,
       h2f, g, u, s;
+  /// Each adapted linear's s·x·A (its B GEMM's input, bf16 bits under
+  /// bf16).
+  std::array<Tensor, LayerAdapters::kSites> lora;
 };
 
 /// The indices of a layer's biases in the stage's list (docs/model.md:
@@ -59,12 +100,13 @@ public:
                    size_t wo, size_t norm2, size_t norm2b, size_t w1, size_t w3,
                    size_t w2, const ModuleConfig &module,
                    const StageContext &ctx, LayerBiases biases = {},
-                   bool recomputeAll = false)
+                   bool recomputeAll = false, LayerAdapters adapters = {})
       : owner(owner), params(params), language(language),
         recomputeAll(recomputeAll),
         recomputeActivation(module.recompute == "selective"), norm1(norm1),
         norm1b(norm1b), wq(wq), wk(wk), wv(wv), wo(wo), norm2(norm2),
-        norm2b(norm2b), w1(w1), w3(w3), w2(w2), b(biases), H(module.hiddenSize),
+        norm2b(norm2b), w1(w1), w3(w3), w2(w2), b(biases),
+        lora(std::move(adapters)), H(module.hiddenSize),
         eps(static_cast<float>(module.normEps)), ctx(ctx) {
     headsLocal = module.numHeads / ctx.tp;
     headDim = H / module.numHeads;
@@ -122,7 +164,6 @@ private:
   }
 
   Tensor compute(LayerCache &c, Tensor x, const LayerMeta &m) {
-    Device &dev = *ctx.dev;
     int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
@@ -131,24 +172,27 @@ private:
     // backward keeps them), and so is its output, the wo GEMM's input.
     // With grouped-query attention k and v hold the rank's KV groups (and
     // so does what CP gathers); attention reads them grouped.
-    c.q = queryOrKey(c.hf, wq, b.q, m, headsLocal);
-    c.k = queryOrKey(c.hf, wk, b.k, m, kvHeadsLocal);
-    c.v = projected(c.hf, wv, b.v, Tc, H, KVl);
+    c.q = queryOrKey(c, wq, b.q, m, headsLocal, LayerAdapters::Q);
+    c.k = queryOrKey(c, wk, b.k, m, kvHeadsLocal, LayerAdapters::K);
+    c.v = projected(c, c.hf, wv, b.v, Tc, H, KVl, LayerAdapters::V);
     if (ctx.ringCp)
       ringAttentionForward(ring(), m.blocks, c.q, c.k, c.v, Tc, c.a, c.lse);
     else
       gatheredAttention(c, m);
-    c.x1 = residual(c.x, rowParallelLinear(c.a, wo, b.o, Tc, Hl, sp));
+    c.x1 = residual(
+        c.x, rowParallelLinear(c, c.a, wo, b.o, Tc, Hl, sp, LayerAdapters::O));
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
     // Under bf16 the gate and up projections come out of their GEMMs as
     // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
     // input as bf16 bits.
-    c.g = projected(c.h2f, w1, b.fc1, Tc, H, Fl);
+    c.g = projected(c, c.h2f, w1, b.fc1, Tc, H, Fl, LayerAdapters::Gate);
     if (language)
-      c.u = storedProduct(dev, ctx.bf16, operand(c.h2f), P(w3), Tc, H, Fl);
+      c.u = projected(c, c.h2f, w3, LayerBiases::kNone, Tc, H, Fl,
+                      LayerAdapters::Up);
     c.s = activation(c, Tc);
-    return residual(c.x1, rowParallelLinear(c.s, w2, b.fc2, Tc, Fl, sp));
+    return residual(c.x1, rowParallelLinear(c, c.s, w2, b.fc2, Tc, Fl, sp,
+                                            LayerAdapters::Down));
   }
 
   /// The backward from a full cache.
@@ -172,6 +216,7 @@ private:
     matmulBackward(dev, ctx.bf16, operand(c.s), P(w2), dm, ds.data(), nullptr,
                    Tc, Fl, H);
     weightGradient(c.s, dmT, w2, Tc, Fl, H);
+    adaptedBackward(c, LayerAdapters::Down, c.s, dmT, ds.data(), Tc, Fl, H);
     Tensor dg = Tensor::empty(Tc * Fl, gradType), dh2f = empty(Tc * H);
     if (language) {
       Tensor du = Tensor::empty(Tc * Fl, gradType);
@@ -180,6 +225,7 @@ private:
       matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w3), operand(du),
                      dh2f.data(), nullptr, Tc, H, Fl);
       weightGradient(c.h2f, du, w3, Tc, H, Fl);
+      adaptedBackward(c, LayerAdapters::Up, c.h2f, du, dh2f.data(), Tc, H, Fl);
     } else {
       dev.geluBackward(gradType, c.g.raw(), ds.data(), dg.raw(), Tc * Fl, gelu);
     }
@@ -187,6 +233,7 @@ private:
     matmulBackward(dev, ctx.bf16, operand(c.h2f), P(w1), operand(dg),
                    dh2f.data(), nullptr, Tc, H, Fl, language ? 1.0f : 0.0f);
     weightGradient(c.h2f, dg, w1, Tc, H, Fl);
+    adaptedBackward(c, LayerAdapters::Gate, c.h2f, dg, dh2f.data(), Tc, H, Fl);
     Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
     Tensor dx1 = dout.clone();
     normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
@@ -194,9 +241,20 @@ private:
     biasGrad(dx1, b.o, Tl, H);
     const Tensor &dofT = gemmTensor(fullRows(dx1, gatheredDx1, sp), dofBits);
     const Bf16Operand dof = operand(dofT);
-    // The attention's dO: bf16 bits under bf16 (attention reads it rounded).
-    Tensor da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
-                              /*transW=*/true);
+    // The attention's dO: bf16 bits under bf16 (attention reads it rounded;
+    // with an adapter on o its fp32 sum is rounded once).
+    Tensor da;
+    if (!lora.has(LayerAdapters::O)) {
+      da = storedProduct(dev, ctx.bf16, dof, P(wo), Tc, H, Hl,
+                         /*transW=*/true);
+    } else {
+      da = empty(Tc * Hl);
+      gemm(dev, ctx.bf16, false, true, Tc, Hl, H, 1.0f, dof, P(wo), 0.0f,
+           da.data());
+      adaptedBackward(c, LayerAdapters::O, c.a, dofT, da.data(), Tc, Hl, H);
+      if (ctx.bf16)
+        da = packBf16(dev, da);
+    }
     weightGradient(c.a, dofT, wo, Tc, Hl, H);
     // dq of the rank's queries, dk and dv of its keys (summed over every
     // CP rank's queries), grouped (GQA) and fp32.
@@ -219,12 +277,15 @@ private:
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wq), operand(dq), dhf.data(),
                    nullptr, Tc, H, Hl);
     weightGradient(c.hf, dq, wq, Tc, H, Hl);
+    adaptedBackward(c, LayerAdapters::Q, c.hf, dq, dhf.data(), Tc, H, Hl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wk), operand(dk), dhf.data(),
                    nullptr, Tc, H, KVl, 1.0f);
     weightGradient(c.hf, dk, wk, Tc, H, KVl);
+    adaptedBackward(c, LayerAdapters::K, c.hf, dk, dhf.data(), Tc, H, KVl);
     matmulBackward(dev, ctx.bf16, operand(c.hf), P(wv), operand(dv), dhf.data(),
                    nullptr, Tc, H, KVl, 1.0f);
     weightGradient(c.hf, dv, wv, Tc, H, KVl);
+    adaptedBackward(c, LayerAdapters::V, c.hf, dv, dhf.data(), Tc, H, KVl);
     Tensor dh = columnParallelIn(std::move(dhf), sp);
     Tensor dx = std::move(dx1);
     normBackward(c.x, norm1, norm1b, c.mean1, c.rstd1, dh, dx, Tl);
@@ -236,8 +297,12 @@ public:
   /// The indices of this layer's parameters in the stage's list.
   std::vector<size_t> paramIndices() const {
     std::vector<size_t> out;
-    for (size_t p : {norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2,
-                     b.q, b.k, b.v, b.o, b.fc1, b.fc2})
+    std::vector<size_t> all = {norm1, norm1b, wq,  wk,    wv,   wo,
+                               norm2, norm2b, w1,  w3,    w2,   b.q,
+                               b.k,   b.v,    b.o, b.fc1, b.fc2};
+    all.insert(all.end(), lora.a.begin(), lora.a.end());
+    all.insert(all.end(), lora.b.begin(), lora.b.end());
+    for (size_t p : all)
       if (p != LayerBiases::kNone &&
           std::find(out.begin(), out.end(), p) == out.end())
         out.push_back(p);
@@ -294,6 +359,50 @@ private:
           gemm(*dev, bf16, true, false, K, N, M, 1.0f, operand(*xs),
                operand(*dys), 1.0f, dw);
         });
+  }
+
+  /// LoRA (docs/model.md): y [rows, N] (fp32) += s·(x·A)·B for an adapted
+  /// linear `site` whose input is x [rows, K]; c.lora[site] keeps s·x·A
+  /// for the backward. Under TP (config/Lora.h) a column-parallel base's
+  /// x·A is whole on every rank and B holds the rank's columns; a
+  /// row-parallel base's A holds the rank's rows, so s·x·A·B is a partial
+  /// sum the base's own reduction sums.
+  void adapted(LayerCache &c, LayerAdapters::Site site, const Tensor &x,
+               float *y, int64_t rows, int64_t K, int64_t N) {
+    if (!lora.has(site))
+      return;
+    Device &dev = *ctx.dev;
+    const int64_t r = rankOf(site);
+    Tensor v = empty(rows * r);
+    gemm(dev, ctx.bf16, false, false, rows, r, K, lora.scale, operand(x),
+         P(lora.a[site]), 0.0f, v.data());
+    v = input(std::move(v));
+    gemm(dev, ctx.bf16, false, false, rows, N, r, 1.0f, operand(v),
+         P(lora.b[site]), 1.0f, y);
+    c.lora[site] = std::move(v);
+  }
+  /// Its backward from dY [rows, N] (`dy` as the GEMMs read it): dB +=
+  /// (s·x·A)^T·dY, du = s·dY·B^T, dA += x^T·du, dx += du·A^T (dx fp32,
+  /// accumulated into). The base is frozen: its dW GEMM never runs.
+  void adaptedBackward(LayerCache &c, LayerAdapters::Site site, const Tensor &x,
+                       const Tensor &dy, float *dx, int64_t rows, int64_t K,
+                       int64_t N) {
+    if (!lora.has(site))
+      return;
+    Device &dev = *ctx.dev;
+    const int64_t r = rankOf(site);
+    weightGradient(c.lora[site], dy, lora.b[site], rows, r, N);
+    Tensor du = empty(rows * r);
+    gemm(dev, ctx.bf16, false, true, rows, r, N, lora.scale, operand(dy),
+         P(lora.b[site]), 0.0f, du.data());
+    du = input(std::move(du));
+    weightGradient(x, du, lora.a[site], rows, K, r);
+    gemm(dev, ctx.bf16, false, true, rows, K, r, 1.0f, operand(du),
+         P(lora.a[site]), 1.0f, dx);
+  }
+  int64_t rankOf(LayerAdapters::Site site) const {
+    const Param &a = params[lora.a[site]];
+    return a.colEnd - a.colBegin;
   }
 
   /// y ([Tc, heads x d], fp32) rotated by RoPE when `rotate` (inverse:
@@ -384,12 +493,15 @@ private:
   /// (with TP the fp32 partial sums are reduced first).
   /// A bias (`bias`, else kNone) is added once to the summed output (the
   /// rank's rows under SP), in fp32.
-  Tensor rowParallelLinear(const Tensor &in, size_t w, size_t bias,
-                           int64_t rows, int64_t K, bool sp) {
-    if (ctx.bf16 && ctx.tp == 1 && bias == LayerBiases::kNone)
+  Tensor rowParallelLinear(LayerCache &c, const Tensor &in, size_t w,
+                           size_t bias, int64_t rows, int64_t K, bool sp,
+                           LayerAdapters::Site site) {
+    if (ctx.bf16 && ctx.tp == 1 && bias == LayerBiases::kNone &&
+        !lora.has(site))
       return storedProduct(*ctx.dev, true, operand(in), P(w), rows, K, H);
     Tensor y = empty(rows * H);
     matmul(*ctx.dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, H);
+    adapted(c, site, in, y.data(), rows, K, H);
     y = rowParallelOut(std::move(y), sp);
     if (bias != LayerBiases::kNone)
       ctx.dev->addBias(y.data(), V(bias).data(), y.size() / H, H);
@@ -399,14 +511,17 @@ private:
   /// in · W (+ bias) of a column-parallel linear, stored as its readers
   /// take it (bf16 bits under bf16): with a bias the fp32 sums plus the
   /// bias, rounded once.
-  Tensor projected(const Tensor &in, size_t w, size_t bias, int64_t rows,
-                   int64_t K, int64_t N) {
+  Tensor projected(LayerCache &c, const Tensor &in, size_t w, size_t bias,
+                   int64_t rows, int64_t K, int64_t N,
+                   LayerAdapters::Site site) {
     Device &dev = *ctx.dev;
-    if (bias == LayerBiases::kNone)
+    if (bias == LayerBiases::kNone && !lora.has(site))
       return storedProduct(dev, ctx.bf16, operand(in), P(w), rows, K, N);
     Tensor y = empty(rows * N);
     matmul(dev, ctx.bf16, operand(in), P(w), y.data(), rows, K, N);
-    dev.addBias(y.data(), V(bias).data(), rows, N);
+    adapted(c, site, in, y.data(), rows, K, N);
+    if (bias != LayerBiases::kNone)
+      dev.addBias(y.data(), V(bias).data(), rows, N);
     if (ctx.bf16)
       return packBf16(dev, y);
     return y;
@@ -429,13 +544,14 @@ private:
   /// hf · W for the queries or keys (`heads` of them), rotated (RoPE) in
   /// the language model, stored as attention reads it: bf16 bits under
   /// bf16.
-  Tensor queryOrKey(const Tensor &hf, size_t w, size_t bias, const LayerMeta &m,
-                    int64_t heads) {
+  Tensor queryOrKey(LayerCache &c, size_t w, size_t bias, const LayerMeta &m,
+                    int64_t heads, LayerAdapters::Site site) {
     const int64_t Tc = m.cpRows, cols = heads * headDim;
     if (!language)
-      return projected(hf, w, bias, Tc, H, cols);
+      return projected(c, c.hf, w, bias, Tc, H, cols, site);
     Tensor y = empty(Tc * cols);
-    matmul(*ctx.dev, ctx.bf16, operand(hf), P(w), y.data(), Tc, H, cols);
+    matmul(*ctx.dev, ctx.bf16, operand(c.hf), P(w), y.data(), Tc, H, cols);
+    adapted(c, site, c.hf, y.data(), Tc, H, cols);
     if (bias != LayerBiases::kNone) // before RoPE, as Qwen2's
       ctx.dev->addBias(y.data(), V(bias).data(), Tc, cols);
     return rotatedStored(std::move(y), m, true, false, heads);
@@ -542,6 +658,7 @@ private:
   bool recomputeAll, recomputeActivation;
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
   LayerBiases b;
+  LayerAdapters lora;
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
   /// Grouped-query attention: the rank's key/value heads, their width and
   /// the query heads per group (1 without GQA).

@@ -69,6 +69,26 @@ inline nlohmann::json llama3Like(nlohmann::json model, int64_t groups) {
   return model;
 }
 
+/// `model` with LoRA adapters (docs/model-json.md `lora`) of rank 4 on
+/// the language model's `language` targets and every encoder's `encoder`
+/// targets (none when empty), s = 8 (alpha / r; alpha / sqrt(r) with
+/// `rslora`), and a learning rate adapters move at in three steps.
+inline nlohmann::json withLora(nlohmann::json model, nlohmann::json language,
+                               nlohmann::json encoder, bool rslora = false) {
+  for (nlohmann::json &module : model["modules"]) {
+    const nlohmann::json &targets =
+        module["kind"] == "language" ? language : encoder;
+    if (targets.empty())
+      continue;
+    module["lora"] = {{"r", 4},
+                      {"alpha", rslora ? 16.0 : 32.0},
+                      {"targets", targets},
+                      {"rslora", rslora}};
+  }
+  model["train"]["lr"] = 0.01;
+  return model;
+}
+
 /// `model` with Qwen2's biases on the language model's q, k and v
 /// (`qkv_bias`) and biases on every linear layer of its encoders (`bias`,
 /// as CLIP's and SigLIP's).
@@ -288,6 +308,28 @@ inline std::vector<Layout> equivalenceLayouts() {
       {"SiglipTowerTp2Pp2", siglipLike(example("vlm-fan-out.json"), 32), 8});
   layouts.push_back(
       {"SiglipTowerFanInDp4", siglipLike(example("vlm-fan-in.json"), 24), 8});
+  // LoRA (docs/model.md): adapters on a frozen base. Language TP2 x PP2
+  // with SP (A whole beside a column-parallel base, its gradient summed
+  // over TP; B whole beside a row-parallel one) and the encoder's every
+  // linear at DP4; CP2 with SP, ring attention, zero bubble and the
+  // distributed optimizer, rslora; an encoder TP4 with biases colocated,
+  // its head trained beside (modules_to_save); PP2 colocated recomputing.
+  layouts.push_back({"LoraFanInTp2Pp2Sp",
+                     withLora(example("vlm-fan-in.json"),
+                              {"q", "v", "o", "gate", "down"}, "all-linear"),
+                     8});
+  json loraCp = withLora(distributed(example("lm-cp2-sp.json")), "all-linear",
+                         {"q", "k", "fc2"}, true);
+  loraCp["batch"]["schedule"] = "zero_bubble";
+  layouts.push_back({"LoraCp2SpRingZeroBubbleDistributed", loraCp, 6});
+  json loraTp4 = withLora(withBiases(fanOut), {"k", "up", "o"}, "all-linear");
+  loraTp4["modules"][1]["lora"]["modules_to_save"] = {"head"};
+  layouts.push_back({"LoraColocatedEncoderTp4BiasesSaved", loraTp4, 8});
+  json loraRecompute =
+      withLora(example("vlm-colocated-pp2.json"), "all-linear", {"v", "fc1"});
+  loraRecompute["modules"][0]["recompute"] = "selective";
+  loraRecompute["modules"][1]["recompute"] = "full";
+  layouts.push_back({"LoraColocatedPp2Recomputed", loraRecompute, 8});
   return layouts;
 }
 

@@ -32,6 +32,10 @@ Cases:
           step's loss and gradient norm against the twin's, the frozen
           weights of mimo's saved checkpoint bit for bit the ones written,
           their moments zero, the trained ones near the twin's.
+  lora    PEFT's LoRA (twin_lora.py): a Qwen2 base and a PEFT adapter
+          folder in; 4 AdamW steps of the adapters and the head in 4
+          layouts; the lean checkpoint, --export-peft bit for bit and
+          --export-hf merged exactly; the export read back
   vlm, llava, siglip, stage1: vision towers feeding the language model
           (twin_vision.py)
 
@@ -56,6 +60,7 @@ from twin_files import SEQ, hf_name, read_safetensors, write_hf, write_init
 from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB, Twin, inv_freq
 from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
                       RunError, compare, compare_steps, rel, run_mimo)
+from twin_lora import run_lora
 from twin_vision import run_llava, run_siglip, run_stage1, run_vlm
 
 VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip,
@@ -485,16 +490,17 @@ def main():
     ap.add_argument("build", nargs="?", default="build",
                     help="the build folder (its bin/ holds mimoc, mimo-run)")
     ap.add_argument("--cases",
-                    default=",".join(list(CASES) + ["freeze"] + list(VISION)))
+                    default=",".join(list(CASES) + ["freeze", "lora"]
+                                     + list(VISION)))
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--jobs", type=int, default=2,
                     help="mimo runs at once (default 2)")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
-        if c not in CASES and c != "freeze" and c not in VISION:
-            ap.error(f"unknown case '{c}' "
-                     f"({', '.join(list(CASES) + ['freeze'] + list(VISION))})")
+        if c not in CASES and c not in ("freeze", "lora") and c not in VISION:
+            names = list(CASES) + ["freeze", "lora"] + list(VISION)
+            ap.error(f"unknown case '{c}' ({', '.join(names)})")
     bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
     for tool in ("mimoc", "mimo-run"):
         if not os.access(os.path.join(bin_dir, tool), os.X_OK):
@@ -517,6 +523,9 @@ def main():
             failures += run_cases(args, bin_dir, work, samples, data_path, plain)
         if "freeze" in cases:
             failures += run_freeze(args, bin_dir, work, samples, data_path)
+        if "lora" in cases:
+            failures += run_lora(bin_dir, work, samples, data_path,
+                                 CASES["qwen2"], model_json)
         for case, run in VISION.items():
             if case in cases:
                 failures += run(bin_dir, work)

@@ -247,7 +247,7 @@ TEST(GradBuckets, ContiguousWholeParametersLaterLayersFirst) {
   using exec::ParamSlot;
   // Declaration order: a prefix parameter, then two regions.
   std::vector<ParamSlot> slots = {
-      {0, 64, 0},     // 0: SP-partial prefix: never bucketed
+      {0, 64, 0},     // 0: TP-partial prefix: never bucketed
       {64, 128, 1},   // 1: replicated, layer 0
       {128, 192, 1},  // 2: replicated, layer 1
       {192, 320, 2},  // 3: sharded, layer 0

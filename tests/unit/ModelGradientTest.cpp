@@ -83,9 +83,11 @@ Microbatch smallBatch() {
   return mb;
 }
 
-double relativeError(double analytic, double numeric) {
+/// `floor`: below it an error counts as absolute (the fp32 forward's
+/// noise in a difference quotient is ~1e-5).
+double relativeError(double analytic, double numeric, double floor = 1e-3) {
   return std::abs(analytic - numeric) /
-         std::max({std::abs(analytic), std::abs(numeric), 1e-3});
+         std::max({std::abs(analytic), std::abs(numeric), floor});
 }
 
 /// Checks at least 64 elements (all of smaller ones) of every parameter of
@@ -93,9 +95,12 @@ double relativeError(double analytic, double numeric) {
 /// gradients; then the whole gradient at once along a random direction
 /// (g . d against the difference quotient along d), which sees an error in
 /// any element, at a tolerance ten times tighter.
+/// `trainableOnly`: frozen parameters are left out (their gradients are
+/// scratch); `floor` as relativeError's for each element.
 template <typename Objective>
 int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
-                    Objective objective) {
+                    Objective objective, bool trainableOnly = false,
+                    double floor = 1e-3) {
   int checked = 0;
   Stream rng(17);
   std::vector<std::vector<float>> direction;
@@ -103,6 +108,8 @@ int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
   for (size_t i = 0; i < stage.params().size(); ++i) {
     Param &p = stage.params()[i];
     direction.emplace_back(static_cast<size_t>(p.value.size()));
+    if (trainableOnly && p.frozen)
+      continue; // a zero direction
     for (size_t k = 0; k < direction[i].size(); ++k) {
       direction[i][k] = static_cast<float>(rng.uniform() - 0.5);
       analytic += double(direction[i][k]) * grads[i][k];
@@ -131,6 +138,8 @@ int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
       << numeric;
   for (size_t i = 0; i < stage.params().size(); ++i) {
     Param &p = stage.params()[i];
+    if (trainableOnly && p.frozen)
+      continue;
     size_t n = static_cast<size_t>(p.value.size());
     for (size_t k = 0; k < n; k += std::max<size_t>(1, n / 64)) {
       float &element = p.value.data()[k]; // CPU device: host memory
@@ -142,7 +151,7 @@ int checkParameters(Stage &stage, const std::vector<std::vector<float>> &grads,
       double down = objective();
       element = saved;
       double numeric = (up - down) / (2.0 * h);
-      EXPECT_LT(relativeError(grads[i][k], numeric), 2e-2)
+      EXPECT_LT(relativeError(grads[i][k], numeric, floor), 2e-2)
           << p.name << "[" << k << "]: analytic " << grads[i][k] << " numeric "
           << numeric;
       ++checked;
@@ -212,10 +221,10 @@ TEST(Tensor, StageParametersAreViewsOfFlatBuffersGroupedForReduction) {
     int64_t at = p.grad.data() - flat.grads.data();
     ASSERT_GE(at, 0) << p.name;
     ASSERT_LE(at + p.size(), flat.total) << p.name;
-    if (p.partialUnderSp) {
-      EXPECT_LE(at + p.size(), flat.spPartial) << p.name;
+    if (p.partialOverTp) {
+      EXPECT_LE(at + p.size(), flat.tpPartial) << p.name;
     } else if (p.replicatedOverTp) {
-      EXPECT_GE(at, flat.spPartial) << p.name;
+      EXPECT_GE(at, flat.tpPartial) << p.name;
       EXPECT_LE(at + p.size(), flat.replicated) << p.name;
     } else {
       EXPECT_GE(at, flat.replicated) << p.name;
@@ -228,8 +237,8 @@ TEST(Tensor, StageParametersAreViewsOfFlatBuffersGroupedForReduction) {
   EXPECT_LT(flat.total, total + 64 * static_cast<int64_t>(lm.params().size()));
   for (Param &p : lm.params())
     EXPECT_EQ((p.grad.data() - flat.grads.data()) % 64, 0) << p.name;
-  EXPECT_GT(flat.spPartial, 0); // norms are summed over TP under SP
-  EXPECT_LE(flat.spPartial, flat.replicated); // all norms: equal here
+  EXPECT_GT(flat.tpPartial, 0); // norms are summed over TP under SP
+  EXPECT_LE(flat.tpPartial, flat.replicated); // all norms: equal here
   EXPECT_LT(flat.replicated, flat.total);
 }
 
@@ -309,6 +318,82 @@ TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   encoder.backward(0, in.weights);
   int checked = checkParameters(encoder, gradients(encoder), objective);
   EXPECT_GT(checked, 30);
+}
+
+/// B starts at zeros, where A's gradient is zero: random B's (and a
+/// scale other than 1) make every term of docs/model.md's LoRA backward
+/// count.
+void randomizeLoraB(Stage &stage) {
+  Stream rng(23);
+  for (Param &p : stage.params())
+    if (p.name.size() > 7 &&
+        p.name.compare(p.name.size() - 7, 7, ".lora_B") == 0)
+      for (int64_t k = 0; k < p.value.size(); ++k)
+        p.value.data()[k] = static_cast<float>(0.2 * (rng.uniform() - 0.5));
+}
+
+LoraConfig allLinear(bool language, bool rslora) {
+  LoraConfig lora;
+  lora.rank = 3;
+  lora.alpha = 5;
+  lora.rslora = rslora;
+  lora.targets = loraTargetNames(language);
+  return lora;
+}
+
+TEST(ModelGradient, LoraAdaptersMatchFiniteDifferences) {
+  { // the language model: every linear, q/k/v biases, its head saved
+    SingleRank r;
+    ModuleConfig m = languageConfig();
+    m.qkvBias = true;
+    m.lora = allLinear(true, false);
+    m.lora->modulesToSave = {"head"};
+    LanguageStage lm(m, makeShard(1, 1, false, false), r.context());
+    randomizeLoraB(lm);
+    int adapters = 0;
+    for (Param &p : lm.params()) {
+      adapters += isLoraFactor(p.name);
+      EXPECT_EQ(p.frozen, !isLoraFactor(p.name) && p.name != "language.head")
+          << p.name;
+    }
+    EXPECT_EQ(adapters, 2 * 7 * 2);
+    std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
+    Microbatch batch = smallBatch();
+    LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
+    Tensor modality = Tensor::zeros(3 * 16);
+    auto loss = [&]() {
+      Tensor input = lm.shard(0, lane, {&modality});
+      Tensor sum = Tensor::zeros(1, device::DType::F64);
+      lm.forward(0, lane, std::move(input), 0.25, &sum);
+      return sum.toHost<double>()[0];
+    };
+    loss();
+    lm.backward(0, nullptr);
+    // Adapter gradients are small (~1e-3): a floor above the noise.
+    EXPECT_GT(checkParameters(lm, gradients(lm), loss, true, 4e-3), 30);
+  }
+  { // an encoder: every linear with biases, rslora
+    SingleRank r;
+    ModuleConfig m = encoderConfig();
+    m.bias = true;
+    m.lora = allLinear(false, true);
+    EncoderStage encoder(m, 16, r.context());
+    randomizeLoraB(encoder);
+    EncoderInputs in;
+    auto objective = [&]() {
+      std::vector<float> out =
+          encoder.forward(0, in.features, in.segment, in.rows).toHost();
+      double sum = 0;
+      for (size_t i = 0; i < out.size(); ++i)
+        sum += static_cast<double>(out[i]) * in.w[i];
+      return sum;
+    };
+    objective();
+    encoder.backward(0, in.weights);
+    EXPECT_GT(
+        checkParameters(encoder, gradients(encoder), objective, true, 4e-3),
+        30);
+  }
 }
 
 /// Every trainable parameter's gradient, by name (frozen ones' are
