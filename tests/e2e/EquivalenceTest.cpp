@@ -12,6 +12,7 @@
 #include "runtime/plan/PlanFile.h"
 #include "runtime/support/Limits.h"
 #include "tests/e2e/Layouts.h"
+#include "tests/e2e/Training.h"
 
 #include <gtest/gtest.h>
 
@@ -33,6 +34,8 @@ namespace {
 using test::example;
 using test::planOf;
 using test::relative;
+using test::scratchDir;
+using test::trainFrom;
 
 /// Runs `plan` and its one-rank reference (docs/runtime.md; with
 /// `referenceOptions` when given, else `options`); both must succeed.
@@ -231,35 +234,6 @@ TEST(Evaluation, HeldOutLossMatchesTheReferenceAndChangesNothing) {
     // The model learns: the later held-out loss is the lower.
     EXPECT_LT(*distributed.steps[3].evalLoss, *distributed.steps[1].evalLoss);
   }
-}
-
-/// A fresh directory under the system's temporary directory.
-std::string scratchDir(const std::string &name) {
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("mimo-" + name + "-" + std::to_string(::getpid())))
-                        .string();
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-exec::RunResult trainFrom(const json &model, int64_t steps,
-                          const std::string &saveDir = "",
-                          const std::string &loadDir = "") {
-  Plan plan = planOf(model);
-  exec::RunOptions options;
-  options.steps = steps;
-  options.timeoutSeconds = 120;
-  options.saveDir = saveDir;
-  if (!loadDir.empty()) {
-    std::string error;
-    std::optional<exec::Checkpoint> checkpoint =
-        exec::openCheckpoint(loadDir, plan.config, error);
-    EXPECT_TRUE(checkpoint) << error;
-    if (checkpoint)
-      options.resume =
-          std::make_shared<const exec::Checkpoint>(std::move(*checkpoint));
-  }
-  return exec::runLocal(plan, options);
 }
 
 /// `moved`, resumed from step 2, trains steps 3 and 4 as `whole` did

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/config/Lora.h"
+#include "runtime/checkpoint/PeftAdapter.h"
+#include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/cost/MemoryPlan.h"
 #include "tests/unit/TestModels.h"
@@ -16,6 +18,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 using namespace mimo;
 using nlohmann::json;
@@ -233,4 +239,103 @@ TEST(Lora, CheckpointsAndTheMemoryPlanCountTheAdaptersOnly) {
   const int64_t cut = lm.numLayers * r * (4 * H + 3 * F);
   EXPECT_EQ(trainable, 2 * whole + cut);
   EXPECT_EQ(mem[0].trainableParams, full[0].trainableParams);
+}
+
+namespace {
+
+/// A one-layer Llama base folder (config and one tensor: names only
+/// matter) and an adapter folder of `tensors` (name, shape) with `config`.
+struct PeftFolders {
+  std::filesystem::path dir;
+  PeftFolders(const json &config,
+              const std::vector<std::pair<std::string, std::vector<int64_t>>>
+                  &tensors) {
+    dir = std::filesystem::temp_directory_path() /
+          ("mimo-peft-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir / "base");
+    std::filesystem::create_directories(dir / "adapter");
+    std::ofstream(dir / "base/config.json")
+        << json({{"model_type", "llama"}}).dump();
+    write(dir / "base/model.safetensors", {{"model.norm.weight", {4}}});
+    std::ofstream(dir / "adapter/adapter_config.json") << config.dump();
+    write(dir / "adapter/adapter_model.safetensors", tensors);
+  }
+  ~PeftFolders() { std::filesystem::remove_all(dir); }
+  static void
+  write(const std::filesystem::path &path,
+        const std::vector<std::pair<std::string, std::vector<int64_t>>> &t) {
+    safetensors::Header header;
+    int64_t bytes = 0;
+    for (const auto &[name, shape] : t) {
+      int64_t n = 4;
+      for (int64_t d : shape)
+        n *= d;
+      header.tensors.push_back({name, "F32", shape, bytes, bytes + n});
+      bytes += n;
+    }
+    std::ofstream(path, std::ios::binary)
+        << safetensors::encodeHeader(header) << std::string(bytes, '\0');
+  }
+  /// "" or openPeftAdapter's error for a language module with `lora`.
+  std::string open(const LoraConfig &lora) {
+    ModelConfig config;
+    ModuleConfig m;
+    m.name = "language";
+    m.kind = ModuleKind::Language;
+    m.vocabSize = 8, m.hiddenSize = 4, m.numLayers = 1, m.numHeads = 2;
+    m.ffnHiddenSize = 8;
+    m.lora = lora;
+    config.modules.push_back(m);
+    std::string error;
+    std::optional<exec::HfFolder> base =
+        exec::openHfFolder((dir / "base").string(), error);
+    if (!base)
+      return "base: " + error;
+    std::optional<exec::PeftAdapter> adapter = exec::openPeftAdapter(
+        (dir / "adapter").string(), *base, config, m, error);
+    return adapter ? "" : error;
+  }
+};
+
+} // namespace
+
+TEST(Lora, PeftFoldersAreCheckedAgainstTheModel) {
+  const std::string q = "base_model.model.model.layers.0.self_attn.q_proj.";
+  const json config = {
+      {"peft_type", "LORA"}, {"r", 2}, {"lora_alpha", 4}, {"bias", "none"}};
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {q + "lora_A.weight", {2, 4}}, {q + "lora_B.weight", {4, 2}}};
+  LoraConfig lora;
+  lora.rank = 2, lora.alpha = 4, lora.targets = {"q"};
+  EXPECT_EQ(PeftFolders(config, tensors).open(lora), "");
+  auto error = [&](const json &c, auto t, const LoraConfig &l) {
+    return PeftFolders(c, t).open(l);
+  };
+  LoraConfig rank3 = lora;
+  rank3.rank = 3;
+  EXPECT_NE(error(config, tensors, rank3).find("has rank 2"),
+            std::string::npos);
+  LoraConfig alpha8 = lora;
+  alpha8.alpha = 8;
+  EXPECT_NE(error(config, tensors, alpha8).find("/lora_alpha"),
+            std::string::npos);
+  json patterned = config;
+  patterned["alpha_pattern"] = {{"q_proj", 8}};
+  EXPECT_EQ(error(patterned, tensors, alpha8), "") << "alpha_pattern counts";
+  LoraConfig rs = lora;
+  rs.rslora = true;
+  EXPECT_NE(error(config, tensors, rs).find("/use_rslora"), std::string::npos);
+  json dora = config;
+  dora["use_dora"] = true;
+  EXPECT_NE(error(dora, tensors, lora).find("/use_dora"), std::string::npos);
+  LoraConfig qv = lora;
+  qv.targets = {"q", "v"};
+  EXPECT_NE(error(config, tensors, qv).find("v_proj.lora_A.weight' is missing"),
+            std::string::npos);
+  auto extra = tensors;
+  extra.push_back(
+      {"base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight",
+       {2, 4}});
+  EXPECT_NE(error(config, extra, lora).find("leaves out"), std::string::npos);
 }

@@ -1,0 +1,146 @@
+//===- LoraTrainingTest.cpp - LoRA trained, saved and resumed -------------===//
+//
+// docs/model.md "LoRA", docs/checkpoints.md "LoRA": LoRA layouts in bf16
+// against their bf16 reference; a LoRA run's checkpoint holds its adapters
+// only, names its base, resumes bit for bit in its layout and within 1e-5
+// in another, and refuses another base; LoRA keeps less than full
+// fine-tuning, as planned and as measured. (Every parallelism in fp32:
+// the Lora* equivalence layouts; PEFT's semantics and folders: twin.py's
+// lora case.)
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/checkpoint/Safetensors.h"
+#include "runtime/config/Lora.h"
+#include "runtime/cost/MemoryPlan.h"
+#include "tests/e2e/Training.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace mimo;
+using nlohmann::json;
+using test::example;
+using test::planOf;
+using test::relative;
+
+namespace {
+
+/// vlm-fan-in (encoder DP4, language TP2 x PP2 with SP) with adapters on
+/// every linear of both modules.
+json loraFanIn() {
+  return test::withLora(example("vlm-fan-in.json"), "all-linear", "all-linear");
+}
+
+/// Three steps of `model` and of its one-rank reference: each step's loss
+/// and gradient norm within `tolerance`.
+void expectMatchesReference(const json &model, double tolerance) {
+  Plan plan = planOf(model);
+  exec::RunOptions options;
+  options.steps = 3;
+  options.timeoutSeconds = 120;
+  exec::RunResult distributed = exec::runLocal(plan, options);
+  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
+  std::string error;
+  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
+  ASSERT_TRUE(single) << error;
+  exec::RunResult reference = exec::runLocal(*single, options);
+  ASSERT_EQ(reference.exitCode, 0) << reference.error;
+  ASSERT_EQ(distributed.steps.size(), 3u);
+  ASSERT_EQ(reference.steps.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
+              tolerance)
+        << "step " << s + 1;
+    EXPECT_LE(
+        relative(distributed.steps[s].gradNorm, reference.steps[s].gradNorm),
+        tolerance)
+        << "step " << s + 1;
+  }
+  EXPECT_LT(distributed.steps[2].loss, distributed.steps[0].loss);
+}
+
+} // namespace
+
+TEST(LoraTraining, Bf16LayoutsMatchTheirReference) {
+  for (const test::Layout &layout : test::equivalenceLayouts()) {
+    if (layout.name.rfind("Lora", 0) != 0 ||
+        layout.name == "LoraColocatedPp2Recomputed")
+      continue;
+    SCOPED_TRACE(layout.name);
+    json model = layout.model;
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 1e-2);
+  }
+}
+
+TEST(LoraTraining, CheckpointsHoldTheAdaptersAndResumeInAnyLayout) {
+  json model = loraFanIn();
+  exec::RunResult whole = test::trainFrom(model, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  const std::string dir = test::scratchDir("lora-checkpoint");
+  exec::RunResult first = test::trainFrom(model, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  // Lean: the adapters (and their moments), nothing of the frozen base.
+  std::string error;
+  std::optional<safetensors::Header> header =
+      safetensors::readHeader(dir + "/step-2/model.safetensors", error);
+  ASSERT_TRUE(header) << error;
+  ASSERT_FALSE(header->tensors.empty());
+  for (const safetensors::TensorEntry &t : header->tensors)
+    EXPECT_TRUE(isLoraFactor(t.name)) << t.name;
+  std::ifstream stateFile(dir + "/step-2/state.json");
+  json state = json::parse(stateFile);
+  EXPECT_EQ(state["lora_base"],
+            json({{"images", "seed 1234"}, {"language", "seed 1234"}}));
+  // The same layout: bit for bit; the language model at DP4: within 1e-5.
+  exec::RunResult same = test::trainFrom(model, 4, "", dir);
+  ASSERT_EQ(same.exitCode, 0) << same.error;
+  ASSERT_EQ(same.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+  }
+  json dp4 = model;
+  dp4["modules"][1]["parallel"] = {{"dp", 4}, {"rank_offset", 4}};
+  exec::RunResult moved = test::trainFrom(dp4, 4, "", dir);
+  ASSERT_EQ(moved.exitCode, 0) << moved.error;
+  ASSERT_EQ(moved.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
+  // Adapters of another base: refused, naming the state's key.
+  state["lora_base"]["language"] = "/models/another-base";
+  std::ofstream(dir + "/step-2/state.json") << state.dump(2);
+  Plan plan = planOf(model);
+  EXPECT_FALSE(exec::openCheckpoint(dir, plan.config, error));
+  EXPECT_NE(error.find("/lora_base/language"), std::string::npos) << error;
+  EXPECT_NE(error.find("another-base"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LoraTraining, KeepsLessThanFullFineTuningAsPlanned) {
+  // The language model at rank 16 on every linear beside its full
+  // fine-tuning: fewer gradient and moment bytes planned on every language
+  // rank, and a lower measured peak.
+  json full = example("vlm-fan-in.json");
+  json lora = full;
+  lora["modules"][1]["lora"] = {{"r", 16}, {"targets", "all-linear"}};
+  Plan a = planOf(full), b = planOf(lora);
+  std::vector<RankMemory> ea = memoryPlan(a.topology, a.config);
+  std::vector<RankMemory> eb = memoryPlan(b.topology, b.config);
+  for (size_t r = 4; r < 8; ++r) {
+    EXPECT_LT(eb[r].optimizerBytes * 2, ea[r].optimizerBytes) << "rank " << r;
+    EXPECT_LT(eb[r].totalBytes, ea[r].totalBytes) << "rank " << r;
+  }
+  exec::RunOptions options;
+  options.steps = 2;
+  options.timeoutSeconds = 120;
+  exec::RunResult ra = exec::runLocal(a, options);
+  exec::RunResult rb = exec::runLocal(b, options);
+  ASSERT_EQ(ra.exitCode, 0) << ra.error;
+  ASSERT_EQ(rb.exitCode, 0) << rb.error;
+  EXPECT_LT(rb.steps.back().peakBytes, ra.steps.back().peakBytes);
+}
