@@ -113,6 +113,35 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
     adapter.files.fileOf[t.name] = 0;
   adapter.files.files.push_back(std::move(file));
   const std::string &path = adapter.files.files[0].path;
+  // The names PEFT gave the modules are those of the model it wrapped: the
+  // base folder's own, or a LLaVA folder's (either layout) when the base
+  // came as a folder per module (--export-hf-per-module) and the adapter
+  // from the LLaVA model, or the other way round.
+  const std::vector<ParamSpec> specs =
+      stageParameters(module, config.language().hiddenSize, false, 1, 0);
+  HfLayout perModule;
+  perModule.projector = "multi_modal_projector.";
+  HfLayout layout = base.layout;
+  for (const HfLayout &candidate : {base.layout, HfLayout::llavaBefore452(),
+                                    HfLayout::llavaSince452(), perModule}) {
+    bool holds = false;
+    for (const ParamSpec &spec : specs) {
+      std::string baseLocal;
+      if (!isLoraFactor(spec.local, &baseLocal))
+        continue;
+      if (std::optional<HfSource> s =
+              module.family().hfSource(candidate, baseLocal))
+        holds = holds || adapter.files.find(kPeftPrefix + stemOf(s->name) +
+                                            ".lora_A.weight");
+    }
+    if (holds) {
+      layout = candidate;
+      break;
+    }
+  }
+  auto sourceOf = [&](const std::string &local) {
+    return module.family().hfSource(layout, local);
+  };
   std::set<std::string> used;
   auto shapeText = [](const std::vector<int64_t> &shape) {
     std::string s = "[";
@@ -120,13 +149,12 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
       s += (i ? ", " : "") + std::to_string(shape[i]);
     return s + "]";
   };
-  for (const ParamSpec &spec :
-       stageParameters(module, config.language().hiddenSize, false, 1, 0)) {
+  for (const ParamSpec &spec : specs) {
     std::string baseLocal;
     bool isB = false;
     if (!isLoraFactor(spec.local, &baseLocal, &isB)) {
       // modules_to_save: the fine-tuned copy, when the folder has one.
-      std::optional<HfSource> source = base.sourceOf(module, spec.local);
+      std::optional<HfSource> source = sourceOf(spec.local);
       if (!source)
         continue;
       const std::string name = kPeftPrefix + source->name;
@@ -147,7 +175,7 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
       }
       continue;
     }
-    std::optional<HfSource> source = base.sourceOf(module, baseLocal);
+    std::optional<HfSource> source = sourceOf(baseLocal);
     if (!source) {
       error = adapter.dir + ": error: mimo's '" + module.name + "." +
               baseLocal + "' has no Hugging Face name";
@@ -199,9 +227,9 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
     used.insert(name);
   }
   // An adapter of this module's part that model.json does not target.
-  const std::string own = kPeftPrefix + (module.kind == ModuleKind::Language
-                                             ? base.layout.languageBody
-                                             : base.layout.vision);
+  const std::string own =
+      kPeftPrefix + (module.kind == ModuleKind::Language ? layout.languageBody
+                                                         : layout.vision);
   for (const safetensors::TensorEntry &t :
        adapter.files.files[0].header.tensors)
     if (!used.count(t.name) && t.name.compare(0, own.size(), own) == 0 &&

@@ -5,8 +5,10 @@
 // Hugging Face base: adapter_config.json checked against the module's
 // `lora` (rank, alpha with alpha_pattern, rslora; no bias or DoRA
 // training), adapter_model.safetensors's lora_A/lora_B tensors under the
-// names PEFT gives the base folder's modules ("base_model.model." + the
-// module + ".lora_A.weight", [r, in]; lora_B [out, r]) into the module's
+// names PEFT gives the modules ("base_model.model." + the module +
+// ".lora_A.weight", [r, in]; lora_B [out, r]; the module named as in the
+// base folder, or in a LLaVA folder of either layout, or as mimo's per-module
+// export names it, whichever the adapter holds) into the module's
 // factors, and its modules_to_save tensors ("base_model.model." + the
 // tensor's name) over the base's values. The export side is
 // checkpoint/HfExport.h's --export-peft.

@@ -338,4 +338,18 @@ TEST(Lora, PeftFoldersAreCheckedAgainstTheModel) {
       {"base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight",
        {2, 4}});
   EXPECT_NE(error(config, extra, lora).find("leaves out"), std::string::npos);
+  // An adapter of the LLaVA model (either layout) over the language
+  // model's own folder.
+  for (const char *prefix :
+       {"base_model.model.language_model.model.layers.0.self_attn.q_proj.",
+        "base_model.model.model.language_model.layers.0.self_attn.q_proj."}) {
+    const std::string p = prefix;
+    EXPECT_EQ(
+        error(config,
+              std::vector<std::pair<std::string, std::vector<int64_t>>>{
+                  {p + "lora_A.weight", {2, 4}}, {p + "lora_B.weight", {4, 2}}},
+              lora),
+        "")
+        << p;
+  }
 }
