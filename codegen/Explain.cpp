@@ -174,7 +174,13 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              // the AdamW moments (1: whole on every rank).
              {"optimizer_shards", config.distributedOptimizer
                                       ? g.size(Dim::DP) * g.size(Dim::CP)
-                                      : int64_t(1)}});
+                                      : int64_t(1)},
+             // docs/model.md LoRA: the adapters' rank, scale and targets.
+             {"lora", config.lora ? json{{"r", config.lora->rank},
+                                         {"alpha", config.lora->alpha},
+                                         {"scale", config.lora->scale()},
+                                         {"targets", config.lora->targets}}
+                                  : json(nullptr)}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

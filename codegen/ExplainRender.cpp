@@ -278,6 +278,17 @@ std::string renderExplainText(const Explanation &whole,
       std::snprintf(text, sizeof(text), "%g", mult);
       recipe += std::string(", learning rate x") + text;
     }
+    if (module.contains("lora") && module["lora"].is_object()) {
+      const auto &lora = module["lora"];
+      std::string targets;
+      for (const auto &t : lora["targets"])
+        targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
+      char text[64];
+      std::snprintf(text, sizeof(text), ", LoRA r=%lld (s %g) on ",
+                    static_cast<long long>(lora["r"].get<int64_t>()),
+                    lora["scale"].get<double>());
+      recipe += text + targets;
+    }
     // docs/model.md Recomputation; the memory column counts it.
     if (recompute == "selective")
       recipe += ", recomputes its MLP activations";

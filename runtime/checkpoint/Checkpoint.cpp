@@ -415,16 +415,38 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
         safetensors::readHeader(p, error);
     if (!header)
       return false;
+    // A checkpoint of a run without LoRA loaded into a LoRA module: its
+    // weights are the module's base, an init.
+    auto fullForLora = [&](const std::string &name) {
+      std::string base = name;
+      const bool factor = isLoraFactor(name, &base);
+      for (const ModuleConfig &m : config.modules)
+        if (m.lora && base.compare(0, m.name.size() + 1, m.name + ".") == 0 &&
+            (!factor || header->find(base))) {
+          error = p + ": error: the checkpoint holds the weights of module '" +
+                  m.name + "' (" + name +
+                  (factor ? " is not there, " + base + " is"
+                          : " is of its frozen base") +
+                  "), a LoRA run's checkpoint its adapters: start from it "
+                  "with the module's \"init\": {\"from\": \"" +
+                  path + "\", \"format\": \"mimo\"} instead of --load";
+          return true;
+        }
+      return false;
+    };
     for (const safetensors::TensorEntry &w : want.tensors) {
       error = tensorMismatch(p, w, *header);
-      if (!error.empty())
+      if (!error.empty()) {
+        fullForLora(w.name);
         return false;
+      }
     }
     for (const safetensors::TensorEntry &g : header->tensors)
       if (!want.find(g.name)) {
         error = p + ": error: tensor '" + g.name +
                 "' is not a parameter of this model: the checkpoint is of "
                 "another architecture";
+        fullForLora(g.name);
         return false;
       }
     got = std::move(*header);

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -143,4 +144,34 @@ TEST(LoraTraining, KeepsLessThanFullFineTuningAsPlanned) {
   ASSERT_EQ(ra.exitCode, 0) << ra.error;
   ASSERT_EQ(rb.exitCode, 0) << rb.error;
   EXPECT_LT(rb.steps.back().peakBytes, ra.steps.back().peakBytes);
+}
+
+TEST(LoraTraining, AFullCheckpointIsTheBaseOfALoraRun) {
+  // Full fine-tuning saved; the same model with LoRA cannot --load it (its
+  // checkpoints hold adapters), and is told to start from it with init,
+  // which trains.
+  json full = example("vlm-fan-in.json");
+  const std::string dir = test::scratchDir("lora-base");
+  exec::RunResult first = test::trainFrom(full, 1, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  json lora = loraFanIn();
+  std::string error;
+  EXPECT_FALSE(exec::openCheckpoint(dir, planOf(lora).config, error));
+  EXPECT_NE(error.find("\"init\": {\"from\": \"" + dir), std::string::npos)
+      << error;
+  for (json &module : lora["modules"])
+    module["init"] = {{"from", dir}, {"format", "mimo"}};
+  exec::RunResult fromBase = test::trainFrom(lora, 2);
+  ASSERT_EQ(fromBase.exitCode, 0) << fromBase.error;
+  ASSERT_EQ(fromBase.steps.size(), 2u);
+  // B starts at zeros: step 1's loss is the base's, as the full model
+  // started from the same checkpoint computes it.
+  json again = full;
+  for (json &module : again["modules"])
+    module["init"] = {{"from", dir}, {"format", "mimo"}};
+  exec::RunResult fullAgain = test::trainFrom(again, 1);
+  ASSERT_EQ(fullAgain.exitCode, 0) << fullAgain.error;
+  EXPECT_LE(relative(fromBase.steps[0].loss, fullAgain.steps[0].loss), 1e-6);
+  EXPECT_TRUE(std::isfinite(fromBase.steps[1].loss));
+  std::filesystem::remove_all(dir);
 }
