@@ -83,6 +83,8 @@ TEST(ExplainTest, FanInExample) {
   e["modules"][0].erase("optimizer_shards");
   EXPECT_EQ(e["modules"][0]["cp_comm"], "ring"); // the default
   e["modules"][0].erase("cp_comm");
+  EXPECT_TRUE(e["modules"][0]["lora"].is_null()); // docs/model.md LoRA
+  e["modules"][0].erase("lora");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},

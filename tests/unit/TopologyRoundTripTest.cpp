@@ -28,9 +28,10 @@ namespace {
 std::vector<test::Layout> everyLayout() {
   std::vector<test::Layout> layouts = test::equivalenceLayouts();
   for (const char *file :
-       {"avlm.json", "llava-stage1.json", "llava-stage2.json", "lm-cp2-sp.json",
-        "packed-thd.json", "vlm-colocated-pp2.json", "vlm-colocated.json",
-        "vlm-fan-in.json", "vlm-fan-out.json"}) {
+       {"avlm.json", "llava-lora.json", "llava-stage1.json",
+        "llava-stage2.json", "lm-cp2-sp.json", "packed-thd.json",
+        "vlm-colocated-pp2.json", "vlm-colocated.json", "vlm-fan-in.json",
+        "vlm-fan-out.json"}) {
     std::string name = std::string("Example_") + file;
     for (char &c : name)
       if (!std::isalnum(static_cast<unsigned char>(c)))
