@@ -330,6 +330,15 @@ inline std::vector<Layout> equivalenceLayouts() {
   loraRecompute["modules"][0]["recompute"] = "selective";
   loraRecompute["modules"][1]["recompute"] = "full";
   layouts.push_back({"LoraColocatedPp2Recomputed", loraRecompute, 8});
+  // Interleaved virtual stages with the head tied across them, the tied
+  // embedding trained beside the adapters (modules_to_save).
+  json loraInterleaved =
+      withLora(example("vlm-fan-in.json"), {"q", "up", "down"}, json());
+  loraInterleaved["batch"]["schedule"] = "interleaved";
+  loraInterleaved["modules"][1]["arch"]["tie_embeddings"] = true;
+  loraInterleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
+  loraInterleaved["modules"][1]["lora"]["modules_to_save"] = {"embedding"};
+  layouts.push_back({"LoraInterleavedTiedTp2Pp2Sp", loraInterleaved, 8});
   return layouts;
 }
 
