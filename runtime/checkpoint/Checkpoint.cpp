@@ -509,25 +509,35 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
             "purpose";
     return std::nullopt;
   }
-  // LoRA: the adapters apply to the base they were trained on.
+  if (!otherRun) {
+    error = loraBaseProblem(c, config);
+    if (!error.empty())
+      return std::nullopt;
+  }
+  return c;
+}
+
+std::string loraBaseProblem(const Checkpoint &checkpoint,
+                            const ModelConfig &config) {
+  const nlohmann::json &state = checkpoint.state;
+  const std::string statePath =
+      (fs::path(checkpoint.dir) / "state.json").string();
   auto bases = state.find("lora_base");
   for (const ModuleConfig &m : config.modules) {
-    if (!m.lora || otherRun || bases == state.end() || !bases->is_object() ||
+    if (!m.lora || bases == state.end() || !bases->is_object() ||
         !bases->contains(m.name))
       continue;
     const nlohmann::json want =
         m.init ? nlohmann::json(m.init->from)
                : nlohmann::json("seed " + std::to_string(config.seed));
-    if ((*bases)[m.name] != want) {
-      error = statePath + ": /lora_base/" + m.name +
-              ": error: the checkpoint's adapters of module '" + m.name +
-              "' apply to the base " + (*bases)[m.name].dump() +
-              ", this model's is " + want.dump() +
-              "; set the module's init to that base, or pass --load-other-run";
-      return std::nullopt;
-    }
+    if ((*bases)[m.name] != want)
+      return statePath + ": /lora_base/" + m.name +
+             ": error: the checkpoint's adapters of module '" + m.name +
+             "' apply to the base " + (*bases)[m.name].dump() +
+             ", this model's is " + want.dump() +
+             "; set the module's init to that base (the seed with it)";
   }
-  return c;
+  return "";
 }
 
 void beginCheckpoint(const std::string &dir, int64_t step,

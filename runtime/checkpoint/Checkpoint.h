@@ -81,6 +81,14 @@ std::optional<Checkpoint> openCheckpoint(const std::string &path,
                                          std::string &error,
                                          bool otherRun = false);
 
+/// A LoRA checkpoint's adapters apply to the base state.json's lora_base
+/// names (docs/checkpoints.md): "" when each LoRA module of `config` has
+/// that base (its init, or the seed), else the error at /lora_base/MODULE.
+/// openCheckpoint asks unless `otherRun`; an export always (it merges
+/// onto the base).
+std::string loraBaseProblem(const Checkpoint &checkpoint,
+                            const ModelConfig &config);
+
 /// The step directory a checkpoint path names: DIR/step-N itself, or the
 /// one DIR/latest names; nullopt with `error` when neither is there.
 std::optional<std::string> checkpointStepDir(const std::string &path,

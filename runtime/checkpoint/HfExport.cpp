@@ -115,7 +115,10 @@ OutTensor outTensor(const ModuleConfig &module, const ParamSpec &spec,
   t.source = spec.name();
   t.rows = spec.rows, t.cols = spec.cols;
   t.transposed = transposed;
-  t.shape = spec.rows == 1 ? std::vector<int64_t>{spec.cols}
+  // A one-row parameter is a vector (norms, biases), but a LoRA factor
+  // of rank 1 stays a matrix ([out, 1], [1, in]).
+  t.shape = spec.rows == 1 && !isLoraFactor(spec.local)
+                ? std::vector<int64_t>{spec.cols}
             : t.transposed ? std::vector<int64_t>{spec.cols, spec.rows}
                            : std::vector<int64_t>{spec.rows, spec.cols};
   if (spec.local == "patch.weight") { // the convolution's [H, C, p, p]
@@ -476,6 +479,9 @@ std::string exportHf(const ModelConfig &config, const std::string &checkpoint,
       openCheckpoint(checkpoint, config, error, /*otherRun=*/true);
   if (!ckpt)
     return error;
+  // Merged onto (or named as) the base the adapters were trained on.
+  if (std::string problem = loraBaseProblem(*ckpt, config); !problem.empty())
+    return problem + " (nothing was written)";
   TrainedValues values(config, *ckpt);
   const std::string &dtype = options.dtype;
   const int64_t esize = dtype == "bf16" ? 2 : 4;

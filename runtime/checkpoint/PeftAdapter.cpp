@@ -30,17 +30,24 @@ std::string stemOf(const std::string &name) {
 /// PEFT's value of `key` for module `stem`: the first `pattern` key that
 /// matches it as PEFT matches them (the pattern after the last dot of a
 /// prefix, to the end), else the config's own `key`; nullopt when neither
-/// is a number, "" in `bad` for a pattern std::regex cannot read.
+/// is a number; the key in `bad` for a pattern std::regex cannot read, or
+/// one longer than PEFT's module names ever are (kMaxPattern: std::regex
+/// compiles and matches recursively).
 std::optional<double> patterned(const json &c, const char *key,
                                 const char *pattern, const std::string &stem,
                                 std::string &bad) {
   if (c.contains(pattern) && c[pattern].is_object())
     for (auto &[k, v] : c[pattern].items()) {
+      constexpr size_t kMaxPattern = 512;
+      if (k.size() > kMaxPattern) {
+        bad = k.substr(0, 60) + "...";
+        return std::nullopt;
+      }
       try {
         if (std::regex_match(stem, std::regex("(.*\\.)?(" + k + ")")) &&
             v.is_number())
           return v.get<double>();
-      } catch (const std::regex_error &) {
+      } catch (const std::exception &) { // regex_error, bad_alloc
         bad = k;
         return std::nullopt;
       }
@@ -50,13 +57,11 @@ std::optional<double> patterned(const json &c, const char *key,
   return std::nullopt;
 }
 
-} // namespace
-
-std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
-                                           const HfFolder &base,
-                                           const ModelConfig &config,
-                                           const ModuleConfig &module,
-                                           std::string &error) {
+std::optional<PeftAdapter> openChecked(const std::string &dir,
+                                       const HfFolder &base,
+                                       const ModelConfig &config,
+                                       const ModuleConfig &module,
+                                       std::string &error) {
   PeftAdapter adapter;
   adapter.dir = dir;
   adapter.configPath = (fs::path(dir) / "adapter_config.json").string();
@@ -83,7 +88,22 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
                     (c.contains("peft_type") ? c["peft_type"].dump()
                                              : std::string("nothing")) +
                     ": mimo reads LoRA adapters only");
-  const bool rslora = c.value("use_rslora", false);
+  // A flag PEFT writes as a boolean; absent: false.
+  std::string notFlag;
+  auto flag = [&](const char *key) {
+    if (!c.contains(key) || c[key].is_null())
+      return false;
+    if (!c[key].is_boolean()) {
+      notFlag = key;
+      return false;
+    }
+    return c[key].get<bool>();
+  };
+  const bool rslora = flag("use_rslora");
+  const bool dora = flag("use_dora"), fanInFanOut = flag("fan_in_fan_out");
+  if (!notFlag.empty())
+    return fail("/" + notFlag,
+                "expected true or false, found " + c[notFlag].dump());
   if (rslora != lora.rslora)
     return fail("/use_rslora",
                 std::string("the adapter was trained with use_rslora ") +
@@ -93,10 +113,10 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
   if (c.contains("bias") && c["bias"] != "none")
     return fail("/bias", "expected \"none\", found " + c["bias"].dump() +
                              ": mimo's adapters train no biases");
-  if (c.value("use_dora", false))
+  if (dora)
     return fail("/use_dora", "DoRA adapters are not LoRA's sum: mimo reads "
                              "use_dora false only");
-  if (c.value("fan_in_fan_out", false))
+  if (fanInFanOut)
     return fail("/fan_in_fan_out",
                 "expected false (Conv1D weights, GPT-2's): Llama, Qwen2, CLIP "
                 "and SigLIP use Linear layers");
@@ -242,6 +262,23 @@ std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
       return std::nullopt;
     }
   return adapter;
+}
+
+} // namespace
+
+std::optional<PeftAdapter> openPeftAdapter(const std::string &dir,
+                                           const HfFolder &base,
+                                           const ModelConfig &config,
+                                           const ModuleConfig &module,
+                                           std::string &error) {
+  // Whatever the folder holds, an error naming it, never an exception out
+  // of a tool (mimoc's init checks call this).
+  try {
+    return openChecked(dir, base, config, module, error);
+  } catch (const std::exception &e) {
+    error = dir + ": error: " + e.what();
+    return std::nullopt;
+  }
 }
 
 void readPeftAdapter(const PeftAdapter &adapter, const ModuleConfig &module,

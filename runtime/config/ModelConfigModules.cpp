@@ -297,7 +297,7 @@ void parseLora(Validator &v, const json &moduleJson, ModuleConfig &module) {
                             "the adapters' scale numerator (s = alpha / r)"))
     config.alpha = *alpha;
   else if (!lora->contains("alpha"))
-    config.alpha = static_cast<double>(config.rank); // s = 1, PEFT's 8/8
+    config.alpha = static_cast<double>(config.rank); // s = 1 (sqrt(r): rslora)
   if (auto rs = v.boolean(*lora, at, "rslora",
                           "whether s = alpha / sqrt(r) (rank-stabilised)"))
     config.rslora = *rs;
@@ -724,9 +724,28 @@ void parseModules(Validator &v, const json &root, ModelConfig &config) {
       continue;
     checkPrefixes(v, module, lm.hiddenSize, module.freezePrefixes,
                   module.pointer + "/freeze/");
-    if (module.lora)
+    if (module.lora) {
       checkPrefixes(v, module, lm.hiddenSize, module.lora->modulesToSave,
                     module.pointer + "/lora/modules_to_save/");
+      // A weight is adapted or trained whole, not both.
+      ModuleConfig plain = module;
+      plain.lora.reset();
+      const std::vector<ParamSpec> specs =
+          stageParameters(plain, lm.hiddenSize, false, 1, 0);
+      for (size_t i = 0; i < module.lora->modulesToSave.size(); ++i)
+        for (const ParamSpec &spec : specs)
+          if (namePrefixMatches(spec.local, module.lora->modulesToSave[i]) &&
+              loraTargetOf(*module.lora, spec.local)) {
+            v.error(module.pointer + "/lora/modules_to_save/" +
+                        std::to_string(i),
+                    "\"" + module.lora->modulesToSave[i] + "\" covers " +
+                        spec.local +
+                        ", which lora.targets adapts: a weight is adapted "
+                        "or trained whole, not both; name what trains "
+                        "whole more narrowly (\"head\", \"embedding\")");
+            break;
+          }
+    }
   }
   // Something must train.
   if (lm.hiddenSize > 0 && v.diagnostics.empty()) {

@@ -185,9 +185,10 @@ bool tiedCopy(const ModuleConfig &module, const std::string &local,
 
 bool everyParameterFrozen(const ModelConfig &config,
                           const ModuleConfig &module) {
-  if (module.freezeAll)
+  // Under lora, freeze adds nothing: the adapters train (asked below).
+  if (module.freezeAll && !module.lora)
     return true;
-  if (module.freezePrefixes.empty() && !module.freezeBody)
+  if (module.freezePrefixes.empty() && !module.freezeBody && !module.lora)
     return false;
   int64_t outputHidden = config.language().hiddenSize;
   for (const ParamSpec &spec :

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/checkpoint/HfExport.h"
 #include "runtime/checkpoint/Safetensors.h"
 #include "runtime/config/Lora.h"
 #include "runtime/cost/MemoryPlan.h"
@@ -119,7 +120,57 @@ TEST(LoraTraining, CheckpointsHoldTheAdaptersAndResumeInAnyLayout) {
   EXPECT_FALSE(exec::openCheckpoint(dir, plan.config, error));
   EXPECT_NE(error.find("/lora_base/language"), std::string::npos) << error;
   EXPECT_NE(error.find("another-base"), std::string::npos) << error;
+  // An export merges onto the base: the same refusal, nothing written.
+  std::vector<std::string> written;
+  const std::string out = dir + "-hf";
+  error =
+      exec::exportHf(plan.config, dir, out, exec::HfExportOptions(), written);
+  EXPECT_NE(error.find("/lora_base/language"), std::string::npos) << error;
+  EXPECT_FALSE(std::filesystem::exists(out));
   std::filesystem::remove_all(dir);
+}
+
+TEST(LoraTraining, RankOneExportsAsPeftSavesIt) {
+  // r = 1: lora_A.weight [1, in] and lora_B.weight [out, 1], matrices
+  // (not the vectors a one-row parameter is), read back by init.adapter.
+  json model = {
+      {"version", 1},
+      {"name", "lm"},
+      {"batch",
+       {{"micro_batch_size", 2}, {"num_microbatches", 1}, {"seq_length", 16}}},
+      {"modules",
+       {{{"name", "language"},
+         {"kind", "language"},
+         {"arch",
+          {{"vocab_size", 64},
+           {"hidden_size", 16},
+           {"num_layers", 1},
+           {"num_heads", 2},
+           {"ffn_hidden_size", 32}}},
+         {"parallel", {{"tp", 2}}},
+         {"lora", {{"r", 1}, {"targets", {"q", "down"}}}}}}},
+      {"data", {{"source", "synthetic"}, {"text_only_fraction", 1.0}}}};
+  const std::string dir = test::scratchDir("lora-r1");
+  exec::RunResult run = test::trainFrom(model, 1, dir);
+  ASSERT_EQ(run.exitCode, 0) << run.error;
+  std::vector<std::string> written;
+  exec::HfExportOptions options;
+  options.peft = true;
+  const std::string out = dir + "-peft";
+  std::string error =
+      exec::exportHf(planOf(model).config, dir, out, options, written);
+  ASSERT_EQ(error, "");
+  std::optional<safetensors::Header> header =
+      safetensors::readHeader(out + "/adapter_model.safetensors", error);
+  ASSERT_TRUE(header) << error;
+  const std::string q = "base_model.model.model.layers.0.self_attn.q_proj.";
+  ASSERT_TRUE(header->find(q + "lora_A.weight"));
+  EXPECT_EQ(header->find(q + "lora_A.weight")->shape,
+            (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(header->find(q + "lora_B.weight")->shape,
+            (std::vector<int64_t>{16, 1}));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(out);
 }
 
 TEST(LoraTraining, KeepsLessThanFullFineTuningAsPlanned) {

@@ -138,6 +138,24 @@ TEST(Lora, BadKeysAreRefusedAtTheirPointer) {
   EXPECT_NE(message.find("dropout"), std::string::npos) << message;
   std::tie(at, message) = firstError(withLora(json::array({1})));
   EXPECT_EQ(at, "/modules/1/lora");
+  // A weight adapted and trained whole: refused.
+  std::tie(at, message) = firstError(withLora(
+      {{"r", 4}, {"targets", {"q"}}, {"modules_to_save", {"layers.1"}}}));
+  EXPECT_EQ(at, "/modules/1/lora/modules_to_save/0");
+  EXPECT_NE(message.find("covers layers.1.wq"), std::string::npos) << message;
+}
+
+TEST(Lora, FreezeAddsNothingToLora) {
+  // freeze: true beside lora leaves the adapters training: an encoder so
+  // configured is not forward only, and a model whose every module says
+  // freeze: true still trains its adapters.
+  json m = withLora({{"r", 2}, {"targets", "all-linear"}}, 0);
+  m["modules"][0]["freeze"] = true;
+  m["modules"][1]["freeze"] = true;
+  ModelConfig c = test::requireConfig(parse(m));
+  EXPECT_FALSE(everyParameterFrozen(c, c.modules[0]));
+  EXPECT_FALSE(runsForwardOnly(c, c.modules[0]));
+  EXPECT_TRUE(everyParameterFrozen(c, c.modules[1]));
 }
 
 TEST(Lora, FactorsFollowTheirWeightsCut) {
@@ -329,6 +347,16 @@ TEST(Lora, PeftFoldersAreCheckedAgainstTheModel) {
   json dora = config;
   dora["use_dora"] = true;
   EXPECT_NE(error(dora, tensors, lora).find("/use_dora"), std::string::npos);
+  // Malformed values: errors naming the key, never an exception.
+  json notBool = config;
+  notBool["use_rslora"] = "true";
+  EXPECT_NE(
+      error(notBool, tensors, lora).find("/use_rslora: expected true or false"),
+      std::string::npos);
+  json longPattern = config;
+  longPattern["alpha_pattern"] = {{std::string(5000, '('), 8}};
+  EXPECT_NE(error(longPattern, tensors, lora).find("/alpha_pattern"),
+            std::string::npos);
   LoraConfig qv = lora;
   qv.targets = {"q", "v"};
   EXPECT_NE(error(config, tensors, qv).find("v_proj.lora_A.weight' is missing"),
