@@ -32,64 +32,12 @@ using nlohmann::json;
 namespace {
 
 using test::example;
+using test::expectMatchesReference;
 using test::planOf;
 using test::relative;
+using test::runWithReference;
 using test::scratchDir;
 using test::trainFrom;
-
-/// Runs `plan` and its one-rank reference (docs/runtime.md; with
-/// `referenceOptions` when given, else `options`); both must succeed.
-void runWithReference(const Plan &plan, const exec::RunOptions &options,
-                      exec::RunResult &distributed, exec::RunResult &reference,
-                      const exec::RunOptions *referenceOptions = nullptr) {
-  distributed = exec::runLocal(plan, options);
-  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
-  std::string error;
-  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
-  ASSERT_TRUE(single) << error;
-  ASSERT_EQ(single->topology.worldSize, 1);
-  reference =
-      exec::runLocal(*single, referenceOptions ? *referenceOptions : options);
-  ASSERT_EQ(reference.exitCode, 0) << reference.error;
-}
-
-/// Trains `model` distributed (with `options`) and as the reference for 3
-/// steps and compares every step (relative `tolerance`: 1e-5 in fp32,
-/// docs/runtime.md; 1e-2 in bf16, docs/gpu.md).
-void expectMatchesReference(const json &model, int64_t expectedWorld,
-                            double tolerance = 1e-5,
-                            exec::RunOptions options = {}) {
-  Plan plan = planOf(model);
-  ASSERT_EQ(plan.topology.worldSize, expectedWorld);
-  options.steps = 3;
-  options.timeoutSeconds = 120;
-  exec::RunOptions defaults; // the reference's
-  defaults.steps = 3;
-  defaults.timeoutSeconds = 120;
-  exec::RunResult distributed, reference;
-  ASSERT_NO_FATAL_FAILURE(
-      runWithReference(plan, options, distributed, reference, &defaults));
-  ASSERT_EQ(distributed.steps.size(), 3u);
-  ASSERT_EQ(reference.steps.size(), 3u);
-  for (size_t s = 0; s < 3; ++s) {
-    const exec::StepMetrics &d = distributed.steps[s], &r = reference.steps[s];
-    EXPECT_TRUE(std::isfinite(d.loss) && d.loss > 0) << d.loss;
-    EXPECT_LE(relative(d.loss, r.loss), tolerance)
-        << "step " << s + 1 << ": loss " << d.loss << " vs reference "
-        << r.loss;
-    EXPECT_LE(relative(d.gradNorm, r.gradNorm), tolerance)
-        << "step " << s + 1 << ": grad norm " << d.gradNorm << " vs reference "
-        << r.gradNorm;
-    EXPECT_EQ(d.tokens, r.tokens);
-  }
-  // Training moves: the first loss is that of an untrained model, about
-  // ln V (uniform over the vocabulary), and three steps lower it.
-  double lnV = std::log(double(plan.config.language().vocabSize));
-  EXPECT_NEAR(distributed.steps[0].loss, lnV, 0.15 * lnV);
-  EXPECT_LT(distributed.steps[2].loss, distributed.steps[0].loss - 0.02)
-      << "the loss does not fall: " << distributed.steps[0].loss << " -> "
-      << distributed.steps[2].loss;
-}
 
 class Equivalence : public ::testing::TestWithParam<test::Layout> {};
 

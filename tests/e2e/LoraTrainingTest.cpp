@@ -37,34 +37,6 @@ json loraFanIn() {
   return test::withLora(example("vlm-fan-in.json"), "all-linear", "all-linear");
 }
 
-/// Three steps of `model` and of its one-rank reference: each step's loss
-/// and gradient norm within `tolerance`.
-void expectMatchesReference(const json &model, double tolerance) {
-  Plan plan = planOf(model);
-  exec::RunOptions options;
-  options.steps = 3;
-  options.timeoutSeconds = 120;
-  exec::RunResult distributed = exec::runLocal(plan, options);
-  ASSERT_EQ(distributed.exitCode, 0) << distributed.error;
-  std::string error;
-  std::optional<Plan> single = exec::referencePlan(plan.config, &error);
-  ASSERT_TRUE(single) << error;
-  exec::RunResult reference = exec::runLocal(*single, options);
-  ASSERT_EQ(reference.exitCode, 0) << reference.error;
-  ASSERT_EQ(distributed.steps.size(), 3u);
-  ASSERT_EQ(reference.steps.size(), 3u);
-  for (size_t s = 0; s < 3; ++s) {
-    EXPECT_LE(relative(distributed.steps[s].loss, reference.steps[s].loss),
-              tolerance)
-        << "step " << s + 1;
-    EXPECT_LE(
-        relative(distributed.steps[s].gradNorm, reference.steps[s].gradNorm),
-        tolerance)
-        << "step " << s + 1;
-  }
-  EXPECT_LT(distributed.steps[2].loss, distributed.steps[0].loss);
-}
-
 } // namespace
 
 TEST(LoraTraining, Bf16LayoutsMatchTheirReference) {
@@ -75,7 +47,7 @@ TEST(LoraTraining, Bf16LayoutsMatchTheirReference) {
     SCOPED_TRACE(layout.name);
     json model = layout.model;
     model["precision"] = "bf16";
-    expectMatchesReference(model, 1e-2);
+    test::expectMatchesReference(model, layout.worldSize, 1e-2);
   }
 }
 

@@ -300,20 +300,23 @@ struct EncoderInputs {
     features = Tensor::fromHost(f);
     weights = Tensor::fromHost(w);
   }
+  /// The linear objective of `encoder`'s output on these features (its
+  /// gradient is `weights`).
+  double objective(EncoderStage &encoder) const {
+    std::vector<float> out =
+        encoder.forward(0, features, segment, rows).toHost();
+    double sum = 0;
+    for (size_t i = 0; i < out.size(); ++i)
+      sum += static_cast<double>(out[i]) * w[i];
+    return sum;
+  }
 };
 
 TEST(ModelGradient, EncoderMatchesFiniteDifferences) {
   SingleRank r;
   EncoderStage encoder(encoderConfig(), 16, r.context());
   EncoderInputs in;
-  auto objective = [&]() {
-    std::vector<float> out =
-        encoder.forward(0, in.features, in.segment, in.rows).toHost();
-    double sum = 0;
-    for (size_t i = 0; i < out.size(); ++i)
-      sum += static_cast<double>(out[i]) * in.w[i];
-    return sum;
-  };
+  auto objective = [&]() { return in.objective(encoder); };
   objective();
   encoder.backward(0, in.weights);
   int checked = checkParameters(encoder, gradients(encoder), objective);
@@ -380,14 +383,7 @@ TEST(ModelGradient, LoraAdaptersMatchFiniteDifferences) {
     EncoderStage encoder(m, 16, r.context());
     randomizeLoraB(encoder);
     EncoderInputs in;
-    auto objective = [&]() {
-      std::vector<float> out =
-          encoder.forward(0, in.features, in.segment, in.rows).toHost();
-      double sum = 0;
-      for (size_t i = 0; i < out.size(); ++i)
-        sum += static_cast<double>(out[i]) * in.w[i];
-      return sum;
-    };
+    auto objective = [&]() { return in.objective(encoder); };
     objective();
     encoder.backward(0, in.weights);
     EXPECT_GT(
