@@ -759,6 +759,11 @@ public:
                   static_cast<long long>(m.step), static_cast<long long>(total),
                   m.loss, m.gradNorm, tokensPerSecond);
     std::string text = line;
+    if (m.auxLoss) {
+      char aux[64];
+      std::snprintf(aux, sizeof(aux), "  aux_loss %.6f", *m.auxLoss);
+      text += aux;
+    }
     if (m.skipped)
       text += "  skipped (not finite: no update)";
     if (m.targets == 0 && !warnedNoTargets) {
@@ -799,6 +804,8 @@ public:
     if (peakTflops > 0)
       record["mfu"] = tflops / peakTflops;
     record["targets"] = m.targets;
+    if (m.auxLoss)
+      record["aux_loss"] = *m.auxLoss;
     if (m.peakBytes >= 0) {
       record["peak_bytes"] = m.peakBytes;
       record["peak_rank"] = m.peakRank;

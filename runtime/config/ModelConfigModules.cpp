@@ -221,6 +221,8 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
     return;
   }
   flag("qkv_bias", "biases on q, k and v", module.qkvBias);
+  flag("qk_norm", "per-head RMSNorms of q and k (Qwen3)", module.qkNorm);
+  parseMoe(v, arch, at, module);
   flag("tie_embeddings", "whether the head is the embedding's transpose",
        module.tieEmbeddings);
   if (auto groups = v.integer(arch, at, "num_query_groups", false, 1,
@@ -465,6 +467,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseParallel(v, moduleJson, module);
+  parseExpertGrid(v, moduleJson, module);
   if (module.classToken && module.parallel.pp > 1)
     v.error(pointer + "/parallel/pp",
             "encoder '" + module.name +

@@ -25,6 +25,14 @@ bool isIdentifier(const std::string &name);
 void parseModules(JsonValidator &v, const nlohmann::json &root,
                   ModelConfig &config);
 
+/// docs/model-json.md `arch.moe` of a language module (ModelConfigMoe.cpp)
+/// into `module`; `at` is the arch's pointer.
+void parseMoe(JsonValidator &v, const nlohmann::json &arch,
+              const std::string &at, ModuleConfig &module);
+/// `parallel.ep` and `parallel.etp`, after the module's arch and grid.
+void parseExpertGrid(JsonValidator &v, const nlohmann::json &moduleJson,
+                     ModuleConfig &module);
+
 } // namespace mimo::detail
 
 #endif // MIMO_RUNTIME_CONFIG_MODELCONFIGPARSE_H

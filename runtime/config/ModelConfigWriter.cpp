@@ -54,6 +54,26 @@ json toJson(const ModelConfig &config) {
     };
     flag("qkv_bias", module.qkvBias, d.qkvBias);
     flag("tie_embeddings", module.tieEmbeddings, d.tieEmbeddings);
+    flag("qk_norm", module.qkNorm, d.qkNorm);
+    if (module.hasMoe()) {
+      const MoeConfig &e = module.moe;
+      json moe = {{"num_experts", e.experts},
+                  {"top_k", e.topK},
+                  {"expert_ffn_hidden_size", e.expertFfn}};
+      if (e.sharedFfn > 0) {
+        moe["shared_expert_ffn_hidden_size"] = e.sharedFfn;
+        moe["shared_expert_gate"] = e.sharedGate;
+      }
+      if (e.allLayers)
+        moe["layers"] = "all";
+      else
+        moe["layers"] = e.layers;
+      moe["router"] = {{"score", e.router.sigmoid ? "sigmoid" : "softmax"},
+                       {"norm_topk", e.router.normTopk},
+                       {"aux_loss_coef", e.router.auxLossCoef},
+                       {"z_loss_coef", e.router.zLossCoef}};
+      arch["moe"] = moe;
+    }
     flag("bias", module.bias, d.bias);
     if (module.learnedPositions != d.learnedPositions)
       arch["position_embeddings"] =

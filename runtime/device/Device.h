@@ -166,6 +166,20 @@ public:
   virtual void copyRows(float *dst, const int64_t *dstRows, const float *src,
                         const int64_t *srcRows, int64_t count,
                         int64_t cols) = 0;
+  /// Expert dispatch and combine (model/MoeMlp.h; KernelBodies.h
+  /// GatherRows, ScatterAddRows, RowDots): dst row i = src row rows[i],
+  /// times weights[i] when given (`type` F32; BF16 bits take none) ...
+  virtual void gatherRows(DType type, void *dst, const void *src,
+                          const int64_t *rows, const float *weights,
+                          int64_t count, int64_t cols) = 0;
+  /// ... dst row rows[i] += weights[i] (null: 1) · src row i, the rows
+  /// distinct ...
+  virtual void scatterAddRows(float *dst, const int64_t *rows,
+                              const float *src, const float *weights,
+                              int64_t count, int64_t cols) = 0;
+  /// ... and out[i] = a row rows[i] · b row i (in double).
+  virtual void rowDots(const float *a, const int64_t *rows, const float *b,
+                       int64_t count, int64_t cols, float *out) = 0;
   virtual void scale(float *data, float alpha, int64_t n) = 0;
   /// n values of x, of `from`, into y as `to`: F32 to BF16 rounds to
   /// nearest even (device/KernelBodies.h; the top 16 bits: half the bytes,

@@ -255,6 +255,61 @@ template <typename T> struct CopyRows {
   }
 };
 
+/// Expert dispatch (model/MoeMlp.h): dst row r = src row rows[r], times
+/// weights[r] when given (T float only); one index per element.
+template <typename T> struct GatherRows {
+  T *dst;
+  const T *src;
+  const int64_t *rows;
+  const float *weights;
+  int64_t items, cols;
+  MIMO_HD int64_t count() const { return items * cols; }
+  MIMO_HD void operator()(int64_t i) const {
+    int64_t r = i / cols, c = i % cols;
+    T x = src[rows[r] * cols + c];
+    if constexpr (sizeof(T) == sizeof(float))
+      if (weights)
+        x = static_cast<T>(weights[r] * x);
+    dst[i] = x;
+  }
+};
+
+/// Expert combine: dst row rows[r] += weights[r] (null: 1) · src row r, the
+/// rows distinct (each token once per expert); one index per element.
+struct ScatterAddRows {
+  float *dst;
+  const int64_t *rows;
+  const float *src;
+  const float *weights;
+  int64_t items, cols;
+  MIMO_HD int64_t count() const { return items * cols; }
+  MIMO_HD void operator()(int64_t i) const {
+    int64_t r = i / cols, c = i % cols;
+    float x = src[i];
+    if (weights)
+      x *= weights[r];
+    dst[rows[r] * cols + c] += x;
+  }
+};
+
+/// out[r] = Σ_c a[rows[r]][c] · b[r][c], in double in column order: the
+/// combine weights' gradients; one index per row.
+struct RowDots {
+  const float *a;
+  const int64_t *rows;
+  const float *b;
+  float *out;
+  int64_t items, cols;
+  MIMO_HD int64_t count() const { return items; }
+  MIMO_HD void operator()(int64_t r) const {
+    double sum = 0;
+    const float *x = a + rows[r] * cols, *y = b + r * cols;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += static_cast<double>(x[c]) * static_cast<double>(y[c]);
+    out[r] = static_cast<float>(sum);
+  }
+};
+
 template <typename T> struct AddBias {
   T *y;
   const T *b;

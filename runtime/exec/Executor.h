@@ -39,6 +39,10 @@ struct StepMetrics {
   /// After an evaluation (train.eval_every): the held-out loss, the mean
   /// over train.eval_steps held-out batches.
   std::optional<double> evalLoss;
+  /// A model with sparse layers (docs/model.md "Mixture of experts"): the
+  /// step's weighted load-balancing and z losses, beside `loss` (the
+  /// language model's); their sum is what the step minimised.
+  std::optional<double> auxLoss;
   int64_t tokens = 0;
   double seconds = 0;
   /// The most device memory any rank held at once during the step (bytes,

@@ -76,6 +76,8 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   StepMetrics metrics;
   metrics.step = step + 1;
   metrics.loss = stepLoss;
+  if (plan.config.language().hasMoe())
+    metrics.auxLoss = stepAux;
   metrics.gradNorm = stepNorm;
   metrics.skipped = stepSkipped;
   metrics.lr = learningRate(plan.config.train, step + 1);
@@ -259,6 +261,8 @@ RankExecutor::makeModule(size_t m, int32_t chunk, const RankOptions &options) {
   ctx.logitChunkBytes = options.logitChunkBytes;
   ctx.headGradientBytes = options.headGradientBytes;
   state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
+  ctx.dpcpGroup = state->dpcpGroup;
+  ctx.microbatches = topo.microbatches;
   ctx.shardedMoments =
       state->config->distributedOptimizer && state->dpcpGroup.size() > 1;
   ctx.ringCp = state->topo->isLanguage && state->config->parallel.ringCp();
@@ -475,7 +479,12 @@ void RankExecutor::resetStep() {
   // [sum of squares, loss, each rank's peak bytes, stop requests]
   // [sum of squares, loss, each rank's peak bytes, stop requests, each
   // rank's compute seconds]
-  stepScalars = Tensor::zeros(dev, 3 + 2 * topo.worldSize, device::DType::F64);
+  // [..., the sparse layers' aux loss]
+  stepScalars = Tensor::zeros(dev, 4 + 2 * topo.worldSize, device::DType::F64);
+  stepAux = 0;
+  for (auto &m : modules) // an evaluation's forwards counted none
+    if (m && m->language)
+      m->language->takeAuxLoss();
   stepComputeSeconds = 0;
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;

@@ -379,7 +379,7 @@ private:
   };
   std::vector<PostedFlight> postedInFlight;
   std::unique_ptr<comm::Channel> sendChannel;
-  double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0;
+  double invN = 0, stepLoss = 0, stepNorm = 0, stepFlops = 0, stepAux = 0;
   /// The last step's loss or norm was not finite and it was skipped.
   bool stepSkipped = false;
   bool skipNonFinite = false;

@@ -471,6 +471,17 @@ void RankExecutor::optimizerStep() {
   dev.upload(sums + 2 + rank, &peak, sizeof(peak));
   dev.upload(sums + 3 + topo.worldSize + rank, &stepComputeSeconds,
              sizeof(stepComputeSeconds));
+  // The sparse layers' aux loss: each stage's once (its DP x CP x TP
+  // members computed the same).
+  double aux = 0;
+  for (auto &m : modules)
+    if (m && m->language) {
+      const double stage = m->language->takeAuxLoss();
+      if (m->coords.dp == 0 && m->coords.cp == 0 && m->coords.tp == 0)
+        aux += stage;
+    }
+  if (aux != 0)
+    dev.upload(sums + 3 + 2 * topo.worldSize, &aux, sizeof(aux));
   // A stop signal on any rank: every rank learns it from this sum, so all
   // end after the same step.
   if (stopRequests && stopRequests->load(std::memory_order_relaxed) > 0) {
@@ -483,6 +494,7 @@ void RankExecutor::optimizerStep() {
   dev.download(host.data(), sums, count * int64_t(sizeof(double)));
   stepNorm = std::sqrt(host[0]);
   stepLoss = host[1];
+  stepAux = host[static_cast<size_t>(3 + 2 * topo.worldSize)];
   stepStop = host[static_cast<size_t>(2 + topo.worldSize)] > 0;
   stepPeakBytes = -1;
   stepPeakRank = -1;
@@ -498,7 +510,8 @@ void RankExecutor::optimizerStep() {
       stepPeakRank = r;
     }
   stepSkipped = false;
-  if (!std::isfinite(stepNorm) || !std::isfinite(stepLoss)) {
+  if (!std::isfinite(stepNorm) || !std::isfinite(stepLoss) ||
+      !std::isfinite(stepAux)) {
     // Every rank has the same sums (one all-reduce), so all decide alike,
     // before any update: the weights stay those of the step before.
     if (skipNonFinite) {

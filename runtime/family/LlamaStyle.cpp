@@ -37,10 +37,34 @@ void LlamaStyleFamily::declareParameters(const ModuleArch &m,
     std::string p = "layers." + std::to_string(l) + ".";
     add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
     declareAttention(m, module, p, m.qkvBias, false, sp, out);
+    if (m.qkNorm) { // each TP rank's heads: a partial gradient
+      const int64_t d = H / m.numHeads;
+      add(p + "q_norm", 1, d, L::Replicated, I::Ones, 0, true);
+      add(p + "k_norm", 1, d, L::Replicated, I::Ones, 0, true);
+    }
     add(p + "mlp_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-    add(p + "gate", H, F, L::ColumnParallel);
-    add(p + "up", H, F, L::ColumnParallel);
-    add(p + "down", F, H, L::RowParallel);
+    if (!m.moe.sparse(l)) {
+      add(p + "gate", H, F, L::ColumnParallel);
+      add(p + "up", H, F, L::ColumnParallel);
+      add(p + "down", F, H, L::RowParallel);
+      continue;
+    }
+    // family/Moe.h: the router (every TP rank routes every row: whole),
+    // the experts cut as the dense MLP, the shared expert and its gate.
+    const MoeConfig &e = m.moe;
+    add(p + kMoeRouter, H, e.experts, L::Replicated);
+    for (int64_t j = 0; j < e.experts; ++j) {
+      add(p + moeExpertName(j, "gate"), H, e.expertFfn, L::ColumnParallel);
+      add(p + moeExpertName(j, "up"), H, e.expertFfn, L::ColumnParallel);
+      add(p + moeExpertName(j, "down"), e.expertFfn, H, L::RowParallel);
+    }
+    if (e.sharedFfn > 0) {
+      add(p + moeSharedName("gate"), H, e.sharedFfn, L::ColumnParallel);
+      add(p + moeSharedName("up"), H, e.sharedFfn, L::ColumnParallel);
+      add(p + moeSharedName("down"), e.sharedFfn, H, L::RowParallel);
+      if (e.sharedGate)
+        add(p + kMoeSharedGate, H, 1, L::Replicated);
+    }
   }
   if (span.last) {
     add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
@@ -58,6 +82,41 @@ void LlamaStyleFamily::setDefaults(ModuleArch &arch) const {
 
 std::optional<ArchProblem>
 LlamaStyleFamily::structureProblem(const ModuleArch &arch) const {
+  // The family that has the structure the arch asks for, to name as the
+  // fix.
+  auto fits = [&](const LlamaStyleFamily &f) {
+    return f.qkvBiases() == arch.qkvBias && f.qkNorms() == arch.qkNorm &&
+           (f.moeNames() != nullptr) == arch.hasMoe();
+  };
+  auto named = [&]() -> std::string {
+    for (const ModuleFamily *family : families())
+      if (const auto *llama = dynamic_cast<const LlamaStyleFamily *>(family);
+          llama && fits(*llama))
+        return ", or set arch.family to \"" + std::string(llama->name()) +
+               "\"";
+    return "";
+  };
+  if (arch.qkNorm != qkNorms())
+    return ArchProblem{"qk_norm", "the " + std::string(name()) + " family " +
+                                      (qkNorms() ? "has" : "has no") +
+                                      " per-head q and k norms: " +
+                                      (qkNorms() ? "remove arch.qk_norm"
+                                                 : "remove arch.qk_norm") +
+                                      named()};
+  if (arch.hasMoe() != (moeNames() != nullptr))
+    return ArchProblem{
+        "moe", "the " + std::string(name()) + " family's layers are " +
+                   (moeNames() ? "sparse: add arch.moe" : "dense: remove arch.moe") +
+                   named()};
+  if (const MoeNames *names = moeNames(); names && arch.hasMoe()) {
+    if (names->shared != (arch.moe.sharedFfn > 0))
+      return ArchProblem{"moe", "the " + std::string(name()) + " family " +
+                                    (names->shared ? "has" : "has no") +
+                                    " shared expert: " +
+                                    (names->shared ? "set" : "remove") +
+                                    " arch.moe.shared_expert_ffn_hidden_size" +
+                                    named()};
+  }
   if (arch.qkvBias == qkvBiases())
     return std::nullopt;
   // The family that has what the arch asks for, to name as the fix.
@@ -85,8 +144,17 @@ double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
   double V = static_cast<double>(m.vocabSize);
   double L = static_cast<double>(m.layers());
   double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
-  double perToken =
-      L * 2.0 * (2.0 * H * H + 2.0 * H * KV + 3.0 * H * F) + 2.0 * H * V;
+  // A sparse layer computes its router, its top_k experts and its shared
+  // expert (and gate) for each token: the active FLOPs.
+  const MoeConfig &e = m.moe;
+  const double sparse = static_cast<double>(e.sparseLayers(m.layers()));
+  const double moeMlp =
+      H * static_cast<double>(e.experts) +
+      3.0 * H * static_cast<double>(e.topK * e.expertFfn + e.sharedFfn) +
+      (e.sharedFfn > 0 && e.sharedGate ? H : 0.0);
+  double perToken = L * 2.0 * (2.0 * H * H + 2.0 * H * KV) +
+                    (L - sparse) * 2.0 * 3.0 * H * F + sparse * 2.0 * moeMlp +
+                    2.0 * H * V;
   return tokens * perToken + L * pairs * 4.0 * H;
 }
 
@@ -117,7 +185,33 @@ LlamaStyleFamily::hfSource(const HfLayout &layout,
       {"up", {"mlp.up_proj.weight", true}},
       {"down", {"mlp.down_proj.weight", true}},
   };
-  auto it = map.find(layer->second);
+  const std::string at = m + "layers." + layer->first + ".";
+  const std::string &part = layer->second;
+  if (qkNorms() && (part == "q_norm" || part == "k_norm"))
+    return HfSource{at + "self_attn." + part + ".weight", false};
+  if (const MoeNames *names = moeNames()) {
+    auto linear = [&](const std::string &mimo) -> const std::string & {
+      return mimo == "gate" ? names->gate : mimo == "up" ? names->up
+                                                         : names->down;
+    };
+    if (part == kMoeRouter)
+      return HfSource{at + names->block + "gate.weight", true};
+    if (part == kMoeSharedGate)
+      return HfSource{at + names->block + "shared_expert_gate.weight", true};
+    // "experts.J.gate" and "shared.gate".
+    if (part.rfind("experts.", 0) == 0) {
+      const size_t dot = part.find('.', 8);
+      if (dot != std::string::npos)
+        return HfSource{at + names->block + part.substr(0, dot + 1) +
+                            linear(part.substr(dot + 1)) + ".weight",
+                        true};
+    }
+    if (part.rfind("shared.", 0) == 0)
+      return HfSource{at + names->block + "shared_expert." +
+                          std::string(linear(part.substr(7))) + ".weight",
+                      true};
+  }
+  auto it = map.find(part);
   if (it == map.end())
     return std::nullopt;
   return HfSource{m + "layers." + layer->first + "." + it->second.first,
@@ -207,6 +301,84 @@ nlohmann::ordered_json integral(double x) {
   return x;
 }
 
+/// The sparse layers and Qwen3's q/k norms of a folder of family `folder`
+/// against the arch.
+void sparseProblems(ConfigCheck &k, const ModuleArch &module,
+                    const LlamaStyleFamily &folder) {
+  if (folder.qkNorms() != module.qkNorm)
+    k.problem("qk_norm",
+              std::string(module.qkNorm ? "true" : "false") + " here, but " +
+                  k.where("model_type") + " makes it " +
+                  (folder.qkNorms() ? "true" : "false") +
+                  " (per-head q and k norms): set arch.family to \"" +
+                  std::string(folder.name()) + "\"");
+  const LlamaStyleFamily::MoeNames *names = folder.moeNames();
+  if (!names || !module.hasMoe()) {
+    if ((names != nullptr) != module.hasMoe())
+      k.problem("moe", std::string(module.hasMoe() ? "set" : "absent") +
+                           " here, but " + k.where("model_type") + " is " +
+                           (names ? "a mixture of experts: add arch.moe from "
+                                    "its config.json"
+                                  : "dense: remove arch.moe"));
+    return;
+  }
+  const MoeConfig &e = module.moe;
+  k.size("moe/num_experts", names->expertsKey.c_str(), e.experts);
+  k.size("moe/top_k", "num_experts_per_tok", e.topK);
+  if (names->mixtral)
+    k.size("moe/expert_ffn_hidden_size", "intermediate_size", e.expertFfn);
+  else
+    k.size("moe/expert_ffn_hidden_size", "moe_intermediate_size", e.expertFfn);
+  if (names->shared)
+    k.size("moe/shared_expert_ffn_hidden_size",
+           "shared_expert_intermediate_size", e.sharedFfn);
+  if (names->shared && !e.sharedGate)
+    k.problem("moe/shared_expert_gate",
+              "false here, but " + k.where("model_type") +
+                  " gates its shared expert (shared_expert_gate): set it true");
+  const bool norm = names->mixtral || k.boolean("norm_topk_prob", false);
+  if (e.router.normTopk != norm)
+    k.problem("moe/router/norm_topk",
+              std::string(e.router.normTopk ? "true" : "false") +
+                  " here, but " +
+                  (names->mixtral ? k.where("model_type") +
+                                        " always normalises the top-k weights"
+                                  : k.where("norm_topk_prob") + " is " +
+                                        (norm ? "true" : "false")));
+  if (e.router.sigmoid)
+    k.problem("moe/router/score", "\"sigmoid\" here, but " +
+                                      k.where("model_type") +
+                                      " routes by softmax: remove score");
+  // Qwen's sparse layers: every decoder_sparse_step-th, less
+  // mlp_only_layers.
+  std::vector<int64_t> sparse;
+  const int64_t step =
+      names->mixtral ? 1 : k.integer("decoder_sparse_step").value_or(1);
+  std::vector<int64_t> dense;
+  if (!names->mixtral && k.has("mlp_only_layers") &&
+      k.c["mlp_only_layers"].is_array())
+    for (const json &l : k.c["mlp_only_layers"])
+      if (l.is_number_integer())
+        dense.push_back(l.get<int64_t>());
+  for (int64_t l = 0; l < module.numLayers; ++l)
+    if (step > 0 && (l + 1) % step == 0 &&
+        std::find(dense.begin(), dense.end(), l) == dense.end())
+      sparse.push_back(l);
+  std::vector<int64_t> mine;
+  for (int64_t l = 0; l < module.numLayers; ++l)
+    if (e.sparse(l))
+      mine.push_back(l);
+  if (sparse != mine) {
+    std::string list;
+    for (int64_t l : sparse)
+      list += (list.empty() ? "" : ", ") + std::to_string(l);
+    k.problem("moe/layers",
+              "the sparse layers differ: " + k.where("decoder_sparse_step") +
+                  " and mlp_only_layers make them [" + list +
+                  "]; write that list in arch.moe.layers (or \"all\")");
+  }
+}
+
 } // namespace
 
 bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
@@ -266,6 +438,7 @@ bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
     k.problem("ffn_hidden_size", k.where("hidden_act") + " is " +
                                      briefJson(k.c["hidden_act"]) +
                                      ": mimo's language MLP is SwiGLU (silu)");
+  sparseProblems(k, module, *folder);
   ropeScalingProblems(k, module);
   // Mistral's (and Qwen2's, when use_sliding_window) sliding window: mimo
   // attends to the whole sample, the same while samples fit the window.
@@ -281,6 +454,18 @@ bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
             "seq_length at most " +
             std::to_string(*window)));
   return true;
+}
+
+std::string LlamaStyleFamily::hfExportProblem(const ModuleArch &arch) const {
+  if (!arch.hasMoe())
+    return "";
+  if (arch.moe.router.sigmoid)
+    return "its router scores by sigmoid, which " +
+           std::string(label()) + " folders do not compute (softmax)";
+  if (arch.moe.sharedFfn > 0 && !arch.moe.sharedGate)
+    return "its shared expert has no gate, and " + std::string(label()) +
+           " folders' has one";
+  return "";
 }
 
 nlohmann::ordered_json
@@ -315,6 +500,27 @@ LlamaStyleFamily::hfConfig(const ModuleArch &m,
   if (!m.qkvBias) {
     c["attention_bias"] = false;
     c["mlp_bias"] = false;
+  }
+  if (const MoeNames *names = moeNames(); names && m.hasMoe()) {
+    const MoeConfig &e = m.moe;
+    c[names->expertsKey] = e.experts;
+    c["num_experts_per_tok"] = e.topK;
+    if (names->mixtral) {
+      c["intermediate_size"] = e.expertFfn;
+    } else {
+      c["moe_intermediate_size"] = e.expertFfn;
+      c["norm_topk_prob"] = e.router.normTopk;
+      c["decoder_sparse_step"] = 1;
+      std::vector<int64_t> dense;
+      for (int64_t l = 0; l < m.numLayers; ++l)
+        if (!e.sparse(l))
+          dense.push_back(l);
+      c["mlp_only_layers"] = dense;
+    }
+    if (names->shared)
+      c["shared_expert_intermediate_size"] = e.sharedFfn;
+    c["router_aux_loss_coef"] = e.router.auxLossCoef;
+    c["output_router_logits"] = false;
   }
   c["attention_dropout"] = 0.0;
   c["initializer_range"] = 0.02;

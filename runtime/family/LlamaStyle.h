@@ -36,10 +36,9 @@ public:
                   const std::string &name) const override;
   bool hfCheck(ConfigCheck &k, const ModuleArch &arch,
                int64_t seqLength) const override;
-  std::string hfExportProblem(const ModuleArch &arch) const override {
-    (void)arch;
-    return "";
-  }
+  /// "" but for a router Hugging Face does not compute (sigmoid scores)
+  /// or a shared expert without the gate Qwen2-MoE has.
+  std::string hfExportProblem(const ModuleArch &arch) const override;
   nlohmann::ordered_json
   hfConfig(const ModuleArch &arch,
            const HfExportContext &context) const override;
@@ -51,6 +50,21 @@ public:
     return {hfModelType()};
   }
   virtual bool qkvBiases() const { return false; }
+  /// Qwen3's per-head q and k norms (arch.qk_norm).
+  virtual bool qkNorms() const { return false; }
+  /// How a family with sparse layers (arch.moe, family/Moe.h) names their
+  /// parts in a Hugging Face folder; null for a dense family.
+  struct MoeNames {
+    /// The sparse MLP's prefix within a layer ("mlp.", Mixtral's
+    /// "block_sparse_moe."), an expert's linear layers ("gate_proj", "w1")
+    /// and the key of the expert count ("num_experts", "num_local_experts").
+    std::string block, gate, up, down, expertsKey;
+    /// Qwen2-MoE's shared expert and its gate; Mixtral's experts are as
+    /// wide as intermediate_size (else moe_intermediate_size) and its
+    /// top-k weights always normalised.
+    bool shared = false, mixtral = false;
+  };
+  virtual const MoeNames *moeNames() const { return nullptr; }
 
 protected:
   /// config.json's model_type and architectures entry ("llama",

@@ -9,6 +9,8 @@
 #ifndef MIMO_RUNTIME_FAMILY_MODULEARCH_H
 #define MIMO_RUNTIME_FAMILY_MODULEARCH_H
 
+#include "runtime/family/Moe.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +47,12 @@ struct ModuleArch {
   bool qkvBias = false, bias = false;
   /// `tie_embeddings` (language): the head is the embedding's transpose.
   bool tieEmbeddings = false;
+  /// `qk_norm` (language): Qwen3's per-head RMSNorm of q and k (weights
+  /// [head_dim]) after their projection, before RoPE.
+  bool qkNorm = false;
+  /// `moe` (language): the sparse layers' experts and router
+  /// (family/Moe.h); experts 0 without.
+  MoeConfig moe;
   /// Encoders, the ViT family (docs/model-json.md): learned position
   /// embeddings (`position_embeddings` "learned", a table of maxPositions
   /// rows), CLIP's LayerNorm before the layers (`pre_norm`), SigLIP's
@@ -73,6 +81,7 @@ struct ModuleArch {
   int64_t kvHeads() const {
     return numQueryGroups > 0 ? numQueryGroups : numHeads;
   }
+  bool hasMoe() const { return moe.experts > 0; }
   int64_t kvHidden() const {
     return numHeads > 0 ? kvHeads() * (hiddenSize / numHeads) : hiddenSize;
   }

@@ -64,6 +64,10 @@ void declareAttention(const ModuleArch &m, const std::string &module,
 
 std::unique_ptr<ModuleFamily> makeLlamaFamily();
 std::unique_ptr<ModuleFamily> makeQwen2Family();
+std::unique_ptr<ModuleFamily> makeQwen2MoeFamily();
+std::unique_ptr<ModuleFamily> makeQwen3Family();
+std::unique_ptr<ModuleFamily> makeQwen3MoeFamily();
+std::unique_ptr<ModuleFamily> makeMixtralFamily();
 std::unique_ptr<ModuleFamily> makeClipFamily();
 std::unique_ptr<ModuleFamily> makeSiglipFamily();
 std::unique_ptr<ModuleFamily> makeVitFamily();
@@ -80,6 +84,10 @@ struct Registry {
   Registry() {
     families.push_back(makeLlamaFamily());
     families.push_back(makeQwen2Family());
+    families.push_back(makeMixtralFamily());
+    families.push_back(makeQwen2MoeFamily());
+    families.push_back(makeQwen3Family());
+    families.push_back(makeQwen3MoeFamily());
     families.push_back(makeClipFamily());
     families.push_back(makeSiglipFamily());
     families.push_back(makeVitFamily());

@@ -51,13 +51,20 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
       biases.k = indexOf(p + "bk");
       biases.v = indexOf(p + "bv");
     }
+    const bool sparse = module.moe.sparse(l);
+    constexpr size_t none = LayerBiases::kNone;
+    auto find = [&](const std::string &n) { return indexOf(n); };
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, true, n1, n1, indexOf(p + "wq"), indexOf(p + "wk"),
-        indexOf(p + "wv"), indexOf(p + "wo"), n2, n2, indexOf(p + "gate"),
-        indexOf(p + "up"), indexOf(p + "down"), module, ctx, biases,
+        indexOf(p + "wv"), indexOf(p + "wo"), n2, n2,
+        sparse ? none : indexOf(p + "gate"), sparse ? none : indexOf(p + "up"),
+        sparse ? none : indexOf(p + "down"), module, ctx, biases,
         module.recomputes(l - begin, end - begin),
-        LayerAdapters::of(module, p, true,
-                          [&](const std::string &n) { return indexOf(n); })));
+        LayerAdapters::of(module, p, true, find)));
+    if (module.qkNorm)
+      layers.back()->useQkNorm(indexOf(p + "q_norm"), indexOf(p + "k_norm"));
+    if (sparse)
+      layers.back()->useMoe(module.moe, MoeParams::of(module.moe, p, find));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");
@@ -187,7 +194,9 @@ Tensor LanguageStage::forward(int64_t mb, const LanguageLane &lane,
   for (int64_t t : c.tokens.cp) {
     qpos.push_back(lane.positions[static_cast<size_t>(t)]);
     qseg.push_back(lane.segments[static_cast<size_t>(t)]);
+    m.real.push_back(lane.segments[static_cast<size_t>(t)] >= 0);
   }
+  m.auxLoss = &auxLoss;
   for (int64_t t : c.tokens.keys) {
     kpos.push_back(lane.positions[static_cast<size_t>(t)]);
     kseg.push_back(lane.segments[static_cast<size_t>(t)]);

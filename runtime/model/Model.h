@@ -125,6 +125,11 @@ struct StageContext {
   /// GEMMs go while it defers; null, or not deferring: they run at once.
   DeferredWeightGrads *weightGrads = nullptr;
   std::vector<int64_t> tpGroup, cpGroup;
+  /// The module's DP x CP group holding this rank (a sparse layer sums its
+  /// routing statistics over it: the global microbatch's) and the step's
+  /// microbatches (the aux loss is their mean).
+  std::vector<int64_t> dpcpGroup;
+  int64_t microbatches = 1;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
   std::vector<std::pair<int64_t, int64_t>> tpcpCoords;
@@ -287,6 +292,14 @@ public:
   int64_t localTokens(const LanguageLane &lane) const;
   int64_t hidden() const { return hiddenSize; }
   void dropCaches() override;
+  /// The sparse layers' aux and z losses (docs/model.md "Mixture of
+  /// experts") of this stage's forwards since the last call, weighted and
+  /// divided by the step's microbatches; reset.
+  double takeAuxLoss() {
+    const double out = auxLoss;
+    auxLoss = 0;
+    return out;
+  }
 
   /// First stage: the input embeddings of this rank's shard: text rows from
   /// the vocab-parallel embedding, modality rows (`modality[e]`, the lane's
@@ -323,6 +336,7 @@ private:
   ShardTopology shardTopology;
   size_t embedding = 0, finalNorm = 0, head = 0;
   bool tied = false; // tie_embeddings: head == embedding
+  double auxLoss = 0;
   struct Cache;
   std::map<int64_t, std::unique_ptr<Cache>> caches;
 };

@@ -12,8 +12,10 @@
 #include "runtime/config/ModelConfig.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
+#include "runtime/model/WeightGrads.h"
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -130,6 +132,29 @@ inline Bf16Operand operand(const Tensor &t) {
   if (t.dtype() == device::DType::BF16)
     return Bf16Operand(t.data<uint16_t>());
   return Bf16Operand(t.data());
+}
+
+/// dW[K,N] += X[M,K]^T dY[M,N] for a weight (dw null, frozen: nothing):
+/// at once, or under zero bubble (`deferred` deferring) kept for the
+/// microbatch's weight_grad instruction, with x (the forward's, never
+/// written again) and a copy of dy (whose buffer the backward may go on
+/// writing).
+inline void weightGradient(Device &dev, bool bf16, DeferredWeightGrads *deferred,
+                           const Tensor &x, const Tensor &dy, float *dw,
+                           int64_t M, int64_t K, int64_t N) {
+  if (!dw)
+    return;
+  if (!deferred || !deferred->deferring()) {
+    gemm(dev, bf16, true, false, K, N, M, 1.0f, operand(x), operand(dy), 1.0f,
+         dw);
+    return;
+  }
+  auto xs = std::make_shared<Tensor>(x.view(0, x.size()));
+  auto dys = std::make_shared<Tensor>(dy.clone());
+  deferred->defer([dev = &dev, bf16, xs, dys, dw, M, K, N] {
+    gemm(*dev, bf16, true, false, K, N, M, 1.0f, operand(*xs), operand(*dys),
+         1.0f, dw);
+  });
 }
 
 /// Host index arrays (positions, segments, ids, row maps) on the device.

@@ -11,6 +11,7 @@
 
 #include "runtime/model/Model.h"
 #include "runtime/model/ModelOps.h"
+#include "runtime/model/MoeMlp.h"
 #include "runtime/model/RingAttention.h"
 
 #include <algorithm>
@@ -33,6 +34,11 @@ struct LayerMeta {
   /// rank's keys in turn (ring: blocks[r], RingAttention.h).
   AttentionPlan attention;
   std::vector<AttentionPlan> blocks;
+  /// Sparse layers (MoeMlp.h): which of the rank's cpRows rows are a
+  /// sample's tokens (padding takes no share of the routing losses), and
+  /// where the microbatch's aux loss adds up (the stage's).
+  std::vector<uint8_t> real;
+  double *auxLoss = nullptr;
   const int64_t *qposData() const { return qpos.data<int64_t>(); }
 };
 
@@ -82,6 +88,10 @@ struct LayerCache {
   /// Each adapted linear's s·x·A (its B GEMM's input, bf16 bits under
   /// bf16).
   std::array<Tensor, LayerAdapters::kSites> lora;
+  /// qk_norm: q and k before their norms (fp32) and the norms' 1/rms.
+  Tensor qPre, kPre, rstdQ, rstdK;
+  /// A sparse layer's MLP.
+  std::unique_ptr<MoeCache> moe;
 };
 
 /// The indices of a layer's biases in the stage's list (docs/model.md:
@@ -117,18 +127,33 @@ public:
     gelu = geluOf(module.activation);
   }
 
+  /// The language model's qk_norm (docs/model.md): per-head RMSNorms of q
+  /// and k, parameters `qNorm` and `kNorm`.
+  void useQkNorm(size_t qNorm, size_t kNorm) {
+    qkNorm = {qNorm, kNorm};
+    hasQkNorm = true;
+  }
+  /// A sparse layer (MoeMlp.h): its MLP is `moe`'s experts.
+  void useMoe(const MoeConfig &moe, MoeParams indices) {
+    moeParams = indices.all();
+    sparse = std::make_unique<MoeMlp>(params, moe, std::move(indices), H, ctx);
+  }
+
   /// The layer's output; `c` keeps what the backward reads (docs/model.md
   /// Recomputation): everything, the input alone (recompute "full"), or
   /// everything but the MLP activation's output ("selective").
   Tensor forward(LayerCache &c, Tensor x, const LayerMeta &m) {
-    Tensor out = compute(c, std::move(x), m);
+    Tensor out = compute(c, std::move(x), m, false);
     keep(c);
     if (recomputeAll) {
       Tensor input = std::move(c.x);
       c = LayerCache();
       c.x = std::move(input);
-    } else if (recomputeActivation)
+    } else if (recomputeActivation) {
       c.s = Tensor();
+      if (c.moe)
+        MoeMlp::dropActivations(*c.moe);
+    }
     return out;
   }
 
@@ -139,10 +164,10 @@ public:
       // so the same bits, its collectives too.
       Tensor x = ctx.bf16 ? unpackBf16(*ctx.dev, c.x) : std::move(c.x);
       c = LayerCache();
-      compute(c, std::move(x), m);
+      compute(c, std::move(x), m, true);
       keep(c);
-    } else if (recomputeActivation) {
-      c.s = activation(c, m.cpRows);
+    } else if (recomputeActivation && !sparse) {
+      c.s = activation(c, m.cpRows); // a sparse layer's MoeMlp makes its own
     }
     return backwardFrom(c, dout, m);
   }
@@ -163,7 +188,10 @@ private:
     return s;
   }
 
-  Tensor compute(LayerCache &c, Tensor x, const LayerMeta &m) {
+  /// The forward; `recomputing`: again in the backward (the routing losses
+  /// were counted the first time).
+  Tensor compute(LayerCache &c, Tensor x, const LayerMeta &m,
+                 bool recomputing) {
     int64_t Tl = m.localRows, Tc = m.cpRows;
     bool sp = ctx.sequenceParallel && ctx.tp > 1;
     c.x = std::move(x);
@@ -183,6 +211,12 @@ private:
         c.x, rowParallelLinear(c, c.a, wo, b.o, Tc, Hl, sp, LayerAdapters::O));
 
     c.h2f = normedInput(c.x1, norm2, norm2b, c.mean2, c.rstd2, Tl, sp);
+    if (sparse) {
+      c.moe = std::make_unique<MoeCache>();
+      Tensor y = sparse->forward(*c.moe, c.h2f, Tc, m.real,
+                                 recomputing ? nullptr : m.auxLoss);
+      return residual(c.x1, rowParallelOut(std::move(y), sp));
+    }
     // Under bf16 the gate and up projections come out of their GEMMs as
     // bf16 bits (stored, as kept), and the activation writes the w2 GEMM's
     // input as bf16 bits.
@@ -196,20 +230,41 @@ private:
   }
 
   /// The backward from a full cache.
+  /// Under bf16 every gradient a GEMM reads is bf16 bits, made once
+  /// (packed, or written so by the kernel that makes it): the two GEMMs that
+  /// read it read the same bits, neither converting. (The GEMMs would round
+  /// them so anyway: nothing changes but the bytes.)
   Tensor backwardFrom(LayerCache &c, const Tensor &dout, const LayerMeta &m) {
+    const int64_t Tl = m.localRows, Tc = m.cpRows;
+    const bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    Tensor dh2f;
+    if (sparse) {
+      Tensor gathered;
+      dh2f = zeros(Tc * H);
+      sparse->backward(*c.moe, c.h2f, fullRows(dout, gathered, sp),
+                       dh2f.data(), Tc);
+    } else {
+      dh2f = denseMlpBackward(c, dout, sp, Tc);
+    }
+    Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
+    Tensor dx1 = dout.clone();
+    normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
+    return attentionBackward(c, std::move(dx1), m);
+  }
+
+  /// The dense MLP's backward from the layer output's gradient: dh2f, the
+  /// gradient of its normed input (all TP ranks' rows under SP, partial
+  /// over TP).
+  Tensor denseMlpBackward(LayerCache &c, const Tensor &dout, bool sp,
+                          int64_t Tc) {
     Device &dev = *ctx.dev;
-    int64_t Tl = m.localRows, Tc = m.cpRows;
-    bool sp = ctx.sequenceParallel && ctx.tp > 1;
-    // Under bf16 every gradient a GEMM reads is bf16 bits, made once (packed,
-    // or written so by the kernel that makes it): the two GEMMs that read it
-    // read the same bits, neither converting. (The GEMMs would round them so
-    // anyway: nothing changes but the bytes.)
+    const int64_t Tl = dout.size() / H;
     const device::DType gradType =
         ctx.bf16 ? device::DType::BF16 : device::DType::F32;
-    // MLP. A bias added to a row-parallel output takes the residual
-    // stream's gradient of the rank's rows.
+    // A bias added to a row-parallel output takes the residual stream's
+    // gradient of the rank's rows.
     biasGrad(dout, b.fc2, Tl, H);
-    Tensor gatheredOut, gatheredDx1, dmBits, dofBits;
+    Tensor gatheredOut, dmBits;
     const Tensor &dmT = gemmTensor(fullRows(dout, gatheredOut, sp), dmBits);
     const Bf16Operand dm = operand(dmT);
     Tensor ds = empty(Tc * Fl);
@@ -234,9 +289,16 @@ private:
                    dh2f.data(), nullptr, Tc, H, Fl, language ? 1.0f : 0.0f);
     weightGradient(c.h2f, dg, w1, Tc, H, Fl);
     adaptedBackward(c, LayerAdapters::Gate, c.h2f, dg, dh2f.data(), Tc, H, Fl);
-    Tensor dh2 = columnParallelIn(std::move(dh2f), sp);
-    Tensor dx1 = dout.clone();
-    normBackward(c.x1, norm2, norm2b, c.mean2, c.rstd2, dh2, dx1, Tl);
+    return dh2f;
+  }
+
+  /// The attention half's backward from dx1 (the gradient of its residual
+  /// output): the layer input's gradient.
+  Tensor attentionBackward(LayerCache &c, Tensor dx1, const LayerMeta &m) {
+    Device &dev = *ctx.dev;
+    const int64_t Tl = m.localRows, Tc = m.cpRows;
+    const bool sp = ctx.sequenceParallel && ctx.tp > 1;
+    Tensor gatheredDx1, dofBits;
     // Attention.
     biasGrad(dx1, b.o, Tl, H);
     const Tensor &dofT = gemmTensor(fullRows(dx1, gatheredDx1, sp), dofBits);
@@ -267,8 +329,16 @@ private:
     // The saved q and k are rotated: their gradients are rotated back (the
     // weight gradients need the inputs, which hf holds, so nothing else to
     // undo).
-    dq = rotatedStored(std::move(dq), m, language, true, headsLocal);
-    Tensor dk = rotatedStored(std::move(dK), m, language, true, kvHeadsLocal);
+    Tensor dk;
+    if (hasQkNorm) {
+      dq = normedBackward(std::move(dq), c.qPre, c.rstdQ, qkNorm.first, m,
+                          headsLocal);
+      dk = normedBackward(std::move(dK), c.kPre, c.rstdK, qkNorm.second, m,
+                          kvHeadsLocal);
+    } else {
+      dq = rotatedStored(std::move(dq), m, language, true, headsLocal);
+      dk = rotatedStored(std::move(dK), m, language, true, kvHeadsLocal);
+    }
     Tensor dv = rotatedStored(std::move(dV), m, false, false, kvHeadsLocal);
     biasGrad(dq, b.q, Tc, Hl);
     biasGrad(dk, b.k, Tc, KVl);
@@ -302,6 +372,9 @@ public:
                                b.k,   b.v,    b.o, b.fc1, b.fc2};
     all.insert(all.end(), lora.a.begin(), lora.a.end());
     all.insert(all.end(), lora.b.begin(), lora.b.end());
+    all.insert(all.end(), moeParams.begin(), moeParams.end());
+    if (hasQkNorm)
+      all.insert(all.end(), {qkNorm.first, qkNorm.second});
     for (size_t p : all)
       if (p != LayerBiases::kNone &&
           std::find(out.begin(), out.end(), p) == out.end())
@@ -337,28 +410,12 @@ private:
     return bits;
   }
 
-  /// dW[K,N] += X[M,K]^T dY[M,N] for weight `w` (frozen: nothing): at
-  /// once, or under zero bubble (StageContext::weightGrads deferring) kept
-  /// for the microbatch's weight_grad instruction, with x (the forward's,
-  /// never written again) and a copy of dy (whose buffer the backward
-  /// may go on writing).
+  /// dW[K,N] += X[M,K]^T dY[M,N] for weight `w` (frozen: nothing), at once
+  /// or deferred under zero bubble (ModelOps.h).
   void weightGradient(const Tensor &x, const Tensor &dy, size_t w, int64_t M,
                       int64_t K, int64_t N) {
-    float *dw = WG(w);
-    if (!dw)
-      return;
-    if (!ctx.weightGrads || !ctx.weightGrads->deferring()) {
-      gemm(*ctx.dev, ctx.bf16, true, false, K, N, M, 1.0f, operand(x),
-           operand(dy), 1.0f, dw);
-      return;
-    }
-    auto xs = std::make_shared<Tensor>(x.view(0, x.size()));
-    auto dys = std::make_shared<Tensor>(dy.clone());
-    ctx.weightGrads->defer(
-        [dev = ctx.dev, bf16 = ctx.bf16, xs, dys, dw, M, K, N] {
-          gemm(*dev, bf16, true, false, K, N, M, 1.0f, operand(*xs),
-               operand(*dys), 1.0f, dw);
-        });
+    ops::weightGradient(*ctx.dev, ctx.bf16, ctx.weightGrads, x, dy, WG(w), M,
+                        K, N);
   }
 
   /// LoRA (docs/model.md): y [rows, N] (fp32) += s·(x·A)·B for an adapted
@@ -554,7 +611,33 @@ private:
     adapted(c, site, c.hf, y.data(), Tc, H, cols);
     if (bias != LayerBiases::kNone) // before RoPE, as Qwen2's
       ctx.dev->addBias(y.data(), V(bias).data(), Tc, cols);
+    if (hasQkNorm) { // Qwen3: each head's RMSNorm, before RoPE
+      const bool query = site == LayerAdapters::Q;
+      Tensor &pre = query ? c.qPre : c.kPre;
+      Tensor &rstd = query ? c.rstdQ : c.rstdK;
+      pre = std::move(y);
+      rstd = empty(Tc * heads);
+      y = empty(Tc * cols);
+      ctx.dev->rmsnormForward(
+          pre.data(), V(query ? qkNorm.first : qkNorm.second).data(),
+          device::DType::F32, y.data(), rstd.data(), Tc * heads, headDim, eps);
+    }
     return rotatedStored(std::move(y), m, true, false, heads);
+  }
+  /// qk_norm's backward of a query or key gradient `dy` (fp32, rotated):
+  /// rotated back, through the norm (its weight's gradient accumulated),
+  /// stored as the GEMMs read it.
+  Tensor normedBackward(Tensor dy, const Tensor &pre, const Tensor &rstd,
+                        size_t w, const LayerMeta &m, int64_t heads) {
+    Device &dev = *ctx.dev;
+    dev.rope(dy.data(), device::DType::F32, dy.data(),
+             m.ropeTable.data<double>(), m.cpRows, heads, headDim, true);
+    Tensor dx = empty(dy.size());
+    dev.rmsnormBackward(device::DType::F32, pre.raw(), V(w).data(), rstd.data(),
+                        dy.data(), dx.data(), G(w), m.cpRows * heads, headDim);
+    if (ctx.bf16)
+      return packBf16(dev, dx);
+    return dx;
   }
   Bf16Operand P(size_t i) const { return params[i].weight(); }
   /// A vector parameter (norm weight, bias) in fp32 (Stage::vectorOf).
@@ -659,6 +742,11 @@ private:
   size_t norm1, norm1b, wq, wk, wv, wo, norm2, norm2b, w1, w3, w2;
   LayerBiases b;
   LayerAdapters lora;
+  /// qk_norm's q and k norm weights; a sparse layer's MLP and parameters.
+  bool hasQkNorm = false;
+  std::pair<size_t, size_t> qkNorm{LayerBiases::kNone, LayerBiases::kNone};
+  std::unique_ptr<MoeMlp> sparse;
+  std::vector<size_t> moeParams;
   int64_t H, headsLocal = 1, headDim = 1, Hl = 1, Fl = 1;
   /// Grouped-query attention: the rank's key/value heads, their width and
   /// the query heads per group (1 without GQA).

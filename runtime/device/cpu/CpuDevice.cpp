@@ -163,6 +163,26 @@ public:
       std::memcpy(dst + dstRows[i] * cols, src + srcRows[i] * cols,
                   static_cast<size_t>(cols) * sizeof(float));
   }
+  void gatherRows(DType type, void *dst, const void *src, const int64_t *rows,
+                  const float *weights, int64_t count, int64_t cols) override {
+    if (type == DType::BF16)
+      run(bodies::GatherRows<uint16_t>{static_cast<uint16_t *>(dst),
+                                       static_cast<const uint16_t *>(src),
+                                       rows, nullptr, count, cols});
+    else
+      run(bodies::GatherRows<float>{static_cast<float *>(dst),
+                                    static_cast<const float *>(src), rows,
+                                    weights, count, cols});
+  }
+  void scatterAddRows(float *dst, const int64_t *rows, const float *src,
+                      const float *weights, int64_t count,
+                      int64_t cols) override {
+    run(bodies::ScatterAddRows{dst, rows, src, weights, count, cols});
+  }
+  void rowDots(const float *a, const int64_t *rows, const float *b,
+               int64_t count, int64_t cols, float *out) override {
+    run(bodies::RowDots{a, rows, b, out, count, cols});
+  }
   void packBf16(const float *x, uint16_t *out, int64_t n) override {
     bodies::ToBf16Bits body{x, out, n};
     for (int64_t i = 0; i < n; ++i)

@@ -15,6 +15,33 @@ void CudaDevice::copyRows(float *dst, const int64_t *dstRows, const float *src,
          b::CopyRows<float>{dst, dstRows, src, srcRows, count, cols});
 }
 
+void CudaDevice::gatherRows(DType type, void *dst, const void *src,
+                            const int64_t *rows, const float *weights,
+                            int64_t count, int64_t cols) {
+  if (type == DType::BF16)
+    launch("gather_rows_bf16",
+           b::GatherRows<uint16_t>{static_cast<uint16_t *>(dst),
+                                   static_cast<const uint16_t *>(src), rows,
+                                   nullptr, count, cols});
+  else
+    launch("gather_rows",
+           b::GatherRows<float>{static_cast<float *>(dst),
+                                static_cast<const float *>(src), rows, weights,
+                                count, cols});
+}
+
+void CudaDevice::scatterAddRows(float *dst, const int64_t *rows,
+                                const float *src, const float *weights,
+                                int64_t count, int64_t cols) {
+  launch("scatter_add_rows",
+         b::ScatterAddRows{dst, rows, src, weights, count, cols});
+}
+
+void CudaDevice::rowDots(const float *a, const int64_t *rows, const float *b,
+                         int64_t count, int64_t cols, float *out) {
+  launch("row_dots", b::RowDots{a, rows, b, out, count, cols});
+}
+
 void CudaDevice::packBf16(const float *x, uint16_t *out, int64_t n) {
   launch("pack_bf16", b::ToBf16BitsWide{x, out, n});
 }

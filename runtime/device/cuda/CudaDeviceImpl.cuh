@@ -200,6 +200,13 @@ public:
 
   void copyRows(float *dst, const int64_t *dstRows, const float *src,
                 const int64_t *srcRows, int64_t count, int64_t cols) override;
+  void gatherRows(DType type, void *dst, const void *src, const int64_t *rows,
+                  const float *weights, int64_t count, int64_t cols) override;
+  void scatterAddRows(float *dst, const int64_t *rows, const float *src,
+                      const float *weights, int64_t count,
+                      int64_t cols) override;
+  void rowDots(const float *a, const int64_t *rows, const float *b,
+               int64_t count, int64_t cols, float *out) override;
   void packBf16(const float *x, uint16_t *out, int64_t n) override;
   void unpackBf16(const uint16_t *in, float *out, int64_t n) override;
   void roundToBf16(float *data, int64_t n) override;

@@ -1,0 +1,158 @@
+//===- ModelConfigMoe.cpp - model.json's arch.moe -------------------------===//
+//
+// docs/model-json.md `modules/N/arch/moe` (family/Moe.h) and the expert
+// grid's `parallel.ep` / `etp`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/config/ModelConfigParse.h"
+
+#include "runtime/json/JsonReader.h"
+#include "runtime/support/Limits.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mimo::detail {
+
+using nlohmann::json;
+
+void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
+              ModuleConfig &module) {
+  const json *moe = v.member(arch, at, "moe", false,
+                             "the sparse layers' experts and router");
+  const std::string here = at + "/moe";
+  if (!moe ||
+      !v.object(*moe, here, modelJsonKeys("/modules/N/arch/moe"), "an object"))
+    return;
+  MoeConfig config;
+  if (auto n = v.integer(*moe, here, "num_experts", true, 1,
+                         "the experts of each sparse layer", 4096))
+    config.experts = *n;
+  if (auto k = v.integer(*moe, here, "top_k", true, 1,
+                         "the experts each token goes to", 4096)) {
+    config.topK = *k;
+    if (config.experts > 0 && *k > config.experts)
+      v.error(here + "/top_k", "expected top_k at most num_experts " +
+                                   std::to_string(config.experts) +
+                                   ", found " + std::to_string(*k));
+  }
+  if (auto f = v.integer(*moe, here, "expert_ffn_hidden_size", false, 1,
+                         "each expert's SwiGLU width", kMaxFfnWidth))
+    config.expertFfn = *f;
+  else if (!moe->contains("expert_ffn_hidden_size"))
+    config.expertFfn = module.ffnHiddenSize;
+  if (auto f = v.integer(*moe, here, "shared_expert_ffn_hidden_size", false, 0,
+                         "the shared expert's width (0: none)", kMaxFfnWidth))
+    config.sharedFfn = *f;
+  if (auto gate = v.boolean(*moe, here, "shared_expert_gate",
+                            "the shared expert's sigmoid gate")) {
+    config.sharedGate = *gate;
+    if (*gate && config.sharedFfn == 0)
+      v.error(here + "/shared_expert_gate",
+              "a gate on a shared expert, and there is none: set "
+              "shared_expert_ffn_hidden_size, or remove shared_expert_gate");
+  }
+  if (const json *layers = v.member(*moe, here, "layers", false,
+                                    "which layers are sparse")) {
+    const std::string layersAt = here + "/layers";
+    if (layers->is_string() && layers->get<std::string>() == "all") {
+      config.allLayers = true;
+    } else if (layers->is_array() && !layers->empty()) {
+      config.allLayers = false;
+      for (size_t i = 0; i < layers->size(); ++i) {
+        const json &l = (*layers)[i];
+        const std::string itemAt = layersAt + "/" + std::to_string(i);
+        if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
+            (module.numLayers > 0 && l.get<int64_t>() >= module.numLayers)) {
+          v.error(itemAt,
+                  "expected a layer index from 0 to " +
+                      (module.numLayers > 0
+                           ? std::to_string(module.numLayers - 1)
+                           : std::string("num_layers - 1")) +
+                      ", found " + briefJson(l));
+          continue;
+        }
+        const int64_t layer = l.get<int64_t>();
+        if (std::find(config.layers.begin(), config.layers.end(), layer) !=
+            config.layers.end())
+          v.error(itemAt, "layer " + std::to_string(layer) +
+                              " is listed twice; list each sparse layer once");
+        else
+          config.layers.push_back(layer);
+      }
+      std::sort(config.layers.begin(), config.layers.end());
+    } else {
+      v.error(layersAt, "expected \"all\" or a non-empty array of layer "
+                        "indices, found " +
+                            describeJson(*layers) +
+                            "; Hugging Face's mlp_only_layers are the dense "
+                            "ones: list the others");
+    }
+  }
+  const std::string routerAt = here + "/router";
+  if (const json *router =
+          v.member(*moe, here, "router", false, "how tokens are routed");
+      router && v.object(*router, routerAt,
+                         modelJsonKeys("/modules/N/arch/moe/router"),
+                         "an object")) {
+    if (auto score = v.choice(*router, routerAt, "score", false,
+                              {"softmax", "sigmoid"}, "the router's scores"))
+      config.router.sigmoid = *score == "sigmoid";
+    if (auto norm = v.boolean(*router, routerAt, "norm_topk",
+                              "the top-k weights divided by their sum"))
+      config.router.normTopk = *norm;
+    if (auto c = v.number(*router, routerAt, "aux_loss_coef", 0, false, 1e6,
+                          false, "the load-balancing loss's coefficient"))
+      config.router.auxLossCoef = *c;
+    if (auto c = v.number(*router, routerAt, "z_loss_coef", 0, false, 1e6,
+                          false, "the router z-loss's coefficient"))
+      config.router.zLossCoef = *c;
+  }
+  module.moe = config;
+}
+
+void parseExpertGrid(JsonValidator &v, const json &moduleJson,
+                     ModuleConfig &module) {
+  const std::string at = module.pointer + "/parallel";
+  const bool moe = module.hasMoe();
+  const int64_t tp = module.parallel.tp;
+  // The experts are cut over TP as the dense MLP is.
+  for (auto [width, key] :
+       {std::pair{module.moe.expertFfn, "expert_ffn_hidden_size"},
+        std::pair{module.moe.sharedFfn, "shared_expert_ffn_hidden_size"}})
+    if (moe && tp > 0 && width % tp != 0)
+      v.error(at + "/tp", std::string(key) + " " + std::to_string(width) +
+                              " of module '" + module.name +
+                              "' is not divisible by tp " + std::to_string(tp) +
+                              "; use a tp that divides it (the experts are "
+                              "cut over TP as the dense MLP)");
+  auto it = moduleJson.find("parallel");
+  if (it == moduleJson.end() || !it->is_object())
+    return;
+  if (auto ep = v.integer(*it, at, "ep", false, 1,
+                          "the ranks the experts are split over", kMaxRanks)) {
+    if (!moe && *ep > 1)
+      v.error(at + "/ep", "module '" + module.name +
+                              "' has no experts to split: remove ep, or add "
+                              "arch.moe");
+    else if (*ep > 1)
+      v.error(at + "/ep",
+              "expert parallelism over " + std::to_string(*ep) +
+                  " ranks is not in this version: every data-parallel rank "
+                  "holds all " +
+                  std::to_string(module.moe.experts) +
+                  " experts (ep 1), cut over TP as the dense MLP; use ep 1");
+  }
+  if (auto etp = v.integer(*it, at, "etp", false, 1,
+                           "the tensor-parallel size of the experts",
+                           kMaxRanks);
+      etp && *etp != module.parallel.tp)
+    v.error(at + "/etp", "expected etp equal to tp " +
+                             std::to_string(module.parallel.tp) +
+                             " (the experts are cut as the dense MLP), "
+                             "found " +
+                             std::to_string(*etp) + "; remove etp");
+}
+
+} // namespace mimo::detail

@@ -1,0 +1,275 @@
+//===- MoeMlp.cpp - A sparse layer's MLP ----------------------------------===//
+
+#include "runtime/model/MoeMlp.h"
+
+#include "runtime/model/ModelOps.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mimo::exec {
+
+using namespace ops;
+
+MoeParams
+MoeParams::of(const MoeConfig &moe, const std::string &prefix,
+              const std::function<size_t(const std::string &)> &indexOf) {
+  MoeParams out;
+  out.router = indexOf(prefix + kMoeRouter);
+  for (int64_t j = 0; j < moe.experts; ++j) {
+    out.gate.push_back(indexOf(prefix + moeExpertName(j, "gate")));
+    out.up.push_back(indexOf(prefix + moeExpertName(j, "up")));
+    out.down.push_back(indexOf(prefix + moeExpertName(j, "down")));
+  }
+  if (moe.sharedFfn > 0) {
+    out.sharedW1 = indexOf(prefix + moeSharedName("gate"));
+    out.sharedW3 = indexOf(prefix + moeSharedName("up"));
+    out.sharedW2 = indexOf(prefix + moeSharedName("down"));
+    if (moe.sharedGate)
+      out.sharedGate = indexOf(prefix + kMoeSharedGate);
+  }
+  return out;
+}
+
+std::vector<size_t> MoeParams::all() const {
+  std::vector<size_t> out = {router};
+  for (size_t j = 0; j < gate.size(); ++j)
+    out.insert(out.end(), {gate[j], up[j], down[j]});
+  for (size_t i : {sharedW1, sharedW3, sharedW2, sharedGate})
+    if (i != kNone)
+      out.push_back(i);
+  return out;
+}
+
+MoeMlp::MoeMlp(std::vector<Param> &params, const MoeConfig &moe,
+               MoeParams indices, int64_t hidden, const StageContext &ctx)
+    : params(params), moe(moe), p(std::move(indices)),
+      H(hidden), Fe(moe.expertFfn / ctx.tp), Fs(moe.sharedFfn / ctx.tp),
+      ctx(ctx) {}
+
+Tensor MoeMlp::swiglu(const Tensor &g, const Tensor &u, int64_t n) const {
+  Tensor s = Tensor::empty(n, ctx.bf16 ? device::DType::BF16
+                                       : device::DType::F32);
+  if (n > 0)
+    ctx.dev->swigluForward(g.dtype(), g.raw(), u.raw(), s.dtype(), s.raw(), n);
+  return s;
+}
+
+void MoeMlp::dropActivations(MoeCache &c) {
+  for (MoeCache::Expert &e : c.experts)
+    e.s = Tensor();
+  c.s = Tensor();
+}
+
+Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
+                       const std::vector<uint8_t> &real, double *auxLoss) {
+  Device &dev = *ctx.dev;
+  const int64_t E = moe.experts, K = moe.topK;
+  // Route: the logits in fp32, the top-k on the host.
+  Tensor logits = empty(std::max<int64_t>(rows * E, 1));
+  if (rows > 0)
+    matmul(dev, ctx.bf16, operand(h), P(p.router), logits.data(), rows, H, E);
+  std::vector<float> host =
+      rows > 0 ? logits.toHost<float>() : std::vector<float>();
+  c.routing = routeTokens(moe, host.data(), rows, E);
+  c.real = real;
+  // The global microbatch's statistics: every member of the DP x CP group
+  // holds a part of its rows (each TP rank all of its group's).
+  c.stats = moeStatistics(c.routing, c.real);
+  if (ctx.dpcpGroup.size() > 1) {
+    Tensor sums = Tensor::fromHost(c.stats);
+    ctx.comm->allReduceSum(ctx.dpcpGroup, sums.data<double>(),
+                           static_cast<int64_t>(c.stats.size()));
+    c.stats = sums.toHost<double>();
+  }
+  if (auxLoss) {
+    const MoeLosses losses = moeLosses(moe, c.stats);
+    *auxLoss += (moe.router.auxLossCoef * losses.aux +
+                 moe.router.zLossCoef * losses.z) /
+                static_cast<double>(ctx.microbatches);
+  }
+  // Dispatch: each expert's rows in row order, with their weights.
+  std::vector<std::vector<float>> weights(static_cast<size_t>(E));
+  c.experts.clear();
+  c.experts.resize(static_cast<size_t>(E));
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t j = 0; j < K; ++j) {
+      const auto slot = static_cast<size_t>(t * K + j);
+      const auto e = static_cast<size_t>(c.routing.choice[slot]);
+      c.experts[e].rows.push_back(t);
+      weights[e].push_back(c.routing.weight[slot]);
+    }
+  Tensor y = zeros(rows * H);
+  for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
+    MoeCache::Expert &x = c.experts[e];
+    const auto n = static_cast<int64_t>(x.rows.size());
+    if (n == 0)
+      continue;
+    x.deviceRows = indices(x.rows);
+    x.weights = Tensor::fromHost(weights[e]);
+    x.x = Tensor::empty(n * H, h.dtype());
+    dev.gatherRows(h.dtype(), x.x.raw(), h.raw(), x.deviceRows.data<int64_t>(),
+                   nullptr, n, H);
+    x.g = storedProduct(dev, ctx.bf16, operand(x.x), P(p.gate[e]), n, H, Fe);
+    x.u = storedProduct(dev, ctx.bf16, operand(x.x), P(p.up[e]), n, H, Fe);
+    x.s = swiglu(x.g, x.u, n * Fe);
+    x.out = empty(n * H);
+    matmul(dev, ctx.bf16, operand(x.s), P(p.down[e]), x.out.data(), n, Fe, H);
+    dev.scatterAddRows(y.data(), x.deviceRows.data<int64_t>(), x.out.data(),
+                       x.weights.data(), n, H);
+  }
+  if (Fs > 0 && rows > 0) {
+    std::vector<int64_t> all(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t)
+      all[static_cast<size_t>(t)] = t;
+    c.identity = indices(all);
+    if (p.sharedGate != MoeParams::kNone) {
+      Tensor gate = empty(rows);
+      matmul(dev, ctx.bf16, operand(h), P(p.sharedGate), gate.data(), rows, H,
+             1);
+      std::vector<float> sig = gate.toHost<float>();
+      for (float &v : sig)
+        v = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+      c.sharedGate = Tensor::fromHost(sig);
+    }
+    c.g = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW1), rows, H, Fs);
+    c.u = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW3), rows, H, Fs);
+    c.s = swiglu(c.g, c.u, rows * Fs);
+    c.out = empty(rows * H);
+    matmul(dev, ctx.bf16, operand(c.s), P(p.sharedW2), c.out.data(), rows, Fs,
+           H);
+    dev.scatterAddRows(y.data(), c.identity.data<int64_t>(), c.out.data(),
+                       c.sharedGate.empty() ? nullptr : c.sharedGate.data(),
+                       rows, H);
+  }
+  return y;
+}
+
+Tensor MoeMlp::expertBackward(const Tensor &x, const Tensor &g, const Tensor &u,
+                              const Tensor &s, const Tensor &dout, size_t w1,
+                              size_t w3, size_t w2, int64_t n, int64_t ffn) {
+  Device &dev = *ctx.dev;
+  const device::DType gradType =
+      ctx.bf16 ? device::DType::BF16 : device::DType::F32;
+  Tensor ds = empty(n * ffn);
+  matmulBackward(dev, ctx.bf16, operand(s), P(w2), operand(dout), ds.data(),
+                 nullptr, n, ffn, H);
+  weightGradient(dev, ctx.bf16, ctx.weightGrads, s, dout, WG(w2), n, ffn, H);
+  Tensor dg = Tensor::empty(n * ffn, gradType);
+  Tensor du = Tensor::empty(n * ffn, gradType);
+  dev.swigluBackward(gradType, g.raw(), u.raw(), ds.data(), dg.raw(), du.raw(),
+                     n * ffn);
+  Tensor dx = empty(n * H);
+  matmulBackward(dev, ctx.bf16, operand(x), P(w3), operand(du), dx.data(),
+                 nullptr, n, H, ffn);
+  weightGradient(dev, ctx.bf16, ctx.weightGrads, x, du, WG(w3), n, H, ffn);
+  matmulBackward(dev, ctx.bf16, operand(x), P(w1), operand(dg), dx.data(),
+                 nullptr, n, H, ffn, 1.0f);
+  weightGradient(dev, ctx.bf16, ctx.weightGrads, x, dg, WG(w1), n, H, ffn);
+  return dx;
+}
+
+void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
+                      float *dh, int64_t rows) {
+  Device &dev = *ctx.dev;
+  const int64_t E = moe.experts, K = moe.topK;
+  const bool shared = Fs > 0 && rows > 0;
+  // Recompute "selective" dropped the activations.
+  for (MoeCache::Expert &x : c.experts)
+    if (!x.rows.empty() && x.s.empty())
+      x.s = swiglu(x.g, x.u, static_cast<int64_t>(x.rows.size()) * Fe);
+  if (shared && c.s.empty())
+    c.s = swiglu(c.g, c.u, rows * Fs);
+  // The combine weights' gradients dy · o (partial over TP: o is), then
+  // the shared gate's; summed over TP in one all-reduce.
+  const auto slots = static_cast<size_t>(rows * K);
+  std::vector<float> dweight(slots + static_cast<size_t>(shared ? rows : 0));
+  std::vector<int64_t> filled(static_cast<size_t>(E), 0);
+  {
+    std::vector<std::vector<float>> dots(static_cast<size_t>(E));
+    for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
+      const MoeCache::Expert &x = c.experts[e];
+      const auto n = static_cast<int64_t>(x.rows.size());
+      if (n == 0)
+        continue;
+      Tensor d = empty(n);
+      dev.rowDots(dy.data(), x.deviceRows.data<int64_t>(), x.out.data(), n, H,
+                  d.data());
+      dots[e] = d.toHost<float>();
+    }
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const auto slot = static_cast<size_t>(t * K + j);
+        const auto e = static_cast<size_t>(c.routing.choice[slot]);
+        dweight[slot] = dots[e][static_cast<size_t>(filled[e]++)];
+      }
+    if (shared && !c.sharedGate.empty()) {
+      Tensor d = empty(rows);
+      dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.out.data(), rows, H,
+                  d.data());
+      std::vector<float> g = d.toHost<float>();
+      std::copy(g.begin(), g.end(), dweight.begin() + slots);
+    }
+  }
+  if (ctx.tpGroup.size() > 1 && !dweight.empty()) {
+    Tensor sums = Tensor::fromHost(dweight);
+    ctx.comm->allReduceSum(ctx.tpGroup, sums.data(), sums.size());
+    dweight = sums.toHost<float>();
+  }
+  const double perMicrobatch = 1.0 / static_cast<double>(ctx.microbatches);
+  std::vector<float> dz = moeRouterBackward(
+      moe, c.routing,
+      std::vector<float>(dweight.begin(), dweight.begin() + slots), c.real,
+      c.stats, moe.router.auxLossCoef * perMicrobatch,
+      moe.router.zLossCoef * perMicrobatch);
+  // The router's weight and input gradients (the input's once over TP).
+  if (rows > 0) {
+    Tensor dzOp = gemmInput(dev, ctx.bf16, Tensor::fromHost(dz));
+    weightGradient(dev, ctx.bf16, ctx.weightGrads, h, dzOp, WG(p.router), rows,
+                   H, E);
+    if (ctx.tpRank == 0)
+      gemm(dev, ctx.bf16, false, true, rows, H, E, 1.0f, operand(dzOp),
+           P(p.router), 1.0f, dh);
+  }
+  if (shared && !c.sharedGate.empty()) {
+    std::vector<float> sig = c.sharedGate.toHost<float>();
+    std::vector<float> dgate(static_cast<size_t>(rows));
+    for (size_t t = 0; t < dgate.size(); ++t)
+      dgate[t] = static_cast<float>(static_cast<double>(dweight[slots + t]) *
+                                    sig[t] * (1.0 - sig[t]));
+    Tensor dgOp = gemmInput(dev, ctx.bf16, Tensor::fromHost(dgate));
+    weightGradient(dev, ctx.bf16, ctx.weightGrads, h, dgOp, WG(p.sharedGate),
+                   rows, H, 1);
+    if (ctx.tpRank == 0)
+      gemm(dev, ctx.bf16, false, true, rows, H, 1, 1.0f, operand(dgOp),
+           P(p.sharedGate), 1.0f, dh);
+  }
+  // The experts: each output's gradient is its weight times dy's row.
+  for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
+    MoeCache::Expert &x = c.experts[e];
+    const auto n = static_cast<int64_t>(x.rows.size());
+    if (n == 0)
+      continue;
+    Tensor dout = empty(n * H);
+    dev.gatherRows(device::DType::F32, dout.data(), dy.data(),
+                   x.deviceRows.data<int64_t>(), x.weights.data(), n, H);
+    dout = gemmInput(dev, ctx.bf16, std::move(dout));
+    Tensor dx = expertBackward(x.x, x.g, x.u, x.s, dout, p.gate[e], p.up[e],
+                               p.down[e], n, Fe);
+    dev.scatterAddRows(dh, x.deviceRows.data<int64_t>(), dx.data(), nullptr, n,
+                       H);
+  }
+  if (shared) {
+    Tensor dout = empty(rows * H);
+    dev.gatherRows(device::DType::F32, dout.data(), dy.data(),
+                   c.identity.data<int64_t>(),
+                   c.sharedGate.empty() ? nullptr : c.sharedGate.data(), rows,
+                   H);
+    dout = gemmInput(dev, ctx.bf16, std::move(dout));
+    Tensor dx = expertBackward(h, c.g, c.u, c.s, dout, p.sharedW1, p.sharedW3,
+                               p.sharedW2, rows, Fs);
+    dev.axpy(rows * H, 1.0f, dx.data(), dh);
+  }
+}
+
+} // namespace mimo::exec

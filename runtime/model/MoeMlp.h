@@ -1,0 +1,107 @@
+//===- MoeMlp.h - A sparse layer's MLP: router, experts, shared -*- C++ -*-===//
+//
+// Internal to the model stages: the MLP of a sparse layer of the language
+// model (docs/model.md "Mixture of experts", family/Moe.h). Every rank of
+// the module holds every expert (ep 1), each cut over TP as the dense
+// MLP; every TP rank routes every row it computes (the router is whole),
+// so the routes agree across TP by construction.
+//
+// Forward: logits = h · W_router (fp32), routed on the host (family/Moe.h
+// routeTokens: a few values a row), the microbatch's routing statistics
+// summed over the module's DP x CP group (the aux loss's f and P cover the
+// whole global microbatch, whatever the layout), each expert's rows
+// gathered, its SwiGLU run as the dense MLP's GEMMs, and the outputs added
+// into y with their weights (y partial over TP, as the dense down
+// projection's). The shared expert runs on every row, times sigmoid(h·g).
+//
+// Backward: each combine weight's gradient dy·o (a partial dot over TP,
+// summed), the router's logits' gradient on the host (moeRouterBackward,
+// the aux and z losses' included), then the experts' SwiGLU backward as
+// the dense MLP's. The router's and the shared gate's input gradients are
+// added on TP rank 0 alone: they are whole on every TP rank, and dh is
+// summed over TP after.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MIMO_RUNTIME_MODEL_MOEMLP_H
+#define MIMO_RUNTIME_MODEL_MOEMLP_H
+
+#include "runtime/family/Moe.h"
+#include "runtime/model/Model.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mimo::exec {
+
+/// What a sparse layer's forward keeps for its backward.
+struct MoeCache {
+  MoeRouting routing;
+  std::vector<double> stats;
+  std::vector<uint8_t> real;
+  /// Per expert: its rows (host and device), their weights, and its
+  /// SwiGLU's input, gate, up, activation and (fp32) output.
+  struct Expert {
+    std::vector<int64_t> rows;
+    Tensor deviceRows, weights, x, g, u, s, out;
+  };
+  std::vector<Expert> experts;
+  /// The shared expert (rows 0..n-1): its gate's sigmoid, its SwiGLU.
+  Tensor identity, sharedGate, g, u, s, out;
+};
+
+/// The parameters of one sparse layer, indices into the stage's list.
+struct MoeParams {
+  size_t router = 0;
+  std::vector<size_t> gate, up, down;
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t sharedGate = kNone, sharedW1 = kNone, sharedW3 = kNone,
+         sharedW2 = kNone;
+
+  /// The layer `prefix` ("layers.3.")'s, found by name through `indexOf`.
+  static MoeParams of(const MoeConfig &moe, const std::string &prefix,
+                      const std::function<size_t(const std::string &)> &indexOf);
+  std::vector<size_t> all() const;
+};
+
+class MoeMlp {
+public:
+  MoeMlp(std::vector<Param> &params, const MoeConfig &moe, MoeParams indices,
+         int64_t hidden, const StageContext &ctx);
+
+  /// y [rows, hidden] fp32, partial over TP, of the normed input `h` (all
+  /// the rank's rows, as the GEMMs read them); `real[i]`: row i is a
+  /// sample's token. Adds the microbatch's weighted aux and z losses to
+  /// `*auxLoss` (null: a recomputation, counted already).
+  Tensor forward(MoeCache &c, const Tensor &h, int64_t rows,
+                 const std::vector<uint8_t> &real, double *auxLoss);
+  /// dh [rows, hidden] (fp32, partial over TP) += the MLP's input gradient
+  /// from the output's fp32 gradient `dy` (all the rank's rows).
+  void backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
+                int64_t rows);
+  /// recompute "selective": the activations are dropped after the forward
+  /// and made again in the backward.
+  static void dropActivations(MoeCache &c);
+
+private:
+  Tensor swiglu(const Tensor &g, const Tensor &u, int64_t n) const;
+  /// One SwiGLU's backward: ds = dout·W2^T, the three weight gradients,
+  /// dx (fp32 [n, hidden]) = dg·W1^T + du·W3^T.
+  Tensor expertBackward(const Tensor &x, const Tensor &g, const Tensor &u,
+                        const Tensor &s, const Tensor &dout, size_t w1,
+                        size_t w3, size_t w2, int64_t n, int64_t ffn);
+  device::Bf16Operand P(size_t i) const { return params[i].weight(); }
+  float *WG(size_t i) {
+    return params[i].frozen ? nullptr : params[i].grad.data();
+  }
+
+  std::vector<Param> &params;
+  MoeConfig moe;
+  MoeParams p;
+  int64_t H, Fe, Fs;
+  const StageContext &ctx;
+};
+
+} // namespace mimo::exec
+
+#endif // MIMO_RUNTIME_MODEL_MOEMLP_H
