@@ -140,6 +140,14 @@ TEST(Bf16, ArchitecturesMatchTheirReference) {
     model["precision"] = "bf16";
     expectMatchesReference(model, 8, 1e-2);
   }
+  { // sparse layers (a shared expert, qk norms) under bf16: the router
+    // reads bf16 inputs and weights, its logits and routing fp32
+    SCOPED_TRACE("moe vlm-fan-in.json");
+    json model = test::withMoe(example("vlm-fan-in.json"), 4, 2, "all", true);
+    model["modules"][1]["arch"]["qk_norm"] = true;
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 8, 1e-2);
+  }
   { // biases (qkv_bias, an encoder's bias) under bf16
     SCOPED_TRACE("biases vlm-fan-in.json");
     json model = test::withBiases(example("vlm-fan-in.json"));

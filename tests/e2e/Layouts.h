@@ -89,6 +89,29 @@ inline nlohmann::json withLora(nlohmann::json model, nlohmann::json language,
   return model;
 }
 
+/// `model`'s language model made a mixture of experts (docs/model.md):
+/// `experts` experts of width 64 (the dense layers' 512 stays), each token
+/// to its `topK`, sparse `layers` ("all" or a list), a shared expert of
+/// width 128 with its gate when `shared`, and aux and z losses that count.
+inline nlohmann::json withMoe(nlohmann::json model, int64_t experts,
+                              int64_t topK, nlohmann::json layers,
+                              bool shared) {
+  for (nlohmann::json &module : model["modules"]) {
+    if (module["kind"] != "language")
+      continue;
+    nlohmann::json moe = {{"num_experts", experts},
+                          {"top_k", topK},
+                          {"expert_ffn_hidden_size", 64},
+                          {"layers", layers},
+                          {"router",
+                           {{"aux_loss_coef", 0.05}, {"z_loss_coef", 0.01}}}};
+    if (shared)
+      moe["shared_expert_ffn_hidden_size"] = 128;
+    module["arch"]["moe"] = moe;
+  }
+  return model;
+}
+
 /// `model` with Qwen2's biases on the language model's q, k and v
 /// (`qkv_bias`) and biases on every linear layer of its encoders (`bias`,
 /// as CLIP's and SigLIP's).
@@ -339,6 +362,28 @@ inline std::vector<Layout> equivalenceLayouts() {
   loraInterleaved["modules"][1]["parallel"]["virtual_stages"] = 2;
   loraInterleaved["modules"][1]["lora"]["modules_to_save"] = {"embedding"};
   layouts.push_back({"LoraInterleavedTiedTp2Pp2Sp", loraInterleaved, 8});
+  // Mixtures of experts (docs/model.md): every rank holds every expert, cut
+  // over TP as the dense MLP; the routing statistics of the aux loss are
+  // summed over DP x CP. TP2 x PP2 with SP, a shared expert and gate and
+  // one dense layer beside an encoder at DP4; CP2 with SP, ring attention,
+  // zero bubble and a sigmoid router with Qwen3's q/k norms; colocated
+  // with an encoder at LM TP4 x DP2, recomputed whole; CP2 x DP2 with THD
+  // packing (padding in no statistic) and selective recomputation.
+  layouts.push_back(
+      {"MoeFanInTp2Pp2SpShared",
+       withMoe(example("vlm-fan-in.json"), 4, 2, {1, 2, 3}, true), 8});
+  json moeCp = withMoe(example("lm-cp2-sp.json"), 8, 2, "all", false);
+  moeCp["batch"]["schedule"] = "zero_bubble";
+  moeCp["modules"][1]["arch"]["qk_norm"] = true;
+  moeCp["modules"][1]["arch"]["moe"]["router"]["score"] = "sigmoid";
+  layouts.push_back({"MoeCp2SpRingZeroBubbleSigmoidQkNorm", moeCp, 6});
+  json moeColocated = withMoe(example("vlm-colocated.json"), 4, 1, "all", true);
+  moeColocated["modules"][1]["recompute"] = "full";
+  layouts.push_back({"MoeColocatedTp4Dp2Recomputed", moeColocated, 8});
+  json moePacked = withMoe(example("packed-thd.json"), 4, 2, {1}, false);
+  moePacked["modules"][1]["recompute"] = "selective";
+  moePacked["modules"][1]["arch"]["moe"]["router"]["norm_topk"] = false;
+  layouts.push_back({"MoePackedCp2Dp2Selective", moePacked, 6});
   return layouts;
 }
 

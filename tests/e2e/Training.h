@@ -99,6 +99,14 @@ inline void expectMatchesReference(const nlohmann::json &model,
         << "step " << s + 1 << ": grad norm " << d.gradNorm << " vs reference "
         << r.gradNorm;
     EXPECT_EQ(d.tokens, r.tokens);
+    // Sparse layers: the aux loss too (the global microbatch's routing
+    // statistics, whatever the layout).
+    EXPECT_EQ(d.auxLoss.has_value(), r.auxLoss.has_value());
+    if (d.auxLoss && r.auxLoss) {
+      EXPECT_LE(relative(*d.auxLoss, *r.auxLoss), tolerance)
+          << "step " << s + 1 << ": aux loss " << *d.auxLoss
+          << " vs reference " << *r.auxLoss;
+    }
   }
   // Training moves: the first loss is that of an untrained model, about
   // ln V (uniform over the vocabulary), and three steps lower it.
