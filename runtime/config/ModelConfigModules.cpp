@@ -467,7 +467,6 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseParallel(v, moduleJson, module);
-  parseExpertGrid(v, moduleJson, module);
   if (module.classToken && module.parallel.pp > 1)
     v.error(pointer + "/parallel/pp",
             "encoder '" + module.name +
@@ -525,6 +524,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseLora(v, moduleJson, module);
+  parseExpertGrid(v, moduleJson, module);
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;

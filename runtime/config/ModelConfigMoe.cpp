@@ -127,6 +127,18 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
                               "' is not divisible by tp " + std::to_string(tp) +
                               "; use a tp that divides it (the experts are "
                               "cut over TP as the dense MLP)");
+  // LoRA adapts no expert (docs/model.md "LoRA"): targeting the MLP of a
+  // model whose every layer is sparse adapts nothing.
+  if (moe && module.moe.allLayers && module.lora)
+    for (const char *mlp : {"gate", "up", "down"})
+      if (module.lora->hasTarget(mlp)) {
+        v.error(module.pointer + "/lora/targets",
+                std::string("targets \"") + mlp +
+                    "\", and every layer of module '" + module.name +
+                    "' is sparse: its experts take no adapters in this "
+                    "version; target q, k, v and o");
+        break;
+      }
   auto it = moduleJson.find("parallel");
   if (it == moduleJson.end() || !it->is_object())
     return;

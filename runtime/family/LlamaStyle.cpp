@@ -86,7 +86,8 @@ LlamaStyleFamily::structureProblem(const ModuleArch &arch) const {
   // fix.
   auto fits = [&](const LlamaStyleFamily &f) {
     return f.qkvBiases() == arch.qkvBias && f.qkNorms() == arch.qkNorm &&
-           (f.moeNames() != nullptr) == arch.hasMoe();
+           (f.moeNames() != nullptr) == arch.hasMoe() &&
+           (!f.moeNames() || f.moeNames()->shared == (arch.moe.sharedFfn > 0));
   };
   auto named = [&]() -> std::string {
     for (const ModuleFamily *family : families())

@@ -7,8 +7,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/config/ModelConfig.h"
+#include "runtime/config/Parameters.h"
+#include "runtime/family/ModuleFamily.h"
 #include "runtime/family/Moe.h"
 #include "runtime/support/Random.h"
+#include "tests/unit/TestModels.h"
 
 #include <gtest/gtest.h>
 
@@ -17,6 +20,7 @@
 
 using namespace mimo;
 using mimo::exec::Stream;
+using nlohmann::json;
 
 namespace {
 
@@ -183,6 +187,136 @@ TEST(Moe, SparseLayersAndNames) {
   EXPECT_EQ(moeExpertName(7, "down"), "experts.7.down");
   EXPECT_EQ(moeSharedName("up"), "shared.up");
   EXPECT_FALSE(MoeConfig().sparse(0)); // no experts: dense
+}
+
+/// vlm-fan-in.json with `moe` on its language model (and `arch` keys).
+json withMoe(json moe, json arch = json::object()) {
+  json m = test::baseModel();
+  m["modules"][1]["arch"]["moe"] = std::move(moe);
+  for (auto &[key, value] : arch.items())
+    m["modules"][1]["arch"][key] = value;
+  return m;
+}
+
+std::pair<std::string, std::string> firstError(const json &m) {
+  ParseResult r = parseModelConfig(m.dump(), "model.json");
+  if (r.diagnostics.empty())
+    return {"", ""};
+  return {r.diagnostics[0].pointer, r.diagnostics[0].message};
+}
+
+TEST(Moe, KeysParseAndAreWrittenBack) {
+  json moe = {{"num_experts", 8},
+              {"top_k", 2},
+              {"expert_ffn_hidden_size", 64},
+              {"shared_expert_ffn_hidden_size", 128},
+              {"layers", {3, 1}},
+              {"router",
+               {{"score", "sigmoid"},
+                {"norm_topk", false},
+                {"aux_loss_coef", 0.02},
+                {"z_loss_coef", 0.001}}}};
+  ModelConfig c = test::requireConfig(
+      parseModelConfig(withMoe(moe).dump(), "model.json"));
+  const MoeConfig &e = c.language().moe;
+  EXPECT_EQ(e.experts, 8);
+  EXPECT_EQ(e.topK, 2);
+  EXPECT_EQ(e.expertFfn, 64);
+  EXPECT_EQ(e.sharedFfn, 128);
+  EXPECT_TRUE(e.sharedGate) << "a shared expert is gated by default";
+  EXPECT_EQ(e.layers, (std::vector<int64_t>{1, 3}));
+  EXPECT_TRUE(e.router.sigmoid);
+  EXPECT_FALSE(e.router.normTopk);
+  EXPECT_EQ(e.router.zLossCoef, 0.001);
+  // Written back, it parses to the same.
+  ModelConfig again = test::requireConfig(
+      parseModelConfig(toJson(c).dump(), "model.json"));
+  EXPECT_EQ(again.language().moe.layers, e.layers);
+  EXPECT_EQ(again.language().moe.router.auxLossCoef, 0.02);
+  // Defaults: every layer sparse, experts as wide as ffn_hidden_size,
+  // softmax, normalised, aux 0.01, no z loss; the family inferred.
+  ModelConfig d = test::requireConfig(parseModelConfig(
+      withMoe({{"num_experts", 4}, {"top_k", 1}}).dump(), "model.json"));
+  EXPECT_TRUE(d.language().moe.allLayers);
+  EXPECT_EQ(d.language().moe.expertFfn, d.language().ffnHiddenSize);
+  EXPECT_TRUE(d.language().moe.router.normTopk);
+  EXPECT_EQ(d.language().moe.router.auxLossCoef, 0.01);
+  EXPECT_EQ(d.language().family().name(), "mixtral");
+  // The sparse layers' parameters (family/Moe.h names), the dense ones'
+  // MLP unchanged; qk norms under the qwen3_moe family's default.
+  ModelConfig q = test::requireConfig(parseModelConfig(
+      withMoe({{"num_experts", 2}, {"top_k", 1}, {"layers", {1}}},
+              {{"family", "qwen3_moe"}})
+          .dump(),
+      "model.json"));
+  EXPECT_TRUE(q.language().qkNorm);
+  std::vector<std::string> names;
+  for (const ParamSpec &p :
+       stageParameters(q.language(), q.language().hiddenSize, false, 1, 0))
+    names.push_back(p.local);
+  for (const char *name :
+       {"layers.0.gate", "layers.1.router", "layers.1.experts.1.down",
+        "layers.1.q_norm", "layers.1.k_norm"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
+        << name;
+  EXPECT_EQ(std::find(names.begin(), names.end(), "layers.1.gate"),
+            names.end());
+}
+
+TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
+  auto [at, message] = firstError(withMoe({{"num_experts", 4}, {"top_k", 5}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/top_k");
+  std::tie(at, message) = firstError(withMoe({{"top_k", 1}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/num_experts");
+  std::tie(at, message) = firstError(
+      withMoe({{"num_experts", 4}, {"top_k", 1}, {"layers", {0, 4}}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/layers/1");
+  EXPECT_NE(message.find("0 to 3"), std::string::npos) << message;
+  std::tie(at, message) = firstError(
+      withMoe({{"num_experts", 4}, {"top_k", 1}, {"layers", "some"}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/layers");
+  std::tie(at, message) = firstError(
+      withMoe({{"num_experts", 4}, {"top_k", 1}, {"shared_expert_gate", true}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/shared_expert_gate");
+  std::tie(at, message) = firstError(withMoe(
+      {{"num_experts", 4}, {"top_k", 1}, {"router", {{"score", "softmx"}}}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/router/score");
+  EXPECT_NE(message.find("softmax"), std::string::npos) << message;
+  // Hugging Face's and Megatron's names point to mimo's.
+  std::tie(at, message) =
+      firstError(withMoe({{"num_local_experts", 4}, {"top_k", 1}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe/num_local_experts");
+  EXPECT_NE(message.find("num_experts"), std::string::npos) << message;
+  // The experts cut over TP (2 in vlm-fan-in.json).
+  std::tie(at, message) = firstError(withMoe(
+      {{"num_experts", 4}, {"top_k", 1}, {"expert_ffn_hidden_size", 33}}));
+  EXPECT_EQ(at, "/modules/1/parallel/tp");
+  // Expert parallelism is not in this version; etp is tp.
+  json ep = withMoe({{"num_experts", 4}, {"top_k", 1}});
+  ep["modules"][1]["parallel"]["ep"] = 2;
+  std::tie(at, message) = firstError(ep);
+  EXPECT_EQ(at, "/modules/1/parallel/ep");
+  ep["modules"][1]["parallel"]["ep"] = 1;
+  ep["modules"][1]["parallel"]["etp"] = 1;
+  std::tie(at, message) = firstError(ep);
+  EXPECT_EQ(at, "/modules/1/parallel/etp");
+  // A family's structure: Mixtral has no shared expert; a dense family
+  // no experts.
+  std::tie(at, message) = firstError(withMoe(
+      {{"num_experts", 4}, {"top_k", 1}, {"shared_expert_ffn_hidden_size", 8}},
+      {{"family", "mixtral"}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe");
+  EXPECT_NE(message.find("no shared expert"), std::string::npos) << message;
+  EXPECT_EQ(message.find("\"mixtral\""), std::string::npos) << message;
+  std::tie(at, message) = firstError(
+      withMoe({{"num_experts", 4}, {"top_k", 1}}, {{"family", "llama"}}));
+  EXPECT_EQ(at, "/modules/1/arch/moe");
+  EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
+  // LoRA on the MLP of a model whose every layer is sparse adapts nothing.
+  json lora = withMoe({{"num_experts", 4}, {"top_k", 1}});
+  lora["modules"][1]["lora"] = {{"r", 4}, {"targets", "all-linear"}};
+  std::tie(at, message) = firstError(lora);
+  EXPECT_EQ(at, "/modules/1/lora/targets");
 }
 
 } // namespace
