@@ -36,6 +36,8 @@ Cases:
           folder in; 4 AdamW steps of the adapters and the head in 4
           layouts; the lean checkpoint, --export-peft bit for bit and
           --export-hf merged exactly; the export read back
+  moe     Mixtral, Qwen2-MoE and Qwen3-MoE folders in (twin_moe.py): the
+          step-1 loss and aux_loss in 6 layouts, --export-hf read back
   vlm, llava, siglip, stage1: vision towers feeding the language model
           (twin_vision.py)
 
@@ -61,6 +63,7 @@ from twin_models import FFN, HEADS, HIDDEN, LAYERS, VOCAB, Twin, inv_freq
 from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
                       RunError, compare, compare_steps, rel, run_mimo)
 from twin_lora import run_lora
+from twin_moe import run_moe
 from twin_vision import run_llava, run_siglip, run_stage1, run_vlm
 
 VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip,
@@ -490,7 +493,7 @@ def main():
     ap.add_argument("build", nargs="?", default="build",
                     help="the build folder (its bin/ holds mimoc, mimo-run)")
     ap.add_argument("--cases",
-                    default=",".join(list(CASES) + ["freeze", "lora"]
+                    default=",".join(list(CASES) + ["freeze", "lora", "moe"]
                                      + list(VISION)))
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--jobs", type=int, default=2,
@@ -498,8 +501,9 @@ def main():
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
-        if c not in CASES and c not in ("freeze", "lora") and c not in VISION:
-            names = list(CASES) + ["freeze", "lora"] + list(VISION)
+        if (c not in CASES and c not in ("freeze", "lora", "moe")
+                and c not in VISION):
+            names = list(CASES) + ["freeze", "lora", "moe"] + list(VISION)
             ap.error(f"unknown case '{c}' ({', '.join(names)})")
     bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
     for tool in ("mimoc", "mimo-run"):
@@ -526,6 +530,8 @@ def main():
         if "lora" in cases:
             failures += run_lora(bin_dir, work, samples, data_path,
                                  CASES["qwen2"], model_json)
+        if "moe" in cases:
+            failures += run_moe(bin_dir, work, samples, data_path, model_json)
         for case, run in VISION.items():
             if case in cases:
                 failures += run(bin_dir, work)
