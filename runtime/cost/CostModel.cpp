@@ -204,10 +204,22 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   // something trainable at or under it (model/EncoderStage.cpp).
   auto trains = [&](const std::string &local) { return !m.frozen(local); };
   const double KV = static_cast<double>(m.kvHidden()); // GQA: K and V
-  const double gemms[4] = {gemmSeconds(p, rows, (H + 2 * KV) / tp, H),
+  const double dense[4] = {gemmSeconds(p, rows, (H + 2 * KV) / tp, H),
                            gemmSeconds(p, rows, H, H / tp),
                            gemmSeconds(p, rows, mlpIn * F / tp, H),
                            gemmSeconds(p, rows, H, F / tp)};
+  // A sparse layer (family/Moe.h): the router, each token's top_k experts
+  // (top_k x rows through experts of expert width) and the shared expert.
+  const MoeConfig &e = m.moe;
+  const double K = static_cast<double>(e.topK);
+  const double Fe = static_cast<double>(e.expertFfn);
+  const double Fs = static_cast<double>(e.sharedFfn);
+  double sparse[4] = {dense[0], dense[1],
+                      gemmSeconds(p, rows, static_cast<double>(e.experts), H) +
+                          gemmSeconds(p, K * rows, 2 * Fe / tp, H) +
+                          (Fs > 0 ? gemmSeconds(p, rows, 2 * Fs / tp, H) : 0),
+                      gemmSeconds(p, K * rows, H, Fe / tp) +
+                          (Fs > 0 ? gemmSeconds(p, rows, H, Fs / tp) : 0)};
   bool truncated =
       backward && !shape.language && shape.first && encoderBottomFrozen(m);
   StageWork w;
@@ -215,12 +227,15 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   for (int64_t l = shape.firstLayer;
        l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
+    const bool moe = shape.language && e.sparse(l);
+    const double *gemms = moe ? sparse : dense;
+    const std::string mlp = moe ? at + moeExpertName(0, "") : at;
     const bool dw[4] = {
         trains(at + "wq") || trains(at + "wk") || trains(at + "wv"),
         trains(at + "wo"),
-        shape.language ? trains(at + "gate") || trains(at + "up")
+        shape.language ? trains(mlp + "gate") || trains(mlp + "up")
                        : trains(at + "fc1"),
-        trains(at + (shape.language ? "down" : "fc2"))};
+        trains(mlp + (shape.language ? "down" : "fc2"))};
     if (truncated) {
       bool layerFrozen = !dw[0] && !dw[1] && !dw[2] && !dw[3];
       for (const char *norm :

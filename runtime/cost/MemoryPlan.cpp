@@ -87,6 +87,26 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
     kept += 2 * T * KVl;
   kept += Tc * adaptedSites(m); // LoRA's s·x·A of each adapted linear
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
+  if (m.hasMoe()) {
+    // A sparse layer (model/MoeMlp.h) keeps, in place of the dense MLP's,
+    // each expert's gathered rows (top_k x Tc of them), gate, up and
+    // activation, and its fp32 output; the shared expert's the same over
+    // Tc rows; qk_norm q and k before their norms (fp32). The layers of a
+    // stage are taken at the module's share of sparse ones.
+    const MoeConfig &e = m.moe;
+    const double K = static_cast<double>(e.topK);
+    const double Fe = static_cast<double>(e.expertFfn) / tp;
+    const double Fs = static_cast<double>(e.sharedFfn) / tp;
+    const double act = selective ? 2 : 3;
+    const double sparse =
+        keptBytes(bf16) * (K * Tc * H + act * (K * Tc * Fe + Tc * Fs)) +
+        kFloat * (K * Tc * H + (Fs > 0 ? Tc * H : 0)) -
+        keptBytes(bf16) * act * Tc * Fl;
+    layer += sparse * static_cast<double>(e.sparseLayers(m.numLayers)) /
+             static_cast<double>(m.numLayers);
+  }
+  if (m.qkNorm)
+    layer += kFloat * (Tc * Hl + Tc * KVl + 2 * heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
   // query and key orders, each query's end, blocks of 64).
