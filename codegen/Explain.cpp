@@ -26,6 +26,31 @@ constexpr double kImbalanceRatio = 4.0;
 /// The pipeline bubble above which explain suggests more microbatches.
 constexpr double kBubbleShare = 0.25;
 
+/// docs/model.md Mixture of experts: a sparse module's experts, its sparse
+/// layers and the parameters one token meets (the router, top_k experts
+/// and the shared expert of each sparse layer, every other parameter);
+/// null for a dense module.
+json moeJson(const ModuleConfig &m, const ModelConfig &config) {
+  if (!m.hasMoe())
+    return nullptr;
+  const MoeConfig &e = m.moe;
+  int64_t total = 0, experts = 0;
+  for (const ParamSpec &spec : modelParameters(config))
+    if (spec.module == m.name) {
+      total += spec.size();
+      if (spec.local.find(".experts.") != std::string::npos)
+        experts += spec.size();
+    }
+  const int64_t active = total - experts + experts / e.experts * e.topK;
+  return json{{"experts", e.experts},
+              {"top_k", e.topK},
+              {"sparse_layers", e.sparseLayers(m.layers())},
+              {"shared_expert", e.sharedFfn > 0},
+              {"params", total},
+              {"active_params", active},
+              {"ep", int64_t(1)}};
+}
+
 std::string percent(double share) {
   return std::to_string(static_cast<int>(share * 100 + 0.5)) + "%";
 }
@@ -180,7 +205,10 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
                                          {"alpha", config.lora->alpha},
                                          {"scale", config.lora->scale()},
                                          {"targets", config.lora->targets}}
-                                  : json(nullptr)}});
+                                  : json(nullptr)},
+             // docs/model.md Mixture of experts: the sparse layers, and the
+             // parameters a token meets (the active ones).
+             {"moe", moeJson(config, plan.config)}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

@@ -264,7 +264,9 @@ std::string renderExplainText(const Explanation &whole,
     double mult = module["lr_mult"].get<double>();
     const std::string recompute = module["recompute"].get<std::string>();
     const int64_t shards = module["optimizer_shards"].get<int64_t>();
-    if (frozen == 0 && mult == 1.0 && recompute == "none" && shards == 1)
+    const bool moe = module.contains("moe") && module["moe"].is_object();
+    if (frozen == 0 && mult == 1.0 && recompute == "none" && shards == 1 &&
+        !moe)
       continue;
     recipe += "  " + module["name"].get<std::string>() + ": " +
               (trainable == 0 ? std::string(module["forward_only"].get<bool>()
@@ -301,6 +303,15 @@ std::string renderExplainText(const Explanation &whole,
     if (shards > 1)
       recipe +=
           ", optimizer state sharded over " + std::to_string(shards) + " ranks";
+    if (moe) { // docs/model.md Mixture of experts
+      const auto &e = module["moe"];
+      recipe += ", " + number(e["sparse_layers"]) + " sparse layer(s) of " +
+                number(e["experts"]) + " experts, top " + number(e["top_k"]) +
+                (e["shared_expert"].get<bool>() ? " and a shared expert" : "") +
+                ": " +
+                flopsText(static_cast<double>(e["active_params"].get<int64_t>())) +
+                " parameters active per token, every expert on every rank";
+    }
     recipe += "\n";
   }
   if (!recipe.empty())

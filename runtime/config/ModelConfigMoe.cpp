@@ -23,7 +23,8 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
                              "the sparse layers' experts and router");
   const std::string here = at + "/moe";
   if (!moe ||
-      !v.object(*moe, here, modelJsonKeys("/modules/N/arch/moe"), "an object"))
+      !v.object(*moe, here, modelJsonKeys("/modules/N/arch/moe"),
+                "an arch.moe object"))
     return;
   MoeConfig config;
   if (auto n = v.integer(*moe, here, "num_experts", true, 1,
@@ -95,7 +96,7 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
           v.member(*moe, here, "router", false, "how tokens are routed");
       router && v.object(*router, routerAt,
                          modelJsonKeys("/modules/N/arch/moe/router"),
-                         "an object")) {
+                         "an arch.moe.router object")) {
     if (auto score = v.choice(*router, routerAt, "score", false,
                               {"softmax", "sigmoid"}, "the router's scores"))
       config.router.sigmoid = *score == "sigmoid";

@@ -2,8 +2,9 @@
 """Compares two mimo-run --metrics files step by step (docs/runtime.md).
 
 usage: compare_metrics.py RUN.jsonl REFERENCE.jsonl [STEPS] [TOLERANCE]
-Exits 1 naming the first step whose loss or grad_norm differs by more than
-TOLERANCE (relative, default 1e-5).
+Exits 1 naming the first step whose loss, grad_norm or (a model with
+sparse layers) aux_loss differs by more than TOLERANCE (relative, default
+1e-5).
 """
 import json
 import sys
@@ -22,7 +23,12 @@ def main():
         print(f"expected {steps} steps, found {len(run)} and {len(ref)}")
         return 1
     for a, b in zip(run, ref):
-        for key in ("loss", "grad_norm"):
+        if ("aux_loss" in a) != ("aux_loss" in b):
+            print(f"step {a['step']}: aux_loss in one file only")
+            return 1
+        for key in ("loss", "grad_norm", "aux_loss"):
+            if key not in a:
+                continue
             rel = abs(a[key] - b[key]) / max(abs(b[key]), 1e-12)
             if rel > tol:
                 print(f"step {a['step']}: {key} {a[key]!r} vs reference "

@@ -54,8 +54,9 @@ done
 plan=$work/vlm-fan-in.plan.json
 
 # 1b. Every other example under mpirun matches its reference too (the
-# LLaVA stages with their frozen parts, and LoRA's, among them).
-for name in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm packed-thd llava-stage1 llava-stage2 llava-lora; do
+# LLaVA stages with their frozen parts, LoRA's and the mixture of experts'
+# among them: its routing statistics summed over DP between processes).
+for name in vlm-fan-out vlm-colocated vlm-colocated-pp2 avlm packed-thd llava-stage1 llava-stage2 llava-lora moe-vlm; do
   compile $name
   p=$work/$name.plan.json
   world=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$p")

@@ -119,6 +119,46 @@ TYPED_TEST(KernelBodies, ElementwiseAndRows) {
   ASSERT_EQ(dst[1 * cols], y[1 * cols]); // untouched row
 }
 
+/// A sparse layer's dispatch and combine (model/MoeMlp.h): rows gathered
+/// (weighted), added back weighted into distinct rows, and the combine
+/// weights' gradients as row dots.
+TEST(KernelBodiesMoe, GatherScatterAndRowDots) {
+  std::mt19937 rng(3);
+  const int64_t cols = 5;
+  auto x = random<float>(rng, 6 * cols), y = random<float>(rng, 6 * cols);
+  std::vector<int64_t> rows = {4, 0, 5};
+  std::vector<float> w = {0.5f, -2.0f, 0.25f};
+  auto gathered = poisoned<float>(3 * cols);
+  runAll(b::GatherRows<float>{gathered.data(), x.data(), rows.data(), w.data(),
+                              3, cols});
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(gathered[r * cols + c], w[r] * x[rows[r] * cols + c]);
+  std::vector<uint16_t> bits(6 * cols), gotBits(3 * cols, 0xffff);
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = static_cast<uint16_t>(i * 37);
+  runAll(b::GatherRows<uint16_t>{gotBits.data(), bits.data(), rows.data(),
+                                 nullptr, 3, cols});
+  for (int64_t r = 0; r < 3; ++r)
+    ASSERT_EQ(gotBits[r * cols + 2], bits[rows[r] * cols + 2]);
+  auto sum = y;
+  runAll(b::ScatterAddRows{sum.data(), rows.data(), gathered.data(), w.data(),
+                           3, cols});
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(sum[rows[r] * cols + c],
+                y[rows[r] * cols + c] + w[r] * gathered[r * cols + c]);
+  ASSERT_EQ(sum[1 * cols], y[1 * cols]); // a row no one adds to
+  std::vector<float> dots(3);
+  runAll(b::RowDots{y.data(), rows.data(), x.data(), dots.data(), 3, cols});
+  for (int64_t r = 0; r < 3; ++r) {
+    double want = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      want += double(y[rows[r] * cols + c]) * double(x[r * cols + c]);
+    ASSERT_FLOAT_EQ(dots[r], static_cast<float>(want));
+  }
+}
+
 /// bfloat16 keeps float's exponent and the top 7 mantissa bits: rounding
 /// is to the nearest representable value, ties to the even one.
 TEST(KernelBodiesBf16, RoundsToNearestEven) {
