@@ -27,9 +27,9 @@ constexpr double kImbalanceRatio = 4.0;
 constexpr double kBubbleShare = 0.25;
 
 /// docs/model.md Mixture of experts: a sparse module's experts, its sparse
-/// layers and the parameters one token meets (the router, top_k experts
-/// and the shared expert of each sparse layer, every other parameter);
-/// null for a dense module.
+/// layers, the parameters one token meets (the router, top_k experts and
+/// the shared expert of each sparse layer, every other parameter) and its
+/// expert parallelism; null for a dense module.
 json moeJson(const ModuleConfig &m, const ModelConfig &config) {
   if (!m.hasMoe())
     return nullptr;
@@ -48,7 +48,7 @@ json moeJson(const ModuleConfig &m, const ModelConfig &config) {
               {"shared_expert", e.sharedFfn > 0},
               {"params", total},
               {"active_params", active},
-              {"ep", int64_t(1)}};
+              {"ep", m.parallel.ep}};
 }
 
 std::string percent(double share) {

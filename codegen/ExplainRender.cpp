@@ -310,7 +310,11 @@ std::string renderExplainText(const Explanation &whole,
                 (e["shared_expert"].get<bool>() ? " and a shared expert" : "") +
                 ": " +
                 flopsText(static_cast<double>(e["active_params"].get<int64_t>())) +
-                " parameters active per token, every expert on every rank";
+                " parameters active per token, " +
+                (e["ep"].get<int64_t>() > 1
+                     ? "experts split over ep " + number(e["ep"]) +
+                           " (their tokens exchanged)"
+                     : std::string("every expert on every rank"));
     }
     recipe += "\n";
   }

@@ -116,7 +116,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       /*embeddings=*/mlir::Value(), /*targets=*/mlir::Value(),
       grids[config.languageIndex()], builder.getArrayAttr(modalityNames),
       languageArch,
-      language.tieEmbeddings ? builder.getUnitAttr() : mlir::UnitAttr());
+      language.tieEmbeddings ? builder.getUnitAttr() : mlir::UnitAttr(),
+      language.parallel.ep > 1 ? builder.getI64IntegerAttr(language.parallel.ep)
+                               : mlir::IntegerAttr());
 
   const TrainConfig &t = config.train;
   builder.create<TrainOp>(loc("/train"), languageOp.getLoss(), i64(t.steps),

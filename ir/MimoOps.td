@@ -162,7 +162,9 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
     runs the causal transformer and returns the masked cross-entropy.
     `tied_embeddings`: the output head is the input embedding
     (`arch.tie_embeddings`); over more than one pipeline stage the first
-    and last stage sum its gradients.
+    and last stage sum its gradients. `expert_parallel` (2 or more): the
+    sparse layers' experts split over that many members of each DP x CP
+    group (`parallel.ep`).
 
     ```mlir
     %loss = mimo.language @language(%batch, %images : !mimo.tokens<128>)
@@ -184,7 +186,8 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
                        Optional<Mimo_TargetsType>:$targets,
                        Mimo_GridType:$grid, StrArrayAttr:$modalities,
                        Mimo_LanguageArchAttr:$arch,
-                       UnitAttr:$tied_embeddings);
+                       UnitAttr:$tied_embeddings,
+                       OptionalAttr<I64Attr>:$expert_parallel);
   let results = (outs Mimo_LossType:$loss);
   let assemblyFormat = [{
     $sym_name `(` $batch (`,` $modality_inputs^ `:` type($modality_inputs))? `)`

@@ -42,6 +42,9 @@ struct ParallelConfig {
   /// docs/model-json.md `virtual_stages`: chunks of layers per pipeline
   /// rank under the interleaved schedule (Megatron's virtual pipeline).
   int64_t virtualStages = 1;
+  /// docs/model-json.md `ep`: a sparse module's experts split over ep
+  /// members of each DP x CP group (plan/Plan.h expertGroups).
+  int64_t ep = 1;
   DimOrder order = kDefaultOrder;
 
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }

@@ -524,7 +524,6 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
     }
   }
   parseLora(v, moduleJson, module);
-  parseExpertGrid(v, moduleJson, module);
   if (auto mult = v.number(moduleJson, pointer, "lr_mult", 0, true, INFINITY,
                            false, "the module's learning-rate multiplier"))
     module.lrMult = *mult;
@@ -545,6 +544,7 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
                                "whether the optimizer state is sharded over "
                                "the module's DP x CP group"))
     module.distributedOptimizer = *sharded;
+  parseExpertGrid(v, moduleJson, module);
   if (const json *split = v.member(moduleJson, pointer, "pipeline_layers",
                                    false, "the layers of each stage")) {
     const std::string at = pointer + "/pipeline_layers";

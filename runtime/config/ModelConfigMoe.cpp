@@ -145,17 +145,33 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
     return;
   if (auto ep = v.integer(*it, at, "ep", false, 1,
                           "the ranks the experts are split over", kMaxRanks)) {
+    const ParallelConfig &p = module.parallel;
+    const int64_t dpcp = p.dp * p.cp;
     if (!moe && *ep > 1)
       v.error(at + "/ep", "module '" + module.name +
                               "' has no experts to split: remove ep, or add "
                               "arch.moe");
-    else if (*ep > 1)
+    else if (*ep > 1 && module.moe.experts % *ep != 0)
+      v.error(at + "/ep", "ep " + std::to_string(*ep) +
+                              " does not divide num_experts " +
+                              std::to_string(module.moe.experts) +
+                              "; each ep rank holds num_experts / ep experts");
+    else if (*ep > 1 && dpcp % *ep != 0)
       v.error(at + "/ep",
-              "expert parallelism over " + std::to_string(*ep) +
-                  " ranks is not in this version: every data-parallel rank "
-                  "holds all " +
-                  std::to_string(module.moe.experts) +
-                  " experts (ep 1), cut over TP as the dense MLP; use ep 1");
+              "ep " + std::to_string(*ep) + " does not divide dp x cp " +
+                  std::to_string(dpcp) + " of module '" + module.name +
+                  "': the experts are split over members of the DP x CP "
+                  "group (Megatron's expert_model_parallel_size); use an ep "
+                  "that divides " +
+                  std::to_string(dpcp));
+    else if (*ep > 1 && module.distributedOptimizer)
+      v.error(at + "/ep",
+              "ep " + std::to_string(*ep) +
+                  " with distributed_optimizer: the optimizer shards over "
+                  "the DP x CP group, whose members hold different experts "
+                  "under ep; not in this version: use one of them");
+    else
+      module.parallel.ep = *ep;
   }
   if (auto etp = v.integer(*it, at, "etp", false, 1,
                            "the tensor-parallel size of the experts",

@@ -105,6 +105,8 @@ json toJson(const ModelConfig &config) {
       parallel["cp_comm"] = p.cpComm;
     if (p.virtualStages != 1)
       parallel["virtual_stages"] = p.virtualStages;
+    if (p.ep != 1)
+      parallel["ep"] = p.ep;
     json order = json::array();
     for (Dim dim : p.order)
       order.push_back(dimName(dim));

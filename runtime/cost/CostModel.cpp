@@ -288,6 +288,14 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
   w.cpExchanges = shape.layers + recomputed;
   w.cpBytes = kFloat * 2 * rows * KV / tp;
+  if (shape.language && m.parallel.ep > 1) {
+    double sparseLayers = 0;
+    for (int64_t l = shape.firstLayer;
+         l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l)
+      sparseLayers += e.sparse(l);
+    w.epExchanges = 2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
+    w.epBytes = (shape.bf16 && !backward ? 2.0 : kFloat) * K * rows * H;
+  }
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
     const char *head = m.tieEmbeddings ? "embedding" : "head";
@@ -421,6 +429,10 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
                         moduleConfigs[mi]->parallel.ringCp(), backward,
                         profile.kind != "cpu");
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
+    if (sw.epExchanges > 0)
+      w += exchange(expertGroups(grid, topology.modules[mi].ep, rank).ep,
+                    sw.epBytes) *
+           sw.epExchanges;
   };
   // Zero bubble: the layers' weight gradients a split stage's backward
   // leaves to weight_grad (model/WeightGrads.h); 0 for a whole backward.

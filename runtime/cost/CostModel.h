@@ -111,6 +111,9 @@ struct StageWork {
   /// `compute` (what zero bubble's weight_grad runs apart).
   double weightGrads = 0;
   double logitExchanges = 0, logitBytes = 0; // vocab-parallel loss
+  /// Expert parallelism (model/MoeMlp.h): a sparse layer's rows to their
+  /// experts' ep members and the results back, twice a pass.
+  double epExchanges = 0, epBytes = 0;
 };
 StageWork stageWork(const ModuleConfig &module, const StageShape &shape,
                     bool backward, const DeviceProfile &profile,

@@ -262,7 +262,12 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         // scratch gradient: the largest of them.
         int64_t params = 0, values = 0, trainable = 0, scratch = 0;
         int64_t trainableParams = 0;
+        // Expert parallelism: a rank holds its block of each sparse
+        // layer's experts (model/MoeMlp.h), ep blocks of equal size.
+        const int64_t ep = module->parallel.ep;
         for (const ParamSpec &spec : specs) {
+          if (ep > 1 && moeExpertOf(spec.local) >= module->moe.experts / ep)
+            continue; // another ep rank's (every rank holds as many)
           int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
           params += n;
           values += padded(n);

@@ -30,7 +30,10 @@ HeldParams RankExecutor::heldParams() {
         held.params.push_back(&p);
         // A tied embedding's copy on the last stage: the first stage writes.
         const bool copy = tiedCopy(*m->config, local, m->coords.pp);
-        held.owned.push_back(m->coords.dp == 0 && m->coords.cp == 0 &&
+        // An expert under expert parallelism: the first member holding it.
+        const bool writer = p.expert ? m->experts.edpRank == 0
+                                     : m->coords.dp == 0 && m->coords.cp == 0;
+        held.owned.push_back(writer &&
                              (!p.replicatedOverTp || m->coords.tp == 0) &&
                              !copy);
       }

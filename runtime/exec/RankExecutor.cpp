@@ -263,6 +263,12 @@ RankExecutor::makeModule(size_t m, int32_t chunk, const RankOptions &options) {
   state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
   ctx.dpcpGroup = state->dpcpGroup;
   ctx.microbatches = topo.microbatches;
+  state->experts = expertGroups(grid, state->topo->ep, rank);
+  ctx.ep = state->topo->ep;
+  ctx.epRank = state->experts.epRank;
+  ctx.epGroup = state->experts.ep;
+  ctx.edpGroup = state->experts.edp;
+  ctx.moeTag = tagOf(kMoe, static_cast<int64_t>(m), 0, chunk);
   ctx.shardedMoments =
       state->config->distributedOptimizer && state->dpcpGroup.size() > 1;
   ctx.ringCp = state->topo->isLanguage && state->config->parallel.ringCp();
@@ -310,7 +316,10 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
         overlap.channels(1 + static_cast<int64_t>(modules.size() + m.slot));
     m.stage->useRingChannel(m.ringChannel.get());
   }
-  if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
+  // Buckets reduce over DP x CP; the experts of expert parallelism over
+  // their own group, at reduce_grads.
+  if (overlap.bucketBytes <= 0 || !overlap.channels ||
+      m.dpcpGroup.size() < 2 || m.topo->ep > 1)
     return;
   int64_t microbatches = 0;
   for (const Instr &in : program->instrs)

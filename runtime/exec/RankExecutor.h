@@ -39,7 +39,8 @@ enum TagKind : int64_t {
   kGrad = 2,
   kBridge = 3,
   kBridgeGrad = 4,
-  kRing = 5
+  kRing = 5,
+  kMoe = 6 // a sparse layer's rows over its ep group (model/MoeMlp.h)
 };
 /// `chunk`: the sending chunk of the interleaved schedule's pipeline
 /// messages (plan/Plan.h senderChunk), 3 bits beside the module's 7. Every
@@ -87,6 +88,9 @@ struct ModuleState {
   std::unique_ptr<LanguageStage> language;
   Stage *stage = nullptr;
   std::vector<int64_t> dpcpGroup;
+  /// Expert parallelism (plan/Plan.h expertGroups; ep 1: the DP x CP
+  /// group's every member in `edp`).
+  ExpertGroups experts;
   /// A tied embedding across pipeline stages (docs/model.md), on its first
   /// and last stage: the pair that sums its gradient, and where the
   /// gradient lies in the flat buffer; `tiedCopy` on the last stage, whose

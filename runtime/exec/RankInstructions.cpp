@@ -410,7 +410,12 @@ void RankExecutor::reduceGrads(ModuleState &m) {
                           flat.grads.data() + m.shards->piece(i).begin);
     }
   } else if (m.dpcpGroup.size() > 1) {
-    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.trainable);
+    // Expert parallelism: the experts (from flat.experts) over the members
+    // holding the same ones.
+    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.experts);
+    if (flat.trainable > flat.experts && m.experts.edp.size() > 1)
+      comm.allReduceSum(m.experts.edp, flat.grads.data() + flat.experts,
+                        flat.trainable - flat.experts);
   }
 }
 
@@ -442,11 +447,16 @@ void RankExecutor::optimizerStep() {
                         m->tiedEnd - m->tiedBegin);
   for (auto &m : modules) {
     // Each replica once: one member of the DP x CP group (each member its
-    // own pieces under the distributed optimizer), replicated parameters
-    // on TP rank 0 only, a tied embedding on its first stage only.
-    if (!m || (!m->shards && (m->coords.dp != 0 || m->coords.cp != 0)))
+    // own pieces under the distributed optimizer; the experts of expert
+    // parallelism on the first member of each group holding them),
+    // replicated parameters on TP rank 0 only, a tied embedding on its
+    // first stage only.
+    if (!m)
       continue;
     FlatParams &flat = m->stage->flat();
+    const bool dense = m->shards || (m->coords.dp == 0 && m->coords.cp == 0);
+    if (!dense && !(m->experts.edpRank == 0 && flat.trainable > flat.experts))
+      continue;
     const int64_t from = m->coords.tp == 0 ? 0 : flat.replicated;
     // Frozen parameters (after `trainable`) take no share of the norm.
     auto addSquares = [&](int64_t begin, int64_t end) {
@@ -464,7 +474,10 @@ void RankExecutor::optimizerStep() {
       for (size_t i = 0; i < m->shards->ranges().size(); ++i)
         addSquares(m->shards->piece(i).begin, m->shards->piece(i).end);
     } else {
-      addSquares(0, flat.trainable);
+      if (dense)
+        addSquares(0, flat.experts);
+      if (m->experts.edpRank == 0)
+        addSquares(flat.experts, flat.trainable);
     }
   }
   double peak = static_cast<double>(dev.peakBytes());

@@ -26,6 +26,24 @@ std::string moeExpertName(int64_t expert, const std::string &linear) {
   return "experts." + std::to_string(expert) + "." + linear;
 }
 
+int64_t moeExpertOf(const std::string &local) {
+  const std::string key = ".experts.";
+  const size_t at = local.find(key);
+  if (at == std::string::npos || local.compare(0, 7, "layers.") != 0)
+    return -1;
+  const size_t begin = at + key.size();
+  const size_t end = local.find('.', begin);
+  if (end == std::string::npos || end == begin)
+    return -1;
+  int64_t expert = 0;
+  for (size_t i = begin; i < end; ++i) {
+    if (local[i] < '0' || local[i] > '9' || expert > (int64_t(1) << 40))
+      return -1;
+    expert = expert * 10 + (local[i] - '0');
+  }
+  return expert;
+}
+
 std::string moeSharedName(const std::string &linear) {
   return "shared." + linear;
 }

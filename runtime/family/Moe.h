@@ -51,6 +51,9 @@ inline const char *kMoeRouter = "router";
 /// "experts.J.gate", ".up" [hidden, expertFfn] and ".down" [expertFfn,
 /// hidden]: expert J's SwiGLU.
 std::string moeExpertName(int64_t expert, const std::string &linear);
+/// The expert parameter `local` ("layers.3.experts.5.up") belongs to (5),
+/// or -1 for any other parameter.
+int64_t moeExpertOf(const std::string &local);
 /// "shared.gate", ".up", ".down": the shared expert; "shared_gate"
 /// [hidden, 1] its sigmoid gate.
 std::string moeSharedName(const std::string &linear);

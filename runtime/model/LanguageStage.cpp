@@ -64,7 +64,8 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
     if (module.qkNorm)
       layers.back()->useQkNorm(indexOf(p + "q_norm"), indexOf(p + "k_norm"));
     if (sparse)
-      layers.back()->useMoe(module.moe, MoeParams::of(module.moe, p, find));
+      layers.back()->useMoe(
+          module.moe, MoeParams::of(module.moe, p, find, ctx.ep, ctx.epRank));
   }
   if (isLast()) {
     finalNorm = indexOf("final_norm");

@@ -33,7 +33,13 @@ Tensor Stage::layersBackward(std::vector<LayerCache> &caches, Tensor dx,
 
 void Stage::buildParameters(const std::vector<ParamSpec> &specs,
                             const ModuleConfig &module) {
+  // Expert parallelism: this rank's block of each sparse layer's experts.
+  const int64_t perRank =
+      ctx.ep > 1 ? module.moe.experts / ctx.ep : module.moe.experts;
   for (const ParamSpec &spec : specs) {
+    const int64_t expert = ctx.ep > 1 ? moeExpertOf(spec.local) : -1;
+    if (expert >= 0 && expert / perRank != ctx.epRank)
+      continue; // another ep rank's
     ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank);
     Param p;
     p.name = spec.name();
@@ -46,6 +52,7 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs,
     p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
     p.partialOverTp = spec.partialOverTp && p.replicatedOverTp;
     p.frozen = module.frozen(spec.local);
+    p.expert = expert >= 0;
     parameters.push_back(std::move(p));
     initialValues.push_back(mimo::initialValues(ctx.seed, spec, block));
   }
@@ -64,23 +71,27 @@ size_t Stage::indexOf(const std::string &local) const {
 }
 
 void Stage::finalizeParameters() {
-  // Flat layout: TP-partial replicated, other replicated, sharded, frozen;
-  // each parameter at a multiple of 64 values (256 bytes, what GEMM
-  // libraries align to), the padding zero in every buffer (AdamW keeps it
-  // zero).
+  // Flat layout: TP-partial replicated, other replicated, sharded,
+  // experts (ep > 1), frozen; each parameter at a multiple of 64 values
+  // (256 bytes, what GEMM libraries align to), the padding zero in every
+  // buffer (AdamW keeps it zero).
   auto group = [](const Param &p) {
-    return p.frozen ? 3 : p.partialOverTp ? 0 : p.replicatedOverTp ? 1 : 2;
+    return p.frozen          ? 4
+           : p.partialOverTp ? 0
+           : p.expert        ? 3
+           : p.replicatedOverTp ? 1
+                                : 2;
   };
   auto aligned = [](int64_t n) { return (n + 63) / 64 * 64; };
   std::vector<int64_t> offset(parameters.size());
   FlatParams &f = flatParams;
   int64_t at = 0, scratch = 0;
-  for (int g = 0; g < 4; ++g) {
+  for (int g = 0; g < 5; ++g) {
     for (size_t i = 0; i < parameters.size(); ++i)
       if (group(parameters[i]) == g) {
         offset[i] = at;
         at += aligned(parameters[i].size());
-        if (g == 3)
+        if (g == 4)
           scratch = std::max(scratch, aligned(parameters[i].size()));
       }
     if (g == 0)
@@ -88,6 +99,8 @@ void Stage::finalizeParameters() {
     if (g == 1)
       f.replicated = at;
     if (g == 2)
+      f.experts = at;
+    if (g == 3)
       f.trainable = at;
   }
   f.total = at;

@@ -67,6 +67,10 @@ struct Param {
   /// Its gradient is a partial sum over the TP group (ParamSpec): summed
   /// over TP before the DP x CP reduction.
   bool partialOverTp = false;
+  /// An expert under expert parallelism (StageContext::ep > 1): held by
+  /// this rank's part of the ep group alone, its gradient summed over the
+  /// expert-data-parallel group, not DP x CP.
+  bool expert = false;
   /// Never updated (the module's `freeze`): no moments (m and v empty), its
   /// gradient a view of scratch that every frozen parameter shares and
   /// nothing reads.
@@ -80,11 +84,13 @@ struct Param {
   }
 };
 
-/// A stage's parameters in one allocation per role, laid out in four
+/// A stage's parameters in one allocation per role, laid out in five
 /// groups: [replicated and TP-partial | other replicated | TP-sharded |
-/// frozen], so the TP-partial gradients are a prefix (summed over TP), the
-/// sharded ones follow (each TP rank's own share of the norm) and the
-/// trainable ones end at `trainable`. `grads`, `m` and `v` cover
+/// experts | frozen], so the TP-partial gradients are a prefix (summed
+/// over TP), the sharded ones follow (each TP rank's own share of the
+/// norm), the experts under expert parallelism from `experts` (summed over
+/// the expert-data-parallel group; `experts` = `trainable` without) and
+/// the trainable ones end at `trainable`. `grads`, `m` and `v` cover
 /// [0, trainable) only (grads plus the frozen parameters' shared scratch;
 /// m and v empty under the distributed optimizer).
 struct FlatParams {
@@ -92,7 +98,8 @@ struct FlatParams {
   /// bf16 only: the working weights, `values` rounded to bfloat16 and
   /// held as bf16.
   Tensor working;
-  int64_t tpPartial = 0, replicated = 0, trainable = 0, total = 0;
+  int64_t tpPartial = 0, replicated = 0, experts = 0, trainable = 0,
+          total = 0;
 };
 
 /// A rank's place in one module's grid, with the groups it computes with.
@@ -130,6 +137,12 @@ struct StageContext {
   /// microbatches (the aux loss is their mean).
   std::vector<int64_t> dpcpGroup;
   int64_t microbatches = 1;
+  /// Expert parallelism (plan/Plan.h expertGroups): this rank holds expert
+  /// block `epRank` of `ep`; its sparse layers exchange rows over
+  /// `epGroup` as messages of `moeTag`; its experts' gradients are summed
+  /// over `edpGroup`.
+  int64_t ep = 1, epRank = 0, moeTag = 0;
+  std::vector<int64_t> epGroup, edpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;
   std::vector<std::pair<int64_t, int64_t>> tpcpCoords;

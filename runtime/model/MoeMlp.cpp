@@ -13,10 +13,13 @@ using namespace ops;
 
 MoeParams
 MoeParams::of(const MoeConfig &moe, const std::string &prefix,
-              const std::function<size_t(const std::string &)> &indexOf) {
+              const std::function<size_t(const std::string &)> &indexOf,
+              int64_t ep, int64_t epRank) {
   MoeParams out;
   out.router = indexOf(prefix + kMoeRouter);
-  for (int64_t j = 0; j < moe.experts; ++j) {
+  const int64_t per = moe.experts / std::max<int64_t>(ep, 1);
+  out.first = epRank * per;
+  for (int64_t j = out.first; j < out.first + per; ++j) {
     out.gate.push_back(indexOf(prefix + moeExpertName(j, "gate")));
     out.up.push_back(indexOf(prefix + moeExpertName(j, "up")));
     out.down.push_back(indexOf(prefix + moeExpertName(j, "down")));
@@ -57,6 +60,8 @@ Tensor MoeMlp::swiglu(const Tensor &g, const Tensor &u, int64_t n) const {
 
 void MoeMlp::dropActivations(MoeCache &c) {
   for (MoeCache::Expert &e : c.experts)
+    e.s = Tensor();
+  for (MoeCache::Expert &e : c.local)
     e.s = Tensor();
   c.s = Tensor();
 }
@@ -102,11 +107,18 @@ Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
   Tensor y = zeros(rows * H);
   for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
     MoeCache::Expert &x = c.experts[e];
+    if (!x.rows.empty()) {
+      x.deviceRows = indices(x.rows);
+      x.weights = Tensor::fromHost(weights[e]);
+    }
+  }
+  if (ctx.ep > 1)
+    expertsAcross(c, h, y);
+  for (size_t e = 0; e < static_cast<size_t>(E) && ctx.ep == 1; ++e) {
+    MoeCache::Expert &x = c.experts[e];
     const auto n = static_cast<int64_t>(x.rows.size());
     if (n == 0)
       continue;
-    x.deviceRows = indices(x.rows);
-    x.weights = Tensor::fromHost(weights[e]);
     x.x = Tensor::empty(n * H, h.dtype());
     dev.gatherRows(h.dtype(), x.x.raw(), h.raw(), x.deviceRows.data<int64_t>(),
                    nullptr, n, H);
@@ -176,8 +188,11 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
   const bool shared = Fs > 0 && rows > 0;
   // Recompute "selective" dropped the activations.
   for (MoeCache::Expert &x : c.experts)
-    if (!x.rows.empty() && x.s.empty())
+    if (!x.rows.empty() && x.s.empty() && ctx.ep == 1)
       x.s = swiglu(x.g, x.u, static_cast<int64_t>(x.rows.size()) * Fe);
+  for (MoeCache::Expert &x : c.local)
+    if (!x.g.empty() && x.s.empty())
+      x.s = swiglu(x.g, x.u, x.g.size());
   if (shared && c.s.empty())
     c.s = swiglu(c.g, c.u, rows * Fs);
   // The combine weights' gradients dy · o (partial over TP: o is), then
@@ -245,7 +260,9 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
            P(p.sharedGate), 1.0f, dh);
   }
   // The experts: each output's gradient is its weight times dy's row.
-  for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
+  if (ctx.ep > 1)
+    expertsAcrossBackward(c, dy, dh);
+  for (size_t e = 0; e < static_cast<size_t>(E) && ctx.ep == 1; ++e) {
     MoeCache::Expert &x = c.experts[e];
     const auto n = static_cast<int64_t>(x.rows.size());
     if (n == 0)
@@ -269,6 +286,252 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
     Tensor dx = expertBackward(h, c.g, c.u, c.s, dout, p.sharedW1, p.sharedW3,
                                p.sharedW2, rows, Fs);
     dev.axpy(rows * H, 1.0f, dx.data(), dh);
+  }
+}
+
+void MoeMlp::exchange(std::vector<Tensor> &send,
+                      std::vector<Tensor> &recv) const {
+  std::vector<comm::P2POp> ops;
+  for (int64_t d = 0; d < ctx.ep; ++d) {
+    Tensor &out = send[static_cast<size_t>(d)];
+    Tensor &in = recv[static_cast<size_t>(d)];
+    if (d == ctx.epRank) {
+      if (in.bytes() > 0)
+        ctx.dev->copy(in.raw(), out.raw(), in.bytes());
+      continue;
+    }
+    const int64_t peer = ctx.epGroup[static_cast<size_t>(d)];
+    if (out.bytes() > 0)
+      ops.push_back({true, peer, ctx.moeTag, out.raw(), out.bytes()});
+    if (in.bytes() > 0)
+      ops.push_back({false, peer, ctx.moeTag, in.raw(), in.bytes()});
+  }
+  if (!ops.empty())
+    ctx.comm->exchange(ops);
+}
+
+namespace {
+
+/// Row r of `t` (rows `cols` values wide) as a byte address.
+void *rowAt(Tensor &t, int64_t r, int64_t cols) {
+  return static_cast<char *>(t.raw()) +
+         r * cols * static_cast<int64_t>(device::sizeOf(t.dtype()));
+}
+
+} // namespace
+
+void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
+  Device &dev = *ctx.dev;
+  const int64_t ep = ctx.ep, per = moe.experts / ep;
+  const auto count = [&](int64_t e) {
+    return static_cast<int64_t>(c.experts[static_cast<size_t>(e)].rows.size());
+  };
+  // The counts: how many of its rows each member sends each of our experts.
+  std::vector<Tensor> sendCounts(static_cast<size_t>(ep)),
+      recvCounts(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    std::vector<float> n(static_cast<size_t>(per));
+    for (int64_t j = 0; j < per; ++j)
+      n[static_cast<size_t>(j)] = static_cast<float>(count(d * per + j));
+    sendCounts[static_cast<size_t>(d)] = Tensor::fromHost(n);
+    recvCounts[static_cast<size_t>(d)] = empty(per);
+  }
+  exchange(sendCounts, recvCounts);
+  c.from.assign(static_cast<size_t>(ep), {});
+  std::vector<int64_t> total(static_cast<size_t>(per), 0);
+  for (int64_t d = 0; d < ep; ++d)
+    for (float n : recvCounts[static_cast<size_t>(d)].toHost<float>()) {
+      const auto j = c.from[static_cast<size_t>(d)].size();
+      c.from[static_cast<size_t>(d)].push_back(static_cast<int64_t>(n));
+      total[j] += static_cast<int64_t>(n);
+    }
+  // The rows, expert by expert, to each member.
+  std::vector<Tensor> send(static_cast<size_t>(ep)), recv(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    int64_t n = 0, got = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      n += count(d * per + j);
+      got += c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+    }
+    Tensor &out = send[static_cast<size_t>(d)];
+    out = Tensor::empty(n * H, h.dtype());
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
+      if (x.rows.empty())
+        continue;
+      dev.gatherRows(h.dtype(), rowAt(out, at, H), h.raw(),
+                     x.deviceRows.data<int64_t>(), nullptr, count(d * per + j),
+                     H);
+      at += count(d * per + j);
+    }
+    recv[static_cast<size_t>(d)] = Tensor::empty(got * H, h.dtype());
+  }
+  exchange(send, recv);
+  // Each of our experts over every member's rows, its outputs back.
+  c.local.clear();
+  c.local.resize(static_cast<size_t>(per));
+  std::vector<Tensor> outputs(static_cast<size_t>(per));
+  for (int64_t j = 0; j < per; ++j) {
+    MoeCache::Expert &x = c.local[static_cast<size_t>(j)];
+    const int64_t n = total[static_cast<size_t>(j)];
+    if (n == 0)
+      continue;
+    x.x = Tensor::empty(n * H, h.dtype());
+    int64_t at = 0;
+    for (int64_t d = 0; d < ep; ++d) {
+      int64_t skip = 0; // the member's rows of our earlier experts
+      for (int64_t i = 0; i < j; ++i)
+        skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
+      const int64_t rows = c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+      if (rows > 0)
+        dev.copy(rowAt(x.x, at, H), rowAt(recv[static_cast<size_t>(d)], skip, H),
+                 rows * H * static_cast<int64_t>(device::sizeOf(h.dtype())));
+      at += rows;
+    }
+    x.g = storedProduct(dev, ctx.bf16, operand(x.x),
+                        P(p.gate[static_cast<size_t>(j)]), n, H, Fe);
+    x.u = storedProduct(dev, ctx.bf16, operand(x.x),
+                        P(p.up[static_cast<size_t>(j)]), n, H, Fe);
+    x.s = swiglu(x.g, x.u, n * Fe);
+    outputs[static_cast<size_t>(j)] = empty(n * H);
+    matmul(dev, ctx.bf16, operand(x.s), P(p.down[static_cast<size_t>(j)]),
+           outputs[static_cast<size_t>(j)].data(), n, Fe, H);
+  }
+  // The outputs back to the members, in the order they sent the rows.
+  std::vector<Tensor> back(static_cast<size_t>(ep));
+  c.returned.clear();
+  c.returned.resize(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    const auto &sent = c.from[static_cast<size_t>(d)];
+    int64_t n = 0;
+    for (int64_t rows : sent)
+      n += rows;
+    back[static_cast<size_t>(d)] = empty(n * H);
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      int64_t skip = 0; // earlier members' rows of expert j
+      for (int64_t e = 0; e < d; ++e)
+        skip += c.from[static_cast<size_t>(e)][static_cast<size_t>(j)];
+      const int64_t rows = sent[static_cast<size_t>(j)];
+      if (rows > 0)
+        dev.copy(rowAt(back[static_cast<size_t>(d)], at, H),
+                 rowAt(outputs[static_cast<size_t>(j)], skip, H),
+                 rows * H * static_cast<int64_t>(sizeof(float)));
+      at += rows;
+    }
+    int64_t mine = 0;
+    for (int64_t j = 0; j < per; ++j)
+      mine += count(d * per + j);
+    c.returned[static_cast<size_t>(d)] = empty(mine * H);
+  }
+  exchange(back, c.returned);
+  // Our rows' outputs, weighted, into y.
+  for (int64_t d = 0; d < ep; ++d) {
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
+      const int64_t n = count(d * per + j);
+      if (n == 0)
+        continue;
+      x.out = c.returned[static_cast<size_t>(d)].view(at * H, n * H);
+      dev.scatterAddRows(y.data(), x.deviceRows.data<int64_t>(), x.out.data(),
+                         x.weights.data(), n, H);
+      at += n;
+    }
+  }
+}
+
+void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
+  Device &dev = *ctx.dev;
+  const int64_t ep = ctx.ep, per = moe.experts / ep;
+  const auto count = [&](int64_t e) {
+    return static_cast<int64_t>(c.experts[static_cast<size_t>(e)].rows.size());
+  };
+  // Each output's gradient (its weight times dy's row) to its expert's
+  // member, in the forward's order.
+  std::vector<Tensor> send(static_cast<size_t>(ep)), recv(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    int64_t n = 0, got = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      n += count(d * per + j);
+      got += c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+    }
+    Tensor &out = send[static_cast<size_t>(d)];
+    out = empty(n * H);
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
+      if (x.rows.empty())
+        continue;
+      dev.gatherRows(device::DType::F32, rowAt(out, at, H), dy.data(),
+                     x.deviceRows.data<int64_t>(), x.weights.data(),
+                     count(d * per + j), H);
+      at += count(d * per + j);
+    }
+    recv[static_cast<size_t>(d)] = empty(got * H);
+  }
+  exchange(send, recv);
+  // Our experts' backward over every member's rows; the input gradients
+  // back.
+  std::vector<Tensor> dx(static_cast<size_t>(per));
+  for (int64_t j = 0; j < per; ++j) {
+    MoeCache::Expert &x = c.local[static_cast<size_t>(j)];
+    if (x.x.empty())
+      continue;
+    const int64_t n = x.x.size() / H;
+    Tensor dout = empty(n * H);
+    int64_t at = 0;
+    for (int64_t d = 0; d < ep; ++d) {
+      int64_t skip = 0;
+      for (int64_t i = 0; i < j; ++i)
+        skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
+      const int64_t rows = c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+      if (rows > 0)
+        dev.copy(rowAt(dout, at, H), rowAt(recv[static_cast<size_t>(d)], skip, H),
+                 rows * H * static_cast<int64_t>(sizeof(float)));
+      at += rows;
+    }
+    dout = gemmInput(dev, ctx.bf16, std::move(dout));
+    dx[static_cast<size_t>(j)] =
+        expertBackward(x.x, x.g, x.u, x.s, dout, p.gate[static_cast<size_t>(j)],
+                       p.up[static_cast<size_t>(j)],
+                       p.down[static_cast<size_t>(j)], n, Fe);
+  }
+  std::vector<Tensor> back(static_cast<size_t>(ep)), got(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    const auto &sent = c.from[static_cast<size_t>(d)];
+    int64_t n = 0;
+    for (int64_t rows : sent)
+      n += rows;
+    back[static_cast<size_t>(d)] = empty(n * H);
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      int64_t skip = 0;
+      for (int64_t e = 0; e < d; ++e)
+        skip += c.from[static_cast<size_t>(e)][static_cast<size_t>(j)];
+      const int64_t rows = sent[static_cast<size_t>(j)];
+      if (rows > 0)
+        dev.copy(rowAt(back[static_cast<size_t>(d)], at, H),
+                 rowAt(dx[static_cast<size_t>(j)], skip, H),
+                 rows * H * static_cast<int64_t>(sizeof(float)));
+      at += rows;
+    }
+    got[static_cast<size_t>(d)] = empty(send[static_cast<size_t>(d)].size());
+  }
+  exchange(back, got);
+  for (int64_t d = 0; d < ep; ++d) {
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
+      const int64_t n = count(d * per + j);
+      if (n == 0)
+        continue;
+      dev.scatterAddRows(dh, x.deviceRows.data<int64_t>(),
+                         static_cast<float *>(rowAt(got[static_cast<size_t>(d)], at, H)),
+                         nullptr, n, H);
+      at += n;
+    }
   }
 }
 

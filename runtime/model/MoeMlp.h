@@ -21,6 +21,15 @@
 // added on TP rank 0 alone: they are whole on every TP rank, and dh is
 // summed over TP after.
 //
+// Expert parallelism (ep > 1; plan/Plan.h expertGroups): the rank holds
+// experts [epRank·E/ep, (epRank+1)·E/ep). Each expert's rows go to the ep
+// member holding it and its outputs come back, by point-to-point messages
+// over the ep group whose sizes every member learns first (the counts of
+// rows per expert, exchanged before the rows); in the backward the output
+// gradients go and the input gradients come back the same way. A member
+// runs each of its experts over the rows of every member at once, in ep
+// order.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_MODEL_MOEMLP_H
 #define MIMO_RUNTIME_MODEL_MOEMLP_H
@@ -46,6 +55,13 @@ struct MoeCache {
     Tensor deviceRows, weights, x, g, u, s, out;
   };
   std::vector<Expert> experts;
+  /// Expert parallelism: the outputs each ep member sent back (experts'
+  /// `out` view them); per local expert the rows each member sent
+  /// (from[member][j]) and the SwiGLU's input, gate, up and activation over
+  /// all of them (`local`).
+  std::vector<Tensor> returned;
+  std::vector<std::vector<int64_t>> from;
+  std::vector<Expert> local;
   /// The shared expert (rows 0..n-1): its gate's sigmoid, its SwiGLU.
   Tensor identity, sharedGate, g, u, s, out;
 };
@@ -53,14 +69,19 @@ struct MoeCache {
 /// The parameters of one sparse layer, indices into the stage's list.
 struct MoeParams {
   size_t router = 0;
+  /// The rank's experts [first, first + gate.size()) (all without expert
+  /// parallelism).
+  int64_t first = 0;
   std::vector<size_t> gate, up, down;
   static constexpr size_t kNone = static_cast<size_t>(-1);
   size_t sharedGate = kNone, sharedW1 = kNone, sharedW3 = kNone,
          sharedW2 = kNone;
 
-  /// The layer `prefix` ("layers.3.")'s, found by name through `indexOf`.
+  /// The layer `prefix` ("layers.3.")'s, found by name through `indexOf`;
+  /// of its experts the `ep` block `epRank`.
   static MoeParams of(const MoeConfig &moe, const std::string &prefix,
-                      const std::function<size_t(const std::string &)> &indexOf);
+                      const std::function<size_t(const std::string &)> &indexOf,
+                      int64_t ep = 1, int64_t epRank = 0);
   std::vector<size_t> all() const;
 };
 
@@ -84,6 +105,13 @@ public:
   static void dropActivations(MoeCache &c);
 
 private:
+  /// Expert parallelism: the experts' outputs of y's rows through the ep
+  /// group (forward), and dh's rows of their gradients (backward).
+  void expertsAcross(MoeCache &c, const Tensor &h, Tensor &y);
+  void expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh);
+  /// send[d] to ep member d and recv[d] from it (sizes agreed: the counts
+  /// went first); this rank's own copied. Empty messages are not sent.
+  void exchange(std::vector<Tensor> &send, std::vector<Tensor> &recv) const;
   Tensor swiglu(const Tensor &g, const Tensor &u, int64_t n) const;
   /// One SwiGLU's backward: ds = dout·W2^T, the three weight gradients,
   /// dx (fp32 [n, hidden]) = dg·W1^T + du·W3^T.

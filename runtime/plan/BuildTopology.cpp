@@ -31,6 +31,7 @@ TopologySource topologySource(const ModelConfig &config) {
     m.hidden = module.hiddenSize;
     m.specialTokenId = module.specialTokenId;
     m.virtualStages = module.parallel.virtualStages;
+    m.ep = module.parallel.ep;
     m.forwardOnly = runsForwardOnly(config, module);
     m.tieEmbeddings = m.isLanguage && module.tieEmbeddings;
     m.sequenceParallel = module.parallel.sequenceParallel;
@@ -65,6 +66,7 @@ std::optional<Topology> buildTopology(const TopologySource &source,
     m.outputHidden = language.hidden;
     m.specialTokenId = module.specialTokenId;
     m.virtualStages = module.virtualStages;
+    m.ep = module.ep;
     m.forwardOnly = module.forwardOnly;
     m.tiedAcrossStages = module.isLanguage && module.tieEmbeddings &&
                          module.grid.size(Dim::PP) > 1;
@@ -124,6 +126,8 @@ ordered_json topologyJson(const Topology &t) {
                        {"virtual_stages", m.virtualStages},
                        {"forward_only", m.forwardOnly},
                        {"tied_across_stages", m.tiedAcrossStages}});
+    if (m.ep > 1)
+      modules.back()["ep"] = m.ep;
   }
   doc["modules"] = std::move(modules);
   ordered_json bridges = ordered_json::array();

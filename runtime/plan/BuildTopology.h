@@ -32,6 +32,8 @@ struct TopologySource {
     int64_t specialTokenId = -1;
     /// parallel.virtual_stages (the interleaved schedule's chunks).
     int64_t virtualStages = 1;
+    /// parallel.ep (expert parallelism; plan/Plan.h expertGroups).
+    int64_t ep = 1;
     /// config/Parameters.h runsForwardOnly.
     bool forwardOnly = false;
     /// The language model's arch.tie_embeddings.

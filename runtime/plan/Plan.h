@@ -53,6 +53,8 @@ struct ModuleTopology {
   /// (docs/model.md): the last stage's copy and the first stage's sum
   /// their gradients (tiedEmbeddingGroups).
   bool tiedAcrossStages = false;
+  /// Expert parallelism (parallel.ep; expertGroups): 1 without.
+  int64_t ep = 1;
 };
 
 /// A bridge from an encoder's last stage to the language first stage
@@ -87,13 +89,25 @@ std::vector<int64_t> gatherGroup(const Grid &wide, int64_t ratio, int64_t rank);
 /// Every group the executor runs collectives over, as families of disjoint
 /// groups (each family partitions some ranks): the world; per module its
 /// TP, CP, TP x CP (bridge broadcasts, the input-gradient gather) and
-/// DP x CP (gradient reduction) groups; per colocated bridge its gather
+/// DP x CP (gradient reduction) groups, and with expert parallelism its
+/// expert groups (expertGroups); per colocated bridge its gather
 /// groups. Groups of one rank are left out, and a group already listed is
 /// not listed again. Backends with communicators per group (nccl) create
 /// theirs from this list, in this order, on every rank.
 struct Topology;
 std::vector<std::vector<std::vector<int64_t>>>
 communicatorGroups(const Topology &topology);
+
+/// Expert parallelism (docs/model.md "Mixture of experts"): the module's
+/// DP x CP group holding `rank` (ascending) cut into `ep` consecutive
+/// members, whose experts differ (`ep`: the all-to-all group, expert block
+/// `epRank`), and the members at the same place of every cut, which hold
+/// the same experts (`edp`: their gradients are summed over it).
+struct ExpertGroups {
+  std::vector<int64_t> ep, edp;
+  int64_t epRank = 0, edpRank = 0;
+};
+ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank);
 
 /// Each pair {first stage, last stage} of a module's ranks with the same
 /// TP, CP and DP coordinates: the ranks that hold a tied embedding.

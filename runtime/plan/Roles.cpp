@@ -60,12 +60,43 @@ communicatorGroups(const Topology &topology) {
     for (std::vector<Dim> dims : std::vector<std::vector<Dim>>{
              {Dim::TP}, {Dim::CP}, {Dim::TP, Dim::CP}, {Dim::DP, Dim::CP}})
       add(m.grid.groups(dims));
+  for (const ModuleTopology &m : topology.modules)
+    if (m.ep > 1) {
+      std::vector<std::vector<int64_t>> ep, edp;
+      for (const std::vector<int64_t> &dpcp : m.grid.groups({Dim::DP, Dim::CP}))
+        for (int64_t rank : dpcp) {
+          ExpertGroups g = expertGroups(m.grid, m.ep, rank);
+          if (g.epRank == 0) // each cut once, at its first member
+            ep.push_back(g.ep);
+          if (g.edpRank == 0)
+            edp.push_back(g.edp);
+        }
+      add(ep);
+      add(edp);
+    }
   for (const BridgeTopology &bridge : topology.bridges)
     add(bridge.gatherGroups);
   for (const ModuleTopology &m : topology.modules)
     if (m.tiedAcrossStages)
       add(tiedEmbeddingGroups(m.grid));
   return families;
+}
+
+ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank) {
+  const std::vector<int64_t> dpcp = grid.groupOf(rank, {Dim::DP, Dim::CP});
+  const auto own = static_cast<int64_t>(
+      std::find(dpcp.begin(), dpcp.end(), rank) - dpcp.begin());
+  ExpertGroups g;
+  ep = std::max<int64_t>(ep, 1);
+  g.epRank = own % ep;
+  g.edpRank = own / ep;
+  for (int64_t i = 0; i < static_cast<int64_t>(dpcp.size()); ++i) {
+    if (i / ep == g.edpRank)
+      g.ep.push_back(dpcp[static_cast<size_t>(i)]);
+    if (i % ep == g.epRank)
+      g.edp.push_back(dpcp[static_cast<size_t>(i)]);
+  }
+  return g;
 }
 
 std::vector<std::vector<int64_t>> tiedEmbeddingGroups(const Grid &grid) {

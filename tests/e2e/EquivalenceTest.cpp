@@ -148,6 +148,13 @@ TEST(Bf16, ArchitecturesMatchTheirReference) {
     model["precision"] = "bf16";
     expectMatchesReference(model, 8, 1e-2);
   }
+  { // expert parallelism under bf16: the rows travel as bf16 bits
+    SCOPED_TRACE("moe ep 2 vlm-fan-out.json");
+    json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
+    model["modules"][1]["parallel"]["ep"] = 2;
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 8, 1e-2);
+  }
   { // biases (qkv_bias, an encoder's bias) under bf16
     SCOPED_TRACE("biases vlm-fan-in.json");
     json model = test::withBiases(example("vlm-fan-in.json"));
@@ -276,6 +283,35 @@ TEST(Recompute, ChangesNoBitAndFullKeepsLess) {
       }
     }
   }
+}
+
+/// Expert parallelism (docs/model.md "Mixture of experts"): each expert is
+/// written once, by the first member holding it, so a run saved at ep 2
+/// resumes bit for bit at ep 2 and at ep 1 and 4 (another split of the
+/// experts) within 1e-5 of the uninterrupted run.
+TEST(Checkpoint, ReshardsTheExperts) {
+  json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
+  model["modules"][1]["parallel"]["ep"] = 2;
+  exec::RunResult whole = trainFrom(model, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("experts");
+  exec::RunResult first = trainFrom(model, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  exec::RunResult same = trainFrom(model, 4, "", dir);
+  ASSERT_EQ(same.exitCode, 0) << same.error;
+  ASSERT_EQ(same.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+    EXPECT_EQ(same.steps[s].auxLoss, whole.steps[s + 2].auxLoss);
+  }
+  for (int64_t ep : {1, 4}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    json other = model;
+    other["modules"][1]["parallel"]["ep"] = ep;
+    expectResumedAtStep3(trainFrom(other, 4, "", dir), whole);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 /// pipeline_layers: layer l keeps its name whatever the split, so a run
@@ -863,7 +899,9 @@ TEST(MemoryPlan, EstimateBoundsTheMeasuredPeakOfEveryLayout) {
 /// precision "bf16" keeps activations as bfloat16 between forward and
 /// backward: the peak beyond the parameters and their state falls well
 /// below fp32's, and the estimate, which counts them at two bytes, still
-/// bounds the peak.
+/// bounds the peak. (lm-cp2-sp.json: 6.93e6 bytes against 8.41e6, 0.82,
+/// since a layer's backward frees its MLP's gradients before the
+/// attention's, which lowered fp32's peak from 8.73e6 and left bf16's.)
 TEST(MemoryPlan, FrozenParametersKeepNoGradientsOrMoments) {
   // LLaVA stage 1: the language model and the encoder's body frozen. The
   // estimate still bounds the measured peak, the frozen ranks hold no
@@ -897,7 +935,7 @@ TEST(MemoryPlan, Bf16KeepsActivationsInHalfTheBytes) {
     int64_t fp32 = expectPeakNearEstimate(planOf(model));
     model["precision"] = "bf16";
     int64_t bf16 = expectPeakNearEstimate(planOf(model));
-    EXPECT_LT(double(bf16), 0.8 * double(fp32))
+    EXPECT_LT(double(bf16), 0.85 * double(fp32))
         << "bf16 activations' peak " << bf16 << " bytes, fp32 " << fp32;
   }
 }

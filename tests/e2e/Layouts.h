@@ -384,6 +384,30 @@ inline std::vector<Layout> equivalenceLayouts() {
   moePacked["modules"][1]["recompute"] = "selective";
   moePacked["modules"][1]["arch"]["moe"]["router"]["norm_topk"] = false;
   layouts.push_back({"MoePackedCp2Dp2Selective", moePacked, 6});
+  // Expert parallelism (plan/Plan.h expertGroups): the experts split over
+  // ep members of DP x CP, rows exchanged with them. ep 2 and 4 over DP4
+  // (edp groups of two, and none); ep 2 carved from CP2 with TP2 and SP,
+  // ring attention and zero bubble; colocated at TP4 x DP2 with a shared
+  // expert, recomputed whole; TP2 x PP2 x DP2 with SP, selective.
+  auto withEp = [](json model, int64_t ep) {
+    model["modules"][1]["parallel"]["ep"] = ep;
+    return model;
+  };
+  layouts.push_back(
+      {"MoeEp2FanOutDp4",
+       withEp(withMoe(example("vlm-fan-out.json"), 4, 2, "all", false), 2), 8});
+  layouts.push_back(
+      {"MoeEp4FanOutDp4Shared",
+       withEp(withMoe(example("vlm-fan-out.json"), 8, 2, {1, 2}, true), 4), 8});
+  json epCp = withEp(withMoe(example("lm-cp2-sp.json"), 4, 2, "all", false), 2);
+  epCp["batch"]["schedule"] = "zero_bubble";
+  layouts.push_back({"MoeEp2Cp2SpRingZeroBubble", epCp, 6});
+  json epColocated = withEp(withMoe(example("vlm-colocated.json"), 4, 2, "all", true), 2);
+  epColocated["modules"][1]["recompute"] = "full";
+  layouts.push_back({"MoeEp2ColocatedTp4Dp2Recomputed", epColocated, 8});
+  json epPipeline = withEp(withMoe(example("vlm-colocated-pp2.json"), 4, 1, "all", false), 2);
+  epPipeline["modules"][1]["recompute"] = "selective";
+  layouts.push_back({"MoeEp2ColocatedTp2Pp2Dp2Selective", epPipeline, 8});
   return layouts;
 }
 

@@ -85,6 +85,8 @@ TEST(ExplainTest, FanInExample) {
   e["modules"][0].erase("cp_comm");
   EXPECT_TRUE(e["modules"][0]["lora"].is_null()); // docs/model.md LoRA
   e["modules"][0].erase("lora");
+  EXPECT_TRUE(e["modules"][0]["moe"].is_null()); // dense
+  e["modules"][0].erase("moe");
   EXPECT_EQ(e["modules"][0], json({{"name", "images"},
                                    {"kind", "encoder"},
                                    {"rank_offset", 0},

@@ -10,6 +10,7 @@
 #include "runtime/config/Parameters.h"
 #include "runtime/family/ModuleFamily.h"
 #include "runtime/family/Moe.h"
+#include "runtime/plan/Plan.h"
 #include "runtime/support/Random.h"
 #include "tests/unit/TestModels.h"
 
@@ -175,6 +176,29 @@ TEST(Moe, RouterBackwardMatchesFiniteDifferences) {
       }
 }
 
+/// plan/Plan.h expertGroups: the DP x CP group (ascending) cut into ep
+/// consecutive members, and the members at the same place of every cut.
+TEST(Moe, ExpertGroupsCutTheDpCpGroup) {
+  // tp 2, cp 2, dp 2 (default order: tp fastest): rank 1's DP x CP group
+  // is {1, 3, 5, 7}.
+  Grid grid({2, 2, 2, 1}, kDefaultOrder, 0);
+  ExpertGroups g = expertGroups(grid, 2, 5);
+  EXPECT_EQ(g.ep, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(g.epRank, 0);
+  EXPECT_EQ(g.edpRank, 1);
+  g = expertGroups(grid, 4, 3);
+  EXPECT_EQ(g.ep, (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{3}));
+  EXPECT_EQ(g.epRank, 1);
+  g = expertGroups(grid, 1, 3); // no expert parallelism: edp is DP x CP
+  EXPECT_EQ(g.ep, (std::vector<int64_t>{3}));
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(moeExpertOf("layers.2.experts.13.down"), 13);
+  EXPECT_EQ(moeExpertOf("layers.2.shared.down"), -1);
+  EXPECT_EQ(moeExpertOf("layers.2.experts.x.down"), -1);
+}
+
 TEST(Moe, SparseLayersAndNames) {
   MoeConfig moe = config(8, 2, false, true);
   EXPECT_TRUE(moe.sparse(0));
@@ -291,12 +315,31 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   std::tie(at, message) = firstError(withMoe(
       {{"num_experts", 4}, {"top_k", 1}, {"expert_ffn_hidden_size", 33}}));
   EXPECT_EQ(at, "/modules/1/parallel/tp");
-  // Expert parallelism is not in this version; etp is tp.
+  // Expert parallelism: ep divides DP x CP (1 here) and the experts; not
+  // with the distributed optimizer; etp is tp.
   json ep = withMoe({{"num_experts", 4}, {"top_k", 1}});
   ep["modules"][1]["parallel"]["ep"] = 2;
   std::tie(at, message) = firstError(ep);
   EXPECT_EQ(at, "/modules/1/parallel/ep");
+  EXPECT_NE(message.find("dp x cp 1"), std::string::npos) << message;
+  ep["modules"][1]["parallel"]["dp"] = 2;
+  ep["modules"][1]["parallel"]["ep"] = 3;
+  std::tie(at, message) = firstError(ep);
+  EXPECT_EQ(at, "/modules/1/parallel/ep");
+  ep["modules"][1]["parallel"]["ep"] = 2;
+  ep["modules"][1]["distributed_optimizer"] = true;
+  std::tie(at, message) = firstError(ep);
+  EXPECT_EQ(at, "/modules/1/parallel/ep");
+  EXPECT_NE(message.find("distributed_optimizer"), std::string::npos)
+      << message;
+  ep["modules"][1].erase("distributed_optimizer");
+  ep["modules"][1]["parallel"]["rank_offset"] = 4;
+  ModelConfig parsed =
+      test::requireConfig(parseModelConfig(ep.dump(), "model.json"));
+  EXPECT_EQ(parsed.language().parallel.ep, 2);
+  EXPECT_EQ(toJson(parsed)["modules"][1]["parallel"]["ep"], 2);
   ep["modules"][1]["parallel"]["ep"] = 1;
+  ep["modules"][1]["parallel"]["dp"] = 1;
   ep["modules"][1]["parallel"]["etp"] = 1;
   std::tie(at, message) = firstError(ep);
   EXPECT_EQ(at, "/modules/1/parallel/etp");
