@@ -305,16 +305,17 @@ std::string renderExplainText(const Explanation &whole,
           ", optimizer state sharded over " + std::to_string(shards) + " ranks";
     if (moe) { // docs/model.md Mixture of experts
       const auto &e = module["moe"];
-      recipe += ", " + number(e["sparse_layers"]) + " sparse layer(s) of " +
-                number(e["experts"]) + " experts, top " + number(e["top_k"]) +
-                (e["shared_expert"].get<bool>() ? " and a shared expert" : "") +
-                ": " +
-                flopsText(static_cast<double>(e["active_params"].get<int64_t>())) +
-                " parameters active per token, " +
-                (e["ep"].get<int64_t>() > 1
-                     ? "experts split over ep " + number(e["ep"]) +
-                           " (their tokens exchanged)"
-                     : std::string("every expert on every rank"));
+      recipe +=
+          ", " + number(e["sparse_layers"]) + " sparse layer(s) of " +
+          number(e["experts"]) + " experts, top " + number(e["top_k"]) +
+          (e["shared_expert"].get<bool>() ? " and a shared expert" : "") +
+          ": " +
+          flopsText(static_cast<double>(e["active_params"].get<int64_t>())) +
+          " parameters active per token, " +
+          (e["ep"].get<int64_t>() > 1
+               ? "experts split over ep " + number(e["ep"]) +
+                     " (their tokens exchanged)"
+               : std::string("every expert on every rank"));
     }
     recipe += "\n";
   }

@@ -19,12 +19,11 @@ using nlohmann::json;
 
 void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
               ModuleConfig &module) {
-  const json *moe = v.member(arch, at, "moe", false,
-                             "the sparse layers' experts and router");
+  const json *moe =
+      v.member(arch, at, "moe", false, "the sparse layers' experts and router");
   const std::string here = at + "/moe";
-  if (!moe ||
-      !v.object(*moe, here, modelJsonKeys("/modules/N/arch/moe"),
-                "an arch.moe object"))
+  if (!moe || !v.object(*moe, here, modelJsonKeys("/modules/N/arch/moe"),
+                        "an arch.moe object"))
     return;
   MoeConfig config;
   if (auto n = v.integer(*moe, here, "num_experts", true, 1,
@@ -35,8 +34,8 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
     config.topK = *k;
     if (config.experts > 0 && *k > config.experts)
       v.error(here + "/top_k", "expected top_k at most num_experts " +
-                                   std::to_string(config.experts) +
-                                   ", found " + std::to_string(*k));
+                                   std::to_string(config.experts) + ", found " +
+                                   std::to_string(*k));
   }
   if (auto f = v.integer(*moe, here, "expert_ffn_hidden_size", false, 1,
                          "each expert's SwiGLU width", kMaxFfnWidth))
@@ -54,8 +53,8 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
               "a gate on a shared expert, and there is none: set "
               "shared_expert_ffn_hidden_size, or remove shared_expert_gate");
   }
-  if (const json *layers = v.member(*moe, here, "layers", false,
-                                    "which layers are sparse")) {
+  if (const json *layers =
+          v.member(*moe, here, "layers", false, "which layers are sparse")) {
     const std::string layersAt = here + "/layers";
     if (layers->is_string() && layers->get<std::string>() == "all") {
       config.allLayers = true;
@@ -66,12 +65,11 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
         const std::string itemAt = layersAt + "/" + std::to_string(i);
         if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
             (module.numLayers > 0 && l.get<int64_t>() >= module.numLayers)) {
-          v.error(itemAt,
-                  "expected a layer index from 0 to " +
-                      (module.numLayers > 0
-                           ? std::to_string(module.numLayers - 1)
-                           : std::string("num_layers - 1")) +
-                      ", found " + briefJson(l));
+          v.error(itemAt, "expected a layer index from 0 to " +
+                              (module.numLayers > 0
+                                   ? std::to_string(module.numLayers - 1)
+                                   : std::string("num_layers - 1")) +
+                              ", found " + briefJson(l));
           continue;
         }
         const int64_t layer = l.get<int64_t>();
@@ -94,9 +92,9 @@ void parseMoe(JsonValidator &v, const json &arch, const std::string &at,
   const std::string routerAt = here + "/router";
   if (const json *router =
           v.member(*moe, here, "router", false, "how tokens are routed");
-      router && v.object(*router, routerAt,
-                         modelJsonKeys("/modules/N/arch/moe/router"),
-                         "an arch.moe.router object")) {
+      router &&
+      v.object(*router, routerAt, modelJsonKeys("/modules/N/arch/moe/router"),
+               "an arch.moe.router object")) {
     if (auto score = v.choice(*router, routerAt, "score", false,
                               {"softmax", "sigmoid"}, "the router's scores"))
       config.router.sigmoid = *score == "sigmoid";
@@ -173,9 +171,9 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
     else
       module.parallel.ep = *ep;
   }
-  if (auto etp = v.integer(*it, at, "etp", false, 1,
-                           "the tensor-parallel size of the experts",
-                           kMaxRanks);
+  if (auto etp =
+          v.integer(*it, at, "etp", false, 1,
+                    "the tensor-parallel size of the experts", kMaxRanks);
       etp && *etp != module.parallel.tp)
     v.error(at + "/etp", "expected etp equal to tp " +
                              std::to_string(module.parallel.tp) +

@@ -293,7 +293,8 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
     for (int64_t l = shape.firstLayer;
          l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l)
       sparseLayers += e.sparse(l);
-    w.epExchanges = 2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
+    w.epExchanges =
+        2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
     w.epBytes = (shape.bf16 && !backward ? 2.0 : kFloat) * K * rows * H;
   }
   if (shape.language && shape.last) {

@@ -174,9 +174,9 @@ public:
                           int64_t count, int64_t cols) = 0;
   /// ... dst row rows[i] += weights[i] (null: 1) · src row i, the rows
   /// distinct ...
-  virtual void scatterAddRows(float *dst, const int64_t *rows,
-                              const float *src, const float *weights,
-                              int64_t count, int64_t cols) = 0;
+  virtual void scatterAddRows(float *dst, const int64_t *rows, const float *src,
+                              const float *weights, int64_t count,
+                              int64_t cols) = 0;
   /// ... and out[i] = a row rows[i] · b row i (in double).
   virtual void rowDots(const float *a, const int64_t *rows, const float *b,
                        int64_t count, int64_t cols, float *out) = 0;

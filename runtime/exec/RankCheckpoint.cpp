@@ -33,9 +33,8 @@ HeldParams RankExecutor::heldParams() {
         // An expert under expert parallelism: the first member holding it.
         const bool writer = p.expert ? m->experts.edpRank == 0
                                      : m->coords.dp == 0 && m->coords.cp == 0;
-        held.owned.push_back(writer &&
-                             (!p.replicatedOverTp || m->coords.tp == 0) &&
-                             !copy);
+        held.owned.push_back(
+            writer && (!p.replicatedOverTp || m->coords.tp == 0) && !copy);
       }
   return held;
 }

@@ -318,8 +318,8 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   }
   // Buckets reduce over DP x CP; the experts of expert parallelism over
   // their own group, at reduce_grads.
-  if (overlap.bucketBytes <= 0 || !overlap.channels ||
-      m.dpcpGroup.size() < 2 || m.topo->ep > 1)
+  if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2 ||
+      m.topo->ep > 1)
     return;
   int64_t microbatches = 0;
   for (const Instr &in : program->instrs)

@@ -93,30 +93,29 @@ LlamaStyleFamily::structureProblem(const ModuleArch &arch) const {
     for (const ModuleFamily *family : families())
       if (const auto *llama = dynamic_cast<const LlamaStyleFamily *>(family);
           llama && fits(*llama))
-        return ", or set arch.family to \"" + std::string(llama->name()) +
-               "\"";
+        return ", or set arch.family to \"" + std::string(llama->name()) + "\"";
     return "";
   };
   if (arch.qkNorm != qkNorms())
-    return ArchProblem{"qk_norm", "the " + std::string(name()) + " family " +
-                                      (qkNorms() ? "has" : "has no") +
-                                      " per-head q and k norms: " +
-                                      (qkNorms() ? "remove arch.qk_norm"
-                                                 : "remove arch.qk_norm") +
-                                      named()};
+    return ArchProblem{
+        "qk_norm",
+        "the " + std::string(name()) + " family " +
+            (qkNorms() ? "has" : "has no") + " per-head q and k norms: " +
+            (qkNorms() ? "remove arch.qk_norm" : "remove arch.qk_norm") +
+            named()};
   if (arch.hasMoe() != (moeNames() != nullptr))
     return ArchProblem{
-        "moe", "the " + std::string(name()) + " family's layers are " +
-                   (moeNames() ? "sparse: add arch.moe" : "dense: remove arch.moe") +
-                   named()};
+        "moe",
+        "the " + std::string(name()) + " family's layers are " +
+            (moeNames() ? "sparse: add arch.moe" : "dense: remove arch.moe") +
+            named()};
   if (const MoeNames *names = moeNames(); names && arch.hasMoe()) {
     if (names->shared != (arch.moe.sharedFfn > 0))
-      return ArchProblem{"moe", "the " + std::string(name()) + " family " +
-                                    (names->shared ? "has" : "has no") +
-                                    " shared expert: " +
-                                    (names->shared ? "set" : "remove") +
-                                    " arch.moe.shared_expert_ffn_hidden_size" +
-                                    named()};
+      return ArchProblem{
+          "moe", "the " + std::string(name()) + " family " +
+                     (names->shared ? "has" : "has no") +
+                     " shared expert: " + (names->shared ? "set" : "remove") +
+                     " arch.moe.shared_expert_ffn_hidden_size" + named()};
   }
   if (arch.qkvBias == qkvBiases())
     return std::nullopt;
@@ -192,8 +191,9 @@ LlamaStyleFamily::hfSource(const HfLayout &layout,
     return HfSource{at + "self_attn." + part + ".weight", false};
   if (const MoeNames *names = moeNames()) {
     auto linear = [&](const std::string &mimo) -> const std::string & {
-      return mimo == "gate" ? names->gate : mimo == "up" ? names->up
-                                                         : names->down;
+      return mimo == "gate" ? names->gate
+             : mimo == "up" ? names->up
+                            : names->down;
     };
     if (part == kMoeRouter)
       return HfSource{at + names->block + "gate.weight", true};
@@ -461,8 +461,8 @@ std::string LlamaStyleFamily::hfExportProblem(const ModuleArch &arch) const {
   if (!arch.hasMoe())
     return "";
   if (arch.moe.router.sigmoid)
-    return "its router scores by sigmoid, which " +
-           std::string(label()) + " folders do not compute (softmax)";
+    return "its router scores by sigmoid, which " + std::string(label()) +
+           " folders do not compute (softmax)";
   if (arch.moe.sharedFfn > 0 && !arch.moe.sharedGate)
     return "its shared expert has no gate, and " + std::string(label()) +
            " folders' has one";

@@ -17,20 +17,16 @@ namespace {
 class MixtralFamily final : public LlamaStyleFamily {
 public:
   std::string_view name() const override { return "mixtral"; }
-  std::string_view label() const override {
-    return "a Mixtral language model";
-  }
+  std::string_view label() const override { return "a Mixtral language model"; }
   const MoeNames *moeNames() const override {
-    static const MoeNames names{"block_sparse_moe.", "w1", "w3", "w2",
+    static const MoeNames names{"block_sparse_moe.", "w1",  "w3", "w2",
                                 "num_local_experts", false, true};
     return &names;
   }
 
 protected:
   std::string hfModelType() const override { return "mixtral"; }
-  std::string hfArchitecture() const override {
-    return "MixtralForCausalLM";
-  }
+  std::string hfArchitecture() const override { return "MixtralForCausalLM"; }
 };
 
 } // namespace

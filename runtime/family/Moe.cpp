@@ -11,8 +11,7 @@ namespace mimo {
 bool MoeConfig::sparse(int64_t layer) const {
   if (experts <= 0)
     return false;
-  return allLayers ||
-         std::binary_search(layers.begin(), layers.end(), layer);
+  return allLayers || std::binary_search(layers.begin(), layers.end(), layer);
 }
 
 int64_t MoeConfig::sparseLayers(int64_t numLayers) const {
@@ -127,7 +126,8 @@ MoeLosses moeLosses(const MoeConfig &moe, const std::vector<double> &stats) {
     return out;
   double sum = 0;
   for (size_t e = 0; e < E; ++e)
-    sum += (stats[e] / (static_cast<double>(moe.topK) * n)) * (stats[E + e] / n);
+    sum +=
+        (stats[e] / (static_cast<double>(moe.topK) * n)) * (stats[E + e] / n);
   out.aux = static_cast<double>(moe.experts) * sum;
   out.z = stats[2 * E] / n;
   return out;

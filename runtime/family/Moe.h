@@ -73,17 +73,17 @@ struct MoeRoute {
 /// the log-sum-exp of the logits, kept for the backward.
 struct MoeRouting {
   int64_t rows = 0, experts = 0, topK = 0;
-  std::vector<int32_t> choice;  // [rows, topK]
-  std::vector<float> weight;    // [rows, topK]
-  std::vector<double> score;    // [rows, experts]: softmax or sigmoid
-  std::vector<double> prob;     // [rows, experts]: the aux loss's P
-  std::vector<double> lse;      // [rows]
-  std::vector<float> logit;     // [rows, experts]: the z loss's softmax
+  std::vector<int32_t> choice; // [rows, topK]
+  std::vector<float> weight;   // [rows, topK]
+  std::vector<double> score;   // [rows, experts]: softmax or sigmoid
+  std::vector<double> prob;    // [rows, experts]: the aux loss's P
+  std::vector<double> lse;     // [rows]
+  std::vector<float> logit;    // [rows, experts]: the z loss's softmax
 };
 
 /// Routes `rows` rows of router logits [rows, experts] (fp32).
-MoeRouting routeTokens(const MoeConfig &moe, const float *logits,
-                       int64_t rows, int64_t experts);
+MoeRouting routeTokens(const MoeConfig &moe, const float *logits, int64_t rows,
+                       int64_t experts);
 
 /// The statistics the losses need, summed over the real rows (`real[i]`:
 /// a sample's token, not padding) of one rank; the all-reduce over the

@@ -40,15 +40,14 @@ public:
   }
   const MoeNames *moeNames() const override {
     static const MoeNames names{"mlp.",      "gate_proj",   "up_proj",
-                                "down_proj", "num_experts", true, false};
+                                "down_proj", "num_experts", true,
+                                false};
     return &names;
   }
 
 protected:
   std::string hfModelType() const override { return "qwen2_moe"; }
-  std::string hfArchitecture() const override {
-    return "Qwen2MoeForCausalLM";
-  }
+  std::string hfArchitecture() const override { return "Qwen2MoeForCausalLM"; }
 };
 
 } // namespace

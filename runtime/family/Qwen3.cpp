@@ -38,16 +38,15 @@ public:
     return "a Qwen3-MoE language model";
   }
   const MoeNames *moeNames() const override {
-    static const MoeNames names{"mlp.",        "gate_proj", "up_proj",
-                                "down_proj",   "num_experts", false, false};
+    static const MoeNames names{"mlp.",      "gate_proj",   "up_proj",
+                                "down_proj", "num_experts", false,
+                                false};
     return &names;
   }
 
 protected:
   std::string hfModelType() const override { return "qwen3_moe"; }
-  std::string hfArchitecture() const override {
-    return "Qwen3MoeForCausalLM";
-  }
+  std::string hfArchitecture() const override { return "Qwen3MoeForCausalLM"; }
 };
 
 } // namespace

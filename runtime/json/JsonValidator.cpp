@@ -106,8 +106,8 @@ constexpr KeySynonym kSynonyms[] = {
      "/modules/N/arch/moe/router/aux_loss_coef", "Megatron"},
     {"moe_z_loss_coeff", "z_loss_coef",
      "/modules/N/arch/moe/router/z_loss_coef", "Megatron"},
-    {"mlp_only_layers", "layers", "/modules/N/arch/moe/layers (the sparse ones)",
-     "Hugging Face"},
+    {"mlp_only_layers", "layers",
+     "/modules/N/arch/moe/layers (the sparse ones)", "Hugging Face"},
     {"expert_model_parallel_size", "ep", "/modules/N/parallel/ep", "Megatron"},
     {"global_batch_size", "",
      "/batch/micro_batch_size x /batch/num_microbatches (micro_batch_size "

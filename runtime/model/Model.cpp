@@ -76,9 +76,9 @@ void Stage::finalizeParameters() {
   // (256 bytes, what GEMM libraries align to), the padding zero in every
   // buffer (AdamW keeps it zero).
   auto group = [](const Param &p) {
-    return p.frozen          ? 4
-           : p.partialOverTp ? 0
-           : p.expert        ? 3
+    return p.frozen             ? 4
+           : p.partialOverTp    ? 0
+           : p.expert           ? 3
            : p.replicatedOverTp ? 1
                                 : 2;
   };

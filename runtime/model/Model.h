@@ -98,8 +98,7 @@ struct FlatParams {
   /// bf16 only: the working weights, `values` rounded to bfloat16 and
   /// held as bf16.
   Tensor working;
-  int64_t tpPartial = 0, replicated = 0, experts = 0, trainable = 0,
-          total = 0;
+  int64_t tpPartial = 0, replicated = 0, experts = 0, trainable = 0, total = 0;
 };
 
 /// A rank's place in one module's grid, with the groups it computes with.

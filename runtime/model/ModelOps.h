@@ -139,9 +139,10 @@ inline Bf16Operand operand(const Tensor &t) {
 /// microbatch's weight_grad instruction, with x (the forward's, never
 /// written again) and a copy of dy (whose buffer the backward may go on
 /// writing).
-inline void weightGradient(Device &dev, bool bf16, DeferredWeightGrads *deferred,
-                           const Tensor &x, const Tensor &dy, float *dw,
-                           int64_t M, int64_t K, int64_t N) {
+inline void weightGradient(Device &dev, bool bf16,
+                           DeferredWeightGrads *deferred, const Tensor &x,
+                           const Tensor &dy, float *dw, int64_t M, int64_t K,
+                           int64_t N) {
   if (!dw)
     return;
   if (!deferred || !deferred->deferring()) {

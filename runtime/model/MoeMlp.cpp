@@ -46,13 +46,12 @@ std::vector<size_t> MoeParams::all() const {
 
 MoeMlp::MoeMlp(std::vector<Param> &params, const MoeConfig &moe,
                MoeParams indices, int64_t hidden, const StageContext &ctx)
-    : params(params), moe(moe), p(std::move(indices)),
-      H(hidden), Fe(moe.expertFfn / ctx.tp), Fs(moe.sharedFfn / ctx.tp),
-      ctx(ctx) {}
+    : params(params), moe(moe), p(std::move(indices)), H(hidden),
+      Fe(moe.expertFfn / ctx.tp), Fs(moe.sharedFfn / ctx.tp), ctx(ctx) {}
 
 Tensor MoeMlp::swiglu(const Tensor &g, const Tensor &u, int64_t n) const {
-  Tensor s = Tensor::empty(n, ctx.bf16 ? device::DType::BF16
-                                       : device::DType::F32);
+  Tensor s =
+      Tensor::empty(n, ctx.bf16 ? device::DType::BF16 : device::DType::F32);
   if (n > 0)
     ctx.dev->swigluForward(g.dtype(), g.raw(), u.raw(), s.dtype(), s.raw(), n);
   return s;
@@ -181,8 +180,8 @@ Tensor MoeMlp::expertBackward(const Tensor &x, const Tensor &g, const Tensor &u,
   return dx;
 }
 
-void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
-                      float *dh, int64_t rows) {
+void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
+                      int64_t rows) {
   Device &dev = *ctx.dev;
   const int64_t E = moe.experts, K = moe.topK;
   const bool shared = Fs > 0 && rows > 0;
@@ -278,10 +277,9 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy,
   }
   if (shared) {
     Tensor dout = empty(rows * H);
-    dev.gatherRows(device::DType::F32, dout.data(), dy.data(),
-                   c.identity.data<int64_t>(),
-                   c.sharedGate.empty() ? nullptr : c.sharedGate.data(), rows,
-                   H);
+    dev.gatherRows(
+        device::DType::F32, dout.data(), dy.data(), c.identity.data<int64_t>(),
+        c.sharedGate.empty() ? nullptr : c.sharedGate.data(), rows, H);
     dout = gemmInput(dev, ctx.bf16, std::move(dout));
     Tensor dx = expertBackward(h, c.g, c.u, c.s, dout, p.sharedW1, p.sharedW3,
                                p.sharedW2, rows, Fs);
@@ -346,7 +344,8 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
       total[j] += static_cast<int64_t>(n);
     }
   // The rows, expert by expert, to each member.
-  std::vector<Tensor> send(static_cast<size_t>(ep)), recv(static_cast<size_t>(ep));
+  std::vector<Tensor> send(static_cast<size_t>(ep)),
+      recv(static_cast<size_t>(ep));
   for (int64_t d = 0; d < ep; ++d) {
     int64_t n = 0, got = 0;
     for (int64_t j = 0; j < per; ++j) {
@@ -383,9 +382,11 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
       int64_t skip = 0; // the member's rows of our earlier experts
       for (int64_t i = 0; i < j; ++i)
         skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
-      const int64_t rows = c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+      const int64_t rows =
+          c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
       if (rows > 0)
-        dev.copy(rowAt(x.x, at, H), rowAt(recv[static_cast<size_t>(d)], skip, H),
+        dev.copy(rowAt(x.x, at, H),
+                 rowAt(recv[static_cast<size_t>(d)], skip, H),
                  rows * H * static_cast<int64_t>(device::sizeOf(h.dtype())));
       at += rows;
     }
@@ -450,7 +451,8 @@ void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
   };
   // Each output's gradient (its weight times dy's row) to its expert's
   // member, in the forward's order.
-  std::vector<Tensor> send(static_cast<size_t>(ep)), recv(static_cast<size_t>(ep));
+  std::vector<Tensor> send(static_cast<size_t>(ep)),
+      recv(static_cast<size_t>(ep));
   for (int64_t d = 0; d < ep; ++d) {
     int64_t n = 0, got = 0;
     for (int64_t j = 0; j < per; ++j) {
@@ -486,19 +488,21 @@ void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
       int64_t skip = 0;
       for (int64_t i = 0; i < j; ++i)
         skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
-      const int64_t rows = c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+      const int64_t rows =
+          c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
       if (rows > 0)
-        dev.copy(rowAt(dout, at, H), rowAt(recv[static_cast<size_t>(d)], skip, H),
+        dev.copy(rowAt(dout, at, H),
+                 rowAt(recv[static_cast<size_t>(d)], skip, H),
                  rows * H * static_cast<int64_t>(sizeof(float)));
       at += rows;
     }
     dout = gemmInput(dev, ctx.bf16, std::move(dout));
-    dx[static_cast<size_t>(j)] =
-        expertBackward(x.x, x.g, x.u, x.s, dout, p.gate[static_cast<size_t>(j)],
-                       p.up[static_cast<size_t>(j)],
-                       p.down[static_cast<size_t>(j)], n, Fe);
+    dx[static_cast<size_t>(j)] = expertBackward(
+        x.x, x.g, x.u, x.s, dout, p.gate[static_cast<size_t>(j)],
+        p.up[static_cast<size_t>(j)], p.down[static_cast<size_t>(j)], n, Fe);
   }
-  std::vector<Tensor> back(static_cast<size_t>(ep)), got(static_cast<size_t>(ep));
+  std::vector<Tensor> back(static_cast<size_t>(ep)),
+      got(static_cast<size_t>(ep));
   for (int64_t d = 0; d < ep; ++d) {
     const auto &sent = c.from[static_cast<size_t>(d)];
     int64_t n = 0;
@@ -527,9 +531,10 @@ void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
       const int64_t n = count(d * per + j);
       if (n == 0)
         continue;
-      dev.scatterAddRows(dh, x.deviceRows.data<int64_t>(),
-                         static_cast<float *>(rowAt(got[static_cast<size_t>(d)], at, H)),
-                         nullptr, n, H);
+      dev.scatterAddRows(
+          dh, x.deviceRows.data<int64_t>(),
+          static_cast<float *>(rowAt(got[static_cast<size_t>(d)], at, H)),
+          nullptr, n, H);
       at += n;
     }
   }

@@ -241,8 +241,8 @@ private:
     if (sparse) {
       Tensor gathered;
       dh2f = zeros(Tc * H);
-      sparse->backward(*c.moe, c.h2f, fullRows(dout, gathered, sp),
-                       dh2f.data(), Tc);
+      sparse->backward(*c.moe, c.h2f, fullRows(dout, gathered, sp), dh2f.data(),
+                       Tc);
     } else {
       dh2f = denseMlpBackward(c, dout, sp, Tc);
     }
@@ -414,8 +414,8 @@ private:
   /// or deferred under zero bubble (ModelOps.h).
   void weightGradient(const Tensor &x, const Tensor &dy, size_t w, int64_t M,
                       int64_t K, int64_t N) {
-    ops::weightGradient(*ctx.dev, ctx.bf16, ctx.weightGrads, x, dy, WG(w), M,
-                        K, N);
+    ops::weightGradient(*ctx.dev, ctx.bf16, ctx.weightGrads, x, dy, WG(w), M, K,
+                        N);
   }
 
   /// LoRA (docs/model.md): y [rows, N] (fp32) += s·(x·A)·B for an adapted

@@ -99,12 +99,12 @@ inline nlohmann::json withMoe(nlohmann::json model, int64_t experts,
   for (nlohmann::json &module : model["modules"]) {
     if (module["kind"] != "language")
       continue;
-    nlohmann::json moe = {{"num_experts", experts},
-                          {"top_k", topK},
-                          {"expert_ffn_hidden_size", 64},
-                          {"layers", layers},
-                          {"router",
-                           {{"aux_loss_coef", 0.05}, {"z_loss_coef", 0.01}}}};
+    nlohmann::json moe = {
+        {"num_experts", experts},
+        {"top_k", topK},
+        {"expert_ffn_hidden_size", 64},
+        {"layers", layers},
+        {"router", {{"aux_loss_coef", 0.05}, {"z_loss_coef", 0.01}}}};
     if (shared)
       moe["shared_expert_ffn_hidden_size"] = 128;
     module["arch"]["moe"] = moe;
@@ -369,9 +369,9 @@ inline std::vector<Layout> equivalenceLayouts() {
   // zero bubble and a sigmoid router with Qwen3's q/k norms; colocated
   // with an encoder at LM TP4 x DP2, recomputed whole; CP2 x DP2 with THD
   // packing (padding in no statistic) and selective recomputation.
-  layouts.push_back(
-      {"MoeFanInTp2Pp2SpShared",
-       withMoe(example("vlm-fan-in.json"), 4, 2, {1, 2, 3}, true), 8});
+  layouts.push_back({"MoeFanInTp2Pp2SpShared",
+                     withMoe(example("vlm-fan-in.json"), 4, 2, {1, 2, 3}, true),
+                     8});
   json moeCp = withMoe(example("lm-cp2-sp.json"), 8, 2, "all", false);
   moeCp["batch"]["schedule"] = "zero_bubble";
   moeCp["modules"][1]["arch"]["qk_norm"] = true;
@@ -402,10 +402,12 @@ inline std::vector<Layout> equivalenceLayouts() {
   json epCp = withEp(withMoe(example("lm-cp2-sp.json"), 4, 2, "all", false), 2);
   epCp["batch"]["schedule"] = "zero_bubble";
   layouts.push_back({"MoeEp2Cp2SpRingZeroBubble", epCp, 6});
-  json epColocated = withEp(withMoe(example("vlm-colocated.json"), 4, 2, "all", true), 2);
+  json epColocated =
+      withEp(withMoe(example("vlm-colocated.json"), 4, 2, "all", true), 2);
   epColocated["modules"][1]["recompute"] = "full";
   layouts.push_back({"MoeEp2ColocatedTp4Dp2Recomputed", epColocated, 8});
-  json epPipeline = withEp(withMoe(example("vlm-colocated-pp2.json"), 4, 1, "all", false), 2);
+  json epPipeline =
+      withEp(withMoe(example("vlm-colocated-pp2.json"), 4, 1, "all", false), 2);
   epPipeline["modules"][1]["recompute"] = "selective";
   layouts.push_back({"MoeEp2ColocatedTp2Pp2Dp2Selective", epPipeline, 8});
   return layouts;

@@ -104,8 +104,8 @@ inline void expectMatchesReference(const nlohmann::json &model,
     EXPECT_EQ(d.auxLoss.has_value(), r.auxLoss.has_value());
     if (d.auxLoss && r.auxLoss) {
       EXPECT_LE(relative(*d.auxLoss, *r.auxLoss), tolerance)
-          << "step " << s + 1 << ": aux loss " << *d.auxLoss
-          << " vs reference " << *r.auxLoss;
+          << "step " << s + 1 << ": aux loss " << *d.auxLoss << " vs reference "
+          << *r.auxLoss;
     }
   }
   // Training moves: the first loss is that of an untrained model, about

@@ -421,12 +421,11 @@ TEST(ModelGradient, SparseLayersMatchFiniteDifferences) {
       m.moe.router.auxLossCoef = 0.3;
       m.moe.router.zLossCoef = 0.05;
       if (topK < m.moe.experts)
-        m.freezePrefixes = {"embedding",          "layers.0",
-                            "layers.1.attn_norm", "layers.1.wq",
-                            "layers.1.wk",        "layers.1.wv",
-                            "layers.1.wo",        "layers.1.q_norm",
-                            "layers.1.k_norm",    "layers.1.mlp_norm",
-                            "layers.1.router"};
+        m.freezePrefixes = {
+            "embedding",         "layers.0",        "layers.1.attn_norm",
+            "layers.1.wq",       "layers.1.wk",     "layers.1.wv",
+            "layers.1.wo",       "layers.1.q_norm", "layers.1.k_norm",
+            "layers.1.mlp_norm", "layers.1.router"};
       LanguageStage lm(m, makeShard(1, 1, false, false), r.context());
       std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
       Microbatch batch = smallBatch();

@@ -6,10 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/family/Moe.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/family/ModuleFamily.h"
-#include "runtime/family/Moe.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/support/Random.h"
 #include "tests/unit/TestModels.h"
@@ -100,10 +100,10 @@ TEST(Moe, RoutesToTheTopKWithTheirWeights) {
     for (bool norm : {false, true}) {
       MoeRouting r = routeTokens(config(4, 2, sigmoid, norm), z, 1, 4);
       ASSERT_EQ(r.choice, (std::vector<int32_t>{1, 3}));
-      const double s = sigmoid ? 1 / (1 + std::exp(-2.0))
-                               : std::exp(2.0) / (std::exp(0.5) +
-                                                  2 * std::exp(2.0) +
-                                                  std::exp(-1.0));
+      const double s =
+          sigmoid ? 1 / (1 + std::exp(-2.0))
+                  : std::exp(2.0) /
+                        (std::exp(0.5) + 2 * std::exp(2.0) + std::exp(-1.0));
       const double w = norm ? 0.5 : s;
       EXPECT_NEAR(r.weight[0], w, 1e-7);
       EXPECT_NEAR(r.weight[1], w, 1e-7);
@@ -148,8 +148,7 @@ TEST(Moe, RouterBackwardMatchesFiniteDifferences) {
     for (bool norm : {false, true})
       for (int64_t K : {int64_t(1), int64_t(2), int64_t(5)}) {
         SCOPED_TRACE(std::string(sigmoid ? "sigmoid" : "softmax") +
-                     (norm ? " normalised" : "") + " top-" +
-                     std::to_string(K));
+                     (norm ? " normalised" : "") + " top-" + std::to_string(K));
         MoeConfig moe = config(E, K, sigmoid, norm);
         std::vector<float> z = randomLogits(rows, E, 7 + K);
         MoeRouting r = routeTokens(moe, z.data(), rows, E);
@@ -240,8 +239,8 @@ TEST(Moe, KeysParseAndAreWrittenBack) {
                 {"norm_topk", false},
                 {"aux_loss_coef", 0.02},
                 {"z_loss_coef", 0.001}}}};
-  ModelConfig c = test::requireConfig(
-      parseModelConfig(withMoe(moe).dump(), "model.json"));
+  ModelConfig c =
+      test::requireConfig(parseModelConfig(withMoe(moe).dump(), "model.json"));
   const MoeConfig &e = c.language().moe;
   EXPECT_EQ(e.experts, 8);
   EXPECT_EQ(e.topK, 2);
@@ -253,8 +252,8 @@ TEST(Moe, KeysParseAndAreWrittenBack) {
   EXPECT_FALSE(e.router.normTopk);
   EXPECT_EQ(e.router.zLossCoef, 0.001);
   // Written back, it parses to the same.
-  ModelConfig again = test::requireConfig(
-      parseModelConfig(toJson(c).dump(), "model.json"));
+  ModelConfig again =
+      test::requireConfig(parseModelConfig(toJson(c).dump(), "model.json"));
   EXPECT_EQ(again.language().moe.layers, e.layers);
   EXPECT_EQ(again.language().moe.router.auxLossCoef, 0.02);
   // Defaults: every layer sparse, experts as wide as ffn_hidden_size,
@@ -281,8 +280,7 @@ TEST(Moe, KeysParseAndAreWrittenBack) {
   for (const char *name :
        {"layers.0.gate", "layers.1.router", "layers.1.experts.1.down",
         "layers.1.q_norm", "layers.1.k_norm"})
-    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
-        << name;
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   EXPECT_EQ(std::find(names.begin(), names.end(), "layers.1.gate"),
             names.end());
 }
@@ -299,8 +297,8 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   std::tie(at, message) = firstError(
       withMoe({{"num_experts", 4}, {"top_k", 1}, {"layers", "some"}}));
   EXPECT_EQ(at, "/modules/1/arch/moe/layers");
-  std::tie(at, message) = firstError(
-      withMoe({{"num_experts", 4}, {"top_k", 1}, {"shared_expert_gate", true}}));
+  std::tie(at, message) = firstError(withMoe(
+      {{"num_experts", 4}, {"top_k", 1}, {"shared_expert_gate", true}}));
   EXPECT_EQ(at, "/modules/1/arch/moe/shared_expert_gate");
   std::tie(at, message) = firstError(withMoe(
       {{"num_experts", 4}, {"top_k", 1}, {"router", {{"score", "softmx"}}}}));

@@ -167,8 +167,8 @@ public:
                   const float *weights, int64_t count, int64_t cols) override {
     if (type == DType::BF16)
       run(bodies::GatherRows<uint16_t>{static_cast<uint16_t *>(dst),
-                                       static_cast<const uint16_t *>(src),
-                                       rows, nullptr, count, cols});
+                                       static_cast<const uint16_t *>(src), rows,
+                                       nullptr, count, cols});
     else
       run(bodies::GatherRows<float>{static_cast<float *>(dst),
                                     static_cast<const float *>(src), rows,

@@ -24,10 +24,9 @@ void CudaDevice::gatherRows(DType type, void *dst, const void *src,
                                    static_cast<const uint16_t *>(src), rows,
                                    nullptr, count, cols});
   else
-    launch("gather_rows",
-           b::GatherRows<float>{static_cast<float *>(dst),
-                                static_cast<const float *>(src), rows, weights,
-                                count, cols});
+    launch("gather_rows", b::GatherRows<float>{static_cast<float *>(dst),
+                                               static_cast<const float *>(src),
+                                               rows, weights, count, cols});
 }
 
 void CudaDevice::scatterAddRows(float *dst, const int64_t *rows,
