@@ -23,6 +23,9 @@ namespace {
 
 struct ModuleGrid {
   int64_t tp = 1, cp = 1, pp = 1, dp = 1;
+  /// Expert parallelism (a sparse language model): divides dp x cp and
+  /// the experts.
+  int64_t ep = 1;
   bool sp = false;
   /// model.json `pipeline_layers` (empty: an even split); `balanced`: the
   /// search gives each stage the layers that even out the stages' times
@@ -210,6 +213,8 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
   for (int64_t tp : divisors(m.numHeads)) {
     if (m.ffnHiddenSize % tp || (language && m.vocabSize % tp))
       continue;
+    if (m.hasMoe() && (m.moe.expertFfn % tp || m.moe.sharedFfn % tp))
+      continue; // the experts are cut over TP as the dense MLP
     // TP within a node (its collectives run every layer): never across
     // the links between nodes of a multi-node cluster (tpLimit: its
     // devices per node; 0: one node).
@@ -240,6 +245,14 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
           g.sp = language && tp > 1 && S % (tp * (cp > 1 ? 2 * cp : 1)) == 0;
           g.balanced = pp > 1 && chunks == 1;
           grids.push_back(g);
+          // Expert parallelism over DP x CP (docs/model.md Mixture of
+          // experts; not with the distributed optimizer).
+          if (language && m.hasMoe() && !m.distributedOptimizer)
+            for (int64_t ep : divisors(dp * cp))
+              if (ep > 1 && m.moe.experts % ep == 0) {
+                g.ep = ep;
+                grids.push_back(g);
+              }
         }
       }
     }
@@ -295,6 +308,7 @@ ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
     p.cp = g.cp;
     p.pp = g.pp;
     p.dp = g.dp;
+    p.ep = g.ep;
     p.sequenceParallel = g.sp;
     p.order = kDefaultOrder;
     config.modules[i].pipelineLayers = g.split;
@@ -323,7 +337,8 @@ std::string summarize(const ModelConfig &config, bool colocated) {
       }
       os << ")";
     }
-    os << " dp" << p.dp << (p.sequenceParallel ? " sp" : "");
+    os << " dp" << p.dp << (p.ep > 1 ? " ep" + std::to_string(p.ep) : "")
+       << (p.sequenceParallel ? " sp" : "");
     if (!colocated)
       os << " [" << spanText(p.rankOffset, p.tp * p.cp * p.pp * p.dp) << "]";
   }
@@ -499,9 +514,12 @@ TuneResult tuneWorld(const ModelConfig &model, const TuneOptions &requested) {
     };
     // First the distributed optimizer on every module (docs/model.md; no
     // compute, the same bytes as the all-reduce), unless the model sets it.
-    bool searchSharding = std::none_of(
-        model.modules.begin(), model.modules.end(),
-        [](const ModuleConfig &m) { return m.distributedOptimizer; });
+    bool searchSharding =
+        std::none_of(
+            model.modules.begin(), model.modules.end(),
+            [](const ModuleConfig &m) { return m.distributedOptimizer; }) &&
+        std::none_of(c.config.modules.begin(), c.config.modules.end(),
+                     [](const ModuleConfig &m) { return m.parallel.ep > 1; });
     if (over(c.peakBytes) && searchSharding) {
       ModelConfig sharded = c.config;
       for (ModuleConfig &m : sharded.modules)

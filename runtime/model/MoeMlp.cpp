@@ -318,121 +318,147 @@ void *rowAt(Tensor &t, int64_t r, int64_t cols) {
 
 } // namespace
 
+int64_t MoeMlp::sentBefore(const MoeCache &c, int64_t member,
+                           int64_t expert) const {
+  int64_t rows = 0;
+  for (int64_t j = 0; j < expert; ++j)
+    rows += c.from[static_cast<size_t>(member)][static_cast<size_t>(j)];
+  return rows;
+}
+
+std::vector<Tensor> MoeMlp::dispatch(MoeCache &c, const Tensor &src,
+                                     bool weighted) {
+  Device &dev = *ctx.dev;
+  const int64_t ep = ctx.ep, per = moe.experts / ep;
+  std::vector<Tensor> send(static_cast<size_t>(ep)),
+      recv(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    Tensor &out = send[static_cast<size_t>(d)];
+    out = Tensor::empty(sentTo(c, d) * H, src.dtype());
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
+      const auto n = static_cast<int64_t>(x.rows.size());
+      if (n == 0)
+        continue;
+      dev.gatherRows(src.dtype(), rowAt(out, at, H), src.raw(),
+                     x.deviceRows.data<int64_t>(),
+                     weighted ? x.weights.data() : nullptr, n, H);
+      at += n;
+    }
+    recv[static_cast<size_t>(d)] =
+        Tensor::empty(sentBefore(c, d, per) * H, src.dtype());
+  }
+  exchange(send, recv);
+  return recv;
+}
+
+Tensor MoeMlp::fromMembers(const MoeCache &c, std::vector<Tensor> &recv,
+                           int64_t expert) {
+  const int64_t ep = ctx.ep;
+  int64_t n = 0;
+  for (int64_t d = 0; d < ep; ++d)
+    n += c.from[static_cast<size_t>(d)][static_cast<size_t>(expert)];
+  const device::DType type = recv[0].dtype();
+  Tensor rows = Tensor::empty(n * H, type);
+  int64_t at = 0;
+  for (int64_t d = 0; d < ep; ++d) {
+    const int64_t count =
+        c.from[static_cast<size_t>(d)][static_cast<size_t>(expert)];
+    if (count > 0)
+      ctx.dev->copy(
+          rowAt(rows, at, H),
+          rowAt(recv[static_cast<size_t>(d)], sentBefore(c, d, expert), H),
+          count * H * device::sizeOf(type));
+    at += count;
+  }
+  return rows;
+}
+
+std::vector<Tensor> MoeMlp::toMembers(MoeCache &c,
+                                      std::vector<Tensor> &results) {
+  const int64_t ep = ctx.ep, per = moe.experts / ep;
+  std::vector<Tensor> back(static_cast<size_t>(ep)),
+      got(static_cast<size_t>(ep));
+  for (int64_t d = 0; d < ep; ++d) {
+    back[static_cast<size_t>(d)] = empty(sentBefore(c, d, per) * H);
+    int64_t at = 0;
+    for (int64_t j = 0; j < per; ++j) {
+      int64_t skip = 0; // earlier members' rows of expert j
+      for (int64_t e = 0; e < d; ++e)
+        skip += c.from[static_cast<size_t>(e)][static_cast<size_t>(j)];
+      const int64_t rows =
+          c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
+      if (rows > 0)
+        ctx.dev->copy(rowAt(back[static_cast<size_t>(d)], at, H),
+                      rowAt(results[static_cast<size_t>(j)], skip, H),
+                      rows * H * static_cast<int64_t>(sizeof(float)));
+      at += rows;
+    }
+    got[static_cast<size_t>(d)] = empty(sentTo(c, d) * H);
+  }
+  exchange(back, got);
+  return got;
+}
+
+int64_t MoeMlp::sentTo(const MoeCache &c, int64_t member) const {
+  const int64_t per = moe.experts / ctx.ep;
+  int64_t rows = 0;
+  for (int64_t j = 0; j < per; ++j)
+    rows += static_cast<int64_t>(
+        c.experts[static_cast<size_t>(member * per + j)].rows.size());
+  return rows;
+}
+
 void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
   Device &dev = *ctx.dev;
   const int64_t ep = ctx.ep, per = moe.experts / ep;
-  const auto count = [&](int64_t e) {
-    return static_cast<int64_t>(c.experts[static_cast<size_t>(e)].rows.size());
-  };
   // The counts: how many of its rows each member sends each of our experts.
   std::vector<Tensor> sendCounts(static_cast<size_t>(ep)),
       recvCounts(static_cast<size_t>(ep));
   for (int64_t d = 0; d < ep; ++d) {
     std::vector<float> n(static_cast<size_t>(per));
     for (int64_t j = 0; j < per; ++j)
-      n[static_cast<size_t>(j)] = static_cast<float>(count(d * per + j));
+      n[static_cast<size_t>(j)] = static_cast<float>(
+          c.experts[static_cast<size_t>(d * per + j)].rows.size());
     sendCounts[static_cast<size_t>(d)] = Tensor::fromHost(n);
     recvCounts[static_cast<size_t>(d)] = empty(per);
   }
   exchange(sendCounts, recvCounts);
-  c.from.assign(static_cast<size_t>(ep), {});
-  std::vector<int64_t> total(static_cast<size_t>(per), 0);
-  for (int64_t d = 0; d < ep; ++d)
-    for (float n : recvCounts[static_cast<size_t>(d)].toHost<float>()) {
-      const auto j = c.from[static_cast<size_t>(d)].size();
-      c.from[static_cast<size_t>(d)].push_back(static_cast<int64_t>(n));
-      total[j] += static_cast<int64_t>(n);
-    }
-  // The rows, expert by expert, to each member.
-  std::vector<Tensor> send(static_cast<size_t>(ep)),
-      recv(static_cast<size_t>(ep));
+  c.from.clear();
   for (int64_t d = 0; d < ep; ++d) {
-    int64_t n = 0, got = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      n += count(d * per + j);
-      got += c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
-    }
-    Tensor &out = send[static_cast<size_t>(d)];
-    out = Tensor::empty(n * H, h.dtype());
-    int64_t at = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      if (x.rows.empty())
-        continue;
-      dev.gatherRows(h.dtype(), rowAt(out, at, H), h.raw(),
-                     x.deviceRows.data<int64_t>(), nullptr, count(d * per + j),
-                     H);
-      at += count(d * per + j);
-    }
-    recv[static_cast<size_t>(d)] = Tensor::empty(got * H, h.dtype());
+    c.from.emplace_back();
+    for (float n : recvCounts[static_cast<size_t>(d)].toHost<float>())
+      c.from.back().push_back(static_cast<int64_t>(n));
   }
-  exchange(send, recv);
-  // Each of our experts over every member's rows, its outputs back.
+  // The rows to their experts' members; each of our experts over every
+  // member's rows at once; the outputs back, in the order they came.
+  std::vector<Tensor> recv = dispatch(c, h, false);
   c.local.clear();
   c.local.resize(static_cast<size_t>(per));
   std::vector<Tensor> outputs(static_cast<size_t>(per));
   for (int64_t j = 0; j < per; ++j) {
     MoeCache::Expert &x = c.local[static_cast<size_t>(j)];
-    const int64_t n = total[static_cast<size_t>(j)];
+    x.x = fromMembers(c, recv, j);
+    const int64_t n = x.x.size() / H;
+    outputs[static_cast<size_t>(j)] = empty(n * H);
     if (n == 0)
       continue;
-    x.x = Tensor::empty(n * H, h.dtype());
-    int64_t at = 0;
-    for (int64_t d = 0; d < ep; ++d) {
-      int64_t skip = 0; // the member's rows of our earlier experts
-      for (int64_t i = 0; i < j; ++i)
-        skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
-      const int64_t rows =
-          c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
-      if (rows > 0)
-        dev.copy(rowAt(x.x, at, H),
-                 rowAt(recv[static_cast<size_t>(d)], skip, H),
-                 rows * H * static_cast<int64_t>(device::sizeOf(h.dtype())));
-      at += rows;
-    }
     x.g = storedProduct(dev, ctx.bf16, operand(x.x),
                         P(p.gate[static_cast<size_t>(j)]), n, H, Fe);
     x.u = storedProduct(dev, ctx.bf16, operand(x.x),
                         P(p.up[static_cast<size_t>(j)]), n, H, Fe);
     x.s = swiglu(x.g, x.u, n * Fe);
-    outputs[static_cast<size_t>(j)] = empty(n * H);
     matmul(dev, ctx.bf16, operand(x.s), P(p.down[static_cast<size_t>(j)]),
            outputs[static_cast<size_t>(j)].data(), n, Fe, H);
   }
-  // The outputs back to the members, in the order they sent the rows.
-  std::vector<Tensor> back(static_cast<size_t>(ep));
-  c.returned.clear();
-  c.returned.resize(static_cast<size_t>(ep));
-  for (int64_t d = 0; d < ep; ++d) {
-    const auto &sent = c.from[static_cast<size_t>(d)];
-    int64_t n = 0;
-    for (int64_t rows : sent)
-      n += rows;
-    back[static_cast<size_t>(d)] = empty(n * H);
-    int64_t at = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      int64_t skip = 0; // earlier members' rows of expert j
-      for (int64_t e = 0; e < d; ++e)
-        skip += c.from[static_cast<size_t>(e)][static_cast<size_t>(j)];
-      const int64_t rows = sent[static_cast<size_t>(j)];
-      if (rows > 0)
-        dev.copy(rowAt(back[static_cast<size_t>(d)], at, H),
-                 rowAt(outputs[static_cast<size_t>(j)], skip, H),
-                 rows * H * static_cast<int64_t>(sizeof(float)));
-      at += rows;
-    }
-    int64_t mine = 0;
-    for (int64_t j = 0; j < per; ++j)
-      mine += count(d * per + j);
-    c.returned[static_cast<size_t>(d)] = empty(mine * H);
-  }
-  exchange(back, c.returned);
+  c.returned = toMembers(c, outputs);
   // Our rows' outputs, weighted, into y.
   for (int64_t d = 0; d < ep; ++d) {
     int64_t at = 0;
     for (int64_t j = 0; j < per; ++j) {
       MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      const int64_t n = count(d * per + j);
+      const auto n = static_cast<int64_t>(x.rows.size());
       if (n == 0)
         continue;
       x.out = c.returned[static_cast<size_t>(d)].view(at * H, n * H);
@@ -446,89 +472,29 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
 void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
   Device &dev = *ctx.dev;
   const int64_t ep = ctx.ep, per = moe.experts / ep;
-  const auto count = [&](int64_t e) {
-    return static_cast<int64_t>(c.experts[static_cast<size_t>(e)].rows.size());
-  };
   // Each output's gradient (its weight times dy's row) to its expert's
-  // member, in the forward's order.
-  std::vector<Tensor> send(static_cast<size_t>(ep)),
-      recv(static_cast<size_t>(ep));
-  for (int64_t d = 0; d < ep; ++d) {
-    int64_t n = 0, got = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      n += count(d * per + j);
-      got += c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
-    }
-    Tensor &out = send[static_cast<size_t>(d)];
-    out = empty(n * H);
-    int64_t at = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      if (x.rows.empty())
-        continue;
-      dev.gatherRows(device::DType::F32, rowAt(out, at, H), dy.data(),
-                     x.deviceRows.data<int64_t>(), x.weights.data(),
-                     count(d * per + j), H);
-      at += count(d * per + j);
-    }
-    recv[static_cast<size_t>(d)] = empty(got * H);
-  }
-  exchange(send, recv);
-  // Our experts' backward over every member's rows; the input gradients
-  // back.
+  // member, in the forward's order; the experts' backward over every
+  // member's rows; the input gradients back.
+  std::vector<Tensor> recv = dispatch(c, dy, true);
   std::vector<Tensor> dx(static_cast<size_t>(per));
   for (int64_t j = 0; j < per; ++j) {
     MoeCache::Expert &x = c.local[static_cast<size_t>(j)];
-    if (x.x.empty())
-      continue;
     const int64_t n = x.x.size() / H;
-    Tensor dout = empty(n * H);
-    int64_t at = 0;
-    for (int64_t d = 0; d < ep; ++d) {
-      int64_t skip = 0;
-      for (int64_t i = 0; i < j; ++i)
-        skip += c.from[static_cast<size_t>(d)][static_cast<size_t>(i)];
-      const int64_t rows =
-          c.from[static_cast<size_t>(d)][static_cast<size_t>(j)];
-      if (rows > 0)
-        dev.copy(rowAt(dout, at, H),
-                 rowAt(recv[static_cast<size_t>(d)], skip, H),
-                 rows * H * static_cast<int64_t>(sizeof(float)));
-      at += rows;
+    if (n == 0) {
+      dx[static_cast<size_t>(j)] = empty(0);
+      continue;
     }
-    dout = gemmInput(dev, ctx.bf16, std::move(dout));
+    Tensor dout = gemmInput(dev, ctx.bf16, fromMembers(c, recv, j));
     dx[static_cast<size_t>(j)] = expertBackward(
         x.x, x.g, x.u, x.s, dout, p.gate[static_cast<size_t>(j)],
         p.up[static_cast<size_t>(j)], p.down[static_cast<size_t>(j)], n, Fe);
   }
-  std::vector<Tensor> back(static_cast<size_t>(ep)),
-      got(static_cast<size_t>(ep));
-  for (int64_t d = 0; d < ep; ++d) {
-    const auto &sent = c.from[static_cast<size_t>(d)];
-    int64_t n = 0;
-    for (int64_t rows : sent)
-      n += rows;
-    back[static_cast<size_t>(d)] = empty(n * H);
-    int64_t at = 0;
-    for (int64_t j = 0; j < per; ++j) {
-      int64_t skip = 0;
-      for (int64_t e = 0; e < d; ++e)
-        skip += c.from[static_cast<size_t>(e)][static_cast<size_t>(j)];
-      const int64_t rows = sent[static_cast<size_t>(j)];
-      if (rows > 0)
-        dev.copy(rowAt(back[static_cast<size_t>(d)], at, H),
-                 rowAt(dx[static_cast<size_t>(j)], skip, H),
-                 rows * H * static_cast<int64_t>(sizeof(float)));
-      at += rows;
-    }
-    got[static_cast<size_t>(d)] = empty(send[static_cast<size_t>(d)].size());
-  }
-  exchange(back, got);
+  std::vector<Tensor> got = toMembers(c, dx);
   for (int64_t d = 0; d < ep; ++d) {
     int64_t at = 0;
     for (int64_t j = 0; j < per; ++j) {
       MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      const int64_t n = count(d * per + j);
+      const auto n = static_cast<int64_t>(x.rows.size());
       if (n == 0)
         continue;
       dev.scatterAddRows(

@@ -112,6 +112,20 @@ private:
   /// send[d] to ep member d and recv[d] from it (sizes agreed: the counts
   /// went first); this rank's own copied. Empty messages are not sent.
   void exchange(std::vector<Tensor> &send, std::vector<Tensor> &recv) const;
+  /// To each member, our rows of `src` (times their weights when
+  /// `weighted`) for its experts, expert by expert; returns what each
+  /// member sent us.
+  std::vector<Tensor> dispatch(MoeCache &c, const Tensor &src, bool weighted);
+  /// Our expert `expert`'s rows of every member's message, in member order.
+  Tensor fromMembers(const MoeCache &c, std::vector<Tensor> &recv,
+                     int64_t expert);
+  /// Our experts' fp32 results (in fromMembers' order) back to the members
+  /// whose rows they are; returns ours, as dispatch sent them.
+  std::vector<Tensor> toMembers(MoeCache &c, std::vector<Tensor> &results);
+  /// Rows member `member` sent us for our experts before `expert`; rows we
+  /// send member `member`.
+  int64_t sentBefore(const MoeCache &c, int64_t member, int64_t expert) const;
+  int64_t sentTo(const MoeCache &c, int64_t member) const;
   Tensor swiglu(const Tensor &g, const Tensor &u, int64_t n) const;
   /// One SwiGLU's backward: ds = dout·W2^T, the three weight gradients,
   /// dx (fp32 [n, hidden]) = dg·W1^T + du·W3^T.

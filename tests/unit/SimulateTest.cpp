@@ -805,6 +805,41 @@ TEST(Tune, InterleavedIsTriedWhereTheLayersAllow) {
   EXPECT_GT(interleaved, 0);
 }
 
+/// A sparse language model (docs/tune.md): every ep dividing DP x CP and
+/// the experts is searched, each such layout plans, and its experts count
+/// once in ep ranks' memory.
+TEST(Tune, ExpertParallelismIsSearched) {
+  nlohmann::json json = nlohmann::json::parse(readExample("moe-vlm.json"));
+  ModelConfig model = requireConfig(parseModelConfig(json.dump(), "moe.json"));
+  TuneOptions options = h100Tune(10);
+  options.simulate = 0;
+  TuneResult all = tuneLayouts(model, options);
+  ASSERT_FALSE(all.ranked.empty()) << all.problem;
+  int found = 0;
+  for (const TuneCandidate &c : all.ranked) {
+    const ParallelConfig &p = c.config.language().parallel;
+    if (p.ep == 1)
+      continue;
+    ++found;
+    EXPECT_EQ((p.dp * p.cp) % p.ep, 0) << c.summary;
+    EXPECT_NE(c.summary.find(" ep" + std::to_string(p.ep)), std::string::npos)
+        << c.summary;
+    if (found > 3)
+      continue;
+    // The same layout without ep keeps more per rank.
+    ModelConfig whole = c.config;
+    whole.modules[whole.languageIndex()].parallel.ep = 1;
+    Plan split = requirePlan(c.config), plain = requirePlan(whole);
+    int64_t a = 0, b = 0;
+    for (const RankMemory &r : memoryPlan(split.topology, split.config))
+      a = std::max(a, r.paramBytes);
+    for (const RankMemory &r : memoryPlan(plain.topology, plain.config))
+      b = std::max(b, r.paramBytes);
+    EXPECT_LT(a, b) << c.summary;
+  }
+  EXPECT_GT(found, 0);
+}
+
 TEST(Tune, TheDistributedOptimizerFitsBeforeRecomputation) {
   // Weights outweigh activations: a wide vocabulary, short sequences.
   nlohmann::json json = nlohmann::json::parse(readExample("vlm-fan-in.json"));
