@@ -85,14 +85,14 @@ for job in "${jobs[@]}"; do
     # between rank threads (fan-in with TP, SP, PP and an encoder at DP4;
     # fan-out; colocated, alone and under PP2 with each schedule; CP across
     # a bridge and with THD packing; the distributed optimizer's scattered
-    # buckets).
+    # buckets; expert parallelism's rows between DP lanes inside a layer).
     # The other trainings run the same threads in other arithmetic, data or
     # checkpoints, left to the release and ASan jobs.
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
       -j "$(nproc)" --timeout 1500 -LE e2e -E '^gpu-checks-dry-run'
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \
       -j "$(nproc)" --timeout 1500 -L e2e \
-      -R '^(Overlap\.|RingCp\.EqualsAllGather$|Runtime\.|Layouts/Equivalence\.MatchesReference/(FanInEncoderDp4ToLanguageTp2Pp2WithSp|FanOutEncoderTp2Pp2ToLanguageDp4|Colocated|ColocatedLanguagePp2|ZeroBubbleColocatedLanguagePp2|InterleavedColocatedLanguagePp2|ContextParallelAcrossABridgeWithSp|PackedThdWithCp2|DistributedOptimizerColocatedTiedPp2)$)'
+      -R '^(Overlap\.|RingCp\.EqualsAllGather$|Runtime\.|Layouts/Equivalence\.MatchesReference/(FanInEncoderDp4ToLanguageTp2Pp2WithSp|FanOutEncoderTp2Pp2ToLanguageDp4|Colocated|ColocatedLanguagePp2|ZeroBubbleColocatedLanguagePp2|InterleavedColocatedLanguagePp2|ContextParallelAcrossABridgeWithSp|PackedThdWithCp2|DistributedOptimizerColocatedTiedPp2|MoeEp2FanOutDp4)$)'
     ;;
   *)
     echo "sanitizers.sh: unknown job '$job'; use asan or tsan" >&2
