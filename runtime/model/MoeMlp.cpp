@@ -142,6 +142,7 @@ Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
       for (float &v : sig)
         v = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
       c.sharedGate = Tensor::fromHost(sig);
+      c.gate = std::move(sig);
     }
     c.g = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW1), rows, H, Fs);
     c.u = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW3), rows, H, Fs);
@@ -194,48 +195,44 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
       x.s = swiglu(x.g, x.u, x.g.size());
   if (shared && c.s.empty())
     c.s = swiglu(c.g, c.u, rows * Fs);
-  // The combine weights' gradients dy · o (partial over TP: o is), then
-  // the shared gate's; summed over TP in one all-reduce.
+  // The combine weights' gradients dy · o (partial over TP: o is), expert
+  // by expert into one buffer, then the shared gate's; summed over TP in
+  // one all-reduce on the device, brought to the host once.
   const auto slots = static_cast<size_t>(rows * K);
-  std::vector<float> dweight(slots + static_cast<size_t>(shared ? rows : 0));
-  std::vector<int64_t> filled(static_cast<size_t>(E), 0);
-  {
-    std::vector<std::vector<float>> dots(static_cast<size_t>(E));
-    for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
-      const MoeCache::Expert &x = c.experts[e];
-      const auto n = static_cast<int64_t>(x.rows.size());
-      if (n == 0)
-        continue;
-      Tensor d = empty(n);
-      dev.rowDots(dy.data(), x.deviceRows.data<int64_t>(), x.out.data(), n, H,
-                  d.data());
-      dots[e] = d.toHost<float>();
-    }
-    for (int64_t t = 0; t < rows; ++t)
-      for (int64_t j = 0; j < K; ++j) {
-        const auto slot = static_cast<size_t>(t * K + j);
-        const auto e = static_cast<size_t>(c.routing.choice[slot]);
-        dweight[slot] = dots[e][static_cast<size_t>(filled[e]++)];
-      }
-    if (shared && !c.sharedGate.empty()) {
-      Tensor d = empty(rows);
-      dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.out.data(), rows, H,
-                  d.data());
-      std::vector<float> g = d.toHost<float>();
-      std::copy(g.begin(), g.end(), dweight.begin() + slots);
-    }
+  const int64_t gateRows = shared && !c.sharedGate.empty() ? rows : 0;
+  Tensor dots = empty(std::max<int64_t>(rows * K + gateRows, 1));
+  int64_t at = 0;
+  for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
+    const MoeCache::Expert &x = c.experts[e];
+    const auto n = static_cast<int64_t>(x.rows.size());
+    if (n == 0)
+      continue;
+    dev.rowDots(dy.data(), x.deviceRows.data<int64_t>(), x.out.data(), n, H,
+                dots.data() + at);
+    at += n;
   }
-  if (ctx.tpGroup.size() > 1 && !dweight.empty()) {
-    Tensor sums = Tensor::fromHost(dweight);
-    ctx.comm->allReduceSum(ctx.tpGroup, sums.data(), sums.size());
-    dweight = sums.toHost<float>();
+  if (gateRows > 0)
+    dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.out.data(), rows, H,
+                dots.data() + at);
+  if (ctx.tpGroup.size() > 1)
+    ctx.comm->allReduceSum(ctx.tpGroup, dots.data(), dots.size());
+  const std::vector<float> host = dots.toHost<float>();
+  // Expert-major to slot order (slot t·K + j: row t's j-th expert).
+  std::vector<int64_t> first(static_cast<size_t>(E), 0);
+  for (size_t e = 1; e < static_cast<size_t>(E); ++e)
+    first[e] =
+        first[e - 1] + static_cast<int64_t>(c.experts[e - 1].rows.size());
+  std::vector<float> dweight(slots);
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const auto e = static_cast<size_t>(c.routing.choice[slot]);
+    dweight[slot] = host[static_cast<size_t>(first[e]++)];
   }
+  const float *gateDots = host.data() + rows * K;
   const double perMicrobatch = 1.0 / static_cast<double>(ctx.microbatches);
-  std::vector<float> dz = moeRouterBackward(
-      moe, c.routing,
-      std::vector<float>(dweight.begin(), dweight.begin() + slots), c.real,
-      c.stats, moe.router.auxLossCoef * perMicrobatch,
-      moe.router.zLossCoef * perMicrobatch);
+  std::vector<float> dz =
+      moeRouterBackward(moe, c.routing, dweight, c.real, c.stats,
+                        moe.router.auxLossCoef * perMicrobatch,
+                        moe.router.zLossCoef * perMicrobatch);
   // The router's weight and input gradients (the input's once over TP).
   if (rows > 0) {
     Tensor dzOp = gemmInput(dev, ctx.bf16, Tensor::fromHost(dz));
@@ -246,11 +243,11 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
            P(p.router), 1.0f, dh);
   }
   if (shared && !c.sharedGate.empty()) {
-    std::vector<float> sig = c.sharedGate.toHost<float>();
+    const std::vector<float> &sig = c.gate;
     std::vector<float> dgate(static_cast<size_t>(rows));
     for (size_t t = 0; t < dgate.size(); ++t)
-      dgate[t] = static_cast<float>(static_cast<double>(dweight[slots + t]) *
-                                    sig[t] * (1.0 - sig[t]));
+      dgate[t] = static_cast<float>(static_cast<double>(gateDots[t]) * sig[t] *
+                                    (1.0 - sig[t]));
     Tensor dgOp = gemmInput(dev, ctx.bf16, Tensor::fromHost(dgate));
     weightGradient(dev, ctx.bf16, ctx.weightGrads, h, dgOp, WG(p.sharedGate),
                    rows, H, 1);

@@ -62,8 +62,10 @@ struct MoeCache {
   std::vector<Tensor> returned;
   std::vector<std::vector<int64_t>> from;
   std::vector<Expert> local;
-  /// The shared expert (rows 0..n-1): its gate's sigmoid, its SwiGLU.
+  /// The shared expert (rows 0..n-1): its gate's sigmoid (also on the
+  /// host), its SwiGLU.
   Tensor identity, sharedGate, g, u, s, out;
+  std::vector<float> gate;
 };
 
 /// The parameters of one sparse layer, indices into the stage's list.
