@@ -41,7 +41,7 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
         "ffn_hidden_size", "norm_eps", "bias", "position_embeddings",
         "max_positions", "pre_norm", "final_norm", "class_token",
         "output_layer", "patch_bias", "projector", "activation",
-        "projector_activation"}},
+        "projector_activation", "moe"}},
       {"/modules/N/arch (language)",
        {"family", "vocab_size", "hidden_size", "num_layers", "num_heads",
         "ffn_hidden_size", "num_query_groups", "rope_theta", "rope_scaling",

@@ -353,6 +353,12 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
       withMoe({{"num_experts", 4}, {"top_k", 1}}, {{"family", "llama"}}));
   EXPECT_EQ(at, "/modules/1/arch/moe");
   EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
+  // An encoder's MLP is dense.
+  json encoder = test::baseModel();
+  encoder["modules"][0]["arch"]["moe"] = {{"num_experts", 4}, {"top_k", 1}};
+  std::tie(at, message) = firstError(encoder);
+  EXPECT_EQ(at, "/modules/0/arch/moe");
+  EXPECT_NE(message.find("language model's"), std::string::npos) << message;
   // LoRA on the MLP of a model whose every layer is sparse adapts nothing.
   json lora = withMoe({{"num_experts", 4}, {"top_k", 1}});
   lora["modules"][1]["lora"] = {{"r", 4}, {"targets", "all-linear"}};
