@@ -21,8 +21,11 @@ and the GPU machines the reverse:
 
 Cases: llava (a CLIP tower with class token, quick_gelu, the penultimate
 layer, LLaVA's gelu projector, a Llama with grouped-query attention; one
-LlavaForConditionalGeneration folder) and qwen2 (q, k, v biases, GQA,
-rope_theta 1e6; its family's folder). The loss is docs/model.md's: the
+LlavaForConditionalGeneration folder), qwen2 (q, k, v biases, GQA,
+rope_theta 1e6; its family's folder), and the mixtures of experts
+mixtral, qwen2_moe (a shared expert and its gate, q, k, v biases) and
+qwen3_moe (q/k norms), 4 experts, top 2, their families' folders (the
+loss is the language model's: output_router_logits is false). The loss is docs/model.md's: the
 mean over the batch's positions whose input and next token are text, which
 is transformers' labels with -100 at image tokens and right after them.
 """
@@ -115,6 +118,83 @@ def clip_tensors(g):
     t += [(v + "post_layernorm.weight", 1 + small(E_HIDDEN)),
           (v + "post_layernorm.bias", small(E_HIDDEN))]
     return t
+
+
+# The mixtures of experts: (model_type, architecture, HF names of an
+# expert's gate, up and down, the sparse block's prefix, shared expert,
+# q/k/v biases, q/k norms).
+MOE = {
+    "mixtral": ("mixtral", "MixtralForCausalLM", ("w1", "w3", "w2"),
+                "block_sparse_moe.", False, False, False),
+    "qwen2_moe": ("qwen2_moe", "Qwen2MoeForCausalLM",
+                  ("gate_proj", "up_proj", "down_proj"), "mlp.", True, True,
+                  False),
+    "qwen3_moe": ("qwen3_moe", "Qwen3MoeForCausalLM",
+                  ("gate_proj", "up_proj", "down_proj"), "mlp.", False, False,
+                  True),
+}
+EXPERTS, TOP_K, EXPERT_FFN, SHARED_FFN = 4, 2, 32, 64
+
+
+def moe_tensors(g, name):
+    """A MoE folder's tensors: llama_tensors' with each layer's MLP made
+    sparse (and Qwen3's q/k norms)."""
+    import numpy as np
+    _, _, linear, block, shared, bias, qk_norm = MOE[name]
+    w = lambda *shape: (g.standard_normal(shape) / np.sqrt(shape[-1]))
+    t = [(n, a) for n, a in llama_tensors(g, bias) if ".mlp." not in n]
+    for l in range(LAYERS):
+        p = f"model.layers.{l}."
+        t.append((p + block + "gate.weight", 2 * w(EXPERTS, HIDDEN)))
+        for j in range(EXPERTS):
+            e = f"{p}{block}experts.{j}."
+            t += [(e + linear[0] + ".weight", w(EXPERT_FFN, HIDDEN)),
+                  (e + linear[1] + ".weight", w(EXPERT_FFN, HIDDEN)),
+                  (e + linear[2] + ".weight", w(HIDDEN, EXPERT_FFN))]
+        if shared:
+            e = p + "mlp.shared_expert."
+            t += [(e + "gate_proj.weight", w(SHARED_FFN, HIDDEN)),
+                  (e + "up_proj.weight", w(SHARED_FFN, HIDDEN)),
+                  (e + "down_proj.weight", w(HIDDEN, SHARED_FFN)),
+                  (p + "mlp.shared_expert_gate.weight", w(1, HIDDEN))]
+        if qk_norm:
+            d = HIDDEN // HEADS
+            t += [(p + "self_attn.q_norm.weight", 1 + 0.1 * g.standard_normal(d)),
+                  (p + "self_attn.k_norm.weight", 1 + 0.1 * g.standard_normal(d))]
+    return t
+
+
+def moe_config(name):
+    model_type, arch, _, _, shared, _, _ = MOE[name]
+    c = text_config(False)
+    c.update(model_type=model_type, architectures=[arch],
+             num_experts_per_tok=TOP_K, output_router_logits=False,
+             router_aux_loss_coef=0.01, head_dim=HIDDEN // HEADS)
+    if name == "mixtral":
+        c.update(num_local_experts=EXPERTS, intermediate_size=EXPERT_FFN)
+    else:
+        c.update(num_experts=EXPERTS, moe_intermediate_size=EXPERT_FFN,
+                 norm_topk_prob=name == "qwen3_moe", decoder_sparse_step=1,
+                 mlp_only_layers=[])
+    if shared:
+        c["shared_expert_intermediate_size"] = SHARED_FFN
+    return c
+
+
+def moe_module(name, init):
+    m = language_module(False, init, {})
+    arch = m["arch"]
+    arch["family"] = name
+    arch["rope_theta"] = 500000
+    moe = {"num_experts": EXPERTS, "top_k": TOP_K,
+           "expert_ffn_hidden_size": EXPERT_FFN,
+           "router": {"norm_topk": name != "qwen2_moe"}}
+    if name == "mixtral":
+        arch["ffn_hidden_size"] = EXPERT_FFN
+    if MOE[name][4]:
+        moe["shared_expert_ffn_hidden_size"] = SHARED_FFN
+    arch["moe"] = moe
+    return m
 
 
 def text_config(qwen):
@@ -213,8 +293,14 @@ def prepare_case(name, out, bin_dir):
     os.makedirs(work)
     llava = name == "llava"
     lm_dir = os.path.join(work, "init-language")
-    write_folder(lm_dir, text_config(not llava), llama_tensors(g, not llava))
-    modules = [language_module(not llava, lm_dir, {"rank_offset": 1} if llava else {})]
+    if name in MOE:
+        write_folder(lm_dir, moe_config(name), moe_tensors(g, name))
+        modules = [moe_module(name, lm_dir)]
+    else:
+        write_folder(lm_dir, text_config(not llava),
+                     llama_tensors(g, not llava))
+        modules = [language_module(not llava, lm_dir,
+                                   {"rank_offset": 1} if llava else {})]
     if llava:
         tower_dir = os.path.join(work, "init-tower")
         write_folder(tower_dir, clip_config(), clip_tensors(g))
@@ -361,7 +447,7 @@ def main():
             sys.exit("hf_client.py: numpy is needed (Debian: python3-numpy; "
                      "pip: numpy)")
         bin_dir = os.path.abspath(os.path.join(args.build, "bin"))
-        for name in ("llava", "qwen2"):
+        for name in ("llava", "qwen2") + tuple(MOE):
             prepare_case(name, os.path.abspath(args.out), bin_dir)
         return 0
     return check(args.bundle, args.json)
