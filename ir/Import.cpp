@@ -117,8 +117,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       grids[config.languageIndex()], builder.getArrayAttr(modalityNames),
       languageArch,
       language.tieEmbeddings ? builder.getUnitAttr() : mlir::UnitAttr(),
-      language.parallel.ep > 1 ? builder.getI64IntegerAttr(language.parallel.ep)
-                               : mlir::IntegerAttr());
+      language.hasMoe() ? builder.getI64IntegerAttr(language.parallel.ep)
+                        : mlir::IntegerAttr());
 
   const TrainConfig &t = config.train;
   builder.create<TrainOp>(loc("/train"), languageOp.getLoss(), i64(t.steps),

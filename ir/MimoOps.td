@@ -162,9 +162,10 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
     runs the causal transformer and returns the masked cross-entropy.
     `tied_embeddings`: the output head is the input embedding
     (`arch.tie_embeddings`); over more than one pipeline stage the first
-    and last stage sum its gradients. `expert_parallel` (2 or more): the
-    sparse layers' experts split over that many members of each DP x CP
-    group (`parallel.ep`).
+    and last stage sum its gradients. `expert_parallel`: the module has
+    sparse layers (`arch.moe`), their experts split over that many members
+    of each DP x CP group (`parallel.ep`; 1: every rank holds every
+    expert).
 
     ```mlir
     %loss = mimo.language @language(%batch, %images : !mimo.tokens<128>)

@@ -62,8 +62,10 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
   lm.sequenceParallel = language.getGridOp().getParallel().isSequenceParallel();
   if (auto chunks = batch.getVirtualStages())
     lm.virtualStages = static_cast<int64_t>(*chunks);
-  if (auto ep = language.getExpertParallel())
+  if (auto ep = language.getExpertParallel()) { // a sparse language model
+    lm.sparse = true;
     lm.ep = static_cast<int64_t>(*ep);
+  }
   source.modules.push_back(std::move(lm));
   source.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
   source.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());

@@ -32,6 +32,7 @@ TopologySource topologySource(const ModelConfig &config) {
     m.specialTokenId = module.specialTokenId;
     m.virtualStages = module.parallel.virtualStages;
     m.ep = module.parallel.ep;
+    m.sparse = module.hasMoe();
     m.forwardOnly = runsForwardOnly(config, module);
     m.tieEmbeddings = m.isLanguage && module.tieEmbeddings;
     m.sequenceParallel = module.parallel.sequenceParallel;
@@ -67,6 +68,7 @@ std::optional<Topology> buildTopology(const TopologySource &source,
     m.specialTokenId = module.specialTokenId;
     m.virtualStages = module.virtualStages;
     m.ep = module.ep;
+    m.sparse = module.sparse;
     m.forwardOnly = module.forwardOnly;
     m.tiedAcrossStages = module.isLanguage && module.tieEmbeddings &&
                          module.grid.size(Dim::PP) > 1;
@@ -126,6 +128,8 @@ ordered_json topologyJson(const Topology &t) {
                        {"virtual_stages", m.virtualStages},
                        {"forward_only", m.forwardOnly},
                        {"tied_across_stages", m.tiedAcrossStages}});
+    if (m.sparse)
+      modules.back()["sparse"] = true;
     if (m.ep > 1)
       modules.back()["ep"] = m.ep;
   }

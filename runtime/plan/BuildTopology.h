@@ -32,8 +32,10 @@ struct TopologySource {
     int64_t specialTokenId = -1;
     /// parallel.virtual_stages (the interleaved schedule's chunks).
     int64_t virtualStages = 1;
-    /// parallel.ep (expert parallelism; plan/Plan.h expertGroups).
+    /// parallel.ep (expert parallelism; plan/Plan.h expertGroups), and
+    /// whether the module has sparse layers (arch.moe).
     int64_t ep = 1;
+    bool sparse = false;
     /// config/Parameters.h runsForwardOnly.
     bool forwardOnly = false;
     /// The language model's arch.tie_embeddings.

@@ -79,11 +79,15 @@ std::optional<Peers> resolvePeers(const Topology &topology, int64_t rank,
       if (!module.isLanguage || c.pp != 0 || in.chunk != 0)
         return fail(std::string(info.name) +
                     " runs on the language first stage only");
-      [[fallthrough]];
+      peers.collective = grid.size(Dim::TP) * grid.size(Dim::CP) > 1;
+      return peers;
     case InstrOp::Forward:
     case InstrOp::Backward:
-      // Tensor- and context-parallel peers compute each stage together.
-      peers.collective = grid.size(Dim::TP) * grid.size(Dim::CP) > 1;
+      // Tensor- and context-parallel peers compute each stage together; a
+      // sparse module's data-parallel lanes too (ModuleTopology::sparse).
+      peers.collective = grid.size(Dim::TP) * grid.size(Dim::CP) *
+                             (module.sparse ? grid.size(Dim::DP) : 1) >
+                         1;
       return peers;
     case InstrOp::ReduceGrads:
       peers.collective = true;

@@ -55,6 +55,11 @@ struct ModuleTopology {
   bool tiedAcrossStages = false;
   /// Expert parallelism (parallel.ep; expertGroups): 1 without.
   int64_t ep = 1;
+  /// Sparse layers (arch.moe): each forward and backward meets the
+  /// module's DP x CP group (the routing statistics, expert parallelism's
+  /// rows), so the stage's every rank computes it together
+  /// (StreamMatching.h collectiveGroup).
+  bool sparse = false;
 };
 
 /// A bridge from an encoder's last stage to the language first stage

@@ -79,6 +79,12 @@ collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
     return topology.modules[in.index].grid.groupKey(rank, {Dim::DP, Dim::CP});
   case InstrOp::Forward:
   case InstrOp::Backward:
+    // A sparse module's layers meet its DP x CP group too
+    // (ModuleTopology::sparse).
+    if (topology.modules[in.index].sparse)
+      return topology.modules[in.index].grid.groupKey(
+          rank, {Dim::TP, Dim::CP, Dim::DP});
+    return topology.modules[in.index].grid.groupKey(rank, {Dim::TP, Dim::CP});
   case InstrOp::Shard:
   case InstrOp::Unshard:
     return topology.modules[in.index].grid.groupKey(rank, {Dim::TP, Dim::CP});

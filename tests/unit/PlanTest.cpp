@@ -1044,3 +1044,55 @@ TEST(VerifyTest, RoutesBetweenLanesThatShareNoSamplesAreNamed) {
 }
 
 } // namespace
+
+namespace {
+
+/// `plan` with rank `rank` on a program of its own in which its first two
+/// forwards of module `m` (two microbatches) run the other way round.
+Plan withForwardsSwapped(Plan plan, int64_t rank, size_t m) {
+  Program own = plan.programs[static_cast<size_t>(plan.rankProgram[rank])];
+  std::vector<size_t> forwards;
+  for (size_t i = 0; i < own.instrs.size(); ++i)
+    if (own.instrs[i].op == InstrOp::Forward &&
+        own.instrs[i].index == static_cast<int32_t>(m))
+      forwards.push_back(i);
+  if (forwards.size() >= 2)
+    std::swap(own.instrs[forwards[0]], own.instrs[forwards[1]]);
+  plan.programs.push_back(own);
+  plan.rankProgram[static_cast<size_t>(rank)] =
+      static_cast<int32_t>(plan.programs.size() - 1);
+  return plan;
+}
+
+} // namespace
+
+/// docs/model.md Mixture of experts: a sparse module's forwards and
+/// backwards meet its DP x CP group (the routing statistics, expert
+/// parallelism's rows), so the verifier takes them as collectives of the
+/// stage's every rank: one data-parallel lane running its forwards in
+/// another order is a deadlock it names, where a dense module's lanes are
+/// free to.
+TEST(PlanTest, SparseLayersMeetEveryDataParallelLane) {
+  json dense = test::example("vlm-fan-out.json"); // language dp 4, pp 1
+  json sparse = test::withMoe(dense, 4, 2, "all", false);
+  sparse["modules"][1]["parallel"]["ep"] = 2;
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "sparse" : "dense");
+    Plan plan = planOf(moe ? sparse : dense);
+    const size_t lm = plan.topology.languageIndex();
+    const int64_t rank = plan.topology.modules[lm].grid.rankOffset() + 1;
+    EXPECT_EQ(problemsText(verifyPrograms(plan.topology, plan.programs,
+                                          plan.rankProgram)),
+              "");
+    Plan swapped = withForwardsSwapped(plan, rank, lm);
+    std::string problems = problemsText(verifyPrograms(
+        swapped.topology, swapped.programs, swapped.rankProgram));
+    if (!moe) {
+      EXPECT_EQ(problems, "");
+      continue;
+    }
+    EXPECT_NE(problems.find("deadlock"), std::string::npos) << problems;
+    EXPECT_NE(problems.find("rank " + std::to_string(rank)), std::string::npos)
+        << problems;
+  }
+}
