@@ -62,7 +62,7 @@ void MoeMlp::dropActivations(MoeCache &c) {
     e.s = Tensor();
   for (MoeCache::Expert &e : c.local)
     e.s = Tensor();
-  c.s = Tensor();
+  c.shared.s = Tensor();
 }
 
 Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
@@ -121,11 +121,7 @@ Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
     x.x = Tensor::empty(n * H, h.dtype());
     dev.gatherRows(h.dtype(), x.x.raw(), h.raw(), x.deviceRows.data<int64_t>(),
                    nullptr, n, H);
-    x.g = storedProduct(dev, ctx.bf16, operand(x.x), P(p.gate[e]), n, H, Fe);
-    x.u = storedProduct(dev, ctx.bf16, operand(x.x), P(p.up[e]), n, H, Fe);
-    x.s = swiglu(x.g, x.u, n * Fe);
-    x.out = empty(n * H);
-    matmul(dev, ctx.bf16, operand(x.s), P(p.down[e]), x.out.data(), n, Fe, H);
+    x.out = expertForward(x, x.x, p.gate[e], p.up[e], p.down[e], n, Fe);
     dev.scatterAddRows(y.data(), x.deviceRows.data<int64_t>(), x.out.data(),
                        x.weights.data(), n, H);
   }
@@ -144,17 +140,24 @@ Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
       c.sharedGate = Tensor::fromHost(sig);
       c.gate = std::move(sig);
     }
-    c.g = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW1), rows, H, Fs);
-    c.u = storedProduct(dev, ctx.bf16, operand(h), P(p.sharedW3), rows, H, Fs);
-    c.s = swiglu(c.g, c.u, rows * Fs);
-    c.out = empty(rows * H);
-    matmul(dev, ctx.bf16, operand(c.s), P(p.sharedW2), c.out.data(), rows, Fs,
-           H);
-    dev.scatterAddRows(y.data(), c.identity.data<int64_t>(), c.out.data(),
+    MoeCache::Expert &s = c.shared;
+    s.out = expertForward(s, h, p.sharedW1, p.sharedW3, p.sharedW2, rows, Fs);
+    dev.scatterAddRows(y.data(), c.identity.data<int64_t>(), s.out.data(),
                        c.sharedGate.empty() ? nullptr : c.sharedGate.data(),
                        rows, H);
   }
   return y;
+}
+
+Tensor MoeMlp::expertForward(MoeCache::Expert &e, const Tensor &x, size_t w1,
+                             size_t w3, size_t w2, int64_t n, int64_t ffn) {
+  Device &dev = *ctx.dev;
+  e.g = storedProduct(dev, ctx.bf16, operand(x), P(w1), n, H, ffn);
+  e.u = storedProduct(dev, ctx.bf16, operand(x), P(w3), n, H, ffn);
+  e.s = swiglu(e.g, e.u, n * ffn);
+  Tensor out = empty(n * H);
+  matmul(dev, ctx.bf16, operand(e.s), P(w2), out.data(), n, ffn, H);
+  return out;
 }
 
 Tensor MoeMlp::expertBackward(const Tensor &x, const Tensor &g, const Tensor &u,
@@ -193,8 +196,8 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
   for (MoeCache::Expert &x : c.local)
     if (!x.g.empty() && x.s.empty())
       x.s = swiglu(x.g, x.u, x.g.size());
-  if (shared && c.s.empty())
-    c.s = swiglu(c.g, c.u, rows * Fs);
+  if (shared && c.shared.s.empty())
+    c.shared.s = swiglu(c.shared.g, c.shared.u, rows * Fs);
   // The combine weights' gradients dy · o (partial over TP: o is), expert
   // by expert into one buffer, then the shared gate's; summed over TP in
   // one all-reduce on the device, brought to the host once.
@@ -212,8 +215,8 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
     at += n;
   }
   if (gateRows > 0)
-    dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.out.data(), rows, H,
-                dots.data() + at);
+    dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.shared.out.data(),
+                rows, H, dots.data() + at);
   if (ctx.tpGroup.size() > 1)
     ctx.comm->allReduceSum(ctx.tpGroup, dots.data(), dots.size());
   const std::vector<float> host = dots.toHost<float>();
@@ -278,8 +281,8 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
         device::DType::F32, dout.data(), dy.data(), c.identity.data<int64_t>(),
         c.sharedGate.empty() ? nullptr : c.sharedGate.data(), rows, H);
     dout = gemmInput(dev, ctx.bf16, std::move(dout));
-    Tensor dx = expertBackward(h, c.g, c.u, c.s, dout, p.sharedW1, p.sharedW3,
-                               p.sharedW2, rows, Fs);
+    Tensor dx = expertBackward(h, c.shared.g, c.shared.u, c.shared.s, dout,
+                               p.sharedW1, p.sharedW3, p.sharedW2, rows, Fs);
     dev.axpy(rows * H, 1.0f, dx.data(), dh);
   }
 }
@@ -441,13 +444,9 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
     outputs[static_cast<size_t>(j)] = empty(n * H);
     if (n == 0)
       continue;
-    x.g = storedProduct(dev, ctx.bf16, operand(x.x),
-                        P(p.gate[static_cast<size_t>(j)]), n, H, Fe);
-    x.u = storedProduct(dev, ctx.bf16, operand(x.x),
-                        P(p.up[static_cast<size_t>(j)]), n, H, Fe);
-    x.s = swiglu(x.g, x.u, n * Fe);
-    matmul(dev, ctx.bf16, operand(x.s), P(p.down[static_cast<size_t>(j)]),
-           outputs[static_cast<size_t>(j)].data(), n, Fe, H);
+    outputs[static_cast<size_t>(j)] = expertForward(
+        x, x.x, p.gate[static_cast<size_t>(j)], p.up[static_cast<size_t>(j)],
+        p.down[static_cast<size_t>(j)], n, Fe);
   }
   c.returned = toMembers(c, outputs);
   // Our rows' outputs, weighted, into y.

@@ -63,9 +63,10 @@ struct MoeCache {
   std::vector<std::vector<int64_t>> from;
   std::vector<Expert> local;
   /// The shared expert (rows 0..n-1): its gate's sigmoid (also on the
-  /// host), its SwiGLU.
-  Tensor identity, sharedGate, g, u, s, out;
+  /// host), its SwiGLU (`shared`: g, u, s and out; its input is h).
+  Tensor identity, sharedGate;
   std::vector<float> gate;
+  Expert shared;
 };
 
 /// The parameters of one sparse layer, indices into the stage's list.
@@ -129,6 +130,11 @@ private:
   int64_t sentBefore(const MoeCache &c, int64_t member, int64_t expert) const;
   int64_t sentTo(const MoeCache &c, int64_t member) const;
   Tensor swiglu(const Tensor &g, const Tensor &u, int64_t n) const;
+  /// One SwiGLU over x's n rows (weights w1, w3 [H, ffn], w2 [ffn, H]):
+  /// gate, up and activation kept in `e` for the backward, the fp32 output
+  /// returned.
+  Tensor expertForward(MoeCache::Expert &e, const Tensor &x, size_t w1,
+                       size_t w3, size_t w2, int64_t n, int64_t ffn);
   /// One SwiGLU's backward: ds = dout·W2^T, the three weight gradients,
   /// dx (fp32 [n, hidden]) = dg·W1^T + du·W3^T.
   Tensor expertBackward(const Tensor &x, const Tensor &g, const Tensor &u,
