@@ -97,12 +97,10 @@ LlamaStyleFamily::structureProblem(const ModuleArch &arch) const {
     return "";
   };
   if (arch.qkNorm != qkNorms())
-    return ArchProblem{
-        "qk_norm",
-        "the " + std::string(name()) + " family " +
-            (qkNorms() ? "has" : "has no") + " per-head q and k norms: " +
-            (qkNorms() ? "remove arch.qk_norm" : "remove arch.qk_norm") +
-            named()};
+    return ArchProblem{"qk_norm", "the " + std::string(name()) + " family " +
+                                      (qkNorms() ? "has" : "has no") +
+                                      " per-head q and k norms: " +
+                                      "remove arch.qk_norm" + named()};
   if (arch.hasMoe() != (moeNames() != nullptr))
     return ArchProblem{
         "moe",

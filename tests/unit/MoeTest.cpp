@@ -9,6 +9,7 @@
 #include "runtime/family/Moe.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
+#include "runtime/family/HfConfigCheck.h"
 #include "runtime/family/ModuleFamily.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/support/Random.h"
@@ -364,6 +365,70 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   lora["modules"][1]["lora"] = {{"r", 4}, {"targets", "all-linear"}};
   std::tie(at, message) = firstError(lora);
   EXPECT_EQ(at, "/modules/1/lora/targets");
+}
+
+/// A MoE family's config.json against the arch (LlamaStyle.cpp): each
+/// disagreement at its arch key; a sigmoid router has no Hugging Face
+/// form; a family's structure names its qk norms.
+TEST(Moe, HuggingFaceConfigsAreCheckedAndExportsRefused) {
+  ModelConfig c = test::requireConfig(
+      parseModelConfig(withMoe({{"num_experts", 4},
+                                {"top_k", 2},
+                                {"expert_ffn_hidden_size", 64},
+                                {"layers", {1, 2, 3}}},
+                               {{"family", "qwen3_moe"}})
+                           .dump(),
+                       "model.json"));
+  const ModuleConfig &lm = c.language();
+  json config = {{"model_type", "qwen3_moe"},
+                 {"vocab_size", lm.vocabSize},
+                 {"hidden_size", lm.hiddenSize},
+                 {"num_hidden_layers", lm.numLayers},
+                 {"num_attention_heads", lm.numHeads},
+                 {"num_key_value_heads", lm.kvHeads()},
+                 {"intermediate_size", lm.ffnHiddenSize},
+                 {"rms_norm_eps", lm.normEps},
+                 {"rope_theta", lm.ropeTheta},
+                 {"num_experts", 4},
+                 {"num_experts_per_tok", 2},
+                 {"moe_intermediate_size", 64},
+                 {"norm_topk_prob", true},
+                 {"mlp_only_layers", {0}}};
+  auto problems = [&](const json &folder) {
+    std::vector<Diagnostic> found;
+    ConfigCheck k{folder,       "", "config.json", "/modules/1/arch/", found,
+                  "/modules/1", ""};
+    lm.family().hfCheck(k, lm, c.batch.seqLength);
+    std::string text;
+    for (const Diagnostic &d : found)
+      text += d.pointer + ": " + d.message + "\n";
+    return text;
+  };
+  EXPECT_EQ(problems(config), "");
+  json other = config;
+  other["num_experts"] = 8;
+  other["norm_topk_prob"] = false;
+  other["mlp_only_layers"] = json::array();
+  const std::string text = problems(other);
+  for (const char *key :
+       {"/modules/1/arch/moe/num_experts",
+        "/modules/1/arch/moe/router/norm_topk", "/modules/1/arch/moe/layers"})
+    EXPECT_NE(text.find(key), std::string::npos) << key << " in\n" << text;
+  other = config;
+  other["model_type"] = "qwen3"; // a dense folder
+  EXPECT_NE(problems(other).find("/modules/1/arch/moe"), std::string::npos);
+  // Exports: softmax is Hugging Face's; sigmoid has no form there.
+  EXPECT_EQ(lm.family().hfExportProblem(lm), "");
+  ModuleConfig sigmoid = lm;
+  sigmoid.moe.router.sigmoid = true;
+  EXPECT_NE(lm.family().hfExportProblem(sigmoid).find("sigmoid"),
+            std::string::npos);
+  // A Qwen3 family without its q/k norms names the key.
+  auto [at, message] =
+      firstError(withMoe({{"num_experts", 4}, {"top_k", 1}},
+                         {{"family", "qwen3_moe"}, {"qk_norm", false}}));
+  EXPECT_EQ(at, "/modules/1/arch/qk_norm");
+  EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
 }
 
 } // namespace
