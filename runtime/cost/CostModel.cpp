@@ -98,12 +98,28 @@ Work CostModel::exchange(const GroupSpan &group, double bytes) const {
                       bytes);
 }
 
+std::pair<int64_t, int64_t>
+CostModel::farthestPair(const std::vector<int64_t> &members) const {
+  // The slowest link any two members share: across nodes if any member is
+  // on another node than the first, else across devices, else one device
+  // (ranks wrap around a cluster's devices, so the lowest and highest
+  // rank need not be the farthest).
+  std::pair<int64_t, int64_t> pair{members.front(), members.front()};
+  for (int64_t m : members) {
+    if (nodeOf(m) != nodeOf(members.front()))
+      return {members.front(), m};
+    if (pair.second == pair.first && deviceOf(m) != deviceOf(members.front()))
+      pair.second = m;
+  }
+  return pair;
+}
+
 Work CostModel::exchange(const std::vector<int64_t> &group,
                          double bytes) const {
   if (group.size() < 2)
     return {};
-  // The farthest pair sets the link.
-  return exchangeWork(profile, linkBetween(group.front(), group.back()),
+  const auto [a, b] = farthestPair(group);
+  return exchangeWork(profile, linkBetween(a, b),
                       static_cast<int64_t>(group.size()), bytes);
 }
 
@@ -361,14 +377,13 @@ CostModel::GroupSpan CostModel::group(int64_t rank, const Grid &grid,
       }
     members = std::move(grown);
   }
+  std::vector<int64_t> ranks;
+  ranks.reserve(members.size());
+  for (const Coords &c : members)
+    ranks.push_back(grid.rankOf(c));
   GroupSpan span;
-  span.first = span.last = grid.rankOf(members.front());
+  std::tie(span.first, span.last) = farthestPair(ranks);
   span.size = static_cast<int64_t>(members.size());
-  for (const Coords &c : members) {
-    int64_t r = grid.rankOf(c);
-    span.first = std::min(span.first, r);
-    span.last = std::max(span.last, r);
-  }
   return groupCache.emplace(key, span).first->second;
 }
 

@@ -150,12 +150,16 @@ public:
   /// (ascending ranks): the exchange mimo's communicators run, every member
   /// sending its piece to the others.
   Work exchange(const std::vector<int64_t> &group, double bytes) const;
-  /// A group as the cost of its collectives sees it: its lowest and
-  /// highest rank (the farthest pair sets the link) and its size.
+  /// A group as the cost of its collectives sees it: two members joined
+  /// by its slowest link (farthestPair) and its size.
   struct GroupSpan {
     int64_t first = 0, last = 0, size = 1;
   };
   Work exchange(const GroupSpan &group, double bytes) const;
+  /// Two of `members` (not empty) joined by the slowest link among them:
+  /// on two nodes if any are, else on two devices, else one member twice.
+  std::pair<int64_t, int64_t>
+  farthestPair(const std::vector<int64_t> &members) const;
 
   const DeviceProfile &deviceProfile() const { return profile; }
   const ClusterConfig &clusterConfig() const { return cluster; }

@@ -50,6 +50,37 @@ double Simulation::postOf(size_t entry,
 
 namespace {
 
+/// Where the turn of `symmetry` takes each device of the cluster: a
+/// device's ranks all turn onto one device, no two devices onto the same,
+/// and nodes likewise (then every link, device share and thread count is
+/// the same after the turn). Empty when the cluster does not turn so.
+std::vector<int64_t> deviceTurn(const CostModel &costs,
+                                const ReplicaSymmetry &symmetry,
+                                int64_t world) {
+  const auto devices =
+      static_cast<size_t>(costs.clusterConfig().devices(world));
+  std::vector<int64_t> next(devices, -1), back(devices, -1);
+  std::vector<int64_t> nextNode(devices, -1), backNode(devices, -1);
+  auto maps = [](std::vector<int64_t> &to, std::vector<int64_t> &from,
+                 int64_t a, int64_t b) {
+    auto &x = to[static_cast<size_t>(a)];
+    if (x >= 0)
+      return x == b;
+    if (from[static_cast<size_t>(b)] >= 0)
+      return false;
+    x = b;
+    from[static_cast<size_t>(b)] = a;
+    return true;
+  };
+  for (int64_t r = 0; r < world; ++r) {
+    const int64_t t = symmetry.turn(r, 1);
+    if (!maps(next, back, costs.deviceOf(r), costs.deviceOf(t)) ||
+        !maps(nextNode, backNode, costs.nodeOf(r), costs.nodeOf(t)))
+      return {};
+  }
+  return next;
+}
+
 /// A min-heap of four children a node (the least by `operator>` on top):
 /// half the levels of a binary heap, and a node's children share cache
 /// lines, which matters when it holds an event per rank.
@@ -100,26 +131,41 @@ class TimedSimulator {
 public:
   TimedSimulator(const Topology &topology, const std::vector<Program> &programs,
                  const std::vector<int32_t> &rankProgram,
-                 const CostModel &costs)
+                 const CostModel &costs, bool useSymmetry)
       : topology(topology), programs(programs), rankProgram(rankProgram),
-        costs(costs) {}
+        costs(costs), result(topology) {
+    if (useSymmetry)
+      result.symmetry = findReplicaSymmetry(
+          topology, rankProgram, [&](const ReplicaSymmetry &candidate) {
+            return !deviceTurn(costs, candidate, topology.worldSize).empty();
+          });
+  }
 
   Simulation run() {
     size_t world = static_cast<size_t>(topology.worldSize);
+    const ReplicaSymmetry &symmetry = result.symmetry;
+    reps = symmetry.representatives();
+    std::vector<bool> represents(world, symmetry.trivial());
+    for (int64_t r : reps)
+      represents[static_cast<size_t>(r)] = true;
+    shareDevices();
     ranks.assign(world, {});
-    // Every instruction runs once: one entry each, laid out rank by rank.
+    // Every representative's instruction runs once: one entry each, laid
+    // out rank by rank.
     result.firstEntry.resize(world + 1);
     result.firstEntry[0] = 0;
     for (size_t r = 0; r < world; ++r)
       result.firstEntry[r + 1] =
-          result.firstEntry[r] + streamOf(static_cast<int64_t>(r)).size();
+          result.firstEntry[r] +
+          (represents[r] ? streamOf(static_cast<int64_t>(r)).size() : 0);
     result.instrs.assign(result.firstEntry[world], SimulatedInstr{});
     // About a message end or two waits per rank at a time: grown once.
-    posted.sends.reserve(world);
-    posted.recvs.reserve(world);
+    posted.symmetry = &symmetry;
+    posted.sends.reserve(reps.size());
+    posted.recvs.reserve(reps.size());
     result.busySeconds.assign(world, 0);
     result.finishSeconds.assign(world, 0);
-    for (int64_t r = 0; r < topology.worldSize; ++r)
+    for (int64_t r : reps)
       push(0, Event::Post, r, 0);
     while (!events.empty()) {
       Event e = events.top();
@@ -138,15 +184,24 @@ public:
       }
     }
     size_t finished = 0;
-    for (size_t r = 0; r < world; ++r)
-      finished += ranks[r].finished;
-    if (finished != world) {
-      result.problem = std::to_string(world - finished) + " of " +
-                       std::to_string(world) +
+    for (int64_t r : reps)
+      finished += ranks[static_cast<size_t>(r)].finished;
+    if (finished != reps.size()) {
+      result.problem = std::to_string((reps.size() - finished) *
+                                      static_cast<size_t>(symmetry.order())) +
+                       " of " + std::to_string(world) +
                        " ranks never finish their streams: the plan deadlocks "
                        "(mimoc compile's verifier reports where)";
       return std::move(result);
     }
+    // Each rank as its representative ran.
+    for (size_t r = 0; r < world; ++r)
+      if (!represents[r]) {
+        const auto of = static_cast<size_t>(
+            symmetry.representativeOf(static_cast<int64_t>(r)));
+        result.busySeconds[r] = result.busySeconds[of];
+        result.finishSeconds[r] = result.finishSeconds[of];
+      }
     for (double f : result.finishSeconds)
       result.stepSeconds = std::max(result.stepSeconds, f);
     criticalPath();
@@ -184,6 +239,8 @@ private:
   struct Task {
     double endV; // virtual time at which its work is done
     double demand, comm;
+    /// The ranks it stands for on the device (Simulation::symmetry).
+    double copies;
     int64_t rank;
     size_t entry;
     bool operator>(const Task &o) const {
@@ -205,12 +262,51 @@ private:
   const std::vector<int32_t> &rankProgram;
   const CostModel &costs;
   Simulation result;
+  std::vector<int64_t> reps;
+  /// Under a symmetry: the device that stands for each device's orbit
+  /// (empty: each itself), and the copies of a representative's task on
+  /// it (order / the orbit's devices).
+  std::vector<int64_t> deviceKey;
+  std::vector<double> deviceCopies;
   std::vector<RankState> ranks;
   std::unordered_map<int64_t, DeviceState> devices;
   Rendezvous<Waiting> posted;
   MinHeap4<Event> events;
   uint64_t sequence = 0;
   double now = 0;
+
+  /// The devices' orbits under the symmetry's turn: a representative's
+  /// orbit puts order / (the device orbit's length) ranks on each device
+  /// of its device's orbit, all running as it does.
+  void shareDevices() {
+    if (result.symmetry.trivial())
+      return;
+    const std::vector<int64_t> next =
+        deviceTurn(costs, result.symmetry, topology.worldSize);
+    deviceKey.assign(next.size(), -1);
+    deviceCopies.assign(next.size(), 1);
+    for (size_t d = 0; d < next.size(); ++d) {
+      if (next[d] < 0 || deviceKey[d] >= 0)
+        continue;
+      int64_t least = static_cast<int64_t>(d), length = 0;
+      for (auto c = static_cast<int64_t>(d);;) {
+        least = std::min(least, c);
+        ++length;
+        c = next[static_cast<size_t>(c)];
+        if (c == static_cast<int64_t>(d))
+          break;
+      }
+      const double copies = static_cast<double>(result.symmetry.order()) /
+                            static_cast<double>(length);
+      for (auto c = static_cast<int64_t>(d);;) {
+        deviceKey[static_cast<size_t>(c)] = least;
+        deviceCopies[static_cast<size_t>(c)] = copies;
+        c = next[static_cast<size_t>(c)];
+        if (c == static_cast<int64_t>(d))
+          break;
+      }
+    }
+  }
 
   void push(double time, Event::Kind kind, int64_t rank, uint64_t payload) {
     events.push({time, sequence++ << 2 | kind, rank, payload});
@@ -314,12 +410,17 @@ private:
       return;
     }
     int64_t device = costs.deviceOf(rank);
+    double copies = 1;
+    if (!deviceKey.empty()) {
+      copies = deviceCopies[static_cast<size_t>(device)];
+      device = deviceKey[static_cast<size_t>(device)];
+    }
     DeviceState &d = devices[device];
     advance(d);
     const double demand = costs.threadsOf(rank);
-    d.tasks.push(
-        {d.virtualTime + w.compute / demand, demand, w.comm, rank, entry});
-    d.demand += demand;
+    d.tasks.push({d.virtualTime + w.compute / demand, demand, w.comm, copies,
+                  rank, entry});
+    d.demand += demand * copies;
     reschedule(device, d);
   }
 
@@ -356,7 +457,7 @@ private:
           1e-12 + 1e-9 * t.demand * d.share)
         break;
       push(now + t.comm, Event::Done, t.rank, t.entry);
-      d.demand -= t.demand;
+      d.demand -= t.demand * t.copies;
       d.tasks.pop();
     }
     reschedule(device, d);
@@ -405,8 +506,8 @@ private:
 Simulation simulateStep(const Topology &topology,
                         const std::vector<Program> &programs,
                         const std::vector<int32_t> &rankProgram,
-                        const CostModel &costs) {
-  return TimedSimulator(topology, programs, rankProgram, costs).run();
+                        const CostModel &costs, bool symmetry) {
+  return TimedSimulator(topology, programs, rankProgram, costs, symmetry).run();
 }
 
 nlohmann::ordered_json
@@ -433,32 +534,35 @@ simulationTrace(const Simulation &sim, const Topology &topology,
   std::vector<bool> critical(sim.instrs.size(), false);
   for (size_t i : sim.criticalPath)
     critical[i] = true;
-  for (size_t i = 0; i < sim.instrs.size(); ++i) {
-    const SimulatedInstr &s = sim.instrs[i];
-    const int64_t rank = sim.rankOf(i);
-    const int32_t instr = sim.instrOf(i);
+  // Every rank's track, each as its representative ran (the critical path
+  // on the representative's).
+  for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
     const std::vector<Instr> &stream =
         programs[static_cast<size_t>(rankProgram[rank])].instrs;
-    const Instr &in = stream[static_cast<size_t>(instr)];
-    const double post = sim.postOf(i, stream);
-    if (s.ready > post)
-      events.push_back({{"name", "wait"},
-                        {"cat", "wait"},
-                        {"ph", "X"},
-                        {"pid", rank},
-                        {"tid", 0},
-                        {"ts", post * 1e6},
-                        {"dur", (s.ready - post) * 1e6}});
-    events.push_back({{"name", describeInstr(topology, in)},
-                      {"cat", critical[i] ? "critical" : "instruction"},
-                      {"ph", "X"},
-                      {"pid", rank},
-                      {"tid", 0},
-                      {"ts", s.ready * 1e6},
-                      {"dur", (s.end - s.ready) * 1e6},
-                      {"args",
-                       {{"instruction", instr},
-                        {"critical_path", static_cast<bool>(critical[i])}}}});
+    for (size_t k = 0; k < stream.size(); ++k) {
+      const auto instr = static_cast<int32_t>(k);
+      const size_t i = sim.entry(rank, instr);
+      const bool onPath = critical[i] && sim.rankOf(i) == rank;
+      const SimulatedInstr &s = sim.instrs[i];
+      const double post = sim.postOf(i, stream);
+      if (s.ready > post)
+        events.push_back({{"name", "wait"},
+                          {"cat", "wait"},
+                          {"ph", "X"},
+                          {"pid", rank},
+                          {"tid", 0},
+                          {"ts", post * 1e6},
+                          {"dur", (s.ready - post) * 1e6}});
+      events.push_back(
+          {{"name", describeInstr(topology, stream[k])},
+           {"cat", onPath ? "critical" : "instruction"},
+           {"ph", "X"},
+           {"pid", rank},
+           {"tid", 0},
+           {"ts", s.ready * 1e6},
+           {"dur", (s.end - s.ready) * 1e6},
+           {"args", {{"instruction", instr}, {"critical_path", onPath}}}});
+    }
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},

@@ -13,12 +13,17 @@
 //    by the ranks computing on it at the same moment (processor sharing),
 //    then its collectives take their communication time.
 //
+// Where the data-parallel replicas are symmetric (plan/Symmetry.h) and the
+// cluster's devices and nodes turn with them, one representative of each
+// orbit runs and stands for the others: their timings are its own.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_COST_SIMULATE_H
 #define MIMO_RUNTIME_COST_SIMULATE_H
 
 #include "runtime/cost/CostModel.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/Symmetry.h"
 
 #include "nlohmann/json.hpp"
 
@@ -39,15 +44,24 @@ struct SimulatedInstr {
 };
 
 struct Simulation {
+  explicit Simulation(const Topology &topology) : symmetry(topology) {}
   /// Empty, or why the streams could not run to the end.
   std::string problem;
   double stepSeconds = 0;
   /// Per rank: seconds working (not waiting for peers) and when it finished.
   std::vector<double> busySeconds, finishSeconds;
-  /// Every rank's instructions, rank by rank: instruction i of rank r is
-  /// instrs[firstEntry[r] + i] (firstEntry has a last element, the end).
+  /// The replicas' symmetry the simulation ran under (order 1: none).
+  ReplicaSymmetry symmetry;
+  /// Every representative's instructions, rank by rank: instruction i of
+  /// representative r is instrs[firstEntry[r] + i] (firstEntry has a last
+  /// element, the end; other ranks' spans are empty: entry() finds them).
   std::vector<SimulatedInstr> instrs;
   std::vector<size_t> firstEntry;
+  /// The entry of instruction `instr` of any rank (its representative's).
+  size_t entry(int64_t rank, int32_t instr) const {
+    return firstEntry[static_cast<size_t>(symmetry.representativeOf(rank))] +
+           static_cast<size_t>(instr);
+  }
   /// Indices into `instrs`, first to last: the chain of instructions
   /// ending at the step's last instruction, each made ready by the one
   /// before it.
@@ -64,10 +78,11 @@ struct Simulation {
   double postOf(size_t entry, const std::vector<Instr> &stream) const;
 };
 
+/// `symmetry` false: every rank runs (the tests compare the two).
 Simulation simulateStep(const Topology &topology,
                         const std::vector<Program> &programs,
                         const std::vector<int32_t> &rankProgram,
-                        const CostModel &costs);
+                        const CostModel &costs, bool symmetry = true);
 
 /// A Chrome/Perfetto trace of the predicted step: one track per rank, one
 /// slice per instruction (its wait before, as "wait" slices).

@@ -416,11 +416,14 @@ struct PlanProblem {
 /// every send has exactly one matching receive (same peer, microbatch and
 /// shape rule), collectives agree, and simulating every rank's stream with
 /// blocking sends and receives (fused ones posted together) runs to the end:
-/// no deadlock. Returns the problems found (at most `limit`).
+/// no deadlock. Returns the problems found (at most `limit`). Where the
+/// data-parallel replicas are symmetric (plan/Symmetry.h) it checks one
+/// representative of each orbit, which stands for all of them; with
+/// `symmetry` false, every rank.
 std::vector<PlanProblem> verifyPrograms(const Topology &topology,
                                         const std::vector<Program> &programs,
                                         const std::vector<int32_t> &rankProgram,
-                                        size_t limit = 8);
+                                        size_t limit = 8, bool symmetry = true);
 
 /// The dataflow of every rank's stream against the schedule the topology
 /// compiles to (`compiled`, from buildPrograms): a rank runs exactly the

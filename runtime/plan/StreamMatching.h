@@ -9,10 +9,12 @@
 #define MIMO_RUNTIME_PLAN_STREAMMATCHING_H
 
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/Symmetry.h"
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -105,27 +107,40 @@ collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
   }
 }
 
-/// The message a point-to-point instruction of `rank` moves with `peer`.
+/// The message a point-to-point instruction of `rank` moves with `peer`;
+/// under a symmetry, turned so that its sender is a representative (both
+/// ends of a message, each on its orbit's representative, name it alike).
 inline MessageKey messageKey(const Topology &topology, int64_t rank,
-                             int64_t peer, const Instr &in) {
+                             int64_t peer, const Instr &in,
+                             const ReplicaSymmetry *symmetry = nullptr) {
   const InstrInfo &info = instrInfo(in.op);
-  return {info.isSend ? rank : peer, info.isSend ? peer : rank, in.mb,
-          info.isGrad, channelOf(topology, rank, in)};
+  MessageKey key{info.isSend ? rank : peer, info.isSend ? peer : rank, in.mb,
+                 info.isGrad, channelOf(topology, rank, in)};
+  if (symmetry && !symmetry->trivial())
+    std::tie(key.from, key.to) = symmetry->normalize(key.from, key.to);
+  return key;
 }
 
 /// The collective instance a collective instruction of `rank` joins, and
-/// the size of its group.
+/// how many members arrive at it (under a symmetry: its representatives).
 inline std::pair<CollectiveKey, int64_t>
-collectiveKey(const Topology &topology, int64_t rank, const Instr &in) {
+collectiveKey(const Topology &topology, int64_t rank, const Instr &in,
+              const ReplicaSymmetry *symmetry = nullptr) {
   auto [group, size] = collectiveGroup(topology, rank, in);
+  if (symmetry)
+    size = symmetry->representedMembers(
+        size, collectiveOverDataParallel(topology, in));
   return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group, in.chunk},
           size};
 }
 
 /// The ends of messages and the members of collectives that have been
 /// posted and not yet met, each kept as a `Posting` (who, which
-/// instruction).
+/// instruction). With a symmetry (Symmetry.h) only representatives post:
+/// messages meet under their turned keys, collectives when their
+/// representatives are there.
 template <typename Posting> struct Rendezvous {
+  const ReplicaSymmetry *symmetry = nullptr;
   std::unordered_map<MessageKey, Posting, MessageKeyHash> sends, recvs;
   struct Arrivals {
     int64_t size = 0;
@@ -140,7 +155,7 @@ template <typename Posting> struct Rendezvous {
                                  int64_t peer, const Instr &in,
                                  Posting posting) {
     bool send = instrInfo(in.op).isSend;
-    MessageKey key = messageKey(topology, rank, peer, in);
+    MessageKey key = messageKey(topology, rank, peer, in, symmetry);
     auto &theirs = send ? recvs : sends;
     auto it = theirs.find(key);
     if (it == theirs.end()) {
@@ -155,7 +170,7 @@ template <typename Posting> struct Rendezvous {
   bool waiting(const Topology &topology, int64_t rank, int64_t peer,
                const Instr &in) const {
     const auto &mine = instrInfo(in.op).isSend ? sends : recvs;
-    auto it = mine.find(messageKey(topology, rank, peer, in));
+    auto it = mine.find(messageKey(topology, rank, peer, in, symmetry));
     return it != mine.end() && it->second.rank == rank;
   }
 
@@ -164,7 +179,7 @@ template <typename Posting> struct Rendezvous {
   std::optional<std::vector<Posting>> arrive(const Topology &topology,
                                              int64_t rank, const Instr &in,
                                              Posting posting) {
-    auto [key, size] = collectiveKey(topology, rank, in);
+    auto [key, size] = collectiveKey(topology, rank, in, symmetry);
     Arrivals &a = collectives[key];
     a.members.push_back(posting);
     if (static_cast<int64_t>(a.members.size()) < size)
@@ -176,7 +191,8 @@ template <typename Posting> struct Rendezvous {
   /// The members already at `rank`'s collective (null when none is).
   const std::vector<Posting> *arrived(const Topology &topology, int64_t rank,
                                       const Instr &in) const {
-    auto it = collectives.find(collectiveKey(topology, rank, in).first);
+    auto it =
+        collectives.find(collectiveKey(topology, rank, in, symmetry).first);
     return it == collectives.end() ? nullptr : &it->second.members;
   }
 };

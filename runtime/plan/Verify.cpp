@@ -29,11 +29,19 @@ struct Posting {
 class Verifier {
 public:
   Verifier(const Topology &topology, const std::vector<Program> &programs,
-           const std::vector<int32_t> &rankProgram, size_t limit)
+           const std::vector<int32_t> &rankProgram, size_t limit,
+           bool useSymmetry)
       : topology(topology), programs(programs), rankProgram(rankProgram),
-        limit(limit) {}
+        limit(limit), useSymmetry(useSymmetry), symmetry(topology) {}
 
   std::vector<PlanProblem> run() {
+    if (!checkPrograms())
+      return problems;
+    // One representative per orbit of the replicas' turn stands for all
+    // (Symmetry.h); without one, each rank is its own.
+    if (useSymmetry)
+      symmetry = findReplicaSymmetry(topology, rankProgram);
+    reps = symmetry.representatives();
     if (!checkStructure())
       return problems;
     if (!matchMessages())
@@ -49,6 +57,9 @@ private:
   const std::vector<Program> &programs;
   const std::vector<int32_t> &rankProgram;
   size_t limit;
+  bool useSymmetry;
+  ReplicaSymmetry symmetry;
+  std::vector<int64_t> reps; // the ranks run, ascending
   std::vector<PlanProblem> problems;
 
   bool full() const { return problems.size() >= limit; }
@@ -69,8 +80,8 @@ private:
       problems.push_back({std::move(message), std::move(places)});
   }
 
-  /// Every rank has a program, and every instruction applies to its rank.
-  bool checkStructure() {
+  /// Every rank has a program.
+  bool checkPrograms() {
     if (rankProgram.size() != static_cast<size_t>(topology.worldSize)) {
       problem("the plan maps " + std::to_string(rankProgram.size()) +
                   " ranks to programs, but the world has " +
@@ -78,13 +89,20 @@ private:
               {});
       return false;
     }
-    std::vector<bool> checked(programs.size(), false);
     for (int64_t rank = 0; rank < topology.worldSize && !full(); ++rank) {
       int32_t p = rankProgram[rank];
-      if (p < 0 || static_cast<size_t>(p) >= programs.size()) {
+      if (p < 0 || static_cast<size_t>(p) >= programs.size())
         problem("rank " + std::to_string(rank) + " has no program", {});
-        continue;
-      }
+    }
+    return problems.empty();
+  }
+
+  /// Every instruction applies to its rank.
+  bool checkStructure() {
+    std::vector<bool> checked(programs.size(), false);
+    for (size_t k = 0; k < reps.size() && !full(); ++k) {
+      const int64_t rank = reps[k];
+      int32_t p = rankProgram[rank];
       const std::vector<Instr> &stream = programs[p].instrs;
       for (size_t i = 0; i < stream.size() && !full(); ++i) {
         const Instr &in = stream[i];
@@ -156,15 +174,16 @@ private:
     // Messages that are wrong, kept (by value) for a report in key order.
     std::vector<std::pair<MessageKey, Ends>> bad;
     // Whether a message with both ends read is right.
-    auto right = [&](const Ends &ends) {
+    auto right = [&](const MessageKey &key, const Ends &ends) {
       if (ends.sends.size() != 1 || ends.recvs.size() != 1)
         return false;
       // Both ends derive the shape from one topology, so they agree by
       // construction; what can go wrong is a route joining lanes that
-      // share no samples: the message would carry nothing.
+      // share no samples: the message would carry nothing. (The key names
+      // the ranks; the postings, under a symmetry, representatives.)
       const Posting &s = ends.sends[0], &r = ends.recvs[0];
       ShapeRule sent =
-          shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr]);
+          shapeRule(topology, key.from, key.to, streamOf(s.rank)[s.instr]);
       return sent.sampleEnd > sent.sampleBegin &&
              streamOf(s.rank)[s.instr].posted ==
                  streamOf(r.rank)[r.instr].posted;
@@ -191,12 +210,12 @@ private:
         size_t j = i;
         for (; j < ends.size() && ends[j].key == ends[i].key; ++j)
           (ends[j].send ? both.sends : both.recvs).push_back(ends[j].posting);
-        if (!right(both))
+        if (!right(ends[i].key, both))
           bad.push_back({ends[i].key, both});
         i = j;
       }
     };
-    for (int64_t rank = 0; rank < topology.worldSize; ++rank) {
+    for (const int64_t rank : reps) {
       here.clear();
       if (auto it = waiting.find(rank); it != waiting.end()) {
         here = std::move(it->second);
@@ -209,10 +228,11 @@ private:
           continue;
         Peers peers = *resolvePeers(topology, rank, stream[i], nullptr);
         for (int64_t peer : peers.ranks) {
-          End end{messageKey(topology, rank, peer, stream[i]),
+          End end{messageKey(topology, rank, peer, stream[i], &symmetry),
                   info.isSend,
                   {rank, int32_t(i)}};
-          (peer > rank ? waiting[peer] : here).push_back(end);
+          const int64_t other = symmetry.representativeOf(peer);
+          (other > rank ? waiting[other] : here).push_back(end);
         }
       }
       settle(here);
@@ -269,7 +289,7 @@ private:
         const Posting &s = ends.sends[0], &r = ends.recvs[0];
         problem(
             where(s.rank, s.instr) + " sends " +
-                shapeRule(topology, s.rank, r.rank, streamOf(s.rank)[s.instr])
+                shapeRule(topology, key.from, key.to, streamOf(s.rank)[s.instr])
                     .str() +
                 " to " + where(r.rank, r.instr) +
                 ": their lanes share no samples",
@@ -297,9 +317,8 @@ private:
     std::vector<State> state(static_cast<size_t>(topology.worldSize));
     std::vector<std::pair<int32_t, Peers>> ops; // one batch's, reused
     Rendezvous<Posting> posted;
-    std::vector<int64_t> ready;
-    for (int64_t rank = topology.worldSize; rank-- > 0;)
-      ready.push_back(rank);
+    posted.symmetry = &symmetry;
+    std::vector<int64_t> ready(reps.rbegin(), reps.rend());
     auto release = [&](int64_t rank) {
       if (--state[rank].pending == 0)
         ready.push_back(rank);
@@ -366,7 +385,7 @@ private:
         --s.pending;
       }
     }
-    if (finished == static_cast<size_t>(topology.worldSize))
+    if (finished == reps.size())
       return;
     reportDeadlock(state, posted);
   }
@@ -386,15 +405,20 @@ private:
   void simulateNccl() {
     struct Queued {
       int32_t instr;
-      int64_t peer;
+      int64_t peer; // its representative
       MessageKey key;
       bool send;
     };
+    // A channel's queue on one of its ranks: the channel (as the
+    // message's key names its ends) and whether the rank sends on it.
+    // Under a symmetry a representative holds, for a channel to a rank of
+    // its own orbit, both the sender's queue and the receiver's.
+    using Lane = std::pair<int64_t, bool>;
     struct State {
       int32_t pc = 0, end = 0, pending = 0;
       bool posted = false, draining = false;
       /// Posted operations not yet completed, by lane.
-      std::map<int64_t, std::deque<Queued>> queues;
+      std::map<Lane, std::deque<Queued>> queues;
       bool idle() const {
         for (const auto &entry : queues)
           if (!entry.second.empty())
@@ -405,10 +429,9 @@ private:
     std::vector<State> state(static_cast<size_t>(topology.worldSize));
     std::vector<std::pair<int32_t, Peers>> ops;
     Rendezvous<Posting> posted;
-    std::vector<int64_t> ready;
-    std::vector<std::pair<int64_t, int64_t>> heads; // (rank, queue)
-    for (int64_t rank = topology.worldSize; rank-- > 0;)
-      ready.push_back(rank);
+    posted.symmetry = &symmetry;
+    std::vector<std::pair<int64_t, Lane>> heads; // (rank, queue)
+    std::vector<int64_t> ready(reps.rbegin(), reps.rend());
     auto release = [&](int64_t rank) {
       if (--state[rank].pending == 0)
         ready.push_back(rank);
@@ -429,7 +452,8 @@ private:
           continue;
         }
         const Queued x = mine.front();
-        std::deque<Queued> &theirs = state[x.peer].queues[lane];
+        const Lane other{lane.first, !lane.second};
+        std::deque<Queued> &theirs = state[x.peer].queues[other];
         if (theirs.empty() || !(theirs.front().key == x.key) ||
             theirs.front().send == x.send)
           continue;
@@ -441,7 +465,7 @@ private:
         if (!y.send)
           release(x.peer);
         heads.push_back({rank, lane});
-        heads.push_back({x.peer, lane});
+        heads.push_back({x.peer, other});
       }
     };
     size_t finished = 0;
@@ -484,10 +508,11 @@ private:
             for (int64_t peer : peers.ranks) {
               if (peer == rank)
                 continue;
-              const int64_t lane =
-                  postedChannel(send ? rank : peer, send ? peer : rank);
+              const MessageKey key =
+                  messageKey(topology, rank, peer, stream[i], &symmetry);
+              const Lane lane{postedChannel(key.from, key.to), send};
               s.queues[lane].push_back(
-                  {i, peer, messageKey(topology, rank, peer, stream[i]), send});
+                  {i, symmetry.representativeOf(peer), key, send});
               if (!send)
                 ++s.pending;
               heads.push_back({rank, lane});
@@ -529,7 +554,7 @@ private:
         --s.pending;
       }
     }
-    if (finished == static_cast<size_t>(topology.worldSize))
+    if (finished == reps.size())
       return;
     // A cycle of waits: a rank held by a blocking operation waits for its
     // peer (or a missing member); one held by its posted queue waits for
@@ -570,21 +595,22 @@ private:
           std::sort(arrived.begin(), arrived.end());
           for (int64_t member = collectiveGroup(rank, in).first;
                member < topology.worldSize; ++member)
-            if (!std::binary_search(arrived.begin(), arrived.end(), member) &&
+            if (symmetry.isRepresentative(member) &&
+                !std::binary_search(arrived.begin(), arrived.end(), member) &&
                 sameGroup(rank, member, in))
               return {member, what};
           continue;
         }
         for (int64_t peer : peers.ranks)
           if (posted.waiting(topology, rank, peer, in))
-            return {peer, what};
+            return {symmetry.representativeOf(peer), what};
       }
       return {-1, "the end of its pass"};
     };
     int64_t start = -1;
-    for (int64_t rank = 0; rank < topology.worldSize && start < 0; ++rank)
-      if (state[rank].pc >= 0)
-        start = rank;
+    for (size_t k = 0; k < reps.size() && start < 0; ++k)
+      if (state[reps[k]].pc >= 0)
+        start = reps[k];
     std::map<int64_t, size_t> seen;
     std::vector<std::pair<int64_t, std::string>> path;
     int64_t rank = start;
@@ -637,19 +663,20 @@ private:
             arrived.push_back(p.rank);
           std::sort(arrived.begin(), arrived.end());
           for (int64_t member = group; member < topology.worldSize; ++member)
-            if (!std::binary_search(arrived.begin(), arrived.end(), member) &&
+            if (symmetry.isRepresentative(member) &&
+                !std::binary_search(arrived.begin(), arrived.end(), member) &&
                 sameGroup(rank, member, in))
               return {member, i};
           continue;
         }
         for (int64_t peer : peers.ranks)
           if (posted.waiting(topology, rank, peer, in))
-            return {peer, i};
+            return {symmetry.representativeOf(peer), i};
       }
       return {-1, s.pc};
     };
     int64_t start = -1;
-    for (int64_t rank = 0; rank < topology.worldSize; ++rank)
+    for (const int64_t rank : reps)
       if (static_cast<size_t>(state[rank].pc) < streamOf(rank).size()) {
         start = rank;
         break;
@@ -687,9 +714,11 @@ private:
     if (finishedPeer) {
       message += ", which has already finished its program";
     } else {
+      // Each representative blocked stands for its orbit.
       size_t stuck = 0;
-      for (int64_t r = 0; r < topology.worldSize; ++r)
+      for (const int64_t r : reps)
         stuck += static_cast<size_t>(state[r].pc) < streamOf(r).size();
+      stuck *= static_cast<size_t>(symmetry.order());
       message += " (" + std::to_string(stuck) + " of " +
                  std::to_string(topology.worldSize) + " ranks are blocked)";
     }
@@ -708,8 +737,8 @@ private:
 std::vector<PlanProblem> verifyPrograms(const Topology &topology,
                                         const std::vector<Program> &programs,
                                         const std::vector<int32_t> &rankProgram,
-                                        size_t limit) {
-  return Verifier(topology, programs, rankProgram, limit).run();
+                                        size_t limit, bool symmetry) {
+  return Verifier(topology, programs, rankProgram, limit, symmetry).run();
 }
 
 std::vector<PlanProblem> checkDataflow(const Topology &topology,

@@ -306,9 +306,9 @@ TEST(Simulate, PostedSendsLetTheirRankGoOn) {
         plan->programs[plan->rankProgram[rank]].instrs;
     for (size_t i = 0; i < stream.size(); ++i)
       if (stream[i].op == op && stream[i].mb == mb)
-        return sim.firstEntry[rank] + i;
+        return sim.entry(rank, static_cast<int32_t>(i));
     ADD_FAILURE() << "rank " << rank << " has no such instruction";
-    return sim.firstEntry[rank];
+    return sim.entry(rank, 0);
   };
   int posted = 0;
   double wentOn = 0;
@@ -319,7 +319,7 @@ TEST(Simulate, PostedSendsLetTheirRankGoOn) {
       if (!postedSend(stream[i]))
         continue;
       ++posted;
-      const size_t e = sim.firstEntry[rank] + i;
+      const size_t e = sim.entry(rank, static_cast<int32_t>(i));
       EXPECT_DOUBLE_EQ(sim.postOf(e + 1, stream), sim.instrs[e].ready)
           << "rank " << rank << " instruction " << i;
       if (rank == 0 && stream[i].op == InstrOp::BridgeSendGrad &&
