@@ -224,6 +224,7 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["pipeline_bubble"] =
       t.schedule->bubble(t.totalStages, t.microbatches, chunks);
   result["schedule"] = std::string(t.schedule->name());
+  result["grad_reduce_dtype"] = plan.config.train.gradReduceDtype;
   if (t.schedule->chunked())
     result["virtual_stages"] = chunks;
   result["warnings"] = layoutWarnings(plan);

@@ -319,6 +319,9 @@ std::string renderExplainText(const Explanation &whole,
     }
     recipe += "\n";
   }
+  if (explanation.value("grad_reduce_dtype", "fp32") == "bf16")
+    recipe += "  gradients rounded to bf16 and reduced in bf16 "
+              "(train.grad_reduce_dtype)\n";
   if (!recipe.empty())
     os << "training:\n" << recipe;
   os << "\n";

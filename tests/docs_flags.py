@@ -23,6 +23,7 @@ OTHERS = {  # flags of programs that are not mimo's, as the docs quote them
                     "--gpus-per-task", "--kill-on-bad-exit", "--signal"},
     "nvidia-smi": {"--query-gpu"},
     "mpirun --report-bindings": {"--resource-usage"},
+    "Megatron-LM": {"--grad-reduce-in-bf16"},
 }
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 

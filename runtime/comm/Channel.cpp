@@ -77,6 +77,15 @@ std::shared_ptr<Request> Channel::allReduceSum(std::vector<int64_t> group,
               std::move(ready), std::move(what));
 }
 
+std::shared_ptr<Request> Channel::allReduceSumBf16(std::vector<int64_t> group,
+                                                   float *data, int64_t count,
+                                                   device::EventPtr ready,
+                                                   std::string what) {
+  return post([group = std::move(group), data,
+               count](Comm &c) { c.allReduceSumBf16(group, data, count); },
+              std::move(ready), std::move(what));
+}
+
 std::shared_ptr<Request>
 Channel::reduceScatterV(std::vector<int64_t> group, const float *in,
                         std::vector<int64_t> counts, float *out,

@@ -82,6 +82,11 @@ public:
   std::shared_ptr<Request> allReduceSum(std::vector<int64_t> group, float *data,
                                         int64_t count, device::EventPtr ready,
                                         std::string what);
+  /// Comm::allReduceSumBf16 posted likewise.
+  std::shared_ptr<Request> allReduceSumBf16(std::vector<int64_t> group,
+                                            float *data, int64_t count,
+                                            device::EventPtr ready,
+                                            std::string what);
   /// Posts Comm::reduceScatterV (bit-identical to it), started after
   /// `ready`; `out` may be this member's piece of `in` itself.
   std::shared_ptr<Request> reduceScatterV(std::vector<int64_t> group,

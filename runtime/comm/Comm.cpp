@@ -314,6 +314,14 @@ void Comm::allReduceSum(const std::vector<int64_t> &group, double *data,
   allReduce(group, data, count, false, "allReduceSum");
 }
 
+void Comm::allReduceSumBf16(const std::vector<int64_t> &group, float *data,
+                            int64_t count) {
+  checkGroup(group, "allReduceSum");
+  if (group.size() > 1 && count > 0 && nativeAllReduceBf16(group, data, count))
+    return;
+  allReduce(group, data, count, false, "allReduceSum");
+}
+
 void Comm::allReduceMax(const std::vector<int64_t> &group, float *data,
                         int64_t count) {
   allReduce(group, data, count, true, "allReduceMax");

@@ -128,6 +128,13 @@ public:
                     int64_t count);
   void allReduceSum(const std::vector<int64_t> &group, double *data,
                     int64_t count);
+  /// The sum of values that are bfloat16 numbers held as floats
+  /// (train.grad_reduce_dtype "bf16"): the nccl backend moves and sums them
+  /// as bf16 (half the bytes; its sum is rounded to bf16 as it goes), the
+  /// others as allReduceSum. Either way the caller rounds the result to
+  /// bf16 (Device::roundTo), which the nccl sum already is.
+  void allReduceSumBf16(const std::vector<int64_t> &group, float *data,
+                        int64_t count);
   void allReduceMax(const std::vector<int64_t> &group, float *data,
                     int64_t count);
   /// out = concatenation over members (group order) of each member's
@@ -204,6 +211,13 @@ protected:
                                device::DType type, void *data, int64_t count,
                                bool max) {
     (void)group, (void)type, (void)data, (void)count, (void)max;
+    return false;
+  }
+  /// allReduceSumBf16 on the wire in bf16 (true), or not at all (false:
+  /// the fp32 all-reduce runs).
+  virtual bool nativeAllReduceBf16(const std::vector<int64_t> &group,
+                                   float *data, int64_t count) {
+    (void)group, (void)data, (void)count;
     return false;
   }
   /// Equal counts only: `count` values of `type` (F32 or BF16) from every

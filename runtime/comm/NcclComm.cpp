@@ -508,6 +508,28 @@ protected:
     }
     return true;
   }
+  /// The values as bf16 bits in a buffer of their own (allocated and
+  /// released in stream order, as everything here runs), summed by NCCL in
+  /// bf16, back into `data` as floats (exact).
+  bool nativeAllReduceBf16(const std::vector<int64_t> &group, float *data,
+                           int64_t count) override {
+    ncclComm_t c = commOf(group);
+    if (!c)
+      return false;
+    device::Device &dev = device();
+    void *bits = dev.allocate(count * int64_t(sizeof(uint16_t)));
+    dev.convert(device::DType::F32, data, device::DType::BF16, bits, count);
+    {
+      HostCall call(*this, "ncclAllReduce");
+      check(api.allReduce(bits, bits, static_cast<size_t>(count), ncclBfloat16,
+                          ncclSum, c, stream()),
+            "ncclAllReduce", c);
+      follow("all-reduce (bf16)");
+    }
+    dev.convert(device::DType::BF16, bits, device::DType::F32, data, count);
+    dev.release(bits);
+    return true;
+  }
   bool nativeAllGather(const std::vector<int64_t> &group, device::DType type,
                        const void *in, int64_t count, void *out) override {
     ncclComm_t c = commOf(group);

@@ -66,7 +66,8 @@ const std::vector<ModelJsonObject> &modelJsonObjects() {
       {"/data/blend/N", {"path", "weight"}},
       {"/train",
        {"steps", "optimizer", "lr", "betas", "eps", "weight_decay", "decay_all",
-        "clip_grad", "lr_schedule", "eval_every", "eval_steps"}},
+        "clip_grad", "lr_schedule", "eval_every", "eval_steps",
+        "grad_reduce_dtype"}},
       {"/train/lr_schedule",
        {"warmup_steps", "decay", "decay_steps", "min_lr"}},
   };
@@ -398,6 +399,10 @@ void parseTrain(Validator &v, const json &root, ModelConfig &config) {
   if (auto clip = v.number(train, "/train", "clip_grad", 0, false, inf, false,
                            "global gradient-norm clip, 0 disables"))
     t.clipGrad = *clip;
+  if (auto dtype =
+          v.choice(train, "/train", "grad_reduce_dtype", false,
+                   {"fp32", "bf16"}, "the type gradients are reduced in"))
+    t.gradReduceDtype = *dtype;
   if (auto every =
           v.integer(train, "/train", "eval_every", false, 0,
                     "steps between held-out evaluations, 0: never", kMaxSteps))

@@ -193,6 +193,10 @@ struct TrainConfig {
   LrSchedule lrSchedule;
   /// Held-out loss every evalEvery steps (0: never) over evalSteps batches.
   int64_t evalEvery = 0, evalSteps = 1;
+  /// "fp32" or "bf16": the data-parallel gradient reduction's type
+  /// (docs/model.md "Gradient reduction in bf16").
+  std::string gradReduceDtype = "fp32";
+  bool reducesInBf16() const { return gradReduceDtype == "bf16"; }
 };
 
 struct ModelConfig {

@@ -200,6 +200,8 @@ json toJson(const ModelConfig &config) {
     root["batch"]["schedule"] = std::string(config.batch.schedule->name());
   if (config.train.decayAll)
     root["train"]["decay_all"] = true;
+  if (config.train.reducesInBf16())
+    root["train"]["grad_reduce_dtype"] = config.train.gradReduceDtype;
   if (config.worldSize)
     root["world_size"] = *config.worldSize;
   return root;

@@ -483,11 +483,19 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
   case InstrOp::ReduceGrads: {
     const Grid &grid = topology.modules[in.index].grid;
     GroupSpan members = group(rank, grid, {Dim::DP, Dim::CP});
-    double bytes = kFloat * localValues(static_cast<size_t>(in.index), rank);
+    const bool sharded =
+        moduleConfigs[static_cast<size_t>(in.index)]->distributedOptimizer;
+    // train.grad_reduce_dtype "bf16": the nccl backend's all-reduce moves
+    // bf16 (docs/model.md); a CPU's backends and the reduce-scatter fp32.
+    const double width =
+        config.train.reducesInBf16() && profile.kind != "cpu" && !sharded
+            ? 2.0
+            : kFloat;
+    double bytes = width * localValues(static_cast<size_t>(in.index), rank);
     double n = static_cast<double>(members.size);
     // The distributed optimizer reduce-scatters: each member sums and
     // receives its piece only (exec/OptimizerShards.h).
-    if (moduleConfigs[static_cast<size_t>(in.index)]->distributedOptimizer)
+    if (sharded)
       bytes /= n;
     if (members.size > 1)
       w.compute = memorySeconds(profile, n * bytes) + kernelSeconds(profile, n);

@@ -118,6 +118,11 @@ std::shared_ptr<comm::Request> BucketedReduction::reduce(int64_t begin,
                                                          int64_t end,
                                                          device::Device &dev,
                                                          std::string what) {
+  if (bf16)
+    dev.roundTo(device::DType::BF16, grads + begin, end - begin);
+  if (scatterOwn < 0 && bf16)
+    return channel.allReduceSumBf16(group, grads + begin, end - begin,
+                                    dev.record(), std::move(what));
   if (scatterOwn < 0)
     return channel.allReduceSum(group, grads + begin, end - begin, dev.record(),
                                 std::move(what));

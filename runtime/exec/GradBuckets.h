@@ -68,6 +68,10 @@ public:
   /// distributed optimizer, exec/OptimizerShards.h): member `own` of the
   /// group gets the sum of its piece only.
   void scatterTo(int64_t own) { scatterOwn = own; }
+  /// train.grad_reduce_dtype "bf16": each range rounded to bf16 before it
+  /// is posted, all-reduced by Comm::allReduceSumBf16 (the caller rounds
+  /// the sums after finish).
+  void reduceInBf16() { bf16 = true; }
   /// The ranges it reduces, in order: the buckets, then [0, prefix).
   std::vector<std::pair<int64_t, int64_t>> ranges(int64_t prefix) const;
 
@@ -113,6 +117,7 @@ private:
   int64_t step = 0;
   size_t next = 0, early = 0;
   int64_t scatterOwn = -1;
+  bool bf16 = false;
   struct Posted {
     std::string name;
     int64_t bytes;

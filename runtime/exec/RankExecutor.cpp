@@ -345,6 +345,8 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
       std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
       flat.grads.data(), m.topo->name);
   BucketedReduction *reduction = m.reduction.get();
+  if (plan.config.train.reducesInBf16())
+    reduction->reduceInBf16();
   m.stage->onGradsDone([this, reduction](const std::vector<size_t> &done) {
     if (!evaluating)
       reduction->gradsDone(done, dev);

@@ -384,7 +384,10 @@ void RankExecutor::colocated(const BridgeTopology &bridge, Key key,
 
 /// The TP sum of TP-partial gradients (a prefix of the flat buffer),
 /// then the DP x CP sum of all of them: one collective, or the buckets
-/// the backward has posted, the rest and the prefix.
+/// the backward has posted, the rest and the prefix. Under
+/// train.grad_reduce_dtype "bf16" (docs/model.md) each member's gradients
+/// are rounded to bf16 before the sum and the sums after it, on every rank
+/// (a group of one too: the reference trains alike).
 void RankExecutor::reduceGrads(ModuleState &m) {
   // Zero bubble: every weight gradient the backwards kept must have been
   // made (a program that drops a weight_grad would lose it silently).
@@ -397,6 +400,17 @@ void RankExecutor::reduceGrads(ModuleState &m) {
   const StageContext &ctx = m.stage->context();
   if (ctx.tp > 1 && flat.tpPartial > 0)
     comm.allReduceSum(ctx.tpGroup, flat.grads.data(), flat.tpPartial);
+  const bool bf16 = plan.config.train.reducesInBf16();
+  // The buckets round their own ranges as they are posted.
+  if (bf16 && !m.reduction)
+    dev.roundTo(device::DType::BF16, flat.grads.data(), flat.trainable);
+  auto allReduce = [&](const std::vector<int64_t> &group, float *data,
+                       int64_t count) {
+    if (bf16)
+      comm.allReduceSumBf16(group, data, count);
+    else
+      comm.allReduceSum(group, data, count);
+  };
   if (m.reduction) {
     std::vector<BucketedReduction::Span> spans =
         m.reduction->finish(dev, flat.tpPartial);
@@ -412,11 +426,14 @@ void RankExecutor::reduceGrads(ModuleState &m) {
   } else if (m.dpcpGroup.size() > 1) {
     // Expert parallelism: the experts (from flat.experts) over the members
     // holding the same ones.
-    comm.allReduceSum(m.dpcpGroup, flat.grads.data(), flat.experts);
+    allReduce(m.dpcpGroup, flat.grads.data(), flat.experts);
     if (flat.trainable > flat.experts && m.experts.edp.size() > 1)
-      comm.allReduceSum(m.experts.edp, flat.grads.data() + flat.experts,
-                        flat.trainable - flat.experts);
+      allReduce(m.experts.edp, flat.grads.data() + flat.experts,
+                flat.trainable - flat.experts);
   }
+  // The sums in bf16 (the nccl backend's are already).
+  if (bf16)
+    dev.roundTo(device::DType::BF16, flat.grads.data(), flat.trainable);
 }
 
 /// Global gradient norm and loss (one all-reduce of two doubles on the

@@ -109,6 +109,8 @@ constexpr KeySynonym kSynonyms[] = {
     {"mlp_only_layers", "layers",
      "/modules/N/arch/moe/layers (the sparse ones)", "Hugging Face"},
     {"expert_model_parallel_size", "ep", "/modules/N/parallel/ep", "Megatron"},
+    {"grad_reduce_in_bf16", "", "/train/grad_reduce_dtype (\"bf16\" for true)",
+     "Megatron"},
     {"global_batch_size", "",
      "/batch/micro_batch_size x /batch/num_microbatches (micro_batch_size "
      "is the global micro-batch: the data-parallel ranks share it)",

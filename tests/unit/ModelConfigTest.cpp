@@ -536,6 +536,33 @@ TEST(ModelConfigTest, EveryKeyIsDocumented) {
 
 /// The parser checks each object against modelJsonObjects(): a key of one
 /// object is unknown in another.
+/// docs/model-json.md train.grad_reduce_dtype: "fp32" (the default, not
+/// written back) or "bf16"; anything else, or Megatron's flag, names the
+/// key.
+TEST(ModelConfigTest, GradReduceDtype) {
+  json m = test::baseModel();
+  ModelConfig plain = test::requireConfig(parse(m));
+  EXPECT_FALSE(plain.train.reducesInBf16());
+  EXPECT_FALSE(toJson(plain)["train"].contains("grad_reduce_dtype"));
+  m["train"]["grad_reduce_dtype"] = "bf16";
+  ModelConfig bf16 = test::requireConfig(parse(m));
+  EXPECT_TRUE(bf16.train.reducesInBf16());
+  EXPECT_EQ(toJson(bf16)["train"]["grad_reduce_dtype"], "bf16");
+  EXPECT_TRUE(test::requireConfig(parse(toJson(bf16))).train.reducesInBf16());
+  m["train"]["grad_reduce_dtype"] = "fp16";
+  ParseResult bad = parse(m);
+  ASSERT_FALSE(bad.config);
+  ASSERT_EQ(bad.diagnostics.size(), 1u);
+  EXPECT_EQ(bad.diagnostics[0].pointer, "/train/grad_reduce_dtype");
+  m["train"].erase("grad_reduce_dtype");
+  m["train"]["grad_reduce_in_bf16"] = true;
+  bad = parse(m);
+  ASSERT_EQ(bad.diagnostics.size(), 1u);
+  EXPECT_NE(bad.diagnostics[0].message.find("/train/grad_reduce_dtype"),
+            std::string::npos)
+      << bad.diagnostics[0].message;
+}
+
 TEST(ModelConfigTest, KeyTablesAreTheParsers) {
   json m = test::baseModel();
   m["batch"]["lr"] = 1;

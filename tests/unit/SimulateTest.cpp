@@ -449,6 +449,27 @@ TEST(Simulate, RingCpHidesItsTransfersOnAGpu) {
 /// members is itself a reduce-scatter and an all-gather
 /// (Comm::allReduceSum), so the two move the same in all, the sharded one
 /// half of it at the optimizer step.
+/// train.grad_reduce_dtype "bf16": the nccl all-reduce moves half the
+/// bytes on a GPU; a CPU's backends move fp32 (docs/model.md).
+TEST(CostModel, Bf16GradientReductionHalvesTheBytesOnAGpu) {
+  json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
+  auto bytes = [&](const std::string &dtype, const std::string &profile) {
+    model["train"]["grad_reduce_dtype"] = dtype;
+    Plan plan =
+        requirePlan(requireConfig(parseModelConfig(model.dump(), "dp.json")));
+    const DeviceProfile device = *builtinProfile(profile);
+    CostModel costs(plan.topology, plan.config, device, defaultCluster(device));
+    double total = 0;
+    for (const Instr &in : plan.programs[plan.rankProgram[4]].instrs)
+      if (in.op == InstrOp::ReduceGrads)
+        total += costs.work(4, in).bytes;
+    return total;
+  };
+  EXPECT_GT(bytes("fp32", "h100"), 0);
+  EXPECT_DOUBLE_EQ(bytes("bf16", "h100"), bytes("fp32", "h100") / 2);
+  EXPECT_DOUBLE_EQ(bytes("bf16", "cpu"), bytes("fp32", "cpu"));
+}
+
 TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
   json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
   auto comm = [&](bool sharded, InstrOp op) {
