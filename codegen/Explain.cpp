@@ -220,11 +220,11 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
   result["shards"] = nullptr;
   result["total_stages"] = t.totalStages;
   result["microbatches"] = t.microbatches;
+  result["grad_reduce_dtype"] = plan.config.train.gradReduceDtype;
   const int64_t chunks = t.modules[t.languageIndex()].virtualStages;
   result["pipeline_bubble"] =
       t.schedule->bubble(t.totalStages, t.microbatches, chunks);
   result["schedule"] = std::string(t.schedule->name());
-  result["grad_reduce_dtype"] = plan.config.train.gradReduceDtype;
   if (t.schedule->chunked())
     result["virtual_stages"] = chunks;
   result["warnings"] = layoutWarnings(plan);

@@ -343,12 +343,46 @@ void Comm::allGatherValues(const std::vector<int64_t> &group,
   size_t own = checkGroup(group, "allGatherV");
   checkCounts(group, counts, "allGatherV");
   size_t n = group.size();
-  const int64_t size = device::sizeOf(type);
-  std::vector<int64_t> offsets = offsetsOf(counts);
   bool equal = std::all_of(counts.begin(), counts.end(),
                            [&](int64_t c) { return c == counts[0]; });
   if (n > 1 && equal && nativeAllGather(group, type, in, counts[0], out))
     return;
+  if (n > 1 && !equal && nativeCollectives(group)) {
+    // Every piece padded to the widest (the pads never leave the
+    // scratch), one native gather, then each piece to its place.
+    const int64_t size = device::sizeOf(type);
+    const int64_t widest = *std::max_element(counts.begin(), counts.end());
+    device::Device &dev = device();
+    device::Tensor piece = device::Tensor::empty(dev, widest, type);
+    device::Tensor all =
+        device::Tensor::empty(dev, widest * static_cast<int64_t>(n), type);
+    dev.fillZero(piece.raw(), piece.bytes());
+    if (counts[own] > 0)
+      dev.copy(piece.raw(), in, counts[own] * size);
+    if (!nativeAllGather(group, type, piece.raw(), widest, all.raw()))
+      usageError("allGatherV: the backend's gather does not serve group " +
+                 groupText(group));
+    std::vector<int64_t> offsets = offsetsOf(counts);
+    auto *bytes = static_cast<unsigned char *>(out);
+    const auto *gathered = static_cast<const unsigned char *>(all.raw());
+    for (size_t i = 0; i < n; ++i)
+      if (counts[i] > 0)
+        dev.copy(bytes + offsets[i] * size,
+                 gathered + static_cast<int64_t>(i) * widest * size,
+                 counts[i] * size);
+    ++padded;
+    return;
+  }
+  allGatherByMessages(group, type, in, counts, out);
+}
+
+void Comm::allGatherByMessages(const std::vector<int64_t> &group,
+                               device::DType type, const void *in,
+                               const std::vector<int64_t> &counts, void *out) {
+  size_t own = checkGroup(group, "allGatherV");
+  size_t n = group.size();
+  const int64_t size = device::sizeOf(type);
+  std::vector<int64_t> offsets = offsetsOf(counts);
   auto *bytes = static_cast<unsigned char *>(out);
   if (n > 1) {
     int64_t tag = collectiveTag(group);
@@ -385,6 +419,39 @@ void Comm::reduceScatterV(const std::vector<int64_t> &group, const float *in,
                            [&](int64_t c) { return c == counts[0]; });
   if (equal && nativeReduceScatter(group, in, mine, out))
     return;
+  if (!equal && nativeCollectives(group)) {
+    // Every member's pieces padded to the widest (zeros), one native
+    // reduce-scatter, this member's piece out of its padded sum.
+    const int64_t widest = *std::max_element(counts.begin(), counts.end());
+    device::Device &dev = device();
+    device::Tensor all = device::Tensor::empty(
+        dev, widest * static_cast<int64_t>(n), device::DType::F32);
+    device::Tensor sum = device::Tensor::empty(dev, widest, device::DType::F32);
+    dev.fillZero(all.raw(), all.bytes());
+    for (size_t i = 0; i < n; ++i)
+      if (counts[i] > 0)
+        dev.copy(all.data() + static_cast<int64_t>(i) * widest, in + offsets[i],
+                 bytesOf<float>(counts[i]));
+    if (!nativeReduceScatter(group, all.data(), widest, sum.data()))
+      usageError("reduceScatterV: the backend's reduce-scatter does not "
+                 "serve group " +
+                 groupText(group));
+    if (mine > 0)
+      dev.copy(out, sum.data(), bytesOf<float>(mine));
+    ++padded;
+    return;
+  }
+  reduceScatterByMessages(group, in, counts, out);
+}
+
+void Comm::reduceScatterByMessages(const std::vector<int64_t> &group,
+                                   const float *in,
+                                   const std::vector<int64_t> &counts,
+                                   float *out) {
+  size_t own = checkGroup(group, "reduceScatterV");
+  size_t n = group.size();
+  std::vector<int64_t> offsets = offsetsOf(counts);
+  int64_t mine = counts[own];
   int64_t tag = collectiveTag(group);
   device::Tensor received = device::Tensor::empty(
       device(), mine * static_cast<int64_t>(n - 1), device::DType::F32);

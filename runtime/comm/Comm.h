@@ -172,6 +172,9 @@ public:
   /// fails with CommError (tests: the list is complete, so a backend with
   /// communicators per group never falls back to point-to-point).
   void requirePreparedGroups(bool require) { strictGroups = require; }
+  /// Unequal gathers and reduce-scatters padded onto native collectives so
+  /// far (Comm::nativeCollectives; tests and the trace).
+  int64_t paddedCollectives() const { return padded; }
 
   /// Marks this rank failed with `message`; other ranks' waits fail with
   /// it (local), or the job is torn down (mpi). Does not return for mpi.
@@ -238,6 +241,23 @@ protected:
     (void)group, (void)rootIndex, (void)data, (void)bytes;
     return false;
   }
+  /// Whether the native collectives above serve `group` (nccl: it has a
+  /// communicator). Gathers and reduce-scatters of unequal pieces then pad
+  /// every piece to the largest and take the native ones, not messages
+  /// over the world (paddedCollectives counts them).
+  virtual bool nativeCollectives(const std::vector<int64_t> &group) {
+    (void)group;
+    return false;
+  }
+  /// The generic gather and reduce-scatter, by messages (exchange()): what
+  /// runs without native collectives, and how a backend that emulates
+  /// them (the local one matching in posting order) does.
+  void allGatherByMessages(const std::vector<int64_t> &group,
+                           device::DType type, const void *in,
+                           const std::vector<int64_t> &counts, void *out);
+  void reduceScatterByMessages(const std::vector<int64_t> &group,
+                               const float *in,
+                               const std::vector<int64_t> &counts, float *out);
   /// Creates what the backend needs per group (called by prepareGroups).
   virtual void
   createGroups(const std::vector<std::vector<std::vector<int64_t>>> &families) {
@@ -261,6 +281,7 @@ private:
                        const void *in, const std::vector<int64_t> &counts,
                        void *out);
   std::vector<std::pair<std::vector<int64_t>, int64_t>> collectiveCounters;
+  int64_t padded = 0;
 
   /// Called with the message before a collective throws CommError for a
   /// misuse (a rank not in the group, bad counts). The local backend

@@ -165,6 +165,30 @@ public:
                        [](const Message &m) { return m.done; });
   }
 
+  /// Matching in posting order (NCCL's pairing), the gathers and
+  /// reduce-scatters of equal pieces stand in for NCCL's, so the unequal
+  /// ones take the padded path the nccl backend takes (by messages still).
+  bool nativeCollectives(const std::vector<int64_t> &group) override {
+    (void)group;
+    return world->matching == Matching::InPostingOrder;
+  }
+  bool nativeAllGather(const std::vector<int64_t> &group, device::DType type,
+                       const void *in, int64_t count, void *out) override {
+    if (!nativeCollectives(group))
+      return false;
+    allGatherByMessages(group, type, in,
+                        std::vector<int64_t>(group.size(), count), out);
+    return true;
+  }
+  bool nativeReduceScatter(const std::vector<int64_t> &group, const float *in,
+                           int64_t count, float *out) override {
+    if (!nativeCollectives(group))
+      return false;
+    reduceScatterByMessages(group, in,
+                            std::vector<int64_t>(group.size(), count), out);
+    return true;
+  }
+
   void fail(const std::string &message) override {
     std::lock_guard<std::mutex> lock(world->mutex);
     world->failLocked(message);

@@ -32,6 +32,7 @@
 
 #include "runtime/comm/BoundedExit.h"
 #include "runtime/comm/GroupSplit.h"
+#include "runtime/comm/OperationClock.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/GpuSelection.h"
 #include "runtime/support/SharedLibrary.h"
@@ -236,7 +237,7 @@ public:
     // finished (a failure unwinding) that is forever, so abort instead.
     bool quiet = true;
     try {
-      for (const Pending &p : pending)
+      for (const auto &p : pending.all())
         quiet = quiet && (!p.event || p.event->reached());
     } catch (const std::exception &) {
       quiet = false;
@@ -508,6 +509,9 @@ protected:
     }
     return true;
   }
+  bool nativeCollectives(const std::vector<int64_t> &group) override {
+    return commOf(group) != nullptr;
+  }
   /// The values as bf16 bits in a buffer of their own (allocated and
   /// released in stream order, as everything here runs), summed by NCCL in
   /// bf16, back into `data` as floats (exact).
@@ -663,10 +667,9 @@ private:
   void follow(const char *what) { follow(device().record(), what); }
   void follow(device::EventPtr event, const char *what) {
     std::lock_guard<std::mutex> lock(mutex);
-    pending.push_back(
-        {std::move(event),
-         std::string(what) + (context.empty() ? "" : " in ") + context,
-         Clock::now()});
+    pending.post(std::move(event),
+                 std::string(what) + (context.empty() ? "" : " in ") + context,
+                 Clock::now());
   }
 
   /// Aborts every communicator (fail() on the rank's thread; the watchdog
@@ -698,9 +701,11 @@ private:
         break;
       std::string problem;
       try {
-        while (!pending.empty() &&
-               (!pending.front().event || pending.front().event->reached()))
-          pending.pop_front();
+        pending.drop(
+            [](const device::EventPtr &event) {
+              return !event || event->reached();
+            },
+            Clock::now());
       } catch (const std::exception &e) {
         problem = std::string("the GPU reported a fault: ") + e.what();
       }
@@ -711,8 +716,9 @@ private:
         problem = "timed out after " + secondsText(getTimeout()) +
                   " s inside " + inCall + inContext() +
                   " (a peer never joined it)";
-      if (problem.empty() && !pending.empty() &&
-          now - pending.front().posted > limit)
+      // Each operation from when the one before it ended
+      // (OperationClock), not from when it was enqueued.
+      if (problem.empty() && pending.overdue(now, limit))
         problem = "timed out after " + secondsText(getTimeout()) +
                   " s waiting for the peers of " + pending.front().what;
       std::vector<ncclComm_t> all;
@@ -765,14 +771,9 @@ private:
   std::vector<SelfMessage> selfPosted;
   std::atomic<bool> aborted{false};
 
-  struct Pending {
-    device::EventPtr event;
-    std::string what;
-    TimePoint posted;
-  };
   std::mutex mutex;
   std::condition_variable wake;
-  std::deque<Pending> pending;
+  OperationClock<device::EventPtr> pending;
   const char *inCall = nullptr;
   TimePoint inCallSince;
   bool stopping = false;

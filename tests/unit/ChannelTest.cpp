@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/comm/Channel.h"
+#include "runtime/comm/OperationClock.h"
 #include "runtime/device/Devices.h"
 #include "runtime/device/Tensor.h"
 #include "runtime/exec/GradBuckets.h"
@@ -407,3 +408,35 @@ TEST(GradBuckets, ScatteredEachMemberSumsItsPieces) {
 }
 
 } // namespace
+
+/// The nccl watchdog's clock (comm/OperationClock.h): an operation's
+/// timeout runs from the end of the one before it, not from when it was
+/// enqueued behind a long queue; one that never ends runs out of it.
+TEST(OperationClock, AnOperationIsTimedFromItsPredecessorsEnd) {
+  using mimo::comm::OperationClock;
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::seconds;
+  const Clock::time_point t0{};
+  OperationClock<int> clock; // events: 1 ended, 0 not yet
+  std::vector<int> ended = {0, 0, 0};
+  auto done = [&](const int &id) {
+    return ended[static_cast<size_t>(id)] != 0;
+  };
+  clock.post(0, "first", t0);
+  clock.post(1, "second", t0);
+  clock.post(2, "third", t0);
+  // The first runs 50 s of a 60 s limit: not overdue.
+  EXPECT_EQ(clock.overdue(t0 + seconds(50), seconds(60)), nullptr);
+  ended[0] = 1;
+  clock.drop(done, t0 + seconds(50));
+  EXPECT_EQ(clock.front().what, "second");
+  // Enqueued 100 s ago, started 50 s ago: not overdue.
+  EXPECT_EQ(clock.overdue(t0 + seconds(100), seconds(60)), nullptr);
+  // Never ends: overdue 60 s after the first ended.
+  const auto *late = clock.overdue(t0 + seconds(111), seconds(60));
+  ASSERT_NE(late, nullptr);
+  EXPECT_EQ(late->what, "second");
+  ended[1] = ended[2] = 1;
+  clock.drop(done, t0 + seconds(112));
+  EXPECT_TRUE(clock.empty());
+}

@@ -819,3 +819,60 @@ TEST(LocalCommPosted, UnreceivedPostedSendTimesOut) {
     }
   }
 }
+
+/// Gathers and reduce-scatters of unequal pieces over a group with native
+/// collectives (the nccl backend's communicators; the local backend
+/// matching in posting order stands in) pad each piece to the widest and
+/// take the native collective, not messages over the world: the same
+/// values, no neighbour overwritten, in place too.
+TEST(LocalCommInPostingOrder, UnequalPiecesPadOntoTheNativeCollectives) {
+  for (Matching matching : {Matching::InPostingOrder, Matching::ByTag}) {
+    const int64_t n = 3;
+    auto outcomes = runRanks(
+        n,
+        [&](Comm &c) {
+          const int64_t me = c.rank();
+          const std::vector<int64_t> counts = {5, 0, 3}, offsets = {0, 5, 5};
+          // allGatherV of floats, then in place.
+          std::vector<float> in(counts[me]);
+          for (int64_t k = 0; k < counts[me]; ++k)
+            in[k] = float(me * 100 + k);
+          std::vector<float> out(9, -7.0f);
+          c.allGatherV(range(n), in.data(), counts, out.data());
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t k = 0; k < counts[i]; ++k)
+              EXPECT_EQ(out[offsets[i] + k], float(i * 100 + k));
+          EXPECT_EQ(out[8], -7.0f);
+          std::vector<float> same(8, 0.0f);
+          for (int64_t k = 0; k < counts[me]; ++k)
+            same[offsets[me] + k] = float(me + k);
+          c.allGatherV(range(n), same.data() + offsets[me], counts,
+                       same.data());
+          EXPECT_EQ(same[7], 4.0f); // rank 2's last
+          // bf16 bits.
+          std::vector<uint16_t> bits(counts[me], uint16_t(0x3f80 + me));
+          std::vector<uint16_t> gathered(9, 0xffff);
+          c.allGatherV(range(n), bits.data(), counts, gathered.data());
+          EXPECT_EQ(gathered[0], 0x3f80);
+          EXPECT_EQ(gathered[7], 0x3f82);
+          EXPECT_EQ(gathered[8], 0xffff);
+          // reduceScatterV: the pieces' sums in group order.
+          std::vector<float> values(8);
+          for (int64_t k = 0; k < 8; ++k)
+            values[k] = value<float>(me, k);
+          std::vector<float> piece(counts[me] + 1, -9.0f);
+          c.reduceScatterV(range(n), values.data(), counts, piece.data());
+          for (int64_t k = 0; k < counts[me]; ++k) {
+            float acc = value<float>(0, offsets[me] + k);
+            for (int64_t r = 1; r < n; ++r)
+              acc += value<float>(r, offsets[me] + k);
+            EXPECT_EQ(std::memcmp(&acc, &piece[k], sizeof acc), 0) << k;
+          }
+          EXPECT_EQ(piece[counts[me]], -9.0f);
+          EXPECT_EQ(c.paddedCollectives(),
+                    matching == Matching::InPostingOrder ? 4 : 0);
+        },
+        Seconds(30), nullptr, matching);
+    expectAllOk(outcomes);
+  }
+}
