@@ -557,7 +557,7 @@ std::optional<Plan> loadRunnablePlan(const CommandLine &cli,
   if (kind == device::DeviceKind::Cuda)
     for (size_t i = 0; i < plan.config.modules.size(); ++i) {
       const ModuleConfig &m = plan.config.modules[i];
-      int64_t headDim = m.numHeads > 0 ? m.hiddenSize / m.numHeads : 0;
+      int64_t headDim = m.numHeads > 0 ? m.headDim() : 0;
       const std::string problem = device::cudaAttentionProblem(headDim);
       if (!problem.empty()) {
         error = "mimo-run: " + path + ": /model/modules/" + std::to_string(i) +

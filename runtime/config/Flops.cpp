@@ -99,10 +99,12 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     const std::string at = "layers." + std::to_string(l) + ".";
     const bool backward = l >= truncated;
     const double KV = static_cast<double>(m.kvHidden());
+    const double A = static_cast<double>(m.attentionWidth());
     for (const char *w : {"wq", "wk", "wv", "wo"}) {
-      const double N = w[1] == 'k' || w[1] == 'v' ? KV : H;
+      const double N = w[1] == 'k' || w[1] == 'v' ? KV : A;
+      const bool out = w[1] == 'o'; // [A, H]
       work += weight(2.0 * H * N * tokens, at + w, backward) +
-              adapter(at + w, H, N, backward);
+              adapter(at + w, out ? A : H, out ? H : N, backward);
     }
     for (const char *w : language
                              ? std::vector<const char *>{"gate", "up", "down"}
@@ -111,7 +113,7 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
       work += weight(2.0 * H * F * tokens, at + w, backward) +
               adapter(at + w, down ? F : H, down ? H : F, backward);
     }
-    work += squares * 4.0 * H * (backward ? 3.0 : 1.0);
+    work += squares * 4.0 * A * (backward ? 3.0 : 1.0);
   }
   if (language) {
     const double V = static_cast<double>(m.vocabSize);

@@ -240,6 +240,9 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
                   "; use a group count that divides the head count (1: "
                   "multi-query attention)");
   }
+  if (auto width = v.integer(arch, at, "head_dim", false, 2,
+                             "each attention head's width", kMaxWidth))
+    module.headDimKey = *width;
   if (auto theta = v.number(arch, at, "rope_theta", 1, false, 1e12, false,
                             "the base of the rotary embeddings"))
     module.ropeTheta = *theta;
@@ -444,24 +447,29 @@ void parseModule(Validator &v, const json &moduleJson, size_t index,
           field("num_heads", "number of attention heads", kMaxWidth);
       module.ffnHiddenSize = field(
           "ffn_hidden_size", "width of the feed-forward layer", kMaxFfnWidth);
+      parseArchExtras(v, *arch, archPointer, module);
+      // The heads' width: head_dim, else hidden_size / num_heads.
       if (module.hiddenSize > 0 && module.numHeads > 0) {
-        if (module.hiddenSize % module.numHeads != 0)
+        if (module.headDimKey == 0 && module.hiddenSize % module.numHeads != 0)
           v.error(archPointer + "/num_heads",
                   "expected num_heads to divide hidden_size " +
                       std::to_string(module.hiddenSize) + ", found " +
                       std::to_string(module.numHeads) +
-                      "; use a head count that divides the hidden size");
+                      "; use a head count that divides the hidden size, or "
+                      "give the heads' width as head_dim");
         else if (module.kind == ModuleKind::Language &&
-                 (module.hiddenSize / module.numHeads) % 2 != 0)
-          v.error(archPointer + "/num_heads",
-                  "expected an even head size for rotary embeddings, found "
-                  "hidden_size " +
-                      std::to_string(module.hiddenSize) + " / num_heads " +
-                      std::to_string(module.numHeads) + " = " +
-                      std::to_string(module.hiddenSize / module.numHeads) +
-                      "; choose num_heads so that the head size is even");
+                 module.headDim() % 2 != 0)
+          v.error(
+              archPointer +
+                  (module.headDimKey > 0 ? "/head_dim" : "/num_heads"),
+              "expected an even head size for rotary embeddings, found " +
+                  (module.headDimKey > 0
+                       ? "head_dim " + std::to_string(module.headDimKey)
+                       : "hidden_size " + std::to_string(module.hiddenSize) +
+                             " / num_heads " + std::to_string(module.numHeads) +
+                             " = " + std::to_string(module.headDim())) +
+                  "; choose an even head size");
       }
-      parseArchExtras(v, *arch, archPointer, module);
       if (module.namedFamily)
         if (std::optional<ArchProblem> problem =
                 module.namedFamily->structureProblem(module))

@@ -37,6 +37,8 @@ json toJson(const ModelConfig &config) {
       module.namedFamily->setDefaults(d);
     if (module.numQueryGroups != d.numQueryGroups)
       arch["num_query_groups"] = module.numQueryGroups;
+    if (module.headDimKey > 0)
+      arch["head_dim"] = module.headDimKey;
     if (module.ropeTheta != d.ropeTheta)
       arch["rope_theta"] = module.ropeTheta;
     if (const std::optional<RopeScaling> &r = module.ropeScaling)

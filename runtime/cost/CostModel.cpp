@@ -211,6 +211,7 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                     double outputHidden) {
   const double tp = shape.tp, rows = shape.rows;
   const double H = static_cast<double>(m.hiddenSize);
+  const double A = static_cast<double>(m.attentionWidth()); // q and o
   const double F = static_cast<double>(m.ffnHiddenSize);
   const double passes = backward ? 2 : 1; // dX and dW
   // SwiGLU has gate, up and down; the encoders' GELU MLP fc1 and fc2.
@@ -220,8 +221,8 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   // something trainable at or under it (model/EncoderStage.cpp).
   auto trains = [&](const std::string &local) { return !m.frozen(local); };
   const double KV = static_cast<double>(m.kvHidden()); // GQA: K and V
-  const double dense[4] = {gemmSeconds(p, rows, (H + 2 * KV) / tp, H),
-                           gemmSeconds(p, rows, H, H / tp),
+  const double dense[4] = {gemmSeconds(p, rows, (A + 2 * KV) / tp, H),
+                           gemmSeconds(p, rows, H, A / tp),
                            gemmSeconds(p, rows, mlpIn * F / tp, H),
                            gemmSeconds(p, rows, H, F / tp)};
   // A sparse layer (family/Moe.h): the router, each token's top_k experts
@@ -271,12 +272,12 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
       }
       // The elementwise kernels (norms, RoPE, residuals, activation,
       // packing).
-      layer += memorySeconds(p, rows * layerElementwiseBytes(H, H / tp, F / tp,
+      layer += memorySeconds(p, rows * layerElementwiseBytes(H, A / tp, F / tp,
                                                              shape.language,
                                                              shape.bf16, back));
       layer += (back ? 2 : 1) * kernelSeconds(p, 18);
       const double attention =
-          attentionSeconds(p, 4 * H / tp * shape.pairs, shape.span, back);
+          attentionSeconds(p, 4 * A / tp * shape.pairs, shape.span, back);
       w.attention += attention;
       layer += attention;
       return layer + (back ? 2 : 1) * p.layerOverheadUs * 1e-6 /

@@ -64,7 +64,9 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
   const double Tc = T / cp;
   const double Tl = t.shard.sequenceParallel && tp > 1 ? Tc / tp : Tc;
   const double H = static_cast<double>(m.hiddenSize);
-  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  // q and the attention output: the heads' width (num_heads x head_dim).
+  const double Hl = static_cast<double>(m.attentionWidth()) / tp,
+               Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double Vl = static_cast<double>(m.vocabSize) / tp;
   // K and V's width on a rank: Hl, or their groups' under GQA.
@@ -165,7 +167,9 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   const double R =
       samples * expectedModalityTokens(config, encoder).mean; // lane rows
   const double H = static_cast<double>(m.hiddenSize);
-  const double Hl = H / tp, Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  // q and the attention output: the heads' width (num_heads x head_dim).
+  const double Hl = static_cast<double>(m.attentionWidth()) / tp,
+               Fl = static_cast<double>(m.ffnHiddenSize) / tp;
   const double heads = static_cast<double>(m.numHeads) / tp;
   const double O = static_cast<double>(outputHidden);
   // Recomputation as languageBytes: "selective" drops the GeLU output,

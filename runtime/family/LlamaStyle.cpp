@@ -38,7 +38,7 @@ void LlamaStyleFamily::declareParameters(const ModuleArch &m,
     add(p + "attn_norm", 1, H, L::Replicated, I::Ones, 0, sp);
     declareAttention(m, module, p, m.qkvBias, false, sp, out);
     if (m.qkNorm) { // each TP rank's heads: a partial gradient
-      const int64_t d = H / m.numHeads;
+      const int64_t d = m.headDim();
       add(p + "q_norm", 1, d, L::Replicated, I::Ones, 0, true);
       add(p + "k_norm", 1, d, L::Replicated, I::Ones, 0, true);
     }
@@ -141,7 +141,8 @@ double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
   double F = static_cast<double>(m.ffnHiddenSize);
   double V = static_cast<double>(m.vocabSize);
   double L = static_cast<double>(m.layers());
-  double KV = static_cast<double>(m.kvHidden()); // K and V's width (GQA)
+  double KV = static_cast<double>(m.kvHidden());      // K and V's width (GQA)
+  double A = static_cast<double>(m.attentionWidth()); // q's and o's
   // A sparse layer computes its router, its top_k experts and its shared
   // expert (and gate) for each token: the active FLOPs.
   const MoeConfig &e = m.moe;
@@ -150,10 +151,10 @@ double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
       H * static_cast<double>(e.experts) +
       3.0 * H * static_cast<double>(e.topK * e.expertFfn + e.sharedFfn) +
       (e.sharedFfn > 0 && e.sharedGate ? H : 0.0);
-  double perToken = L * 2.0 * (2.0 * H * H + 2.0 * H * KV) +
+  double perToken = L * 2.0 * (2.0 * H * A + 2.0 * H * KV) +
                     (L - sparse) * 2.0 * 3.0 * H * F + sparse * 2.0 * moeMlp +
                     2.0 * H * V;
-  return tokens * perToken + L * pairs * 4.0 * H;
+  return tokens * perToken + L * pairs * 4.0 * A;
 }
 
 std::optional<HfSource>
@@ -403,13 +404,14 @@ bool LlamaStyleFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
   k.sizes(module);
   k.size("num_query_groups", "num_key_value_heads", module.kvHeads(),
          k.integer("num_attention_heads"));
+  // head_dim: absent (or null) means hidden_size / num_attention_heads
+  // in transformers, as in mimo.
   if (std::optional<int64_t> headDim = k.integer("head_dim");
-      headDim && module.numHeads > 0 &&
-      *headDim != module.hiddenSize / module.numHeads)
-    k.problem("num_heads", k.where("head_dim") + " is " +
-                               std::to_string(*headDim) +
-                               ", not hidden_size / num_attention_heads: "
-                               "mimo's heads are hidden_size / num_heads wide");
+      headDim && module.numHeads > 0 && *headDim != module.headDim())
+    k.problem("head_dim",
+              k.where("head_dim") + " is " + std::to_string(*headDim) +
+                  ", arch's heads are " + std::to_string(module.headDim()) +
+                  " wide: set arch.head_dim to " + std::to_string(*headDim));
   k.number("rope_theta", "rope_theta", module.ropeTheta, 10000.0);
   k.number("norm_eps", "rms_norm_eps", module.normEps, 1e-6);
   k.flag("tie_embeddings", "tie_word_embeddings", module.tieEmbeddings,
@@ -479,7 +481,7 @@ LlamaStyleFamily::hfConfig(const ModuleArch &m,
   c["num_hidden_layers"] = m.numLayers;
   c["num_attention_heads"] = m.numHeads;
   c["num_key_value_heads"] = m.kvHeads();
-  c["head_dim"] = m.hiddenSize / m.numHeads;
+  c["head_dim"] = m.headDim();
   c["hidden_act"] = "silu";
   // What the pretrained model was made for, not this run's seq_length
   // (which is only a floor).

@@ -36,6 +36,10 @@ struct ModuleArch {
   /// docs/model-json.md `num_query_groups` (language): the key and value
   /// heads (GQA; numHeads when absent: plain multi-head attention).
   int64_t numQueryGroups = 0;
+  /// `head_dim` (language; Hugging Face's `head_dim`, Megatron's
+  /// `kv_channels`): each attention head's width when it is not
+  /// hidden_size / num_heads (Qwen3's 0.6B, 4B and 30B-A3B); 0: that.
+  int64_t headDimKey = 0;
   /// `rope_theta` and `rope_scaling` (language): RoPE's base and Llama
   /// 3.1's rescaling of its frequencies.
   double ropeTheta = 10000.0;
@@ -82,8 +86,18 @@ struct ModuleArch {
     return numQueryGroups > 0 ? numQueryGroups : numHeads;
   }
   bool hasMoe() const { return moe.experts > 0; }
+  /// Each attention head's width: head_dim, else hidden_size / num_heads.
+  int64_t headDim() const {
+    return headDimKey > 0 ? headDimKey
+                          : (numHeads > 0 ? hiddenSize / numHeads : hiddenSize);
+  }
+  /// The queries' and the attention output's width (num_heads x
+  /// headDim(): wq's output, wo's input), and the keys' and values'.
+  int64_t attentionWidth() const {
+    return numHeads > 0 ? numHeads * headDim() : hiddenSize;
+  }
   int64_t kvHidden() const {
-    return numHeads > 0 ? kvHeads() * (hiddenSize / numHeads) : hiddenSize;
+    return numHeads > 0 ? kvHeads() * headDim() : hiddenSize;
   }
 };
 

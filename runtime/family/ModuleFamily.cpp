@@ -38,19 +38,20 @@ void declareAttention(const ModuleArch &m, const std::string &module,
     out.push_back({module, name, rows, cols, layout, init, 0, partialOverTp});
   };
   const int64_t H = m.hiddenSize;
-  const int64_t KV = m.kvHidden(); // H unless grouped-query attention
+  const int64_t A = m.attentionWidth(); // H unless head_dim says otherwise
+  const int64_t KV = m.kvHidden();      // A unless grouped-query attention
   // Q, K and V split by heads (column-parallel; K and V by their groups
   // under GQA, which TP divides), the output projection by the same heads
   // (row-parallel). Biases (docs/model.md): of a column-parallel weight
   // split with its columns; of a row-parallel one (added once to the
   // summed output) replicated, its gradient partial over TP under SP (as
   // the norms').
-  add(p + "wq", H, H, L::ColumnParallel);
+  add(p + "wq", H, A, L::ColumnParallel);
   add(p + "wk", H, KV, L::ColumnParallel);
   add(p + "wv", H, KV, L::ColumnParallel);
-  add(p + "wo", H, H, L::RowParallel);
+  add(p + "wo", A, H, L::RowParallel);
   if (qkvBias) {
-    add(p + "bq", 1, H, L::ColumnParallel, I::Zeros);
+    add(p + "bq", 1, A, L::ColumnParallel, I::Zeros);
     add(p + "bk", 1, KV, L::ColumnParallel, I::Zeros);
     add(p + "bv", 1, KV, L::ColumnParallel, I::Zeros);
   }

@@ -34,7 +34,7 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
       shardTopology(shard) {
   vocabLocal = vocab / ctx.tp;
   rope = ropeSpec(module);
-  headDim = module.hiddenSize / module.numHeads;
+  headDim = module.headDim();
   buildParameters(stageParameters(module, hiddenSize,
                                   ctx.sequenceParallel && ctx.tp > 1, ctx.pp,
                                   ctx.ppRank),

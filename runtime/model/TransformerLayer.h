@@ -119,7 +119,7 @@ public:
         lora(std::move(adapters)), H(module.hiddenSize),
         eps(static_cast<float>(module.normEps)), ctx(ctx) {
     headsLocal = module.numHeads / ctx.tp;
-    headDim = H / module.numHeads;
+    headDim = module.headDim();
     Hl = headsLocal * headDim;
     kvHeadsLocal = module.kvHeads() / ctx.tp;
     KVl = kvHeadsLocal * headDim;

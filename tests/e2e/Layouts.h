@@ -172,6 +172,21 @@ inline std::vector<Layout> equivalenceLayouts() {
   json gathered = example("lm-cp2-sp.json");
   gathered["modules"][1]["parallel"]["cp_comm"] = "all_gather";
   layouts.push_back({"ContextParallelAllGatherWithSp", gathered, 6});
+  // arch.head_dim other than hidden_size / num_heads (Qwen3's): heads
+  // twice as wide (64, not 32) under TP2, SP and ring CP2, and half as
+  // wide with grouped-query attention.
+  json wide = example("lm-cp2-sp.json");
+  wide["modules"][1]["arch"]["head_dim"] = 64;
+  layouts.push_back({"HeadDimWiderThanHiddenOverHeadsWithRingCp", wide, 6});
+  json narrow = example("vlm-fan-in.json");
+  for (json &module : narrow["modules"])
+    if (module["kind"] == "language") {
+      module["arch"]["head_dim"] =
+          module["arch"]["hidden_size"].get<int64_t>() /
+          module["arch"]["num_heads"].get<int64_t>() / 2;
+      module["arch"]["num_query_groups"] = 2;
+    }
+  layouts.push_back({"HeadDimNarrowerWithGqaTp2Pp2", narrow, 8});
   // Two bridges join the same pairs of ranks in one exchange.
   json twoEncoders = example("avlm.json");
   twoEncoders["modules"][0]["parallel"] = {{"dp", 4}};

@@ -46,14 +46,18 @@ LAYOUTS = [("1", {}), ("tp2", {"tp": 2}), ("pp2", {"pp": 2}),
 FAMILIES = {
     "mixtral": dict(model_type="mixtral", arch="MixtralForCausalLM",
                     experts=4, top_k=2, expert_ffn=FFN, norm=True,
-                    dense=[], shared=0, qkv_bias=False, qk_norm=False),
+                    dense=[], shared=0, qkv_bias=False, qk_norm=False,
+                    head_dim=HIDDEN // HEADS),
     "qwen2_moe": dict(model_type="qwen2_moe", arch="Qwen2MoeForCausalLM",
                       experts=4, top_k=2, expert_ffn=EXPERT_FFN, norm=False,
                       dense=[0], shared=SHARED_FFN, qkv_bias=True,
-                      qk_norm=False),
+                      qk_norm=False, head_dim=HIDDEN // HEADS),
+    # Heads twice hidden_size / num_heads wide, as Qwen3-30B-A3B's (head_dim
+    # 128 at hidden 2048 and 32 heads): arch.head_dim.
     "qwen3_moe": dict(model_type="qwen3_moe", arch="Qwen3MoeForCausalLM",
                       experts=8, top_k=2, expert_ffn=EXPERT_FFN, norm=True,
-                      dense=[], shared=0, qkv_bias=False, qk_norm=True),
+                      dense=[], shared=0, qkv_bias=False, qk_norm=True,
+                      head_dim=2 * HIDDEN // HEADS),
 }
 GROUPS, EPS, THETA = 2, 1e-6, 1000000.0
 
@@ -66,7 +70,8 @@ class MoeTwin:
         self.f = f = FAMILIES[family]
         self.family = family
         g = torch.Generator().manual_seed(seed)
-        d = HIDDEN // HEADS
+        d = f["head_dim"]
+        A = HEADS * d  # q's and o's width
 
         def u(shape, scale, offset=0.0):
             w = torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
@@ -81,12 +86,12 @@ class MoeTwin:
             a = f"model.layers.{l}."
             p[a + "input_layernorm.weight"] = u((HIDDEN,), 0.2, 1.0)
             p[a + "post_attention_layernorm.weight"] = u((HIDDEN,), 0.2, 1.0)
-            p[a + "self_attn.q_proj.weight"] = u((HIDDEN, HIDDEN), 4 * s)
+            p[a + "self_attn.q_proj.weight"] = u((A, HIDDEN), 4 * s)
             p[a + "self_attn.k_proj.weight"] = u((GROUPS * d, HIDDEN), 4 * s)
             p[a + "self_attn.v_proj.weight"] = u((GROUPS * d, HIDDEN), s)
-            p[a + "self_attn.o_proj.weight"] = u((HIDDEN, HIDDEN), s)
+            p[a + "self_attn.o_proj.weight"] = u((HIDDEN, A), s)
             if f["qkv_bias"]:
-                for x, n in (("q", HIDDEN), ("k", GROUPS * d), ("v", GROUPS * d)):
+                for x, n in (("q", A), ("k", GROUPS * d), ("v", GROUPS * d)):
                     p[a + f"self_attn.{x}_proj.bias"] = u((n,), 1.0)
             if f["qk_norm"]:
                 p[a + "self_attn.q_norm.weight"] = u((d,), 0.3, 1.0)
@@ -122,7 +127,7 @@ class MoeTwin:
              "hidden_act": "silu", "hidden_size": HIDDEN,
              "intermediate_size": FFN, "num_hidden_layers": LAYERS,
              "num_attention_heads": HEADS, "num_key_value_heads": GROUPS,
-             "head_dim": HIDDEN // HEADS, "vocab_size": VOCAB,
+             "head_dim": f["head_dim"], "vocab_size": VOCAB,
              "rms_norm_eps": EPS, "rope_theta": THETA,
              "tie_word_embeddings": False, "max_position_embeddings": 4 * SEQ,
              "num_experts_per_tok": f["top_k"],
@@ -149,11 +154,14 @@ class MoeTwin:
                           "z_loss_coef": ZLOSS}}
         if f["shared"]:
             moe["shared_expert_ffn_hidden_size"] = f["shared"]
-        return {"family": self.family, "vocab_size": VOCAB,
+        arch = {"family": self.family, "vocab_size": VOCAB,
                 "hidden_size": HIDDEN, "num_layers": LAYERS,
                 "num_heads": HEADS, "ffn_hidden_size": FFN,
                 "num_query_groups": GROUPS, "rope_theta": THETA,
                 "norm_eps": EPS, "moe": moe}
+        if f["head_dim"] != HIDDEN // HEADS:
+            arch["head_dim"] = f["head_dim"]
+        return arch
 
     def sparse_mlp(self, x, a, stats):
         """transformers' sparse MoE block over rows x [T, H]; appends the
@@ -187,7 +195,7 @@ class MoeTwin:
 
     def forward(self, ids, stats):
         f, p = self.f, self.params
-        n, G, d = HEADS, GROUPS, HIDDEN // HEADS
+        n, G, d = HEADS, GROUPS, f["head_dim"]
         x = p["model.embed_tokens.weight"][torch.tensor(ids)]
         ell = x.shape[0]
         pos = torch.arange(ell, dtype=torch.float64)

@@ -284,6 +284,47 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   }
 }
 
+/// arch.head_dim (docs/model.md): heads wider and narrower than
+/// hidden_size / num_heads (Qwen3's 0.6B and 30B-A3B: twice as wide), with
+/// multi-query attention and qk_norm (Qwen3's), then q/k/v biases
+/// (Qwen2's): q and the attention output num_heads x head_dim wide, wo
+/// back to the hidden size. (Biases under qk_norm, which no family has,
+/// curve the loss too much for these differences' step.)
+TEST(ModelGradient, HeadDimOtherThanHiddenOverHeadsMatchesFiniteDifferences) {
+  for (const int64_t headDim : {int64_t(16), int64_t(4)})
+    for (const bool qwen3 : {true, false}) {
+      SCOPED_TRACE("head_dim " + std::to_string(headDim) +
+                   (qwen3 ? " qk_norm" : " qkv_bias"));
+      SingleRank r;
+      ModuleConfig m = languageConfig();
+      ASSERT_NE(m.hiddenSize / m.numHeads, headDim);
+      m.headDimKey = headDim;
+      m.qkNorm = qwen3;
+      m.qkvBias = !qwen3;
+      m.numQueryGroups = m.numHeads / 2;
+      LanguageStage lm(m, makeShard(1, 1, false, false), r.context());
+      for (const Param &p : lm.params())
+        if (p.name == "layers.0.wq") {
+          EXPECT_EQ(p.grad.size(), m.hiddenSize * m.numHeads * headDim);
+        }
+      std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
+      Microbatch batch = smallBatch();
+      LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
+      Tensor modality = Tensor::zeros(3 * 16);
+      auto loss = [&]() {
+        Tensor input = lm.shard(0, lane, {&modality});
+        Tensor sum = Tensor::zeros(1, device::DType::F64);
+        lm.forward(0, lane, std::move(input), 0.25, &sum);
+        return sum.toHost<double>()[0];
+      };
+      loss();
+      Tensor dx = lm.backward(0, nullptr);
+      lm.inputBackward(0, lane, dx, 1);
+      EXPECT_GT(checkParameters(lm, gradients(lm), loss, false, 1e-3, 4e-3),
+                30);
+    }
+}
+
 /// Five rows of two samples' features for encoderConfig(), and the
 /// weights of a linear objective of its output (width 16).
 struct EncoderInputs {
