@@ -70,26 +70,26 @@ def write_folder(folder, config, tensors):
     write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
 
 
-def llama_tensors(g, qkv_bias):
+def llama_tensors(g, qkv_bias, head_dim=HIDDEN // HEADS):
     import numpy as np
     w = lambda *shape: (g.standard_normal(shape) / np.sqrt(shape[-1]))
     ones = lambda n: 1 + 0.1 * g.standard_normal(n)
-    kv = GROUPS * HIDDEN // HEADS
+    kv, a = GROUPS * head_dim, HEADS * head_dim
     t = [("model.embed_tokens.weight", 0.5 * g.standard_normal((VOCAB, HIDDEN)))]
     for l in range(LAYERS):
         p = f"model.layers.{l}."
         t += [(p + "input_layernorm.weight", ones(HIDDEN)),
-              (p + "self_attn.q_proj.weight", w(HIDDEN, HIDDEN)),
+              (p + "self_attn.q_proj.weight", w(a, HIDDEN)),
               (p + "self_attn.k_proj.weight", w(kv, HIDDEN)),
               (p + "self_attn.v_proj.weight", w(kv, HIDDEN)),
-              (p + "self_attn.o_proj.weight", w(HIDDEN, HIDDEN)),
+              (p + "self_attn.o_proj.weight", w(HIDDEN, a)),
               (p + "post_attention_layernorm.weight", ones(HIDDEN)),
               (p + "mlp.gate_proj.weight", w(FFN, HIDDEN)),
               (p + "mlp.up_proj.weight", w(FFN, HIDDEN)),
               (p + "mlp.down_proj.weight", w(HIDDEN, FFN))]
         if qkv_bias:
             t += [(p + f"self_attn.{n}_proj.bias", 0.1 * g.standard_normal(d))
-                  for n, d in (("q", HIDDEN), ("k", kv), ("v", kv))]
+                  for n, d in (("q", a), ("k", kv), ("v", kv))]
     t += [("model.norm.weight", ones(HIDDEN)), ("lm_head.weight", w(VOCAB, HIDDEN))]
     return t
 
@@ -136,13 +136,20 @@ MOE = {
 EXPERTS, TOP_K, EXPERT_FFN, SHARED_FFN = 4, 2, 32, 64
 
 
+def moe_head_dim(name):
+    """Qwen3-MoE's heads twice hidden_size / num_heads wide, as the
+    released Qwen3-30B-A3B's (arch.head_dim); the others' the quotient."""
+    return 2 * HIDDEN // HEADS if name == "qwen3_moe" else HIDDEN // HEADS
+
+
 def moe_tensors(g, name):
     """A MoE folder's tensors: llama_tensors' with each layer's MLP made
     sparse (and Qwen3's q/k norms)."""
     import numpy as np
     _, _, linear, block, shared, bias, qk_norm = MOE[name]
     w = lambda *shape: (g.standard_normal(shape) / np.sqrt(shape[-1]))
-    t = [(n, a) for n, a in llama_tensors(g, bias) if ".mlp." not in n]
+    t = [(n, a) for n, a in llama_tensors(g, bias, moe_head_dim(name))
+         if ".mlp." not in n]
     for l in range(LAYERS):
         p = f"model.layers.{l}."
         t.append((p + block + "gate.weight", 2 * w(EXPERTS, HIDDEN)))
@@ -158,7 +165,7 @@ def moe_tensors(g, name):
                   (e + "down_proj.weight", w(HIDDEN, SHARED_FFN)),
                   (p + "mlp.shared_expert_gate.weight", w(1, HIDDEN))]
         if qk_norm:
-            d = HIDDEN // HEADS
+            d = moe_head_dim(name)
             t += [(p + "self_attn.q_norm.weight", 1 + 0.1 * g.standard_normal(d)),
                   (p + "self_attn.k_norm.weight", 1 + 0.1 * g.standard_normal(d))]
     return t
@@ -169,7 +176,7 @@ def moe_config(name):
     c = text_config(False)
     c.update(model_type=model_type, architectures=[arch],
              num_experts_per_tok=TOP_K, output_router_logits=False,
-             router_aux_loss_coef=0.01, head_dim=HIDDEN // HEADS)
+             router_aux_loss_coef=0.01, head_dim=moe_head_dim(name))
     if name == "mixtral":
         c.update(num_local_experts=EXPERTS, intermediate_size=EXPERT_FFN)
     else:
@@ -186,6 +193,8 @@ def moe_module(name, init):
     arch = m["arch"]
     arch["family"] = name
     arch["rope_theta"] = 500000
+    if moe_head_dim(name) != HIDDEN // HEADS:
+        arch["head_dim"] = moe_head_dim(name)
     moe = {"num_experts": EXPERTS, "top_k": TOP_K,
            "expert_ffn_hidden_size": EXPERT_FFN,
            "router": {"norm_topk": name != "qwen2_moe"}}
