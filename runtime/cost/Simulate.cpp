@@ -134,10 +134,13 @@ public:
                  const CostModel &costs, bool useSymmetry)
       : topology(topology), programs(programs), rankProgram(rankProgram),
         costs(costs), result(topology) {
+    // The order found is the last candidate tried: its devices' turn is
+    // the one kept.
     if (useSymmetry)
       result.symmetry = findReplicaSymmetry(
           topology, rankProgram, [&](const ReplicaSymmetry &candidate) {
-            return !deviceTurn(costs, candidate, topology.worldSize).empty();
+            turnOfDevices = deviceTurn(costs, candidate, topology.worldSize);
+            return !turnOfDevices.empty();
           });
   }
 
@@ -268,6 +271,8 @@ private:
   /// it (order / the orbit's devices).
   std::vector<int64_t> deviceKey;
   std::vector<double> deviceCopies;
+  /// Where the symmetry's turn takes each device (deviceTurn).
+  std::vector<int64_t> turnOfDevices;
   std::vector<RankState> ranks;
   std::unordered_map<int64_t, DeviceState> devices;
   Rendezvous<Waiting> posted;
@@ -281,8 +286,7 @@ private:
   void shareDevices() {
     if (result.symmetry.trivial())
       return;
-    const std::vector<int64_t> next =
-        deviceTurn(costs, result.symmetry, topology.worldSize);
+    const std::vector<int64_t> &next = turnOfDevices;
     deviceKey.assign(next.size(), -1);
     deviceCopies.assign(next.size(), 1);
     for (size_t d = 0; d < next.size(); ++d) {

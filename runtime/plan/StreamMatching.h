@@ -71,38 +71,55 @@ struct CollectiveKeyHash {
   }
 };
 
-/// The group (smallest member, size) of a collective instruction.
-inline std::pair<int64_t, int64_t>
-collectiveGroup(const Topology &topology, int64_t rank, const Instr &in) {
+/// The group of a collective instruction: its smallest member and size,
+/// and whether it spans its module's DP dimension (then each replica's
+/// turn maps it onto itself: Symmetry.h).
+struct CollectiveGroup {
+  int64_t first = 0, size = 1;
+  bool overDataParallel = false;
+  bool operator==(const CollectiveGroup &o) const {
+    return first == o.first && size == o.size;
+  }
+};
+
+inline CollectiveGroup collectiveGroup(const Topology &topology, int64_t rank,
+                                       const Instr &in) {
+  auto over = [&](const Grid &grid, std::initializer_list<Dim> dims) {
+    const auto [first, size] = grid.groupKey(rank, dims);
+    bool dp = false;
+    for (Dim d : dims)
+      dp = dp || d == Dim::DP;
+    return CollectiveGroup{first, size, dp};
+  };
   switch (in.op) {
   case InstrOp::OptimizerStep:
-    return {0, topology.worldSize};
+    return {0, topology.worldSize, true};
   case InstrOp::ReduceGrads:
-    return topology.modules[in.index].grid.groupKey(rank, {Dim::DP, Dim::CP});
+    return over(topology.modules[in.index].grid, {Dim::DP, Dim::CP});
   case InstrOp::Forward:
   case InstrOp::Backward:
     // A sparse module's layers meet its DP x CP group too
     // (ModuleTopology::sparse).
     if (topology.modules[in.index].sparse)
-      return topology.modules[in.index].grid.groupKey(
-          rank, {Dim::TP, Dim::CP, Dim::DP});
-    return topology.modules[in.index].grid.groupKey(rank, {Dim::TP, Dim::CP});
+      return over(topology.modules[in.index].grid, {Dim::TP, Dim::CP, Dim::DP});
+    return over(topology.modules[in.index].grid, {Dim::TP, Dim::CP});
   case InstrOp::Shard:
   case InstrOp::Unshard:
-    return topology.modules[in.index].grid.groupKey(rank, {Dim::TP, Dim::CP});
+    return over(topology.modules[in.index].grid, {Dim::TP, Dim::CP});
   case InstrOp::BridgeBroadcast:
-    return topology.modules[topology.bridges[in.index].dst].grid.groupKey(
-        rank, {Dim::TP, Dim::CP});
+    return over(topology.modules[topology.bridges[in.index].dst].grid,
+                {Dim::TP, Dim::CP});
   case InstrOp::BridgeBroadcastGrad:
-    return topology.modules[topology.bridges[in.index].src].grid.groupKey(
-        rank, {Dim::TP, Dim::CP});
+    return over(topology.modules[topology.bridges[in.index].src].grid,
+                {Dim::TP, Dim::CP});
   default: {
-    // Colocated gathers over the wide side's gather group.
+    // Colocated gathers over the wide side's gather group (`ratio` lanes:
+    // a symmetry's turn moves whole groups, Symmetry.cpp).
     const BridgeTopology &bridge = topology.bridges[in.index];
     const Grid &wide =
         topology.modules[bridge.direction == "fan_in" ? bridge.src : bridge.dst]
             .grid;
-    return {gatherGroup(wide, bridge.ratio, rank).front(), bridge.ratio};
+    return {gatherGroup(wide, bridge.ratio, rank).front(), bridge.ratio, false};
   }
   }
 }
@@ -126,11 +143,12 @@ inline MessageKey messageKey(const Topology &topology, int64_t rank,
 inline std::pair<CollectiveKey, int64_t>
 collectiveKey(const Topology &topology, int64_t rank, const Instr &in,
               const ReplicaSymmetry *symmetry = nullptr) {
-  auto [group, size] = collectiveGroup(topology, rank, in);
-  if (symmetry)
-    size = symmetry->representedMembers(
-        size, collectiveOverDataParallel(topology, in));
-  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group, in.chunk},
+  const CollectiveGroup group = collectiveGroup(topology, rank, in);
+  const int64_t size =
+      symmetry
+          ? symmetry->representedMembers(group.size, group.overDataParallel)
+          : group.size;
+  return {CollectiveKey{uint8_t(in.op), in.index, in.mb, group.first, in.chunk},
           size};
 }
 

@@ -73,21 +73,6 @@ std::pair<int64_t, int64_t> ReplicaSymmetry::normalize(int64_t from,
   return {turn(from, -t), turn(to, -t)};
 }
 
-bool collectiveOverDataParallel(const Topology &topology, const Instr &in) {
-  switch (in.op) {
-  case InstrOp::OptimizerStep:
-  case InstrOp::ReduceGrads:
-    return true;
-  case InstrOp::Forward:
-  case InstrOp::Backward:
-    return in.index >= 0 &&
-           static_cast<size_t>(in.index) < topology.modules.size() &&
-           topology.modules[static_cast<size_t>(in.index)].sparse;
-  default:
-    return false;
-  }
-}
-
 namespace {
 
 /// Whether turning by `candidate` maps the plan onto itself.

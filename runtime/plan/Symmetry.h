@@ -81,11 +81,6 @@ ReplicaSymmetry findReplicaSymmetry(
     const Topology &topology, const std::vector<int32_t> &rankProgram,
     const std::function<bool(const ReplicaSymmetry &)> &alsoHolds = {});
 
-/// Whether the collective `in` meets over its module's DP dimension (its
-/// group turns into itself): the optimizer step, the gradient reduction,
-/// a sparse module's forward and backward.
-bool collectiveOverDataParallel(const Topology &topology, const Instr &in);
-
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_PLAN_SYMMETRY_H

@@ -299,8 +299,7 @@ private:
     return problems.empty();
   }
 
-  std::pair<int64_t, int64_t> collectiveGroup(int64_t rank,
-                                              const Instr &in) const {
+  CollectiveGroup collectiveGroup(int64_t rank, const Instr &in) const {
     return mimo::collectiveGroup(topology, rank, in);
   }
 
