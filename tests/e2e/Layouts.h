@@ -187,6 +187,13 @@ inline std::vector<Layout> equivalenceLayouts() {
       module["arch"]["num_query_groups"] = 2;
     }
   layouts.push_back({"HeadDimNarrowerWithGqaTp2Pp2", narrow, 8});
+  // train.grad_reduce_dtype "bf16" (docs/model.md): the encoder's DP4
+  // gradients rounded and summed in bf16; its reference rounds alike (the
+  // members' parts rounded apart stay within 1e-5 here; CP splits do not:
+  // GradReduceBf16 holds those to 1e-3).
+  json bf16Reduce = example("vlm-fan-in.json");
+  bf16Reduce["train"]["grad_reduce_dtype"] = "bf16";
+  layouts.push_back({"GradReduceBf16FanInEncoderDp4", bf16Reduce, 8});
   // Two bridges join the same pairs of ranks in one exchange.
   json twoEncoders = example("avlm.json");
   twoEncoders["modules"][0]["parallel"] = {{"dp", 4}};

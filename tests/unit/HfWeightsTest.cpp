@@ -214,6 +214,27 @@ TEST(HfWeights, ConfigMismatchesNameBothPointers) {
   EXPECT_NE(problems[0].message.find("none on o"), std::string::npos);
 }
 
+/// head_dim (Qwen3's wider heads): config.json's against arch.head_dim,
+/// absent meaning hidden_size / num_heads on both sides; a mismatch names
+/// arch.head_dim and the value to set.
+TEST(HfWeights, HeadDimIsCheckedAgainstTheArch) {
+  TempDir dir;
+  json config = hfConfig();
+  config["head_dim"] = H / N;
+  writeFolder(dir.path, config, hfTensors());
+  EXPECT_TRUE(problemsOf(modelJson(dir.path.string())).empty());
+  config["head_dim"] = 2 * H / N;
+  writeFolder(dir.path, config, hfTensors());
+  std::vector<Diagnostic> problems = problemsOf(modelJson(dir.path.string()));
+  std::string all = describe(problems);
+  ASSERT_FALSE(problems.empty()) << all;
+  EXPECT_EQ(problems[0].pointer, "/modules/0/arch/head_dim") << all;
+  EXPECT_NE(problems[0].message.find("set arch.head_dim to " +
+                                     std::to_string(2 * H / N)),
+            std::string::npos)
+      << all;
+}
+
 /// Round 3: a value of config.json given as the wrong JSON type (a string
 /// "500000") is named, never replaced by the default.
 TEST(HfWeights, ValuesOfTheWrongTypeAreNamedNotDefaulted) {

@@ -563,6 +563,52 @@ TEST(ModelConfigTest, GradReduceDtype) {
       << bad.diagnostics[0].message;
 }
 
+/// docs/model-json.md arch.head_dim: the language model's heads of any
+/// even width (hidden_size need not divide by num_heads then), written
+/// back only when given; odd widths, encoders' head_dim and Megatron's
+/// kv_channels name their key.
+TEST(ModelConfigTest, HeadDim) {
+  json m = test::baseModel();
+  const size_t lm = m["modules"].size() - 1;
+  ASSERT_EQ(m["modules"][lm]["kind"], "language");
+  json &arch = m["modules"][lm]["arch"];
+  const int64_t H = arch["hidden_size"].get<int64_t>();
+  const int64_t heads = arch["num_heads"].get<int64_t>();
+  ModelConfig plain = test::requireConfig(parse(m));
+  EXPECT_EQ(plain.modules[lm].headDim(), H / heads);
+  EXPECT_EQ(plain.modules[lm].attentionWidth(), H);
+  EXPECT_FALSE(toJson(plain)["modules"][lm]["arch"].contains("head_dim"));
+  arch["head_dim"] = 2 * H / heads;
+  ModelConfig wide = test::requireConfig(parse(m));
+  EXPECT_EQ(wide.modules[lm].attentionWidth(), 2 * H);
+  EXPECT_EQ(wide.modules[lm].kvHidden(), 2 * H);
+  EXPECT_EQ(toJson(wide)["modules"][lm]["arch"]["head_dim"], 2 * H / heads);
+  EXPECT_EQ(test::requireConfig(parse(toJson(wide))).modules[lm].headDim(),
+            2 * H / heads);
+  // A head count that does not divide hidden_size, with head_dim.
+  arch["num_heads"] = 6;
+  arch["head_dim"] = 8;
+  EXPECT_EQ(test::requireConfig(parse(m)).modules[lm].attentionWidth(), 48);
+  arch["head_dim"] = 7;
+  ParseResult odd = parse(m);
+  ASSERT_EQ(odd.diagnostics.size(), 1u);
+  EXPECT_EQ(odd.diagnostics[0].pointer,
+            "/modules/" + std::to_string(lm) + "/arch/head_dim");
+  arch.erase("head_dim");
+  arch["num_heads"] = heads;
+  arch["kv_channels"] = 8;
+  ParseResult megatron = parse(m);
+  ASSERT_EQ(megatron.diagnostics.size(), 1u);
+  EXPECT_NE(megatron.diagnostics[0].message.find("did you mean 'head_dim'"),
+            std::string::npos)
+      << megatron.diagnostics[0].message;
+  arch.erase("kv_channels");
+  m["modules"][0]["arch"]["head_dim"] = 8; // an encoder
+  ParseResult encoder = parse(m);
+  ASSERT_EQ(encoder.diagnostics.size(), 1u);
+  EXPECT_EQ(encoder.diagnostics[0].pointer, "/modules/0/arch/head_dim");
+}
+
 TEST(ModelConfigTest, KeyTablesAreTheParsers) {
   json m = test::baseModel();
   m["batch"]["lr"] = 1;

@@ -284,6 +284,28 @@ TEST(ModelGradient, LanguageModelMatchesFiniteDifferences) {
   }
 }
 
+/// Finite differences of `lm`'s parameters on smallBatch()'s lane with
+/// zero modality rows: the loss (with `aux`, plus the sparse layers' aux
+/// loss), its backward run first; checkParameters' other arguments.
+int checkLanguageStage(LanguageStage &lm, bool aux, bool trainableOnly,
+                       double floor, double along) {
+  std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
+  Microbatch batch = smallBatch();
+  LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
+  Tensor modality = Tensor::zeros(3 * 16);
+  auto objective = [&]() {
+    Tensor input = lm.shard(0, lane, {&modality});
+    Tensor sum = Tensor::zeros(1, device::DType::F64);
+    lm.forward(0, lane, std::move(input), 0.25, &sum);
+    return sum.toHost<double>()[0] + (aux ? lm.takeAuxLoss() : 0.0);
+  };
+  objective();
+  Tensor dx = lm.backward(0, nullptr);
+  lm.inputBackward(0, lane, dx, 1);
+  return checkParameters(lm, gradients(lm), objective, trainableOnly, floor,
+                         along);
+}
+
 /// arch.head_dim (docs/model.md): heads wider and narrower than
 /// hidden_size / num_heads (Qwen3's 0.6B and 30B-A3B: twice as wide), with
 /// multi-query attention and qk_norm (Qwen3's), then q/k/v biases
@@ -307,21 +329,7 @@ TEST(ModelGradient, HeadDimOtherThanHiddenOverHeadsMatchesFiniteDifferences) {
         if (p.name == "layers.0.wq") {
           EXPECT_EQ(p.grad.size(), m.hiddenSize * m.numHeads * headDim);
         }
-      std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
-      Microbatch batch = smallBatch();
-      LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
-      Tensor modality = Tensor::zeros(3 * 16);
-      auto loss = [&]() {
-        Tensor input = lm.shard(0, lane, {&modality});
-        Tensor sum = Tensor::zeros(1, device::DType::F64);
-        lm.forward(0, lane, std::move(input), 0.25, &sum);
-        return sum.toHost<double>()[0];
-      };
-      loss();
-      Tensor dx = lm.backward(0, nullptr);
-      lm.inputBackward(0, lane, dx, 1);
-      EXPECT_GT(checkParameters(lm, gradients(lm), loss, false, 1e-3, 4e-3),
-                30);
+      EXPECT_GT(checkLanguageStage(lm, false, false, 1e-3, 4e-3), 30);
     }
 }
 
@@ -468,22 +476,8 @@ TEST(ModelGradient, SparseLayersMatchFiniteDifferences) {
             "layers.1.wo",       "layers.1.q_norm", "layers.1.k_norm",
             "layers.1.mlp_norm", "layers.1.router"};
       LanguageStage lm(m, makeShard(1, 1, false, false), r.context());
-      std::vector<EncoderInfo> encoders = {{"images", 60, 6}};
-      Microbatch batch = smallBatch();
-      LanguageLane lane = languageLane(batch, encoders, 0, 2, false, 1);
-      Tensor modality = Tensor::zeros(3 * 16);
-      auto objective = [&]() {
-        Tensor input = lm.shard(0, lane, {&modality});
-        Tensor sum = Tensor::zeros(1, device::DType::F64);
-        lm.forward(0, lane, std::move(input), 0.25, &sum);
-        return sum.toHost<double>()[0] + lm.takeAuxLoss();
-      };
-      objective();
-      Tensor dx = lm.backward(0, nullptr);
-      lm.inputBackward(0, lane, dx, 1);
       // The routers' curvature: a looser tolerance along the direction.
-      EXPECT_GT(checkParameters(lm, gradients(lm), objective,
-                                topK < m.moe.experts, 4e-3, 4e-3),
+      EXPECT_GT(checkLanguageStage(lm, true, topK < m.moe.experts, 4e-3, 4e-3),
                 30);
     }
 }
