@@ -157,10 +157,12 @@ const char *kHelp =
     "  --timeout SECONDS    a rank waiting longer fails the run (default 300)\n"
     "  --grad-bucket-mb MB  data-parallel gradient reduction in buckets of MB\n"
     "                       MiB, each started as soon as the backward has\n"
-    "                       finished it, beside the compute (local backend;\n"
-    "                       default 25; 0: one all-reduce after the backward)\n"
-    "  --overlap            pipeline and bridge sends and gradient buckets\n"
-    "                       run beside the compute (local backend; the\n"
+    "                       finished it, beside the compute (local and nccl\n"
+    "                       backends; default 25; 0: one all-reduce after\n"
+    "                       the backward)\n"
+    "  --overlap            gradient buckets and ring CP's transfers (and on\n"
+    "                       the local backend pipeline and bridge sends) run\n"
+    "                       beside the compute (local and nccl backends; the\n"
     "                       default on cuda when each rank has its own GPU)\n"
     "  --no-overlap         every message and collective blocks its rank\n"
     "                       until done (the default on cpu)\n"
@@ -266,7 +268,7 @@ struct CommandLine {
   int64_t steps = -1;
   int threads = 0;
   double timeout = 300;
-  double gradBucketMb = 25;
+  double gradBucketMb = double(kGradBucketBytes) / double(int64_t(1) << 20);
   std::optional<bool> overlap; // unset: Executor.h RunOptions::overlap
   device::AttentionChoice attention = device::AttentionChoice::Auto;
   bool reference = false;

@@ -78,6 +78,17 @@ struct Capabilities {
   bool hostMemoryOnly = false;
   /// Makes connections at their first use (nccl): warmUp pays off.
   bool connectsLazily = false;
+  /// Opens channels on communicators of its own (nccl: prepareChannels,
+  /// then openChannel); the local backend's channels are made by the run.
+  bool opensChannels = false;
+};
+
+/// One family of channel groups (plan/Plan.h channelFamilies): disjoint
+/// ascending groups of world ranks. `ring`: the channels also exchange
+/// messages with each member's two neighbours in its group (ring CP).
+struct ChannelGroups {
+  std::vector<std::vector<int64_t>> groups;
+  bool ring = false;
 };
 
 class Comm {
@@ -114,6 +125,24 @@ public:
   preparePosted(const std::function<std::vector<std::pair<int64_t, int64_t>>()>
                     &channels) {
     (void)channels;
+  }
+
+  /// Channels on a backend that opensChannels: every rank calls
+  /// prepareChannels once, with the same list, before the first step (the
+  /// nccl backend splits a communicator per group of each family, sharing
+  /// the world's resources, and connects them: a one-value all-reduce per
+  /// group, a byte each way with a ring's neighbours). openChannel(f) is
+  /// then this rank's communicator of family f for a comm/Channel: its
+  /// collectives over f's group holding this rank, its exchanges with that
+  /// group's members, enqueued on the device the channel gives it. Null
+  /// where the backend opens none, or the rank is in no group of f of two
+  /// or more.
+  virtual void prepareChannels(const std::vector<ChannelGroups> &families) {
+    (void)families;
+  }
+  virtual std::unique_ptr<Comm> openChannel(size_t family) {
+    (void)family;
+    return nullptr;
   }
 
   void send(int64_t peer, int64_t tag, const void *data, int64_t bytes);

@@ -28,10 +28,18 @@ struct GroupSplit {
   int key = 0;
 };
 
-/// One entry per family of `families`.
+/// One entry per family of `families`. `splitWorld`: a family that is the
+/// world is split too (a channel's communicators, apart from the world's).
 std::vector<GroupSplit>
 groupSplits(const std::vector<std::vector<std::vector<int64_t>>> &families,
-            int64_t self, int64_t worldSize);
+            int64_t self, int64_t worldSize, bool splitWorld = false);
+
+/// The indices in `group` of `self`'s neighbours around the ring of its
+/// members (the one before and the one after; one index when the group
+/// has two members, none when it has fewer or lacks `self`), ascending:
+/// whom ring CP's transfers go to and come from.
+std::vector<int64_t> ringNeighbours(const std::vector<int64_t> &group,
+                                    int64_t self);
 
 } // namespace mimo::comm
 

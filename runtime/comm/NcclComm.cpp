@@ -16,6 +16,13 @@
 // broadcast); the rest run over exchange(). Everything is enqueued on the
 // rank device's stream and returns at once.
 //
+// Overlap (docs/gpu.md): prepareChannels splits a communicator per group
+// of each channel family (plan/Plan.h channelFamilies); openChannel hands
+// one family's to a channel's NcclComm, which enqueues on the channel's
+// stream, exchanges over its group's communicator and has a watchdog of
+// its own. The rank's NcclComm keeps those communicators and ends them
+// after every channel is gone.
+//
 // Faults: a watchdog thread follows each enqueued operation's event. When
 // one has not finished within the timeout, or a communicator reports an
 // asynchronous error, it aborts every communicator (ncclCommAbort), prints
@@ -224,6 +231,16 @@ public:
     watchdog = std::thread([this] { watch(); });
   }
 
+  /// A channel's communicator (openChannel): `family` holds the channel's
+  /// communicators, which `owner` keeps (it destroys or aborts them, after
+  /// every channel is gone); its own watchdog follows its operations.
+  NcclComm(NcclComm &owner, std::map<std::vector<int64_t>, ncclComm_t> family)
+      : api(owner.api), ordinal(owner.ordinal), self(owner.self),
+        worldSize(owner.worldSize), bootstrap(nullptr), parent(&owner),
+        groups(std::move(family)) {
+    watchdog = std::thread([this] { watch(); });
+  }
+
   ~NcclComm() override {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -231,8 +248,6 @@ public:
     }
     wake.notify_all();
     watchdog.join();
-    if (aborted.load() || !world)
-      return;
     // ncclCommDestroy waits for every operation issued: with one that never
     // finished (a failure unwinding) that is forever, so abort instead.
     bool quiet = true;
@@ -242,8 +257,17 @@ public:
     } catch (const std::exception &) {
       quiet = false;
     }
+    if (parent) { // the owner ends the channel's communicators
+      if (!quiet)
+        parent->channelsQuiet.store(false);
+      return;
+    }
+    if (aborted.load() || !world)
+      return;
     for (auto &[group, c] : groups)
       quiet ? api.commDestroy(c) : api.commAbort(c);
+    for (ncclComm_t c : channelComms)
+      quiet &&channelsQuiet.load() ? api.commDestroy(c) : api.commAbort(c);
     for (auto &[pair, channel] : channels)
       quiet ? api.commDestroy(channel.comm) : api.commAbort(channel.comm);
     quiet ? api.commDestroy(world) : api.commAbort(world);
@@ -275,9 +299,11 @@ public:
   const char *backendName() const override { return "nccl"; }
   Capabilities capabilities() const override {
     return {/*ranksShareProcess=*/false, /*hostMemoryOnly=*/false,
-            /*connectsLazily=*/true};
+            /*connectsLazily=*/true, /*opensChannels=*/true};
   }
-  Comm &hostComm() override { return bootstrap ? *bootstrap : *this; }
+  Comm &hostComm() override {
+    return parent ? parent->hostComm() : bootstrap ? *bootstrap : *this;
+  }
   /// NCCL connects a pair of ranks at their first message and a group's
   /// communicator at its first collective.
 
@@ -288,8 +314,115 @@ public:
     // NCCL pairs each peer's messages in posting order: both ends post a
     // batch in the same canonical order.
     canonicalOrder(ops);
-    group(ops, world, stream());
+    if (!parent) {
+      group(ops, world, stream());
+      follow("exchange");
+      return;
+    }
+    // A channel: over the communicator of its group, whose members are
+    // numbered in ascending order (the canonical order stays).
+    const auto &[members, c] = ownGroup();
+    std::vector<P2POp> inGroup = ops;
+    for (P2POp &op : inGroup) {
+      auto at = std::find(members.begin(), members.end(), op.peer);
+      if (at == members.end())
+        throw CommError("rank " + std::to_string(self) +
+                        ": a channel's message to rank " +
+                        std::to_string(op.peer) +
+                        ", outside the channel's group" + inContext());
+      op.peer = static_cast<int64_t>(at - members.begin());
+    }
+    group(inGroup, c, stream());
     follow("exchange");
+  }
+
+  /// A channel's group holding this rank and its communicator (a family's
+  /// groups are disjoint: at most one holds it).
+  std::pair<const std::vector<int64_t>, ncclComm_t> &ownGroup() {
+    for (auto &entry : groups)
+      if (std::binary_search(entry.first.begin(), entry.first.end(), self))
+        return entry;
+    throw CommError("rank " + std::to_string(self) +
+                    ": a channel without a group of this rank" + inContext());
+  }
+
+  /// Splits the channels' communicators (Comm::prepareChannels): one
+  /// ncclCommSplit of the world per family, on every rank in the list's
+  /// order, sharing the world's resources (splitShare); then connects each
+  /// before the first step, family by family, with a one-value all-reduce
+  /// and, for a ring, a byte each way with the neighbours.
+  void prepareChannels(const std::vector<ChannelGroups> &families) override {
+    if (parent || !channelFamilies.empty())
+      throw CommError("rank " + std::to_string(self) +
+                      ": the channels are prepared once, on the rank's own "
+                      "communicator");
+    std::vector<std::vector<std::vector<int64_t>>> lists;
+    for (const ChannelGroups &f : families)
+      lists.push_back(f.groups);
+    const std::vector<GroupSplit> splits =
+        groupSplits(lists, self, worldSize, /*splitWorld=*/true);
+    channelFamilies.resize(families.size());
+    familyOpened.assign(families.size(), false);
+    for (size_t f = 0; f < families.size(); ++f) {
+      const GroupSplit &split = splits[f];
+      if (!split.split)
+        continue;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.splitShare = 1;
+      ncclComm_t c = nullptr;
+      {
+        HostCall call(*this, "ncclCommSplit of a channel's communicators");
+        check(api.commSplit(world,
+                            split.color < 0 ? NCCL_SPLIT_NOCOLOR : split.color,
+                            split.key, &c, &config),
+              "ncclCommSplit", world);
+      }
+      if (split.color < 0)
+        continue;
+      std::lock_guard<std::mutex> lock(mutex); // the watchdog reads them
+      channelFamilies[f][lists[f][static_cast<size_t>(split.color)]] = c;
+      channelComms.push_back(c);
+    }
+    // 4 bytes summed, a byte sent, a byte from each of two neighbours.
+    auto *scratch = static_cast<unsigned char *>(device().allocate(8));
+    device().fillZero(scratch, 8);
+    for (size_t f = 0; f < families.size(); ++f)
+      for (auto &[members, c] : channelFamilies[f]) {
+        {
+          HostCall call(*this, "ncclAllReduce connecting a channel");
+          check(api.allReduce(scratch, scratch, 1, ncclFloat32, ncclSum, c,
+                              stream()),
+                "ncclAllReduce", c);
+        }
+        if (!families[f].ring)
+          continue;
+        std::vector<P2POp> ops;
+        const std::vector<int64_t> around = ringNeighbours(members, self);
+        for (size_t i = 0; i < around.size(); ++i) {
+          ops.push_back({true, around[i], 0, scratch + 4, 1});
+          ops.push_back({false, around[i], 0, scratch + 5 + i, 1});
+        }
+        group(ops, c, stream());
+      }
+    if (cudaError_t e = cudaStreamSynchronize(stream()); e != cudaSuccess)
+      throw CommError(
+          "rank " + std::to_string(self) +
+          ": connecting the channels failed: " + cudaGetErrorString(e));
+    device().release(scratch);
+  }
+
+  /// The communicator of channel family `family` (prepareChannels), once.
+  std::unique_ptr<Comm> openChannel(size_t family) override {
+    if (parent || family >= channelFamilies.size() ||
+        channelFamilies[family].empty())
+      return nullptr;
+    if (familyOpened[family])
+      throw CommError("rank " + std::to_string(self) + ": channel family " +
+                      std::to_string(family) + " opened twice");
+    familyOpened[family] = true;
+    auto channel = std::make_unique<NcclComm>(*this, channelFamilies[family]);
+    channel->setTimeout(getTimeout());
+    return channel;
   }
 
   /// Posted sends go on a channel per (sender, receiver) (plan/Plan.h
@@ -302,6 +435,7 @@ public:
   /// itself stay here until its receivePosted copies them.
   std::unique_ptr<PostedSends> postSends(std::vector<P2POp> ops) override {
     validate(ops);
+    noPostedOnChannel();
     auto posted = std::make_unique<NcclPosted>(*this);
     std::map<int64_t, std::vector<P2POp>> byPeer;
     for (const P2POp &op : ops) {
@@ -344,6 +478,7 @@ public:
 
   void receivePosted(std::vector<P2POp> &ops) override {
     validate(ops);
+    noPostedOnChannel();
     std::map<int64_t, std::vector<P2POp>> byPeer;
     for (const P2POp &op : ops) {
       if (op.isSend)
@@ -384,6 +519,7 @@ public:
   void preparePosted(
       const std::function<std::vector<std::pair<int64_t, int64_t>>()> &list)
       override {
+    noPostedOnChannel();
     if (postedPrepared)
       return;
     postedPrepared = true;
@@ -448,6 +584,14 @@ public:
     return it->second;
   }
 
+  void noPostedOnChannel() const {
+    if (parent)
+      throw CommError("rank " + std::to_string(self) +
+                      ": a channel's communicator carries no posted "
+                      "messages" +
+                      inContext());
+  }
+
   void validate(const std::vector<P2POp> &ops) {
     for (const P2POp &op : ops) {
       std::string problem;
@@ -488,8 +632,9 @@ public:
 
   void fail(const std::string &message) override {
     abortAll();
-    if (bootstrap)
-      bootstrap->fail(message); // prints it and ends the MPI job
+    Comm *host = parent ? parent->bootstrap : bootstrap;
+    if (host)
+      host->fail(message); // prints it and ends the MPI job
   }
 
 protected:
@@ -647,7 +792,7 @@ private:
   }
 
   ncclComm_t commOf(const std::vector<int64_t> &group) {
-    if (group.size() == static_cast<size_t>(worldSize))
+    if (world && group.size() == static_cast<size_t>(worldSize))
       return world;
     std::lock_guard<std::mutex> lock(mutex);
     auto it = groups.find(group);
@@ -677,8 +822,14 @@ private:
   void abortAll() {
     if (aborted.exchange(true))
       return;
+    if (parent) { // the owner aborts the channel's communicators too
+      parent->abortAll();
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex);
     for (auto &[group, c] : groups)
+      api.commAbort(c);
+    for (ncclComm_t c : channelComms)
       api.commAbort(c);
     for (auto &[pair, channel] : channels)
       api.commAbort(channel.comm);
@@ -728,6 +879,8 @@ private:
         all.push_back(channel.comm);
       for (auto &[group, c] : groups)
         all.push_back(c);
+      if (!parent)
+        all.insert(all.end(), channelComms.begin(), channelComms.end());
       for (ncclComm_t c : all) {
         ncclResult_t state = ncclSuccess;
         if (problem.empty() &&
@@ -758,7 +911,18 @@ private:
   ncclComm_t world = nullptr;
   int64_t self, worldSize;
   Comm *bootstrap;
+  /// A channel's communicator: the rank's own, which owns the channel's
+  /// communicators (null: this is the rank's own).
+  NcclComm *parent = nullptr;
+  /// The plan's groups (a channel: its family's, owned by `parent`).
   std::map<std::vector<int64_t>, ncclComm_t> groups;
+  /// The channels' communicators by family (prepareChannels), whether each
+  /// family was opened, every one of them (destroyed last), and whether
+  /// every channel ended with its operations finished.
+  std::vector<std::map<std::vector<int64_t>, ncclComm_t>> channelFamilies;
+  std::vector<bool> familyOpened;
+  std::vector<ncclComm_t> channelComms;
+  std::atomic<bool> channelsQuiet{true};
   /// Posted messages' channels by (sender, receiver) (preparePosted: a
   /// communicator of the pair, and the sender's stream), and the messages
   /// this rank posted to itself, not yet received.

@@ -1,6 +1,7 @@
 //===- CostModel.cpp - What an instruction costs on a device --------------===//
 
 #include "runtime/cost/CostModel.h"
+#include "runtime/cost/MemoryPlan.h"
 
 #include "runtime/support/Limits.h"
 
@@ -427,6 +428,13 @@ double CostModel::localValues(size_t module, int64_t rank) const {
   return valuesCache.emplace(key, values).first->second;
 }
 
+bool CostModel::bucketsOverlap(size_t module) const {
+  const ModuleTopology &m = topology.modules[module];
+  return profile.kind != "cpu" &&
+         cluster.devices(topology.worldSize) >= topology.worldSize &&
+         m.ep <= 1 && m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
+}
+
 Work CostModel::work(int64_t rank, const Instr &in) const {
   Work w;
   const double B = static_cast<double>(topology.microBatchSize);
@@ -510,6 +518,19 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
       w += exchange(members, bytes / n) * 2;
     } else {
       w += exchange(members, bytes);
+    }
+    // Gradient buckets (docs/gpu.md overlap: mimo-run's default on a GPU
+    // whose ranks each have one): each bucket is reduced on a channel as
+    // soon as the module's last backward has finished its gradients, so
+    // the reduction hides behind that backward but for its last bucket.
+    const double buckets =
+        std::ceil(kFloat * localValues(static_cast<size_t>(in.index), rank) /
+                  static_cast<double>(kGradBucketBytes));
+    if (bucketsOverlap(static_cast<size_t>(in.index)) && buckets >= 1) {
+      const StageWork &backward =
+          stageWorkOf(static_cast<size_t>(in.index), grid.coordsOf(rank).pp,
+                      /*backward=*/true);
+      w.comm -= std::min(w.comm * (1.0 - 1.0 / buckets), backward.compute);
     }
     return w;
   }

@@ -38,6 +38,11 @@ struct RankMemory {
 /// as many of their gradient), so no step keeps logits for every token.
 inline constexpr int64_t kLogitChunkBytes = int64_t(32) << 20;
 
+/// The gradient buckets' size by default (mimo-run --grad-bucket-mb): the
+/// DP x CP reduction runs in pieces of this many bytes beside the backward
+/// (docs/gpu.md overlap), as the cost model assumes.
+inline constexpr int64_t kGradBucketBytes = int64_t(25) << 20;
+
 /// The rows of one chunk, out of `rows`, at `vocabLocal` logits a row.
 inline int64_t logitChunkRows(int64_t rows, int64_t vocabLocal,
                               int64_t chunkBytes = kLogitChunkBytes) {

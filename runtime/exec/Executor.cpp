@@ -141,7 +141,8 @@ struct RankRun {
   RankOptions settings;
 };
 
-/// The settings every backend gives a rank (runLocal adds the overlap's).
+/// The settings every backend gives a rank (runLocal and runOnComm add the
+/// overlap's).
 RankOptions rankSettings(
     const RunOptions &options,
     const std::map<std::string, std::shared_ptr<const ModuleWeights>> &inits,
@@ -201,6 +202,14 @@ std::string runRank(const RankRun &run, RunResult &result,
                        plan.programs[static_cast<size_t>(
                            plan.rankProgram[static_cast<size_t>(rank)])],
                        rank));
+    // The channels' communicators, made and connected on every rank alike
+    // (runOnComm gives channels to a backend that opens them).
+    if (comm.capabilities().opensChannels && overlap.channels) {
+      std::vector<comm::ChannelGroups> families;
+      for (const ChannelFamily &f : channelFamiliesOf(plan))
+        families.push_back({f.groups, f.use == ChannelUse::Ring});
+      comm.prepareChannels(families);
+    }
     executor = std::make_unique<RankExecutor>(plan, rank, comm, *dev, data,
                                               evalData, run.origin, overlap);
     const TrainConfig &train = plan.config.train;
@@ -563,7 +572,7 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // the emulation keeps sends on the rank's own thread.
       settings.sendsAhead = on && !ncclLike;
       settings.ringAhead = on;
-      settings.channels = [&, rank, makeComm](int64_t tagChannel) {
+      settings.channels = [&, rank, makeComm](int64_t tagChannel, int64_t) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),
             device::makeDevice(local.device, rank, local.threads));
@@ -658,13 +667,38 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
   RunOptions local = options;
   if (local.threads <= 0)
     local.threads = device::defaultThreads(comm::ranksOnThisNode());
-  std::vector<TraceEvent> events;
   std::vector<RankProgress> progress(1);
+  RankOptions settings = rankSettings(options, inits, &progress[0]);
+  // A backend that opens channels of its own (nccl: a GPU per rank)
+  // overlaps the gradient buckets and ring CP's transfers on them; its
+  // posted messages are the plan's (docs/gpu.md overlap).
+  if (comm.capabilities().opensChannels &&
+      options.overlap.value_or(options.device == device::DeviceKind::Cuda)) {
+    settings.bucketBytes = options.gradBucketBytes;
+    settings.ringAhead = true;
+    settings.channels =
+        [&comm, &local](int64_t tagChannel,
+                        int64_t family) -> std::unique_ptr<comm::Channel> {
+      std::unique_ptr<comm::Comm> c =
+          family < 0 ? nullptr : comm.openChannel(static_cast<size_t>(family));
+      if (!c)
+        return nullptr;
+      c->setTagChannel(tagChannel);
+      // The channel's stream: a second one of the rank's GPU.
+      return std::make_unique<comm::Channel>(
+          std::move(c),
+          device::makeDevice(local.device,
+                             local.deviceIndex >= 0 ? local.deviceIndex
+                                                    : comm.rank(),
+                             local.threads, local.attention));
+    };
+  }
+  std::vector<TraceEvent> events;
   std::string failure;
   {
     Watchdog watchdog(plan, progress, comm.rank(), options);
     failure = runRank({plan, comm.rank(), comm, data, local, Clock::now(),
-                       rankSettings(options, inits, &progress[0])},
+                       std::move(settings)},
                       result, events);
   }
   if (!failure.empty()) {

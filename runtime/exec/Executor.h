@@ -105,19 +105,21 @@ struct RunOptions {
   /// the shards are written, before the checkpoint is complete).
   int64_t killDuringSave = 0;
   double timeoutSeconds = 300;
-  /// docs/gpu.md overlap (local backend): sends (pipeline and bridge) go out
-  /// on a channel while the rank computes on, and the gradient buckets
-  /// below run beside the backward. false: every message and collective
-  /// blocks the rank until it is done. Unset: on for cuda when every rank
-  /// has a GPU of its own (ranks sharing one: off, measured slower); off
-  /// for cpu, where the channels' work takes the same cores the ranks
-  /// compute on (bench/results/overlap-cpu.md: no step gets faster).
+  /// docs/gpu.md overlap: the gradient buckets below run beside the
+  /// backward and ring CP's transfers beside the attention, on channels;
+  /// the local backend also sends (pipeline and bridge) on a channel while
+  /// the rank computes on. false: every message and collective blocks the
+  /// rank until it is done. Unset: on for cuda when every rank has a GPU
+  /// of its own (local: ranks sharing one are off, measured slower; nccl:
+  /// always one GPU a rank); off for cpu, where the channels' work takes
+  /// the same cores the ranks compute on (bench/results/overlap-cpu.md: no
+  /// step gets faster). The mpi backend has no channels.
   std::optional<bool> overlap;
   /// docs/gpu.md overlap: the DP x CP gradient reduction runs in buckets of
   /// this many bytes, each posted as soon as the backward has finished its
-  /// gradients, on a channel beside the compute (local backend). 0: one
+  /// gradients, on a channel beside the compute (local and nccl). 0: one
   /// all-reduce per module at its ReduceGrads instruction.
-  int64_t gradBucketBytes = int64_t(25) << 20;
+  int64_t gradBucketBytes = kGradBucketBytes;
   /// How the local backend pairs messages: by tag, or in posting order per
   /// peer as NCCL does (comm::Matching; tests use it to check that every
   /// layout's messages pair right under the nccl backend).

@@ -54,7 +54,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
       setUpShards(*m);
     }
   if (overlap.sendsAhead && overlap.channels)
-    sendChannel = overlap.channels(kSendChannel);
+    sendChannel = overlap.channels(kSendChannel, -1);
   // Every rank at once (the nccl backend splits a communicator off).
   for (const Program &p : plan.programs)
     if (std::any_of(p.instrs.begin(), p.instrs.end(),
@@ -308,13 +308,28 @@ RankExecutor::makeModule(size_t m, int32_t chunk, const RankOptions &options) {
   return state;
 }
 
+std::vector<ChannelFamily> channelFamiliesOf(const Plan &plan) {
+  std::vector<bool> ring;
+  for (const ModuleTopology &m : plan.topology.modules) {
+    bool r = false;
+    for (const ModuleConfig &mc : plan.config.modules)
+      if (mc.name == m.name)
+        r = m.isLanguage && mc.parallel.ringCp();
+    ring.push_back(r);
+  }
+  return channelFamilies(plan.topology, ring);
+}
+
 void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   // Ring CP's transfers on a channel of their own (the language module's:
   // the tag channel after every module's buckets').
   if (overlap.channels && overlap.ringAhead && m.stage->context().ringCp) {
     m.ringChannel =
-        overlap.channels(1 + static_cast<int64_t>(modules.size() + m.slot));
-    m.stage->useRingChannel(m.ringChannel.get());
+        overlap.channels(1 + static_cast<int64_t>(modules.size() + m.slot),
+                         channelFamilyIndex(channelFamiliesOf(plan), m.index,
+                                            m.chunk, ChannelUse::Ring));
+    if (m.ringChannel)
+      m.stage->useRingChannel(m.ringChannel.get());
   }
   // Buckets reduce over DP x CP; the experts of expert parallelism over
   // their own group, at reduce_grads.
@@ -340,7 +355,12 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
       planGradBuckets(slots, flat.tpPartial, values);
   if (buckets.empty())
     return; // every member of the group decides alike
-  m.channel = overlap.channels(1 + static_cast<int64_t>(m.slot));
+  m.channel =
+      overlap.channels(1 + static_cast<int64_t>(m.slot),
+                       channelFamilyIndex(channelFamiliesOf(plan), m.index,
+                                          m.chunk, ChannelUse::Buckets));
+  if (!m.channel)
+    return; // the backend has none for this group: one all-reduce
   m.reduction = std::make_unique<BucketedReduction>(
       std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
       flat.grads.data(), m.topo->name);

@@ -128,9 +128,15 @@ struct WholeState {
   Tensor m, v, masters;
 };
 
-/// Makes rank `rank`'s channel with tag range `tagChannel` (comm/Channel.h).
-using ChannelFactory =
-    std::function<std::unique_ptr<comm::Channel>(int64_t tagChannel)>;
+/// Makes the rank's channel (comm/Channel.h) with tag range `tagChannel`,
+/// serving channel family `family` (an index of channelFamiliesOf; -1 for
+/// the send channel), or null: that channel runs blocking instead.
+using ChannelFactory = std::function<std::unique_ptr<comm::Channel>(
+    int64_t tagChannel, int64_t family)>;
+
+/// The plan's channel families (plan/Plan.h channelFamilies), the language
+/// module's CP a ring where its config says so.
+std::vector<ChannelFamily> channelFamiliesOf(const Plan &plan);
 
 /// Where a rank is, for a watchdog on another thread: the instruction it
 /// runs (null between instructions) and when it started it.

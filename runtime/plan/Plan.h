@@ -103,6 +103,32 @@ struct Topology;
 std::vector<std::vector<std::vector<int64_t>>>
 communicatorGroups(const Topology &topology);
 
+/// What a rank's channel (comm/Channel.h) carries beside its compute.
+enum class ChannelUse {
+  /// The gradient buckets over DP x CP (exec/GradBuckets.h).
+  Buckets,
+  /// Ring CP's transfers (model/RingAttention.h).
+  Ring,
+};
+/// The groups one kind of channel runs over: per module and virtual stage
+/// (`chunk`), its DP x CP groups for the gradient buckets (dp x cp > 1, no
+/// expert parallelism) and, where `ringCp[module]`, its CP groups for the
+/// ring. A backend that needs communicators of its own per channel (nccl)
+/// splits one set per family, on every rank in this order, so that a
+/// channel's operations never queue behind another channel's or the
+/// rank's own (NCCL runs a communicator's operations in issue order).
+struct ChannelFamily {
+  size_t module = 0;
+  int64_t chunk = 0;
+  ChannelUse use = ChannelUse::Buckets;
+  std::vector<std::vector<int64_t>> groups;
+};
+std::vector<ChannelFamily> channelFamilies(const Topology &topology,
+                                           const std::vector<bool> &ringCp);
+/// The index of (module, chunk, use) in `families`, or -1.
+int64_t channelFamilyIndex(const std::vector<ChannelFamily> &families,
+                           size_t module, int64_t chunk, ChannelUse use);
+
 /// Expert parallelism (docs/model.md "Mixture of experts"): the module's
 /// DP x CP group holding `rank` (ascending) cut into `ep` consecutive
 /// members, whose experts differ (`ep`: the all-to-all group, expert block

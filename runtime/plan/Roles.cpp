@@ -82,6 +82,37 @@ communicatorGroups(const Topology &topology) {
   return families;
 }
 
+std::vector<ChannelFamily> channelFamilies(const Topology &topology,
+                                           const std::vector<bool> &ringCp) {
+  std::vector<ChannelFamily> families;
+  for (size_t mi = 0; mi < topology.modules.size(); ++mi) {
+    const ModuleTopology &m = topology.modules[mi];
+    const bool ring =
+        mi < ringCp.size() && ringCp[mi] && m.grid.size(Dim::CP) > 1;
+    const bool buckets =
+        m.ep <= 1 && m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
+    for (int64_t chunk = 0; chunk < std::max<int64_t>(1, m.virtualStages);
+         ++chunk) {
+      if (ring)
+        families.push_back(
+            {mi, chunk, ChannelUse::Ring, m.grid.groups({Dim::CP})});
+      if (buckets)
+        families.push_back({mi, chunk, ChannelUse::Buckets,
+                            m.grid.groups({Dim::DP, Dim::CP})});
+    }
+  }
+  return families;
+}
+
+int64_t channelFamilyIndex(const std::vector<ChannelFamily> &families,
+                           size_t module, int64_t chunk, ChannelUse use) {
+  for (size_t f = 0; f < families.size(); ++f)
+    if (families[f].module == module && families[f].chunk == chunk &&
+        families[f].use == use)
+      return static_cast<int64_t>(f);
+  return -1;
+}
+
 ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank) {
   const std::vector<int64_t> dpcp = grid.groupOf(rank, {Dim::DP, Dim::CP});
   const auto own = static_cast<int64_t>(

@@ -242,6 +242,39 @@ TEST(GroupSplit, SingleRankGroupsGetNoCommunicatorAndTheRanksAgree) {
   }
 }
 
+TEST(GroupSplit, ChannelsSplitTheWorldTooAndRingsConnectTheirNeighbours) {
+  // A channel's family that is the world still gets a communicator of its
+  // own (its operations must not queue behind the world's).
+  std::vector<std::vector<std::vector<int64_t>>> families = {{{0, 1, 2, 3}}};
+  for (int64_t self = 0; self < 4; ++self) {
+    std::vector<comm::GroupSplit> s =
+        comm::groupSplits(families, self, 4, /*splitWorld=*/true);
+    EXPECT_TRUE(s[0].split);
+    EXPECT_EQ(s[0].color, 0);
+    EXPECT_EQ(s[0].key, self);
+    EXPECT_FALSE(comm::groupSplits(families, self, 4)[0].split);
+  }
+  // Ring CP's neighbours, as indices in the group: the one before and the
+  // one after, once each.
+  EXPECT_EQ(comm::ringNeighbours({3, 5, 7, 9}, 3),
+            (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(comm::ringNeighbours({3, 5, 7, 9}, 7),
+            (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(comm::ringNeighbours({3, 5, 7}, 5), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(comm::ringNeighbours({4, 6}, 6), (std::vector<int64_t>{0}));
+  EXPECT_TRUE(comm::ringNeighbours({4}, 4).empty());
+  EXPECT_TRUE(comm::ringNeighbours({4, 6}, 5).empty());
+  // Every neighbour relation is mutual: what one end sends the other
+  // receives in the same connecting batch.
+  const std::vector<int64_t> group = {0, 2, 4, 6, 8};
+  for (size_t i = 0; i < group.size(); ++i)
+    for (int64_t j : comm::ringNeighbours(group, group[i])) {
+      std::vector<int64_t> back =
+          comm::ringNeighbours(group, group[static_cast<size_t>(j)]);
+      EXPECT_NE(std::find(back.begin(), back.end(), int64_t(i)), back.end());
+    }
+}
+
 TEST(BoundedExit, AnAbortThatHangsStillEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // The cleanup never returns (ncclCommAbort waiting on a blocked rank):

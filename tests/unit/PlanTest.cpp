@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 
 namespace {
 
@@ -854,6 +856,59 @@ TEST(PlanTest, PostedChannelsAreOpenedInRoundsOfDisjointPairs) {
   EXPECT_TRUE(postedChannels(twoStagePlan().topology, twoStagePlan().programs,
                              twoStagePlan().rankProgram)
                   .empty());
+}
+
+TEST(PlanTest, ChannelFamiliesGiveEachOverlappedChannelItsGroups) {
+  // docs/gpu.md overlap: per module and chunk, the gradient buckets' DP x
+  // CP groups (none under expert parallelism) and a ring's CP groups, each
+  // family split into communicators of its own on the nccl backend.
+  std::set<std::string> seen;
+  for (const test::Layout &layout : test::equivalenceLayouts()) {
+    SCOPED_TRACE(layout.name);
+    const Plan plan = planOf(layout.model);
+    const Topology &topo = plan.topology;
+    std::vector<bool> ring;
+    for (const ModuleTopology &m : topo.modules)
+      for (const ModuleConfig &mc : plan.config.modules)
+        if (mc.name == m.name)
+          ring.push_back(m.isLanguage && mc.parallel.ringCp());
+    const std::vector<ChannelFamily> families = channelFamilies(topo, ring);
+    for (size_t mi = 0; mi < topo.modules.size(); ++mi) {
+      const ModuleTopology &m = topo.modules[mi];
+      const int64_t lanes = m.grid.size(Dim::DP) * m.grid.size(Dim::CP);
+      for (int64_t chunk = 0; chunk < m.virtualStages; ++chunk) {
+        const int64_t buckets =
+            channelFamilyIndex(families, mi, chunk, ChannelUse::Buckets);
+        const int64_t rings =
+            channelFamilyIndex(families, mi, chunk, ChannelUse::Ring);
+        EXPECT_EQ(buckets >= 0, lanes > 1 && m.ep <= 1);
+        EXPECT_EQ(rings >= 0, ring[mi]);
+        if (buckets >= 0) {
+          seen.insert("buckets");
+          if (chunk > 0)
+            seen.insert("chunks");
+          for (int64_t rank = m.grid.rankOffset(); rank < m.grid.endRank();
+               ++rank) {
+            const auto own = m.grid.groupOf(rank, {Dim::DP, Dim::CP});
+            const auto &groups = families[static_cast<size_t>(buckets)].groups;
+            EXPECT_EQ(std::count(groups.begin(), groups.end(), own), 1);
+          }
+        }
+        if (rings >= 0) {
+          seen.insert("ring");
+          EXPECT_EQ(families[static_cast<size_t>(rings)].groups,
+                    m.grid.groups({Dim::CP}));
+        }
+        if (m.ep > 1)
+          seen.insert("ep");
+      }
+    }
+    // Nothing else: a family per (module, chunk, use) at most.
+    std::set<std::tuple<size_t, int64_t, ChannelUse>> keys;
+    for (const ChannelFamily &f : families)
+      EXPECT_TRUE(keys.insert({f.module, f.chunk, f.use}).second);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"buckets", "chunks", "ring", "ep"}));
 }
 
 //===----------------------------------------------------------------------===//

@@ -478,7 +478,11 @@ TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
     Plan plan =
         requirePlan(requireConfig(parseModelConfig(model.dump(), "dp.json")));
     const DeviceProfile device = *builtinProfile("h100");
-    CostModel costs(plan.topology, plan.config, device, defaultCluster(device));
+    // Two ranks a GPU: no gradient buckets beside the backward (below).
+    ClusterConfig cluster = defaultCluster(device);
+    cluster.nodes = 1;
+    cluster.devicesPerNode = plan.topology.worldSize / 2;
+    CostModel costs(plan.topology, plan.config, device, cluster);
     const int64_t rank = 4; // a language rank
     double seconds = 0;
     for (const Instr &in : plan.programs[plan.rankProgram[rank]].instrs)
@@ -493,6 +497,44 @@ TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
   EXPECT_LT(scatter, reduce);
   EXPECT_GT(gather, step);
   EXPECT_NEAR(scatter + gather, reduce + step, 1e-6 * (reduce + step));
+}
+
+/// docs/gpu.md overlap: where every rank has a GPU of its own, the
+/// gradient buckets are reduced on a channel as the last backward finishes
+/// them, and reduce_grads waits only for what that backward could not hide
+/// (at least the last bucket); ranks sharing GPUs (overlap off by default),
+/// a CPU, or expert parallelism (no buckets) wait for all of it.
+TEST(CostModel, GradientBucketsHideBehindTheLastBackwardOnAGpu) {
+  json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
+  json &arch = model["modules"][1]["arch"];
+  arch["hidden_size"] = 1024; // ~64 M parameters: several 25 MiB buckets
+  arch["ffn_hidden_size"] = 4096;
+  arch["num_heads"] = 8;
+  model["batch"]["seq_length"] = 2048; // a backward long enough to hide in
+  auto reduceComm = [&](const char *profile, bool ownDevices) {
+    Plan plan =
+        requirePlan(requireConfig(parseModelConfig(model.dump(), "dp.json")));
+    const DeviceProfile device = *builtinProfile(profile);
+    ClusterConfig cluster = defaultCluster(device);
+    cluster.sameDevice = cluster.crossNode = cluster.sameNode;
+    cluster.nodes = 1;
+    cluster.devicesPerNode = plan.topology.worldSize / (ownDevices ? 1 : 2);
+    CostModel costs(plan.topology, plan.config, device, cluster);
+    const size_t language = plan.topology.languageIndex();
+    EXPECT_EQ(costs.bucketsOverlap(language),
+              ownDevices && std::string(profile) != "cpu" &&
+                  !model["modules"][1]["parallel"].contains("ep"));
+    double seconds = 0;
+    for (const Instr &in : plan.programs[plan.rankProgram[4]].instrs)
+      if (in.op == InstrOp::ReduceGrads)
+        seconds += costs.work(4, in).comm;
+    return seconds;
+  };
+  const double hidden = reduceComm("h100", true),
+               whole = reduceComm("h100", false);
+  EXPECT_LT(hidden, whole);
+  EXPECT_GT(hidden, whole / 16); // ~11 buckets: the last one stays
+  EXPECT_DOUBLE_EQ(reduceComm("cpu", true), reduceComm("cpu", false));
 }
 
 namespace {
