@@ -212,6 +212,11 @@ std::optional<HfFolder> openHfFolder(const std::string &dir,
     if (holds(llava->projector, "linear_1.weight", "linear_2.weight"))
       layout.projector = llava->projector;
   }
+  const std::string fused = ".experts.gate_up_proj";
+  for (const auto &[tensor, f] : folder.fileOf)
+    if (tensor.size() > fused.size() &&
+        tensor.compare(tensor.size() - fused.size(), fused.size(), fused) == 0)
+      layout.fusedExperts = true;
   return folder;
 }
 
@@ -254,6 +259,12 @@ std::string hfTensorProblem(const HfFolder &folder, const ModelConfig &config,
       shape = {shape[0], spec.rows};
       want = {spec.cols, spec.rows};
     }
+    // A stacked tensor: a slab per expert (their count is config.json's
+    // to check), each of `parts` blocks.
+    if (source->slab >= 0)
+      want = {shape.size() == 3 ? std::max(shape[0], source->slab + 1)
+                                : source->slab + 1,
+              source->parts * want[0], want[1]};
     if (shape != want)
       return file + ": error: tensor '" + t->name + "' has shape " +
              shapeText(t->shape) + ", but mimo's '" + spec.name() + "' needs " +
@@ -325,6 +336,23 @@ void readHfTensors(const HfFolder &folder,
     const unsigned char *data = map->bytes() + begin;
     const int64_t rows = p->rowEnd - p->rowBegin,
                   cols = p->colEnd - p->colBegin;
+    // A parameter of a stacked tensor starts at its block (hfTensorProblem
+    // checked the shape; the bytes are checked here too).
+    const int64_t block = p->globalRows * p->globalCols;
+    const int64_t offset =
+        source->slab < 0
+            ? 0
+            : (source->slab * source->parts + source->part) * block;
+    int64_t elements = 1;
+    for (int64_t d : t->shape)
+      elements *= d;
+    const int64_t elementBytes =
+        (t->end - t->begin) / std::max<int64_t>(1, elements);
+    if (source->slab >= 0 &&
+        (offset + block) * elementBytes > t->end - t->begin)
+      throw std::runtime_error(folder.files[f].path + ": error: tensor '" +
+                               t->name + "' holds no block for '" + p->name +
+                               "' (check arch: moe.num_experts)");
     std::vector<float> host(static_cast<size_t>(rows * cols));
     // Runs of contiguous elements, widened a run at a time: mimo's [in, out]
     // block column c is row colBegin + c of a transposed tensor's [out, in]
@@ -334,8 +362,9 @@ void readHfTensors(const HfFolder &folder,
     const int64_t length = source->transposed ? rows : cols;
     for (int64_t i = 0; i < runs; ++i) {
       const int64_t first =
-          source->transposed ? (p->colBegin + i) * p->globalRows + p->rowBegin
-                             : (p->rowBegin + i) * p->globalCols + p->colBegin;
+          offset + (source->transposed
+                        ? (p->colBegin + i) * p->globalRows + p->rowBegin
+                        : (p->rowBegin + i) * p->globalCols + p->colBegin);
       float *out = host.data() + (source->transposed ? i : i * cols);
       const int64_t stride = source->transposed ? cols : 1;
       widen(data, t->dtype, first, length, out, stride);

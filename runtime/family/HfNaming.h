@@ -27,6 +27,11 @@ namespace mimo {
 struct HfSource {
   std::string name;
   bool transposed = false;
+  /// A stacked tensor holding many parameters (transformers 5's fused
+  /// experts): the parameter is part `part` of `parts` equal parts of slab
+  /// `slab` along the first dimension, each part a [out, in] (transposed)
+  /// block of the parameter's own size; -1: the tensor is the parameter.
+  int64_t slab = -1, part = 0, parts = 1;
 };
 
 /// Where a folder's names begin: a language model's body (embed_tokens,
@@ -35,6 +40,11 @@ struct HfSource {
 struct HfLayout {
   std::string languageBody = "model.", languageHead = "";
   std::string vision = "vision_model.", projector = "";
+  /// A sparse MLP as transformers 5 holds it: `mlp.gate` the router (also
+  /// Mixtral's), `mlp.experts.gate_up_proj` [experts, 2F, H] (each expert's
+  /// gate rows, then its up rows) and `mlp.experts.down_proj` [experts, H,
+  /// F], rather than a tensor per expert and linear layer.
+  bool fusedExperts = false;
   /// A LLaVA folder as transformers before 4.52 writes it (and every
   /// version reads): language_model.model.*, language_model.lm_head,
   /// vision_tower.vision_model.*, multi_modal_projector.*. mimo's export.

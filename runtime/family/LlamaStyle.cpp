@@ -194,6 +194,18 @@ LlamaStyleFamily::hfSource(const HfLayout &layout,
              : mimo == "up" ? names->up
                             : names->down;
     };
+    if (layout.fusedExperts) { // transformers 5's stacked experts
+      if (part == kMoeRouter)
+        return HfSource{at + "mlp.gate.weight", true};
+      const int64_t expert = moeExpertOf("layers." + part);
+      const std::string linear =
+          expert < 0 ? "" : part.substr(part.rfind('.') + 1);
+      if (linear == "gate" || linear == "up")
+        return HfSource{at + "mlp.experts.gate_up_proj", true, expert,
+                        linear == "up" ? 1 : 0, 2};
+      if (linear == "down")
+        return HfSource{at + "mlp.experts.down_proj", true, expert, 0, 1};
+    }
     if (part == kMoeRouter)
       return HfSource{at + names->block + "gate.weight", true};
     if (part == kMoeSharedGate)

@@ -6,7 +6,9 @@ and tensor names: Mixtral's block_sparse_moe.gate and experts.J.w1/w3/w2;
 Qwen's mlp.gate, mlp.experts.J.{gate,up,down}_proj, Qwen2-MoE's
 mlp.shared_expert and mlp.shared_expert_gate, mlp_only_layers' dense MLPs;
 Qwen3's self_attn.q_norm/k_norm) and mimo trains from it (`init` format
-hf) in several layouts. The twin's sparse MLP follows the modeling code:
+hf) in several layouts, and once from the same weights stacked as
+transformers 5 holds them (mlp.gate, mlp.experts.gate_up_proj and
+down_proj) under tp 2. The twin's sparse MLP follows the modeling code:
 router logits = gate(x), routing weights = softmax(logits) in float, the
 top-k, divided by their sum for Mixtral and when norm_topk_prob, the
 experts' outputs w2(silu(w1 x) * w3 x) summed with those weights, plus the
@@ -278,6 +280,31 @@ class MoeTwin:
         return total / count, float(aux), float(hf), float(mine)
 
 
+def fused_experts(params, family):
+    """The same weights as transformers 5 holds a sparse MLP: mlp.gate (also
+    Mixtral's router), mlp.experts.gate_up_proj [E, 2F, H] (each expert's
+    gate rows, then its up rows) and mlp.experts.down_proj [E, H, F]."""
+    block = "block_sparse_moe." if family == "mixtral" else "mlp."
+    names = (("w1", "w3", "w2") if family == "mixtral"
+             else ("gate_proj", "up_proj", "down_proj"))
+    out, experts = {}, {}
+    for name, t in params.items():
+        at = name.find("." + block + "experts.")
+        if at < 0:
+            out[name.replace("." + block + "gate.", ".mlp.gate.")] = t
+            continue
+        layer = name[:at + 1]
+        j, linear = name[at + len(block) + 9:].split(".")[:2]
+        experts.setdefault(layer, {})[(int(j), names.index(linear))] = t
+    for layer, ts in experts.items():
+        count = 1 + max(j for j, _ in ts)
+        out[layer + "mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([ts[(j, 0)], ts[(j, 1)]], 0) for j in range(count)])
+        out[layer + "mlp.experts.down_proj"] = torch.stack(
+            [ts[(j, 2)] for j in range(count)])
+    return out
+
+
 def hf_twin(family, folder, seed):
     """A twin whose weights are an exported folder's (one fp32 file)."""
     twin = MoeTwin(family, seed)
@@ -303,6 +330,12 @@ def run_moe(bin_dir, work, samples, data_path, model_json):
         write_folder(init, twin.config(),
                      [(n, t.numpy().astype("<f4")) for n, t in twin.params.items()],
                      "F32", 1)
+        # transformers 5's stacked experts, in two shards: read alike.
+        fused = os.path.join(work, f"init-{family}-fused")
+        write_folder(fused, twin.config(),
+                     [(n, t.numpy().astype("<f4"))
+                      for n, t in fused_experts(twin.params, family).items()],
+                     "F32", 2)
         with torch.no_grad():
             loss, aux, hf, mine = twin.losses(samples[:GLOBAL_BATCH])
             second, _, _, _ = twin.losses(samples[GLOBAL_BATCH:2 * GLOBAL_BATCH])
@@ -313,11 +346,12 @@ def run_moe(bin_dir, work, samples, data_path, model_json):
               f"(rel {r:.1e})")
         if r >= 1e-12:
             failures.append(f"{family}: transformers' aux relation")
-        for layout, parallel in LAYOUTS:
+        for layout, parallel in LAYOUTS + [("fused-tp2", {"tp": 2})]:
             tag = f"{family}-{layout}"
             model = os.path.join(work, tag + ".json")
-            model_json(model, "twin", {}, parallel, init, data_path,
-                       init_format="hf")
+            model_json(model, "twin", {}, parallel,
+                       fused if layout.startswith("fused") else init,
+                       data_path, init_format="hf")
             spec = json.load(open(model))
             spec["modules"][0]["arch"] = twin.arch()
             json.dump(spec, open(model, "w"), indent=1)

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 using namespace mimo;
 using mimo::exec::Stream;
@@ -429,6 +430,49 @@ TEST(Moe, HuggingFaceConfigsAreCheckedAndExportsRefused) {
                          {{"family", "qwen3_moe"}, {"qk_norm", false}}));
   EXPECT_EQ(at, "/modules/1/arch/qk_norm");
   EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
+}
+
+TEST(Moe, StackedExpertsOfTransformers5AreSlabsOfOneTensor) {
+  // docs/pretrained.md "Mixtures of experts": mlp.experts.gate_up_proj
+  // [E, 2F, H] holds expert J's gate then up rows, down_proj [E, H, F] its
+  // down; the router is mlp.gate for Mixtral too.
+  for (const char *family : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
+    SCOPED_TRACE(family);
+    json moe = {{"num_experts", 4}, {"top_k", 2}};
+    if (std::string(family) == "qwen2_moe")
+      moe["shared_expert_ffn_hidden_size"] = 64;
+    ModelConfig c = test::requireConfig(parseModelConfig(
+        withMoe(moe, {{"family", family}}).dump(), "model.json"));
+    const ModuleConfig &lm = c.language();
+    HfLayout stacked;
+    stacked.fusedExperts = true;
+    auto source = [&](const HfLayout &layout, const std::string &local) {
+      std::optional<HfSource> s = lm.family().hfSource(layout, local);
+      EXPECT_TRUE(s.has_value()) << local;
+      return s.value_or(HfSource{});
+    };
+    HfSource gate = source(stacked, "layers.1.experts.3.gate"),
+             up = source(stacked, "layers.1.experts.3.up"),
+             down = source(stacked, "layers.1.experts.3.down"),
+             router = source(stacked, "layers.1.router");
+    EXPECT_EQ(gate.name, "model.layers.1.mlp.experts.gate_up_proj");
+    EXPECT_EQ(up.name, gate.name);
+    EXPECT_EQ(std::tie(gate.slab, gate.part, gate.parts),
+              std::make_tuple(int64_t(3), int64_t(0), int64_t(2)));
+    EXPECT_EQ(std::tie(up.slab, up.part, up.parts),
+              std::make_tuple(int64_t(3), int64_t(1), int64_t(2)));
+    EXPECT_EQ(down.name, "model.layers.1.mlp.experts.down_proj");
+    EXPECT_EQ(std::tie(down.slab, down.part, down.parts),
+              std::make_tuple(int64_t(3), int64_t(0), int64_t(1)));
+    EXPECT_TRUE(gate.transposed && up.transposed && down.transposed);
+    EXPECT_EQ(router.name, "model.layers.1.mlp.gate.weight");
+    // A tensor per expert otherwise; the shared expert's either way.
+    EXPECT_EQ(source(HfLayout{}, "layers.1.experts.3.up").slab, -1);
+    if (lm.moe.sharedFfn > 0) {
+      EXPECT_EQ(source(stacked, "layers.1.shared.up").name,
+                "model.layers.1.mlp.shared_expert.up_proj.weight");
+    }
+  }
 }
 
 } // namespace
