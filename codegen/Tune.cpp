@@ -246,8 +246,8 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
           g.balanced = pp > 1 && chunks == 1;
           grids.push_back(g);
           // Expert parallelism over DP x CP (docs/model.md Mixture of
-          // experts; not with the distributed optimizer).
-          if (language && m.hasMoe() && !m.distributedOptimizer)
+          // experts).
+          if (language && m.hasMoe())
             for (int64_t ep : divisors(dp * cp))
               if (ep > 1 && m.moe.experts % ep == 0) {
                 g.ep = ep;
@@ -514,12 +514,9 @@ TuneResult tuneWorld(const ModelConfig &model, const TuneOptions &requested) {
     };
     // First the distributed optimizer on every module (docs/model.md; no
     // compute, the same bytes as the all-reduce), unless the model sets it.
-    bool searchSharding =
-        std::none_of(
-            model.modules.begin(), model.modules.end(),
-            [](const ModuleConfig &m) { return m.distributedOptimizer; }) &&
-        std::none_of(c.config.modules.begin(), c.config.modules.end(),
-                     [](const ModuleConfig &m) { return m.parallel.ep > 1; });
+    bool searchSharding = std::none_of(
+        model.modules.begin(), model.modules.end(),
+        [](const ModuleConfig &m) { return m.distributedOptimizer; });
     if (over(c.peakBytes) && searchSharding) {
       ModelConfig sharded = c.config;
       for (ModuleConfig &m : sharded.modules)

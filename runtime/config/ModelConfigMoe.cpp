@@ -162,12 +162,6 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
                   "group (Megatron's expert_model_parallel_size); use an ep "
                   "that divides " +
                   std::to_string(dpcp));
-    else if (*ep > 1 && module.distributedOptimizer)
-      v.error(at + "/ep",
-              "ep " + std::to_string(*ep) +
-                  " with distributed_optimizer: the optimizer shards over "
-                  "the DP x CP group, whose members hold different experts "
-                  "under ep; not in this version: use one of them");
     else
       module.parallel.ep = *ep;
   }

@@ -265,7 +265,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         // Frozen parameters (`freeze`) keep no moments and share one
         // scratch gradient: the largest of them.
         int64_t params = 0, values = 0, trainable = 0, scratch = 0;
-        int64_t trainableParams = 0;
+        int64_t trainableParams = 0, trainableExperts = 0;
         // Expert parallelism: a rank holds its block of each sparse
         // layer's experts (model/MoeMlp.h), ep blocks of equal size.
         const int64_t ep = module->parallel.ep;
@@ -280,19 +280,27 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           else {
             trainable += padded(n);
             trainableParams += n;
+            if (ep > 1 && moeExpertOf(spec.local) >= 0)
+              trainableExperts += padded(n);
           }
         }
         // The gradient all-reduce over DP x CP stages every other member's
         // buffer plus an accumulator (comm/Comm.cpp); the distributed
         // optimizer's reduce-scatter every other member's piece of this
         // member's, and keeps the AdamW moments of its piece only
-        // (exec/OptimizerShards.h).
+        // (exec/OptimizerShards.h); under expert parallelism the experts'
+        // pieces are cut over the dp x cp / ep members holding them.
         double group =
             static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
         const bool sharded = module->distributedOptimizer && group > 1;
+        const double edp =
+            group / static_cast<double>(std::max<int64_t>(ep, 1));
         const double moments =
-            sharded ? std::ceil(static_cast<double>(trainable) / group)
-                    : static_cast<double>(trainable);
+            sharded
+                ? std::ceil(static_cast<double>(trainable - trainableExperts) /
+                            group) +
+                      std::ceil(static_cast<double>(trainableExperts) / edp)
+                : static_cast<double>(trainable);
         double staging = group > 1 ? kFloat * group * moments : 0;
         // A rank's chunks keep their activations together; their working
         // buffers and the reductions' staging come one at a time (the

@@ -17,12 +17,19 @@ std::vector<int64_t> pieceCounts(const ShardRange &range, int64_t members) {
 }
 
 OptimizerShards::OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
-                                 int64_t members, int64_t own,
+                                 std::vector<ShardGroup> groups,
                                  const std::vector<OptimizerRun> &trainable)
-    : rangeList(std::move(ranges)), memberCount(members) {
-  if (members < 1 || own < 0 || own >= members)
-    throw std::logic_error("optimizer shards: member " + std::to_string(own) +
-                           " of " + std::to_string(members));
+    : rangeList(std::move(ranges)), groupList(std::move(groups)) {
+  for (const ShardGroup &g : groupList)
+    if (g.members < 1 || g.own < 0 || g.own >= g.members)
+      throw std::logic_error("optimizer shards: member " +
+                             std::to_string(g.own) + " of " +
+                             std::to_string(g.members));
+  for (const ShardRange &r : rangeList)
+    if (r.group >= groupList.size())
+      throw std::logic_error("optimizer shards: a range of group " +
+                             std::to_string(r.group) + " of " +
+                             std::to_string(groupList.size()));
   std::vector<ShardRange> sorted = rangeList;
   std::sort(sorted.begin(), sorted.end(),
             [](const ShardRange &a, const ShardRange &b) {
@@ -43,9 +50,10 @@ OptimizerShards::OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
                            std::to_string(at) + ", the values at " +
                            std::to_string(values));
   for (const ShardRange &r : rangeList) {
+    const ShardGroup &g = groupList[r.group];
     Piece p;
-    p.begin = pieceStart(r, members, own);
-    p.end = pieceStart(r, members, own + 1);
+    p.begin = pieceStart(r, g.members, g.own);
+    p.end = pieceStart(r, g.members, g.own + 1);
     p.at = total;
     total += p.end - p.begin;
     pieces.push_back(p);

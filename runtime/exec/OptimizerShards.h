@@ -11,7 +11,10 @@
 // reduce-scattered: each member gets the sum of its own piece; it keeps the
 // AdamW moments of its pieces only, updates the weights there, and the
 // updated pieces are all-gathered. Every member holds the same ranges in
-// the same order, so their collectives match.
+// the same order, so their collectives match. Under expert parallelism the
+// experts' range is cut over the members holding the same experts (the
+// edp group, plan/Plan.h expertGroups) instead: each range names its
+// group.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MIMO_RUNTIME_EXEC_OPTIMIZERSHARDS_H
@@ -24,9 +27,17 @@
 
 namespace mimo::exec {
 
-/// A range [begin, end) of the flat buffers reduced in one collective.
+/// A range [begin, end) of the flat buffers reduced in one collective, cut
+/// over group `group` of the OptimizerShards (0: the module's DP x CP
+/// group; 1: the experts' edp group).
 struct ShardRange {
   int64_t begin = 0, end = 0;
+  size_t group = 0;
+};
+
+/// A group the ranges are cut over: its size and this rank's index.
+struct ShardGroup {
+  int64_t members = 1, own = 0;
 };
 
 /// Where member `k` of `members`' piece of `range` starts.
@@ -40,11 +51,17 @@ std::vector<int64_t> pieceCounts(const ShardRange &range, int64_t members);
 class OptimizerShards {
 public:
   /// `ranges`: covering [0, values) once each (std::logic_error if not),
-  /// in the order every member reduces them; `own`: this rank's index in
-  /// the group; `trainable`: what AdamW updates (ParamGroups).
+  /// in the order every member reduces them, each over one of `groups`;
+  /// `trainable`: what AdamW updates (ParamGroups).
+  OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
+                  std::vector<ShardGroup> groups,
+                  const std::vector<OptimizerRun> &trainable);
+  /// Every range over one group of `members`, this rank `own` of them.
   OptimizerShards(std::vector<ShardRange> ranges, int64_t values,
                   int64_t members, int64_t own,
-                  const std::vector<OptimizerRun> &trainable);
+                  const std::vector<OptimizerRun> &trainable)
+      : OptimizerShards(std::move(ranges), values, {{members, own}},
+                        trainable) {}
 
   /// This member's piece of one range: the flat values [begin, end), its
   /// moments at [at, at + end - begin) of the member's own buffers.
@@ -61,7 +78,10 @@ public:
   /// This member's piece of ranges()[i].
   const Piece &piece(size_t i) const { return pieces[i]; }
   const std::vector<Run> &runs() const { return runList; }
-  int64_t members() const { return memberCount; }
+  /// The members ranges()[i] is cut over.
+  int64_t members(size_t i) const {
+    return groupList[rangeList[i].group].members;
+  }
   /// The values this member keeps moments for.
   int64_t size() const { return total; }
 
@@ -69,7 +89,8 @@ private:
   std::vector<ShardRange> rangeList;
   std::vector<Piece> pieces;
   std::vector<Run> runList;
-  int64_t memberCount = 1, total = 0;
+  std::vector<ShardGroup> groupList;
+  int64_t total = 0;
 };
 
 } // namespace mimo::exec

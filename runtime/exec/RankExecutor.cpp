@@ -377,20 +377,32 @@ void RankExecutor::setUpShards(ModuleState &m) {
   if (!m.stage->context().shardedMoments)
     return;
   FlatParams &f = m.stage->flat();
-  const int64_t members = static_cast<int64_t>(m.dpcpGroup.size());
-  const int64_t own = static_cast<int64_t>(
-      std::find(m.dpcpGroup.begin(), m.dpcpGroup.end(), rank) -
-      m.dpcpGroup.begin());
+  auto placeIn = [&](const std::vector<int64_t> &group) {
+    return ShardGroup{
+        static_cast<int64_t>(group.size()),
+        static_cast<int64_t>(std::find(group.begin(), group.end(), rank) -
+                             group.begin())};
+  };
+  m.shardGroups = {m.dpcpGroup};
+  std::vector<ShardGroup> groups = {placeIn(m.dpcpGroup)};
   std::vector<ShardRange> ranges;
   if (m.reduction) {
     for (auto [begin, end] : m.reduction->ranges(f.tpPartial))
       ranges.push_back({begin, end});
-    m.reduction->scatterTo(own);
+    m.reduction->scatterTo(groups[0].own);
+  } else if (f.trainable > f.experts) {
+    // Expert parallelism: the dense parameters over DP x CP, the experts
+    // (from flat.experts) over the members holding the same ones.
+    m.shardGroups.push_back(m.experts.edp);
+    groups.push_back(placeIn(m.experts.edp));
+    if (f.experts > 0)
+      ranges.push_back({0, f.experts, 0});
+    ranges.push_back({f.experts, f.trainable, 1});
   } else if (f.trainable > 0) {
     ranges.push_back({0, f.trainable});
   }
   m.shards = std::make_unique<OptimizerShards>(
-      std::move(ranges), f.trainable, members, own, m.groups.trainable);
+      std::move(ranges), f.trainable, std::move(groups), m.groups.trainable);
   m.shardM = Tensor::zeros(dev, m.shards->size());
   m.shardV = Tensor::zeros(dev, m.shards->size());
   if (!m.stage->context().bf16)
@@ -425,8 +437,8 @@ void gatherRanges(comm::Comm &comm, const ModuleState &m, T *buffer,
     const ShardRange &r = shards.ranges()[i];
     if (r.end <= begin || r.begin >= end)
       continue;
-    comm.allGatherV(m.dpcpGroup, buffer + shards.piece(i).begin,
-                    pieceCounts(r, shards.members()), buffer + r.begin);
+    comm.allGatherV(m.shardGroups[r.group], buffer + shards.piece(i).begin,
+                    pieceCounts(r, shards.members(i)), buffer + r.begin);
   }
 }
 

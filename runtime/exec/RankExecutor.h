@@ -112,6 +112,9 @@ struct ModuleState {
   /// pieces and their AdamW moments (null: the moments are whole, in the
   /// stage's flat buffers).
   std::unique_ptr<OptimizerShards> shards;
+  /// The ranks of each group the shards' ranges are cut over (ShardRange::
+  /// group: the DP x CP group, then the experts' edp group).
+  std::vector<std::vector<int64_t>> shardGroups;
   Tensor shardM, shardV;
   /// Under bf16 the fp32 master weights are sharded too: this member's
   /// pieces (shardValues, the layout of shardM) and the frozen parameters'

@@ -419,8 +419,8 @@ void RankExecutor::reduceGrads(ModuleState &m) {
     // The distributed optimizer: each member sums its own pieces.
     for (size_t i = 0; i < m.shards->ranges().size(); ++i) {
       const ShardRange &r = m.shards->ranges()[i];
-      comm.reduceScatterV(m.dpcpGroup, flat.grads.data() + r.begin,
-                          pieceCounts(r, m.shards->members()),
+      comm.reduceScatterV(m.shardGroups[r.group], flat.grads.data() + r.begin,
+                          pieceCounts(r, m.shards->members(i)),
                           flat.grads.data() + m.shards->piece(i).begin);
     }
   } else if (m.dpcpGroup.size() > 1) {

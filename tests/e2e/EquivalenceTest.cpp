@@ -154,6 +154,10 @@ TEST(Bf16, ArchitecturesMatchTheirReference) {
     model["modules"][1]["parallel"]["ep"] = 2;
     model["precision"] = "bf16";
     expectMatchesReference(model, 8, 1e-2);
+    // ... with the distributed optimizer: the experts' fp32 masters cut
+    // over their edp group, the rest over DP x CP.
+    model["modules"][1]["distributed_optimizer"] = true;
+    expectMatchesReference(model, 8, 1e-2);
   }
   { // biases (qkv_bias, an encoder's bias) under bf16
     SCOPED_TRACE("biases vlm-fan-in.json");
@@ -375,11 +379,15 @@ TEST(DistributedOptimizer, TrainsAsTheReplicatedOneAndKeepsLess) {
   frozen["precision"] = "bf16";
   frozen["modules"][0]["parallel"] = {{"dp", 4}};
   frozen["modules"][0]["freeze"] = {"patch", "layers"};
+  // Expert parallelism: the experts' moments cut over their edp group.
+  json experts = test::withMoe(wide, 4, 2, "all", true);
+  experts["modules"][1]["parallel"]["ep"] = 2;
   for (const auto &[name, model] :
        {std::pair<const char *, json>{"language dp4", wide},
         {"cp2 with sp", example("lm-cp2-sp.json")},
         {"colocated bf16, tied across pp2", bf16},
-        {"bf16, a frozen tower at dp4", frozen}}) {
+        {"bf16, a frozen tower at dp4", frozen},
+        {"moe, ep 2 over dp4", experts}}) {
     SCOPED_TRACE(name);
     for (bool buckets : {false, true}) {
       SCOPED_TRACE(buckets ? "buckets" : "one collective");
@@ -444,6 +452,38 @@ TEST(Checkpoint, ShardedBf16MastersResume) {
   EXPECT_NE(started[0].steps[0].loss, whole.steps[0].loss); // not initial
   for (size_t s = 0; s < 2; ++s)
     EXPECT_EQ(started[0].steps[s].loss, started[1].steps[s].loss);
+  std::filesystem::remove_all(dir);
+}
+
+/// Expert parallelism with the distributed optimizer: the experts' moments
+/// gathered over their edp group to save, each member keeping its pieces
+/// at a load, so the run resumes bit for bit, and the checkpoint resumes
+/// as well without the distributed optimizer or at ep 4.
+TEST(Checkpoint, ExpertShardsResume) {
+  json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
+  model["modules"][1]["parallel"]["ep"] = 2;
+  json sharded = withDistributedOptimizer(model);
+  exec::RunResult whole = trainFrom(sharded, 4);
+  ASSERT_EQ(whole.exitCode, 0) << whole.error;
+  std::string dir = scratchDir("zero-ep");
+  exec::RunResult first = trainFrom(sharded, 2, dir);
+  ASSERT_EQ(first.exitCode, 0) << first.error;
+  exec::RunResult same = trainFrom(sharded, 4, "", dir);
+  ASSERT_EQ(same.exitCode, 0) << same.error;
+  ASSERT_EQ(same.steps.size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+  }
+  json ep4 = sharded;
+  ep4["modules"][1]["parallel"]["ep"] = 4;
+  for (const json &other : {model, ep4}) {
+    exec::RunResult moved = trainFrom(other, 4, "", dir);
+    ASSERT_EQ(moved.exitCode, 0) << moved.error;
+    ASSERT_EQ(moved.steps.size(), 2u);
+    for (size_t s = 0; s < 2; ++s)
+      EXPECT_LE(relative(moved.steps[s].loss, whole.steps[s + 2].loss), 1e-5);
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -432,6 +432,25 @@ inline std::vector<Layout> equivalenceLayouts() {
       withEp(withMoe(example("vlm-colocated-pp2.json"), 4, 1, "all", false), 2);
   epPipeline["modules"][1]["recompute"] = "selective";
   layouts.push_back({"MoeEp2ColocatedTp2Pp2Dp2Selective", epPipeline, 8});
+  // With the distributed optimizer (docs/model.md): the dense parameters'
+  // moments cut over DP x CP, the experts' over their edp group (two
+  // members at ep 2 over DP4, one at ep 4), and over CP2's members with
+  // SP.
+  layouts.push_back(
+      {"MoeEp2DistributedFanOutDp4",
+       distributed(
+           withEp(withMoe(example("vlm-fan-out.json"), 4, 2, "all", true), 2)),
+       8});
+  layouts.push_back(
+      {"MoeEp4DistributedFanOutDp4Shared",
+       distributed(
+           withEp(withMoe(example("vlm-fan-out.json"), 8, 2, {1, 2}, true), 4)),
+       8});
+  layouts.push_back(
+      {"MoeEp2DistributedCp2Sp",
+       distributed(
+           withEp(withMoe(example("lm-cp2-sp.json"), 4, 2, "all", false), 2)),
+       6});
   return layouts;
 }
 

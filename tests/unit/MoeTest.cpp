@@ -315,8 +315,8 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   std::tie(at, message) = firstError(withMoe(
       {{"num_experts", 4}, {"top_k", 1}, {"expert_ffn_hidden_size", 33}}));
   EXPECT_EQ(at, "/modules/1/parallel/tp");
-  // Expert parallelism: ep divides DP x CP (1 here) and the experts; not
-  // with the distributed optimizer; etp is tp.
+  // Expert parallelism: ep divides DP x CP (1 here) and the experts; etp
+  // is tp. (With the distributed optimizer: the equivalence layouts.)
   json ep = withMoe({{"num_experts", 4}, {"top_k", 1}});
   ep["modules"][1]["parallel"]["ep"] = 2;
   std::tie(at, message) = firstError(ep);
@@ -327,12 +327,6 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   std::tie(at, message) = firstError(ep);
   EXPECT_EQ(at, "/modules/1/parallel/ep");
   ep["modules"][1]["parallel"]["ep"] = 2;
-  ep["modules"][1]["distributed_optimizer"] = true;
-  std::tie(at, message) = firstError(ep);
-  EXPECT_EQ(at, "/modules/1/parallel/ep");
-  EXPECT_NE(message.find("distributed_optimizer"), std::string::npos)
-      << message;
-  ep["modules"][1].erase("distributed_optimizer");
   ep["modules"][1]["parallel"]["rank_offset"] = 4;
   ModelConfig parsed =
       test::requireConfig(parseModelConfig(ep.dump(), "model.json"));

@@ -901,6 +901,16 @@ TEST(Tune, ExpertParallelismIsSearched) {
     EXPECT_LT(a, b) << c.summary;
   }
   EXPECT_GT(found, 0);
+  // With the distributed optimizer too (the experts' moments cut over
+  // their edp group).
+  json["modules"][1]["distributed_optimizer"] = true;
+  model = requireConfig(parseModelConfig(json.dump(), "moe.json"));
+  all = tuneLayouts(model, options);
+  EXPECT_TRUE(std::any_of(all.ranked.begin(), all.ranked.end(),
+                          [](const TuneCandidate &c) {
+                            return c.config.language().parallel.ep > 1 &&
+                                   c.config.language().distributedOptimizer;
+                          }));
 }
 
 TEST(Tune, TheDistributedOptimizerFitsBeforeRecomputation) {
