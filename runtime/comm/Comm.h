@@ -132,16 +132,17 @@ public:
   /// nccl backend splits a communicator per group of each family, sharing
   /// the world's resources, and connects them: a one-value all-reduce per
   /// group, a byte each way with a ring's neighbours). openChannel(f) is
-  /// then this rank's communicator of family f for a comm/Channel: its
-  /// collectives over f's group holding this rank, its exchanges with that
-  /// group's members, enqueued on the device the channel gives it. Null
-  /// where the backend opens none, or the rank is in no group of f of two
-  /// or more.
+  /// then this rank's communicator of `families` for a comm/Channel: its
+  /// collectives over their groups holding this rank, its exchanges with
+  /// the members of such a group, enqueued on the device the channel gives
+  /// it. Null where the backend opens none, or the rank is in no group of
+  /// the first family of two or more.
   virtual void prepareChannels(const std::vector<ChannelGroups> &families) {
     (void)families;
   }
-  virtual std::unique_ptr<Comm> openChannel(size_t family) {
-    (void)family;
+  virtual std::unique_ptr<Comm>
+  openChannel(const std::vector<size_t> &families) {
+    (void)families;
     return nullptr;
   }
 

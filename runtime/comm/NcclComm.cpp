@@ -321,29 +321,32 @@ public:
     }
     // A channel: over the communicator of its group, whose members are
     // numbered in ascending order (the canonical order stays).
-    const auto &[members, c] = ownGroup();
+    const auto &[members, c] = ownGroup(ops);
     std::vector<P2POp> inGroup = ops;
-    for (P2POp &op : inGroup) {
-      auto at = std::find(members.begin(), members.end(), op.peer);
-      if (at == members.end())
-        throw CommError("rank " + std::to_string(self) +
-                        ": a channel's message to rank " +
-                        std::to_string(op.peer) +
-                        ", outside the channel's group" + inContext());
-      op.peer = static_cast<int64_t>(at - members.begin());
-    }
+    for (P2POp &op : inGroup)
+      op.peer = static_cast<int64_t>(
+          std::lower_bound(members.begin(), members.end(), op.peer) -
+          members.begin());
     group(inGroup, c, stream());
     follow("exchange");
   }
 
-  /// A channel's group holding this rank and its communicator (a family's
-  /// groups are disjoint: at most one holds it).
-  std::pair<const std::vector<int64_t>, ncclComm_t> &ownGroup() {
-    for (auto &entry : groups)
-      if (std::binary_search(entry.first.begin(), entry.first.end(), self))
+  /// A channel's group holding this rank and every peer of `ops`, and its
+  /// communicator.
+  std::pair<const std::vector<int64_t>, ncclComm_t> &
+  ownGroup(const std::vector<P2POp> &ops) {
+    for (auto &entry : groups) {
+      auto holds = [&](int64_t r) {
+        return std::binary_search(entry.first.begin(), entry.first.end(), r);
+      };
+      if (holds(self) &&
+          std::all_of(ops.begin(), ops.end(),
+                      [&](const P2POp &op) { return holds(op.peer); }))
         return entry;
+    }
     throw CommError("rank " + std::to_string(self) +
-                    ": a channel without a group of this rank" + inContext());
+                    ": a channel's messages to ranks outside its groups" +
+                    inContext());
   }
 
   /// Splits the channels' communicators (Comm::prepareChannels): one
@@ -411,16 +414,25 @@ public:
     device().release(scratch);
   }
 
-  /// The communicator of channel family `family` (prepareChannels), once.
-  std::unique_ptr<Comm> openChannel(size_t family) override {
-    if (parent || family >= channelFamilies.size() ||
-        channelFamilies[family].empty())
+  /// The communicators of channel `families` (prepareChannels), each
+  /// family once.
+  std::unique_ptr<Comm>
+  openChannel(const std::vector<size_t> &families) override {
+    if (parent || families.empty() || families[0] >= channelFamilies.size() ||
+        channelFamilies[families[0]].empty())
       return nullptr;
-    if (familyOpened[family])
-      throw CommError("rank " + std::to_string(self) + ": channel family " +
-                      std::to_string(family) + " opened twice");
-    familyOpened[family] = true;
-    auto channel = std::make_unique<NcclComm>(*this, channelFamilies[family]);
+    std::map<std::vector<int64_t>, ncclComm_t> held;
+    for (size_t family : families) {
+      if (family >= channelFamilies.size())
+        continue;
+      if (familyOpened[family])
+        throw CommError("rank " + std::to_string(self) + ": channel family " +
+                        std::to_string(family) + " opened twice");
+      familyOpened[family] = true;
+      held.insert(channelFamilies[family].begin(),
+                  channelFamilies[family].end());
+    }
+    auto channel = std::make_unique<NcclComm>(*this, std::move(held));
     channel->setTimeout(getTimeout());
     return channel;
   }

@@ -432,7 +432,7 @@ bool CostModel::bucketsOverlap(size_t module) const {
   const ModuleTopology &m = topology.modules[module];
   return profile.kind != "cpu" &&
          cluster.devices(topology.worldSize) >= topology.worldSize &&
-         m.ep <= 1 && m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
+         m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
 }
 
 Work CostModel::work(int64_t rank, const Instr &in) const {

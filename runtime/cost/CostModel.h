@@ -165,7 +165,7 @@ public:
   const ClusterConfig &clusterConfig() const { return cluster; }
   /// Whether `module`'s gradient reduction runs in buckets beside its
   /// backward (mimo-run's overlap default: a GPU for every rank; dp x cp
-  /// above 1, no expert parallelism), which ReduceGrads's cost assumes.
+  /// above 1), which ReduceGrads's cost assumes.
   bool bucketsOverlap(size_t module) const;
 
 private:

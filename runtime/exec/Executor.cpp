@@ -572,7 +572,8 @@ RunResult runLocal(const Plan &plan, const RunOptions &options) {
       // the emulation keeps sends on the rank's own thread.
       settings.sendsAhead = on && !ncclLike;
       settings.ringAhead = on;
-      settings.channels = [&, rank, makeComm](int64_t tagChannel, int64_t) {
+      settings.channels = [&, rank, makeComm](int64_t tagChannel,
+                                              const std::vector<size_t> &) {
         return std::make_unique<comm::Channel>(
             makeComm(tagChannel),
             device::makeDevice(local.device, rank, local.threads));
@@ -676,11 +677,10 @@ RunResult runOnComm(const Plan &plan, comm::Comm &comm,
       options.overlap.value_or(options.device == device::DeviceKind::Cuda)) {
     settings.bucketBytes = options.gradBucketBytes;
     settings.ringAhead = true;
-    settings.channels =
-        [&comm, &local](int64_t tagChannel,
-                        int64_t family) -> std::unique_ptr<comm::Channel> {
-      std::unique_ptr<comm::Comm> c =
-          family < 0 ? nullptr : comm.openChannel(static_cast<size_t>(family));
+    settings.channels = [&comm, &local](int64_t tagChannel,
+                                        const std::vector<size_t> &families)
+        -> std::unique_ptr<comm::Channel> {
+      std::unique_ptr<comm::Comm> c = comm.openChannel(families);
       if (!c)
         return nullptr;
       c->setTagChannel(tagChannel);

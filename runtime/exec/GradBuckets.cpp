@@ -2,8 +2,6 @@
 
 #include "runtime/exec/GradBuckets.h"
 
-#include "runtime/exec/OptimizerShards.h"
-
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -35,7 +33,7 @@ std::vector<GradBucket> planGradBuckets(const std::vector<ParamSlot> &slots,
                   slot.end == buckets.back().begin &&
                   buckets.back().end - buckets.back().begin < bucketValues;
     if (!extend) {
-      buckets.push_back({slot.begin, slot.end, {}});
+      buckets.push_back({slot.begin, slot.end, {}, slot.group});
       region = slot.region;
     }
     buckets.back().begin = slot.begin;
@@ -59,12 +57,20 @@ std::vector<GradBucket> planGradBuckets(const std::vector<ParamSlot> &slots,
 BucketedReduction::BucketedReduction(std::vector<GradBucket> bucketsIn,
                                      size_t params, int64_t microbatches,
                                      comm::Channel &channel,
-                                     std::vector<int64_t> group, float *grads,
-                                     std::string module)
+                                     std::vector<std::vector<int64_t>> groups,
+                                     float *grads, std::string module)
     : buckets(std::move(bucketsIn)), bucketOf(params, kNoBucket),
       counts(params, 0), microbatches(microbatches), channel(channel),
-      group(std::move(group)), grads(grads), module(std::move(module)) {
-  for (size_t b = 0; b < buckets.size(); ++b)
+      groups(std::move(groups)), grads(grads), module(std::move(module)) {
+  if (this->groups.empty())
+    throw std::logic_error("gradient buckets of " + this->module +
+                           " without a group");
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (buckets[b].group >= this->groups.size())
+      throw std::logic_error("gradient buckets: bucket " + std::to_string(b) +
+                             " of group " + std::to_string(buckets[b].group) +
+                             ", and there are " +
+                             std::to_string(this->groups.size()));
     for (size_t p : buckets[b].params) {
       if (p >= params || bucketOf[p] != kNoBucket)
         throw std::logic_error("gradient buckets: parameter " +
@@ -73,6 +79,7 @@ BucketedReduction::BucketedReduction(std::vector<GradBucket> bucketsIn,
                                "two buckets");
       bucketOf[p] = b;
     }
+  }
   startStep(0);
 }
 
@@ -109,38 +116,37 @@ void BucketedReduction::post(size_t b, device::Device &dev, bool ahead) {
                      std::to_string(buckets.size()) + " " + module;
   posted.push_back(
       {name, (bucket.end - bucket.begin) * static_cast<int64_t>(sizeof(float)),
-       reduce(bucket.begin, bucket.end, dev,
+       reduce({bucket.begin, bucket.end, bucket.group}, dev,
               "step " + std::to_string(step + 1) + ", " + name),
        ahead});
 }
 
-std::shared_ptr<comm::Request> BucketedReduction::reduce(int64_t begin,
-                                                         int64_t end,
-                                                         device::Device &dev,
-                                                         std::string what) {
+std::shared_ptr<comm::Request>
+BucketedReduction::reduce(const ShardRange &range, device::Device &dev,
+                          std::string what) {
+  const std::vector<int64_t> &group = groups[range.group];
+  const int64_t begin = range.begin, end = range.end;
   if (bf16)
     dev.roundTo(device::DType::BF16, grads + begin, end - begin);
-  if (scatterOwn < 0 && bf16)
+  if (scatterOwn.empty() && bf16)
     return channel.allReduceSumBf16(group, grads + begin, end - begin,
                                     dev.record(), std::move(what));
-  if (scatterOwn < 0)
+  if (scatterOwn.empty())
     return channel.allReduceSum(group, grads + begin, end - begin, dev.record(),
                                 std::move(what));
   const int64_t members = static_cast<int64_t>(group.size());
-  const ShardRange range{begin, end};
-  return channel.reduceScatterV(group, grads + begin,
-                                pieceCounts(range, members),
-                                grads + pieceStart(range, members, scatterOwn),
-                                dev.record(), std::move(what));
+  return channel.reduceScatterV(
+      group, grads + begin, pieceCounts(range, members),
+      grads + pieceStart(range, members, scatterOwn.at(range.group)),
+      dev.record(), std::move(what));
 }
 
-std::vector<std::pair<int64_t, int64_t>>
-BucketedReduction::ranges(int64_t prefix) const {
-  std::vector<std::pair<int64_t, int64_t>> list;
+std::vector<ShardRange> BucketedReduction::ranges(int64_t prefix) const {
+  std::vector<ShardRange> list;
   for (const GradBucket &b : buckets)
-    list.push_back({b.begin, b.end});
+    list.push_back({b.begin, b.end, b.group});
   if (prefix > 0)
-    list.push_back({0, prefix});
+    list.push_back({0, prefix, 0});
   return list;
 }
 
@@ -151,7 +157,7 @@ BucketedReduction::finish(device::Device &dev, int64_t prefix) {
   if (prefix > 0) {
     std::string name = "grad prefix " + module;
     posted.push_back({name, prefix * static_cast<int64_t>(sizeof(float)),
-                      reduce(0, prefix, dev,
+                      reduce({0, prefix, 0}, dev,
                              "step " + std::to_string(step + 1) + ", " + name +
                                  " (TP-partial gradients)"),
                       false});

@@ -8,7 +8,9 @@
 // microbatches in, its DP x CP all-reduce is posted on the module's
 // channel and runs while the backward goes on. The ReduceGrads instruction
 // then posts what is left (the TP-partial prefix after its TP sum) and
-// waits for all of it.
+// waits for all of it. Under expert parallelism the experts' buckets are
+// summed over the members holding the same experts (the edp group)
+// instead: a bucket holds one group's parameters.
 //
 // Every member of the group posts the same buckets in the same order (the
 // planned order, never the order they happen to become ready: a bucket
@@ -21,6 +23,7 @@
 #define MIMO_RUNTIME_EXEC_GRADBUCKETS_H
 
 #include "runtime/comm/Channel.h"
+#include "runtime/exec/OptimizerShards.h"
 
 #include <cstdint>
 #include <memory>
@@ -36,6 +39,10 @@ struct ParamSlot {
   /// Which contiguous group of the flat layout it belongs to; buckets never
   /// span two.
   int region = 0;
+  /// The group its gradient is summed over (an index of the reduction's
+  /// groups: 0 the module's DP x CP group, 1 the experts' edp group); one
+  /// region has one.
+  size_t group = 0;
 };
 
 struct GradBucket {
@@ -43,6 +50,8 @@ struct GradBucket {
   int64_t begin = 0, end = 0;
   /// The parameters in it (indices into the slots).
   std::vector<size_t> params;
+  /// Its parameters' group (ParamSlot::group).
+  size_t group = 0;
 };
 
 /// The buckets of the parameters whose slots start at or after `from` (the
@@ -58,22 +67,25 @@ std::vector<GradBucket> planGradBuckets(const std::vector<ParamSlot> &slots,
 class BucketedReduction {
 public:
   /// `microbatches`: backwards this rank runs per step (each parameter is
-  /// reported that many times); `grads`: the flat gradient buffer.
+  /// reported that many times); `groups`: the ranks each bucket's group
+  /// holds (GradBucket::group; the first also sums the prefix); `grads`:
+  /// the flat gradient buffer.
   BucketedReduction(std::vector<GradBucket> buckets, size_t params,
                     int64_t microbatches, comm::Channel &channel,
-                    std::vector<int64_t> group, float *grads,
+                    std::vector<std::vector<int64_t>> groups, float *grads,
                     std::string module);
 
   /// Reduce-scatters each range instead of all-reducing it (the
-  /// distributed optimizer, exec/OptimizerShards.h): member `own` of the
-  /// group gets the sum of its piece only.
-  void scatterTo(int64_t own) { scatterOwn = own; }
+  /// distributed optimizer, exec/OptimizerShards.h): this rank, member
+  /// `own[g]` of group g, gets the sum of its piece only.
+  void scatterTo(std::vector<int64_t> own) { scatterOwn = std::move(own); }
   /// train.grad_reduce_dtype "bf16": each range rounded to bf16 before it
   /// is posted, all-reduced by Comm::allReduceSumBf16 (the caller rounds
   /// the sums after finish).
   void reduceInBf16() { bf16 = true; }
-  /// The ranges it reduces, in order: the buckets, then [0, prefix).
-  std::vector<std::pair<int64_t, int64_t>> ranges(int64_t prefix) const;
+  /// The ranges it reduces, in order, with their groups: the buckets, then
+  /// [0, prefix) (group 0).
+  std::vector<ShardRange> ranges(int64_t prefix) const;
 
   /// Forgets the last step's counts (nothing may be in flight).
   void startStep(int64_t step);
@@ -100,7 +112,7 @@ public:
 
 private:
   void post(size_t bucket, device::Device &dev, bool ahead);
-  std::shared_ptr<comm::Request> reduce(int64_t begin, int64_t end,
+  std::shared_ptr<comm::Request> reduce(const ShardRange &range,
                                         device::Device &dev, std::string what);
 
   std::vector<GradBucket> buckets;
@@ -111,12 +123,12 @@ private:
   std::vector<size_t> missing;
   int64_t microbatches;
   comm::Channel &channel;
-  std::vector<int64_t> group;
+  std::vector<std::vector<int64_t>> groups;
   float *grads;
   std::string module;
   int64_t step = 0;
   size_t next = 0, early = 0;
-  int64_t scatterOwn = -1;
+  std::vector<int64_t> scatterOwn; // empty: all-reduce
   bool bf16 = false;
   struct Posted {
     std::string name;

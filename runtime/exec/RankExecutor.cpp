@@ -54,7 +54,7 @@ RankExecutor::RankExecutor(const Plan &plan, int64_t rank, comm::Comm &comm,
       setUpShards(*m);
     }
   if (overlap.sendsAhead && overlap.channels)
-    sendChannel = overlap.channels(kSendChannel, -1);
+    sendChannel = overlap.channels(kSendChannel, {});
   // Every rank at once (the nccl backend splits a communicator off).
   for (const Program &p : plan.programs)
     if (std::any_of(p.instrs.begin(), p.instrs.end(),
@@ -323,18 +323,26 @@ std::vector<ChannelFamily> channelFamiliesOf(const Plan &plan) {
 void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   // Ring CP's transfers on a channel of their own (the language module's:
   // the tag channel after every module's buckets').
+  const std::vector<ChannelFamily> families =
+      overlap.channels ? channelFamiliesOf(plan) : std::vector<ChannelFamily>();
+  auto familiesOf = [&](std::initializer_list<ChannelUse> uses) {
+    std::vector<size_t> found;
+    for (ChannelUse use : uses)
+      if (int64_t f = channelFamilyIndex(families, m.index, m.chunk, use);
+          f >= 0)
+        found.push_back(static_cast<size_t>(f));
+    return found;
+  };
   if (overlap.channels && overlap.ringAhead && m.stage->context().ringCp) {
     m.ringChannel =
         overlap.channels(1 + static_cast<int64_t>(modules.size() + m.slot),
-                         channelFamilyIndex(channelFamiliesOf(plan), m.index,
-                                            m.chunk, ChannelUse::Ring));
+                         familiesOf({ChannelUse::Ring}));
     if (m.ringChannel)
       m.stage->useRingChannel(m.ringChannel.get());
   }
   // Buckets reduce over DP x CP; the experts of expert parallelism over
-  // their own group, at reduce_grads.
-  if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2 ||
-      m.topo->ep > 1)
+  // the members holding the same ones (buckets of their own).
+  if (overlap.bucketBytes <= 0 || !overlap.channels || m.dpcpGroup.size() < 2)
     return;
   int64_t microbatches = 0;
   for (const Instr &in : program->instrs)
@@ -343,11 +351,15 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
                     in.chunk == m.chunk;
   std::vector<Param> &params = m.stage->params();
   std::vector<ParamSlot> slots;
-  for (const Param &p : params) // frozen: an empty slot, never reduced
+  for (const Param &p : params) { // frozen: an empty slot, never reduced
+    const bool expert = p.expert && m.topo->ep > 1;
     slots.push_back({p.frozen ? 0 : p.flatBegin, p.frozen ? 0 : p.flatEnd,
                      p.partialOverTp      ? 0
                      : p.replicatedOverTp ? 1
-                                          : 2});
+                     : expert             ? 3
+                                          : 2,
+                     expert ? size_t(1) : size_t(0)});
+  }
   FlatParams &flat = m.stage->flat();
   int64_t values =
       std::max<int64_t>(1, overlap.bucketBytes / int64_t(sizeof(float)));
@@ -355,14 +367,14 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
       planGradBuckets(slots, flat.tpPartial, values);
   if (buckets.empty())
     return; // every member of the group decides alike
-  m.channel =
-      overlap.channels(1 + static_cast<int64_t>(m.slot),
-                       channelFamilyIndex(channelFamiliesOf(plan), m.index,
-                                          m.chunk, ChannelUse::Buckets));
+  m.channel = overlap.channels(
+      1 + static_cast<int64_t>(m.slot),
+      familiesOf({ChannelUse::Buckets, ChannelUse::ExpertBuckets}));
   if (!m.channel)
     return; // the backend has none for this group: one all-reduce
   m.reduction = std::make_unique<BucketedReduction>(
-      std::move(buckets), params.size(), microbatches, *m.channel, m.dpcpGroup,
+      std::move(buckets), params.size(), microbatches, *m.channel,
+      std::vector<std::vector<int64_t>>{m.dpcpGroup, m.experts.edp},
       flat.grads.data(), m.topo->name);
   BucketedReduction *reduction = m.reduction.get();
   if (plan.config.train.reducesInBf16())
@@ -385,16 +397,15 @@ void RankExecutor::setUpShards(ModuleState &m) {
   };
   m.shardGroups = {m.dpcpGroup};
   std::vector<ShardGroup> groups = {placeIn(m.dpcpGroup)};
+  // Expert parallelism: the dense parameters over DP x CP, the experts
+  // (from flat.experts) over the members holding the same ones.
+  m.shardGroups.push_back(m.experts.edp);
+  groups.push_back(placeIn(m.experts.edp));
   std::vector<ShardRange> ranges;
   if (m.reduction) {
-    for (auto [begin, end] : m.reduction->ranges(f.tpPartial))
-      ranges.push_back({begin, end});
-    m.reduction->scatterTo(groups[0].own);
+    ranges = m.reduction->ranges(f.tpPartial);
+    m.reduction->scatterTo({groups[0].own, groups[1].own});
   } else if (f.trainable > f.experts) {
-    // Expert parallelism: the dense parameters over DP x CP, the experts
-    // (from flat.experts) over the members holding the same ones.
-    m.shardGroups.push_back(m.experts.edp);
-    groups.push_back(placeIn(m.experts.edp));
     if (f.experts > 0)
       ranges.push_back({0, f.experts, 0});
     ranges.push_back({f.experts, f.trainable, 1});

@@ -132,10 +132,10 @@ struct WholeState {
 };
 
 /// Makes the rank's channel (comm/Channel.h) with tag range `tagChannel`,
-/// serving channel family `family` (an index of channelFamiliesOf; -1 for
-/// the send channel), or null: that channel runs blocking instead.
+/// serving channel `families` (indices of channelFamiliesOf; none for the
+/// send channel), or null: that channel runs blocking instead.
 using ChannelFactory = std::function<std::unique_ptr<comm::Channel>(
-    int64_t tagChannel, int64_t family)>;
+    int64_t tagChannel, const std::vector<size_t> &families)>;
 
 /// The plan's channel families (plan/Plan.h channelFamilies), the language
 /// module's CP a ring where its config says so.

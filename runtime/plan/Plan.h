@@ -107,16 +107,20 @@ communicatorGroups(const Topology &topology);
 enum class ChannelUse {
   /// The gradient buckets over DP x CP (exec/GradBuckets.h).
   Buckets,
+  /// Under expert parallelism the experts' buckets, over their edp groups
+  /// (expertGroups); the same channel as the module's Buckets.
+  ExpertBuckets,
   /// Ring CP's transfers (model/RingAttention.h).
   Ring,
 };
 /// The groups one kind of channel runs over: per module and virtual stage
-/// (`chunk`), its DP x CP groups for the gradient buckets (dp x cp > 1, no
-/// expert parallelism) and, where `ringCp[module]`, its CP groups for the
-/// ring. A backend that needs communicators of its own per channel (nccl)
-/// splits one set per family, on every rank in this order, so that a
-/// channel's operations never queue behind another channel's or the
-/// rank's own (NCCL runs a communicator's operations in issue order).
+/// (`chunk`), its DP x CP groups for the gradient buckets (dp x cp > 1),
+/// under expert parallelism its edp groups of two or more for the experts'
+/// buckets, and, where `ringCp[module]`, its CP groups for the ring. A backend
+/// that needs communicators of its own per channel (nccl) splits one set per
+/// family, on every rank in this order, so that a channel's operations never
+/// queue behind another channel's or the rank's own (NCCL runs a communicator's
+/// operations in issue order).
 struct ChannelFamily {
   size_t module = 0;
   int64_t chunk = 0;

@@ -89,8 +89,17 @@ std::vector<ChannelFamily> channelFamilies(const Topology &topology,
     const ModuleTopology &m = topology.modules[mi];
     const bool ring =
         mi < ringCp.size() && ringCp[mi] && m.grid.size(Dim::CP) > 1;
-    const bool buckets =
-        m.ep <= 1 && m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
+    const int64_t lanes = m.grid.size(Dim::DP) * m.grid.size(Dim::CP);
+    const bool buckets = lanes > 1;
+    // The experts' edp groups, each once (at its first member).
+    std::vector<std::vector<int64_t>> edp;
+    if (m.ep > 1 && lanes / m.ep > 1)
+      for (const std::vector<int64_t> &dpcp : m.grid.groups({Dim::DP, Dim::CP}))
+        for (int64_t rank : dpcp) {
+          ExpertGroups g = expertGroups(m.grid, m.ep, rank);
+          if (g.edpRank == 0)
+            edp.push_back(g.edp);
+        }
     for (int64_t chunk = 0; chunk < std::max<int64_t>(1, m.virtualStages);
          ++chunk) {
       if (ring)
@@ -99,6 +108,8 @@ std::vector<ChannelFamily> channelFamilies(const Topology &topology,
       if (buckets)
         families.push_back({mi, chunk, ChannelUse::Buckets,
                             m.grid.groups({Dim::DP, Dim::CP})});
+      if (!edp.empty())
+        families.push_back({mi, chunk, ChannelUse::ExpertBuckets, edp});
     }
   }
   return families;

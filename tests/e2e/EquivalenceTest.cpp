@@ -414,24 +414,36 @@ TEST(DistributedOptimizer, TrainsAsTheReplicatedOneAndKeepsLess) {
   }
 }
 
+/// `model` trained 4 steps whole, and 2 steps saved into `dir` then
+/// resumed to step 4, whose two steps must be the whole run's bit for bit;
+/// returns the whole run.
+exec::RunResult expectResumesBitForBit(const json &model,
+                                       const std::string &dir) {
+  exec::RunResult whole = trainFrom(model, 4);
+  EXPECT_EQ(whole.exitCode, 0) << whole.error;
+  exec::RunResult first = trainFrom(model, 2, dir);
+  EXPECT_EQ(first.exitCode, 0) << first.error;
+  exec::RunResult same = trainFrom(model, 4, "", dir);
+  EXPECT_EQ(same.exitCode, 0) << same.error;
+  EXPECT_EQ(same.steps.size(), 2u);
+  EXPECT_EQ(whole.steps.size(), 4u);
+  for (size_t s = 0; s < 2 && s < same.steps.size() && whole.steps.size() == 4;
+       ++s) {
+    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
+    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
+  }
+  return whole;
+}
+
 /// Under bf16 the sharded fp32 masters are gathered to save and kept in
 /// pieces at a load: the same layout resumes bit for bit, the replicated
 /// optimizer within bf16's tolerance.
 TEST(Checkpoint, ShardedBf16MastersResume) {
   json sharded = withDistributedOptimizer(example("vlm-fan-out.json"));
   sharded["precision"] = "bf16";
-  exec::RunResult whole = trainFrom(sharded, 4);
-  ASSERT_EQ(whole.exitCode, 0) << whole.error;
   std::string dir = scratchDir("zero-bf16");
-  exec::RunResult first = trainFrom(sharded, 2, dir);
-  ASSERT_EQ(first.exitCode, 0) << first.error;
-  exec::RunResult same = trainFrom(sharded, 4, "", dir);
-  ASSERT_EQ(same.exitCode, 0) << same.error;
-  ASSERT_EQ(same.steps.size(), 2u);
-  for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
-    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
-  }
+  exec::RunResult whole = expectResumesBitForBit(sharded, dir);
+  ASSERT_EQ(whole.steps.size(), 4u);
   json replicated = sharded;
   for (json &module : replicated["modules"])
     module.erase("distributed_optimizer");
@@ -463,18 +475,9 @@ TEST(Checkpoint, ExpertShardsResume) {
   json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
   model["modules"][1]["parallel"]["ep"] = 2;
   json sharded = withDistributedOptimizer(model);
-  exec::RunResult whole = trainFrom(sharded, 4);
-  ASSERT_EQ(whole.exitCode, 0) << whole.error;
   std::string dir = scratchDir("zero-ep");
-  exec::RunResult first = trainFrom(sharded, 2, dir);
-  ASSERT_EQ(first.exitCode, 0) << first.error;
-  exec::RunResult same = trainFrom(sharded, 4, "", dir);
-  ASSERT_EQ(same.exitCode, 0) << same.error;
-  ASSERT_EQ(same.steps.size(), 2u);
-  for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(same.steps[s].loss, whole.steps[s + 2].loss);
-    EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
-  }
+  exec::RunResult whole = expectResumesBitForBit(sharded, dir);
+  ASSERT_EQ(whole.steps.size(), 4u);
   json ep4 = sharded;
   ep4["modules"][1]["parallel"]["ep"] = 4;
   for (const json &other : {model, ep4}) {
@@ -831,8 +834,9 @@ void expectSameSteps(const exec::RunResult &a, const exec::RunResult &b,
   }
 }
 
-/// docs/gpu.md overlap: the DP x CP gradient reduction in small buckets,
-/// posted during the backward on each rank's channels, and pipeline and
+/// docs/gpu.md overlap: the DP x CP gradient reduction in small buckets
+/// (the experts' over their edp groups), posted during the backward on
+/// each rank's channels, and pipeline and
 /// bridge sends posted ahead, train bit-identically to blocking messages
 /// and one all-reduce per module after the backward; the trace shows
 /// buckets and sends on the comm stream, buckets the backward posted before
@@ -842,7 +846,10 @@ TEST(Overlap, BucketsAndSendsAheadTrainBitIdentically) {
     static const std::set<std::string> chosen = {
         "FanInEncoderDp4ToLanguageTp2Pp2WithSp",
         "ContextParallelAcrossABridgeWithSp", "Colocated",
-        "ColocatedLanguagePp2", "PackedThdWithCp2"};
+        "ColocatedLanguagePp2", "PackedThdWithCp2",
+        // the experts' buckets over edp groups of two, and of one (sharded:
+        // DistributedOptimizer.TrainsAsTheReplicatedOneAndKeepsLess)
+        "MoeEp2FanOutDp4", "MoeEp4FanOutDp4Shared"};
     if (!chosen.count(layout.name))
       continue;
     SCOPED_TRACE(layout.name);

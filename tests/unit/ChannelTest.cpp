@@ -277,6 +277,24 @@ TEST(GradBuckets, ContiguousWholeParametersLaterLayersFirst) {
   EXPECT_EQ(exec::planGradBuckets(slots, 0, 1 << 20).size(), 3u);
 }
 
+TEST(GradBuckets, ExpertsHaveBucketsOfTheirOwnGroup) {
+  // Expert parallelism: the experts' region (group 1, the edp group) is
+  // never in a bucket with the dense parameters, however large the
+  // buckets.
+  std::vector<exec::ParamSlot> slots = {
+      {0, 64, 2, 0}, {64, 128, 3, 1}, {128, 192, 3, 1}, {192, 256, 2, 0}};
+  std::vector<exec::GradBucket> buckets =
+      exec::planGradBuckets(slots, 0, 1 << 20);
+  ASSERT_EQ(buckets.size(), 3u);
+  for (const exec::GradBucket &b : buckets) {
+    const bool experts = b.begin >= 64 && b.end <= 192;
+    EXPECT_EQ(b.group, experts ? 1u : 0u) << b.begin;
+    if (experts) {
+      EXPECT_EQ(b.end - b.begin, 128);
+    }
+  }
+}
+
 TEST(GradBuckets, PostedInPlannedOrderAsTheBackwardReports) {
   using exec::ParamSlot;
   std::vector<ParamSlot> slots = {{0, 4, 2}, {4, 8, 2}, {8, 12, 2}};
@@ -288,7 +306,7 @@ TEST(GradBuckets, PostedInPlannedOrderAsTheBackwardReports) {
         for (size_t i = 0; i < grads.size(); ++i)
           grads[i] = float(r + 1) * float(i);
         exec::BucketedReduction reduction(exec::planGradBuckets(slots, 0, 4), 3,
-                                          2, channel, {0, 1}, grads.data(),
+                                          2, channel, {{0, 1}}, grads.data(),
                                           "m");
         ASSERT_EQ(reduction.bucketCount(), 3u);
         // Two microbatches; parameter 0 (the earliest layer) finishes last.
@@ -378,6 +396,35 @@ TEST(OptimizerShards, PiecesCoverEachRangeOnce) {
                std::logic_error);
 }
 
+/// Expert parallelism: the dense range over the DP x CP group (4 members
+/// here), the experts' over their edp group (2): member (own 3, edp own 1)
+/// holds the last quarter of the one and the second half of the other.
+TEST(OptimizerShards, EachRangeIsCutOverItsOwnGroup) {
+  using exec::ShardGroup;
+  using exec::ShardRange;
+  std::vector<exec::OptimizerRun> runs = {{0, 192, true}};
+  std::vector<ShardRange> ranges = {{0, 128, 0}, {128, 192, 1}};
+  exec::OptimizerShards shards(ranges, 192, {ShardGroup{4, 3}, {2, 1}}, runs);
+  EXPECT_EQ(shards.members(0), 4);
+  EXPECT_EQ(shards.members(1), 2);
+  EXPECT_EQ(shards.piece(0).begin, 96);
+  EXPECT_EQ(shards.piece(0).end, 128);
+  EXPECT_EQ(shards.piece(1).begin, 160);
+  EXPECT_EQ(shards.piece(1).end, 192);
+  EXPECT_EQ(shards.piece(1).at, 32);
+  EXPECT_EQ(shards.size(), 64);
+  ASSERT_EQ(shards.runs().size(), 2u);
+  EXPECT_EQ(shards.runs()[1].begin, 160);
+  EXPECT_EQ(shards.runs()[1].at, 32);
+  // A range of a group that is not given, a member outside its group.
+  EXPECT_THROW(exec::OptimizerShards({{0, 128, 0}, {128, 192, 2}}, 192,
+                                     {ShardGroup{4, 3}, {2, 1}}, runs),
+               std::logic_error);
+  EXPECT_THROW(
+      exec::OptimizerShards(ranges, 192, {ShardGroup{4, 3}, {2, 2}}, runs),
+      std::logic_error);
+}
+
 /// The distributed optimizer's buckets: each member gets the sum of its
 /// piece of every bucket (the rest of its buffer left as it was).
 TEST(GradBuckets, ScatteredEachMemberSumsItsPieces) {
@@ -390,9 +437,9 @@ TEST(GradBuckets, ScatteredEachMemberSumsItsPieces) {
         for (size_t i = 0; i < grads.size(); ++i)
           grads[i] = float(r + 1) * float(i);
         exec::BucketedReduction reduction(exec::planGradBuckets(slots, 0, 4), 3,
-                                          1, channel, {0, 1}, grads.data(),
+                                          1, channel, {{0, 1}}, grads.data(),
                                           "m");
-        reduction.scatterTo(r);
+        reduction.scatterTo({r});
         reduction.gradsDone({2, 1, 0}, dev);
         reduction.finish(dev, 0);
         results[static_cast<size_t>(r)] = grads;

@@ -860,8 +860,9 @@ TEST(PlanTest, PostedChannelsAreOpenedInRoundsOfDisjointPairs) {
 
 TEST(PlanTest, ChannelFamiliesGiveEachOverlappedChannelItsGroups) {
   // docs/gpu.md overlap: per module and chunk, the gradient buckets' DP x
-  // CP groups (none under expert parallelism) and a ring's CP groups, each
-  // family split into communicators of its own on the nccl backend.
+  // CP groups, under expert parallelism the experts' edp groups, and a
+  // ring's CP groups, each family split into communicators of its own on
+  // the nccl backend.
   std::set<std::string> seen;
   for (const test::Layout &layout : test::equivalenceLayouts()) {
     SCOPED_TRACE(layout.name);
@@ -881,7 +882,19 @@ TEST(PlanTest, ChannelFamiliesGiveEachOverlappedChannelItsGroups) {
             channelFamilyIndex(families, mi, chunk, ChannelUse::Buckets);
         const int64_t rings =
             channelFamilyIndex(families, mi, chunk, ChannelUse::Ring);
-        EXPECT_EQ(buckets >= 0, lanes > 1 && m.ep <= 1);
+        EXPECT_EQ(buckets >= 0, lanes > 1);
+        const int64_t experts =
+            channelFamilyIndex(families, mi, chunk, ChannelUse::ExpertBuckets);
+        EXPECT_EQ(experts >= 0, m.ep > 1 && lanes / m.ep > 1);
+        if (experts >= 0) {
+          seen.insert("experts");
+          for (int64_t rank = m.grid.rankOffset(); rank < m.grid.endRank();
+               ++rank) {
+            const auto own = expertGroups(m.grid, m.ep, rank).edp;
+            const auto &groups = families[static_cast<size_t>(experts)].groups;
+            EXPECT_EQ(std::count(groups.begin(), groups.end(), own), 1);
+          }
+        }
         EXPECT_EQ(rings >= 0, ring[mi]);
         if (buckets >= 0) {
           seen.insert("buckets");
@@ -908,7 +921,8 @@ TEST(PlanTest, ChannelFamiliesGiveEachOverlappedChannelItsGroups) {
     for (const ChannelFamily &f : families)
       EXPECT_TRUE(keys.insert({f.module, f.chunk, f.use}).second);
   }
-  EXPECT_EQ(seen, (std::set<std::string>{"buckets", "chunks", "ring", "ep"}));
+  EXPECT_EQ(seen, (std::set<std::string>{"buckets", "chunks", "ring", "ep",
+                                         "experts"}));
 }
 
 //===----------------------------------------------------------------------===//

@@ -502,8 +502,8 @@ TEST(CostModel, TheDistributedOptimizerScattersAndGathersPieces) {
 /// docs/gpu.md overlap: where every rank has a GPU of its own, the
 /// gradient buckets are reduced on a channel as the last backward finishes
 /// them, and reduce_grads waits only for what that backward could not hide
-/// (at least the last bucket); ranks sharing GPUs (overlap off by default),
-/// a CPU, or expert parallelism (no buckets) wait for all of it.
+/// (at least the last bucket); ranks sharing GPUs (overlap off by default)
+/// or a CPU wait for all of it.
 TEST(CostModel, GradientBucketsHideBehindTheLastBackwardOnAGpu) {
   json model = json::parse(readExample("vlm-fan-out.json")); // language dp4
   json &arch = model["modules"][1]["arch"];
@@ -522,8 +522,7 @@ TEST(CostModel, GradientBucketsHideBehindTheLastBackwardOnAGpu) {
     CostModel costs(plan.topology, plan.config, device, cluster);
     const size_t language = plan.topology.languageIndex();
     EXPECT_EQ(costs.bucketsOverlap(language),
-              ownDevices && std::string(profile) != "cpu" &&
-                  !model["modules"][1]["parallel"].contains("ep"));
+              ownDevices && std::string(profile) != "cpu");
     double seconds = 0;
     for (const Instr &in : plan.programs[plan.rankProgram[4]].instrs)
       if (in.op == InstrOp::ReduceGrads)
