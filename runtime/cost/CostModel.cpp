@@ -523,10 +523,11 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
     // whose ranks each have one): each bucket is reduced on a channel as
     // soon as the module's last backward has finished its gradients, so
     // the reduction hides behind that backward but for its last bucket.
-    const double buckets =
-        std::ceil(kFloat * localValues(static_cast<size_t>(in.index), rank) /
-                  static_cast<double>(kGradBucketBytes));
-    if (bucketsOverlap(static_cast<size_t>(in.index)) && buckets >= 1) {
+    if (bucketsOverlap(static_cast<size_t>(in.index))) {
+      const double buckets = std::max(
+          1.0,
+          std::ceil(kFloat * localValues(static_cast<size_t>(in.index), rank) /
+                    static_cast<double>(kGradBucketBytes)));
       const StageWork &backward =
           stageWorkOf(static_cast<size_t>(in.index), grid.coordsOf(rank).pp,
                       /*backward=*/true);

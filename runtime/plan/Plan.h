@@ -143,6 +143,9 @@ struct ExpertGroups {
   int64_t epRank = 0, edpRank = 0;
 };
 ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank);
+/// Every ep group of the module (`edp`: every edp group), each once.
+std::vector<std::vector<int64_t>> allExpertGroups(const Grid &grid, int64_t ep,
+                                                  bool edp);
 
 /// Each pair {first stage, last stage} of a module's ranks with the same
 /// TP, CP and DP coordinates: the ranks that hold a tied embedding.

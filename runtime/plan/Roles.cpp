@@ -62,17 +62,8 @@ communicatorGroups(const Topology &topology) {
       add(m.grid.groups(dims));
   for (const ModuleTopology &m : topology.modules)
     if (m.ep > 1) {
-      std::vector<std::vector<int64_t>> ep, edp;
-      for (const std::vector<int64_t> &dpcp : m.grid.groups({Dim::DP, Dim::CP}))
-        for (int64_t rank : dpcp) {
-          ExpertGroups g = expertGroups(m.grid, m.ep, rank);
-          if (g.epRank == 0) // each cut once, at its first member
-            ep.push_back(g.ep);
-          if (g.edpRank == 0)
-            edp.push_back(g.edp);
-        }
-      add(ep);
-      add(edp);
+      add(allExpertGroups(m.grid, m.ep, /*edp=*/false));
+      add(allExpertGroups(m.grid, m.ep, /*edp=*/true));
     }
   for (const BridgeTopology &bridge : topology.bridges)
     add(bridge.gatherGroups);
@@ -91,15 +82,10 @@ std::vector<ChannelFamily> channelFamilies(const Topology &topology,
         mi < ringCp.size() && ringCp[mi] && m.grid.size(Dim::CP) > 1;
     const int64_t lanes = m.grid.size(Dim::DP) * m.grid.size(Dim::CP);
     const bool buckets = lanes > 1;
-    // The experts' edp groups, each once (at its first member).
-    std::vector<std::vector<int64_t>> edp;
-    if (m.ep > 1 && lanes / m.ep > 1)
-      for (const std::vector<int64_t> &dpcp : m.grid.groups({Dim::DP, Dim::CP}))
-        for (int64_t rank : dpcp) {
-          ExpertGroups g = expertGroups(m.grid, m.ep, rank);
-          if (g.edpRank == 0)
-            edp.push_back(g.edp);
-        }
+    const std::vector<std::vector<int64_t>> edp =
+        m.ep > 1 && lanes / m.ep > 1
+            ? allExpertGroups(m.grid, m.ep, /*edp=*/true)
+            : std::vector<std::vector<int64_t>>();
     for (int64_t chunk = 0; chunk < std::max<int64_t>(1, m.virtualStages);
          ++chunk) {
       if (ring)
@@ -122,6 +108,18 @@ int64_t channelFamilyIndex(const std::vector<ChannelFamily> &families,
         families[f].use == use)
       return static_cast<int64_t>(f);
   return -1;
+}
+
+std::vector<std::vector<int64_t>> allExpertGroups(const Grid &grid, int64_t ep,
+                                                  bool edp) {
+  std::vector<std::vector<int64_t>> groups;
+  for (const std::vector<int64_t> &dpcp : grid.groups({Dim::DP, Dim::CP}))
+    for (int64_t rank : dpcp) {
+      ExpertGroups g = expertGroups(grid, ep, rank);
+      if ((edp ? g.edpRank : g.epRank) == 0) // each once, at its first member
+        groups.push_back(edp ? g.edp : g.ep);
+    }
+  return groups;
 }
 
 ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank) {
