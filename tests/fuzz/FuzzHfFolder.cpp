@@ -2,9 +2,10 @@
 //
 // Any bytes as a Hugging Face folder (docs/pretrained.md): up to the first
 // NUL its config.json, after it (if any) its model.safetensors.index.json,
-// beside a fixed shard. openHfFolder returns a folder or an error naming
-// the file; the checks against a small language module and a CLIP-like
-// encoder return diagnostics, never crash.
+// beside a fixed shard (which holds transformers 5's stacked experts too).
+// openHfFolder returns a folder or an error naming the file; the checks
+// against a small language module, a sparse one and a CLIP-like encoder
+// return diagnostics, never crash.
 
 #include "FuzzInput.h"
 
@@ -30,8 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // A shard of one tensor, named by an index as "a.safetensors" and found
   // as model.safetensors without one.
   safetensors::Header header;
-  header.tensors.push_back({"model.norm.weight", "F32", {4}, 0, 0});
-  std::string shard = safetensors::encodeHeader(header) + std::string(16, '\0');
+  header.tensors.push_back({"model.norm.weight", "F32", {4}, 0, 16});
+  header.tensors.push_back(
+      {"model.layers.0.mlp.experts.gate_up_proj", "F32", {2, 4, 4}, 16, 144});
+  std::string shard =
+      safetensors::encodeHeader(header) + std::string(144, '\0');
   std::ofstream(dir / "a.safetensors", std::ios::binary) << shard;
   std::ofstream(dir / "model.safetensors", std::ios::binary) << shard;
 
@@ -66,8 +70,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     encoder.classToken = encoder.preNorm = true;
     encoder.patchBias = false;
     encoder.outputLayer = -2;
+    ModuleConfig sparse = language;
+    sparse.name = "sparse";
+    sparse.moe.experts = 2;
+    sparse.moe.topK = 1;
+    sparse.moe.expertFfn = 2;
     config.modules.push_back(encoder);
     config.modules.push_back(language);
+    config.modules.push_back(sparse);
     for (const ModuleConfig &module : config.modules) {
       (void)exec::hfConfigProblems(*folder, module);
       (void)exec::hfTensorProblem(*folder, config, module);
