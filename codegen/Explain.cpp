@@ -29,8 +29,11 @@ constexpr double kBubbleShare = 0.25;
 /// docs/model.md Mixture of experts: a sparse module's experts, its sparse
 /// layers, the parameters one token meets (the router, top_k experts and
 /// the shared expert of each sparse layer, every other parameter) and its
-/// expert parallelism; null for a dense module.
-json moeJson(const ModuleConfig &m, const ModelConfig &config) {
+/// expert parallelism and the bytes each rank sends per step in its
+/// exchanges (`exchangeBytes`, a balanced router's); null for a dense
+/// module.
+json moeJson(const ModuleConfig &m, const ModelConfig &config,
+             double exchangeBytes) {
   if (!m.hasMoe())
     return nullptr;
   const MoeConfig &e = m.moe;
@@ -48,7 +51,8 @@ json moeJson(const ModuleConfig &m, const ModelConfig &config) {
               {"shared_expert", e.sharedFfn > 0},
               {"params", total},
               {"active_params", active},
-              {"ep", m.parallel.ep}};
+              {"ep", m.parallel.ep},
+              {"exchange_bytes_per_step", exchangeBytes}};
 }
 
 std::string percent(double share) {
@@ -208,7 +212,10 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
                                   : json(nullptr)},
              // docs/model.md Mixture of experts: the sparse layers, and the
              // parameters a token meets (the active ones).
-             {"moe", moeJson(config, plan.config)}});
+             {"moe", moeJson(config, plan.config,
+                             costs_->expertExchangeBytes(
+                                 static_cast<size_t>(module - t.modules.data()),
+                                 g.rankOffset()))}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

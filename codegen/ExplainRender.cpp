@@ -314,7 +314,9 @@ std::string renderExplainText(const Explanation &whole,
           " parameters active per token, " +
           (e["ep"].get<int64_t>() > 1
                ? "experts split over ep " + number(e["ep"]) +
-                     " (their tokens exchanged)"
+                     " (their tokens exchanged: " +
+                     formatBytes(e["exchange_bytes_per_step"].get<double>()) +
+                     " sent per rank and step, a balanced router's)"
                : std::string("every expert on every rank"));
     }
     recipe += "\n";

@@ -23,8 +23,8 @@ namespace {
 
 struct ModuleGrid {
   int64_t tp = 1, cp = 1, pp = 1, dp = 1;
-  /// Expert parallelism (a sparse language model): divides dp x cp and
-  /// the experts.
+  /// Expert parallelism (a sparse module): divides dp x cp and the
+  /// experts.
   int64_t ep = 1;
   bool sp = false;
   /// model.json `pipeline_layers` (empty: an even split); `balanced`: the
@@ -247,7 +247,7 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
           grids.push_back(g);
           // Expert parallelism over DP x CP (docs/model.md Mixture of
           // experts).
-          if (language && m.hasMoe())
+          if (m.hasMoe())
             for (int64_t ep : divisors(dp * cp))
               if (ep > 1 && m.moe.experts % ep == 0) {
                 g.ep = ep;

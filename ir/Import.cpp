@@ -102,7 +102,9 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
     auto encoder = builder.create<EncoderOp>(
         loc(module.pointer), tokensType, builder.getStringAttr(module.name),
         batch, grids[i], i64(module.specialTokenId), arch,
-        runsForwardOnly(config, module) ? builder.getUnitAttr() : nullptr);
+        runsForwardOnly(config, module) ? builder.getUnitAttr() : nullptr,
+        module.hasMoe() ? builder.getI64IntegerAttr(module.parallel.ep)
+                        : mlir::IntegerAttr());
     modalityInputs.push_back(encoder.getOutput());
     modalityNames.push_back(builder.getStringAttr(module.name));
   }

@@ -131,6 +131,8 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
     `forward_only`: every parameter is frozen (`freeze` in model.json), so
     the encoder runs no backward and its bridges carry no gradients: the
     programs leave them out (docs/model-json.md).
+    `expert_parallel`: the encoder has sparse layers (`arch.moe`), as the
+    language module's.
 
     ```mlir
     %images = mimo.encoder @images(%batch) on %grid {special_token_id = 1000 : i64,
@@ -141,7 +143,8 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, Mimo_BatchType:$batch,
                        Mimo_GridType:$grid, I64Attr:$special_token_id,
-                       Mimo_EncoderArchAttr:$arch, UnitAttr:$forward_only);
+                       Mimo_EncoderArchAttr:$arch, UnitAttr:$forward_only,
+                       OptionalAttr<I64Attr>:$expert_parallel);
   let results = (outs Mimo_TokensType:$output);
   let assemblyFormat = [{
     $sym_name `(` $batch `)` `on` $grid attr-dict `:` type($output)

@@ -51,6 +51,10 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
     m.hidden = static_cast<int64_t>(encoder.getArch().getHiddenSize());
     m.specialTokenId = static_cast<int64_t>(encoder.getSpecialTokenId());
     m.forwardOnly = encoder.getForwardOnly();
+    if (auto ep = encoder.getExpertParallel()) { // a sparse encoder
+      m.sparse = true;
+      m.ep = static_cast<int64_t>(*ep);
+    }
     source.modules.push_back(std::move(m));
   }
   TopologySource::Module lm;

@@ -55,6 +55,22 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
 
 namespace {
 
+/// An encoder layer's weights and norms (local names within "layers.l."):
+/// a sparse layer's router and first expert stand for its MLP.
+std::vector<std::string> layerWeights(const ModuleConfig &m, int64_t l) {
+  std::vector<std::string> out = {"wq",         "wk",         "wv",
+                                  "wo",         "ln1.weight", "ln1.bias",
+                                  "ln2.weight", "ln2.bias"};
+  if (m.moe.sparse(l)) {
+    out.push_back(kMoeRouter);
+    for (const char *w : {"gate", "up", "down"})
+      out.push_back(moeExpertName(0, w));
+  } else {
+    out.insert(out.end(), {"fc1", "fc2"});
+  }
+  return out;
+}
+
 /// A frozen module's step (docs/model-json.md `freeze`): each weight's
 /// forward GEMM, its input gradient where the backward runs through it,
 /// and its weight gradient only when it trains; attention three times
@@ -86,8 +102,7 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     for (int64_t l = 0; l < firstStageEnd; ++l) {
       const std::string at = "layers." + std::to_string(l) + ".";
       bool frozen = true;
-      for (const char *p : {"wq", "wk", "wv", "wo", "ln1.weight", "ln1.bias",
-                            "ln2.weight", "ln2.bias", "fc1", "fc2"})
+      for (const std::string &p : layerWeights(m, l))
         frozen = frozen && !trains(at + p) &&
                  !(m.lora && loraTargetOf(*m.lora, at + p));
       if (!frozen)
@@ -106,12 +121,19 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
       work += weight(2.0 * H * N * tokens, at + w, backward) +
               adapter(at + w, out ? A : H, out ? H : N, backward);
     }
-    for (const char *w : language
-                             ? std::vector<const char *>{"gate", "up", "down"}
-                             : std::vector<const char *>{"fc1", "fc2"}) {
-      const bool down = w[0] == 'd' || w[2] == '2';
-      work += weight(2.0 * H * F * tokens, at + w, backward) +
-              adapter(at + w, down ? F : H, down ? H : F, backward);
+    if (m.moe.sparse(l)) {
+      // A sparse layer's MLP (family/Moe.h): its active multiply-adds, a
+      // weight gradient when its experts train; no adapters.
+      work += weight(2.0 * m.moe.activeMacs(m.hiddenSize) * tokens,
+                     at + moeExpertName(0, "gate"), backward);
+    } else {
+      for (const char *w : language
+                               ? std::vector<const char *>{"gate", "up", "down"}
+                               : std::vector<const char *>{"fc1", "fc2"}) {
+        const bool down = w[0] == 'd' || w[2] == '2';
+        work += weight(2.0 * H * F * tokens, at + w, backward) +
+                adapter(at + w, down ? F : H, down ? H : F, backward);
+      }
     }
     work += squares * 4.0 * A * (backward ? 3.0 : 1.0);
   }

@@ -213,6 +213,13 @@ struct ModelConfig {
   /// Index of the (single) language module.
   size_t languageIndex() const;
   const ModuleConfig &language() const { return modules[languageIndex()]; }
+  /// Whether any module has sparse layers (`aux_loss` in the metrics).
+  bool hasMoe() const {
+    for (const ModuleConfig &m : modules)
+      if (m.hasMoe())
+        return true;
+    return false;
+  }
 };
 
 struct ParseResult {

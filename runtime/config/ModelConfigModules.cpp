@@ -168,10 +168,7 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
       out = *b;
   };
   if (module.kind != ModuleKind::Language) {
-    if (arch.contains("moe"))
-      v.error(at + "/moe",
-              "sparse layers are the language model's in this version; an "
-              "encoder's MLP is dense (docs/not-yet.md): remove moe");
+    parseMoe(v, arch, at, module);
     flag("bias", "biases on q, k, v, o, fc1 and fc2", module.bias);
     if (auto kind =
             v.choice(arch, at, "position_embeddings", false,

@@ -129,7 +129,7 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
   // LoRA adapts no expert (docs/model.md "LoRA"): targeting the MLP of a
   // model whose every layer is sparse adapts nothing.
   if (moe && module.moe.allLayers && module.lora)
-    for (const char *mlp : {"gate", "up", "down"})
+    for (const char *mlp : {"gate", "up", "down", "fc1", "fc2"})
       if (module.lora->hasTarget(mlp)) {
         v.error(module.pointer + "/lora/targets",
                 std::string("targets \"") + mlp +

@@ -245,15 +245,16 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   for (int64_t l = shape.firstLayer;
        l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
-    const bool moe = shape.language && e.sparse(l);
+    const bool moe = e.sparse(l);
     const double *gemms = moe ? sparse : dense;
     const std::string mlp = moe ? at + moeExpertName(0, "") : at;
-    const bool dw[4] = {
-        trains(at + "wq") || trains(at + "wk") || trains(at + "wv"),
-        trains(at + "wo"),
-        shape.language ? trains(mlp + "gate") || trains(mlp + "up")
-                       : trains(at + "fc1"),
-        trains(mlp + (shape.language ? "down" : "fc2"))};
+    const bool swiglu = shape.language || moe; // gate, up and down
+    const bool dw[4] = {trains(at + "wq") || trains(at + "wk") ||
+                            trains(at + "wv"),
+                        trains(at + "wo"),
+                        swiglu ? trains(mlp + "gate") || trains(mlp + "up")
+                               : trains(at + "fc1"),
+                        trains(mlp + (swiglu ? "down" : "fc2"))};
     if (truncated) {
       bool layerFrozen = !dw[0] && !dw[1] && !dw[2] && !dw[3];
       for (const char *norm :
@@ -306,14 +307,18 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
   w.tpBytes = kFloat * rows * H / (shape.sequenceParallel ? tp : 1);
   w.cpExchanges = shape.layers + recomputed;
   w.cpBytes = kFloat * 2 * rows * KV / tp;
-  if (shape.language && m.parallel.ep > 1) {
+  if (m.parallel.ep > 1) {
     double sparseLayers = 0;
     for (int64_t l = shape.firstLayer;
          l < shape.firstLayer + static_cast<int64_t>(shape.layers); ++l)
       sparseLayers += e.sparse(l);
+    // Each sparse layer's pass dispatches its top_k x rows rows and gets
+    // as many back (two exchanges); under a balanced router a member sends
+    // each other member 1/ep of them (bf16 bits forward under bf16).
     w.epExchanges =
         2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
-    w.epBytes = (shape.bf16 && !backward ? 2.0 : kFloat) * K * rows * H;
+    w.epBytes = (shape.bf16 && !backward ? 2.0 : kFloat) * K * rows * H /
+                static_cast<double>(m.parallel.ep);
   }
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
@@ -433,6 +438,25 @@ bool CostModel::bucketsOverlap(size_t module) const {
   return profile.kind != "cpu" &&
          cluster.devices(topology.worldSize) >= topology.worldSize &&
          m.grid.size(Dim::DP) * m.grid.size(Dim::CP) > 1;
+}
+
+double CostModel::expertExchangeBytes(size_t module, int64_t rank) const {
+  const ModuleTopology &m = topology.modules[module];
+  if (m.ep <= 1)
+    return 0;
+  const Grid &grid = m.grid;
+  const std::vector<int64_t> ep = expertGroups(grid, m.ep, rank).ep;
+  double bytes = 0;
+  for (int64_t chunk = 0; chunk < m.virtualStages; ++chunk) {
+    const int64_t stage = chunk * grid.size(Dim::PP) + grid.coordsOf(rank).pp;
+    for (bool backward : {false, true}) {
+      if (backward && m.forwardOnly)
+        continue;
+      const StageWork &sw = stageWorkOf(module, stage, backward);
+      bytes += exchange(ep, sw.epBytes).bytes * sw.epExchanges;
+    }
+  }
+  return bytes * static_cast<double>(topology.microbatches);
 }
 
 Work CostModel::work(int64_t rank, const Instr &in) const {

@@ -167,6 +167,10 @@ public:
   /// backward (mimo-run's overlap default: a GPU for every rank; dp x cp
   /// above 1), which ReduceGrads's cost assumes.
   bool bucketsOverlap(size_t module) const;
+  /// The bytes `rank` sends per step in `module`'s expert-parallel
+  /// exchanges (dispatch and combine, forward and backward) under a
+  /// balanced router; 0 without expert parallelism.
+  double expertExchangeBytes(size_t module, int64_t rank) const;
 
 private:
   const Topology &topology;

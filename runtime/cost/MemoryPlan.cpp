@@ -51,6 +51,32 @@ double adaptedSites(const ModuleConfig &m) {
              : 0.0;
 }
 
+/// What a sparse layer (model/MoeMlp.h) keeps beyond a dense one, over
+/// `rows` rows, averaged over the module's layers (a stage's layers are
+/// taken at the module's share of sparse ones; 0 for a dense module): in
+/// place of the dense MLP's `denseKept` kept values a row of width ffn/tp,
+/// each expert's gathered rows (top_k x rows of them), gate, up and
+/// activation, and its fp32 output; the shared expert's the same over the
+/// rows.
+double sparseLayerBytes(const ModuleConfig &m, double rows, double tp,
+                        bool selective, bool bf16, double denseKept) {
+  if (!m.hasMoe())
+    return 0;
+  const MoeConfig &e = m.moe;
+  const double H = static_cast<double>(m.hiddenSize);
+  const double Fl = static_cast<double>(m.ffnHiddenSize) / tp;
+  const double K = static_cast<double>(e.topK);
+  const double Fe = static_cast<double>(e.expertFfn) / tp;
+  const double Fs = static_cast<double>(e.sharedFfn) / tp;
+  const double act = selective ? 2 : 3;
+  const double sparse =
+      keptBytes(bf16) * (K * rows * H + act * (K * rows * Fe + rows * Fs)) +
+      kFloat * (K * rows * H + (Fs > 0 ? rows * H : 0)) -
+      keptBytes(bf16) * denseKept * rows * Fl;
+  return sparse * static_cast<double>(e.sparseLayers(m.layers())) /
+         static_cast<double>(m.layers());
+}
+
 MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
                               bool first, bool last, int64_t layers,
                               bool bf16) {
@@ -89,25 +115,8 @@ MicrobatchBytes languageBytes(const ModuleConfig &m, const Topology &t,
     kept += 2 * T * KVl;
   kept += Tc * adaptedSites(m); // LoRA's s·x·A of each adapted linear
   double layer = keptBytes(bf16) * kept + kFloat * (2 * Tl + heads * Tc);
-  if (m.hasMoe()) {
-    // A sparse layer (model/MoeMlp.h) keeps, in place of the dense MLP's,
-    // each expert's gathered rows (top_k x Tc of them), gate, up and
-    // activation, and its fp32 output; the shared expert's the same over
-    // Tc rows; qk_norm q and k before their norms (fp32). The layers of a
-    // stage are taken at the module's share of sparse ones.
-    const MoeConfig &e = m.moe;
-    const double K = static_cast<double>(e.topK);
-    const double Fe = static_cast<double>(e.expertFfn) / tp;
-    const double Fs = static_cast<double>(e.sharedFfn) / tp;
-    const double act = selective ? 2 : 3;
-    const double sparse =
-        keptBytes(bf16) * (K * Tc * H + act * (K * Tc * Fe + Tc * Fs)) +
-        kFloat * (K * Tc * H + (Fs > 0 ? Tc * H : 0)) -
-        keptBytes(bf16) * act * Tc * Fl;
-    layer += sparse * static_cast<double>(e.sparseLayers(m.numLayers)) /
-             static_cast<double>(m.numLayers);
-  }
-  if (m.qkNorm)
+  layer += sparseLayerBytes(m, Tc, tp, selective, bf16, selective ? 2 : 3);
+  if (m.qkNorm) // q and k before their norms (fp32)
     layer += kFloat * (Tc * Hl + Tc * KVl + 2 * heads * Tc);
   MicrobatchBytes b;
   // Query positions and the attention plan (device/AttentionTiles.h:
@@ -179,7 +188,8 @@ MicrobatchBytes encoderBytes(const ModuleConfig &m, const ModelConfig &config,
   const double kept =
       2 * R * H + 2 * R * H + 4 * R * Hl + (selective ? 1 : 2) * R * Fl +
       R * adaptedSites(m); // LoRA's s·x·A of each adapted linear
-  double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R);
+  double layer = keptBytes(bf16) * kept + kFloat * (4 * R + heads * R) +
+                 sparseLayerBytes(m, R, tp, selective, bf16, selective ? 1 : 2);
   MicrobatchBytes b;
   b.saved = static_cast<double>(layers - recomputed) * layer +
             static_cast<double>(recomputed) * keptBytes(bf16) * R * H +

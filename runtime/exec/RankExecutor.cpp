@@ -76,7 +76,7 @@ StepMetrics RankExecutor::runStep(int64_t step, bool trace,
   StepMetrics metrics;
   metrics.step = step + 1;
   metrics.loss = stepLoss;
-  if (plan.config.language().hasMoe())
+  if (plan.config.hasMoe())
     metrics.auxLoss = stepAux;
   metrics.gradNorm = stepNorm;
   metrics.skipped = stepSkipped;
@@ -537,8 +537,8 @@ void RankExecutor::resetStep() {
   stepScalars = Tensor::zeros(dev, 4 + 2 * topo.worldSize, device::DType::F64);
   stepAux = 0;
   for (auto &m : modules) // an evaluation's forwards counted none
-    if (m && m->language)
-      m->language->takeAuxLoss();
+    if (m)
+      m->stage->takeAuxLoss();
   stepComputeSeconds = 0;
   lossScalar = stepScalars.view(1, 1);
   stepTokens = 0;

@@ -505,8 +505,8 @@ void RankExecutor::optimizerStep() {
   // members computed the same).
   double aux = 0;
   for (auto &m : modules)
-    if (m && m->language) {
-      const double stage = m->language->takeAuxLoss();
+    if (m) {
+      const double stage = m->stage->takeAuxLoss();
       if (m->coords.dp == 0 && m->coords.cp == 0 && m->coords.tp == 0)
         aux += stage;
     }

@@ -43,28 +43,13 @@ void LlamaStyleFamily::declareParameters(const ModuleArch &m,
       add(p + "k_norm", 1, d, L::Replicated, I::Ones, 0, true);
     }
     add(p + "mlp_norm", 1, H, L::Replicated, I::Ones, 0, sp);
-    if (!m.moe.sparse(l)) {
-      add(p + "gate", H, F, L::ColumnParallel);
-      add(p + "up", H, F, L::ColumnParallel);
-      add(p + "down", F, H, L::RowParallel);
+    if (m.moe.sparse(l)) {
+      declareMoeMlp(m.moe, H, module, p, out);
       continue;
     }
-    // family/Moe.h: the router (every TP rank routes every row: whole),
-    // the experts cut as the dense MLP, the shared expert and its gate.
-    const MoeConfig &e = m.moe;
-    add(p + kMoeRouter, H, e.experts, L::Replicated);
-    for (int64_t j = 0; j < e.experts; ++j) {
-      add(p + moeExpertName(j, "gate"), H, e.expertFfn, L::ColumnParallel);
-      add(p + moeExpertName(j, "up"), H, e.expertFfn, L::ColumnParallel);
-      add(p + moeExpertName(j, "down"), e.expertFfn, H, L::RowParallel);
-    }
-    if (e.sharedFfn > 0) {
-      add(p + moeSharedName("gate"), H, e.sharedFfn, L::ColumnParallel);
-      add(p + moeSharedName("up"), H, e.sharedFfn, L::ColumnParallel);
-      add(p + moeSharedName("down"), e.sharedFfn, H, L::RowParallel);
-      if (e.sharedGate)
-        add(p + kMoeSharedGate, H, 1, L::Replicated);
-    }
+    add(p + "gate", H, F, L::ColumnParallel);
+    add(p + "up", H, F, L::ColumnParallel);
+    add(p + "down", F, H, L::RowParallel);
   }
   if (span.last) {
     add("final_norm", 1, H, L::Replicated, I::Ones, 0, sp);
@@ -145,15 +130,10 @@ double LlamaStyleFamily::forwardFlops(const ModuleArch &m, int64_t outputHidden,
   double A = static_cast<double>(m.attentionWidth()); // q's and o's
   // A sparse layer computes its router, its top_k experts and its shared
   // expert (and gate) for each token: the active FLOPs.
-  const MoeConfig &e = m.moe;
-  const double sparse = static_cast<double>(e.sparseLayers(m.layers()));
-  const double moeMlp =
-      H * static_cast<double>(e.experts) +
-      3.0 * H * static_cast<double>(e.topK * e.expertFfn + e.sharedFfn) +
-      (e.sharedFfn > 0 && e.sharedGate ? H : 0.0);
+  const double sparse = static_cast<double>(m.moe.sparseLayers(m.layers()));
   double perToken = L * 2.0 * (2.0 * H * A + 2.0 * H * KV) +
-                    (L - sparse) * 2.0 * 3.0 * H * F + sparse * 2.0 * moeMlp +
-                    2.0 * H * V;
+                    (L - sparse) * 2.0 * 3.0 * H * F +
+                    sparse * 2.0 * m.moe.activeMacs(m.hiddenSize) + 2.0 * H * V;
   return tokens * perToken + L * pairs * 4.0 * A;
 }
 

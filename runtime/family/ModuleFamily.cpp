@@ -59,6 +59,29 @@ void declareAttention(const ModuleArch &m, const std::string &module,
     add(p + "bo", 1, H, L::Replicated, I::Zeros, sequenceParallel);
 }
 
+void declareMoeMlp(const MoeConfig &e, int64_t H, const std::string &module,
+                   const std::string &p, std::vector<ParamSpec> &out) {
+  using L = ParamLayout;
+  auto add = [&](const std::string &name, int64_t rows, int64_t cols,
+                 L layout) {
+    out.push_back(
+        {module, name, rows, cols, layout, ParamInit::Weight, 0, false});
+  };
+  add(p + kMoeRouter, H, e.experts, L::Replicated);
+  for (int64_t j = 0; j < e.experts; ++j) {
+    add(p + moeExpertName(j, "gate"), H, e.expertFfn, L::ColumnParallel);
+    add(p + moeExpertName(j, "up"), H, e.expertFfn, L::ColumnParallel);
+    add(p + moeExpertName(j, "down"), e.expertFfn, H, L::RowParallel);
+  }
+  if (e.sharedFfn > 0) {
+    add(p + moeSharedName("gate"), H, e.sharedFfn, L::ColumnParallel);
+    add(p + moeSharedName("up"), H, e.sharedFfn, L::ColumnParallel);
+    add(p + moeSharedName("down"), e.sharedFfn, H, L::RowParallel);
+    if (e.sharedGate)
+      add(p + kMoeSharedGate, H, 1, L::Replicated);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // The registry: one line per built-in family.
 //===----------------------------------------------------------------------===//

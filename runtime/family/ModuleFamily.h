@@ -155,6 +155,14 @@ void declareAttention(const ModuleArch &arch, const std::string &module,
                       const std::string &p, bool qkvBias, bool outBias,
                       bool sequenceParallel, std::vector<ParamSpec> &out);
 
+/// For families: the MLP of sparse layer `p` of `module` (family/Moe.h):
+/// the router (whole: every TP rank routes every row), each expert cut as
+/// the dense SwiGLU (gate and up by columns, down by rows), the shared
+/// expert the same and its gate (whole).
+void declareMoeMlp(const MoeConfig &moe, int64_t hidden,
+                   const std::string &module, const std::string &p,
+                   std::vector<ParamSpec> &out);
+
 } // namespace mimo
 
 #endif // MIMO_RUNTIME_FAMILY_MODULEFAMILY_H

@@ -21,6 +21,13 @@ int64_t MoeConfig::sparseLayers(int64_t numLayers) const {
   return n;
 }
 
+double MoeConfig::activeMacs(int64_t hidden) const {
+  const auto H = static_cast<double>(hidden);
+  return H * static_cast<double>(experts) +
+         3.0 * H * static_cast<double>(topK * expertFfn + sharedFfn) +
+         (sharedFfn > 0 && sharedGate ? H : 0.0);
+}
+
 std::string moeExpertName(int64_t expert, const std::string &linear) {
   return "experts." + std::to_string(expert) + "." + linear;
 }

@@ -42,6 +42,10 @@ struct MoeConfig {
   bool sparse(int64_t layer) const;
   /// The sparse layers of [0, numLayers).
   int64_t sparseLayers(int64_t numLayers) const;
+  /// The multiply-adds one token meets in a sparse layer's MLP of width
+  /// `hidden`: the router, its top_k experts, the shared expert and its
+  /// gate (the active parameters; a FLOP count is twice this).
+  double activeMacs(int64_t hidden) const;
 };
 
 //===--- parameter names (within a layer's "layers.N." prefix) -----------===//

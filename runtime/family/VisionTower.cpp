@@ -43,6 +43,10 @@ void VisionTowerFamily::declareParameters(const ModuleArch &m,
     declareAttention(m, module, p, m.bias, m.bias, span.sequenceParallel, out);
     add(p + "ln2.weight", 1, H, L::Replicated, I::Ones);
     add(p + "ln2.bias", 1, H, L::Replicated, I::Zeros);
+    if (m.moe.sparse(l)) { // docs/model.md: SwiGLU experts, no biases
+      declareMoeMlp(m.moe, H, module, p, out);
+      continue;
+    }
     add(p + "fc1", H, F, L::ColumnParallel);
     add(p + "fc2", F, H, L::RowParallel);
     if (m.bias) {
@@ -73,8 +77,12 @@ double VisionTowerFamily::forwardFlops(const ModuleArch &m,
   double D = static_cast<double>(m.featureDim);
   double O = static_cast<double>(outputHidden);
   double L = static_cast<double>(m.layers());
+  // A sparse layer's MLP: its active multiply-adds (family/Moe.h).
+  const double sparse = static_cast<double>(m.moe.sparseLayers(m.layers()));
   // The projector: fc1 [H, O], and fc2 [O, O] unless it is "linear".
-  double perToken = 2.0 * D * H + L * 2.0 * (4.0 * H * H + 2.0 * H * F) +
+  double perToken = 2.0 * D * H + L * 2.0 * 4.0 * H * H +
+                    (L - sparse) * 2.0 * 2.0 * H * F +
+                    sparse * 2.0 * m.moe.activeMacs(m.hiddenSize) +
                     2.0 * (H * O + (m.linearProjector ? 0.0 : O * O));
   return tokens * perToken + L * squares * 4.0 * H;
 }
@@ -184,6 +192,10 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
     return false;
   }
   const TowerStructure &s = folder->structure();
+  if (module.hasMoe())
+    k.problem("moe", "a " + s.label +
+                         " has no sparse layers (its MLP is dense): remove "
+                         "arch.moe to read this folder");
   k.sizes(module);
   k.number("norm_eps", "layer_norm_eps", module.normEps, s.normEps);
   const std::string act = k.text("hidden_act", hfActivationName(s.activation));
@@ -247,6 +259,8 @@ bool VisionTowerFamily::hfCheck(ConfigCheck &k, const ModuleArch &module,
 }
 
 std::string VisionTowerFamily::hfExportProblem(const ModuleArch &m) const {
+  if (m.hasMoe())
+    return "CLIP and SigLIP towers have no sparse layers (arch.moe)";
   if (!m.bias || !m.learnedPositions)
     return "CLIP and SigLIP towers have biases and learned position "
            "embeddings (arch.bias, arch.position_embeddings)";
@@ -285,6 +299,8 @@ HfTowerFamily::structureProblem(const ModuleArch &a) const {
   auto has = [](bool yes, const char *what) {
     return std::string(yes ? "has a " : "has no ") + what;
   };
+  if (a.hasMoe())
+    return needs("moe", "has no sparse layers");
   if (!a.bias)
     return needs("bias", "has biases");
   if (!a.learnedPositions)

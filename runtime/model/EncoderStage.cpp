@@ -68,20 +68,26 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
   auto [begin, end] = stageLayers(module, ctx.pp, ctx.ppRank);
   for (int64_t l = begin; l < end; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    size_t fc1 = indexOf(p + "fc1");
+    // A sparse layer's MLP is its experts (docs/model.md): no fc1, fc2 or
+    // their biases.
+    const bool sparse = module.moe.sparse(l);
+    auto find = [&](const std::string &n) { return indexOf(n); };
+    auto mlp = [&](const char *n) { return sparse ? kNone : indexOf(p + n); };
+    size_t fc1 = mlp("fc1");
     LayerBiases biases;
     if (module.bias)
-      biases = {indexOf(p + "bq"),       indexOf(p + "bk"),
-                indexOf(p + "bv"),       indexOf(p + "bo"),
-                indexOf(p + "fc1_bias"), indexOf(p + "fc2_bias")};
+      biases = {indexOf(p + "bq"), indexOf(p + "bk"), indexOf(p + "bv"),
+                indexOf(p + "bo"), mlp("fc1_bias"),   mlp("fc2_bias")};
     layers.push_back(std::make_unique<TransformerLayer>(
         *this, parameters, false, indexOf(p + "ln1.weight"),
         indexOf(p + "ln1.bias"), indexOf(p + "wq"), indexOf(p + "wk"),
         indexOf(p + "wv"), indexOf(p + "wo"), indexOf(p + "ln2.weight"),
-        indexOf(p + "ln2.bias"), fc1, fc1, indexOf(p + "fc2"), module, ctx,
-        biases, module.recomputes(l - begin, end - begin),
-        LayerAdapters::of(module, p, false,
-                          [&](const std::string &n) { return indexOf(n); })));
+        indexOf(p + "ln2.bias"), fc1, fc1, mlp("fc2"), module, ctx, biases,
+        module.recomputes(l - begin, end - begin),
+        LayerAdapters::of(module, p, false, sparse, find)));
+    if (sparse)
+      layers.back()->useMoe(
+          module.moe, MoeParams::of(module.moe, p, find, ctx.ep, ctx.epRank));
   }
   if (isFirst()) {
     bool frozen = true;
@@ -148,6 +154,10 @@ Tensor EncoderStage::forward(int64_t mb, const Tensor &input,
   std::vector<int64_t> zeros(static_cast<size_t>(W), 0);
   c.meta.attention =
       attentionPlan(zeros, wideSegment, zeros, wideSegment, false);
+  // Sparse layers: every row is an item's (a patch or a class token),
+  // none padding.
+  c.meta.real.assign(static_cast<size_t>(W), 1);
+  c.meta.auxLoss = &auxLoss;
   Tensor x;
   if (isFirst()) {
     c.input = input.view(0, input.size());

@@ -60,7 +60,7 @@ LanguageStage::LanguageStage(const ModuleConfig &module,
         sparse ? none : indexOf(p + "gate"), sparse ? none : indexOf(p + "up"),
         sparse ? none : indexOf(p + "down"), module, ctx, biases,
         module.recomputes(l - begin, end - begin),
-        LayerAdapters::of(module, p, true, find)));
+        LayerAdapters::of(module, p, true, sparse, find)));
     if (module.qkNorm)
       layers.back()->useQkNorm(indexOf(p + "q_norm"), indexOf(p + "k_norm"));
     if (sparse)

@@ -206,6 +206,14 @@ public:
   size_t waitingWeightGrads() const { return deferredGrads.waiting(); }
   /// Forgets what a step that failed midway left deferred.
   void dropWeightGrads() { deferredGrads.clear(); }
+  /// The sparse layers' aux and z losses (docs/model.md "Mixture of
+  /// experts") of this stage's forwards since the last call, weighted and
+  /// divided by the step's microbatches; reset.
+  double takeAuxLoss() {
+    const double out = auxLoss;
+    auxLoss = 0;
+    return out;
+  }
 
 protected:
   explicit Stage(StageContext ctx);
@@ -244,6 +252,8 @@ protected:
   std::vector<std::vector<float>> initialValues; // until finalized
   FlatParams flatParams;
   std::vector<std::unique_ptr<TransformerLayer>> layers;
+  /// Where the sparse layers' forwards add their losses (takeAuxLoss).
+  double auxLoss = 0;
 
 private:
   GradsDone gradsDoneHook;
@@ -304,15 +314,6 @@ public:
   int64_t localTokens(const LanguageLane &lane) const;
   int64_t hidden() const { return hiddenSize; }
   void dropCaches() override;
-  /// The sparse layers' aux and z losses (docs/model.md "Mixture of
-  /// experts") of this stage's forwards since the last call, weighted and
-  /// divided by the step's microbatches; reset.
-  double takeAuxLoss() {
-    const double out = auxLoss;
-    auxLoss = 0;
-    return out;
-  }
-
   /// First stage: the input embeddings of this rank's shard: text rows from
   /// the vocab-parallel embedding, modality rows (`modality[e]`, the lane's
   /// rows of encoder e, or null when absent) at their special tokens, then
@@ -348,7 +349,6 @@ private:
   ShardTopology shardTopology;
   size_t embedding = 0, finalNorm = 0, head = 0;
   bool tied = false; // tie_embeddings: head == embedding
-  double auxLoss = 0;
   struct Cache;
   std::map<int64_t, std::unique_ptr<Cache>> caches;
 };

@@ -56,10 +56,11 @@ struct LayerAdapters {
   bool has(Site site) const { return a[site] != kNone; }
 
   /// The factors of layer `prefix` ("layers.3.") of `module`, found by
-  /// name through `indexOf`.
+  /// name through `indexOf`; a sparse layer's MLP takes none (its experts
+  /// are not adapted).
   static LayerAdapters
   of(const ModuleConfig &module, const std::string &prefix, bool language,
-     const std::function<size_t(const std::string &)> &indexOf) {
+     bool sparse, const std::function<size_t(const std::string &)> &indexOf) {
     LayerAdapters out;
     if (!module.lora)
       return out;
@@ -69,7 +70,9 @@ struct LayerAdapters {
     const char *encoder[kSites] = {"wq", "wk", "wv", "wo", "fc1", "", "fc2"};
     for (int site = 0; site < kSites; ++site) {
       const std::string param = language ? language_[site] : encoder[site];
-      if (param.empty() || !loraTargetOf(*module.lora, prefix + param))
+      const bool mlp = site == Gate || site == Up || site == Down;
+      if (param.empty() || (sparse && mlp) ||
+          !loraTargetOf(*module.lora, prefix + param))
         continue;
       out.a[site] = indexOf(loraAName(prefix + param));
       out.b[site] = indexOf(loraBName(prefix + param));

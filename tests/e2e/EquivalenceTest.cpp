@@ -148,6 +148,14 @@ TEST(Bf16, ArchitecturesMatchTheirReference) {
     model["precision"] = "bf16";
     expectMatchesReference(model, 8, 1e-2);
   }
+  { // a sparse tower at ep 4 under bf16
+    SCOPED_TRACE("moe encoder vlm-fan-in.json");
+    json model =
+        test::withMoe(example("vlm-fan-in.json"), 4, 2, "all", true, "encoder");
+    model["modules"][0]["parallel"]["ep"] = 4;
+    model["precision"] = "bf16";
+    expectMatchesReference(model, 8, 1e-2);
+  }
   { // expert parallelism under bf16: the rows travel as bf16 bits
     SCOPED_TRACE("moe ep 2 vlm-fan-out.json");
     json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
@@ -290,12 +298,12 @@ TEST(Recompute, ChangesNoBitAndFullKeepsLess) {
 }
 
 /// Expert parallelism (docs/model.md "Mixture of experts"): each expert is
-/// written once, by the first member holding it, so a run saved at ep 2
-/// resumes bit for bit at ep 2 and at ep 1 and 4 (another split of the
-/// experts) within 1e-5 of the uninterrupted run.
-TEST(Checkpoint, ReshardsTheExperts) {
-  json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
-  model["modules"][1]["parallel"]["ep"] = 2;
+/// written once, by the first member holding it, so a run of `model` saved
+/// at module `index`'s ep resumes bit for bit at that ep and at each of
+/// `others` (another split of the experts) within 1e-5 of the
+/// uninterrupted run.
+void expectExpertsReshard(const json &model, size_t index,
+                          const std::vector<int64_t> &others) {
   exec::RunResult whole = trainFrom(model, 4);
   ASSERT_EQ(whole.exitCode, 0) << whole.error;
   std::string dir = scratchDir("experts");
@@ -309,13 +317,28 @@ TEST(Checkpoint, ReshardsTheExperts) {
     EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
     EXPECT_EQ(same.steps[s].auxLoss, whole.steps[s + 2].auxLoss);
   }
-  for (int64_t ep : {1, 4}) {
+  for (int64_t ep : others) {
     SCOPED_TRACE("ep " + std::to_string(ep));
     json other = model;
-    other["modules"][1]["parallel"]["ep"] = ep;
+    other["modules"][index]["parallel"]["ep"] = ep;
     expectResumedAtStep3(trainFrom(other, 4, "", dir), whole);
   }
   std::filesystem::remove_all(dir);
+}
+
+/// The language model's experts saved at ep 2 resume at ep 1 and 4.
+TEST(Checkpoint, ReshardsTheExperts) {
+  json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
+  model["modules"][1]["parallel"]["ep"] = 2;
+  expectExpertsReshard(model, 1, {1, 4});
+}
+
+/// A sparse tower's experts (its DP4 at ep 2) resume at ep 4 and 1.
+TEST(Checkpoint, ReshardsAnEncodersExperts) {
+  json model =
+      test::withMoe(example("vlm-fan-in.json"), 4, 2, {0}, false, "encoder");
+  model["modules"][0]["parallel"]["ep"] = 2;
+  expectExpertsReshard(model, 0, {4, 1});
 }
 
 /// pipeline_layers: layer l keeps its name whatever the split, so a run

@@ -89,15 +89,16 @@ inline nlohmann::json withLora(nlohmann::json model, nlohmann::json language,
   return model;
 }
 
-/// `model`'s language model made a mixture of experts (docs/model.md):
-/// `experts` experts of width 64 (the dense layers' 512 stays), each token
-/// to its `topK`, sparse `layers` ("all" or a list), a shared expert of
-/// width 128 with its gate when `shared`, and aux and z losses that count.
+/// `model`'s language model (or its modules of `kind`) made a mixture of
+/// experts (docs/model.md): `experts` experts of width 64 (the dense
+/// layers' MLP stays), each token to its `topK`, sparse `layers` ("all" or
+/// a list), a shared expert of width 128 with its gate when `shared`, and
+/// aux and z losses that count.
 inline nlohmann::json withMoe(nlohmann::json model, int64_t experts,
-                              int64_t topK, nlohmann::json layers,
-                              bool shared) {
+                              int64_t topK, nlohmann::json layers, bool shared,
+                              const std::string &kind = "language") {
   for (nlohmann::json &module : model["modules"]) {
-    if (module["kind"] != "language")
+    if (module["kind"] != kind)
       continue;
     nlohmann::json moe = {
         {"num_experts", experts},
@@ -451,6 +452,32 @@ inline std::vector<Layout> equivalenceLayouts() {
        distributed(
            withEp(withMoe(example("lm-cp2-sp.json"), 4, 2, "all", false), 2)),
        6});
+  // Sparse encoders (docs/model.md): the tower's experts split over its
+  // DP4 (ep 4, a shared expert), its lanes without images in step with
+  // the others; colocated with a sparse language model, each at ep 2, both
+  // aux losses in aux_loss; over the tower's TP2 x PP2, a sparse layer on
+  // each stage, recomputed whole.
+  json towerEp4 =
+      withMoe(example("vlm-fan-in.json"), 4, 2, "all", true, "encoder");
+  towerEp4["modules"][0]["parallel"]["ep"] = 4;
+  layouts.push_back({"MoeEncoderEp4FanInDp4Shared", towerEp4, 8});
+  json bothSparse = withMoe(
+      withMoe(example("vlm-colocated.json"), 4, 2, {1}, false, "encoder"), 4, 2,
+      "all", true);
+  bothSparse["modules"][0]["parallel"]["ep"] = 2;
+  bothSparse["modules"][1]["parallel"]["ep"] = 2;
+  layouts.push_back({"MoeEncoderAndLanguageEp2Colocated", bothSparse, 8});
+  json towerPipeline =
+      withMoe(example("vlm-fan-out.json"), 4, 1, "all", false, "encoder");
+  towerPipeline["modules"][0]["recompute"] = "full";
+  layouts.push_back({"MoeEncoderTp2Pp2Recomputed", towerPipeline, 8});
+  // LoRA on a model whose layers are part sparse: the MLP targets adapt
+  // the dense layers (the tower's 0, the language model's 0 and 2) alone.
+  json loraSparse =
+      withLora(withMoe(withMoe(example("vlm-fan-in.json"), 4, 2, {1, 3}, false),
+                       4, 1, {1}, false, "encoder"),
+               "all-linear", "all-linear");
+  layouts.push_back({"LoraOnPartSparseLayers", loraSparse, 8});
   return layouts;
 }
 

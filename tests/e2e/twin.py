@@ -38,7 +38,8 @@ Cases:
           --export-hf merged exactly; the export read back
   moe     Mixtral, Qwen2-MoE and Qwen3-MoE folders in (twin_moe.py): the
           step-1 loss and aux_loss in 6 layouts, --export-hf read back
-  vlm, llava, siglip, stage1: vision towers feeding the language model
+  vlm, vlm-moe, llava, siglip, stage1: vision towers feeding the language
+          model
           (twin_vision.py)
 
 Prints one line per (case, layout); exits 1 on any mismatch or failed run
@@ -64,10 +65,10 @@ from twin_run import (GLOBAL_BATCH, MICRO, MICROBATCHES, TOL, AdamW,
                       RunError, compare, compare_steps, rel, run_mimo)
 from twin_lora import run_lora
 from twin_moe import run_moe
-from twin_vision import run_llava, run_siglip, run_stage1, run_vlm
+from twin_vision import run_llava, run_siglip, run_stage1, run_vlm, run_vlm_moe
 
-VISION = {"vlm": run_vlm, "llava": run_llava, "siglip": run_siglip,
-          "stage1": run_stage1}
+VISION = {"vlm": run_vlm, "vlm-moe": run_vlm_moe, "llava": run_llava,
+          "siglip": run_siglip, "stage1": run_stage1}
 
 FREEZE_STEPS = 4
 

@@ -212,10 +212,18 @@ class VisionTwin:
     attention within the image, QuickGELU as OpenAI's CLIP), the
     penultimate layer's output (output_layer -2), the class token dropped,
     LLaVA's mlp2x_gelu projector (exact GELU). Weights in mimo's layout ([in, out]), named as mimo names
-    them (docs/model.md), so that x @ W is the layer."""
+    them (docs/model.md), so that x @ W is the layer.
 
-    def __init__(self, seed):
+    With `moe` (mimo's arch.moe keys: num_experts, top_k,
+    expert_ffn_hidden_size, shared_expert_ffn_hidden_size, layers,
+    router.norm_topk) the listed layers' MLP is docs/model.md's sparse one:
+    softmax router scores, each row to its top_k experts (SwiGLU, no
+    biases) with their scores as weights (divided by their sum under
+    norm_topk), plus a shared expert times sigmoid(x · shared_gate)."""
+
+    def __init__(self, seed, moe=None):
         g = torch.Generator().manual_seed(seed)
+        self.moe = moe
 
         def u(shape, scale, offset=0.0):
             w = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1)
@@ -235,6 +243,18 @@ class VisionTwin:
                 p[q + w] = u((E_H, E_H), 2 * s)
             for b in ("bq", "bk", "bv", "bo"):
                 p[q + b] = u((E_H,), 0.5)
+            if self.sparse(l):
+                e = moe
+                fe, fs = e["expert_ffn_hidden_size"], e["shared_expert_ffn_hidden_size"]
+                p[q + "router"] = u((E_H, e["num_experts"]), 8 * s)  # sharp
+                for j in range(e["num_experts"]):
+                    x = q + f"experts.{j}."
+                    p[x + "gate"], p[x + "up"] = u((E_H, fe), s), u((E_H, fe), s)
+                    p[x + "down"] = u((fe, E_H), 1 / math.sqrt(fe))
+                p[q + "shared.gate"], p[q + "shared.up"] = u((E_H, fs), s), u((E_H, fs), s)
+                p[q + "shared.down"] = u((fs, E_H), 1 / math.sqrt(fs))
+                p[q + "shared_gate"] = u((E_H, 1), 4 * s)
+                continue
             p[q + "fc1"], p[q + "fc1_bias"] = u((E_H, E_FFN), s), u((E_FFN,), 0.5)
             p[q + "fc2"] = u((E_FFN, E_H), 1 / math.sqrt(E_FFN))
             p[q + "fc2_bias"] = u((E_H,), 0.5)
@@ -244,8 +264,31 @@ class VisionTwin:
         p["projection.fc2.bias"] = u((HIDDEN,), 0.1)
         self.params = p
 
-    def forward(self, features):
-        """One image's feature rows [c, D] -> [c, H of the language]."""
+    def sparse(self, l):
+        return self.moe is not None and l in self.moe["layers"]
+
+    def sparse_mlp(self, l, a, stats):
+        """Layer l's sparse MLP of rows a; the router logits join stats."""
+        p, e = self.params, self.moe
+        w = lambda k: p[f"layers.{l}.{k}"]
+        logits = a @ w("router")
+        stats.append(logits)
+        probs = torch.softmax(logits, dim=-1)
+        weight, chosen = torch.topk(probs, e["top_k"], dim=-1)
+        if e["router"]["norm_topk"]:
+            weight = weight / weight.sum(-1, keepdim=True)
+        swiglu = lambda x, n: (torch.nn.functional.silu(x @ w(n + "gate"))
+                               * (x @ w(n + "up"))) @ w(n + "down")
+        out = torch.sigmoid(a @ w("shared_gate")) * swiglu(a, "shared.")
+        for j in range(e["num_experts"]):
+            rows, slot = torch.nonzero(chosen == j, as_tuple=True)
+            out = out.index_add(0, rows, swiglu(a[rows], f"experts.{j}.")
+                                * weight[rows, slot][:, None])
+        return out
+
+    def forward(self, features, stats=None):
+        """One image's feature rows [c, D] -> [c, H of the language];
+        a sparse layer's router logits join stats[l]."""
         p = self.params
         d = E_H // E_HEADS
         h = torch.cat([p["class_token"][None], features @ p["patch.weight"]])
@@ -261,16 +304,21 @@ class VisionTwin:
                                 math.sqrt(d), dim=-1) @ split(v)
             h = h + att.transpose(0, 1).reshape(-1, E_H) @ w("wo") + w("bo")
             a = layer_norm(h, w("ln2.weight"), w("ln2.bias"))
+            if self.sparse(l):
+                h = h + self.sparse_mlp(
+                    l, a, [] if stats is None else stats.setdefault(l, []))
+                continue
             h = h + quick_gelu(a @ w("fc1") + w("fc1_bias")) @ w("fc2") + w("fc2_bias")
         h = h[1:]  # the class token's row dropped
         y = gelu_exact(h @ p["projection.fc1.weight"] + p["projection.fc1.bias"])
         return y @ p["projection.fc2.weight"] + p["projection.fc2.bias"]
 
 
-def vlm_loss(lm, vision, batch):
+def vlm_loss(lm, vision, batch, stats=None):
     """docs/model.md's Loss for samples with images: the image tokens'
     input rows are the tower's output rows, in order; a position counts
-    when s + 1 < length and neither t_s nor t_{s+1} is an image token."""
+    when s + 1 < length and neither t_s nor t_{s+1} is an image token. A
+    sparse tower's router logits join `stats` (VisionTwin.forward)."""
     total, count = 0.0, 0
     p = lm.params
     for ids, feats in batch:
@@ -278,8 +326,9 @@ def vlm_loss(lm, vision, batch):
         rows = [i for i, t in enumerate(ids) if t == IMAGE_ID]
         if rows:
             # Several images: each through the tower alone, rows in order.
-            x[rows] = (torch.cat([vision.forward(f) for f in feats])
-                       if isinstance(feats, list) else vision.forward(feats))
+            x[rows] = (torch.cat([vision.forward(f, stats) for f in feats])
+                       if isinstance(feats, list)
+                       else vision.forward(feats, stats))
         logits = lm.forward_embedded(x)
         logp = torch.log_softmax(logits[:-1], dim=-1)
         nll = -logp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
@@ -371,7 +420,7 @@ class HfTower:
         assert name == "gelu_pytorch_tanh", name
         return torch.nn.functional.gelu(x, approximate="tanh")
 
-    def forward(self, image):
+    def forward(self, image, stats=None):  # stats: a dense tower has none
         """One image [C, S, S] -> its rows in the language model [r, HIDDEN]."""
         t, v = self.tensors, "vision_model."
         lin = lambda x, n: x @ t[n + ".weight"].T + t[n + ".bias"]

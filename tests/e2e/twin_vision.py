@@ -5,6 +5,9 @@ model, with no code of mimo's.
           token, learned positions, pre-norm, biases, the penultimate layer,
           mlp2x_gelu) feeding the language model, from a mimo checkpoint, in
           three layouts
+  vlm-moe the same with a sparse tower (arch.moe: router, top-2 experts, a
+          gated shared expert): the first loss and aux_loss in three
+          layouts, one of them with the tower's experts split (ep 2)
   llava   a LlavaForConditionalGeneration folder (bf16, two shards): a
           CLIPVisionModel under vision_tower., LLaVA's projector, the
           Llama under language_model.; both modules start from it (init
@@ -102,6 +105,106 @@ def run_vlm(bin_dir, work):
                      init_format="mimo", name="twin-vlm")
         first_loss(bin_dir, work, f"vlm-{name}", f"vlm/{name}", want, path,
                    failures)
+    return failures
+
+
+# The sparse tower of vlm-moe (mimo's arch.moe): its one computed layer
+# sparse, 4 experts, top 2 not renormalised, a gated shared expert.
+TOWER_MOE = {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 16,
+             "shared_expert_ffn_hidden_size": 32, "layers": [0],
+             "router": {"norm_topk": False, "aux_loss_coef": 0.02,
+                        "z_loss_coef": 0.001}}
+# Layouts of the sparse tower: its experts split over its data-parallel
+# pair (ep 2), and colocated under tp 2.
+MOE_LAYOUTS = [("1+1", {}, {"rank_offset": 1}, 2),
+               ("dp2ep2+tp2", {"dp": 2, "ep": 2}, {"tp": 2, "rank_offset": 2}, 4),
+               ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
+
+
+def tower_aux(stats):
+    """docs/model.md's aux_loss of one global microbatch's router logits
+    per sparse layer: experts · Σ_e f_e · P_e (f_e the share of the routed
+    slots that chose e, P_e the mean probability) times aux_loss_coef,
+    plus z_loss_coef times the mean squared log-sum-exp."""
+    e, r = TOWER_MOE, TOWER_MOE["router"]
+    aux = 0.0
+    for logits in stats.values():
+        z = torch.cat(logits)
+        probs = torch.softmax(z, dim=-1)
+        chosen = torch.topk(probs, e["top_k"], dim=-1).indices
+        f = torch.nn.functional.one_hot(chosen, e["num_experts"]).sum(1)
+        f = f.double().mean(0) / e["top_k"]
+        aux = aux + r["aux_loss_coef"] * e["num_experts"] * (f * probs.mean(0)).sum()
+        aux = aux + r["z_loss_coef"] * (torch.logsumexp(z, dim=-1) ** 2).mean()
+    return aux
+
+
+def run_vlm_moe(bin_dir, work):
+    """vlm's shape with a sparse tower (docs/model.md "Mixture of
+    experts" in an encoder): the first loss and aux_loss (every image's
+    rows of a global microbatch, class tokens included, per sparse layer;
+    the mean over microbatches) of mimo, started from the twins' weights,
+    against theirs in three layouts."""
+    cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
+    lm, vision = Twin(cfg, seed=311), VisionTwin(seed=312, moe=TOWER_MOE)
+    g = np.random.default_rng(19)
+    batch = []
+    for i in range(GLOBAL_BATCH):
+        # Every third text-only: some lanes of the ep pair see no image.
+        c = int(g.integers(1, E_POSITIONS - 1)) if i % 3 else 0
+        at = int(g.integers(1, SEQ - c - 2))
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
+        ids[at:at + c] = [IMAGE_ID] * c
+        feats = torch.from_numpy(
+            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
+        batch.append((ids, feats))
+    failures = []
+    with torch.no_grad():
+        want = vlm_loss(lm, vision, batch).item()
+        aux = 0.0
+        for m in range(MICROBATCHES):
+            stats = {}
+            vlm_loss(lm, vision, batch[m * MICRO:(m + 1) * MICRO], stats)
+            aux += float(tower_aux(stats)) / MICROBATCHES
+        # The twin's own sanity: the experts and the shared gate move it.
+        for key in ("layers.0.experts.1.up", "layers.0.shared_gate"):
+            saved = vision.params[key]
+            vision.params[key] = saved.flip(0)
+            other = vlm_loss(lm, vision, batch).item()
+            vision.params[key] = saved
+            if rel(other, want) < 10 * TOL:
+                print(f"FAIL twin vlm-moe: {key} barely moves the loss "
+                      f"(rel {rel(other, want):.2e})")
+                failures.append(f"vlm-moe: {key} barely moves the loss")
+    data = os.path.join(work, "vlm-moe.jsonl")
+    with open(data, "w") as f:
+        for ids, feats in batch:
+            sample = {"input_ids": ids}
+            if feats.shape[0]:
+                sample["images"] = {"features": feats.numpy().tolist()}
+            f.write(json.dumps(sample) + "\n")
+    init = os.path.join(work, "init-vlm-moe")
+    write_init(lm, init, extra={"images." + n: t
+                                for n, t in vision.params.items()})
+    arch = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
+            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
+            "position_embeddings": "learned", "max_positions": E_POSITIONS,
+            "pre_norm": True, "class_token": True, "output_layer": -2,
+            "patch_bias": False, "activation": "quick_gelu",
+            "projector_activation": "gelu", "moe": TOWER_MOE}
+    for name, enc_par, lang_par, world in MOE_LAYOUTS:
+        path = os.path.join(work, f"vlm-moe-{name}.json")
+        vision_model(path, arch, init, init, enc_par, lang_par, world, data,
+                     init_format="mimo", name="twin-vlm-moe")
+        label = f"vlm-moe/{name}"
+        try:
+            line = run_mimo(bin_dir, work, f"vlm-moe-{name}", path, 1)[0]
+            compare(label, want, line["loss"], failures)
+            compare(label + "/aux_loss", aux, line.get("aux_loss", float("nan")),
+                    failures)
+        except (RunError, subprocess.TimeoutExpired, OSError, ValueError) as e:
+            print(f"FAIL {label}: {e}")
+            failures.append(label)
     return failures
 
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/family/Moe.h"
+#include "runtime/config/Flops.h"
 #include "runtime/config/ModelConfig.h"
 #include "runtime/config/Parameters.h"
 #include "runtime/family/HfConfigCheck.h"
@@ -19,6 +20,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 using namespace mimo;
@@ -349,17 +351,85 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
       withMoe({{"num_experts", 4}, {"top_k", 1}}, {{"family", "llama"}}));
   EXPECT_EQ(at, "/modules/1/arch/moe");
   EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
-  // An encoder's MLP is dense.
+  // A CLIP or SigLIP tower has no sparse layers; mimo's ViT may.
   json encoder = test::baseModel();
   encoder["modules"][0]["arch"]["moe"] = {{"num_experts", 4}, {"top_k", 1}};
+  encoder["modules"][0]["arch"]["family"] = "siglip";
+  encoder["modules"][0]["arch"]["max_positions"] = 64;
   std::tie(at, message) = firstError(encoder);
   EXPECT_EQ(at, "/modules/0/arch/moe");
-  EXPECT_NE(message.find("language model's"), std::string::npos) << message;
+  EXPECT_NE(message.find("no sparse layers"), std::string::npos) << message;
+  encoder["modules"][0]["arch"].erase("family");
+  encoder["modules"][0]["arch"].erase("max_positions");
+  encoder["modules"][0]["parallel"]["ep"] = 3; // DP4
+  std::tie(at, message) = firstError(encoder);
+  EXPECT_EQ(at, "/modules/0/parallel/ep");
+  encoder["modules"][0]["parallel"]["ep"] = 2;
+  encoder["modules"][0]["lora"] = {{"r", 4}, {"targets", {"q", "fc1"}}};
+  std::tie(at, message) = firstError(encoder);
+  EXPECT_EQ(at, "/modules/0/lora/targets");
+  EXPECT_NE(message.find("\"fc1\""), std::string::npos) << message;
   // LoRA on the MLP of a model whose every layer is sparse adapts nothing.
   json lora = withMoe({{"num_experts", 4}, {"top_k", 1}});
   lora["modules"][1]["lora"] = {{"r", 4}, {"targets", "all-linear"}};
   std::tie(at, message) = firstError(lora);
   EXPECT_EQ(at, "/modules/1/lora/targets");
+}
+
+/// A sparse tower (mimo's ViT with arch.moe): its sparse layers hold the
+/// router and experts in place of fc1, fc2 and their biases, the rank's
+/// block of them under ep; its FLOPs count the active experts; a CLIP
+/// folder is refused for it and it exports to none.
+TEST(Moe, ASparseTowerHasExpertsForItsMlp) {
+  json m = test::baseModel();
+  json &arch = m["modules"][0]["arch"];
+  arch["bias"] = true;
+  arch["moe"] = {{"num_experts", 4},
+                 {"top_k", 2},
+                 {"expert_ffn_hidden_size", 32},
+                 {"shared_expert_ffn_hidden_size", 16},
+                 {"layers", {1}}};
+  m["modules"][0]["parallel"]["ep"] = 2;
+  ModelConfig c = test::requireConfig(parseModelConfig(m.dump(), "model.json"));
+  const ModuleConfig &tower = c.modules[0];
+  EXPECT_EQ(tower.family().name(), "vit");
+  std::set<std::string> names;
+  for (const ParamSpec &spec :
+       stageParameters(tower, c.language().hiddenSize, false, 1, 0))
+    names.insert(spec.local);
+  for (const char *held :
+       {"layers.0.fc1", "layers.0.fc2_bias", "layers.1.router",
+        "layers.1.experts.3.down", "layers.1.shared.up", "layers.1.shared_gate",
+        "layers.1.ln2.bias"})
+    EXPECT_TRUE(names.count(held)) << held;
+  for (const char *absent :
+       {"layers.1.fc1", "layers.1.fc1_bias", "layers.1.fc2", "layers.0.router"})
+    EXPECT_FALSE(names.count(absent)) << absent;
+  // FLOPs: the dense model's, less layer 1's MLP (2·H·F a token), plus its
+  // router, two experts and gated shared expert.
+  ModuleConfig dense = tower;
+  dense.moe = MoeConfig();
+  const double H = static_cast<double>(tower.hiddenSize);
+  const double F = static_cast<double>(tower.ffnHiddenSize);
+  const double tokens = 100;
+  const double sparseMacs = H * 4 + 3 * H * (2 * 32 + 16) + H;
+  EXPECT_DOUBLE_EQ(tower.moe.activeMacs(tower.hiddenSize), sparseMacs);
+  EXPECT_NEAR(
+      encoderForwardFlops(tower, c.language().hiddenSize, tokens, 0) -
+          encoderForwardFlops(dense, c.language().hiddenSize, tokens, 0),
+      tokens * 2 * (sparseMacs - 2 * H * F), 1e-6);
+  // Hugging Face: no tower family of theirs is sparse.
+  EXPECT_NE(tower.family().hfExportProblem(tower).find("sparse"),
+            std::string::npos);
+  std::vector<Diagnostic> found;
+  json folder = {{"model_type", "clip_vision_model"}, {"patch_size", 4}};
+  ConfigCheck k{folder,       "", "config.json", "/modules/0/arch/", found,
+                "/modules/0", ""};
+  tower.family().hfCheck(k, tower, c.batch.seqLength);
+  bool named = false;
+  for (const Diagnostic &d : found)
+    named = named || d.pointer == "/modules/0/arch/moe";
+  EXPECT_TRUE(named);
 }
 
 /// A MoE family's config.json against the arch (LlamaStyle.cpp): each
