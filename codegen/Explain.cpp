@@ -213,9 +213,8 @@ Explanation::Explanation(const Plan &plan, std::optional<int64_t> onlyRank)
              // docs/model.md Mixture of experts: the sparse layers, and the
              // parameters a token meets (the active ones).
              {"moe", moeJson(config, plan.config,
-                             costs_->expertExchangeBytes(
-                                 static_cast<size_t>(module - t.modules.data()),
-                                 g.rankOffset()))}});
+                             costs_->expertExchangeBytes(static_cast<size_t>(
+                                 module - t.modules.data())))}});
   }
   result["modules"] = moduleList;
   result["model_flops_per_step"] = modelFlopsPerStep(plan.config);

@@ -55,19 +55,15 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
 
 namespace {
 
-/// An encoder layer's weights and norms (local names within "layers.l."):
-/// a sparse layer's router and first expert stand for its MLP.
+/// An encoder layer's weights and norms (local names within "layers.l.").
 std::vector<std::string> layerWeights(const ModuleConfig &m, int64_t l) {
   std::vector<std::string> out = {"wq",         "wk",         "wv",
                                   "wo",         "ln1.weight", "ln1.bias",
                                   "ln2.weight", "ln2.bias"};
-  if (m.moe.sparse(l)) {
-    out.push_back(kMoeRouter);
-    for (const char *w : {"gate", "up", "down"})
-      out.push_back(moeExpertName(0, w));
-  } else {
-    out.insert(out.end(), {"fc1", "fc2"});
-  }
+  std::vector<std::string> mlp = m.moe.sparse(l)
+                                     ? moeMlpNames(m.moe)
+                                     : std::vector<std::string>{"fc1", "fc2"};
+  out.insert(out.end(), mlp.begin(), mlp.end());
   return out;
 }
 
@@ -123,9 +119,12 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     }
     if (m.moe.sparse(l)) {
       // A sparse layer's MLP (family/Moe.h): its active multiply-adds, a
-      // weight gradient when its experts train; no adapters.
-      work += weight(2.0 * m.moe.activeMacs(m.hiddenSize) * tokens,
-                     at + moeExpertName(0, "gate"), backward);
+      // weight gradient when any of it trains; no adapters.
+      bool trained = false;
+      for (const std::string &n : moeMlpNames(m.moe))
+        trained = trained || trains(at + n);
+      work += 2.0 * m.moe.activeMacs(m.hiddenSize) * tokens *
+              (1.0 + (backward ? 1.0 + (trained ? 1.0 : 0.0) : 0));
     } else {
       for (const char *w : language
                                ? std::vector<const char *>{"gate", "up", "down"}

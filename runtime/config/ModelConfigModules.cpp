@@ -207,6 +207,17 @@ void parseArchExtras(JsonValidator &v, const json &arch, const std::string &at,
       else
         module.outputLayer = layer.get<int64_t>();
     }
+    // The layers past output_layer do not exist: a sparse one among them
+    // would make the module sparse with no sparse layer that runs.
+    if (module.hasMoe() && !module.moe.layers.empty() && module.numLayers > 0 &&
+        module.moe.layers.back() >= module.layers())
+      v.error(at + "/moe/layers", "layer " +
+                                      std::to_string(module.moe.layers.back()) +
+                                      " is past output_layer " +
+                                      std::to_string(module.outputLayer) +
+                                      ", which computes layers 0 to " +
+                                      std::to_string(module.layers() - 1) +
+                                      "; list only those (or remove moe)");
     if (auto projector =
             v.choice(arch, at, "projector", false, {"mlp2x_gelu", "linear"},
                      "the projection to the language width"))

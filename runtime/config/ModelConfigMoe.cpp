@@ -128,7 +128,8 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
                               "cut over TP as the dense MLP)");
   // LoRA adapts no expert (docs/model.md "LoRA"): targeting the MLP of a
   // model whose every layer is sparse adapts nothing.
-  if (moe && module.moe.allLayers && module.lora)
+  if (moe && module.lora && module.layers() > 0 &&
+      module.moe.sparseLayers(module.layers()) == module.layers())
     for (const char *mlp : {"gate", "up", "down", "fc1", "fc2"})
       if (module.lora->hasTarget(mlp)) {
         v.error(module.pointer + "/lora/targets",

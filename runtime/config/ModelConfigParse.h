@@ -25,7 +25,7 @@ bool isIdentifier(const std::string &name);
 void parseModules(JsonValidator &v, const nlohmann::json &root,
                   ModelConfig &config);
 
-/// docs/model-json.md `arch.moe` of a language module (ModelConfigMoe.cpp)
+/// docs/model-json.md `arch.moe` of a module (ModelConfigMoe.cpp)
 /// into `module`; `at` is the arch's pointer.
 void parseMoe(JsonValidator &v, const nlohmann::json &arch,
               const std::string &at, ModuleConfig &module);

@@ -260,6 +260,9 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
       for (const char *norm :
            {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"})
         layerFrozen = layerFrozen && !trains(at + norm);
+      for (const std::string &n :
+           moe ? moeMlpNames(e) : std::vector<std::string>())
+        layerFrozen = layerFrozen && !trains(at + n);
       if (layerFrozen)
         continue; // no backward here at all
       truncated = false;
@@ -314,10 +317,12 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
       sparseLayers += e.sparse(l);
     // Each sparse layer's pass dispatches its top_k x rows rows and gets
     // as many back (two exchanges); under a balanced router a member sends
-    // each other member 1/ep of them (bf16 bits forward under bf16).
+    // each other member 1/ep of them: fp32, but for the forward's
+    // dispatch under bf16 (bf16 bits; model/MoeMlp.h), which the mean
+    // of the pair's 2 and 4 bytes a value counts.
     w.epExchanges =
         2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
-    w.epBytes = (shape.bf16 && !backward ? 2.0 : kFloat) * K * rows * H /
+    w.epBytes = (shape.bf16 && !backward ? 3.0 : kFloat) * K * rows * H /
                 static_cast<double>(m.parallel.ep);
   }
   if (shape.language && shape.last) {
@@ -457,6 +462,17 @@ double CostModel::expertExchangeBytes(size_t module, int64_t rank) const {
     }
   }
   return bytes * static_cast<double>(topology.microbatches);
+}
+
+double CostModel::expertExchangeBytes(size_t module) const {
+  const Grid &grid = topology.modules[module].grid;
+  double most = 0;
+  for (int64_t pp = 0; pp < grid.size(Dim::PP); ++pp) { // a rank of each stage
+    Coords c;
+    c.pp = pp;
+    most = std::max(most, expertExchangeBytes(module, grid.rankOf(c)));
+  }
+  return most;
 }
 
 Work CostModel::work(int64_t rank, const Instr &in) const {

@@ -171,6 +171,8 @@ public:
   /// exchanges (dispatch and combine, forward and backward) under a
   /// balanced router; 0 without expert parallelism.
   double expertExchangeBytes(size_t module, int64_t rank) const;
+  /// The most any rank of `module` sends so (its busiest pipeline stage).
+  double expertExchangeBytes(size_t module) const;
 
 private:
   const Topology &topology;

@@ -96,6 +96,13 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
     for (size_t l = 0; l < layers.size() && frozen; ++l) {
       for (size_t i : layers[l]->paramIndices())
         frozen = frozen && parameters[i].frozen;
+      // A sparse layer: every expert, whoever holds it (under ep the ranks
+      // of an exchange must all run its backward, or none).
+      const int64_t global = begin + static_cast<int64_t>(l);
+      if (module.moe.sparse(global))
+        for (const std::string &n : moeMlpNames(module.moe))
+          frozen = frozen &&
+                   module.frozen("layers." + std::to_string(global) + "." + n);
       if (frozen)
         frozenBelow = static_cast<int64_t>(l) + 1;
     }

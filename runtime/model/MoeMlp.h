@@ -1,7 +1,8 @@
 //===- MoeMlp.h - A sparse layer's MLP: router, experts, shared -*- C++ -*-===//
 //
 // Internal to the model stages: the MLP of a sparse layer of the language
-// model (docs/model.md "Mixture of experts", family/Moe.h). Every rank of
+// model or an encoder (docs/model.md "Mixture of experts", family/Moe.h),
+// in place of the dense MLP after the layer's second norm. Every rank of
 // the module holds every expert (ep 1), each cut over TP as the dense
 // MLP; every TP rank routes every row it computes (the router is whole),
 // so the routes agree across TP by construction.

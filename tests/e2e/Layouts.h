@@ -471,6 +471,23 @@ inline std::vector<Layout> equivalenceLayouts() {
       withMoe(example("vlm-fan-out.json"), 4, 1, "all", false, "encoder");
   towerPipeline["modules"][0]["recompute"] = "full";
   layouts.push_back({"MoeEncoderTp2Pp2Recomputed", towerPipeline, 8});
+  // A frozen bottom that freezes some experts: the tower's layer 0 is
+  // frozen whole on the ep member holding experts 0 and 1, not on the
+  // other; both run its backward (its exchanges meet) as the reference.
+  json partFrozen =
+      withMoe(example("vlm-fan-in.json"), 4, 2, {0}, false, "encoder");
+  partFrozen["modules"][0]["parallel"]["ep"] = 2;
+  partFrozen["modules"][0]["freeze"] = {"patch",
+                                        "layers.0.ln1",
+                                        "layers.0.wq",
+                                        "layers.0.wk",
+                                        "layers.0.wv",
+                                        "layers.0.wo",
+                                        "layers.0.ln2",
+                                        "layers.0.router",
+                                        "layers.0.experts.0",
+                                        "layers.0.experts.1"};
+  layouts.push_back({"MoeEncoderEp2PartFrozenExperts", partFrozen, 8});
   // LoRA on a model whose layers are part sparse: the MLP targets adapt
   // the dense layers (the tower's 0, the language model's 0 and 2) alone.
   json loraSparse =

@@ -265,7 +265,8 @@ class VisionTwin:
         self.params = p
 
     def sparse(self, l):
-        return self.moe is not None and l in self.moe["layers"]
+        return self.moe is not None and (self.moe["layers"] == "all"
+                                         or l in self.moe["layers"])
 
     def sparse_mlp(self, l, a, stats):
         """Layer l's sparse MLP of rows a; the router logits join stats."""

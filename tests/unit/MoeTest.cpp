@@ -364,7 +364,15 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   encoder["modules"][0]["parallel"]["ep"] = 3; // DP4
   std::tie(at, message) = firstError(encoder);
   EXPECT_EQ(at, "/modules/0/parallel/ep");
+  // A sparse layer past output_layer would never run.
   encoder["modules"][0]["parallel"]["ep"] = 2;
+  encoder["modules"][0]["arch"]["output_layer"] = -2; // of 2 layers
+  encoder["modules"][0]["arch"]["moe"]["layers"] = {1};
+  std::tie(at, message) = firstError(encoder);
+  EXPECT_EQ(at, "/modules/0/arch/moe/layers");
+  EXPECT_NE(message.find("output_layer"), std::string::npos) << message;
+  encoder["modules"][0]["arch"]["moe"]["layers"] = {0};
+  EXPECT_EQ(firstError(encoder).first, "");
   encoder["modules"][0]["lora"] = {{"r", 4}, {"targets", {"q", "fc1"}}};
   std::tie(at, message) = firstError(encoder);
   EXPECT_EQ(at, "/modules/0/lora/targets");
