@@ -99,6 +99,7 @@ public:
     m.parallel.cp = g.cp;
     m.parallel.pp = g.pp;
     m.parallel.dp = g.dp;
+    m.parallel.ep = g.ep;
     double outputHidden = static_cast<double>(model.language().hiddenSize);
     // One microbatch's forward and backward on `stage` (with `layers`
     // layers when given): {seconds, compute seconds}.
@@ -117,6 +118,8 @@ public:
                                 g.cp > 1 && m.parallel.cpComm == "ring",
                                 backward, options.profile.kind != "cpu");
         total += exchange(g.tp, g.tp, w.logitBytes) * w.logitExchanges;
+        // Expert parallelism: ep consecutive members of DP x CP.
+        total += exchange(g.ep, g.tp * g.ep, w.epBytes) * w.epExchanges;
       }
       return std::pair{total.comm + total.compute / speed, total.compute};
     };

@@ -264,6 +264,10 @@ class VisionTwin:
         p["projection.fc2.bias"] = u((HIDDEN,), 0.1)
         self.params = p
 
+    @property
+    def tensors(self):  # as HfTower names its weights (tower_checks)
+        return self.params
+
     def sparse(self, l):
         return self.moe is not None and (self.moe["layers"] == "all"
                                          or l in self.moe["layers"])

@@ -52,6 +52,42 @@ LAYOUTS = [("1+1", {}, {"rank_offset": 1}, 2),
            ("colocated-tp2", {"tp": 2}, {"tp": 2}, 2)]
 
 
+# vlm's tower (mimo's names): CLIP's structure, the penultimate layer.
+VLM_ARCH = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
+            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
+            "position_embeddings": "learned", "max_positions": E_POSITIONS,
+            "pre_norm": True, "class_token": True, "output_layer": -2,
+            "patch_bias": False, "activation": "quick_gelu",
+            "projector_activation": "gelu"}
+
+
+def feature_batch(seed, rows_of):
+    """GLOBAL_BATCH samples, each with rows_of(i, rng) image feature rows
+    (0: text-only) at a random place; (ids, features [c, E_D])."""
+    g = np.random.default_rng(seed)
+    batch = []
+    for i in range(GLOBAL_BATCH):
+        c = rows_of(i, g)
+        at = int(g.integers(1, SEQ - c - 2))
+        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
+        ids[at:at + c] = [IMAGE_ID] * c
+        feats = torch.from_numpy(
+            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
+        batch.append((ids, feats))
+    return batch
+
+
+def write_features(path, batch):
+    """jsonl of feature_batch's samples: the rows as the encoder's
+    features."""
+    with open(path, "w") as f:
+        for ids, feats in batch:
+            sample = {"input_ids": ids}
+            if feats.shape[0]:
+                sample["images"] = {"features": feats.numpy().tolist()}
+            f.write(json.dumps(sample) + "\n")
+
+
 def run_vlm(bin_dir, work):
     """LLaVA's shape: a CLIP-style tower (class token, learned positions,
     pre-norm, biases, the penultimate layer, mlp2x_gelu) feeding the
@@ -59,46 +95,19 @@ def run_vlm(bin_dir, work):
     twins' weights, against theirs in three layouts."""
     cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
     lm, vision = Twin(cfg, seed=301), VisionTwin(seed=302)
-    g = np.random.default_rng(9)
-    batch = []
-    for i in range(GLOBAL_BATCH):
-        c = int(g.integers(0, E_POSITIONS - 1)) if i % 4 else 0  # some text-only
-        at = int(g.integers(1, SEQ - c - 2))
-        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
-        ids[at:at + c] = [IMAGE_ID] * c
-        feats = torch.from_numpy(
-            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
-        batch.append((ids, feats))
-    with torch.no_grad():
-        want = vlm_loss(lm, vision, batch).item()
-        # The twin's own sanity: the tower's details move the loss.
-        failures = []
-        for key in ("position_embedding", "class_token", "pre_norm.weight",
-                    "layers.0.bq"):
-            saved = vision.params[key]
-            vision.params[key] = saved.flip(0)
-            other = vlm_loss(lm, vision, batch).item()
-            vision.params[key] = saved
-            if rel(other, want) < 10 * TOL:
-                print(f"FAIL twin vlm: {key} barely moves the loss "
-                      f"(rel {rel(other, want):.2e})")
-                failures.append(f"vlm: {key} barely moves the loss")
+    # Some text-only.
+    batch = feature_batch(
+        9, lambda i, g: int(g.integers(0, E_POSITIONS - 1)) if i % 4 else 0)
+    # The twin's own sanity: the tower's details move the loss.
+    want, failures = tower_checks(
+        "vlm", lm, vision, batch,
+        ("position_embedding", "class_token", "pre_norm.weight", "layers.0.bq"))
     data = os.path.join(work, "vlm.jsonl")
-    with open(data, "w") as f:
-        for ids, feats in batch:
-            sample = {"input_ids": ids}
-            if feats.shape[0]:
-                sample["images"] = {"features": feats.numpy().tolist()}
-            f.write(json.dumps(sample) + "\n")
+    write_features(data, batch)
     init = os.path.join(work, "init-vlm")
     write_init(lm, init, extra={"images." + n: t
                                 for n, t in vision.params.items()})
-    arch = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
-            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
-            "position_embeddings": "learned", "max_positions": E_POSITIONS,
-            "pre_norm": True, "class_token": True, "output_layer": -2,
-            "patch_bias": False, "activation": "quick_gelu",
-            "projector_activation": "gelu"}
+    arch = VLM_ARCH
     for name, enc_par, lang_par, world in LAYOUTS:
         path = os.path.join(work, f"vlm-{name}.json")
         vision_model(path, arch, init, init, enc_par, lang_par, world, data,
@@ -147,52 +156,26 @@ def run_vlm_moe(bin_dir, work):
     against theirs in three layouts."""
     cfg = dict(groups=2, theta=10000.0, eps=1e-5, scaling=None)
     lm, vision = Twin(cfg, seed=311), VisionTwin(seed=312, moe=TOWER_MOE)
-    g = np.random.default_rng(19)
-    batch = []
-    for i in range(GLOBAL_BATCH):
-        # The first two of every four text-only: at dp 2 the first lane of
-        # each microbatch sees no image, its ep peer some.
-        c = int(g.integers(1, E_POSITIONS - 1)) if i % 4 >= 2 else 0
-        at = int(g.integers(1, SEQ - c - 2))
-        ids = [int(t) for t in g.integers(0, IMAGE_ID, SEQ - (i % 3) * 5)]
-        ids[at:at + c] = [IMAGE_ID] * c
-        feats = torch.from_numpy(
-            g.standard_normal((c, E_D)).astype(np.float32).astype(np.float64))
-        batch.append((ids, feats))
-    failures = []
+    # The first two of every four text-only: at dp 2 the first lane of each
+    # microbatch sees no image, its ep peer some.
+    batch = feature_batch(
+        19, lambda i, g: int(g.integers(1, E_POSITIONS - 1)) if i % 4 >= 2 else 0)
+    # The twin's own sanity: the experts and the shared gate move it.
+    want, failures = tower_checks(
+        "vlm-moe", lm, vision, batch,
+        ("layers.0.experts.1.up", "layers.0.shared_gate"))
     with torch.no_grad():
-        want = vlm_loss(lm, vision, batch).item()
         aux = 0.0
         for m in range(MICROBATCHES):
             stats = {}
             vlm_loss(lm, vision, batch[m * MICRO:(m + 1) * MICRO], stats)
             aux += float(tower_aux(stats)) / MICROBATCHES
-        # The twin's own sanity: the experts and the shared gate move it.
-        for key in ("layers.0.experts.1.up", "layers.0.shared_gate"):
-            saved = vision.params[key]
-            vision.params[key] = saved.flip(0)
-            other = vlm_loss(lm, vision, batch).item()
-            vision.params[key] = saved
-            if rel(other, want) < 10 * TOL:
-                print(f"FAIL twin vlm-moe: {key} barely moves the loss "
-                      f"(rel {rel(other, want):.2e})")
-                failures.append(f"vlm-moe: {key} barely moves the loss")
     data = os.path.join(work, "vlm-moe.jsonl")
-    with open(data, "w") as f:
-        for ids, feats in batch:
-            sample = {"input_ids": ids}
-            if feats.shape[0]:
-                sample["images"] = {"features": feats.numpy().tolist()}
-            f.write(json.dumps(sample) + "\n")
+    write_features(data, batch)
     init = os.path.join(work, "init-vlm-moe")
     write_init(lm, init, extra={"images." + n: t
                                 for n, t in vision.params.items()})
-    arch = {"feature_dim": E_D, "hidden_size": E_H, "num_layers": E_LAYERS,
-            "num_heads": E_HEADS, "ffn_hidden_size": E_FFN, "bias": True,
-            "position_embeddings": "learned", "max_positions": E_POSITIONS,
-            "pre_norm": True, "class_token": True, "output_layer": -2,
-            "patch_bias": False, "activation": "quick_gelu",
-            "projector_activation": "gelu", "moe": TOWER_MOE}
+    arch = dict(VLM_ARCH, moe=TOWER_MOE)
     for name, enc_par, lang_par, world in MOE_LAYOUTS:
         path = os.path.join(work, f"vlm-moe-{name}.json")
         vision_model(path, arch, init, init, enc_par, lang_par, world, data,
