@@ -55,18 +55,6 @@ TokenMoments expectedModalityTokens(const ModelConfig &config, size_t encoder) {
 
 namespace {
 
-/// An encoder layer's weights and norms (local names within "layers.l.").
-std::vector<std::string> layerWeights(const ModuleConfig &m, int64_t l) {
-  std::vector<std::string> out = {"wq",         "wk",         "wv",
-                                  "wo",         "ln1.weight", "ln1.bias",
-                                  "ln2.weight", "ln2.bias"};
-  std::vector<std::string> mlp = m.moe.sparse(l)
-                                     ? moeMlpNames(m.moe)
-                                     : std::vector<std::string>{"fc1", "fc2"};
-  out.insert(out.end(), mlp.begin(), mlp.end());
-  return out;
-}
-
 /// A frozen module's step (docs/model-json.md `freeze`): each weight's
 /// forward GEMM, its input gradient where the backward runs through it,
 /// and its weight gradient only when it trains; attention three times
@@ -92,20 +80,11 @@ double frozenWork(const ModuleConfig &m, int64_t outputHidden, double tokens,
     return 2.0 * tokens * r * (K + N) * (backward ? 3.0 : 1.0);
   };
   double work = 0;
-  int64_t truncated = 0;
-  if (!language && encoderBottomFrozen(m)) {
-    const int64_t firstStageEnd = stageLayers(m, m.parallel.pp, 0).second;
-    for (int64_t l = 0; l < firstStageEnd; ++l) {
-      const std::string at = "layers." + std::to_string(l) + ".";
-      bool frozen = true;
-      for (const std::string &p : layerWeights(m, l))
-        frozen = frozen && !trains(at + p) &&
-                 !(m.lora && loraTargetOf(*m.lora, at + p));
-      if (!frozen)
-        break;
-      truncated = l + 1;
-    }
-  }
+  // A first encoder stage's frozen bottom layers run no backward.
+  const int64_t truncated =
+      language ? 0
+               : std::min(encoderFrozenLayers(m),
+                          stageLayers(m, m.parallel.pp, 0).second);
   for (int64_t l = 0; l < m.layers(); ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
     const bool backward = l >= truncated;

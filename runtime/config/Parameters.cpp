@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace mimo {
@@ -212,6 +213,24 @@ bool encoderBottomFrozen(const ModuleConfig &module) {
     if (held[i] && !module.frozen(names[i]))
       return false;
   return true;
+}
+
+int64_t encoderFrozenLayers(const ModuleConfig &module) {
+  if (module.kind != ModuleKind::Encoder || !encoderBottomFrozen(module))
+    return 0;
+  std::vector<bool> trains(static_cast<size_t>(module.layers()), false);
+  for (const ParamSpec &spec : stageParameters(module, 1, false, 1, 0)) {
+    const auto at = splitLayerName(spec.local); // ("3", "wq")
+    if (!at || module.frozen(spec.local))
+      continue;
+    const int64_t layer = std::strtoll(at->first.c_str(), nullptr, 10);
+    if (layer >= 0 && layer < module.layers())
+      trains[static_cast<size_t>(layer)] = true;
+  }
+  int64_t frozen = 0;
+  while (frozen < module.layers() && !trains[static_cast<size_t>(frozen)])
+    ++frozen;
+  return frozen;
 }
 
 bool runsForwardOnly(const ModelConfig &config, const ModuleConfig &module) {

@@ -100,6 +100,12 @@ bool runsForwardOnly(const ModelConfig &config, const ModuleConfig &module);
 /// and pre_norm it has): then its backward stops at its lowest layer with
 /// something trainable at or under it.
 bool encoderBottomFrozen(const ModuleConfig &module);
+/// The encoder's lowest layers that run no backward: with its bottom
+/// frozen (encoderBottomFrozen), layers 0, 1, ... while every parameter a
+/// layer has is frozen (its biases, every expert of a sparse layer,
+/// whichever rank holds it; a layer with LoRA adapters trains them); 0
+/// otherwise. The runtime, the FLOPs and the cost model all stop here.
+int64_t encoderFrozenLayers(const ModuleConfig &module);
 
 } // namespace mimo
 

@@ -238,8 +238,9 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                           (Fs > 0 ? gemmSeconds(p, rows, 2 * Fs / tp, H) : 0),
                       gemmSeconds(p, K * rows, H, Fe / tp) +
                           (Fs > 0 ? gemmSeconds(p, rows, H, Fs / tp) : 0)};
-  bool truncated =
-      backward && !shape.language && shape.first && encoderBottomFrozen(m);
+  // A first encoder stage's frozen bottom layers run no backward.
+  const int64_t frozenBelow =
+      backward && !shape.language && shape.first ? encoderFrozenLayers(m) : 0;
   StageWork w;
   double recomputed = 0;
   for (int64_t l = shape.firstLayer;
@@ -255,18 +256,8 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                         swiglu ? trains(mlp + "gate") || trains(mlp + "up")
                                : trains(at + "fc1"),
                         trains(mlp + (swiglu ? "down" : "fc2"))};
-    if (truncated) {
-      bool layerFrozen = !dw[0] && !dw[1] && !dw[2] && !dw[3];
-      for (const char *norm :
-           {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"})
-        layerFrozen = layerFrozen && !trains(at + norm);
-      for (const std::string &n :
-           moe ? moeMlpNames(e) : std::vector<std::string>())
-        layerFrozen = layerFrozen && !trains(at + n);
-      if (layerFrozen)
-        continue; // no backward here at all
-      truncated = false;
-    }
+    if (l < frozenBelow)
+      continue; // no backward here at all
     // One pass of the layer, forward or backward.
     auto pass = [&](bool back) {
       double layer = 0;

@@ -82,6 +82,15 @@ void declareMoeMlp(const MoeConfig &e, int64_t H, const std::string &module,
   }
 }
 
+std::vector<std::string> moeMlpNames(const MoeConfig &moe) {
+  std::vector<ParamSpec> specs;
+  declareMoeMlp(moe, 1, "", "", specs);
+  std::vector<std::string> names;
+  for (const ParamSpec &spec : specs)
+    names.push_back(spec.local);
+  return names;
+}
+
 //===----------------------------------------------------------------------===//
 // The registry: one line per built-in family.
 //===----------------------------------------------------------------------===//

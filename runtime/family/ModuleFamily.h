@@ -162,6 +162,9 @@ void declareAttention(const ModuleArch &arch, const std::string &module,
 void declareMoeMlp(const MoeConfig &moe, int64_t hidden,
                    const std::string &module, const std::string &p,
                    std::vector<ParamSpec> &out);
+/// The local names (within its layer prefix) of declareMoeMlp's
+/// parameters.
+std::vector<std::string> moeMlpNames(const MoeConfig &moe);
 
 } // namespace mimo
 

@@ -54,20 +54,6 @@ std::string moeSharedName(const std::string &linear) {
   return "shared." + linear;
 }
 
-std::vector<std::string> moeMlpNames(const MoeConfig &moe) {
-  std::vector<std::string> out = {kMoeRouter};
-  for (int64_t j = 0; j < moe.experts; ++j)
-    for (const char *w : {"gate", "up", "down"})
-      out.push_back(moeExpertName(j, w));
-  if (moe.sharedFfn > 0) {
-    for (const char *w : {"gate", "up", "down"})
-      out.push_back(moeSharedName(w));
-    if (moe.sharedGate)
-      out.push_back(kMoeSharedGate);
-  }
-  return out;
-}
-
 MoeRouting routeTokens(const MoeConfig &moe, const float *logits, int64_t rows,
                        int64_t experts) {
   MoeRouting r;

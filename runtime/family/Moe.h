@@ -62,9 +62,6 @@ int64_t moeExpertOf(const std::string &local);
 /// [hidden, 1] its sigmoid gate.
 std::string moeSharedName(const std::string &linear);
 inline const char *kMoeSharedGate = "shared_gate";
-/// Every parameter of a sparse layer's MLP (within its layer prefix):
-/// the router, each expert's three, the shared expert's and its gate.
-std::vector<std::string> moeMlpNames(const MoeConfig &moe);
 
 //===--- routing ---------------------------------------------------------===//
 

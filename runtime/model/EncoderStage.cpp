@@ -89,24 +89,9 @@ EncoderStage::EncoderStage(const ModuleConfig &module, int64_t outputHidden,
       layers.back()->useMoe(
           module.moe, MoeParams::of(module.moe, p, find, ctx.ep, ctx.epRank));
   }
-  if (isFirst()) {
-    bool frozen = true;
-    for (size_t i : bottomParams())
-      frozen = frozen && parameters[i].frozen;
-    for (size_t l = 0; l < layers.size() && frozen; ++l) {
-      for (size_t i : layers[l]->paramIndices())
-        frozen = frozen && parameters[i].frozen;
-      // A sparse layer: every expert, whoever holds it (under ep the ranks
-      // of an exchange must all run its backward, or none).
-      const int64_t global = begin + static_cast<int64_t>(l);
-      if (module.moe.sparse(global))
-        for (const std::string &n : moeMlpNames(module.moe))
-          frozen = frozen &&
-                   module.frozen("layers." + std::to_string(global) + "." + n);
-      if (frozen)
-        frozenBelow = static_cast<int64_t>(l) + 1;
-    }
-  }
+  if (isFirst()) // config/Parameters.h: every expert's, whoever holds it
+    frozenBelow = std::min<int64_t>(encoderFrozenLayers(module),
+                                    static_cast<int64_t>(layers.size()));
   if (isLast()) {
     finalW = optional(module.finalNorm, "final_norm.weight");
     finalB = optional(module.finalNorm, "final_norm.bias");

@@ -387,6 +387,7 @@ TEST(ModelJson, FreezeEncoderBodyLeavesOnlyTheProjectorTraining) {
   EXPECT_TRUE(tower.freezesAny());
   EXPECT_FALSE(everyParameterFrozen(c, tower));
   EXPECT_TRUE(encoderBottomFrozen(tower));
+  EXPECT_EQ(encoderFrozenLayers(tower), tower.layers());
   int64_t trained = 0, frozen = 0, projector = 0;
   std::vector<std::string> frozenHeads;
   for (const ParamSpec &spec :
@@ -417,6 +418,36 @@ TEST(ModelJson, FreezeEncoderBodyLeavesOnlyTheProjectorTraining) {
   ASSERT_TRUE(old.config);
   EXPECT_FALSE(old.config->modules[0].frozen("class_token"));
   EXPECT_FALSE(old.config->modules[0].frozen("pre_norm.weight"));
+}
+
+/// An encoder's frozen bottom layers (no backward): a layer counts when
+/// every parameter it has is frozen, a bias or one expert of a sparse
+/// layer (whichever rank holds it) keeps it and those above training.
+TEST(ModelJson, EncoderFrozenLayersCountEveryParameterOfALayer) {
+  json m = json::parse(test::readExample("vlm-fan-in.json"));
+  json &arch = m["modules"][0]["arch"];
+  arch["bias"] = true;
+  arch["moe"] = {{"num_experts", 4}, {"top_k", 2}, {"layers", {1}}};
+  auto frozenLayers = [&](json freeze) {
+    m["modules"][0]["freeze"] = std::move(freeze);
+    ParseResult parsed = parseModelConfig(m.dump(), "m.json");
+    if (!parsed.config)
+      throw std::runtime_error(parsed.diagnostics[0].message);
+    return encoderFrozenLayers(parsed.config->modules[0]);
+  };
+  EXPECT_EQ(frozenLayers({"patch", "layers.0", "layers.1"}), 2);
+  EXPECT_EQ(frozenLayers({"layers.0", "layers.1"}), 0); // patch trains
+  EXPECT_EQ(frozenLayers({"patch", "layers.0.wq", "layers.0.wk", "layers.0.wv",
+                          "layers.0.wo", "layers.0.ln1", "layers.0.ln2",
+                          "layers.0.fc1", "layers.0.fc2", "layers.1"}),
+            0); // layer 0's biases train
+  EXPECT_EQ(
+      frozenLayers({"patch", "layers.0", "layers.1.wq", "layers.1.wk",
+                    "layers.1.wv", "layers.1.wo", "layers.1.bq", "layers.1.bk",
+                    "layers.1.bv", "layers.1.bo", "layers.1.ln1",
+                    "layers.1.ln2", "layers.1.router", "layers.1.experts.0",
+                    "layers.1.experts.1", "layers.1.experts.2"}),
+      1); // layer 1's expert 3 trains
 }
 
 TEST(ParamGroups, PrefixesMatchWholeParts) {
