@@ -900,6 +900,26 @@ TEST(Tune, ExpertParallelismIsSearched) {
     EXPECT_LT(a, b) << c.summary;
   }
   EXPECT_GT(found, 0);
+  // The estimate prices the exchanges: a layout with ep is slower than the
+  // same layout without (the experts' FLOPs are the same).
+  int paired = 0;
+  for (const TuneCandidate &c : all.ranked) {
+    const int64_t ep = c.config.language().parallel.ep;
+    if (ep == 1)
+      continue;
+    const std::string plain = [&] {
+      std::string text = c.summary;
+      text.erase(text.find(" ep" + std::to_string(ep)),
+                 3 + std::to_string(ep).size());
+      return text;
+    }();
+    for (const TuneCandidate &d : all.ranked)
+      if (d.summary == plain) {
+        ++paired;
+        EXPECT_GT(c.estimateSeconds, d.estimateSeconds) << c.summary;
+      }
+  }
+  EXPECT_GT(paired, 0);
   // With the distributed optimizer too (the experts' moments cut over
   // their edp group).
   json["modules"][1]["distributed_optimizer"] = true;
