@@ -40,6 +40,20 @@ model["modules"][1]["freeze"] = ["layers.0"]
 json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/frozen-tower.json" -o "$bundle/plans/frozen-tower.plan.json"
+# A sparse tower (docs/model.md "Mixture of experts") beside moe-vlm's
+# sparse language model: the tower's experts split over its DP2 (ep 2),
+# a gated shared expert, images missing from some lanes.
+python3 - "$bundle/moe-tower.json" <<'PY'
+import json, sys
+model = json.load(open("examples/moe-vlm.json"))
+model["name"] = "moe-tower"
+tower = model["modules"][0]
+tower["arch"]["moe"] = {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128,
+                        "shared_expert_ffn_hidden_size": 64, "layers": [1]}
+tower["parallel"]["ep"] = 2
+json.dump(model, open(sys.argv[1], "w"), indent=1)
+PY
+build/bin/mimoc compile -q "$bundle/moe-tower.json" -o "$bundle/plans/moe-tower.plan.json"
 # A Llama 3-like language model (docs/model-json.md): TP2 splitting two
 # key/value groups with SP, CP2 gathering the groups, rope_theta 500000
 # with the llama3 rope_scaling, norm_eps 1e-6.
