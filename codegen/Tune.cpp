@@ -95,7 +95,7 @@ public:
   void cost(size_t module, size_t encoder, ModuleGrid &g,
             int64_t microBatchSize, int64_t microbatches) const {
     ModuleConfig m = model.modules[module];
-    m.parallel.tp = g.tp;
+    m.parallel.setTp(g.tp);
     m.parallel.cp = g.cp;
     m.parallel.pp = g.pp;
     m.parallel.dp = g.dp;
@@ -307,7 +307,7 @@ ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
   for (size_t i = 0; i < config.modules.size(); ++i) {
     const ModuleGrid &g = layout.grids[i];
     ParallelConfig &p = config.modules[i].parallel;
-    p.tp = g.tp;
+    p.setTp(g.tp);
     p.cp = g.cp;
     p.pp = g.pp;
     p.dp = g.dp;

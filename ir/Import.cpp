@@ -89,6 +89,12 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
           : mlir::IntegerAttr());
 
   const ModuleConfig &language = config.language();
+  // parallel.etp, written only when it differs from tp.
+  auto expertTp = [&](const ModuleConfig &module) {
+    return module.hasMoe() && module.parallel.etp > 0
+               ? builder.getI64IntegerAttr(module.parallel.etp)
+               : mlir::IntegerAttr();
+  };
   auto tokensType = TokensType::get(context, language.hiddenSize);
   llvm::SmallVector<mlir::Value> modalityInputs;
   llvm::SmallVector<mlir::Attribute> modalityNames;
@@ -104,7 +110,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
         batch, grids[i], i64(module.specialTokenId), arch,
         runsForwardOnly(config, module) ? builder.getUnitAttr() : nullptr,
         module.hasMoe() ? builder.getI64IntegerAttr(module.parallel.ep)
-                        : mlir::IntegerAttr());
+                        : mlir::IntegerAttr(),
+        expertTp(module));
     modalityInputs.push_back(encoder.getOutput());
     modalityNames.push_back(builder.getStringAttr(module.name));
   }
@@ -120,7 +127,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext *context,
       languageArch,
       language.tieEmbeddings ? builder.getUnitAttr() : mlir::UnitAttr(),
       language.hasMoe() ? builder.getI64IntegerAttr(language.parallel.ep)
-                        : mlir::IntegerAttr());
+                        : mlir::IntegerAttr(),
+      expertTp(language));
 
   const TrainConfig &t = config.train;
   builder.create<TrainOp>(loc("/train"), languageOp.getLoss(), i64(t.steps),

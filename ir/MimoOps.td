@@ -132,7 +132,7 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
     the encoder runs no backward and its bridges carry no gradients: the
     programs leave them out (docs/model-json.md).
     `expert_parallel`: the encoder has sparse layers (`arch.moe`), as the
-    language module's.
+    language module's; `expert_tensor_parallel` too.
 
     ```mlir
     %images = mimo.encoder @images(%batch) on %grid {special_token_id = 1000 : i64,
@@ -144,7 +144,8 @@ def Mimo_EncoderOp : Mimo_Op<"encoder", [Symbol, HasParent<"ModelOp">]> {
   let arguments = (ins SymbolNameAttr:$sym_name, Mimo_BatchType:$batch,
                        Mimo_GridType:$grid, I64Attr:$special_token_id,
                        Mimo_EncoderArchAttr:$arch, UnitAttr:$forward_only,
-                       OptionalAttr<I64Attr>:$expert_parallel);
+                       OptionalAttr<I64Attr>:$expert_parallel,
+                       OptionalAttr<I64Attr>:$expert_tensor_parallel);
   let results = (outs Mimo_TokensType:$output);
   let assemblyFormat = [{
     $sym_name `(` $batch `)` `on` $grid attr-dict `:` type($output)
@@ -168,7 +169,9 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
     and last stage sum its gradients. `expert_parallel`: the module has
     sparse layers (`arch.moe`), their experts split over that many members
     of each DP x CP group (`parallel.ep`; 1: every rank holds every
-    expert).
+    expert). `expert_tensor_parallel`: each expert is cut over that many
+    of the grid's TP ranks (`parallel.etp`, a divisor of tp; absent: all
+    of them), the TP ranks holding the same cut sharing the rows.
 
     ```mlir
     %loss = mimo.language @language(%batch, %images : !mimo.tokens<128>)
@@ -191,7 +194,8 @@ def Mimo_LanguageOp : Mimo_Op<"language", [Symbol, HasParent<"ModelOp">,
                        Mimo_GridType:$grid, StrArrayAttr:$modalities,
                        Mimo_LanguageArchAttr:$arch,
                        UnitAttr:$tied_embeddings,
-                       OptionalAttr<I64Attr>:$expert_parallel);
+                       OptionalAttr<I64Attr>:$expert_parallel,
+                       OptionalAttr<I64Attr>:$expert_tensor_parallel);
   let results = (outs Mimo_LossType:$loss);
   let assemblyFormat = [{
     $sym_name `(` $batch (`,` $modality_inputs^ `:` type($modality_inputs))? `)`

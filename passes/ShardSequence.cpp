@@ -109,7 +109,8 @@ private:
         loc, language.getLoss().getType(), language.getSymNameAttr(),
         language.getBatch(), mlir::ValueRange(), embeddings, targets, grid,
         language.getModalities(), language.getArch(),
-        language.getTiedEmbeddingsAttr(), language.getExpertParallelAttr());
+        language.getTiedEmbeddingsAttr(), language.getExpertParallelAttr(),
+        language.getExpertTensorParallelAttr());
     language.getLoss().replaceAllUsesWith(sharded.getLoss());
     language.erase();
     return mlir::success();

@@ -55,6 +55,8 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
       m.sparse = true;
       m.ep = static_cast<int64_t>(*ep);
     }
+    if (auto etp = encoder.getExpertTensorParallel())
+      m.etp = static_cast<int64_t>(*etp);
     source.modules.push_back(std::move(m));
   }
   TopologySource::Module lm;
@@ -70,6 +72,8 @@ mlir::FailureOr<TopologySource> readTopologySource(ir::ModelOp model) {
     lm.sparse = true;
     lm.ep = static_cast<int64_t>(*ep);
   }
+  if (auto etp = language.getExpertTensorParallel())
+    lm.etp = static_cast<int64_t>(*etp);
   source.modules.push_back(std::move(lm));
   source.microbatches = static_cast<int64_t>(batch.getNumMicrobatches());
   source.microBatchSize = static_cast<int64_t>(batch.getMicroBatchSize());

@@ -45,7 +45,18 @@ struct ParallelConfig {
   /// docs/model-json.md `ep`: a sparse module's experts split over ep
   /// members of each DP x CP group (plan/Plan.h expertGroups).
   int64_t ep = 1;
+  /// docs/model-json.md `etp`: the TP ranks each expert is cut over (a
+  /// divisor of tp; 0: tp, as the dense MLP), expertTp() resolving it.
+  int64_t etp = 0;
   DimOrder order = kDefaultOrder;
+
+  int64_t expertTp() const { return etp > 0 ? etp : tp; }
+  /// tp = n, etp kept where it still divides it (else tp's default).
+  void setTp(int64_t n) {
+    tp = n;
+    if (etp > 0 && (tp % etp != 0 || etp >= tp))
+      etp = 0;
+  }
 
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }
 };

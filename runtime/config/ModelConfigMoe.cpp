@@ -116,16 +116,44 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
   const std::string at = module.pointer + "/parallel";
   const bool moe = module.hasMoe();
   const int64_t tp = module.parallel.tp;
-  // The experts are cut over TP as the dense MLP is.
-  for (auto [width, key] :
-       {std::pair{module.moe.expertFfn, "expert_ffn_hidden_size"},
-        std::pair{module.moe.sharedFfn, "shared_expert_ffn_hidden_size"}})
-    if (moe && tp > 0 && width % tp != 0)
-      v.error(at + "/tp", std::string(key) + " " + std::to_string(width) +
-                              " of module '" + module.name +
-                              "' is not divisible by tp " + std::to_string(tp) +
-                              "; use a tp that divides it (the experts are "
-                              "cut over TP as the dense MLP)");
+  // The experts are cut over etp of the TP ranks (tp by default), the
+  // shared expert over TP as the dense MLP is.
+  auto grid = moduleJson.find("parallel");
+  if (grid != moduleJson.end() && grid->is_object())
+    if (auto etp =
+            v.integer(*grid, at, "etp", false, 1,
+                      "the tensor-parallel size of the experts", kMaxRanks)) {
+      if (!moe && *etp != tp)
+        v.error(at + "/etp", "module '" + module.name +
+                                 "' has no experts to cut: remove etp, or "
+                                 "add arch.moe");
+      else if (tp % *etp != 0)
+        v.error(at + "/etp",
+                "etp " + std::to_string(*etp) + " does not divide tp " +
+                    std::to_string(tp) + " of module '" + module.name +
+                    "': each expert is cut over etp of the TP ranks, its "
+                    "rows shared among tp / etp of them; use an etp that "
+                    "divides " +
+                    std::to_string(tp));
+      else if (moe && *etp != tp)
+        module.parallel.etp = *etp;
+    }
+  const int64_t etp = module.parallel.expertTp();
+  if (moe && etp > 0 && module.moe.expertFfn % etp != 0)
+    v.error(at + (module.parallel.etp > 0 ? "/etp" : "/tp"),
+            "expert_ffn_hidden_size " + std::to_string(module.moe.expertFfn) +
+                " of module '" + module.name + "' is not divisible by " +
+                (module.parallel.etp > 0 ? "etp " : "tp ") +
+                std::to_string(etp) +
+                "; use one that divides it (each expert is cut over etp TP "
+                "ranks, tp unless etp says)");
+  if (moe && tp > 0 && module.moe.sharedFfn % tp != 0)
+    v.error(at + "/tp", "shared_expert_ffn_hidden_size " +
+                            std::to_string(module.moe.sharedFfn) +
+                            " of module '" + module.name +
+                            "' is not divisible by tp " + std::to_string(tp) +
+                            "; use a tp that divides it (the shared expert "
+                            "is cut over TP as the dense MLP)");
   // LoRA adapts no expert (docs/model.md "LoRA"): targeting the MLP of a
   // model whose every layer is sparse adapts nothing.
   if (moe && module.lora && module.layers() > 0 &&
@@ -139,10 +167,9 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
                     "version; target q, k, v and o");
         break;
       }
-  auto it = moduleJson.find("parallel");
-  if (it == moduleJson.end() || !it->is_object())
+  if (grid == moduleJson.end() || !grid->is_object())
     return;
-  if (auto ep = v.integer(*it, at, "ep", false, 1,
+  if (auto ep = v.integer(*grid, at, "ep", false, 1,
                           "the ranks the experts are split over", kMaxRanks)) {
     const ParallelConfig &p = module.parallel;
     const int64_t dpcp = p.dp * p.cp;
@@ -166,15 +193,6 @@ void parseExpertGrid(JsonValidator &v, const json &moduleJson,
     else
       module.parallel.ep = *ep;
   }
-  if (auto etp =
-          v.integer(*it, at, "etp", false, 1,
-                    "the tensor-parallel size of the experts", kMaxRanks);
-      etp && *etp != module.parallel.tp)
-    v.error(at + "/etp", "expected etp equal to tp " +
-                             std::to_string(module.parallel.tp) +
-                             " (the experts are cut as the dense MLP), "
-                             "found " +
-                             std::to_string(*etp) + "; remove etp");
 }
 
 } // namespace mimo::detail

@@ -109,6 +109,8 @@ json toJson(const ModelConfig &config) {
       parallel["virtual_stages"] = p.virtualStages;
     if (p.ep != 1)
       parallel["ep"] = p.ep;
+    if (p.etp > 0)
+      parallel["etp"] = p.etp;
     json order = json::array();
     for (Dim dim : p.order)
       order.push_back(dimName(dim));

@@ -3,6 +3,7 @@
 #include "runtime/config/Parameters.h"
 
 #include "runtime/family/ModuleFamily.h"
+#include "runtime/family/Moe.h"
 #include "runtime/support/Random.h"
 
 #include <algorithm>
@@ -12,7 +13,13 @@
 
 namespace mimo {
 
-ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank) {
+ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank,
+                   int64_t etp) {
+  if (spec.expert) {
+    const ExpertTp cut = ExpertTp::of(tp, etp, tpRank);
+    tp = cut.etp;
+    tpRank = cut.slice;
+  }
   switch (spec.layout) {
   case ParamLayout::ColumnParallel: {
     int64_t c = spec.cols / tp;

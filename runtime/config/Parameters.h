@@ -21,12 +21,14 @@
 namespace mimo {
 
 /// TP rank `tpRank`'s block [rowBegin, rowEnd) x [colBegin, colEnd) of a
-/// parameter.
+/// parameter; an expert's is its cut over `etp` of the tp ranks
+/// (family/Moe.h ExpertTp: cut tpRank % etp).
 struct ParamBlock {
   int64_t rowBegin = 0, rowEnd = 0, colBegin = 0, colEnd = 0;
   int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }
 };
-ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank);
+ParamBlock blockOf(const ParamSpec &spec, int64_t tp, int64_t tpRank,
+                   int64_t etp);
 
 /// The initial values of `block` of `spec` (docs/model.md "Parameters and
 /// initialisation"), row-major: a pure function of (seed, module, name,

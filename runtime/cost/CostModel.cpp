@@ -310,11 +310,14 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
     // as many back (two exchanges); under a balanced router a member sends
     // each other member 1/ep of them: fp32, but for the forward's
     // dispatch under bf16 (bf16 bits; model/MoeMlp.h), which the mean
-    // of the pair's 2 and 4 bytes a value counts.
+    // of the pair's 2 and 4 bytes a value counts. Experts cut over etp <
+    // tp TP ranks: a TP rank's share of the rows alone (family/Moe.h
+    // ExpertTp).
     w.epExchanges =
         2 * sparseLayers * (1 + recomputed / std::max(shape.layers, 1.0));
     w.epBytes = (shape.bf16 && !backward ? 3.0 : kFloat) * K * rows * H /
-                static_cast<double>(m.parallel.ep);
+                static_cast<double>(m.parallel.ep) /
+                static_cast<double>(tp / m.parallel.expertTp());
   }
   if (shape.language && shape.last) {
     const double V = static_cast<double>(m.vocabSize);
@@ -424,8 +427,10 @@ double CostModel::localValues(size_t module, int64_t rank) const {
          stageParameters(*moduleConfigs[module],
                          topology.modules[topology.languageIndex()].hidden, sp,
                          pp * chunks, chunk * pp + c.pp))
-      values +=
-          static_cast<double>(blockOf(spec, grid.size(Dim::TP), c.tp).size());
+      values += static_cast<double>(
+          blockOf(spec, grid.size(Dim::TP), c.tp,
+                  moduleConfigs[module]->parallel.expertTp())
+              .size());
   return valuesCache.emplace(key, values).first->second;
 }
 
@@ -441,7 +446,8 @@ double CostModel::expertExchangeBytes(size_t module, int64_t rank) const {
   if (m.ep <= 1)
     return 0;
   const Grid &grid = m.grid;
-  const std::vector<int64_t> ep = expertGroups(grid, m.ep, rank).ep;
+  const std::vector<int64_t> ep =
+      expertGroups(grid, m.ep, m.expertTp(), rank).ep;
   double bytes = 0;
   for (int64_t chunk = 0; chunk < m.virtualStages; ++chunk) {
     const int64_t stage = chunk * grid.size(Dim::PP) + grid.coordsOf(rank).pp;
@@ -486,7 +492,9 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
                         profile.kind != "cpu");
     w += exchange(tpGroup, sw.logitBytes) * sw.logitExchanges;
     if (sw.epExchanges > 0)
-      w += exchange(expertGroups(grid, topology.modules[mi].ep, rank).ep,
+      w += exchange(expertGroups(grid, topology.modules[mi].ep,
+                                 topology.modules[mi].expertTp(), rank)
+                        .ep,
                     sw.epBytes) *
            sw.epExchanges;
   };

@@ -278,11 +278,14 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         int64_t trainableParams = 0, trainableExperts = 0;
         // Expert parallelism: a rank holds its block of each sparse
         // layer's experts (model/MoeMlp.h), ep blocks of equal size.
-        const int64_t ep = module->parallel.ep;
+        const int64_t ep = module->parallel.ep,
+                      etp = module->parallel.expertTp(),
+                      tp = grid.size(Dim::TP);
+        const bool apart = module->hasMoe() && (ep > 1 || etp < tp);
         for (const ParamSpec &spec : specs) {
           if (ep > 1 && moeExpertOf(spec.local) >= module->moe.experts / ep)
             continue; // another ep rank's (every rank holds as many)
-          int64_t n = blockOf(spec, grid.size(Dim::TP), tpRank).size();
+          int64_t n = blockOf(spec, tp, tpRank, etp).size();
           params += n;
           values += padded(n);
           if (module->frozen(spec.local))
@@ -290,7 +293,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
           else {
             trainable += padded(n);
             trainableParams += n;
-            if (ep > 1 && moeExpertOf(spec.local) >= 0)
+            if (apart && spec.expert)
               trainableExperts += padded(n);
           }
         }
@@ -299,12 +302,14 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         // optimizer's reduce-scatter every other member's piece of this
         // member's, and keeps the AdamW moments of its piece only
         // (exec/OptimizerShards.h); under expert parallelism the experts'
-        // pieces are cut over the dp x cp / ep members holding them.
+        // pieces are cut over the dp x cp / ep members holding them (and
+        // the tp / etp TP ranks holding the same cut).
         double group =
             static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
         const bool sharded = module->distributedOptimizer && group > 1;
-        const double edp =
-            group / static_cast<double>(std::max<int64_t>(ep, 1));
+        const double edp = group /
+                           static_cast<double>(std::max<int64_t>(ep, 1)) *
+                           static_cast<double>(tp / etp);
         const double moments =
             sharded
                 ? std::ceil(static_cast<double>(trainable - trainableExperts) /

@@ -263,8 +263,11 @@ RankExecutor::makeModule(size_t m, int32_t chunk, const RankOptions &options) {
   state->dpcpGroup = grid.groupOf(rank, {Dim::DP, Dim::CP});
   ctx.dpcpGroup = state->dpcpGroup;
   ctx.microbatches = topo.microbatches;
-  state->experts = expertGroups(grid, state->topo->ep, rank);
+  state->experts =
+      expertGroups(grid, state->topo->ep, state->topo->expertTp(), rank);
   ctx.ep = state->topo->ep;
+  ctx.etp = state->topo->expertTp();
+  ctx.expertsApart = state->topo->expertsApart();
   ctx.epRank = state->experts.epRank;
   ctx.epGroup = state->experts.ep;
   ctx.edpGroup = state->experts.edp;
@@ -352,7 +355,7 @@ void RankExecutor::setUpOverlap(ModuleState &m, const RankOptions &overlap) {
   std::vector<Param> &params = m.stage->params();
   std::vector<ParamSlot> slots;
   for (const Param &p : params) { // frozen: an empty slot, never reduced
-    const bool expert = p.expert && m.topo->ep > 1;
+    const bool expert = p.expert;
     slots.push_back({p.frozen ? 0 : p.flatBegin, p.frozen ? 0 : p.flatEnd,
                      p.partialOverTp      ? 0
                      : p.replicatedOverTp ? 1

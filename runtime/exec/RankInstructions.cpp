@@ -423,10 +423,12 @@ void RankExecutor::reduceGrads(ModuleState &m) {
                           pieceCounts(r, m.shards->members(i)),
                           flat.grads.data() + m.shards->piece(i).begin);
     }
-  } else if (m.dpcpGroup.size() > 1) {
-    // Expert parallelism: the experts (from flat.experts) over the members
-    // holding the same ones.
-    allReduce(m.dpcpGroup, flat.grads.data(), flat.experts);
+  } else {
+    // Experts apart: the experts (from flat.experts) over the members
+    // holding the same ones (TP ranks too when etp < tp: each summed its
+    // share of the rows).
+    if (m.dpcpGroup.size() > 1)
+      allReduce(m.dpcpGroup, flat.grads.data(), flat.experts);
     if (flat.trainable > flat.experts && m.experts.edp.size() > 1)
       allReduce(m.experts.edp, flat.grads.data() + flat.experts,
                 flat.trainable - flat.experts);

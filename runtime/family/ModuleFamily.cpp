@@ -62,16 +62,16 @@ void declareAttention(const ModuleArch &m, const std::string &module,
 void declareMoeMlp(const MoeConfig &e, int64_t H, const std::string &module,
                    const std::string &p, std::vector<ParamSpec> &out) {
   using L = ParamLayout;
-  auto add = [&](const std::string &name, int64_t rows, int64_t cols,
-                 L layout) {
-    out.push_back(
-        {module, name, rows, cols, layout, ParamInit::Weight, 0, false});
+  auto add = [&](const std::string &name, int64_t rows, int64_t cols, L layout,
+                 bool expert = false) {
+    out.push_back({module, name, rows, cols, layout, ParamInit::Weight, 0,
+                   false, expert});
   };
   add(p + kMoeRouter, H, e.experts, L::Replicated);
   for (int64_t j = 0; j < e.experts; ++j) {
-    add(p + moeExpertName(j, "gate"), H, e.expertFfn, L::ColumnParallel);
-    add(p + moeExpertName(j, "up"), H, e.expertFfn, L::ColumnParallel);
-    add(p + moeExpertName(j, "down"), e.expertFfn, H, L::RowParallel);
+    add(p + moeExpertName(j, "gate"), H, e.expertFfn, L::ColumnParallel, true);
+    add(p + moeExpertName(j, "up"), H, e.expertFfn, L::ColumnParallel, true);
+    add(p + moeExpertName(j, "down"), e.expertFfn, H, L::RowParallel, true);
   }
   if (e.sharedFfn > 0) {
     add(p + moeSharedName("gate"), H, e.sharedFfn, L::ColumnParallel);

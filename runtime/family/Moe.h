@@ -48,6 +48,20 @@ struct MoeConfig {
   double activeMacs(int64_t hidden) const;
 };
 
+/// Expert tensor parallelism (`parallel.etp`, a divisor of tp): each
+/// expert is cut over etp TP ranks as the dense MLP is over tp, and the
+/// rows of a microbatch are shared among the tp / etp ranks holding the
+/// same cut. TP rank `tpRank` holds cut `slice` of every expert and runs
+/// them on share `share` of `shares`: rows [rowBegin, rowEnd) of n.
+struct ExpertTp {
+  int64_t etp = 1, slice = 0, share = 0, shares = 1;
+  static ExpertTp of(int64_t tp, int64_t etp, int64_t tpRank) {
+    return {etp, tpRank % etp, tpRank / etp, tp / etp};
+  }
+  int64_t rowBegin(int64_t n) const { return share * n / shares; }
+  int64_t rowEnd(int64_t n) const { return (share + 1) * n / shares; }
+};
+
 //===--- parameter names (within a layer's "layers.N." prefix) -----------===//
 
 /// "router" [hidden, experts]: the router's weight (HF: mlp.gate).

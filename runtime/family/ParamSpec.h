@@ -33,6 +33,9 @@ struct ParamSpec {
   /// parallelism (each rank's covers its sequence shard), a LoRA factor
   /// beside a TP-cut base (config/Lora.h).
   bool partialOverTp = false;
+  /// A routed expert's weight (family/Moe.h): cut over the module's etp
+  /// TP ranks, not tp (config/Parameters.h blockOf).
+  bool expert = false;
   int64_t size() const { return rows * cols; }
   std::string name() const { return module + "." + local; }
 };

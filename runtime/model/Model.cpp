@@ -37,10 +37,11 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs,
   const int64_t perRank =
       ctx.ep > 1 ? module.moe.experts / ctx.ep : module.moe.experts;
   for (const ParamSpec &spec : specs) {
-    const int64_t expert = ctx.ep > 1 ? moeExpertOf(spec.local) : -1;
+    const int64_t expert = spec.expert ? moeExpertOf(spec.local) : -1;
     if (expert >= 0 && expert / perRank != ctx.epRank)
       continue; // another ep rank's
-    ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank);
+    ParamBlock block =
+        blockOf(spec, ctx.tp, ctx.tpRank, ctx.etp > 0 ? ctx.etp : ctx.tp);
     Param p;
     p.name = spec.name();
     p.rowBegin = block.rowBegin;
@@ -52,7 +53,7 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs,
     p.replicatedOverTp = spec.layout == ParamLayout::Replicated;
     p.partialOverTp = spec.partialOverTp && p.replicatedOverTp;
     p.frozen = module.frozen(spec.local);
-    p.expert = expert >= 0;
+    p.expert = expert >= 0 && ctx.expertsApart;
     parameters.push_back(std::move(p));
     initialValues.push_back(mimo::initialValues(ctx.seed, spec, block));
   }
@@ -72,7 +73,7 @@ size_t Stage::indexOf(const std::string &local) const {
 
 void Stage::finalizeParameters() {
   // Flat layout: TP-partial replicated, other replicated, sharded,
-  // experts (ep > 1), frozen; each parameter at a multiple of 64 values
+  // experts (apart), frozen; each parameter at a multiple of 64 values
   // (256 bytes, what GEMM libraries align to), the padding zero in every
   // buffer (AdamW keeps it zero).
   auto group = [](const Param &p) {

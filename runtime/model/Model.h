@@ -33,6 +33,7 @@
 #include "runtime/data/Data.h"
 #include "runtime/device/Device.h"
 #include "runtime/device/Tensor.h"
+#include "runtime/family/Moe.h"
 #include "runtime/model/WeightGrads.h"
 #include "runtime/plan/Plan.h"
 
@@ -67,9 +68,9 @@ struct Param {
   /// Its gradient is a partial sum over the TP group (ParamSpec): summed
   /// over TP before the DP x CP reduction.
   bool partialOverTp = false;
-  /// An expert under expert parallelism (StageContext::ep > 1): held by
-  /// this rank's part of the ep group alone, its gradient summed over the
-  /// expert-data-parallel group, not DP x CP.
+  /// An expert apart (StageContext::expertsApart: expert parallelism, or
+  /// experts cut over fewer TP ranks than the rest): its gradient summed
+  /// over the expert-data-parallel group, not DP x CP.
   bool expert = false;
   /// Never updated (the module's `freeze`): no moments (m and v empty), its
   /// gradient a view of scratch that every frozen parameter shares and
@@ -137,10 +138,15 @@ struct StageContext {
   std::vector<int64_t> dpcpGroup;
   int64_t microbatches = 1;
   /// Expert parallelism (plan/Plan.h expertGroups): this rank holds expert
-  /// block `epRank` of `ep`; its sparse layers exchange rows over
-  /// `epGroup` as messages of `moeTag`; its experts' gradients are summed
-  /// over `edpGroup`.
-  int64_t ep = 1, epRank = 0, moeTag = 0;
+  /// block `epRank` of `ep`, each cut over `etp` of the TP ranks
+  /// (family/Moe.h ExpertTp; 0: tp); its sparse layers exchange rows over
+  /// `epGroup` as messages of `moeTag`; with `expertsApart` its experts'
+  /// gradients are summed over `edpGroup`, not DP x CP.
+  int64_t ep = 1, etp = 0, epRank = 0, moeTag = 0;
+  bool expertsApart = false;
+  ExpertTp expertTp() const {
+    return ExpertTp::of(tp, etp > 0 ? etp : tp, tpRank);
+  }
   std::vector<int64_t> epGroup, edpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;

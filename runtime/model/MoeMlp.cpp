@@ -47,7 +47,8 @@ std::vector<size_t> MoeParams::all() const {
 MoeMlp::MoeMlp(std::vector<Param> &params, const MoeConfig &moe,
                MoeParams indices, int64_t hidden, const StageContext &ctx)
     : params(params), moe(moe), p(std::move(indices)), H(hidden),
-      Fe(moe.expertFfn / ctx.tp), Fs(moe.sharedFfn / ctx.tp), ctx(ctx) {}
+      Fe(moe.expertFfn / ctx.expertTp().etp), Fs(moe.sharedFfn / ctx.tp),
+      ctx(ctx) {}
 
 Tensor MoeMlp::swiglu(const Tensor &g, const Tensor &u, int64_t n) const {
   Tensor s =
@@ -103,19 +104,28 @@ Tensor MoeMlp::forward(MoeCache &c, const Tensor &h, int64_t rows,
       c.experts[e].rows.push_back(t);
       weights[e].push_back(c.routing.weight[slot]);
     }
+  // This TP rank's share of the rows (all of them unless etp < tp).
+  const ExpertTp cut = ctx.expertTp();
+  const int64_t lo = cut.rowBegin(rows), hi = cut.rowEnd(rows);
   Tensor y = zeros(rows * H);
   for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
     MoeCache::Expert &x = c.experts[e];
-    if (!x.rows.empty()) {
-      x.deviceRows = indices(x.rows);
-      x.weights = Tensor::fromHost(weights[e]);
+    x.ownBegin =
+        std::lower_bound(x.rows.begin(), x.rows.end(), lo) - x.rows.begin();
+    x.ownEnd =
+        std::lower_bound(x.rows.begin(), x.rows.end(), hi) - x.rows.begin();
+    if (x.owned() > 0) {
+      x.deviceRows = indices(std::vector<int64_t>(x.rows.begin() + x.ownBegin,
+                                                  x.rows.begin() + x.ownEnd));
+      x.weights = Tensor::fromHost(std::vector<float>(
+          weights[e].begin() + x.ownBegin, weights[e].begin() + x.ownEnd));
     }
   }
   if (ctx.ep > 1)
     expertsAcross(c, h, y);
   for (size_t e = 0; e < static_cast<size_t>(E) && ctx.ep == 1; ++e) {
     MoeCache::Expert &x = c.experts[e];
-    const auto n = static_cast<int64_t>(x.rows.size());
+    const int64_t n = x.owned();
     if (n == 0)
       continue;
     x.x = Tensor::empty(n * H, h.dtype());
@@ -191,8 +201,8 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
   const bool shared = Fs > 0 && rows > 0;
   // Recompute "selective" dropped the activations.
   for (MoeCache::Expert &x : c.experts)
-    if (!x.rows.empty() && x.s.empty() && ctx.ep == 1)
-      x.s = swiglu(x.g, x.u, static_cast<int64_t>(x.rows.size()) * Fe);
+    if (x.owned() > 0 && x.s.empty() && ctx.ep == 1)
+      x.s = swiglu(x.g, x.u, x.owned() * Fe);
   for (MoeCache::Expert &x : c.local)
     if (!x.g.empty() && x.s.empty())
       x.s = swiglu(x.g, x.u, x.g.size());
@@ -200,19 +210,21 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
     c.shared.s = swiglu(c.shared.g, c.shared.u, rows * Fs);
   // The combine weights' gradients dy · o (partial over TP: o is), expert
   // by expert into one buffer, then the shared gate's; summed over TP in
-  // one all-reduce on the device, brought to the host once.
+  // one all-reduce on the device, brought to the host once. A TP rank's
+  // share of the rows (etp < tp) fills its part of each expert's, zero
+  // elsewhere.
   const auto slots = static_cast<size_t>(rows * K);
   const int64_t gateRows = shared && !c.sharedGate.empty() ? rows : 0;
-  Tensor dots = empty(std::max<int64_t>(rows * K + gateRows, 1));
+  const bool shares = ctx.expertTp().shares > 1;
+  const int64_t dotCount = std::max<int64_t>(rows * K + gateRows, 1);
+  Tensor dots = shares ? zeros(dotCount) : empty(dotCount);
   int64_t at = 0;
   for (size_t e = 0; e < static_cast<size_t>(E); ++e) {
     const MoeCache::Expert &x = c.experts[e];
-    const auto n = static_cast<int64_t>(x.rows.size());
-    if (n == 0)
-      continue;
-    dev.rowDots(dy.data(), x.deviceRows.data<int64_t>(), x.out.data(), n, H,
-                dots.data() + at);
-    at += n;
+    if (x.owned() > 0)
+      dev.rowDots(dy.data(), x.deviceRows.data<int64_t>(), x.out.data(),
+                  x.owned(), H, dots.data() + at + x.ownBegin);
+    at += static_cast<int64_t>(x.rows.size());
   }
   if (gateRows > 0)
     dev.rowDots(dy.data(), c.identity.data<int64_t>(), c.shared.out.data(),
@@ -263,7 +275,7 @@ void MoeMlp::backward(MoeCache &c, const Tensor &h, const Tensor &dy, float *dh,
     expertsAcrossBackward(c, dy, dh);
   for (size_t e = 0; e < static_cast<size_t>(E) && ctx.ep == 1; ++e) {
     MoeCache::Expert &x = c.experts[e];
-    const auto n = static_cast<int64_t>(x.rows.size());
+    const int64_t n = x.owned();
     if (n == 0)
       continue;
     Tensor dout = empty(n * H);
@@ -338,7 +350,7 @@ std::vector<Tensor> MoeMlp::dispatch(MoeCache &c, const Tensor &src,
     int64_t at = 0;
     for (int64_t j = 0; j < per; ++j) {
       MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      const auto n = static_cast<int64_t>(x.rows.size());
+      const int64_t n = x.owned();
       if (n == 0)
         continue;
       dev.gatherRows(src.dtype(), rowAt(out, at, H), src.raw(),
@@ -406,7 +418,7 @@ int64_t MoeMlp::sentTo(const MoeCache &c, int64_t member) const {
   int64_t rows = 0;
   for (int64_t j = 0; j < per; ++j)
     rows += static_cast<int64_t>(
-        c.experts[static_cast<size_t>(member * per + j)].rows.size());
+        c.experts[static_cast<size_t>(member * per + j)].owned());
   return rows;
 }
 
@@ -420,7 +432,7 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
     std::vector<float> n(static_cast<size_t>(per));
     for (int64_t j = 0; j < per; ++j)
       n[static_cast<size_t>(j)] = static_cast<float>(
-          c.experts[static_cast<size_t>(d * per + j)].rows.size());
+          c.experts[static_cast<size_t>(d * per + j)].owned());
     sendCounts[static_cast<size_t>(d)] = Tensor::fromHost(n);
     recvCounts[static_cast<size_t>(d)] = empty(per);
   }
@@ -454,7 +466,7 @@ void MoeMlp::expertsAcross(MoeCache &c, const Tensor &h, Tensor &y) {
     int64_t at = 0;
     for (int64_t j = 0; j < per; ++j) {
       MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      const auto n = static_cast<int64_t>(x.rows.size());
+      const int64_t n = x.owned();
       if (n == 0)
         continue;
       x.out = c.returned[static_cast<size_t>(d)].view(at * H, n * H);
@@ -490,7 +502,7 @@ void MoeMlp::expertsAcrossBackward(MoeCache &c, const Tensor &dy, float *dh) {
     int64_t at = 0;
     for (int64_t j = 0; j < per; ++j) {
       MoeCache::Expert &x = c.experts[static_cast<size_t>(d * per + j)];
-      const auto n = static_cast<int64_t>(x.rows.size());
+      const int64_t n = x.owned();
       if (n == 0)
         continue;
       dev.scatterAddRows(

@@ -7,6 +7,14 @@
 // MLP; every TP rank routes every row it computes (the router is whole),
 // so the routes agree across TP by construction.
 //
+// Expert tensor parallelism (etp < tp; family/Moe.h ExpertTp): each
+// expert is cut over etp TP ranks only, and the tp / etp TP ranks holding
+// the same cut each run the experts on their own share of the rows (a
+// contiguous range of them), y's other rows and their combine weights'
+// gradients zero there: the TP sums after make them whole, as they do
+// the cut's partial sums. The experts' weight gradients are then partial
+// over those TP ranks too (summed over the edp group, which spans them).
+//
 // Forward: logits = h · W_router (fp32), routed on the host (family/Moe.h
 // routeTokens: a few values a row), the microbatch's routing statistics
 // summed over the module's DP x CP group (the aux loss's f and P cover the
@@ -52,7 +60,13 @@ struct MoeCache {
   /// Per expert: its rows (host and device), their weights, and its
   /// SwiGLU's input, gate, up, activation and (fp32) output.
   struct Expert {
+    /// Every row routed to it, ascending; of them the rank computes
+    /// [ownBegin, ownEnd) (all but with experts cut over etp < tp TP
+    /// ranks: its TP rank's share of the rows; family/Moe.h ExpertTp),
+    /// which `deviceRows`, `weights` and the rest hold.
     std::vector<int64_t> rows;
+    int64_t ownBegin = 0, ownEnd = 0;
+    int64_t owned() const { return ownEnd - ownBegin; }
     Tensor deviceRows, weights, x, g, u, s, out;
   };
   std::vector<Expert> experts;

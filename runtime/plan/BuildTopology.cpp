@@ -33,6 +33,7 @@ TopologySource topologySource(const ModelConfig &config) {
     m.virtualStages = module.parallel.virtualStages;
     m.ep = module.parallel.ep;
     m.sparse = module.hasMoe();
+    m.etp = module.parallel.etp;
     m.forwardOnly = runsForwardOnly(config, module);
     m.tieEmbeddings = m.isLanguage && module.tieEmbeddings;
     m.sequenceParallel = module.parallel.sequenceParallel;
@@ -69,6 +70,7 @@ std::optional<Topology> buildTopology(const TopologySource &source,
     m.virtualStages = module.virtualStages;
     m.ep = module.ep;
     m.sparse = module.sparse;
+    m.etp = module.etp == module.grid.size(Dim::TP) ? 0 : module.etp;
     m.forwardOnly = module.forwardOnly;
     m.tiedAcrossStages = module.isLanguage && module.tieEmbeddings &&
                          module.grid.size(Dim::PP) > 1;
@@ -132,6 +134,8 @@ ordered_json topologyJson(const Topology &t) {
       modules.back()["sparse"] = true;
     if (m.ep > 1)
       modules.back()["ep"] = m.ep;
+    if (m.etp > 0)
+      modules.back()["etp"] = m.etp;
   }
   doc["modules"] = std::move(modules);
   ordered_json bridges = ordered_json::array();

@@ -36,6 +36,8 @@ struct TopologySource {
     /// whether the module has sparse layers (arch.moe).
     int64_t ep = 1;
     bool sparse = false;
+    /// parallel.etp (0: the grid's tp).
+    int64_t etp = 0;
     /// config/Parameters.h runsForwardOnly.
     bool forwardOnly = false;
     /// The language model's arch.tie_embeddings.

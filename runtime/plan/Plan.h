@@ -55,6 +55,15 @@ struct ModuleTopology {
   bool tiedAcrossStages = false;
   /// Expert parallelism (parallel.ep; expertGroups): 1 without.
   int64_t ep = 1;
+  /// The TP ranks each expert is cut over (parallel.etp; family/Moe.h
+  /// ExpertTp): 0 the grid's tp, as expertTp() resolves it.
+  int64_t etp = 0;
+  int64_t expertTp() const { return etp > 0 ? etp : grid.size(Dim::TP); }
+  /// The experts' gradients are summed over their own edp group, not
+  /// DP x CP: split over ep, or cut over fewer TP ranks than the rest.
+  bool expertsApart() const {
+    return sparse && (ep > 1 || expertTp() < grid.size(Dim::TP));
+  }
   /// Sparse layers (arch.moe): each forward and backward meets the
   /// module's DP x CP group (the routing statistics, expert parallelism's
   /// rows), so the stage's every rank computes it together
@@ -137,15 +146,19 @@ int64_t channelFamilyIndex(const std::vector<ChannelFamily> &families,
 /// DP x CP group holding `rank` (ascending) cut into `ep` consecutive
 /// members, whose experts differ (`ep`: the all-to-all group, expert block
 /// `epRank`), and the members at the same place of every cut, which hold
-/// the same experts (`edp`: their gradients are summed over it).
+/// the same experts (`edp`: their gradients are summed over it). With
+/// experts cut over etp < tp TP ranks (family/Moe.h ExpertTp) the TP ranks
+/// holding the same cut hold the same experts too: `edp` spans them, each
+/// with its DP x CP members (ascending, as every group).
 struct ExpertGroups {
   std::vector<int64_t> ep, edp;
   int64_t epRank = 0, edpRank = 0;
 };
-ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank);
+ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t etp,
+                          int64_t rank);
 /// Every ep group of the module (`edp`: every edp group), each once.
 std::vector<std::vector<int64_t>> allExpertGroups(const Grid &grid, int64_t ep,
-                                                  bool edp);
+                                                  int64_t etp, bool edp);
 
 /// Each pair {first stage, last stage} of a module's ranks with the same
 /// TP, CP and DP coordinates: the ranks that hold a tied embedding.

@@ -2,6 +2,8 @@
 
 #include "runtime/plan/Plan.h"
 
+#include "runtime/family/Moe.h"
+
 #include "runtime/schedule/Formulas.h"
 
 #include <algorithm>
@@ -61,9 +63,9 @@ communicatorGroups(const Topology &topology) {
              {Dim::TP}, {Dim::CP}, {Dim::TP, Dim::CP}, {Dim::DP, Dim::CP}})
       add(m.grid.groups(dims));
   for (const ModuleTopology &m : topology.modules)
-    if (m.ep > 1) {
-      add(allExpertGroups(m.grid, m.ep, /*edp=*/false));
-      add(allExpertGroups(m.grid, m.ep, /*edp=*/true));
+    if (m.expertsApart()) {
+      add(allExpertGroups(m.grid, m.ep, m.expertTp(), /*edp=*/false));
+      add(allExpertGroups(m.grid, m.ep, m.expertTp(), /*edp=*/true));
     }
   for (const BridgeTopology &bridge : topology.bridges)
     add(bridge.gatherGroups);
@@ -82,9 +84,11 @@ std::vector<ChannelFamily> channelFamilies(const Topology &topology,
         mi < ringCp.size() && ringCp[mi] && m.grid.size(Dim::CP) > 1;
     const int64_t lanes = m.grid.size(Dim::DP) * m.grid.size(Dim::CP);
     const bool buckets = lanes > 1;
+    // The experts' buckets, over their edp groups (beside DP x CP's).
+    const int64_t edpSize = lanes / m.ep * m.grid.size(Dim::TP) / m.expertTp();
     const std::vector<std::vector<int64_t>> edp =
-        m.ep > 1 && lanes / m.ep > 1
-            ? allExpertGroups(m.grid, m.ep, /*edp=*/true)
+        buckets && m.expertsApart() && edpSize > 1
+            ? allExpertGroups(m.grid, m.ep, m.expertTp(), /*edp=*/true)
             : std::vector<std::vector<int64_t>>();
     for (int64_t chunk = 0; chunk < std::max<int64_t>(1, m.virtualStages);
          ++chunk) {
@@ -111,31 +115,46 @@ int64_t channelFamilyIndex(const std::vector<ChannelFamily> &families,
 }
 
 std::vector<std::vector<int64_t>> allExpertGroups(const Grid &grid, int64_t ep,
-                                                  bool edp) {
+                                                  int64_t etp, bool edp) {
   std::vector<std::vector<int64_t>> groups;
-  for (const std::vector<int64_t> &dpcp : grid.groups({Dim::DP, Dim::CP}))
-    for (int64_t rank : dpcp) {
-      ExpertGroups g = expertGroups(grid, ep, rank);
-      if ((edp ? g.edpRank : g.epRank) == 0) // each once, at its first member
-        groups.push_back(edp ? g.edp : g.ep);
-    }
+  for (int64_t rank = grid.rankOffset(); rank < grid.endRank(); ++rank) {
+    ExpertGroups g = expertGroups(grid, ep, etp, rank);
+    if ((edp ? g.edpRank : g.epRank) == 0) // each once, at its first member
+      groups.push_back(edp ? g.edp : g.ep);
+  }
   return groups;
 }
 
-ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t rank) {
+ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t etp,
+                          int64_t rank) {
   const std::vector<int64_t> dpcp = grid.groupOf(rank, {Dim::DP, Dim::CP});
   const auto own = static_cast<int64_t>(
       std::find(dpcp.begin(), dpcp.end(), rank) - dpcp.begin());
   ExpertGroups g;
   ep = std::max<int64_t>(ep, 1);
   g.epRank = own % ep;
-  g.edpRank = own / ep;
-  for (int64_t i = 0; i < static_cast<int64_t>(dpcp.size()); ++i) {
-    if (i / ep == g.edpRank)
+  for (int64_t i = 0; i < static_cast<int64_t>(dpcp.size()); ++i)
+    if (i / ep == own / ep)
       g.ep.push_back(dpcp[static_cast<size_t>(i)]);
-    if (i % ep == g.epRank)
-      g.edp.push_back(dpcp[static_cast<size_t>(i)]);
+  // The TP ranks holding the same cut of the experts (ours alone when
+  // they are cut over every TP rank), each with its DP x CP members at
+  // our place in the cut into ep (the same places in every TP rank's
+  // group: its members differ from ours by the TP coordinate alone).
+  const Coords at = grid.coordsOf(rank);
+  const int64_t tp = grid.size(Dim::TP);
+  const ExpertTp cut = ExpertTp::of(tp, etp > 0 ? etp : tp, at.tp);
+  for (int64_t t = cut.slice; t < tp; t += cut.etp) {
+    Coords peer = at;
+    peer.tp = t;
+    const std::vector<int64_t> members =
+        grid.groupOf(grid.rankOf(peer), {Dim::DP, Dim::CP});
+    for (int64_t i = g.epRank; i < static_cast<int64_t>(members.size());
+         i += ep)
+      g.edp.push_back(members[static_cast<size_t>(i)]);
   }
+  std::sort(g.edp.begin(), g.edp.end()); // a group's members ascend
+  g.edpRank = static_cast<int64_t>(std::find(g.edp.begin(), g.edp.end(), rank) -
+                                   g.edp.begin());
   return g;
 }
 

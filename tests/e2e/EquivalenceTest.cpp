@@ -303,7 +303,7 @@ TEST(Recompute, ChangesNoBitAndFullKeepsLess) {
 /// `others` (another split of the experts) within 1e-5 of the
 /// uninterrupted run.
 void expectExpertsReshard(const json &model, size_t index,
-                          const std::vector<int64_t> &others) {
+                          const std::vector<json> &others) {
   exec::RunResult whole = trainFrom(model, 4);
   ASSERT_EQ(whole.exitCode, 0) << whole.error;
   std::string dir = scratchDir("experts");
@@ -317,10 +317,15 @@ void expectExpertsReshard(const json &model, size_t index,
     EXPECT_EQ(same.steps[s].gradNorm, whole.steps[s + 2].gradNorm);
     EXPECT_EQ(same.steps[s].auxLoss, whole.steps[s + 2].auxLoss);
   }
-  for (int64_t ep : others) {
-    SCOPED_TRACE("ep " + std::to_string(ep));
+  for (const json &grid : others) { // parallel keys; null: removed
+    SCOPED_TRACE(grid.dump());
     json other = model;
-    other["modules"][index]["parallel"]["ep"] = ep;
+    json &parallel = other["modules"][index]["parallel"];
+    for (const auto &[key, value] : grid.items())
+      if (value.is_null())
+        parallel.erase(key);
+      else
+        parallel[key] = value;
     expectResumedAtStep3(trainFrom(other, 4, "", dir), whole);
   }
   std::filesystem::remove_all(dir);
@@ -330,7 +335,20 @@ void expectExpertsReshard(const json &model, size_t index,
 TEST(Checkpoint, ReshardsTheExperts) {
   json model = test::withMoe(example("vlm-fan-out.json"), 4, 2, "all", true);
   model["modules"][1]["parallel"]["ep"] = 2;
-  expectExpertsReshard(model, 1, {1, 4});
+  expectExpertsReshard(model, 1, {{{"ep", 1}}, {{"ep", 4}}});
+}
+
+/// Experts saved whole on each of TP4's ranks (etp 1, at ep 2) resume cut
+/// over TP4 as the dense MLP (etp removed) at ep 1, cut over two of its
+/// ranks at ep 2, and the other way round.
+TEST(Checkpoint, ReshardsBetweenExpertTensorCuts) {
+  json model = test::withMoe(example("vlm-colocated.json"), 4, 2, "all", true);
+  model["modules"][1]["parallel"]["ep"] = 2;
+  model["modules"][1]["parallel"]["etp"] = 1;
+  expectExpertsReshard(model, 1, {{{"ep", 1}, {"etp", nullptr}}, {{"etp", 2}}});
+  json cut = model;
+  cut["modules"][1]["parallel"].erase("etp");
+  expectExpertsReshard(cut, 1, {{{"etp", 1}, {"ep", 1}}});
 }
 
 /// A sparse tower's experts (its DP4 at ep 2) resume at ep 4 and 1.
@@ -338,7 +356,7 @@ TEST(Checkpoint, ReshardsAnEncodersExperts) {
   json model =
       test::withMoe(example("vlm-fan-in.json"), 4, 2, {0}, false, "encoder");
   model["modules"][0]["parallel"]["ep"] = 2;
-  expectExpertsReshard(model, 0, {4, 1});
+  expectExpertsReshard(model, 0, {{{"ep", 4}}, {{"ep", 1}}});
 }
 
 /// pipeline_layers: layer l keeps its name whatever the split, so a run
@@ -872,7 +890,9 @@ TEST(Overlap, BucketsAndSendsAheadTrainBitIdentically) {
         "ColocatedLanguagePp2", "PackedThdWithCp2",
         // the experts' buckets over edp groups of two, and of one (sharded:
         // DistributedOptimizer.TrainsAsTheReplicatedOneAndKeepsLess)
-        "MoeEp2FanOutDp4", "MoeEp4FanOutDp4Shared"};
+        "MoeEp2FanOutDp4", "MoeEp4FanOutDp4Shared",
+        // over edp groups spanning TP ranks (etp < tp)
+        "MoeEtp1Ep2ColocatedTp4Dp2Shared"};
     if (!chosen.count(layout.name))
       continue;
     SCOPED_TRACE(layout.name);

@@ -185,18 +185,35 @@ TEST(Moe, ExpertGroupsCutTheDpCpGroup) {
   // tp 2, cp 2, dp 2 (default order: tp fastest): rank 1's DP x CP group
   // is {1, 3, 5, 7}.
   Grid grid({2, 2, 2, 1}, kDefaultOrder, 0);
-  ExpertGroups g = expertGroups(grid, 2, 5);
+  ExpertGroups g = expertGroups(grid, 2, 2, 5);
   EXPECT_EQ(g.ep, (std::vector<int64_t>{5, 7}));
   EXPECT_EQ(g.edp, (std::vector<int64_t>{1, 5}));
   EXPECT_EQ(g.epRank, 0);
   EXPECT_EQ(g.edpRank, 1);
-  g = expertGroups(grid, 4, 3);
+  g = expertGroups(grid, 4, 2, 3);
   EXPECT_EQ(g.ep, (std::vector<int64_t>{1, 3, 5, 7}));
   EXPECT_EQ(g.edp, (std::vector<int64_t>{3}));
   EXPECT_EQ(g.epRank, 1);
-  g = expertGroups(grid, 1, 3); // no expert parallelism: edp is DP x CP
+  g = expertGroups(grid, 1, 2, 3); // no expert parallelism: edp is DP x CP
   EXPECT_EQ(g.ep, (std::vector<int64_t>{3}));
   EXPECT_EQ(g.edp, (std::vector<int64_t>{1, 3, 5, 7}));
+  // Experts cut over etp 1 of the two TP ranks: both TP ranks hold the
+  // same (whole) experts, so edp spans them.
+  g = expertGroups(grid, 2, 1, 5);
+  EXPECT_EQ(g.ep, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{0, 1, 4, 5}));
+  EXPECT_EQ(g.edpRank, 3);
+  g = expertGroups(grid, 1, 1, 0);
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(g.edpRank, 0);
+  // tp 4, dp 2, etp 2: TP ranks 0 and 2 hold cut 0, 1 and 3 cut 1.
+  Grid wide({4, 1, 2, 1}, kDefaultOrder, 0);
+  g = expertGroups(wide, 1, 2, 3);
+  EXPECT_EQ(g.edp, (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(g.edpRank, 1);
+  EXPECT_EQ(
+      allExpertGroups(wide, 2, 2, /*edp=*/true),
+      (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(moeExpertOf("layers.2.experts.13.down"), 13);
   EXPECT_EQ(moeExpertOf("layers.2.shared.down"), -1);
   EXPECT_EQ(moeExpertOf("layers.2.experts.x.down"), -1);
@@ -336,9 +353,34 @@ TEST(Moe, BadKeysAreRefusedAtTheirPointer) {
   EXPECT_EQ(toJson(parsed)["modules"][1]["parallel"]["ep"], 2);
   ep["modules"][1]["parallel"]["ep"] = 1;
   ep["modules"][1]["parallel"]["dp"] = 1;
-  ep["modules"][1]["parallel"]["etp"] = 1;
+  // etp divides tp (2 here), and the experts' width; the shared expert's
+  // is cut over tp still. etp equal to tp is the default, not written.
+  ep["modules"][1]["parallel"]["etp"] = 4;
   std::tie(at, message) = firstError(ep);
   EXPECT_EQ(at, "/modules/1/parallel/etp");
+  EXPECT_NE(message.find("does not divide tp 2"), std::string::npos) << message;
+  ep["modules"][1]["parallel"]["etp"] = 1;
+  parsed = test::requireConfig(parseModelConfig(ep.dump(), "model.json"));
+  EXPECT_EQ(parsed.language().parallel.expertTp(), 1);
+  EXPECT_EQ(toJson(parsed)["modules"][1]["parallel"]["etp"], 1);
+  ep["modules"][1]["arch"]["moe"]["expert_ffn_hidden_size"] = 33;
+  EXPECT_EQ(firstError(ep).first, "")
+      << "one TP rank holds each expert whole: any width";
+  ep["modules"][1]["arch"]["moe"]["shared_expert_ffn_hidden_size"] = 33;
+  EXPECT_EQ(firstError(ep).first, "/modules/1/parallel/tp");
+  ep["modules"][1]["parallel"]["etp"] = 2;
+  ep["modules"][1]["arch"]["moe"].erase("shared_expert_ffn_hidden_size");
+  EXPECT_EQ(firstError(ep).first, "/modules/1/parallel/tp")
+      << "etp 2 is tp's default: the width must divide by it";
+  ep["modules"][1]["arch"]["moe"]["expert_ffn_hidden_size"] = 64;
+  parsed = test::requireConfig(parseModelConfig(ep.dump(), "model.json"));
+  EXPECT_EQ(parsed.language().parallel.etp, 0);
+  EXPECT_FALSE(toJson(parsed)["modules"][1]["parallel"].contains("etp"));
+  json dense = test::baseModel();
+  dense["modules"][1]["parallel"]["etp"] = 1;
+  std::tie(at, message) = firstError(dense);
+  EXPECT_EQ(at, "/modules/1/parallel/etp");
+  EXPECT_NE(message.find("no experts"), std::string::npos) << message;
   // A family's structure: Mixtral has no shared expert; a dense family
   // no experts.
   std::tie(at, message) = firstError(withMoe(

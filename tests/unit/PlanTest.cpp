@@ -885,12 +885,15 @@ TEST(PlanTest, ChannelFamiliesGiveEachOverlappedChannelItsGroups) {
         EXPECT_EQ(buckets >= 0, lanes > 1);
         const int64_t experts =
             channelFamilyIndex(families, mi, chunk, ChannelUse::ExpertBuckets);
-        EXPECT_EQ(experts >= 0, m.ep > 1 && lanes / m.ep > 1);
+        const int64_t edpSize =
+            lanes / m.ep * m.grid.size(Dim::TP) / m.expertTp();
+        EXPECT_EQ(experts >= 0, m.expertsApart() && lanes > 1 && edpSize > 1);
         if (experts >= 0) {
           seen.insert("experts");
           for (int64_t rank = m.grid.rankOffset(); rank < m.grid.endRank();
                ++rank) {
-            const auto own = expertGroups(m.grid, m.ep, rank).edp;
+            const auto own = expertGroups(m.grid, m.ep, m.expertTp(), rank).edp;
+            EXPECT_EQ(static_cast<int64_t>(own.size()), edpSize);
             const auto &groups = families[static_cast<size_t>(experts)].groups;
             EXPECT_EQ(std::count(groups.begin(), groups.end(), own), 1);
           }
