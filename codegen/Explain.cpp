@@ -29,8 +29,8 @@ constexpr double kBubbleShare = 0.25;
 /// docs/model.md Mixture of experts: a sparse module's experts, its sparse
 /// layers, the parameters one token meets (the router, top_k experts and
 /// the shared expert of each sparse layer, every other parameter) and its
-/// expert parallelism and the bytes each rank sends per step in its
-/// exchanges (`exchangeBytes`, a balanced router's); null for a dense
+/// expert parallelism (ep and etp) and the bytes each rank sends per step in
+/// its exchanges (`exchangeBytes`, a balanced router's); null for a dense
 /// module.
 json moeJson(const ModuleConfig &m, const ModelConfig &config,
              double exchangeBytes) {
@@ -41,7 +41,7 @@ json moeJson(const ModuleConfig &m, const ModelConfig &config,
   for (const ParamSpec &spec : modelParameters(config))
     if (spec.module == m.name) {
       total += spec.size();
-      if (spec.local.find(".experts.") != std::string::npos)
+      if (spec.expert)
         experts += spec.size();
     }
   const int64_t active = total - experts + experts / e.experts * e.topK;
@@ -52,6 +52,7 @@ json moeJson(const ModuleConfig &m, const ModelConfig &config,
               {"params", total},
               {"active_params", active},
               {"ep", m.parallel.ep},
+              {"etp", m.parallel.expertTp()},
               {"exchange_bytes_per_step", exchangeBytes}};
 }
 

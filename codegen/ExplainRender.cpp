@@ -312,6 +312,11 @@ std::string renderExplainText(const Explanation &whole,
           ": " +
           flopsText(static_cast<double>(e["active_params"].get<int64_t>())) +
           " parameters active per token, " +
+          (e["etp"].get<int64_t>() < module["tp"].get<int64_t>()
+               ? "each expert cut over etp " + number(e["etp"]) + " of tp " +
+                     number(module["tp"]) +
+                     " (each TP rank runs them on its share of the rows), "
+               : std::string()) +
           (e["ep"].get<int64_t>() > 1
                ? "experts split over ep " + number(e["ep"]) +
                      " (their tokens exchanged: " +
