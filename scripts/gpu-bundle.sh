@@ -42,7 +42,8 @@ PY
 build/bin/mimoc compile -q "$bundle/frozen-tower.json" -o "$bundle/plans/frozen-tower.plan.json"
 # A sparse tower (docs/model.md "Mixture of experts") beside moe-vlm's
 # sparse language model: the tower's experts split over its DP2 (ep 2),
-# a gated shared expert, images missing from some lanes.
+# a gated shared expert, images missing from some lanes; the language
+# model's experts whole on each TP rank (etp 1), each on half the rows.
 python3 - "$bundle/moe-tower.json" <<'PY'
 import json, sys
 model = json.load(open("examples/moe-vlm.json"))
@@ -51,6 +52,7 @@ tower = model["modules"][0]
 tower["arch"]["moe"] = {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128,
                         "shared_expert_ffn_hidden_size": 64, "layers": [1]}
 tower["parallel"]["ep"] = 2
+model["modules"][1]["parallel"]["etp"] = 1
 json.dump(model, open(sys.argv[1], "w"), indent=1)
 PY
 build/bin/mimoc compile -q "$bundle/moe-tower.json" -o "$bundle/plans/moe-tower.plan.json"

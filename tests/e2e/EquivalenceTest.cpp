@@ -147,6 +147,9 @@ TEST(Bf16, ArchitecturesMatchTheirReference) {
     model["modules"][1]["arch"]["qk_norm"] = true;
     model["precision"] = "bf16";
     expectMatchesReference(model, 8, 1e-2);
+    // ... with whole experts on each TP rank (etp 1), each on half the rows
+    model["modules"][1]["parallel"]["etp"] = 1;
+    expectMatchesReference(model, 8, 1e-2);
   }
   { // a sparse tower at ep 4 under bf16
     SCOPED_TRACE("moe encoder vlm-fan-in.json");
