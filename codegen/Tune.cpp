@@ -26,6 +26,9 @@ struct ModuleGrid {
   /// Expert parallelism (a sparse module): divides dp x cp and the
   /// experts.
   int64_t ep = 1;
+  /// Expert tensor parallelism: 0 the experts cut over tp, 1 whole on
+  /// each TP rank (searched beside ep > 1 at tp > 1).
+  int64_t etp = 0;
   bool sp = false;
   /// model.json `pipeline_layers` (empty: an even split); `balanced`: the
   /// search gives each stage the layers that even out the stages' times
@@ -95,7 +98,8 @@ public:
   void cost(size_t module, size_t encoder, ModuleGrid &g,
             int64_t microBatchSize, int64_t microbatches) const {
     ModuleConfig m = model.modules[module];
-    m.parallel.setTp(g.tp);
+    m.parallel.tp = g.tp;
+    m.parallel.etp = g.etp;
     m.parallel.cp = g.cp;
     m.parallel.pp = g.pp;
     m.parallel.dp = g.dp;
@@ -255,6 +259,13 @@ std::vector<ModuleGrid> moduleGrids(const ModelConfig &model,
               if (ep > 1 && m.moe.experts % ep == 0) {
                 g.ep = ep;
                 grids.push_back(g);
+                // Whole experts on each TP rank: each sends its share
+                // of the rows alone, and holds tp times the experts.
+                if (tp > 1) {
+                  g.etp = 1;
+                  grids.push_back(g);
+                  g.etp = 0;
+                }
               }
         }
       }
@@ -307,7 +318,8 @@ ModelConfig withLayout(const ModelConfig &model, const Candidate &layout,
   for (size_t i = 0; i < config.modules.size(); ++i) {
     const ModuleGrid &g = layout.grids[i];
     ParallelConfig &p = config.modules[i].parallel;
-    p.setTp(g.tp);
+    p.tp = g.tp;
+    p.etp = g.etp;
     p.cp = g.cp;
     p.pp = g.pp;
     p.dp = g.dp;
@@ -341,6 +353,7 @@ std::string summarize(const ModelConfig &config, bool colocated) {
       os << ")";
     }
     os << " dp" << p.dp << (p.ep > 1 ? " ep" + std::to_string(p.ep) : "")
+       << (p.etp > 0 ? " etp" + std::to_string(p.etp) : "")
        << (p.sequenceParallel ? " sp" : "");
     if (!colocated)
       os << " [" << spanText(p.rankOffset, p.tp * p.cp * p.pp * p.dp) << "]";

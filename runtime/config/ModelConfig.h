@@ -51,12 +51,6 @@ struct ParallelConfig {
   DimOrder order = kDefaultOrder;
 
   int64_t expertTp() const { return etp > 0 ? etp : tp; }
-  /// tp = n, etp kept where it still divides it (else tp's default).
-  void setTp(int64_t n) {
-    tp = n;
-    if (etp > 0 && (tp % etp != 0 || etp >= tp))
-      etp = 0;
-  }
 
   Grid grid() const { return Grid({tp, cp, dp, pp}, order, rankOffset); }
 };

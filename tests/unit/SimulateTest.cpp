@@ -920,6 +920,27 @@ TEST(Tune, ExpertParallelismIsSearched) {
       }
   }
   EXPECT_GT(paired, 0);
+  // Whole experts on each TP rank (etp 1) are searched beside ep: a TP
+  // rank sends its share of the rows alone, so the estimate is below the
+  // same layout's with the experts cut over TP, and it holds more.
+  int whole = 0;
+  for (const TuneCandidate &c : all.ranked) {
+    const ParallelConfig &p = c.config.language().parallel;
+    if (p.etp == 0)
+      continue;
+    EXPECT_EQ(p.etp, 1) << c.summary;
+    EXPECT_GT(p.ep, 1) << c.summary;
+    EXPECT_GT(p.tp, 1) << c.summary;
+    std::string cut = c.summary;
+    cut.erase(cut.find(" etp1"), 5);
+    for (const TuneCandidate &d : all.ranked)
+      if (d.summary == cut) {
+        ++whole;
+        EXPECT_LT(c.estimateSeconds, d.estimateSeconds) << c.summary;
+        EXPECT_GT(c.peakBytes, d.peakBytes) << c.summary;
+      }
+  }
+  EXPECT_GT(whole, 0);
   // With the distributed optimizer too (the experts' moments cut over
   // their edp group).
   json["modules"][1]["distributed_optimizer"] = true;
