@@ -227,16 +227,20 @@ StageWork stageWork(const ModuleConfig &m, const StageShape &shape,
                            gemmSeconds(p, rows, mlpIn * F / tp, H),
                            gemmSeconds(p, rows, H, F / tp)};
   // A sparse layer (family/Moe.h): the router, each token's top_k experts
-  // (top_k x rows through experts of expert width) and the shared expert.
+  // (top_k x rows through experts of expert width, cut over etp TP ranks,
+  // each of the tp / etp holding a cut taking its share of the rows) and
+  // the shared expert.
   const MoeConfig &e = m.moe;
   const double K = static_cast<double>(e.topK);
-  const double Fe = static_cast<double>(e.expertFfn);
+  const double etp = static_cast<double>(m.parallel.expertTp());
+  const double Fe = static_cast<double>(e.expertFfn) / etp;
+  const double Ke = K * etp / tp; // routed rows a TP rank runs, per row
   const double Fs = static_cast<double>(e.sharedFfn);
   double sparse[4] = {dense[0], dense[1],
                       gemmSeconds(p, rows, static_cast<double>(e.experts), H) +
-                          gemmSeconds(p, K * rows, 2 * Fe / tp, H) +
+                          gemmSeconds(p, Ke * rows, 2 * Fe, H) +
                           (Fs > 0 ? gemmSeconds(p, rows, 2 * Fs / tp, H) : 0),
-                      gemmSeconds(p, K * rows, H, Fe / tp) +
+                      gemmSeconds(p, Ke * rows, H, Fe) +
                           (Fs > 0 ? gemmSeconds(p, rows, H, Fs / tp) : 0)};
   // A first encoder stage's frozen bottom layers run no backward.
   const int64_t frozenBelow =

@@ -65,8 +65,11 @@ double sparseLayerBytes(const ModuleConfig &m, double rows, double tp,
   const MoeConfig &e = m.moe;
   const double H = static_cast<double>(m.hiddenSize);
   const double Fl = static_cast<double>(m.ffnHiddenSize) / tp;
-  const double K = static_cast<double>(e.topK);
-  const double Fe = static_cast<double>(e.expertFfn) / tp;
+  // The routed rows a TP rank runs (its share of top_k x rows when the
+  // experts are cut over etp < tp TP ranks), through experts cut over etp.
+  const double etp = static_cast<double>(m.parallel.expertTp());
+  const double K = static_cast<double>(e.topK) * etp / tp;
+  const double Fe = static_cast<double>(e.expertFfn) / etp;
   const double Fs = static_cast<double>(e.sharedFfn) / tp;
   const double act = selective ? 2 : 3;
   const double sparse =
