@@ -72,11 +72,15 @@ public:
         threads *
         std::min(1.0, cores / (threads * static_cast<double>(ranksPerDevice)));
     for (const ModuleConfig &m : model.modules) {
-      double values = 0;
+      double values = 0, experts = 0;
       for (const ParamSpec &spec :
-           stageParameters(m, model.language().hiddenSize, false, 1, 0))
+           stageParameters(m, model.language().hiddenSize, false, 1, 0)) {
         values += static_cast<double>(spec.size());
+        if (spec.expert)
+          experts += static_cast<double>(spec.size());
+      }
       parameters.push_back(values);
+      expertParameters.push_back(experts);
     }
   }
 
@@ -172,8 +176,18 @@ public:
       work = std::max(work, compute);
     }
     g.work = work * static_cast<double>(g.size() * microbatches);
-    double local = 4.0 * parameters[module] / static_cast<double>(g.tp * g.pp);
+    // Whole experts on each TP rank (etp 1) are tp times the values, and
+    // their gradients are summed over the TP ranks too.
+    const double wholeExperts =
+        g.etp > 0 ? expertParameters[module] * static_cast<double>(g.tp - 1)
+                  : 0;
+    double local = 4.0 * (parameters[module] + wholeExperts) /
+                   static_cast<double>(g.tp * g.pp);
     Work reduce = exchange(g.dp * g.cp, g.size(), local);
+    if (g.etp > 0)
+      reduce += exchange(g.tp, g.size(),
+                         4.0 * expertParameters[module] /
+                             static_cast<double>(g.pp * g.ep));
     g.tail =
         reduce.comm +
         (reduce.compute + memorySeconds(options.profile, 8 * local)) / speed;
@@ -205,7 +219,8 @@ private:
   const TuneOptions &options;
   int64_t devices = 1, ranksPerDevice = 1;
   double speed = 1;
-  std::vector<double> parameters;
+  /// Each module's parameter values, and of them its experts'.
+  std::vector<double> parameters, expertParameters;
 };
 
 /// Every grid of `module` within `maxSize` ranks whose dp divides

@@ -207,6 +207,31 @@ LogicalResult MicrobatchOp::verify() {
 GridOp EncoderOp::getGridOp() { return getGrid().getDefiningOp<GridOp>(); }
 GridOp LanguageOp::getGridOp() { return getGrid().getDefiningOp<GridOp>(); }
 
+/// A sparse module's expert_parallel (dividing dp x cp) and
+/// expert_tensor_parallel (dividing tp, with expert_parallel: on a sparse
+/// module only), as the parser checks model.json's ep and etp.
+template <typename ModuleOp> static LogicalResult verifyExperts(ModuleOp op) {
+  GridOp grid = op.getGridOp();
+  auto ep = op.getExpertParallel();
+  auto etp = op.getExpertTensorParallel();
+  if (etp && !ep)
+    return op.emitOpError() << "expert_tensor_parallel needs sparse layers "
+                               "(expert_parallel)";
+  if (!grid)
+    return success();
+  ParallelAttr p = grid.getParallel();
+  if (ep && (static_cast<int64_t>(*ep) < 1 ||
+             (p.getDp() * p.getCp()) % static_cast<int64_t>(*ep) != 0))
+    return op.emitOpError() << "expert_parallel " << static_cast<int64_t>(*ep)
+                            << " must divide dp x cp " << p.getDp() * p.getCp();
+  if (etp && (static_cast<int64_t>(*etp) < 1 ||
+              p.getTp() % static_cast<int64_t>(*etp) != 0))
+    return op.emitOpError()
+           << "expert_tensor_parallel " << static_cast<int64_t>(*etp)
+           << " must divide tp " << p.getTp();
+  return success();
+}
+
 LogicalResult EncoderOp::verify() {
   if (static_cast<int64_t>(getSpecialTokenId()) < 0)
     return emitOpError() << "special_token_id must be non-negative, found "
@@ -215,10 +240,12 @@ LogicalResult EncoderOp::verify() {
     if (grid.getParallel().isSequenceParallel())
       return emitOpError()
              << "sequence_parallel applies to the language module only";
-  return success();
+  return verifyExperts(*this);
 }
 
 LogicalResult LanguageOp::verify() {
+  if (failed(verifyExperts(*this)))
+    return failure();
   if (getEmbeddings() || getTargets()) {
     if (!getEmbeddings() || !getTargets())
       return emitOpError() << "takes embeddings and targets together";

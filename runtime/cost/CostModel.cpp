@@ -413,11 +413,12 @@ const StageWork &CostModel::stageWorkOf(size_t module, int64_t stage,
       .first->second;
 }
 
-double CostModel::localValues(size_t module, int64_t rank) const {
+double CostModel::localValues(size_t module, int64_t rank,
+                              bool expertsOnly) const {
   const ModuleTopology &topo = topology.modules[module];
   const Grid &grid = topo.grid;
   Coords c = grid.coordsOf(rank);
-  auto key = std::make_tuple(module, c.pp, c.tp);
+  auto key = std::make_tuple(module, c.pp, c.tp, expertsOnly);
   auto it = valuesCache.find(key);
   if (it != valuesCache.end())
     return it->second;
@@ -431,10 +432,13 @@ double CostModel::localValues(size_t module, int64_t rank) const {
          stageParameters(*moduleConfigs[module],
                          topology.modules[topology.languageIndex()].hidden, sp,
                          pp * chunks, chunk * pp + c.pp))
-      values += static_cast<double>(
-          blockOf(spec, grid.size(Dim::TP), c.tp,
-                  moduleConfigs[module]->parallel.expertTp())
-              .size());
+      if (!expertsOnly || spec.expert)
+        values += static_cast<double>(
+            blockOf(spec, grid.size(Dim::TP), c.tp,
+                    moduleConfigs[module]->parallel.expertTp())
+                .size());
+  if (expertsOnly) // the rank's block of them
+    values /= static_cast<double>(std::max<int64_t>(topo.ep, 1));
   return valuesCache.emplace(key, values).first->second;
 }
 
@@ -561,6 +565,19 @@ Work CostModel::work(int64_t rank, const Instr &in) const {
       w += exchange(members, bytes / n) * 2;
     } else {
       w += exchange(members, bytes);
+    }
+    // Experts cut over etp < tp TP ranks: their sum over the edp group
+    // also spans the TP ranks holding the same cut (plan/Plan.h
+    // expertGroups), a collective of its own.
+    const ModuleTopology &topo = topology.modules[in.index];
+    if (topo.expertsApart() && topo.expertTp() < grid.size(Dim::TP)) {
+      const std::vector<int64_t> edp =
+          expertGroups(grid, topo.ep, topo.expertTp(), rank).edp;
+      double experts =
+          width * localValues(static_cast<size_t>(in.index), rank, true);
+      if (sharded)
+        experts /= static_cast<double>(edp.size());
+      w += exchange(edp, experts);
     }
     // Gradient buckets (docs/gpu.md overlap: mimo-run's default on a GPU
     // whose ranks each have one): each bucket is reduced on a channel as

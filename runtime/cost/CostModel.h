@@ -183,13 +183,15 @@ private:
   std::vector<size_t> encoderIndex;                // model-order encoder
   std::vector<int64_t> ranksOnDevice;
   mutable std::map<std::tuple<size_t, int64_t, bool>, StageWork> stageCache;
-  mutable std::map<std::tuple<size_t, int64_t, int64_t>, double> valuesCache;
+  mutable std::map<std::tuple<size_t, int64_t, int64_t, bool>, double>
+      valuesCache;
 
   /// The compute of `stage` of `module`, the same on each of its ranks.
   const StageWork &stageWorkOf(size_t module, int64_t stage,
                                bool backward) const;
   /// The parameter values `rank` holds of `module`.
-  double localValues(size_t module, int64_t rank) const;
+  double localValues(size_t module, int64_t rank,
+                     bool expertsOnly = false) const;
   /// The group of `rank` over `dims` of `grid`, made once per group and
   /// shared by its members (a step of 2^20 ranks asks for every rank's
   /// DP x CP group: materialised per rank that is 2^34 ranks).

@@ -89,7 +89,8 @@ struct ModuleState {
   Stage *stage = nullptr;
   std::vector<int64_t> dpcpGroup;
   /// Expert parallelism (plan/Plan.h expertGroups; ep 1: the DP x CP
-  /// group's every member in `edp`).
+  /// group's every member in `edp`, and under etp < tp the TP ranks
+  /// holding the same cut with theirs).
   ExpertGroups experts;
   /// A tied embedding across pipeline stages (docs/model.md), on its first
   /// and last stage: the pair that sums its gradient, and where the

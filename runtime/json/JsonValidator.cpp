@@ -109,6 +109,8 @@ constexpr KeySynonym kSynonyms[] = {
     {"mlp_only_layers", "layers",
      "/modules/N/arch/moe/layers (the sparse ones)", "Hugging Face"},
     {"expert_model_parallel_size", "ep", "/modules/N/parallel/ep", "Megatron"},
+    {"expert_tensor_parallel_size", "etp", "/modules/N/parallel/etp",
+     "Megatron"},
     {"kv_channels", "head_dim", "/modules/N/arch/head_dim", "Megatron"},
     {"grad_reduce_in_bf16", "", "/train/grad_reduce_dtype (\"bf16\" for true)",
      "Megatron"},

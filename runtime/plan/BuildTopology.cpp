@@ -60,6 +60,21 @@ std::optional<Topology> buildTopology(const TopologySource &source,
   Topology topology;
   std::vector<RankSpan> spans;
   for (const TopologySource::Module &module : source.modules) {
+    // What the parser checks of a model.json, again for a topology read
+    // from hand-written IR: experts to split and cut, in groups that tile.
+    const Grid &g = module.grid;
+    if (module.ep != 1 && (!module.sparse || module.ep < 1 ||
+                           g.size(Dim::DP) * g.size(Dim::CP) % module.ep != 0))
+      return fail("module '" + module.name + "': ep " +
+                  std::to_string(module.ep) +
+                  " needs sparse layers and must divide dp x cp " +
+                  std::to_string(g.size(Dim::DP) * g.size(Dim::CP)));
+    if (module.etp != 0 &&
+        (!module.sparse || module.etp < 1 || g.size(Dim::TP) % module.etp != 0))
+      return fail("module '" + module.name + "': etp " +
+                  std::to_string(module.etp) +
+                  " needs sparse layers and must divide tp " +
+                  std::to_string(g.size(Dim::TP)));
     ModuleTopology m;
     m.name = module.name;
     m.isLanguage = module.isLanguage;

@@ -204,6 +204,7 @@ enum class InstrOp : uint8_t {
   ColocatedForward,    // bridge, mb: all-gather (fan-in) or narrow
   ColocatedBackward,   // bridge, mb: narrow (fan-in) or all-gather
   ReduceGrads,         // module: sum gradients over its DP x CP group
+                       //   (experts apart: over their edp group)
   OptimizerStep,       // global gradient norm (world), clip, AdamW
 };
 inline constexpr int kNumInstrOps =

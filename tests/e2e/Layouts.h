@@ -491,11 +491,11 @@ inline std::vector<Layout> equivalenceLayouts() {
   // Expert tensor parallelism (family/Moe.h ExpertTp): experts cut over
   // etp < tp TP ranks, those holding the same cut sharing the rows, their
   // gradients summed over an edp group that spans them. Whole experts
-  // (etp 1) at TP4 with ep 2 (edp: the four TP ranks); at TP2 x PP2 with
-  // SP and no DP (edp: TP alone); with ep 2 carved from CP2 under SP,
-  // ring attention and zero bubble; cut over 2 of TP4 with the distributed
-  // optimizer (edp: DP2 x 2 TP ranks); a tower's whole experts at TP2 x
-  // PP2.
+  // (etp 1) at TP4 with ep 2, recomputed whole (edp: the four TP ranks);
+  // at TP2 x PP2 with SP and no DP (edp: TP alone); with ep 2 carved from
+  // CP2 under SP, ring attention and zero bubble; cut over 2 of TP4 at
+  // ep 2 with the distributed optimizer and an expert frozen (edp: 2 TP
+  // ranks); a tower's whole experts at TP2 x PP2.
   auto withEtp = [](json model, int64_t etp, int64_t ep = 1,
                     size_t module = 1) {
     model["modules"][module]["parallel"]["etp"] = etp;
@@ -503,10 +503,10 @@ inline std::vector<Layout> equivalenceLayouts() {
       model["modules"][module]["parallel"]["ep"] = ep;
     return model;
   };
-  layouts.push_back(
-      {"MoeEtp1Ep2ColocatedTp4Dp2Shared",
-       withEtp(withMoe(example("vlm-colocated.json"), 4, 2, "all", true), 1, 2),
-       8});
+  json etpColocated =
+      withEtp(withMoe(example("vlm-colocated.json"), 4, 2, "all", true), 1, 2);
+  etpColocated["modules"][1]["recompute"] = "full";
+  layouts.push_back({"MoeEtp1Ep2ColocatedTp4Dp2Shared", etpColocated, 8});
   layouts.push_back(
       {"MoeEtp1Tp2Pp2Sp",
        withEtp(withMoe(example("vlm-fan-in.json"), 4, 2, {1, 2, 3}, true), 1),
@@ -515,11 +515,10 @@ inline std::vector<Layout> equivalenceLayouts() {
       withEtp(withMoe(example("lm-cp2-sp.json"), 4, 2, "all", false), 1, 2);
   etpCp["batch"]["schedule"] = "zero_bubble";
   layouts.push_back({"MoeEtp1Ep2Cp2SpRingZeroBubble", etpCp, 6});
-  layouts.push_back(
-      {"MoeEtp2Tp4DistributedColocated",
-       distributed(withEtp(
-           withMoe(example("vlm-colocated.json"), 4, 1, "all", true), 2)),
-       8});
+  json etpBetween = distributed(
+      withEtp(withMoe(example("vlm-colocated.json"), 4, 1, "all", true), 2, 2));
+  etpBetween["modules"][1]["freeze"] = {"layers.1.experts.2"};
+  layouts.push_back({"MoeEtp2Ep2Tp4DistributedColocated", etpBetween, 8});
   json towerEtp = withEtp(
       withMoe(example("vlm-fan-out.json"), 4, 2, "all", false, "encoder"), 1, 1,
       0);

@@ -795,3 +795,40 @@ mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"}
     mimo.forward @lm {mb = -1 : i64}
   }
 }
+
+// -----
+
+// LanguageOp: expert_tensor_parallel divides tp
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 2 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+// expected-error @+1 {{expert_tensor_parallel 3 must divide tp 2}}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>, expert_parallel = 2 : i64, expert_tensor_parallel = 3 : i64}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// LanguageOp: expert_parallel divides dp x cp
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 1, dp = 2, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 2 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+// expected-error @+1 {{expert_parallel 4 must divide dp x cp 2}}
+  %loss = mimo.language @lm(%mb) on %g {modalities = [], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>, expert_parallel = 4 : i64}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
+
+// -----
+
+// EncoderOp: expert_tensor_parallel needs sparse layers
+mimo.model @m attributes {version = 1 : i64, seed = 0 : i64, precision = "fp32"} {
+  %g = mimo.grid #mimo.parallel<tp = 2, cp = 1, pp = 1, dp = 1, rank_offset = 0, order = "tp-cp-dp-pp", sequence_parallel = false>
+  %src = mimo.data_source "synthetic"
+  %mb = mimo.microbatch %src {micro_batch_size = 1 : i64, num_microbatches = 1 : i64, seq_length = 8 : i64, packing = false, attention_mask = #mimo<attention_mask causal>}
+// expected-error @+1 {{expert_tensor_parallel needs sparse layers (expert_parallel)}}
+  %img = mimo.encoder @images(%mb) on %g {special_token_id = 1000 : i64, arch = #mimo.encoder_arch<feature_dim = 48, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>, expert_tensor_parallel = 1 : i64} : !mimo.tokens<8>
+  %loss = mimo.language @lm(%mb, %img : !mimo.tokens<8>) on %g {modalities = ["images"], arch = #mimo.language_arch<vocab_size = 16, hidden_size = 8, num_layers = 1, num_heads = 2, ffn_hidden_size = 8>}
+  mimo.train %loss {steps = 1 : i64, optimizer = "adamw", lr = 1.0e-03 : f64, betas = array<f64: 0.9, 0.999>, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64, clip_grad = 1.0 : f64}
+}
