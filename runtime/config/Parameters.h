@@ -22,7 +22,7 @@ namespace mimo {
 
 /// TP rank `tpRank`'s block [rowBegin, rowEnd) x [colBegin, colEnd) of a
 /// parameter; an expert's is its cut over `etp` of the tp ranks
-/// (family/Moe.h ExpertTp: cut tpRank % etp).
+/// (family/Moe.h ExpertTp: cut tpRank % etp; etp 0: tp).
 struct ParamBlock {
   int64_t rowBegin = 0, rowEnd = 0, colBegin = 0, colEnd = 0;
   int64_t size() const { return (rowEnd - rowBegin) * (colEnd - colBegin); }

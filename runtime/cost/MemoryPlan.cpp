@@ -4,6 +4,7 @@
 
 #include "runtime/config/Flops.h"
 #include "runtime/config/Parameters.h"
+#include "runtime/family/Moe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -284,7 +285,7 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         const int64_t ep = module->parallel.ep,
                       etp = module->parallel.expertTp(),
                       tp = grid.size(Dim::TP);
-        const bool apart = module->hasMoe() && (ep > 1 || etp < tp);
+        const bool apart = module->hasMoe() && expertsApart(ep, etp, tp);
         for (const ParamSpec &spec : specs) {
           if (ep > 1 && moeExpertOf(spec.local) >= module->moe.experts / ep)
             continue; // another ep rank's (every rank holds as many)
@@ -310,9 +311,8 @@ std::vector<RankMemory> memoryPlan(const Topology &t,
         double group =
             static_cast<double>(grid.size(Dim::DP) * grid.size(Dim::CP));
         const bool sharded = module->distributedOptimizer && group > 1;
-        const double edp = group /
-                           static_cast<double>(std::max<int64_t>(ep, 1)) *
-                           static_cast<double>(tp / etp);
+        const auto edp = static_cast<double>(expertDataParallel(
+            static_cast<int64_t>(group), std::max<int64_t>(ep, 1), etp, tp));
         const double moments =
             sharded
                 ? std::ceil(static_cast<double>(trainable - trainableExperts) /

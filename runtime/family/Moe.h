@@ -52,15 +52,31 @@ struct MoeConfig {
 /// expert is cut over etp TP ranks as the dense MLP is over tp, and the
 /// rows of a microbatch are shared among the tp / etp ranks holding the
 /// same cut. TP rank `tpRank` holds cut `slice` of every expert and runs
-/// them on share `share` of `shares`: rows [rowBegin, rowEnd) of n.
+/// them on share `share` of `shares`: rows [rowBegin, rowEnd) of n. An
+/// etp of 0 is tp (the default: cut as the dense MLP).
 struct ExpertTp {
   int64_t etp = 1, slice = 0, share = 0, shares = 1;
   static ExpertTp of(int64_t tp, int64_t etp, int64_t tpRank) {
+    etp = etp > 0 ? etp : tp;
     return {etp, tpRank % etp, tpRank / etp, tp / etp};
   }
   int64_t rowBegin(int64_t n) const { return share * n / shares; }
   int64_t rowEnd(int64_t n) const { return (share + 1) * n / shares; }
 };
+
+/// Whether a sparse module's experts are kept apart from its other
+/// parameters, their gradients summed over their own expert-data-parallel
+/// group (plan/Plan.h expertGroups) instead of DP x CP: split over ep > 1,
+/// or cut over etp < tp TP ranks.
+inline bool expertsApart(int64_t ep, int64_t etp, int64_t tp) {
+  return ep > 1 || etp < tp;
+}
+/// The members of that group: the dp x cp / ep members at each of the
+/// tp / etp TP ranks holding the same cut.
+inline int64_t expertDataParallel(int64_t dpcp, int64_t ep, int64_t etp,
+                                  int64_t tp) {
+  return dpcp / ep * (tp / etp);
+}
 
 //===--- parameter names (within a layer's "layers.N." prefix) -----------===//
 

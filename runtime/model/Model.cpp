@@ -40,8 +40,7 @@ void Stage::buildParameters(const std::vector<ParamSpec> &specs,
     const int64_t expert = spec.expert ? moeExpertOf(spec.local) : -1;
     if (expert >= 0 && expert / perRank != ctx.epRank)
       continue; // another ep rank's
-    ParamBlock block =
-        blockOf(spec, ctx.tp, ctx.tpRank, ctx.etp > 0 ? ctx.etp : ctx.tp);
+    ParamBlock block = blockOf(spec, ctx.tp, ctx.tpRank, ctx.etp);
     Param p;
     p.name = spec.name();
     p.rowBegin = block.rowBegin;

@@ -144,9 +144,7 @@ struct StageContext {
   /// gradients are summed over `edpGroup`, not DP x CP.
   int64_t ep = 1, etp = 0, epRank = 0, moeTag = 0;
   bool expertsApart = false;
-  ExpertTp expertTp() const {
-    return ExpertTp::of(tp, etp > 0 ? etp : tp, tpRank);
-  }
+  ExpertTp expertTp() const { return ExpertTp::of(tp, etp, tpRank); }
   std::vector<int64_t> epGroup, edpGroup;
   /// The TP x CP group (ascending) and each member's (tp, cp) coordinates.
   std::vector<int64_t> tpcpGroup;

@@ -18,6 +18,7 @@
 #define MIMO_RUNTIME_PLAN_PLAN_H
 
 #include "runtime/config/Grid.h"
+#include "runtime/family/Moe.h"
 #include "runtime/plan/Topology.h"
 #include "runtime/schedule/PipelineSchedule.h"
 
@@ -62,7 +63,7 @@ struct ModuleTopology {
   /// The experts' gradients are summed over their own edp group, not
   /// DP x CP: split over ep, or cut over fewer TP ranks than the rest.
   bool expertsApart() const {
-    return sparse && (ep > 1 || expertTp() < grid.size(Dim::TP));
+    return sparse && mimo::expertsApart(ep, expertTp(), grid.size(Dim::TP));
   }
   /// Sparse layers (arch.moe): each forward and backward meets the
   /// module's DP x CP group (the routing statistics, expert parallelism's

@@ -85,7 +85,8 @@ std::vector<ChannelFamily> channelFamilies(const Topology &topology,
     const int64_t lanes = m.grid.size(Dim::DP) * m.grid.size(Dim::CP);
     const bool buckets = lanes > 1;
     // The experts' buckets, over their edp groups (beside DP x CP's).
-    const int64_t edpSize = lanes / m.ep * m.grid.size(Dim::TP) / m.expertTp();
+    const int64_t edpSize =
+        expertDataParallel(lanes, m.ep, m.expertTp(), m.grid.size(Dim::TP));
     const std::vector<std::vector<int64_t>> edp =
         buckets && m.expertsApart() && edpSize > 1
             ? allExpertGroups(m.grid, m.ep, m.expertTp(), /*edp=*/true)
@@ -142,7 +143,7 @@ ExpertGroups expertGroups(const Grid &grid, int64_t ep, int64_t etp,
   // group: its members differ from ours by the TP coordinate alone).
   const Coords at = grid.coordsOf(rank);
   const int64_t tp = grid.size(Dim::TP);
-  const ExpertTp cut = ExpertTp::of(tp, etp > 0 ? etp : tp, at.tp);
+  const ExpertTp cut = ExpertTp::of(tp, etp, at.tp);
   for (int64_t t = cut.slice; t < tp; t += cut.etp) {
     Coords peer = at;
     peer.tp = t;
