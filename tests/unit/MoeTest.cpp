@@ -12,6 +12,7 @@
 #include "runtime/config/Parameters.h"
 #include "runtime/family/HfConfigCheck.h"
 #include "runtime/family/ModuleFamily.h"
+#include "runtime/plan/BuildTopology.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/support/Random.h"
 #include "tests/unit/TestModels.h"
@@ -217,6 +218,29 @@ TEST(Moe, ExpertGroupsCutTheDpCpGroup) {
   EXPECT_EQ(moeExpertOf("layers.2.experts.13.down"), 13);
   EXPECT_EQ(moeExpertOf("layers.2.shared.down"), -1);
   EXPECT_EQ(moeExpertOf("layers.2.experts.x.down"), -1);
+}
+
+/// A topology (as read from hand-written IR) whose ep or etp the parser
+/// would refuse is refused: the expert groups must tile the grid.
+TEST(Moe, TopologiesRefuseExpertGroupsThatDoNotTile) {
+  json model = test::baseModel(); // language TP2 x PP2, dp 1
+  model["modules"][1]["arch"]["moe"] = {{"num_experts", 4}, {"top_k", 1}};
+  model["modules"][1]["parallel"]["etp"] = 1;
+  const TopologySource good = topologySource(
+      test::requireConfig(parseModelConfig(model.dump(), "model.json")));
+  std::string error;
+  ASSERT_TRUE(buildTopology(good, TopologyParts::Stages, &error)) << error;
+  TopologySource bad = good;
+  bad.modules.back().etp = 3;
+  EXPECT_FALSE(buildTopology(bad, TopologyParts::Stages, &error));
+  EXPECT_NE(error.find("etp 3"), std::string::npos) << error;
+  bad = good;
+  bad.modules.back().ep = 2; // dp x cp 1
+  EXPECT_FALSE(buildTopology(bad, TopologyParts::Stages, &error));
+  EXPECT_NE(error.find("ep 2"), std::string::npos) << error;
+  bad = good;
+  bad.modules.front().etp = 1; // the dense encoder
+  EXPECT_FALSE(buildTopology(bad, TopologyParts::Stages, &error));
 }
 
 TEST(Moe, SparseLayersAndNames) {

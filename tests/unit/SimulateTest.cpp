@@ -192,6 +192,28 @@ TEST(CostModel, ALinearProjectorHasNoSecondGemm) {
   }
 }
 
+/// Experts whole on each TP rank (etp 1): their gradients are summed over
+/// the TP ranks too, which reduce_grads pays for even without DP (the
+/// language model of vlm-fan-in is TP2 x PP2 at dp 1: nothing else to sum).
+TEST(CostModel, ExpertsCutOverFewerTpRanksSumOverThem) {
+  nlohmann::json json = nlohmann::json::parse(readExample("vlm-fan-in.json"));
+  json["modules"][1]["arch"]["moe"] = {{"num_experts", 4}, {"top_k", 2}};
+  auto reduceSeconds = [&](const nlohmann::json &model) {
+    Plan plan =
+        requirePlan(requireConfig(parseModelConfig(model.dump(), "moe.json")));
+    ClusterConfig cluster = freeLinks(8, 0);
+    cluster.sameNode.latencyUs = 1000;
+    CostModel costs(plan.topology, plan.config, flatProfile(1), cluster);
+    Instr in;
+    in.op = InstrOp::ReduceGrads;
+    in.index = 1;
+    return costs.work(4, in).comm;
+  };
+  EXPECT_EQ(reduceSeconds(json), 0);
+  json["modules"][1]["parallel"]["etp"] = 1;
+  EXPECT_GE(reduceSeconds(json), 1000e-6);
+}
+
 TEST(CostModel, LayerElementwiseBytesFollowTheLayersBuffers) {
   const double H = 2048, F = 5632;
   EXPECT_DOUBLE_EQ(layerElementwiseBytes(H, H, F, true, true, false),
